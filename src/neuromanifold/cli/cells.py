@@ -1,0 +1,9 @@
+"""`neuromanifold cells` commands."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the `cells` commands to the top-level app."""

@@ -1,0 +1,9 @@
+"""`neuromanifold read` commands."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the `read` commands to the top-level app."""

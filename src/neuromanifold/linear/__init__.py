@@ -1,0 +1,3 @@
+"""Linear networks as polynomial maps (spec: ``linear_networks.md``)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Small real models, embedded data (scikit-learn digits) and training recipes."""
+
+__all__: list[str] = []

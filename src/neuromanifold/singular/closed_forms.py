@@ -1,0 +1,261 @@
+"""Closed-form learning coefficients (λ, m): the ground truths the assembly is tested against.
+
+All values are exact rationals (``fractions.Fraction``). Models covered:
+
+* 1-D normal form K = t^{2k}: λ = 1/(2k), m = 1; regular dimension d: λ = d/2, m = 1.
+* Additive K = Σ_i x_i^{2k_i} (+ m⊥ regular squares): λ = Σ_i 1/(2k_i) + m⊥/2, m = 1.
+* Normal crossing K = Π_i x_i^{2k_i}: λ = 1/(2 max k_i), m = #{i : k_i = max k}.
+* One hidden node y = a·σ(b x), true function 0, σ of leading order p at 0 (σ(u) ≍ u^p):
+  K ∝ a² b^{2p}, a crossing of orders (1, p): p = 1 (σ'(0) ≠ 0: tanh, GELU, SiLU, ReLU with
+  symmetric inputs) gives (1/2, 2); p = 2 (ReLU²) gives (1/4, 1).
+* Reduced-rank regression y = B A x (input M, inner H, output N, true rank r), four cases.
+* Deep linear networks (widths H_1 = input, …, H_{L+1} = output, true rank r): λ from Aoyagi's
+  formula as restated by Lau et al.; m with the width-1 caveat (see :func:`deep_linear`).
+
+References: M. Aoyagi, S. Watanabe, Stochastic complexities of reduced rank regression in Bayesian
+estimation, Neural Networks 18 (2005) 924–933; M. Aoyagi, Consideration on the learning efficiency
+of multiple-layered neural networks with linear units, Neural Networks 172 (2024) 106132, as
+restated in E. Lau et al., The Local Learning Coefficient, arXiv:2308.12108; S. Watanabe,
+Algebraic Geometry and Statistical Learning Theory (2009).
+
+>>> rrr(5, 3, 5, 0).lam, rrr(5, 3, 5, 0).m
+(Fraction(13, 2), 2)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+__all__ = [
+    "ACTIVATION_ORDERS",
+    "ClosedForm",
+    "additive",
+    "deep_linear",
+    "normal_crossing",
+    "normal_form",
+    "one_hidden_node",
+    "regular",
+    "rrr",
+    "width_one_chain",
+]
+
+#: Leading order p of σ at 0 (σ(u) ≍ u^p) for the activations the one-node model knows.
+ACTIVATION_ORDERS: dict[str, int] = {
+    "identity": 1,
+    "relu": 1,
+    "gelu": 1,
+    "tanh": 1,
+    "silu": 1,
+    "relu2": 2,
+}
+
+
+@dataclass(frozen=True)
+class ClosedForm:
+    """A closed-form (λ, m) with provenance.
+
+    ``lam`` is exact; ``m`` is the multiplicity the library stands behind; ``m_restated`` is a
+    literature formula's value when it differs or is unverified; ``caveat`` explains why.
+    """
+
+    lam: Fraction
+    m: int
+    model: str
+    case: str = ""
+    m_restated: int | None = None
+    caveat: str = ""
+
+    @property
+    def lam_float(self) -> float:
+        """λ as a float."""
+        return float(self.lam)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: ``lambda`` the exact fraction as a string ("13/2"), ``lambda_float``."""
+        return {
+            "lambda": str(self.lam),
+            "lambda_float": float(self.lam),
+            "m": self.m,
+            "model": self.model,
+            "case": self.case,
+            "m_restated": self.m_restated,
+            "caveat": self.caveat,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ClosedForm:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            lam=Fraction(d["lambda"]),
+            m=int(d["m"]),
+            model=d["model"],
+            case=d.get("case", ""),
+            m_restated=d.get("m_restated"),
+            caveat=d.get("caveat", ""),
+        )
+
+
+def _pos_int(name: str, value: object, *, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int >= {minimum}, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
+    return value
+
+
+def _orders(orders: Sequence[int]) -> list[int]:
+    ks = list(orders)
+    if not ks:
+        raise ValueError("orders must be a non-empty sequence of ints >= 1, got []")
+    return [_pos_int(f"orders[{i}]", k) for i, k in enumerate(ks)]
+
+
+def normal_form(k: int) -> ClosedForm:
+    """K = t^{2k}: λ = 1/(2k), m = 1."""
+    k = _pos_int("k", k)
+    return ClosedForm(Fraction(1, 2 * k), 1, model=f"normal form t^{2 * k}")
+
+
+def regular(d: int) -> ClosedForm:
+    """Regular model of dimension d: λ = d/2, m = 1."""
+    d = _pos_int("d", d, minimum=0)
+    return ClosedForm(Fraction(d, 2), 1, model=f"regular d={d}")
+
+
+def additive(orders: Sequence[int], *, regular_dims: int = 0) -> ClosedForm:
+    """K = Σ_i x_i^{2k_i} + Σ_{j ≤ m⊥} y_j²: λ = Σ 1/(2k_i) + m⊥/2, m = 1 (rule 1, under (G⁺))."""
+    ks = _orders(orders)
+    mp = _pos_int("regular_dims", regular_dims, minimum=0)
+    lam = sum((Fraction(1, 2 * k) for k in ks), Fraction(mp, 2))
+    return ClosedForm(lam, 1, model=f"additive orders={ks} regular={mp}")
+
+
+def normal_crossing(orders: Sequence[int]) -> ClosedForm:
+    """K = Π_i x_i^{2k_i}: λ = 1/(2 max k_i), m = #{i : k_i = max k} (rule 2).
+
+    >>> normal_crossing([1, 2]).lam, normal_crossing([1, 1, 1]).m
+    (Fraction(1, 4), 3)
+    """
+    ks = _orders(orders)
+    kmax = max(ks)
+    return ClosedForm(Fraction(1, 2 * kmax), ks.count(kmax), model=f"normal crossing orders={ks}")
+
+
+def width_one_chain(depth: int) -> ClosedForm:
+    """K = (Π_{i=1}^{L} w_i)² at w = 0: λ = 1/2, m = L (rule 3)."""
+    depth = _pos_int("depth", depth)
+    return ClosedForm(Fraction(1, 2), depth, model=f"width-1 chain L={depth}")
+
+
+def one_hidden_node(activation: str | int) -> ClosedForm:
+    """y = a·σ(b x) + N(0,1) noise, true function 0: K ∝ a² b^{2p}, a crossing of orders (1, p).
+
+    ``activation`` is a name in :data:`ACTIVATION_ORDERS` or the leading order p ≥ 1 of σ at 0.
+    ReLU counts as p = 1 under symmetric inputs (E[x² 1{x>0}] > 0 on both sides).
+
+    >>> one_hidden_node("gelu").lam, one_hidden_node("gelu").m, one_hidden_node("relu2").lam
+    (Fraction(1, 2), 2, Fraction(1, 4))
+    """
+    if isinstance(activation, str):
+        if activation not in ACTIVATION_ORDERS:
+            raise ValueError(
+                f"activation must be one of {sorted(ACTIVATION_ORDERS)} or an int order >= 1, "
+                f"got {activation!r}"
+            )
+        p = ACTIVATION_ORDERS[activation]
+    else:
+        p = _pos_int("activation", activation)
+    cf = normal_crossing([1, p])
+    return ClosedForm(cf.lam, cf.m, model=f"one hidden node {activation} (p={p})")
+
+
+def rrr(M: int, H: int, N: int, r: int) -> ClosedForm:
+    """Reduced-rank regression y = B A x, A ∈ R^{H×M}, B ∈ R^{N×H}, true rank r (Aoyagi–Watanabe).
+
+    Case 1 (N+r ≤ M+H, M+r ≤ N+H, H+r ≤ M+N): b = [2(H+r)(M+N) − (M−N)² − (H+r)²]/8; λ = b, m = 1
+    if M+H+N+r is even, else λ = b + 1/8, m = 2. Case 2 (M+H < N+r): λ = (HM − Hr + Nr)/2.
+    Case 3 (N+H < M+r): λ = (HN − Hr + Mr)/2. Case 4 (M+N < H+r): λ = MN/2. Cases 2–4: m = 1.
+
+    >>> rrr(4, 3, 8, 0).lam, rrr(5, 4, 5, 0).m
+    (Fraction(6, 1), 1)
+    """
+    M, H, N = _pos_int("M", M), _pos_int("H", H), _pos_int("N", N)
+    r = _pos_int("r", r, minimum=0)
+    if r > min(M, H, N):
+        raise ValueError(f"r must satisfy 0 <= r <= min(M, H, N) = {min(M, H, N)}, got {r}")
+    model = f"rrr M={M} H={H} N={N} r={r}"
+    if N + r <= M + H and M + r <= N + H and H + r <= M + N:
+        b = Fraction(2 * (H + r) * (M + N) - (M - N) ** 2 - (H + r) ** 2, 8)
+        if (M + H + N + r) % 2 == 0:
+            return ClosedForm(b, 1, model=model, case="1 (even)")
+        return ClosedForm(b + Fraction(1, 8), 2, model=model, case="1 (odd)")
+    if M + H < N + r:
+        return ClosedForm(Fraction(H * M - H * r + N * r, 2), 1, model=model, case="2")
+    if N + H < M + r:
+        return ClosedForm(Fraction(H * N - H * r + M * r, 2), 1, model=model, case="3")
+    return ClosedForm(Fraction(M * N, 2), 1, model=model, case="4")
+
+
+def _deep_linear_restated(widths: list[int], r: int) -> tuple[Fraction, int, int]:
+    """Aoyagi (2024) as restated by Lau et al.: returns (λ, restated m, ℓ)."""
+    L = len(widths) - 1
+    deltas = sorted(h - r for h in widths)
+    for ell in range(1, L + 1):
+        sigma, rest = deltas[: ell + 1], deltas[ell + 1 :]
+        s = sum(sigma)
+        ok = s >= ell * max(sigma)
+        if rest:
+            ok = ok and max(sigma) < min(rest) and s < ell * min(rest)
+        if not ok:
+            continue
+        a = s - ell * (s // ell)
+        pair = sum(sigma[i] * sigma[j] for i in range(len(sigma)) for j in range(i + 1, len(sigma)))
+        lam = (
+            Fraction(-(r**2) + r * (widths[0] + widths[-1]), 2)
+            + Fraction(a * (ell - a), 4 * ell)
+            - Fraction(ell * (ell - 1), 4) * Fraction(s, ell) ** 2
+            + Fraction(pair, 2)
+        )
+        return lam, (1 if a == 0 else 2), ell
+    raise RuntimeError(f"no admissible ℓ in the deep-linear formula for widths={widths}, r={r}")
+
+
+def deep_linear(widths: Sequence[int], rank: int) -> ClosedForm:
+    """Deep linear network with widths H_1 (input), …, H_{L+1} (output) at true rank r.
+
+    λ = [−r² + r(H_1 + H_{L+1})]/2 + a(ℓ−a)/(4ℓ) − (ℓ(ℓ−1)/4)(S/ℓ)² + ½ Σ_{σ<σ'∈Σ} Δ_σ Δ_σ',
+    Δ_j = H_j − r, Σ the ℓ+1 smallest Δ for the first admissible ℓ, S = Σ_Σ Δ, a = S mod ℓ.
+    The restated multiplicity (1 if a = 0 else 2) is reported as ``m_restated``. ``m`` is:
+    L = widths − 1 = 1: m = 1 (regular); L = 2: the restated m (it equals the reduced-rank m);
+    width-1 chains with r = 0 and L ≥ 3: m = L (rule 3, K = (Π w)²), the restated value flagged;
+    other L ≥ 3: the restated m, flagged as not independently verified.
+
+    >>> deep_linear([4, 4, 4, 4], 0).lam, deep_linear([1, 1, 1, 1, 1], 0).m
+    (Fraction(11, 2), 4)
+    """
+    ws = list(widths)
+    if len(ws) < 2:
+        raise ValueError(f"widths must list at least 2 widths (input, output), got {ws}")
+    ws = [_pos_int(f"widths[{i}]", h) for i, h in enumerate(ws)]
+    r = _pos_int("rank", rank, minimum=0)
+    if r > min(ws):
+        raise ValueError(f"rank must satisfy 0 <= rank <= min(widths) = {min(ws)}, got {r}")
+    lam, m_re, ell = _deep_linear_restated(ws, r)
+    L = len(ws) - 1
+    model = f"deep linear widths={ws} r={r}"
+    case = f"ℓ={ell}"
+    if L <= 2:
+        return ClosedForm(lam, m_re, model=model, case=case, m_restated=m_re)
+    if r == 0 and all(h == 1 for h in ws):
+        caveat = (
+            f"width-1 chain: K = (Π w)² has m = L = {L} (rule 3); the restated formula gives "
+            f"m = {m_re}, which is wrong for L >= 3"
+        )
+        return ClosedForm(lam, L, model=model, case=case, m_restated=m_re, caveat=caveat)
+    caveat = (
+        "m is the restated formula's value (Aoyagi 2024 via Lau et al.), not independently verified"
+    )
+    return ClosedForm(lam, m_re, model=model, case=case, m_restated=m_re, caveat=caveat)

@@ -1,0 +1,137 @@
+"""Closed forms: spec §8 worked values exactly, and deep-linear λ = reduced-rank λ at L = 2."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from neuromanifold.singular.closed_forms import (
+    ClosedForm,
+    additive,
+    deep_linear,
+    normal_crossing,
+    normal_form,
+    one_hidden_node,
+    regular,
+    rrr,
+    width_one_chain,
+)
+
+MAX_WIDTH_DLN_VS_RRR = 6
+
+
+@pytest.mark.parametrize(
+    ("shape", "lam", "m", "case"),
+    [
+        ((5, 3, 5, 0), Fraction(13, 2), 2, "1 (odd)"),
+        ((5, 4, 5, 0), Fraction(8), 1, "1 (even)"),
+        ((4, 3, 8, 0), Fraction(6), 1, "2"),
+    ],
+)
+def test_rrr_worked_values(shape: tuple[int, int, int, int], lam: Fraction, m: int, case: str):
+    cf = rrr(*shape)
+    assert cf.lam == lam and cf.m == m and cf.case == case
+
+
+def test_rrr_cases_3_and_4_by_hand() -> None:
+    # Case 3 (N + H < M + r): M=8, H=3, N=4, r=0 -> (HN)/2 = 6, the transpose of case 2.
+    assert rrr(8, 3, 4, 0).lam == Fraction(6) and rrr(8, 3, 4, 0).case == "3"
+    # Case 4 (M + N < H + r): M=N=2, H=6 -> MN/2 = 2 (the product BA fills all 2x2 matrices).
+    assert rrr(2, 6, 2, 0).lam == Fraction(2) and rrr(2, 6, 2, 0).case == "4"
+    # Full true rank with H = r = min: regular, λ = (#params of rank-r matrices)/2 = r(M+N-r)/2.
+    assert rrr(3, 2, 4, 2).lam == Fraction(2 * (3 + 4 - 2), 2)
+
+
+@pytest.mark.parametrize(
+    ("widths", "rank", "lam"),
+    [
+        ([4, 4, 4, 4], 0, Fraction(11, 2)),
+        ([5, 3, 4, 6], 1, Fraction(8)),
+        ([3, 3], 0, Fraction(9, 2)),
+        ([1, 1, 1, 1, 1], 0, Fraction(1, 2)),
+    ],
+)
+def test_deep_linear_worked_values(widths: list[int], rank: int, lam: Fraction) -> None:
+    assert deep_linear(widths, rank).lam == lam
+
+
+def test_deep_linear_multiplicities_and_caveats() -> None:
+    assert deep_linear([3, 3], 0).m == 1 and deep_linear([3, 3], 0).caveat == ""
+    chain = deep_linear([1, 1, 1, 1, 1], 0)
+    assert chain.m == 4 and chain.m_restated == 2 and "rule 3" in chain.caveat
+    for L in range(3, 7):
+        c = deep_linear([1] * (L + 1), 0)
+        assert (c.lam, c.m) == (width_one_chain(L).lam, width_one_chain(L).m)
+    wide = deep_linear([4, 4, 4, 4], 0)
+    assert wide.m == wide.m_restated == 2 and "not independently verified" in wide.caveat
+
+
+def test_deep_linear_equals_rrr_for_all_three_width_shapes() -> None:
+    checked = 0
+    for M in range(1, MAX_WIDTH_DLN_VS_RRR + 1):
+        for H in range(1, MAX_WIDTH_DLN_VS_RRR + 1):
+            for N in range(1, MAX_WIDTH_DLN_VS_RRR + 1):
+                for r in range(min(M, H, N) + 1):
+                    a, b = rrr(M, H, N, r), deep_linear([M, H, N], r)
+                    assert (a.lam, a.m) == (b.lam, b.m), (M, H, N, r)
+                    checked += 1
+    assert checked == sum(
+        min(M, H, N) + 1 for M in range(1, 7) for H in range(1, 7) for N in range(1, 7)
+    )
+
+
+def test_normal_forms_crossings_additive_regular() -> None:
+    assert (normal_form(3).lam, normal_form(3).m) == (Fraction(1, 6), 1)
+    assert (regular(7).lam, regular(7).m) == (Fraction(7, 2), 1)
+    assert (additive([2, 3], regular_dims=2).lam, additive([2, 3]).m) == (
+        Fraction(1, 4) + Fraction(1, 6) + 1,
+        1,
+    )
+    assert (normal_crossing([1, 1]).lam, normal_crossing([1, 1]).m) == (Fraction(1, 2), 2)
+    assert (normal_crossing([1, 2]).lam, normal_crossing([1, 2]).m) == (Fraction(1, 4), 1)
+    assert (normal_crossing([3, 1, 3]).lam, normal_crossing([3, 1, 3]).m) == (Fraction(1, 6), 2)
+    assert (width_one_chain(5).lam, width_one_chain(5).m) == (Fraction(1, 2), 5)
+
+
+@pytest.mark.parametrize(
+    ("act", "lam", "m"),
+    [
+        ("relu", Fraction(1, 2), 2),
+        ("gelu", Fraction(1, 2), 2),
+        ("tanh", Fraction(1, 2), 2),
+        ("silu", Fraction(1, 2), 2),
+        ("relu2", Fraction(1, 4), 1),
+        (3, Fraction(1, 6), 1),
+    ],
+)
+def test_one_hidden_node(act: str | int, lam: Fraction, m: int) -> None:
+    cf = one_hidden_node(act)
+    assert (cf.lam, cf.m) == (lam, m)
+
+
+def test_to_dict_round_trip() -> None:
+    cf = deep_linear([1, 1, 1, 1], 0)
+    d = cf.to_dict()
+    assert d["lambda"] == "1/2" and d["lambda_float"] == 0.5 and d["m"] == 3
+    assert ClosedForm.from_dict(d) == cf
+    assert rrr(5, 3, 5, 0).to_dict()["lambda"] == "13/2"
+
+
+def test_errors() -> None:
+    with pytest.raises(ValueError, match=r"r must satisfy 0 <= r <= min\(M, H, N\) = 3"):
+        rrr(5, 3, 5, 4)
+    with pytest.raises(ValueError, match="M must be an int >= 1"):
+        rrr(0, 3, 5, 0)
+    with pytest.raises(TypeError, match="H must be an int"):
+        rrr(5, 3.0, 5, 0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="widths must list at least 2"):
+        deep_linear([3], 0)
+    with pytest.raises(ValueError, match="rank must satisfy"):
+        deep_linear([3, 2, 3], 3)
+    with pytest.raises(ValueError, match="activation must be one of"):
+        one_hidden_node("sigmoid")
+    with pytest.raises(ValueError, match="orders must be a non-empty"):
+        normal_crossing([])
+    with pytest.raises(ValueError, match=r"orders\[1\] must be an int >= 1"):
+        additive([2, 0])

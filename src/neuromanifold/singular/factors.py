@@ -1,0 +1,480 @@
+"""K-FAC and KFC Kronecker factors per block, from one hooked pass over the probe set.
+
+For a supported block (``nn.Linear``, ``nn.Conv1d``, ``nn.Conv2d`` with ``groups == 1`` and
+zero padding) with pre-activation ``s = W̄ ā`` (``W̄ = [W, b]``, ``ā = (a, 1)`` when the block
+has a bias, ``ā = a`` otherwise) this module accumulates, in float64::
+
+    A = (1/N) Σ_i (1/|P|) Σ_p ā_{i,p} ā_{i,p}ᵀ    (input second moment, mean over positions)
+    G = (1/N) Σ_i Σ_p E_y[g_{i,p} g_{i,p}ᵀ]        (g = ∂ log p(y|x_i)/∂s_{i,p}, sum over p)
+
+``p`` runs over the weight-sharing positions of the block: the spatial output positions of a
+convolution (im2col patches ordered ``(C_in, k_h, k_w)`` row-major plus a trailing 1, the KFC
+factors Ω, Γ of the spec) and every middle axis of a Linear applied to ``(N, ..., d_in)`` inputs
+(sequence positions: handled exactly like KFC, i.e. "KFAC-expand"). ``|P| = 1`` for a plain
+``(N, d_in)`` Linear input. Both factors are sums over samples divided by the global ``N`` once.
+
+Expectation over labels (the true Fisher, never the empirical one):
+
+* ``Gaussian(sigma)``: exact, ``E_y[g gᵀ] = J_sᵀ (I/σ²) J_s``, by back-propagating the columns
+  of ``H_out^{1/2} = I/σ`` (one backward pass per output coordinate).
+* ``Categorical()`` with at most ``max_exact_classes`` classes: exact,
+  ``H_out = diag(p) − ppᵀ = Σ_c p_c (e_c − p)(e_c − p)ᵀ``; column ``c`` of the square root is
+  ``√p_c (e_c − p)`` (one backward pass per class).
+* More classes (or Gaussian outputs with more than ``max_exact_classes`` coordinates, or
+  categorical logits with extra position axes ``(N, ..., C)``): Monte Carlo with ``mc_samples``
+  labels drawn from the model (seeded), ``E_y[g gᵀ] ≈ (1/S) Σ_s g_s g_sᵀ``. A Gaussian output of any
+  shape ``(N, ...)`` is one sample's mean (trailing coordinates summed in the log-likelihood).
+
+Vec / Kronecker convention: column-major ``vec`` of ``W̄ ∈ R^{d_out × d_in(+1)}`` (conv weights
+flattened to ``(C_out, C_in·k_h·k_w)``), so ``vec(g āᵀ) = ā ⊗ g`` and the block Fisher is
+approximated by ``A ⊗ G`` (``torch.kron(A, G)``). The approximation is exact for a single
+Linear layer feeding a Gaussian output; :func:`block_fisher_reference` is the brute-force oracle.
+
+References: Martens & Grosse, *Optimizing Neural Networks with Kronecker-factored Approximate
+Curvature*, ICML 2015; Grosse & Martens, *A Kronecker-factored approximate Fisher matrix for
+convolution layers*, ICML 2016.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+__all__ = [
+    "KRONECKER_CONVENTION",
+    "MAX_EXACT_CLASSES",
+    "BlockFactors",
+    "Factors",
+    "block_fisher_reference",
+    "is_supported_block",
+    "kfac_factors",
+    "patches",
+]
+
+KRONECKER_CONVENTION = "column-major vec(W̄): vec(g āᵀ) = ā ⊗ g; F_block ≈ A ⊗ G"
+MAX_EXACT_CLASSES = 64
+"""Categorical outputs with at most this many classes use the exact class expectation."""
+
+BlockKind = Literal["linear", "conv1d", "conv2d"]
+
+
+@dataclass(frozen=True)
+class BlockFactors:
+    """The Kronecker factors of one block: ``F_block ≈ A ⊗ G`` (column-major vec of ``[W, b]``).
+
+    ``A``: ``(d_in [+1], d_in [+1])`` float64 input (patch) second moment, mean over positions;
+    ``G``: ``(d_out, d_out)`` float64 pre-activation score second moment, sum over positions;
+    both averaged over ``n_samples`` probe samples. ``weight_shape`` is the module's weight shape;
+    ``has_bias`` says whether ``A``'s last coordinate is the bias augmentation.
+    """
+
+    name: str
+    kind: BlockKind
+    A: Tensor
+    G: Tensor
+    n_samples: int
+    has_bias: bool
+    weight_shape: tuple[int, ...]
+    n_positions: int
+    fisher: str
+    convention: str = KRONECKER_CONVENTION
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON summary (shapes and spectra extremes; the matrices themselves are not written)."""
+        eig_a = torch.linalg.eigvalsh(self.A)
+        eig_g = torch.linalg.eigvalsh(self.G)
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "A_shape": list(self.A.shape),
+            "G_shape": list(self.G.shape),
+            "A_eig_min": float(eig_a[0]),
+            "A_eig_max": float(eig_a[-1]),
+            "G_eig_min": float(eig_g[0]),
+            "G_eig_max": float(eig_g[-1]),
+            "n_samples": self.n_samples,
+            "has_bias": self.has_bias,
+            "weight_shape": list(self.weight_shape),
+            "n_positions": self.n_positions,
+            "fisher": self.fisher,
+            "convention": self.convention,
+        }
+
+
+@dataclass(frozen=True)
+class Factors(Mapping[str, BlockFactors]):
+    """Read-only mapping ``module name -> BlockFactors`` plus the pass bookkeeping.
+
+    ``n_forward_passes`` counts forward passes over probe batches, ``n_backward_passes`` the
+    backward passes (one per Hessian column or label sample per batch).
+    """
+
+    blocks: Mapping[str, BlockFactors]
+    n_samples: int
+    n_forward_passes: int
+    n_backward_passes: int
+    fisher: str
+    unsupported: tuple[str, ...] = field(default=())
+
+    def __getitem__(self, key: str) -> BlockFactors:
+        return self.blocks[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.blocks)
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+
+def is_supported_block(module: nn.Module) -> bool:
+    """True for Linear, Conv1d, Conv2d with ``groups == 1`` and integer zero padding."""
+    if type(module) is nn.Linear:
+        return True
+    if type(module) in (nn.Conv1d, nn.Conv2d):
+        return (
+            module.groups == 1
+            and module.padding_mode == "zeros"
+            and not isinstance(module.padding, str)
+        )
+    return False
+
+
+def _kind(module: nn.Module) -> BlockKind:
+    if isinstance(module, nn.Conv2d):
+        return "conv2d"
+    if isinstance(module, nn.Conv1d):
+        return "conv1d"
+    return "linear"
+
+
+def patches(module: nn.Module, x: Tensor) -> Tensor:
+    """Per-position block inputs ``(B, P, d_in)`` (no bias column).
+
+    Linear: ``x`` of shape ``(B, ..., d_in)`` flattened to ``(B, P, d_in)``. Conv: im2col patches
+    of shape ``(B, P, C_in·k_h·k_w)`` ordered ``(C_in, k_h, k_w)`` row-major, so that
+    ``W.reshape(C_out, -1) @ patch`` is the cross-correlation output at that position.
+
+    >>> conv = nn.Conv2d(2, 3, kernel_size=2, bias=False).double()
+    >>> x = torch.randn(4, 2, 5, 5, dtype=torch.float64)
+    >>> y = patches(conv, x) @ conv.weight.reshape(3, -1).T
+    >>> bool(torch.allclose(y, conv(x).flatten(2).transpose(1, 2)))
+    True
+    """
+    if isinstance(module, nn.Linear):
+        return x.reshape(x.shape[0], -1, x.shape[-1])
+    if isinstance(module, nn.Conv1d):
+        x4 = x.unsqueeze(-2)
+        cols = F.unfold(
+            x4,
+            kernel_size=(1, module.kernel_size[0]),
+            dilation=(1, module.dilation[0]),
+            padding=(0, module.padding[0]),
+            stride=(1, module.stride[0]),
+        )
+    else:
+        cols = F.unfold(
+            x,
+            kernel_size=module.kernel_size,
+            dilation=module.dilation,
+            padding=module.padding,
+            stride=module.stride,
+        )
+    return cols.transpose(1, 2)
+
+
+def _output_scores(family: Any, out: Tensor, *, exact_limit: int) -> tuple[str, Tensor | None]:
+    """Return ('exact', S) with ``S`` of shape ``(B, C, C)``, ``S Sᵀ = H_out``, or ('mc', None)."""
+    name = type(family).__name__.lower()
+    if out.ndim < 2:
+        raise ValueError(f"model output must have shape (N, ..., C); got {tuple(out.shape)}")
+    o = out.reshape(out.shape[0], -1)
+    if o.shape[1] > exact_limit:
+        return "mc", None
+    if "gauss" in name:
+        sigma = float(getattr(family, "sigma", 1.0))
+        eye = torch.eye(o.shape[1], dtype=o.dtype, device=o.device) / sigma
+        return "exact", eye.expand(o.shape[0], -1, -1)
+    if out.ndim != 2:
+        return "mc", None
+        return "mc", None
+    p = torch.softmax(o, dim=-1)
+    eye = torch.eye(o.shape[1], dtype=o.dtype, device=o.device)
+    # column c: sqrt(p_c) (e_c - p)
+    s = (eye.unsqueeze(0) - p.unsqueeze(1)) * p.sqrt().unsqueeze(-1)  # (B, c, C) rows = columns
+    return "exact", s.transpose(1, 2)
+
+
+def _sample_score(family: Any, out: Tensor, gen: torch.Generator) -> Tensor:
+    """∂ log p(y|out)/∂out at a label drawn from the model, shape of ``out``."""
+    name = type(family).__name__.lower()
+    if "gauss" in name:
+        sigma = float(getattr(family, "sigma", 1.0))
+        eps = torch.randn(out.shape, generator=gen, dtype=out.dtype, device=out.device)
+        return eps / sigma  # (y − f)/σ² with y = f + σ ε
+    p = torch.softmax(out, dim=-1)
+    flat = p.reshape(-1, p.shape[-1])
+    y = torch.multinomial(flat, 1, generator=gen).squeeze(-1)
+    onehot = F.one_hot(y, p.shape[-1]).to(out.dtype).reshape(p.shape)
+    return onehot - p
+
+
+def _as_inputs(data: Any) -> Tensor:
+    x = data[0] if isinstance(data, (tuple, list)) else data
+    if not isinstance(x, Tensor):
+        raise TypeError(f"data must be a Tensor or an (X, y) tuple; got {type(data).__name__}")
+    if x.shape[0] == 0:
+        raise ValueError(f"data must hold at least one sample; got shape {tuple(x.shape)}")
+    return x
+
+
+def _float64_copy(model: nn.Module, params: Mapping[str, Tensor] | None) -> nn.Module:
+    """A float64, eval-mode deep copy of ``model`` (optionally with ``params`` loaded)."""
+    m = copy.deepcopy(model).to(torch.float64).eval()
+    if params is not None:
+        named = dict(m.named_parameters())
+        with torch.no_grad():
+            for k, v in params.items():
+                if k not in named:
+                    raise ValueError(f"params key {k!r} is not a parameter of the model")
+                named[k].copy_(v.to(torch.float64))
+    for p in m.parameters():
+        p.requires_grad_(True)
+    return m
+
+
+def _check_finite_params(model: nn.Module) -> None:
+    for name, p in model.named_parameters():
+        if not torch.isfinite(p).all():
+            raise ValueError(f"parameter {name!r} holds NaN or Inf values")
+
+
+def kfac_factors(
+    model: nn.Module,
+    data: Any,
+    family: Any,
+    *,
+    params: Mapping[str, Tensor] | None = None,
+    batch_size: int = 256,
+    max_exact_classes: int = MAX_EXACT_CLASSES,
+    mc_samples: int = 1,
+    seed: int = 0,
+) -> Factors:
+    """K-FAC / KFC factors of every supported block, in float64 (see the module docstring).
+
+    ``data`` is a tensor of probe inputs ``(N, ...)`` or an ``(X, y)`` tuple (labels unused: true
+    Fisher). ``params`` (optional) replaces the model's parameters for the pass. The caller's
+    model is never modified (the pass runs on a float64 eval-mode copy).
+
+    Raises ValueError when a parameter or an activation is non-finite (naming the parameter or the
+    module), or when the data does not fit the model (naming the shapes).
+    """
+    x_all = _as_inputs(data)
+    m = _float64_copy(model, params)
+    _check_finite_params(m)
+    blocks = {n: mod for n, mod in m.named_modules() if is_supported_block(mod)}
+    leaf_unsupported = tuple(
+        n
+        for n, mod in m.named_modules()
+        if n and not list(mod.children()) and not is_supported_block(mod) and _has_params(mod)
+    )
+    n_total = x_all.shape[0]
+    sums_a: dict[str, Tensor | None] = {n: None for n in blocks}
+    sums_g: dict[str, Tensor | None] = {n: None for n in blocks}
+    n_pos: dict[str, int] = {}
+    inputs_seen: dict[str, list[Tensor]] = {n: [] for n in blocks}
+    grads_seen: dict[str, list[Tensor]] = {n: [] for n in blocks}
+    gen = torch.Generator().manual_seed(seed)
+
+    def pre_hook(name: str):
+        def fn(mod: nn.Module, inputs: tuple[Tensor, ...]) -> None:
+            inputs_seen[name].append(inputs[0].detach())
+
+        return fn
+
+    def fwd_hook(name: str):
+        # a tensor hook on the output (robust to in-place activations downstream)
+        def fn(mod: nn.Module, inputs: tuple[Tensor, ...], output: Tensor) -> None:
+            if output.requires_grad:
+                output.register_hook(lambda g: grads_seen[name].append(g.detach()))
+
+        return fn
+
+    finite_handles = _install_finite_checks(m)
+    handles = []
+    for n, mod in blocks.items():
+        handles.append(mod.register_forward_pre_hook(pre_hook(n)))
+        handles.append(mod.register_forward_hook(fwd_hook(n)))
+    weights = [mod.weight for mod in blocks.values()]
+    n_fwd = n_bwd = 0
+    fisher_used = "exact"
+    try:
+        for start in range(0, n_total, batch_size):
+            xb = x_all[start : start + batch_size]
+            xb = xb.to(torch.float64) if xb.is_floating_point() else xb
+            for n in blocks:
+                inputs_seen[n].clear()
+            with torch.enable_grad():
+                out = _forward(m, xb)
+            n_fwd += 1
+            if not torch.isfinite(out).all():
+                raise ValueError("model output holds NaN or Inf values")
+            for n, seen in inputs_seen.items():
+                if not seen:
+                    continue
+                pa = torch.cat([patches(blocks[n], a) for a in seen], dim=1)
+                if blocks[n].bias is not None:
+                    pa = torch.cat([pa, pa.new_ones(*pa.shape[:-1], 1)], dim=-1)
+                n_pos[n] = pa.shape[1]
+                contrib = torch.einsum("bpi,bpj->ij", pa, pa) / pa.shape[1]
+                sums_a[n] = contrib if sums_a[n] is None else sums_a[n] + contrib
+            mode, s = _output_scores(family, out.detach(), exact_limit=max_exact_classes)
+            if mode == "exact":
+                cols = [s[:, :, c].reshape(out.shape) for c in range(s.shape[2])]
+                scale = 1.0
+            else:
+                fisher_used = f"mc({mc_samples})"
+                cols = [_sample_score(family, out.detach(), gen) for _ in range(mc_samples)]
+                scale = 1.0 / mc_samples
+            if not weights or not out.requires_grad:
+                continue
+            for j, col in enumerate(cols):
+                for n in blocks:
+                    grads_seen[n].clear()
+                torch.autograd.grad(
+                    (out * col).sum(), weights, retain_graph=j < len(cols) - 1, allow_unused=True
+                )
+                n_bwd += 1
+                for n, seen in grads_seen.items():
+                    if not seen:
+                        continue
+                    gg = torch.cat([_gradient_positions(blocks[n], g) for g in seen], dim=1)
+                    contrib = torch.einsum("bpi,bpj->ij", gg, gg) * scale
+                    sums_g[n] = contrib if sums_g[n] is None else sums_g[n] + contrib
+    finally:
+        for h in handles + finite_handles:
+            h.remove()
+    result = {}
+    for n, mod in blocks.items():
+        if sums_a[n] is None:
+            continue  # block never called on the probe data
+        d_out = mod.weight.shape[0]
+        g_sum = sums_g[n] if sums_g[n] is not None else torch.zeros(d_out, d_out).double()
+        result[n] = BlockFactors(
+            name=n,
+            kind=_kind(mod),
+            A=(sums_a[n] / n_total).contiguous(),
+            G=(g_sum / n_total).contiguous(),
+            n_samples=n_total,
+            has_bias=mod.bias is not None,
+            weight_shape=tuple(mod.weight.shape),
+            n_positions=n_pos[n],
+            fisher=fisher_used,
+        )
+    return Factors(
+        blocks=result,
+        n_samples=n_total,
+        n_forward_passes=n_fwd,
+        n_backward_passes=n_bwd,
+        fisher=fisher_used,
+        unsupported=leaf_unsupported,
+    )
+
+
+def _has_params(mod: nn.Module) -> bool:
+    return any(True for _ in mod.parameters(recurse=False))
+
+
+def _gradient_positions(module: nn.Module, g: Tensor) -> Tensor:
+    """Output-side gradients as ``(B, P, d_out)`` (conv: channels last)."""
+    if isinstance(module, nn.Linear):
+        return g.reshape(g.shape[0], -1, g.shape[-1])
+    return g.flatten(2).transpose(1, 2)
+
+
+def _install_finite_checks(model: nn.Module) -> list:
+    def hook(name: str):
+        def fn(mod: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
+            if isinstance(output, Tensor) and not torch.isfinite(output).all():
+                raise ValueError(
+                    f"activation of module {name!r} ({type(mod).__name__}) holds NaN or Inf values"
+                )
+
+        return fn
+
+    return [mod.register_forward_hook(hook(n)) for n, mod in model.named_modules() if n]
+
+
+def _forward(model: nn.Module, x: Tensor) -> Tensor:
+    try:
+        return model(x)
+    except (RuntimeError, IndexError) as err:
+        first = next(
+            (
+                (n, mod)
+                for n, mod in model.named_modules()
+                if isinstance(mod, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Embedding))
+            ),
+            None,
+        )
+        expect = ""
+        if first is not None:
+            n, mod = first
+            if isinstance(mod, nn.Linear):
+                expect = f"; first layer {n!r} (Linear) expects last dim {mod.in_features}"
+            elif isinstance(mod, nn.Embedding):
+                expect = f"; first layer {n!r} (Embedding) expects indices < {mod.num_embeddings}"
+            else:
+                expect = f"; first layer {n!r} ({type(mod).__name__}) expects {mod.in_channels} "
+                expect += "input channels"
+        raise ValueError(
+            f"data of shape {tuple(x.shape)} does not fit the model{expect}: {err}"
+        ) from err
+
+
+def block_fisher_reference(
+    model: nn.Module,
+    data: Any,
+    family: Any,
+    block: str,
+    *,
+    params: Mapping[str, Tensor] | None = None,
+) -> Tensor:
+    """Exact true-Fisher block of module ``block`` in the column-major vec of ``W̄ = [W, b]``.
+
+    ``F = (1/N) Σ_i J_iᵀ H_out(x_i) J_i`` with ``J_i = ∂ f(x_i)/∂ vec(W̄)`` from dense ``jacrev``
+    (brute-force oracle for :func:`kfac_factors`; outputs of shape ``(N, C)`` only).
+    Shape ``(D, D)``, ``D = d_out · (d_in [+1])``.
+    """
+    x = _as_inputs(data).to(torch.float64)
+    m = _float64_copy(model, params)
+    mod = m.get_submodule(block)
+    base = {k: v.detach() for k, v in m.named_parameters()}
+    prefix = f"{block}." if block else ""
+    w_key, b_key = f"{prefix}weight", f"{prefix}bias"
+    d_out = mod.weight.shape[0]
+    w_flat = base[w_key].reshape(d_out, -1)
+    wbar = torch.cat([w_flat, base[b_key].unsqueeze(1)], 1) if mod.bias is not None else w_flat
+
+    def f(wb: Tensor, xi: Tensor) -> Tensor:
+        p = dict(base)
+        p[w_key] = wb[:, : w_flat.shape[1]].reshape(mod.weight.shape)
+        if mod.bias is not None:
+            p[b_key] = wb[:, -1]
+        return torch.func.functional_call(m, p, (xi.unsqueeze(0),)).reshape(-1)
+
+    total = None
+    for i in range(x.shape[0]):
+        jac = torch.func.jacrev(f)(wbar, x[i])  # (C, d_out, d_in+1)
+        jac = jac.transpose(1, 2).reshape(jac.shape[0], -1)  # column-major vec
+        out = f(wbar, x[i]).unsqueeze(0)
+        _, s = _output_scores(family, out, exact_limit=10**9)
+        h = s[0] @ s[0].T
+        term = jac.T @ h @ jac
+        total = term if total is None else total + term
+    return total / x.shape[0]

@@ -1,0 +1,165 @@
+"""Assembly of (λ, m) from typed loci equals the closed forms on every enumerable cell."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from neuromanifold.singular.assembly import (
+    SINGLE_LOCUS_ASSUMPTION,
+    Assembly,
+    Locus,
+    assemble,
+)
+from neuromanifold.singular.closed_forms import (
+    additive,
+    deep_linear,
+    normal_crossing,
+    one_hidden_node,
+    rrr,
+    width_one_chain,
+)
+from neuromanifold.singular.nu import nu
+
+MAX_SHAPE = 6
+
+
+def rrr_planted_loci(M: int, H: int, N: int, r: int) -> list[Locus]:
+    """Enumerated loci of y = BAx at a true parameter of rank r with H ∈ {r, r + 1}.
+
+    Live part: r(M+N−r) regular directions (the rank-r matrices near W₀) and the GL(r) gauge
+    (r² dims). One dead hidden unit (H = r + 1) with input weights a ∈ R^M and output weights
+    b ∈ R^N: the live part absorbs the components of b aᵀ in the tangent space of the rank-r
+    variety, leaving K ≍ ‖P⊥a‖² ‖P⊥b‖², a crossing of two order-1 components of dimensions
+    M − r and N − r; if either is 0 the dead unit is flat (a gauge-like direction).
+    """
+    loci = [Locus("live", "regular", dim=r * (M + N - r)), Locus("GL(r)", "gauge", dim=r * r)]
+    if H == r + 1:
+        if min(M - r, N - r) >= 1:
+            loci.append(
+                Locus("dead unit", "genuine", orders=(1, 1), dims=(M - r, N - r), block="dead")
+            )
+        else:
+            loci.append(Locus("dead unit (absorbed)", "gauge", dim=M + N))
+    return loci
+
+
+def dead_path_loci(widths: list[int], r: int) -> list[Locus]:
+    """Deep linear chain, hidden widths r + 1, true rank r: one dead path through all layers.
+
+    Components: layer 1's dead input weights (dim M − r), the L − 2 scalar weights between the
+    dead hidden units, layer L's dead output weights (dim N − r), all of order 1.
+    """
+    M, N, L = widths[0], widths[-1], len(widths) - 1
+    dims = (M - r, *([1] * (L - 2)), N - r)
+    loci = [Locus("live", "regular", dim=r * (M + N - r))]
+    if min(dims) >= 1:
+        loci.append(Locus("dead path", "genuine", orders=(1,) * L, dims=dims, block="path"))
+    return loci
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "tanh", "silu", "relu2"])
+def test_node_death(activation: str) -> None:
+    p = 2 if activation == "relu2" else 1
+    loci = [
+        Locus("a = 0", "genuine", orders=(1,), block="unit"),
+        Locus("b = 0", "genuine", orders=(p,), block="unit"),
+    ]
+    a, cf = assemble(loci), one_hidden_node(activation)
+    assert (a.lam, a.m) == (cf.lam, cf.m)
+    assert a.dominant_order == p and a.nu_universal == nu(p)
+
+
+@pytest.mark.parametrize("depth", [2, 3, 4, 5, 6])
+def test_width_one_chain(depth: int) -> None:
+    loci = [Locus(f"w{i}", "genuine", orders=(1,), block="chain") for i in range(depth)]
+    a = assemble(loci)
+    assert (a.lam, a.m) == (width_one_chain(depth).lam, width_one_chain(depth).m)
+    cf = deep_linear([1] * (depth + 1), 0)
+    assert (a.lam, a.m) == (cf.lam, cf.m)
+
+
+def test_rrr_at_planted_rank_all_shapes() -> None:
+    checked = 0
+    for M in range(1, MAX_SHAPE + 1):
+        for N in range(1, MAX_SHAPE + 1):
+            for r in range(min(M, N) + 1):
+                for H in (r, r + 1):
+                    if H < 1:
+                        continue
+                    a, cf = assemble(rrr_planted_loci(M, H, N, r)), rrr(M, H, N, r)
+                    assert (a.lam, a.m) == (cf.lam, cf.m), (M, H, N, r)
+                    checked += 1
+    assert checked > 150
+
+
+def test_rrr_two_dead_units_is_not_enumerable() -> None:
+    # H − r = 2: the two dead units mix under GL(2) (a determinantal variety). Treating them as
+    # independent crossings overestimates λ: this is the stated limit of the assembly.
+    naive = assemble(
+        [Locus(f"dead{j}", "genuine", orders=(1, 1), dims=(5, 5), block=f"u{j}") for j in (0, 1)]
+    )
+    assert naive.lam == Fraction(5) and rrr(5, 2, 5, 0).lam == Fraction(9, 2)
+
+
+def test_deep_linear_dead_path_lambda_all_shapes() -> None:
+    for L in (2, 3, 4):
+        for M in range(1, 6):
+            for N in range(1, 6):
+                for r in range(min(M, N) + 1):
+                    widths = [M, *([r + 1] * (L - 1)), N]
+                    a, cf = assemble(dead_path_loci(widths, r)), deep_linear(widths, r)
+                    assert a.lam == cf.lam, (widths, r)
+                    if L == 2 or all(w == 1 for w in widths):
+                        assert a.m == cf.m, (widths, r)
+
+
+def test_rules_additive_crossing_regular_gauge() -> None:
+    # Independent blocks add: x^4 + y^6 + 2 regular squares.
+    loci = [
+        Locus("x", "genuine", orders=(2,), block="x"),
+        Locus("y", "genuine", orders=(3,), block="y"),
+        Locus("reg", "regular", dim=2),
+        Locus("shift", "gauge", dim=1),
+    ]
+    a = assemble(loci)
+    assert (a.lam, a.m) == (additive([2, 3], regular_dims=2).lam, 1)
+    assert a.regular_dims == 2 and a.gauge == ("shift",) and a.dominant_order == 3
+    # Crossing: components in one block; two crossings of multiplicity 2 and 3 add.
+    b = assemble(
+        [
+            Locus("c1", "genuine", orders=(1, 1), block="c1"),
+            Locus("c2", "genuine", orders=(2, 2, 1), block="c2"),
+        ]
+    )
+    assert b.lam == normal_crossing([1, 1]).lam + normal_crossing([2, 2, 1]).lam
+    assert b.m == 1 + (2 - 1) + (2 - 1)
+    assert assemble([]).lam == 0 and assemble([]).m == 1 and assemble([]).nu_universal == 0.5
+
+
+def test_result_fields_and_json() -> None:
+    a = assemble([Locus("a", "genuine", orders=(1, 2), block="u")])
+    assert isinstance(a, Assembly) and a.assumption == SINGLE_LOCUS_ASSUMPTION
+    d = a.to_dict()
+    assert d["lambda"] == "1/4" and d["lambda_float"] == 0.25 and d["m"] == 1
+    assert d["blocks"][0]["orders"] == [1, 2] and "single-locus" in d["assumption"]
+    loc = Locus("a", "genuine", orders=(1, 2), dims=(3, 1), block="u")
+    assert Locus.from_dict(loc.to_dict()) == loc
+
+
+def test_errors() -> None:
+    with pytest.raises(ValueError, match="kind must be one of"):
+        Locus("x", "dead")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="orders must be a non-empty tuple"):
+        Locus("x", "genuine")
+    with pytest.raises(ValueError, match="orders must be ints >= 1"):
+        Locus("x", "genuine", orders=(0,))
+    with pytest.raises(ValueError, match="dims must match orders"):
+        Locus("x", "genuine", orders=(1, 2), dims=(1,))
+    with pytest.raises(ValueError, match="orders must be empty for a regular locus"):
+        Locus("x", "regular", orders=(2,))
+    with pytest.raises(ValueError, match="dim must be an int >= 0"):
+        Locus("x", "regular", dim=-1)
+    with pytest.raises(TypeError, match=r"loci\[0\] must be a Locus"):
+        assemble([("x", "genuine")])  # type: ignore[list-item]

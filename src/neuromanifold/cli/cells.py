@@ -1,9 +1,85 @@
-"""`neuromanifold cells` commands."""
+"""`neuromanifold cells`: read every constructed cell and print the pass/fail table."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
 
+def cells(
+    json_path: Path | None = typer.Option(
+        None, "--json", help="Write the results as JSON to PATH."
+    ),
+    out: Path | None = typer.Option(None, "--out", help="Write one log–log PNG per cell into DIR."),
+    only: list[str] | None = typer.Option(None, "--only", help="Read only this cell (repeatable)."),
+    seed: int = typer.Option(0, "--seed", help="Seed passed to every cell constructor."),
+) -> None:
+    """Read every constructed cell; print cell, expected, k, k̂, slope, r², class, pass/fail.
+
+    Exits with code 1 (naming the failing cells) if any cell fails its expected order or class.
+    """
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from neuromanifold.cells.registry import all_cells, get_cell
+    from neuromanifold.cells.table import read_cells
+
+    console = Console()
+    try:
+        chosen = [get_cell(name, seed=seed) for name in only] if only else all_cells(seed=seed)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--only") from exc
+    rows = read_cells(chosen)
+
+    def fmt(v: float | None, spec: str) -> str:
+        return "—" if v is None else format(v, spec)
+
+    table = Table(title="Constructed cells: directional-Fisher order read")
+    table.add_column("cell", no_wrap=True)
+    for col in ("expected", "k", "k̂", "slope", "r²"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("class")
+    table.add_column("pass", no_wrap=True)
+    for _, _, res in rows:
+        expected = res.expected_class if res.expected_k is None else f"k={res.expected_k}"
+        table.add_row(
+            res.name,
+            expected,
+            "—" if res.k is None else str(res.k),
+            fmt(res.k_hat, ".4f"),
+            fmt(res.slope, ".4f"),
+            fmt(res.r2, ".5f"),
+            res.klass,
+            "[green]pass[/green]" if res.passed else "[red]FAIL[/red]",
+        )
+    console.print(table)
+
+    if json_path is not None:
+        payload = {"cells": [res.to_dict() for _, _, res in rows]}
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(payload, indent=2))
+    if out is not None:
+        from neuromanifold.cells.plot import plot_reading
+
+        for cell, reading, res in rows:
+            plot_reading(
+                reading, out / f"{cell.name}.png", title=cell.name, expected_k=res.expected_k
+            )
+
+    failed = [res for _, _, res in rows if not res.passed]
+    if failed:
+        for res in failed:
+            console.print(f"[red]FAIL[/red] {res.name}: {'; '.join(res.failures)}")
+        console.print(
+            f"{len(failed)} of {len(rows)} cells failed: {', '.join(r.name for r in failed)}"
+        )
+        raise typer.Exit(code=1)
+    console.print(f"all {len(rows)} cells passed")
+
+
 def register(app: typer.Typer) -> None:
-    """Attach the `cells` commands to the top-level app."""
+    """Attach the `cells` command to the top-level app."""
+    app.command(name="cells")(cells)

@@ -1,0 +1,96 @@
+"""Attention cell: the per-head QK rotation gauge (a curved orbit).
+
+With ``Q = X W_Q``, ``K = X W_K`` (spec layout, ``W ∈ R^{d×d_head}``) the scores ``Q Kᵀ`` depend
+only on ``W_Q W_Kᵀ``, which is invariant under ``(W_Q, W_K) → (W_Q R, W_K R)`` for
+``R ∈ O(d_head)``. The orbit's tangent at the identity is ``(W_Q S, W_K S)`` with S skew. Along
+the straight line ``W(t) = W (I + tS)`` the scores become
+``X W_Q (I + tS)(I + tS)ᵀ W_Kᵀ Xᵀ = Q Kᵀ + t² X W_Q S Sᵀ W_Kᵀ Xᵀ`` (S + Sᵀ = 0): the output moves
+at order t², an apparent order 2 of a curved gauge. In torch's layout (``weight`` of shape
+``(d_head, d)``, ``q = x weightᵀ``) the tangent is ``δweight = Sᵀ weight = −S weight``.
+
+Spec: ``dead_directions.md`` §6.5 (QK rotation generator), §9.1 (QK-rotation gauge).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from neuromanifold.cells._cell import CLASS_CURVED_GAUGE, Cell, generator, load, normalise, randn
+from neuromanifold.singular.family import Gaussian
+
+__all__ = ["SingleHeadAttention", "qk_rotation"]
+
+
+class SingleHeadAttention(nn.Module):
+    """One softmax attention head with output projection, outputs flattened.
+
+    ``x: (N, T, d) → softmax(Q Kᵀ/√d_head) V W_Oᵀ → (N, T·d)`` with ``Q = x W_qᵀ`` etc.
+    Parameters ``q.weight``, ``k.weight``, ``v.weight`` of shape ``(d_head, d)`` and
+    ``o.weight`` of shape ``(d, d_head)``; no biases, no mask.
+    """
+
+    def __init__(self, d: int, d_head: int) -> None:
+        super().__init__()
+        self.d_head = d_head
+        self.q = nn.Linear(d, d_head, bias=False)
+        self.k = nn.Linear(d, d_head, bias=False)
+        self.v = nn.Linear(d, d_head, bias=False)
+        self.o = nn.Linear(d_head, d, bias=False)
+
+    def scores(self, x: Tensor) -> Tensor:
+        """Pre-softmax scores ``Q Kᵀ/√d_head``, shape ``(N, T, T)``."""
+        return self.q(x) @ self.k(x).transpose(-1, -2) / math.sqrt(self.d_head)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Attention output flattened to ``(N, T·d)``."""
+        attn = torch.softmax(self.scores(x), dim=-1)
+        return self.o(attn @ self.v(x)).flatten(1)
+
+
+def qk_rotation(
+    *, seed: int = 0, n: int = 32, tokens: int = 5, d: int = 4, d_head: int = 3
+) -> Cell:
+    """Single attention head probed straight along a QK rotation tangent ``(−S W_q, −S W_k)``.
+
+    S is a random skew-symmetric ``d_head × d_head`` matrix; the normalised tangent is both the
+    probe and the supplied gauge generator. Expected class: curved gauge.
+    """
+    if d_head < 2:
+        raise ValueError(f"d_head={d_head!r}; expected >= 2 (so(1) is trivial)")
+    gen = generator(seed)
+    model = SingleHeadAttention(d, d_head)
+    wq = randn(d_head, d, gen=gen) / math.sqrt(d)
+    wk = randn(d_head, d, gen=gen) / math.sqrt(d)
+    params = load(
+        model,
+        {
+            "q.weight": wq,
+            "k.weight": wk,
+            "v.weight": randn(d_head, d, gen=gen) / math.sqrt(d),
+            "o.weight": randn(d, d_head, gen=gen) / math.sqrt(d_head),
+        },
+    )
+    a = randn(d_head, d_head, gen=gen)
+    skew = a - a.T
+    tangent = normalise({"q.weight": -skew @ wq, "k.weight": -skew @ wk})
+    return Cell(
+        name="qk_rotation",
+        description=(
+            "One attention head, straight probe along the QK rotation tangent (W_Q S, W_K S), "
+            "S skew: W_Q W_Kᵀ is invariant to first order, the scores move by "
+            "t² X W_Q S Sᵀ W_Kᵀ Xᵀ, F_u ∝ t² — a curved gauge, generator supplied."
+        ),
+        model=model,
+        params=params,
+        direction=tangent,
+        data=randn(n, tokens, d, gen=gen),
+        family=Gaussian(sigma=1.0),
+        expected_k=None,
+        expected_class=CLASS_CURVED_GAUGE,
+        gauge_generators=(tangent,),
+        reference="dead_directions.md §6.5 (QK rotation), §9.1 (QK-rotation gauge)",
+        meta={"tokens": tokens, "d": d, "d_head": d_head},
+    )

@@ -1,0 +1,250 @@
+"""Input checks and the float64 up-cast shared by the directional-Fisher read.
+
+Every public entry point of the read (`directional_fisher`, `sweep`, `read_direction`) funnels its
+arguments through these helpers, so a bad argument fails the same way everywhere: a ``ValueError``
+or ``TypeError`` naming the argument, the offending value and the expected form.
+
+Conventions fixed here:
+
+* Parameters are ``dict[str, Tensor]`` keyed like ``model.named_parameters()``. Names the caller
+  leaves out are taken from the model itself. All floating tensors are copied to float64.
+* The model's floating buffers are copied to float64 too and passed to ``functional_call``, so the
+  caller's module and tensors are never mutated.
+* A direction is ``dict[str, Tensor]`` over a subset of the parameter names (missing names are
+  zero). It is normalised to unit Euclidean norm over all of its entries; the original norm is
+  returned so that readers can record it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+Params = dict[str, Tensor]
+Direction = dict[str, Tensor]
+
+DTYPE = torch.float64
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Model state and data ready for the read: float64 copies, never the caller's tensors.
+
+    Attributes:
+        params: every named parameter of the model (caller's values where given), float64.
+        buffers: the model's named buffers, floating ones cast to float64.
+        x: inputs with leading sample dimension N (floating inputs cast to float64).
+        y: observed labels/targets or ``None``.
+        upcast: True when any floating parameter or input arrived in a dtype other than float64.
+    """
+
+    params: Params
+    buffers: dict[str, Tensor]
+    x: Tensor
+    y: Tensor | None
+    upcast: bool
+
+    @property
+    def n(self) -> int:
+        """Number of samples N."""
+        return int(self.x.shape[0])
+
+
+def _describe_shape(t: Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in t.shape) + ")"
+
+
+def check_model(model: object) -> nn.Module:
+    """Return ``model`` if it is an ``nn.Module``, else raise ``TypeError``."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
+    return model
+
+
+def prepare_params(model: nn.Module, params: Mapping[str, Tensor]) -> tuple[Params, bool]:
+    """Float64 copy of all model parameters with the caller's values substituted.
+
+    Raises:
+        TypeError: ``params`` is not a mapping of tensors.
+        ValueError: a name is not a parameter of the model, a shape differs from the model's, or a
+            value is non-finite.
+    """
+    if not isinstance(params, Mapping):
+        raise TypeError(
+            f"params must be a dict[str, Tensor] keyed like model.named_parameters(); "
+            f"got {type(params).__name__}"
+        )
+    own = dict(model.named_parameters())
+    unknown = sorted(set(params) - set(own))
+    if unknown:
+        raise ValueError(
+            f"params has names that are not parameters of the model: {unknown}; "
+            f"expected names from model.named_parameters(), e.g. {sorted(own)[:5]}"
+        )
+    out: Params = {}
+    upcast = False
+    for name, ref in own.items():
+        value = params.get(name, ref)
+        if not isinstance(value, Tensor):
+            raise TypeError(f"params[{name!r}] must be a Tensor; got {type(value).__name__}")
+        if value.shape != ref.shape:
+            raise ValueError(
+                f"params[{name!r}] has shape {_describe_shape(value)} but the model's parameter "
+                f"has shape {_describe_shape(ref)}"
+            )
+        value = value.detach()
+        if value.is_floating_point():
+            upcast = upcast or value.dtype != DTYPE
+            value = value.to(DTYPE)
+            if not bool(torch.isfinite(value).all()):
+                raise ValueError(
+                    f"params[{name!r}] contains non-finite values (nan or inf); "
+                    f"the read needs finite parameters"
+                )
+        out[name] = value
+    return out, upcast
+
+
+def prepare_buffers(model: nn.Module) -> dict[str, Tensor]:
+    """Float64 copies of the model's floating buffers (others passed through, detached)."""
+    out: dict[str, Tensor] = {}
+    for name, buf in model.named_buffers():
+        b = buf.detach()
+        out[name] = b.to(DTYPE).clone() if b.is_floating_point() else b.clone()
+    return out
+
+
+def prepare_data(data: object) -> tuple[Tensor, Tensor | None, bool]:
+    """Split ``data`` into ``(x, y)``; cast floating inputs to float64.
+
+    ``data`` is a Tensor of inputs with a leading sample dimension N ≥ 1, or a tuple ``(x, y)``.
+    """
+    y: Tensor | None = None
+    if isinstance(data, tuple | list):
+        if len(data) != 2:
+            raise TypeError(
+                f"data must be a Tensor of inputs or a pair (x, y); got a sequence of length "
+                f"{len(data)}"
+            )
+        x, y = data
+        if not isinstance(y, Tensor):
+            raise TypeError(f"data labels y must be a Tensor; got {type(y).__name__}")
+    else:
+        x = data
+    if not isinstance(x, Tensor):
+        raise TypeError(
+            f"data inputs must be a Tensor with a leading sample dimension; got {type(x).__name__}"
+        )
+    if x.ndim == 0 or x.shape[0] == 0:
+        raise ValueError(
+            f"data is empty: inputs have shape {_describe_shape(x)}; expected a leading sample "
+            f"dimension N ≥ 1"
+        )
+    if y is not None and (y.ndim == 0 or y.shape[0] != x.shape[0]):
+        raise ValueError(
+            f"data labels y have shape {_describe_shape(y)}; expected leading dimension "
+            f"N = {x.shape[0]} matching the inputs"
+        )
+    upcast = False
+    if x.is_floating_point():
+        upcast = x.dtype != DTYPE
+        x = x.detach().to(DTYPE)
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError("data inputs contain non-finite values (nan or inf)")
+    if y is not None and y.is_floating_point():
+        y = y.detach().to(DTYPE)
+    return x, y, upcast
+
+
+def prepare(model: object, params: Mapping[str, Tensor], data: object) -> Prepared:
+    """Validate and up-cast everything a read needs (see module docstring)."""
+    model = check_model(model)
+    p, up_p = prepare_params(model, params)
+    x, y, up_x = prepare_data(data)
+    return Prepared(params=p, buffers=prepare_buffers(model), x=x, y=y, upcast=up_p or up_x)
+
+
+def check_direction(
+    params: Mapping[str, Tensor], u: object, *, name: str = "u"
+) -> tuple[Direction, float]:
+    """Validate a direction against ``params`` and normalise it to unit norm.
+
+    Returns:
+        ``(u_unit, norm)``: float64 copies of the entries divided by the Euclidean norm taken over
+        all entries, and the original norm.
+
+    Raises:
+        TypeError: ``u`` is not a non-empty dict of tensors.
+        ValueError: a key is not a parameter name, a shape differs, an entry is non-finite, or the
+            norm is zero.
+    """
+    if not isinstance(u, Mapping) or len(u) == 0:
+        raise TypeError(
+            f"direction {name} must be a non-empty dict[str, Tensor] over parameter names; got "
+            f"{type(u).__name__ if not isinstance(u, Mapping) else 'an empty dict'}"
+        )
+    unknown = sorted(set(u) - set(params))
+    if unknown:
+        raise ValueError(
+            f"direction {name} has keys that are not parameter names: {unknown}; expected a "
+            f"subset of {sorted(params)[:8]}"
+        )
+    out: Direction = {}
+    sq = torch.zeros((), dtype=DTYPE)
+    for key, value in u.items():
+        if not isinstance(value, Tensor):
+            raise TypeError(
+                f"direction {name}[{key!r}] must be a Tensor; got {type(value).__name__}"
+            )
+        if value.shape != params[key].shape:
+            raise ValueError(
+                f"direction {name}[{key!r}] has shape {_describe_shape(value)} but "
+                f"params[{key!r}] has shape {_describe_shape(params[key])}"
+            )
+        v = value.detach().to(DTYPE)
+        if not bool(torch.isfinite(v).all()):
+            raise ValueError(f"direction {name}[{key!r}] contains non-finite values (nan or inf)")
+        out[key] = v
+        sq = sq + (v * v).sum()
+    norm = float(sq.sqrt())
+    if norm == 0.0:
+        raise ValueError(f"direction {name} has zero norm; expected a non-zero finite direction")
+    if not math.isfinite(norm):
+        raise ValueError(
+            f"direction {name} has norm {norm} (overflow); expected a non-zero finite direction"
+        )
+    return {k: v / norm for k, v in out.items()}, norm
+
+
+def check_grid(grid: object) -> Tensor:
+    """Return ``grid`` as a float64 1-D tensor; it must be positive and strictly increasing."""
+    try:
+        g = torch.as_tensor(grid, dtype=DTYPE).detach().reshape(-1).clone()
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise TypeError(f"grid must be a 1-D sequence of positive floats; got {grid!r}") from exc
+    if g.numel() < 2:
+        raise ValueError(f"grid must have at least 2 points; got {g.numel()}")
+    if not bool(torch.isfinite(g).all()) or not bool((g > 0).all()):
+        raise ValueError(
+            f"grid must be positive and finite; got min {float(g.min()):.3g} "
+            f"(t values are distances along u, t > 0)"
+        )
+    if not bool((g[1:] > g[:-1]).all()):
+        i = int(torch.nonzero(g[1:] <= g[:-1])[0])
+        raise ValueError(
+            f"grid must be strictly increasing; got t[{i}] = {float(g[i]):.6g} ≥ "
+            f"t[{i + 1}] = {float(g[i + 1]):.6g}"
+        )
+    return g
+
+
+def dot(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> Tensor:
+    """Euclidean inner product of two parameter dicts over their common keys (float64 scalar)."""
+    total = torch.zeros((), dtype=DTYPE)
+    for k in a.keys() & b.keys():
+        total = total + (a[k].to(DTYPE) * b[k].to(DTYPE)).sum()
+    return total

@@ -1,0 +1,173 @@
+"""Classification of a read direction: flat gauge, live, genuine singularity, curved gauge.
+
+The rule (spec §7.2 step 8; thresholds are design choices documented here and in
+``docs/order_read.md``), applied in this order:
+
+1. **flat gauge** — ``F_u(t) ≤ FLOOR_MARGIN·F_floor`` at every grid point (``FLOOR_MARGIN = 10``):
+   the straight line leaves the function unchanged up to rounding (LayerNorm-kernel gauge, CE
+   logit shift, exact linear symmetries). No order.
+2. **unresolved** — no window passes the rate rule (`fit_rate` gives ``k = None``): the read does
+   not support a class.
+3. **live** — ``k = 1`` (slope ≈ 0) and the window's median F is at least ``live_threshold``
+   (default ``LIVE_FLOOR_FACTOR·F_floor`` with ``LIVE_FLOOR_FACTOR = 1e4``; the whole-model read
+   should pass the spec's ``1e−3 ×`` median live-direction Fisher). A slope-0 plateau below that
+   threshold is classed **flat gauge** (magnitude at the noise level).
+4. **curved gauge** — ``k ≥ 2`` and ``u`` lies mostly in the span of supplied gauge generators:
+   ``gauge_overlap = ‖P_G u‖ ≥ GAUGE_OVERLAP_MIN = 0.9`` (``P_G`` the orthogonal projector on their
+   span). A straight probe of a curved orbit (ReLU rescale, QK rotation, LN scale) leaves the orbit
+   quadratically and mimics order 2; it is excluded from (λ, m).
+5. **genuine singularity** — ``k ≥ 2`` otherwise.
+
+Criterion implemented for curved gauges: the generator-span overlap. The paper's "magnitude
+criterion" is not specified and is not implemented; without generators a curved-gauge probe reads
+as order 2 and is classed genuine (the caller must supply the closed-form generators).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from neuromanifold.singular._validate import DTYPE
+from neuromanifold.singular.rate import RateFit
+
+__all__ = [
+    "GAUGE_OVERLAP_MIN",
+    "LIVE_FLOOR_FACTOR",
+    "DirectionClass",
+    "classify",
+    "classify_with_reason",
+    "gauge_overlap",
+]
+
+GAUGE_OVERLAP_MIN = 0.9
+LIVE_FLOOR_FACTOR = 1e4
+FLOOR_MARGIN = 10.0
+SPAN_RTOL = 1e-10
+
+
+class DirectionClass(str, enum.Enum):
+    """Kind of a read direction (values are the JSON strings)."""
+
+    GENUINE_SINGULARITY = "genuine_singularity"
+    FLAT_GAUGE = "flat_gauge"
+    CURVED_GAUGE = "curved_gauge"
+    LIVE = "live"
+    UNRESOLVED = "unresolved"
+
+
+def gauge_overlap(u: Mapping[str, Tensor], generators: Sequence[Mapping[str, Tensor]]) -> float:
+    """``‖P_G û‖`` for ``û = u/‖u‖`` and ``P_G`` the projector on the span of the generators.
+
+    Vectors are flattened over the union of their keys (missing keys are zero). Generators that
+    are linearly dependent are handled by an SVD with relative tolerance ``SPAN_RTOL``.
+
+    >>> import torch
+    >>> gauge_overlap({"w": torch.tensor([1.0, 1.0])}, [{"w": torch.tensor([1.0, 0.0])}])
+    0.7071067811865475
+    """
+    if len(generators) == 0:
+        raise ValueError("gauge_generators is empty; pass None or at least one generator")
+    keys = sorted(set(u).union(*(g.keys() for g in generators)))
+    shapes = {}
+    for d in (u, *generators):
+        for k, v in d.items():
+            if k in shapes and tuple(v.shape) != shapes[k]:
+                raise ValueError(
+                    f"gauge generator entry {k!r} has shape {tuple(v.shape)}; expected {shapes[k]}"
+                )
+            shapes[k] = tuple(v.shape)
+
+    def flat(d: Mapping[str, Tensor]) -> Tensor:
+        return torch.cat(
+            [
+                d[k].detach().to(DTYPE).reshape(-1)
+                if k in d
+                else torch.zeros(int(np.prod(shapes[k])), dtype=DTYPE)
+                for k in keys
+            ]
+        )
+
+    uv = flat(u)
+    un = float(uv.norm())
+    if un == 0.0:
+        raise ValueError("direction u has zero norm; expected a non-zero finite direction")
+    G = torch.stack([flat(g) for g in generators], dim=1)
+    if not bool(torch.isfinite(G).all()):
+        raise ValueError("gauge generators contain non-finite values (nan or inf)")
+    U, S, _ = torch.linalg.svd(G, full_matrices=False)
+    if S.numel() == 0 or float(S[0]) == 0.0:
+        raise ValueError("gauge generators are all zero; expected non-zero tangent vectors")
+    basis = U[:, S > SPAN_RTOL * S[0]]
+    return float((basis.T @ (uv / un)).norm())
+
+
+def classify_with_reason(
+    fit: RateFit,
+    *,
+    F: Sequence[float] | np.ndarray,
+    floor: float,
+    gauge_overlap: float | None = None,
+    live_threshold: float | None = None,
+    overlap_min: float = GAUGE_OVERLAP_MIN,
+) -> tuple[DirectionClass, str]:
+    """`classify` and a one-line reason stating the numbers that decided it."""
+    f = np.asarray(F, dtype=np.float64)
+    cut = FLOOR_MARGIN * float(floor)
+    if np.all(f <= cut):
+        return DirectionClass.FLAT_GAUGE, (
+            f"F ≤ {FLOOR_MARGIN:g}×floor = {cut:.3g} on the whole grid (max F {f.max():.3g})"
+        )
+    if not fit.ok:
+        return DirectionClass.UNRESOLVED, f"no rate window: {fit.reason}"
+    if fit.k == 1:
+        threshold = LIVE_FLOOR_FACTOR * float(floor) if live_threshold is None else live_threshold
+        if fit.magnitude >= threshold:
+            return DirectionClass.LIVE, (
+                f"slope {fit.slope:.3f} ≈ 0 with F ≈ {fit.magnitude:.3g} ≥ live threshold "
+                f"{threshold:.3g}"
+            )
+        return DirectionClass.FLAT_GAUGE, (
+            f"slope {fit.slope:.3f} ≈ 0 but F ≈ {fit.magnitude:.3g} < live threshold "
+            f"{threshold:.3g} (magnitude at noise level)"
+        )
+    if gauge_overlap is not None and gauge_overlap >= overlap_min:
+        return DirectionClass.CURVED_GAUGE, (
+            f"apparent order {fit.k} (slope {fit.slope:.3f}) with gauge overlap "
+            f"{gauge_overlap:.3f} ≥ {overlap_min:g}: straight probe of a gauge orbit"
+        )
+    overlap_txt = (
+        "no gauge generators"
+        if gauge_overlap is None
+        else (f"gauge overlap {gauge_overlap:.3f} < {overlap_min:g}")
+    )
+    return DirectionClass.GENUINE_SINGULARITY, (
+        f"order k = {fit.k} (slope {fit.slope:.3f}, r² {fit.r2:.4f}); {overlap_txt}"
+    )
+
+
+def classify(
+    fit: RateFit,
+    *,
+    F: Sequence[float] | np.ndarray,
+    floor: float,
+    gauge_overlap: float | None = None,
+    live_threshold: float | None = None,
+    overlap_min: float = GAUGE_OVERLAP_MIN,
+) -> DirectionClass:
+    """Class of a direction from its rate fit, sweep values, floor and gauge overlap.
+
+    Rule in the module docstring (flat gauge → unresolved → live → curved gauge → genuine).
+    """
+    return classify_with_reason(
+        fit,
+        F=F,
+        floor=floor,
+        gauge_overlap=gauge_overlap,
+        live_threshold=live_threshold,
+        overlap_min=overlap_min,
+    )[0]

@@ -1,0 +1,193 @@
+"""Output families: the output Fisher H_out that turns a Jacobian-vector product into Fisher.
+
+For an exponential-family output head the true Fisher is ``F = E_x[Jᵀ H_out J]`` with
+``J = ∂ output/∂θ``; along a direction u the per-sample contribution is the quadratic form
+``q_i = (J_i u)ᵀ H_out (J_i u)`` of the output tangent ``jv = J_i u``.
+
+* `Gaussian(sigma)`: ``y ~ N(out, σ² I)``, ``H_out = I/σ²``, ``q_i = ‖jv_i‖²/σ²`` (any output shape
+  with leading sample dimension; trailing dimensions are summed).
+* `Categorical()`: ``y ~ softmax(out)`` over the last dimension of 2-D logits ``(N, C)``,
+  ``H_out = diag(p) − ppᵀ``, ``q_i = Σ_c p_c (jv_c − jv̄)²`` with ``jv̄ = Σ_c p_c jv_c``. It is
+  evaluated in this centred form so that a constant tangent (the logit-shift gauge) gives
+  ``q = 0`` up to O(ε²) rounding rather than the O(ε) of ``Σ p z² − (Σ p z)²``.
+
+The empirical variants replace the expectation over labels by the observed label: the directional
+score ``s_i = ∂_t log p(y_i | x_i, θ + t u)`` and ``q_i = s_i²``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+
+def _shape(t: Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in t.shape) + ")"
+
+
+@runtime_checkable
+class OutputFamily(Protocol):
+    """What the read needs from an output family (see module docstring)."""
+
+    @property
+    def name(self) -> str:
+        """Short identifier used in reports (``"gaussian"``, ``"categorical"``)."""
+        ...
+
+    def check_output(self, out: Tensor) -> None:
+        """Raise ``ValueError`` naming the shape if ``out`` is not an output of this family."""
+        ...
+
+    def quadratic(self, out: Tensor, jv: Tensor) -> Tensor:
+        """Per-sample ``q_i = jv_iᵀ H_out(out_i) jv_i``, shape ``(N,)``."""
+        ...
+
+    def empirical_quadratic(self, out: Tensor, jv: Tensor, y: Tensor) -> Tensor:
+        """Per-sample squared directional score at the observed labels, shape ``(N,)``."""
+        ...
+
+    def log_likelihood(self, out: Tensor, y: Tensor) -> Tensor:
+        """Per-sample ``log p(y_i | out_i)`` up to θ-independent constants, shape ``(N,)``."""
+        ...
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-safe description."""
+        ...
+
+
+@dataclass(frozen=True)
+class Gaussian:
+    """Gaussian regression head ``y ~ N(out, σ² I)``: ``H_out = I/σ²``.
+
+    ``quadratic`` returns ``‖jv_i‖²/σ²`` summed over every non-sample dimension.
+
+    >>> import torch
+    >>> Gaussian(sigma=2.0).quadratic(torch.zeros(1, 2), torch.tensor([[3.0, 4.0]])).item()
+    6.25
+    """
+
+    sigma: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (
+            isinstance(self.sigma, int | float) and self.sigma > 0 and self.sigma < float("inf")
+        ):
+            raise ValueError(f"Gaussian sigma must be a finite positive float; got {self.sigma!r}")
+
+    @property
+    def name(self) -> str:
+        """``"gaussian"``."""
+        return "gaussian"
+
+    def check_output(self, out: Tensor) -> None:
+        """Any floating output with a leading sample dimension is a Gaussian mean."""
+        if out.ndim < 1 or not out.is_floating_point():
+            raise ValueError(
+                f"Gaussian family expects a floating model output with a leading sample "
+                f"dimension (N, ...); the model returned shape {_shape(out)}, dtype {out.dtype}"
+            )
+
+    def quadratic(self, out: Tensor, jv: Tensor) -> Tensor:
+        """``q_i = ‖jv_i‖²/σ²``, shape ``(N,)``."""
+        return jv.reshape(jv.shape[0], -1).pow(2).sum(1) / self.sigma**2
+
+    def empirical_quadratic(self, out: Tensor, jv: Tensor, y: Tensor) -> Tensor:
+        """``s_i = (y_i − out_i)·jv_i/σ²``; returns ``s_i²``, shape ``(N,)``."""
+        if y.shape != out.shape:
+            raise ValueError(
+                f"Gaussian empirical Fisher needs targets y of the output's shape {_shape(out)}; "
+                f"got {_shape(y)}"
+            )
+        r = (y - out).reshape(out.shape[0], -1)
+        s = (r * jv.reshape(jv.shape[0], -1)).sum(1) / self.sigma**2
+        return s * s
+
+    def log_likelihood(self, out: Tensor, y: Tensor) -> Tensor:
+        """``−‖y_i − out_i‖²/(2σ²)`` per sample (the θ-free normaliser dropped)."""
+        r = (y - out).reshape(out.shape[0], -1)
+        return -(r * r).sum(1) / (2 * self.sigma**2)
+
+    def to_dict(self) -> dict[str, object]:
+        """``{"name": "gaussian", "sigma": σ}``."""
+        return {"name": self.name, "sigma": float(self.sigma)}
+
+
+@dataclass(frozen=True)
+class Categorical:
+    """Softmax cross-entropy head on 2-D logits ``(N, C)``: ``H_out = diag(p) − ppᵀ``.
+
+    ``quadratic`` returns ``Var_{c∼p}[jv_c]``; a constant tangent (logit shift) gives 0.
+
+    >>> import torch
+    >>> logits = torch.zeros(1, 2, dtype=torch.float64)
+    >>> Categorical().quadratic(logits, torch.tensor([[1.0, -1.0]], dtype=torch.float64)).item()
+    1.0
+    >>> Categorical().quadratic(logits, torch.tensor([[5.0, 5.0]], dtype=torch.float64)).item()
+    0.0
+    """
+
+    @property
+    def name(self) -> str:
+        """``"categorical"``."""
+        return "categorical"
+
+    def check_output(self, out: Tensor) -> None:
+        """Logits must be floating, 2-D ``(N, C)`` with ``C ≥ 2``."""
+        if out.ndim != 2 or out.shape[1] < 2 or not out.is_floating_point():
+            raise ValueError(
+                f"Categorical family expects 2-D floating logits (N, C) with C ≥ 2 classes; the "
+                f"model returned shape {_shape(out)}, dtype {out.dtype}"
+            )
+
+    @staticmethod
+    def _centred(out: Tensor, jv: Tensor) -> tuple[Tensor, Tensor]:
+        p = torch.softmax(out, dim=-1)
+        mean = (p * jv).sum(-1, keepdim=True) / p.sum(-1, keepdim=True)
+        return p, jv - mean
+
+    def quadratic(self, out: Tensor, jv: Tensor) -> Tensor:
+        """``q_i = Σ_c p_c (jv_c − Σ_c' p_c' jv_c')²``, shape ``(N,)``."""
+        p, centred = self._centred(out, jv)
+        return (p * centred * centred).sum(-1)
+
+    def empirical_quadratic(self, out: Tensor, jv: Tensor, y: Tensor) -> Tensor:
+        """``s_i = jv_{y_i} − Σ_c p_c jv_c``; returns ``s_i²``, shape ``(N,)``."""
+        if y.ndim != 1 or y.shape[0] != out.shape[0] or y.is_floating_point():
+            raise ValueError(
+                f"Categorical empirical Fisher needs integer class labels y of shape "
+                f"({out.shape[0]},); got shape {_shape(y)}, dtype {y.dtype}"
+            )
+        _, centred = self._centred(out, jv)
+        s = centred.gather(-1, y.long().unsqueeze(-1)).squeeze(-1)
+        return s * s
+
+    def log_likelihood(self, out: Tensor, y: Tensor) -> Tensor:
+        """``log softmax(out_i)[y_i]`` per sample."""
+        return torch.log_softmax(out, dim=-1).gather(-1, y.long().unsqueeze(-1)).squeeze(-1)
+
+    def to_dict(self) -> dict[str, object]:
+        """``{"name": "categorical"}``."""
+        return {"name": self.name}
+
+
+def family_from_dict(d: dict[str, object]) -> Gaussian | Categorical:
+    """Inverse of ``to_dict`` for the built-in families."""
+    name = d.get("name")
+    if name == "gaussian":
+        return Gaussian(sigma=float(d.get("sigma", 1.0)))  # type: ignore[arg-type]
+    if name == "categorical":
+        return Categorical()
+    raise ValueError(f"unknown output family {name!r}; expected 'gaussian' or 'categorical'")
+
+
+def check_family(family: object) -> OutputFamily:
+    """Return ``family`` if it implements `OutputFamily`, else raise ``TypeError``."""
+    if not isinstance(family, OutputFamily):
+        raise TypeError(
+            f"family must be an output family such as Gaussian(sigma) or Categorical(); got "
+            f"{type(family).__name__}"
+        )
+    return family

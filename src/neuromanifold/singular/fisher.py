@@ -1,0 +1,223 @@
+"""Directional Fisher ``uᵀF(θ)u`` by forward mode, and its per-sample-gradient oracle.
+
+``directional_fisher`` computes, at the given parameters θ,
+
+    F_u = (1/N) Σ_{i=1}^{N} q_i(J_i u),    J_i = ∂ model(x_i)/∂θ,
+
+with ``q_i`` the output family's quadratic form (Gaussian ``‖z‖²/σ²``, categorical
+``Var_{c∼p}[z_c]``; see `neuromanifold.singular.family`). This is the **true (expected)
+Fisher** — labels integrated exactly through H_out — normalised as a **mean over the N
+samples**. ``J_i u`` comes from one ``torch.func.jvp`` through ``functional_call``; several
+directions share the primal pass by ``vmap`` over the tangents. No per-sample gradient and no
+d×d matrix is formed. Sums are accumulated over sample chunks and divided by N once.
+
+``directional_fisher_reference`` is the brute-force oracle: explicit per-sample gradients of the
+log-likelihood (``vmap(grad)``) at a label set that integrates the expectation exactly — Gaussian:
+labels ``out_i + σ e_j`` for every output coordinate j (so ``Σ_j g gᵀ = J_iᵀJ_i/σ²``); categorical:
+every class c with weight ``p_c`` (so ``Σ_c p_c ∇log p_c ∇log p_cᵀ``). It costs
+``N × (#outputs)`` backward passes and exists for tests and benchmarks.
+
+References: Martens, *New insights and perspectives on the natural gradient method* (JMLR 2020)
+for ``F = E[Jᵀ H_out J]``; arXiv:2607.00603 for the forward-mode directional read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, grad, jvp, vmap
+
+from neuromanifold.singular._validate import DTYPE, Direction, Prepared, check_direction, prepare
+from neuromanifold.singular.family import OutputFamily, check_family
+
+__all__ = ["directional_fisher", "directional_fisher_reference"]
+
+
+def _as_direction_list(params: Mapping[str, Tensor], u: object) -> tuple[list[Direction], bool]:
+    """Normalise ``u`` (one dict or a list of dicts) into unit directions; report if batched."""
+    if isinstance(u, Sequence) and not isinstance(u, str | bytes):
+        if len(u) == 0:
+            raise ValueError("u is an empty list of directions; expected at least one direction")
+        return [check_direction(params, d, name=f"u[{i}]")[0] for i, d in enumerate(u)], True
+    return [check_direction(params, u)[0]], False
+
+
+def _stack_tangents(dirs: Sequence[Direction], keys: Sequence[str], params: Mapping[str, Tensor]):
+    """Per key, stack the directions' entries (zero where a direction lacks the key)."""
+    return {
+        k: torch.stack([d[k] if k in d else torch.zeros_like(params[k]) for d in dirs])
+        for k in keys
+    }
+
+
+def _chunks(n: int, chunk_size: int | None) -> list[slice]:
+    if chunk_size is None:
+        return [slice(0, n)]
+    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int or None; got {chunk_size!r}")
+    return [slice(i, min(i + chunk_size, n)) for i in range(0, n, chunk_size)]
+
+
+def fisher_prepared(
+    model: nn.Module,
+    prep: Prepared,
+    base: Mapping[str, Tensor],
+    dirs: Sequence[Direction],
+    family: OutputFamily,
+    *,
+    empirical: bool = False,
+    chunk_size: int | None = None,
+) -> Tensor:
+    """Core of `directional_fisher` on already validated float64 inputs.
+
+    Args:
+        base: full float64 parameter dict at which the Fisher is evaluated.
+        dirs: unit directions (float64 dicts over subsets of ``base``'s keys).
+
+    Returns:
+        float64 tensor of shape ``(len(dirs),)``: ``(1/N) Σ_i q_i(J_i u)`` per direction.
+    """
+    if empirical and prep.y is None:
+        raise ValueError("empirical=True needs labels: pass data as a pair (x, y)")
+    keys = sorted(set().union(*(d.keys() for d in dirs)))
+    primal = {k: base[k] for k in keys}
+    rest = {k: v for k, v in base.items() if k not in primal}
+    tangents = _stack_tangents(dirs, keys, base)
+    total = torch.zeros(len(dirs), dtype=DTYPE)
+    for sl in _chunks(prep.n, chunk_size):
+        xc = prep.x[sl]
+        yc = prep.y[sl] if prep.y is not None else None
+
+        def f(pu: dict[str, Tensor], xc: Tensor = xc) -> Tensor:
+            return functional_call(model, ({**rest, **pu}, prep.buffers), (xc,))
+
+        def q_sum(tangent: dict[str, Tensor], f=f, xc=xc, yc=yc) -> Tensor:
+            out, jv = jvp(f, (primal,), (tangent,))
+            family.check_output(out)
+            if out.shape[0] != xc.shape[0]:
+                raise ValueError(
+                    f"model output has leading dimension {out.shape[0]} for {xc.shape[0]} input "
+                    f"samples; expected one output row per sample"
+                )
+            if empirical:
+                return family.empirical_quadratic(out, jv, yc).sum()
+            return family.quadratic(out, jv).sum()
+
+        if len(dirs) == 1:
+            total = total + q_sum({k: v[0] for k, v in tangents.items()}).reshape(1)
+        else:
+            total = total + vmap(q_sum)(tangents)
+    return total / prep.n
+
+
+def directional_fisher(
+    model: nn.Module,
+    params: Mapping[str, Tensor],
+    u: Mapping[str, Tensor] | Sequence[Mapping[str, Tensor]],
+    data: Tensor | tuple[Tensor, Tensor],
+    family: OutputFamily,
+    *,
+    empirical: bool = False,
+    chunk_size: int | None = None,
+) -> Tensor:
+    """Directional Fisher ``F_u = uᵀF(θ)u`` at ``params`` by one forward-mode JVP.
+
+    ``F_u = (1/N) Σ_i (J_i u)ᵀ H_out (J_i u)`` (mean over samples; true Fisher unless
+    ``empirical=True``, which uses the observed labels ``y`` of ``data = (x, y)``). ``u`` is
+    normalised to unit norm first. Float32 models and inputs are evaluated on float64 copies.
+
+    Args:
+        model: the network; called as ``functional_call(model, (params, buffers), (x,))``.
+        params: parameter values keyed like ``model.named_parameters()`` (missing names: the
+            model's own values).
+        u: one direction ``dict[str, Tensor]`` or a list of them (batched by ``vmap``).
+        data: inputs ``x`` (leading dimension N) or ``(x, y)``.
+        family: `Gaussian` or `Categorical`.
+        chunk_size: samples per JVP pass (bounds memory); ``None`` = all at once.
+
+    Returns:
+        float64 scalar tensor, or shape ``(n_dirs,)`` when ``u`` is a list.
+
+    >>> import torch
+    >>> from neuromanifold.singular.family import Gaussian
+    >>> lin = torch.nn.Linear(2, 1, bias=False)
+    >>> x = torch.tensor([[1.0, 0.0], [0.0, 3.0]])
+    >>> u = {"weight": torch.tensor([[0.0, 1.0]])}
+    >>> directional_fisher(lin, dict(lin.named_parameters()), u, x, Gaussian()).item()  # (0+9)/2
+    4.5
+    """
+    family = check_family(family)
+    prep = prepare(model, params, data)
+    dirs, batched = _as_direction_list(prep.params, u)
+    values = fisher_prepared(
+        model, prep, prep.params, dirs, family, empirical=empirical, chunk_size=chunk_size
+    )
+    return values if batched else values[0]
+
+
+def directional_fisher_reference(
+    model: nn.Module,
+    params: Mapping[str, Tensor],
+    u: Mapping[str, Tensor] | Sequence[Mapping[str, Tensor]],
+    data: Tensor | tuple[Tensor, Tensor],
+    family: OutputFamily,
+    *,
+    empirical: bool = False,
+    chunk_size: int | None = None,
+) -> Tensor:
+    """Oracle for `directional_fisher` from explicit per-sample gradients (``vmap(grad)``).
+
+    ``F_u = (1/N) Σ_i Σ_ℓ w_iℓ (∇_θ log p(y_iℓ | x_i, θ) · u)²`` over a label set that integrates
+    the label expectation exactly: Gaussian ``y_iℓ = out_i + σ e_ℓ``, ``w = 1``; categorical
+    ``y_iℓ = ℓ``, ``w = p_ℓ(x_i)``; empirical: the observed label with ``w = 1``. Same arguments and
+    return shape as `directional_fisher`; ``chunk_size`` bounds the samples per ``vmap``.
+    """
+    family = check_family(family)
+    prep = prepare(model, params, data)
+    dirs, batched = _as_direction_list(prep.params, u)
+    if empirical and prep.y is None:
+        raise ValueError("empirical=True needs labels: pass data as a pair (x, y)")
+    keys = sorted(set().union(*(d.keys() for d in dirs)))
+    primal = {k: prep.params[k] for k in keys}
+    rest = {k: v for k, v in prep.params.items() if k not in primal}
+    tangents = _stack_tangents(dirs, keys, prep.params)
+
+    def loglik(pu: dict[str, Tensor], xi: Tensor, yi: Tensor) -> Tensor:
+        out = functional_call(model, ({**rest, **pu}, prep.buffers), (xi.unsqueeze(0),))
+        return family.log_likelihood(out, yi.unsqueeze(0))[0]
+
+    per_sample_grad = vmap(grad(loglik), in_dims=(None, 0, 0))
+    total = torch.zeros(len(dirs), dtype=DTYPE)
+    for sl in _chunks(prep.n, chunk_size):
+        xc = prep.x[sl]
+        n = xc.shape[0]
+        with torch.no_grad():
+            out = functional_call(model, (prep.params, prep.buffers), (xc,))
+        family.check_output(out)
+        if empirical:
+            xs, ys, w = xc, prep.y[sl], torch.ones(n, dtype=DTYPE)
+        elif family.name == "gaussian":
+            m = out[0].numel()
+            sigma = float(family.sigma)  # type: ignore[attr-defined]
+            eye = torch.eye(m, dtype=out.dtype).reshape(m, *out.shape[1:])
+            ys = (out.unsqueeze(1) + sigma * eye.unsqueeze(0)).reshape(n * m, *out.shape[1:])
+            xs = xc.repeat_interleave(m, dim=0)
+            w = torch.ones(n * m, dtype=DTYPE)
+        elif family.name == "categorical":
+            c = out.shape[1]
+            ys = torch.arange(c).repeat(n)
+            xs = xc.repeat_interleave(c, dim=0)
+            w = torch.softmax(out, dim=-1).reshape(-1)
+        else:
+            raise TypeError(f"no reference label set for family {family.name!r}")
+        g = per_sample_grad(primal, xs, ys)
+        for j in range(len(dirs)):
+            proj = sum(
+                (g[k].reshape(g[k].shape[0], -1) * tangents[k][j].reshape(1, -1)).sum(1)
+                for k in keys
+            )
+            total[j] += (w * proj * proj).sum()
+    values = total / prep.n
+    return values if batched else values[0]

@@ -1,0 +1,267 @@
+"""Sweeps ``F_u(t) = uᵀF(θ_b + t u)u`` along a straight line, the t-grid policy and the floor.
+
+The line starts at the base point ``θ_b = θ0 + s·u`` (``s = base_shift``, 0 by default; the snapped
+read uses ``s = −uᵀθ0``) and the directional Fisher is evaluated at each ``t`` of a positive,
+strictly increasing grid, in float64, by forward mode (`directional_fisher`).
+
+**Grid policy** (`default_grid`, spec §7.2 step 4): ``n = 32`` log-spaced values from
+``lo·ρ_W = 1e−4·ρ_W`` to ``hi·ρ_W = 1·ρ_W``, where ``ρ_W`` is the root-mean-square of all entries of
+the parameter tensors that ``u`` touches (non-zero entries somewhere in the tensor). If those
+tensors are identically zero (a block of dead weights at exactly 0), ``ρ_W = 1``.
+
+**Floor** (spec §7.2 step 5): the level below which the float64 JVP cannot tell a value from a
+rounding residue. A flat direction's tangent ``J u`` is a sum of terms of the block's typical size
+that cancel, so its rounding residue is ``≈ (few·√d·ε)`` times that size, and ``F`` (a square)
+sits near ``(c·ε)²`` times the block's typical Fisher. The library takes
+
+    F_floor = (FLOOR_EPS_MULTIPLE · ε_64)² · F_scale,
+    F_scale = max(F_r(θ_b), max_t F_u(t)),
+
+with ``FLOOR_EPS_MULTIPLE = 1e3`` (``F_floor ≈ 4.9e−26·F_scale``), ``ε_64 = 2.2e−16`` and ``F_r``
+the directional Fisher at the base point along a fixed pseudo-random unit direction supported on the
+tensors ``u`` touches (seeded, so reads are deterministic). ``F_r`` is the typical magnitude of the
+block; the second term keeps the floor meaningful when the whole block is degenerate at the base
+(e.g. a deep-linear chain at 0, where every direction has ``F_r = 0``). The rate fit then drops
+points with ``F < FLOOR_MARGIN·F_floor`` (``FLOOR_MARGIN = 10``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from neuromanifold.singular._validate import (
+    DTYPE,
+    Direction,
+    Prepared,
+    check_direction,
+    check_grid,
+    prepare,
+)
+from neuromanifold.singular.family import OutputFamily, check_family
+from neuromanifold.singular.fisher import fisher_prepared
+
+__all__ = [
+    "FLOOR_EPS_MULTIPLE",
+    "FLOOR_MARGIN",
+    "GRID_HI",
+    "GRID_LO",
+    "GRID_N",
+    "Sweep",
+    "default_grid",
+    "floor_from_scale",
+    "sweep",
+]
+
+GRID_N = 32
+GRID_LO = 1e-4
+GRID_HI = 1.0
+FLOOR_EPS_MULTIPLE = 1e3
+FLOOR_MARGIN = 10.0
+FLOOR_SEED = 20260703
+EPS64 = float(torch.finfo(torch.float64).eps)
+
+
+def touched_keys(u: Mapping[str, Tensor]) -> list[str]:
+    """Names of the tensors on which ``u`` has a non-zero entry (sorted)."""
+    return sorted(k for k, v in u.items() if bool((v != 0).any()))
+
+
+def weight_scale(params: Mapping[str, Tensor], u: Mapping[str, Tensor]) -> float:
+    """``ρ_W``: RMS of all entries of the tensors ``u`` touches; 1.0 if they are all zero."""
+    keys = touched_keys(u)
+    sq = sum(float((params[k].to(DTYPE) ** 2).sum()) for k in keys)
+    count = sum(params[k].numel() for k in keys)
+    rho = math.sqrt(sq / count) if count else 0.0
+    return rho if rho > 0 else 1.0
+
+
+def default_grid(
+    params: Mapping[str, Tensor],
+    u: Mapping[str, Tensor],
+    *,
+    n: int = GRID_N,
+    lo: float = GRID_LO,
+    hi: float = GRID_HI,
+) -> Tensor:
+    """Log-spaced t-grid ``ρ_W · logspace(lo, hi, n)`` (float64, shape ``(n,)``).
+
+    ``ρ_W`` = RMS of the weights of the tensor(s) ``u`` touches, 1 when they are all zero.
+
+    >>> import torch
+    >>> g = default_grid({"w": torch.full((4,), 2.0)}, {"w": torch.ones(4)}, n=3, lo=1e-2, hi=1.0)
+    >>> [round(v, 12) for v in g.tolist()]
+    [0.02, 0.2, 2.0]
+    """
+    if not isinstance(n, int) or n < 2:
+        raise ValueError(f"grid size n must be an int ≥ 2; got {n!r}")
+    if not (0 < lo < hi < math.inf):
+        raise ValueError(f"grid bounds must satisfy 0 < lo < hi < inf; got lo={lo!r}, hi={hi!r}")
+    for k in u:
+        if k not in params:
+            raise ValueError(f"direction u has key {k!r} that is not in params")
+    rho = weight_scale(params, u)
+    return rho * torch.logspace(math.log10(lo), math.log10(hi), n, dtype=DTYPE)
+
+
+def floor_from_scale(scale: float) -> float:
+    """``F_floor = (FLOOR_EPS_MULTIPLE·ε_64)²·scale`` (see module docstring)."""
+    return (FLOOR_EPS_MULTIPLE * EPS64) ** 2 * float(scale)
+
+
+def _random_direction(params: Mapping[str, Tensor], keys: Sequence[str]) -> Direction:
+    gen = torch.Generator().manual_seed(FLOOR_SEED)
+    r = {k: torch.randn(params[k].shape, generator=gen, dtype=DTYPE) for k in keys}
+    norm = math.sqrt(sum(float((v * v).sum()) for v in r.values()))
+    return {k: v / norm for k, v in r.items()}
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Directional Fisher along ``θ_b + t·u``.
+
+    Attributes:
+        ts: the t-grid (floats, strictly increasing, t > 0).
+        F: ``F_u(t)`` at each t (float64 values; mean over samples).
+        floor: ``F_floor`` (see module docstring).
+        scale: ``F_scale`` the floor was derived from.
+        random_fisher: ``F_r`` at the base point (pseudo-random direction in the same tensors).
+        base_shift: ``s`` with ``θ_b = θ0 + s·u``.
+        n_forward_passes: JVP passes over the probe set (grid points + 1 for the floor).
+        n_samples: N.
+        family: output family description.
+        empirical: empirical (observed-label) Fisher instead of the true Fisher.
+        upcast: the model or data arrived in a dtype other than float64 and was up-cast.
+    """
+
+    ts: tuple[float, ...]
+    F: tuple[float, ...]
+    floor: float
+    scale: float
+    random_fisher: float
+    base_shift: float
+    n_forward_passes: int
+    n_samples: int
+    family: dict
+    empirical: bool = False
+    upcast: bool = False
+
+    @property
+    def t_array(self) -> np.ndarray:
+        """``ts`` as a float64 numpy array."""
+        return np.asarray(self.ts, dtype=np.float64)
+
+    @property
+    def F_array(self) -> np.ndarray:
+        """``F`` as a float64 numpy array."""
+        return np.asarray(self.F, dtype=np.float64)
+
+    def to_dict(self) -> dict:
+        """JSON-safe dict (lists of floats)."""
+        d = asdict(self)
+        d["ts"] = list(self.ts)
+        d["F"] = list(self.F)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> Sweep:
+        """Inverse of `to_dict`."""
+        d = dict(d)
+        d["ts"] = tuple(float(v) for v in d["ts"])
+        d["F"] = tuple(float(v) for v in d["F"])
+        return cls(**d)
+
+
+def sweep_prepared(
+    model: nn.Module,
+    prep: Prepared,
+    u: Direction,
+    family: OutputFamily,
+    grid: Tensor,
+    *,
+    base_shift: float = 0.0,
+    empirical: bool = False,
+    chunk_size: int | None = None,
+) -> Sweep:
+    """Core of `sweep` on validated float64 inputs and a unit direction ``u``."""
+    base = dict(prep.params)
+    if base_shift != 0.0:
+        for k, v in u.items():
+            base[k] = base[k] + base_shift * v
+    values = []
+    for t in grid.tolist():
+        point = dict(base)
+        for k, v in u.items():
+            point[k] = base[k] + t * v
+        values.append(
+            float(
+                fisher_prepared(
+                    model, prep, point, [u], family, empirical=empirical, chunk_size=chunk_size
+                )[0]
+            )
+        )
+    keys = touched_keys(u)
+    f_rand = float(
+        fisher_prepared(
+            model,
+            prep,
+            base,
+            [_random_direction(prep.params, keys)],
+            family,
+            empirical=empirical,
+            chunk_size=chunk_size,
+        )[0]
+    )
+    scale = max(f_rand, max(values))
+    return Sweep(
+        ts=tuple(grid.tolist()),
+        F=tuple(values),
+        floor=floor_from_scale(scale),
+        scale=scale,
+        random_fisher=f_rand,
+        base_shift=float(base_shift),
+        n_forward_passes=len(values) + 1,
+        n_samples=prep.n,
+        family=family.to_dict(),
+        empirical=bool(empirical),
+        upcast=prep.upcast,
+    )
+
+
+def sweep(
+    model: nn.Module,
+    params: Mapping[str, Tensor],
+    u: Mapping[str, Tensor],
+    data: Tensor | tuple[Tensor, Tensor],
+    family: OutputFamily,
+    *,
+    grid: Sequence[float] | Tensor | None = None,
+    base_shift: float | None = None,
+    empirical: bool = False,
+    chunk_size: int | None = None,
+) -> Sweep:
+    """Directional Fisher ``F_u(t) = uᵀF(θ0 + (s + t)·u)u`` on a t-grid (float64).
+
+    ``u`` is normalised to unit norm; ``s = base_shift`` (default 0) moves the base point along
+    ``u`` (``s = −uᵀθ0`` snaps it, see `neuromanifold.singular.direction`). ``grid`` defaults to
+    `default_grid` (32 log-spaced points over ``[1e−4, 1]·ρ_W``). One JVP pass over the N samples
+    per grid point, plus one for the floor estimate.
+
+    Returns:
+        `Sweep` with ``ts``, ``F``, ``floor`` and the pass count.
+    """
+    family = check_family(family)
+    prep = prepare(model, params, data)
+    u_unit, _ = check_direction(prep.params, u)
+    g = default_grid(prep.params, u_unit) if grid is None else check_grid(grid)
+    shift = 0.0 if base_shift is None else float(base_shift)
+    if not math.isfinite(shift):
+        raise ValueError(f"base_shift must be a finite float; got {base_shift!r}")
+    return sweep_prepared(
+        model, prep, u_unit, family, g, base_shift=shift, empirical=empirical, chunk_size=chunk_size
+    )

@@ -65,6 +65,26 @@ def check_model(model: object) -> nn.Module:
     return model
 
 
+def check_eval_mode(model: nn.Module) -> None:
+    """Reject modules whose training-mode forward is not a per-sample function of θ.
+
+    BatchNorm in training mode couples the samples of a batch through batch statistics (and
+    updates buffers in place); Dropout in training mode is random. Either makes ``F_u`` depend on
+    chunking or on the random stream, so the read requires ``model.eval()`` for them.
+    """
+    for name, mod in model.named_modules():
+        if not mod.training:
+            continue
+        if isinstance(mod, nn.modules.batchnorm._BatchNorm) or (
+            isinstance(mod, nn.modules.dropout._DropoutNd) and mod.p > 0
+        ):
+            raise ValueError(
+                f"model submodule {name or '<root>'!r} ({type(mod).__name__}) is in training "
+                f"mode, so its output is not a fixed per-sample function of the parameters; call "
+                f"model.eval() before the read"
+            )
+
+
 def prepare_params(model: nn.Module, params: Mapping[str, Tensor]) -> tuple[Params, bool]:
     """Float64 copy of all model parameters with the caller's values substituted.
 
@@ -163,6 +183,7 @@ def prepare_data(data: object) -> tuple[Tensor, Tensor | None, bool]:
 def prepare(model: object, params: Mapping[str, Tensor], data: object) -> Prepared:
     """Validate and up-cast everything a read needs (see module docstring)."""
     model = check_model(model)
+    check_eval_mode(model)
     p, up_p = prepare_params(model, params)
     x, y, up_x = prepare_data(data)
     return Prepared(params=p, buffers=prepare_buffers(model), x=x, y=y, upcast=up_p or up_x)

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, jvp, vmap
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from neuromanifold.singular._validate import DTYPE, Direction, Prepared, check_direction, prepare
 from neuromanifold.singular.family import OutputFamily, check_family
@@ -105,10 +106,13 @@ def fisher_prepared(
                 return family.empirical_quadratic(out, jv, yc).sum()
             return family.quadratic(out, jv).sum()
 
-        if len(dirs) == 1:
-            total = total + q_sum({k: v[0] for k, v in tangents.items()}).reshape(1)
-        else:
-            total = total + vmap(q_sum)(tangents)
+        # Fused attention kernels (flash / memory-efficient) have no forward-mode derivative;
+        # the math backend composes differentiable ops and is exact in float64.
+        with sdpa_kernel([SDPBackend.MATH]):
+            if len(dirs) == 1:
+                total = total + q_sum({k: v[0] for k, v in tangents.items()}).reshape(1)
+            else:
+                total = total + vmap(q_sum)(tangents)
     return total / prep.n
 
 
@@ -212,7 +216,8 @@ def directional_fisher_reference(
             w = torch.softmax(out, dim=-1).reshape(-1)
         else:
             raise TypeError(f"no reference label set for family {family.name!r}")
-        g = per_sample_grad(primal, xs, ys)
+        with sdpa_kernel([SDPBackend.MATH]):
+            g = per_sample_grad(primal, xs, ys)
         for j in range(len(dirs)):
             proj = sum(
                 (g[k].reshape(g[k].shape[0], -1) * tangents[k][j].reshape(1, -1)).sum(1)

@@ -1,0 +1,367 @@
+"""Forward-mode directional Fisher against the per-sample-gradient oracle and closed forms."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from neuromanifold.singular import (
+    Categorical,
+    Gaussian,
+    directional_fisher,
+    directional_fisher_reference,
+)
+
+RTOL_ORACLE = 1e-10  # JVP vs per-sample gradients, float64 (issue 4 "Done when")
+ATOL_ORACLE = 1e-14
+RTOL_EXACT = 1e-12  # closed forms evaluated in float64
+RTOL_UPCAST = 1e-12  # float32 model read on float64 copies == float64 model
+
+D = torch.float64
+
+
+class Attention(nn.Module):
+    """Single-head self-attention + LayerNorm + MLP block, mean-pooled into a linear head."""
+
+    def __init__(self, d: int = 6, t: int = 4, out: int = 3) -> None:
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.ln = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 8), nn.GELU(), nn.Linear(8, d))
+        self.head = nn.Linear(d, out)
+        self.t, self.d = t, d
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.reshape(x.shape[0], self.t, self.d)
+        scores = self.q(h) @ self.k(h).transpose(-1, -2) / self.d**0.5
+        h = h + torch.softmax(scores, dim=-1) @ self.v(h)
+        h = h + self.mlp(self.ln(h))
+        return self.head(h.mean(1))
+
+
+class MHABlock(nn.Module):
+    """nn.MultiheadAttention (2 heads) + LayerNorm, mean-pooled into a linear head."""
+
+    def __init__(self, d: int = 4, t: int = 3, out: int = 3) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d, 2, batch_first=True)
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, out)
+        self.t, self.d = t, d
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.reshape(x.shape[0], self.t, self.d)
+        a, _ = self.attn(h, h, h, need_weights=False)
+        return self.head(self.ln(h + a).mean(1))
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 6), nn.GELU(), nn.Linear(6, 3))
+
+
+def cnn() -> nn.Module:
+    return nn.Sequential(
+        nn.Unflatten(1, (2, 5, 5)),
+        nn.Conv2d(2, 3, 3, padding=1),
+        nn.Tanh(),
+        nn.Conv2d(3, 2, 3, stride=2),
+        nn.Flatten(),
+        nn.Linear(8, 3),
+    )
+
+
+MODELS = {
+    "mlp": (mlp, 5),
+    "cnn": (cnn, 50),
+    "attention": (Attention, 24),
+    "mha": (MHABlock, 12),
+}
+
+
+def make(name: str, seed: int = 0):
+    torch.manual_seed(seed)
+    ctor, d_in = MODELS[name]
+    model = ctor().to(D)
+    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    x = torch.randn(11, d_in, dtype=D)
+    return model, params, x
+
+
+def random_direction(params, keys=None, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    keys = list(params) if keys is None else keys
+    return {k: torch.randn(params[k].shape, generator=gen, dtype=D) for k in keys}
+
+
+FAMILIES = {"gaussian": Gaussian(sigma=0.7), "categorical": Categorical()}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("name", list(MODELS))
+def test_jvp_matches_per_sample_gradients(name: str, family: str) -> None:
+    model, params, x = make(name)
+    fam = FAMILIES[family]
+    keys = list(params)
+    dirs = [
+        random_direction(params, seed=1),
+        random_direction(params, keys=keys[:2], seed=2),  # a single block
+        random_direction(params, keys=keys[-1:], seed=3),
+    ]
+    ref = directional_fisher_reference(model, params, dirs, x, fam, chunk_size=4)
+    batched = directional_fisher(model, params, dirs, x, fam)
+    chunked = directional_fisher(model, params, dirs, x, fam, chunk_size=3)
+    single = torch.stack([directional_fisher(model, params, d, x, fam) for d in dirs])
+    assert bool((ref > 0).all())
+    for got in (batched, chunked, single):
+        torch.testing.assert_close(got, ref, rtol=RTOL_ORACLE, atol=ATOL_ORACLE)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_empirical_fisher_matches_reference(family: str) -> None:
+    model, params, x = make("mlp")
+    fam = FAMILIES[family]
+    y = torch.randint(0, 3, (x.shape[0],)) if family == "categorical" else torch.randn(11, 3)
+    dirs = [random_direction(params, seed=4), random_direction(params, keys=["2.weight"], seed=5)]
+    got = directional_fisher(model, params, dirs, (x, y), fam, empirical=True, chunk_size=5)
+    ref = directional_fisher_reference(model, params, dirs, (x, y), fam, empirical=True)
+    torch.testing.assert_close(got, ref, rtol=RTOL_ORACLE, atol=ATOL_ORACLE)
+
+
+def test_gaussian_linear_closed_form() -> None:
+    """Linear regression: u_Wᵀ F u_W = (1/N) Σ_i (u·x_i)²/σ² exactly."""
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 1, bias=False).to(D)
+    x = torch.randn(9, 4, dtype=D)
+    w = torch.randn(1, 4, dtype=D)
+    w = w / w.norm()
+    got = directional_fisher(lin, dict(lin.named_parameters()), {"weight": w}, x, Gaussian(2.0))
+    expected = ((x @ w.T) ** 2).mean() / 4.0
+    torch.testing.assert_close(got, expected, rtol=RTOL_EXACT, atol=0.0)
+
+
+class Power(nn.Module):
+    """Gaussian location anchor: output μ = θ^k for every sample."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.k = k
+        self.theta = nn.Parameter(torch.zeros((), dtype=D))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.theta**self.k * torch.ones_like(x)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 6])
+def test_gaussian_anchor_closed_form(k: int) -> None:
+    """μ(t) = t^k under N(μ, σ²): F(t) = k² t^{2(k−1)}/σ² exactly."""
+    model, sigma = Power(k), 0.5
+    x = torch.ones(3, 1, dtype=D)
+    for t in (1e-3, 0.2, 1.7):
+        got = directional_fisher(
+            model,
+            {"theta": torch.tensor(t, dtype=D)},
+            {"theta": torch.tensor(1.0)},
+            x,
+            Gaussian(sigma),
+        )
+        expected = k**2 * t ** (2 * (k - 1)) / sigma**2
+        assert abs(float(got) - expected) <= RTOL_EXACT * expected
+
+
+def test_logit_shift_is_exactly_flat() -> None:
+    """A constant shift of all class biases leaves the softmax unchanged: F = 0 to rounding."""
+    model, params, x = make("mlp")
+    got = directional_fisher(model, params, {"4.bias": torch.ones(3, dtype=D)}, x, Categorical())
+    assert float(got) <= 1e-28
+
+
+def test_float32_model_is_read_in_float64() -> None:
+    model, params, x = make("cnn")
+    u = random_direction(params, seed=7)
+    model32 = make("cnn")[0].float()
+    params32 = {k: v.float() for k, v in params.items()}
+    f64 = directional_fisher(
+        model,
+        {k: v.float().double() for k, v in params32.items()},
+        u,
+        x.float().double(),
+        Categorical(),
+    )
+    f32 = directional_fisher(model32, params32, u, x.float(), Categorical())
+    assert f32.dtype == torch.float64
+    torch.testing.assert_close(f32, f64, rtol=RTOL_UPCAST, atol=0.0)
+
+
+def test_read_does_not_mutate_model_or_inputs() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2)).to(D)
+    model.eval()
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    params = dict(model.named_parameters())
+    x = torch.randn(8, 3, dtype=D)
+    x_before = x.clone()
+    u = {"0.weight": torch.randn(4, 3, dtype=D)}
+    u_before = u["0.weight"].clone()
+    directional_fisher(model, params, u, x, Gaussian())
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert torch.equal(x, x_before)
+    assert torch.equal(u["0.weight"], u_before)
+
+
+def test_missing_params_fall_back_to_the_model() -> None:
+    model, params, x = make("mlp")
+    u = {"0.weight": torch.randn(7, 5, dtype=D)}
+    full = directional_fisher(model, params, u, x, Gaussian())
+    partial = directional_fisher(model, {"0.weight": params["0.weight"]}, u, x, Gaussian())
+    torch.testing.assert_close(partial, full, rtol=0.0, atol=0.0)
+
+
+def test_direction_is_normalised() -> None:
+    model, params, x = make("mlp")
+    u = random_direction(params, seed=8)
+    f1 = directional_fisher(model, params, u, x, Gaussian())
+    f2 = directional_fisher(model, params, {k: 37.0 * v for k, v in u.items()}, x, Gaussian())
+    torch.testing.assert_close(f1, f2, rtol=RTOL_EXACT, atol=0.0)
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+def test_error_zero_direction() -> None:
+    model, params, x = make("mlp")
+    with pytest.raises(ValueError, match="direction u has zero norm"):
+        directional_fisher(model, params, {"0.weight": torch.zeros(7, 5)}, x, Gaussian())
+
+
+def test_error_nonfinite_direction() -> None:
+    model, params, x = make("mlp")
+    bad = torch.zeros(7, 5)
+    bad[0, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"direction u\['0.weight'\] contains non-finite"):
+        directional_fisher(model, params, {"0.weight": bad}, x, Gaussian())
+
+
+def test_error_direction_unknown_key() -> None:
+    model, params, x = make("mlp")
+    with pytest.raises(
+        ValueError,
+        match=r"direction u has keys that are not parameter names: "
+        r"\['nope'\]",
+    ):
+        directional_fisher(model, params, {"nope": torch.ones(3)}, x, Gaussian())
+
+
+def test_error_direction_shape() -> None:
+    model, params, x = make("mlp")
+    with pytest.raises(
+        ValueError,
+        match=r"u\['0.weight'\] has shape \(5, 7\) but "
+        r"params\['0.weight'\] has shape \(7, 5\)",
+    ):
+        directional_fisher(model, params, {"0.weight": torch.ones(5, 7)}, x, Gaussian())
+
+
+def test_error_direction_not_a_dict() -> None:
+    model, params, x = make("mlp")
+    with pytest.raises(TypeError, match="direction u must be a non-empty dict"):
+        directional_fisher(model, params, {}, x, Gaussian())
+
+
+def test_error_empty_data() -> None:
+    model, params, _ = make("mlp")
+    with pytest.raises(ValueError, match=r"data is empty: inputs have shape \(0, 5\)"):
+        directional_fisher(model, params, random_direction(params), torch.zeros(0, 5), Gaussian())
+
+
+def test_error_nonfinite_params() -> None:
+    model, params, x = make("mlp")
+    params["2.bias"] = params["2.bias"].clone()
+    params["2.bias"][0] = float("inf")
+    with pytest.raises(ValueError, match=r"params\['2.bias'\] contains non-finite"):
+        directional_fisher(model, params, random_direction(params), x, Gaussian())
+
+
+def test_error_unknown_param_name() -> None:
+    model, params, x = make("mlp")
+    with pytest.raises(
+        ValueError,
+        match=r"params has names that are not parameters of the "
+        r"model: \['extra'\]",
+    ):
+        directional_fisher(
+            model, {**params, "extra": torch.ones(1)}, {"0.bias": torch.ones(7)}, x, Gaussian()
+        )
+
+
+def test_error_family_mismatch_categorical_one_column() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1).to(D)
+    with pytest.raises(
+        ValueError,
+        match=r"Categorical family expects 2-D .* returned shape "
+        r"\(4, 1\)",
+    ):
+        directional_fisher(
+            model,
+            dict(model.named_parameters()),
+            {"bias": torch.ones(1)},
+            torch.randn(4, 3, dtype=D),
+            Categorical(),
+        )
+
+
+def test_error_family_mismatch_categorical_3d() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2).to(D)
+    with pytest.raises(ValueError, match=r"returned shape \(4, 5, 2\)"):
+        directional_fisher(
+            model,
+            dict(model.named_parameters()),
+            {"bias": torch.ones(2)},
+            torch.randn(4, 5, 3, dtype=D),
+            Categorical(),
+        )
+
+
+def test_error_family_not_a_family() -> None:
+    model, params, x = make("mlp")
+    with pytest.raises(TypeError, match="family must be an output family"):
+        directional_fisher(model, params, random_direction(params), x, "gaussian")
+
+
+def test_error_bad_sigma() -> None:
+    with pytest.raises(ValueError, match="Gaussian sigma must be a finite positive float"):
+        Gaussian(sigma=0.0)
+
+
+def test_error_empirical_without_labels() -> None:
+    model, params, x = make("mlp")
+    with pytest.raises(ValueError, match=r"empirical=True needs labels"):
+        directional_fisher(model, params, random_direction(params), x, Gaussian(), empirical=True)
+
+
+def test_error_bad_chunk_size() -> None:
+    model, params, x = make("mlp")
+    with pytest.raises(ValueError, match="chunk_size must be a positive int"):
+        directional_fisher(model, params, random_direction(params), x, Gaussian(), chunk_size=0)
+
+
+def test_error_model_not_a_module() -> None:
+    _, params, x = make("mlp")
+    with pytest.raises(TypeError, match=r"model must be a torch\.nn\.Module"):
+        directional_fisher(lambda z: z, params, random_direction(params), x, Gaussian())
+
+
+def test_error_batchnorm_in_training_mode() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2)).to(D)
+    with pytest.raises(ValueError, match=r"submodule '1' \(BatchNorm1d\) is in training mode"):
+        directional_fisher(
+            model,
+            dict(model.named_parameters()),
+            {"0.bias": torch.ones(4)},
+            torch.randn(8, 3, dtype=D),
+            Gaussian(),
+        )

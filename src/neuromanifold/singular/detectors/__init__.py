@@ -1,3 +1,48 @@
-"""Pluggable detectors naming candidate dead directions per block."""
+"""Pluggable detectors naming candidate dead directions per block.
 
-__all__: list[str] = []
+A detector is one class (`Detector` protocol: ``name``, ``applies_to(module)``,
+``propose(name, module, ctx)``) returning `Candidate` directions with a provenance label; see
+`neuromanifold.singular.detectors.base` for how to add one and `default_registry` for the
+built-ins (K-FAC/KFC linear and conv with the A–G duality join, LayerNorm kernel, RMSNorm,
+attention QK rotation and VO rescale, CE logit shift, ReLU rescale, unseen embedding rows).
+"""
+
+from neuromanifold.singular.detectors.attention import AttentionDetector, attention_layout
+from neuromanifold.singular.detectors.base import Candidate, DetectionContext, Detector
+from neuromanifold.singular.detectors.embedding import EmbeddingDetector
+from neuromanifold.singular.detectors.gauges import LogitShiftDetector, ReLURescaleDetector
+from neuromanifold.singular.detectors.graph import ModelGraph, trace_graph
+from neuromanifold.singular.detectors.layernorm import (
+    LayerNormDetector,
+    RMSNormDetector,
+    layernorm_kernel,
+)
+from neuromanifold.singular.detectors.linear import (
+    BlockSpectrum,
+    LinearDetector,
+    block_spectrum,
+    near_kernel,
+)
+from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
+
+__all__ = [
+    "AttentionDetector",
+    "BlockSpectrum",
+    "Candidate",
+    "DetectionContext",
+    "Detector",
+    "DetectorRegistry",
+    "EmbeddingDetector",
+    "LayerNormDetector",
+    "LinearDetector",
+    "LogitShiftDetector",
+    "ModelGraph",
+    "RMSNormDetector",
+    "ReLURescaleDetector",
+    "attention_layout",
+    "block_spectrum",
+    "default_registry",
+    "layernorm_kernel",
+    "near_kernel",
+    "trace_graph",
+]

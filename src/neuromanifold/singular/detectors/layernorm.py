@@ -1,0 +1,100 @@
+"""LayerNorm detector: the closed-form kernel lifted to each consumer Linear (spec §6.4).
+
+``LN(x) = γ ⊙ n(x) + β`` with ``𝟙ᵀn(x) = 0`` gives ``⟨γ⁻¹, LN(x)⟩ = ⟨γ⁻¹, β⟩`` for every input, so
+for a consumer Linear with bias ``a* = (γ⁻¹, −⟨γ⁻¹, β⟩)`` satisfies ``⟨a*, ā⟩ = 0`` identically and
+``ΔW̄ = g a*ᵀ`` changes nothing for any ``g``: an exact linear (flat) gauge, read from the
+parameters alone. Coordinates with ``γ_i = 0`` contribute ``e_i`` instead. ``g`` is the top
+eigenvector of the consumer's ``G`` when factors exist (else ``e_0``). The candidate records
+``closed_form_cos = |cos(a*, bottom eigenvector of the consumer's A)|`` when factors exist.
+RMSNorm has no mean subtraction and hence no such direction: its detector proposes nothing.
+Consumers without a bias are skipped (the kernel then needs ``⟨γ⁻¹, β⟩ = 0``).
+
+References: Shirodkar & Narayanan, arXiv:2606.19491 (LayerNorm kernel diagnostic).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
+from neuromanifold.singular.detectors.linear import block_spectrum, lift
+
+__all__ = ["LayerNormDetector", "RMSNormDetector", "layernorm_kernel"]
+
+
+def layernorm_kernel(gamma: Tensor, beta: Tensor | None) -> Tensor:
+    """Unit ``a* ∝ (γ⁻¹, −⟨γ⁻¹, β⟩)`` (with ``e_i`` for ``γ_i = 0``), length ``d + 1``.
+
+    >>> ln = nn.LayerNorm(3).double()
+    >>> with torch.no_grad():
+    ...     _ = ln.weight.copy_(torch.tensor([1.0, 2.0, 4.0])); _ = ln.bias.fill_(0.5)
+    >>> a = layernorm_kernel(ln.weight, ln.bias)
+    >>> out = ln(torch.randn(5, 3, dtype=torch.float64))
+    >>> bool((torch.cat([out, torch.ones(5, 1)], 1) @ a).abs().max() < 1e-12)
+    True
+    """
+    g = gamma.double()
+    b = torch.zeros_like(g) if beta is None else beta.double()
+    zero = g == 0
+    if zero.any():
+        inv = zero.double()
+        const = -(inv * b).sum()  # ⟨e_i, LN(x)⟩ = β_i where γ_i = 0
+    else:
+        inv = 1.0 / g
+        const = -(inv * b).sum()
+    v = torch.cat([inv, const.reshape(1)])
+    return v / v.norm()
+
+
+class LayerNormDetector:
+    """The LN-kernel gauge on every LayerNorm → Linear (with bias) pair."""
+
+    name = "layernorm"
+
+    def applies_to(self, module: nn.Module) -> bool:
+        """``nn.LayerNorm`` over one trailing dimension."""
+        return isinstance(module, nn.LayerNorm) and len(module.normalized_shape) == 1
+
+    def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
+        """One flat-gauge candidate per consumer Linear with bias."""
+        d = module.normalized_shape[0]
+        gamma = ctx.param(name, "weight")
+        beta = ctx.param(name, "bias")
+        gamma = torch.ones(d, dtype=torch.float64) if gamma is None else gamma
+        a_star = layernorm_kernel(gamma, beta)
+        mods = dict(ctx.model.named_modules())
+        out = []
+        for c in ctx.graph.consumers.get(name, ()):
+            cons = mods[c]
+            if not isinstance(cons, nn.Linear) or cons.bias is None or cons.in_features != d:
+                continue
+            spec = block_spectrum(ctx, c)
+            g = spec.g_top if spec is not None else torch.eye(cons.out_features)[0].double()
+            info = {"norm": name, "consumer": c}
+            if spec is not None:
+                info["closed_form_cos"] = float((spec.a_vecs[:, 0] @ a_star).abs())
+            out.append(
+                Candidate(
+                    layers=(c, name),
+                    detector="ln-kernel",
+                    u=normalise(lift(c, cons, g, a_star)),
+                    gauge="flat",
+                    info=info,
+                )
+            )
+        return out
+
+
+class RMSNormDetector:
+    """RMSNorm: covered, and by the theory proposes no kernel direction."""
+
+    name = "rmsnorm"
+
+    def applies_to(self, module: nn.Module) -> bool:
+        """``nn.RMSNorm``."""
+        return isinstance(module, nn.RMSNorm)
+
+    def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
+        """Always empty (no mean subtraction, no closed-form kernel)."""
+        return []

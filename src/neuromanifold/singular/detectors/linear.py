@@ -1,0 +1,306 @@
+"""Linear and convolution detector: K-FAC near-kernels, joint modes and the A–G duality join.
+
+Per block (spec §6.1–6.3) with factors ``F ≈ A ⊗ G`` (`neuromanifold.singular.factors`):
+
+1. Eigendecompose ``A`` and ``G`` (float64, symmetrised). **Near-kernel rule** (`near_kernel`):
+   eigenvalues with ``α_i/α_max < TAU_A`` (``γ_j/γ_max < TAU_G``), kept only if a spectral gap of at
+   least ``GAP`` (one decade) separates the largest kept ratio from the smallest rejected one; if
+   not, the kept set is shrunk from the top until a gap appears (possibly to nothing).
+2. **Duality join.** A dead unit of block ``p`` shows as a G-side kernel vector ``g`` of ``p`` and,
+   in its single consumer ``c`` (through elementwise modules only), as an A-side kernel of ``c``
+   containing the lift of ``g`` (Linear consumer: ``(g, 0)``; conv consumer: ``g ⊗ w`` with the
+   uniform spatial pattern ``w``, bias coordinate 0). Match: ``‖P_{ker A_c} lift(g)‖ ≥ MATCH_MIN``.
+   Links are followed both ways into a chain; the chain's first block takes the top input
+   eigenvector of its ``A`` and the last the top eigenvector of its ``G``; each block gets the
+   rank-one increment ``ΔW̄ = out inᵀ`` with equal norm ``1/√(#blocks)``. Provenance ``"duality"``;
+   a chain is proposed once, from its first block. Kernel sides used by a chain are not proposed
+   again one-sided.
+3. **One-sided modes** (``"kfac-A"``: ``g_top a_kᵀ``; ``"kfac-G"``: ``g_k a_topᵀ``), at most
+   ``MAX_ONE_SIDED`` per side (on the logits layer of a categorical model, G-kernel vectors with
+   ``|cos(g, 𝟙)| ≥ LOGIT_SHIFT_COS`` are left to the CE-shift detector: spec §6.1 failure mode
+   (iii)), and the **joint mode** ``g_min a_minᵀ`` (``"kfac-joint"``) when
+   ``α_min γ_min/(α_max γ_max) < TAU_JOINT`` with a decade gap to the next product.
+
+Vectors live in the column-major vec convention of the factors: ``in`` is indexed like ``ā``
+(im2col order ``(C_in, k_h, k_w)`` for convolutions, trailing bias coordinate), ``out`` like the
+output channels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
+from neuromanifold.singular.factors import is_supported_block
+
+__all__ = [
+    "GAP",
+    "MATCH_MIN",
+    "MAX_ONE_SIDED",
+    "TAU_A",
+    "TAU_G",
+    "TAU_JOINT",
+    "BlockSpectrum",
+    "LinearDetector",
+    "block_spectrum",
+    "lift",
+    "near_kernel",
+]
+
+TAU_A = 1e-3
+TAU_G = 1e-3
+TAU_JOINT = 1e-4
+GAP = 10.0
+MATCH_MIN = 0.99
+MAX_ONE_SIDED = 2
+LOGIT_SHIFT_COS = 0.9999
+
+
+def near_kernel(evals: Tensor, tau: float, *, gap: float = GAP) -> list[int]:
+    """Indices (ascending eigenvalues) of the near-kernel: ratio ``< tau`` with a ``gap`` margin.
+
+    >>> near_kernel(torch.tensor([0.0, 1e-9, 0.5, 1.0]), 1e-3)
+    [0, 1]
+    >>> near_kernel(torch.tensor([1e-5, 5e-5, 1.0]), 1e-3)  # both below τ, a decade before 1.0
+    [0, 1]
+    >>> near_kernel(torch.tensor([1e-5, 5e-4, 1e-3, 1.0]), 1e-3)  # 5e-4 → 1e-3 is no gap
+    [0]
+    """
+    ev = evals.double().clamp_min(0.0)
+    top = float(ev.max())
+    if top <= 0.0:
+        return []
+    ratios = (ev / top).tolist()
+    order = sorted(range(len(ratios)), key=lambda i: ratios[i])
+    kept = [i for i in order if ratios[i] < tau]
+    while kept:
+        largest = ratios[kept[-1]]
+        rest = [ratios[i] for i in order if i not in kept]
+        nxt = min(rest) if rest else float("inf")
+        if largest == 0.0 or nxt >= gap * largest:
+            return kept
+        kept = kept[:-1]
+    return []
+
+
+@dataclass(frozen=True)
+class BlockSpectrum:
+    """Ascending eigenpairs of ``A`` and ``G`` with their near-kernel index lists."""
+
+    alpha: Tensor
+    a_vecs: Tensor
+    gamma: Tensor
+    g_vecs: Tensor
+    ker_a: list[int]
+    ker_g: list[int]
+
+    @property
+    def a_top(self) -> Tensor:
+        """Top eigenvector of ``A``."""
+        return self.a_vecs[:, -1]
+
+    @property
+    def g_top(self) -> Tensor:
+        """Top eigenvector of ``G``."""
+        return self.g_vecs[:, -1]
+
+    def ker_a_basis(self) -> Tensor:
+        """Columns spanning the A-side near-kernel, shape ``(d_in(+1), k)``."""
+        return self.a_vecs[:, self.ker_a]
+
+
+def block_spectrum(ctx: DetectionContext, name: str) -> BlockSpectrum | None:
+    """Cached eigendecomposition of the factors of block ``name`` (``None`` without factors)."""
+    cache = ctx.cache.setdefault("spectrum", {})
+    if name in cache:
+        return cache[name]
+    bf = ctx.factors.blocks.get(name)
+    if bf is None:
+        cache[name] = None
+        return None
+    alpha, a_vecs = torch.linalg.eigh(0.5 * (bf.A + bf.A.T))
+    gamma, g_vecs = torch.linalg.eigh(0.5 * (bf.G + bf.G.T))
+    spec = BlockSpectrum(
+        alpha=alpha,
+        a_vecs=a_vecs,
+        gamma=gamma,
+        g_vecs=g_vecs,
+        ker_a=near_kernel(alpha, TAU_A),
+        ker_g=near_kernel(gamma, TAU_G),
+    )
+    cache[name] = spec
+    return spec
+
+
+def lift(name: str, module: nn.Module, out_vec: Tensor, in_vec: Tensor) -> dict[str, Tensor]:
+    """The rank-one increment ``ΔW̄ = out in̄ᵀ`` as parameter tensors of module ``name``."""
+    prefix = f"{name}." if name else ""
+    wbar = torch.outer(out_vec.double(), in_vec.double())
+    d_w = module.weight[0].numel()
+    u = {f"{prefix}weight": wbar[:, :d_w].reshape(module.weight.shape)}
+    if module.bias is not None:
+        u[f"{prefix}bias"] = wbar[:, d_w]
+    return u
+
+
+def _input_lift(consumer: nn.Module, g: Tensor) -> Tensor | None:
+    """Lift a channel vector ``g`` of the producer into the consumer's ``ā`` coordinates."""
+    if isinstance(consumer, nn.Linear):
+        if consumer.in_features != g.numel():
+            return None
+        core = g
+    else:
+        if consumer.in_channels != g.numel():
+            return None
+        taps = consumer.weight[0, 0].numel()
+        core = torch.kron(g, torch.ones(taps, dtype=g.dtype) / taps**0.5)
+    if consumer.bias is not None:
+        core = torch.cat([core, core.new_zeros(1)])
+    return core / core.norm()
+
+
+def _match(spec: BlockSpectrum, vec: Tensor) -> float:
+    basis = spec.ker_a_basis()
+    if basis.shape[1] == 0:
+        return 0.0
+    return float((basis.T @ vec).norm())
+
+
+class LinearDetector:
+    """K-FAC / KFC detector for ``nn.Linear``, ``nn.Conv1d``, ``nn.Conv2d`` (module docstring)."""
+
+    name = "linear"
+
+    def applies_to(self, module: nn.Module) -> bool:
+        """Supported blocks of `neuromanifold.singular.factors.is_supported_block`."""
+        return is_supported_block(module)
+
+    def _modules(self, ctx: DetectionContext) -> dict[str, nn.Module]:
+        mods = ctx.cache.get("modules")
+        if mods is None:
+            mods = dict(ctx.model.named_modules())
+            ctx.cache["modules"] = mods
+        return mods
+
+    def _downstream(self, ctx: DetectionContext, name: str, g: Tensor) -> tuple[str, Tensor] | None:
+        c = ctx.graph.single_consumer(name)
+        if c is None or c not in ctx.factors.blocks:
+            return None
+        mod = self._modules(ctx)[c]
+        vec = _input_lift(mod, g)
+        spec = block_spectrum(ctx, c)
+        if vec is None or spec is None or _match(spec, vec) < MATCH_MIN:
+            return None
+        return c, vec
+
+    def _continue(
+        self, ctx: DetectionContext, name: str
+    ) -> tuple[Tensor, tuple[str, Tensor]] | None:
+        """A G-kernel vector of ``name`` that links to its consumer, with that link."""
+        spec = block_spectrum(ctx, name)
+        if spec is None:
+            return None
+        for j in spec.ker_g:
+            g = spec.g_vecs[:, j]
+            link = self._downstream(ctx, name, g)
+            if link is not None:
+                return g, link
+        return None
+
+    def _has_upstream(self, ctx: DetectionContext, name: str) -> bool:
+        p = ctx.graph.single_producer(name)
+        if p is None or p not in ctx.factors.blocks:
+            return False
+        step = self._continue(ctx, p)
+        return step is not None and step[1][0] == name
+
+    def chain_from(self, ctx: DetectionContext, name: str) -> list[tuple[str, Tensor, Tensor]]:
+        """The duality chain starting at ``name`` as ``[(block, out_vec, in_vec), …]`` (or [])."""
+        spec = block_spectrum(ctx, name)
+        step = self._continue(ctx, name)
+        if spec is None or step is None:
+            return []
+        links = []
+        in_vec = spec.a_top
+        cur, seen = name, {name}
+        while step is not None:
+            g, (nxt, nxt_in) = step
+            links.append((cur, g, in_vec))
+            cur, in_vec = nxt, nxt_in
+            if cur in seen:
+                return []
+            seen.add(cur)
+            step = self._continue(ctx, cur)
+        last = block_spectrum(ctx, cur)
+        links.append((cur, last.g_top, in_vec))
+        return links
+
+    def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
+        """Duality chains starting here, one-sided modes and the joint mode (module docstring)."""
+        spec = block_spectrum(ctx, name)
+        if spec is None:
+            return []
+        out: list[Candidate] = []
+        mods = self._modules(ctx)
+        used_a = self._has_upstream(ctx, name)
+        used_g = self._continue(ctx, name) is not None
+        if used_g and not used_a:
+            chain = self.chain_from(ctx, name)
+            if chain:
+                u: dict[str, Tensor] = {}
+                for blk, o, i in chain:
+                    u.update(lift(blk, mods[blk], o, i))
+                u = normalise(_equalise(u, [(blk, mods[blk]) for blk, _, _ in chain]))
+                g_ratio = float(spec.gamma[spec.ker_g[0]].clamp_min(0) / spec.gamma[-1])
+                out.append(
+                    Candidate(
+                        layers=tuple(b for b, _, _ in chain),
+                        detector="duality",
+                        u=u,
+                        ratio=g_ratio,
+                        info={"chain_length": len(chain)},
+                    )
+                )
+        a_max, g_max = float(spec.alpha[-1]), float(spec.gamma[-1])
+        if not used_a:
+            for i in spec.ker_a[:MAX_ONE_SIDED]:
+                u = normalise(lift(name, module, spec.g_top, spec.a_vecs[:, i]))
+                r = max(float(spec.alpha[i]), 0.0) / a_max
+                out.append(Candidate(layers=(name,), detector="kfac-A", u=u, ratio=r))
+        if not used_g:
+            for j in [j for j in spec.ker_g if not _is_logit_shift(ctx, name, spec.g_vecs[:, j])][
+                :MAX_ONE_SIDED
+            ]:
+                u = normalise(lift(name, module, spec.g_vecs[:, j], spec.a_top))
+                r = max(float(spec.gamma[j]), 0.0) / g_max if g_max > 0 else 0.0
+                out.append(Candidate(layers=(name,), detector="kfac-G", u=u, ratio=r))
+        if not spec.ker_a and not spec.ker_g and a_max > 0 and g_max > 0:
+            prods = torch.outer(spec.gamma.clamp_min(0), spec.alpha.clamp_min(0)).reshape(-1)
+            if near_kernel(prods, TAU_JOINT)[:1] == [0]:
+                u = normalise(lift(name, module, spec.g_vecs[:, 0], spec.a_vecs[:, 0]))
+                r = float(prods[0]) / (a_max * g_max)
+                out.append(Candidate(layers=(name,), detector="kfac-joint", u=u, ratio=r))
+        return out
+
+
+def _is_logit_shift(ctx: DetectionContext, name: str, g: Tensor) -> bool:
+    """``g ∥ 𝟙`` on the logits layer of a categorical model (the CE-shift detector's direction)."""
+    if ctx.graph.output != name or getattr(ctx.family, "name", "") != "categorical":
+        return False
+    ones = torch.ones_like(g) / g.numel() ** 0.5
+    return abs(float(g @ ones)) >= LOGIT_SHIFT_COS
+
+
+def _equalise(u: dict[str, Tensor], blocks: list[tuple[str, nn.Module]]) -> dict[str, Tensor]:
+    """Scale each block's part of ``u`` to unit norm (so every block carries equal weight)."""
+    out = dict(u)
+    for blk, _ in blocks:
+        prefix = f"{blk}." if blk else ""
+        keys = [k for k in u if k.startswith(prefix) and k[len(prefix) :] in ("weight", "bias")]
+        norm = torch.sqrt(sum((u[k] ** 2).sum() for k in keys))
+        for k in keys:
+            out[k] = u[k] / norm
+    return out

@@ -1,0 +1,68 @@
+"""The detector registry: which detectors run, and which module types are covered.
+
+`default_registry` holds, in priority order (closed forms first, so that a K-FAC candidate
+duplicating a closed-form one is dropped in favour of the closed form): LayerNorm, RMSNorm,
+attention, CE logit shift, ReLU rescale, embedding, linear/conv K-FAC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from torch import nn
+
+from neuromanifold.singular.detectors.attention import AttentionDetector
+from neuromanifold.singular.detectors.base import Detector
+from neuromanifold.singular.detectors.embedding import EmbeddingDetector
+from neuromanifold.singular.detectors.gauges import LogitShiftDetector, ReLURescaleDetector
+from neuromanifold.singular.detectors.layernorm import LayerNormDetector, RMSNormDetector
+from neuromanifold.singular.detectors.linear import LinearDetector
+
+__all__ = ["DetectorRegistry", "default_registry"]
+
+
+class DetectorRegistry:
+    """An ordered collection of detectors (`Detector` protocol)."""
+
+    def __init__(self, detectors: Iterable[Detector] = ()) -> None:
+        self._detectors: list[Detector] = []
+        for d in detectors:
+            self.register(d)
+
+    def register(self, detector: Detector) -> None:
+        """Append ``detector``; TypeError if it does not follow the protocol."""
+        if not isinstance(detector, Detector):
+            raise TypeError(
+                f"detector must have name, applies_to(module) and propose(name, module, ctx); "
+                f"got {type(detector).__name__}"
+            )
+        self._detectors.append(detector)
+
+    def __iter__(self) -> Iterator[Detector]:
+        return iter(self._detectors)
+
+    def __len__(self) -> int:
+        return len(self._detectors)
+
+    def for_module(self, module: nn.Module) -> list[Detector]:
+        """Detectors that handle ``module``."""
+        return [d for d in self._detectors if d.applies_to(module)]
+
+    def covers(self, module: nn.Module) -> bool:
+        """Whether any detector handles ``module``."""
+        return any(d.applies_to(module) for d in self._detectors)
+
+
+def default_registry() -> DetectorRegistry:
+    """All built-in detectors in priority order (module docstring)."""
+    return DetectorRegistry(
+        [
+            LayerNormDetector(),
+            RMSNormDetector(),
+            AttentionDetector(),
+            LogitShiftDetector(),
+            ReLURescaleDetector(),
+            EmbeddingDetector(),
+            LinearDetector(),
+        ]
+    )

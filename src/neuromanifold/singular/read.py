@@ -1,0 +1,310 @@
+"""`read`: every dead direction the detectors can name, read at one frozen checkpoint.
+
+Pipeline (spec §7.2):
+
+1. Validate; work on a float64, eval-mode deep copy (the caller's module is never touched; a
+   float32 model is up-cast and ``meta["upcast"]`` says so). Non-finite parameters or activations
+   raise ``ValueError`` naming the parameter or module; data that does not fit the model raises
+   ``ValueError`` naming the shapes.
+2. One hooked forward on a few samples traces the data-flow graph (`trace_graph`); one pass over the
+   probe set collects the K-FAC/KFC factors (`kfac_factors`); a no-grad pass records the embedding
+   indices seen (only when the model has embeddings).
+3. Coverage: every module holding parameters must be handled by some detector of the registry;
+   the others are listed in ``not_covered`` with a reason (also supported blocks never called).
+4. Detect: each applicable detector proposes `Candidate` directions, in registry order.
+   Duplicates (``|⟨u, v⟩| ≥ DEDUP_OVERLAP``) are dropped, keeping the first (closed forms first).
+5. Read each candidate with `read_direction` (gauge candidates with their generators, so a
+   straight probe of a curved orbit is classed curved gauge), up to ``max_directions``.
+6. Gauge hygiene (spec §6.5(b,c)): for a non-gauge candidate the overlap with the span of the
+   curved-gauge generators sharing its tensors is recorded as ``gauge_overlap``. If it read as a
+   genuine singularity and that overlap is at least ``PROJECT_MIN_OVERLAP``, it is re-read after
+   projection onto the orthogonal complement of the span (the curved component alone mimics order
+   2) and the projected read is reported (``info["unprojected"]`` keeps the first). Projection is
+   not applied up front: projecting an exactly flat direction off a curved tangent *adds* a curved
+   component and manufactures an apparent order 2 (observed on the CE kernel of a ReLU MLP). If
+   less than ``MIN_RESIDUAL`` survives the projection, no re-read is made.
+
+References: Shirodkar, arXiv:2607.00603 (the read); arXiv:2606.05957 (K-FAC lift, A–G duality).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from neuromanifold.singular.detectors.base import Candidate, DetectionContext, Detector
+from neuromanifold.singular.detectors.graph import trace_graph
+from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
+from neuromanifold.singular.direction import read_direction
+from neuromanifold.singular.factors import _forward, is_supported_block, kfac_factors
+from neuromanifold.singular.family import check_family
+from neuromanifold.singular.reading import DirectionRecord, NotCovered, Reading
+
+__all__ = ["DEDUP_OVERLAP", "MIN_RESIDUAL", "PROJECT_MIN_OVERLAP", "read"]
+
+DEDUP_OVERLAP = 0.999
+MIN_RESIDUAL = 0.1
+PROJECT_MIN_OVERLAP = 1e-3
+GRAPH_SAMPLES = 16
+
+
+def _inputs(data: Any) -> Tensor:
+    x = data[0] if isinstance(data, (tuple, list)) else data
+    if not isinstance(x, Tensor):
+        raise TypeError(f"data must be a Tensor or an (X, y) tuple; got {type(data).__name__}")
+    if x.ndim == 0 or x.shape[0] == 0:
+        raise ValueError(f"data must hold at least one sample (N, ...); got {tuple(x.shape)}")
+    return x
+
+
+def _registry(detectors: DetectorRegistry | Iterable[Detector] | None) -> DetectorRegistry:
+    if detectors is None:
+        return default_registry()
+    if isinstance(detectors, DetectorRegistry):
+        return detectors
+    return DetectorRegistry(detectors)
+
+
+def _not_covered(
+    model: nn.Module, registry: DetectorRegistry, called_blocks: set[str]
+) -> list[NotCovered]:
+    out = []
+    for name, mod in model.named_modules():
+        own = sum(p.numel() for p in mod.parameters(recurse=False))
+        if own == 0:
+            continue
+        label = name or "<root>"
+        if not registry.covers(mod):
+            out.append(NotCovered(label, type(mod).__name__, own, "no detector for this type"))
+        elif is_supported_block(mod) and name not in called_blocks:
+            out.append(
+                NotCovered(label, type(mod).__name__, own, "not called as a module on the data")
+            )
+    return out
+
+
+def _flatten(u: dict[str, Tensor], keys: Sequence[str], params: dict[str, Tensor]) -> Tensor:
+    return torch.cat(
+        [u[k].reshape(-1) if k in u else torch.zeros(params[k].numel()).double() for k in keys]
+    )
+
+
+def _project_out_gauges(
+    cand: Candidate, gauges: list[dict[str, Tensor]], params: dict[str, Tensor]
+) -> tuple[dict[str, Tensor], float | None]:
+    """Project ``cand.u`` off the span of the generators sharing its tensors."""
+    related = [g for g in gauges if set(g) & set(cand.u)]
+    if not related:
+        return cand.u, None
+    keys = sorted(set(cand.u).union(*(g.keys() for g in related)))
+    u = _flatten(cand.u, keys, params)
+    basis = torch.stack([_flatten(g, keys, params) for g in related], 1)
+    q, s, _ = torch.linalg.svd(basis, full_matrices=False)
+    q = q[:, s > s.max() * 1e-10]
+    proj = q @ (q.T @ u)
+    overlap = float(proj.norm() / u.norm())
+    rest = u - proj
+    if rest.norm() < MIN_RESIDUAL * u.norm() or overlap < 1e-12:
+        return cand.u, overlap
+    rest = rest / rest.norm()
+    out, pos = {}, 0
+    for k in keys:
+        n = params[k].numel()
+        piece = rest[pos : pos + n].reshape(params[k].shape)
+        pos += n
+        if k in cand.u or piece.abs().max() > 0:
+            out[k] = piece
+    return out, overlap
+
+
+def _embedding_seen(model: nn.Module, x: Tensor, batch: int) -> tuple[dict[str, Tensor], int]:
+    embs = {n: m for n, m in model.named_modules() if isinstance(m, nn.Embedding)}
+    if not embs:
+        return {}, 0
+    seen: dict[str, list[Tensor]] = {n: [] for n in embs}
+    hs = [
+        m.register_forward_pre_hook(lambda _m, inp, n=n: seen[n].append(inp[0].reshape(-1)))
+        for n, m in embs.items()
+    ]
+    passes = 0
+    try:
+        with torch.no_grad():
+            for s in range(0, x.shape[0], batch):
+                model(x[s : s + batch])
+                passes += 1
+    finally:
+        for h in hs:
+            h.remove()
+    return {n: torch.unique(torch.cat(v)) for n, v in seen.items() if v}, passes
+
+
+def read(
+    model: nn.Module,
+    data: Tensor | tuple[Tensor, Tensor],
+    family: Any,
+    *,
+    detectors: DetectorRegistry | Iterable[Detector] | None = None,
+    grid: Sequence[float] | Tensor | None = None,
+    max_directions: int | None = None,
+    snap: bool = False,
+    project_gauges: bool = True,
+    batch_size: int = 256,
+    progress: bool = True,
+) -> Reading:
+    """Detect and read every dead direction of ``model`` on the probe set ``data``.
+
+    Args:
+        model: any ``nn.Module`` (never modified).
+        data: probe inputs ``(N, ...)`` or ``(X, y)`` (labels unused: true Fisher).
+        family: output family, ``Gaussian(sigma)`` or ``Categorical()``.
+        detectors: a `DetectorRegistry` or detectors (default: `default_registry`).
+        grid: t-grid for every sweep (default: `read_direction`'s per-direction policy).
+        max_directions: read at most this many candidates (in registry order).
+        snap: read from the snapped base point ``θ0 − (uᵀθ0)u``.
+        project_gauges: project non-gauge candidates off curved-gauge spans (module docstring).
+        batch_size: probe samples per factor-pass batch.
+        progress: show a rich progress bar over directions.
+
+    Returns:
+        `Reading` (see `neuromanifold.singular.reading`).
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
+    family = check_family(family)
+    if max_directions is not None and (not isinstance(max_directions, int) or max_directions < 0):
+        raise ValueError(
+            f"max_directions must be a non-negative int or None; got {max_directions!r}"
+        )
+    x = _inputs(data)
+    registry = _registry(detectors)
+    upcast = any(p.is_floating_point() and p.dtype != torch.float64 for p in model.parameters())
+    work = copy.deepcopy(model).to(torch.float64).eval()
+    for name, p in work.named_parameters():
+        if not torch.isfinite(p).all():
+            raise ValueError(f"parameter {name!r} holds NaN or Inf values")
+    xw = x.to(torch.float64) if x.is_floating_point() else x
+    with torch.no_grad():
+        out = _forward(work, xw[:GRAPH_SAMPLES])
+    family.check_output(out)
+    graph = trace_graph(work, xw[:GRAPH_SAMPLES])
+    factors = kfac_factors(work, xw, family, batch_size=batch_size)
+    seen, emb_passes = _embedding_seen(work, xw, batch_size)
+    params = {k: v.detach().clone() for k, v in work.named_parameters()}
+    ctx = DetectionContext(
+        model=work, params=params, factors=factors, graph=graph, family=family, data=xw
+    )
+    ctx.cache["embedding_seen"] = seen
+    not_covered = _not_covered(work, registry, set(factors.blocks))
+    n_supported = sum(1 for _, m in work.named_modules() if registry.covers(m))
+
+    candidates: list[Candidate] = []
+    for name, mod in work.named_modules():
+        for det in registry.for_module(mod):
+            for cand in det.propose(name, mod, ctx):
+                if all(cand.overlap(c) < DEDUP_OVERLAP for c in candidates):
+                    candidates.append(cand)
+    n_found = len(candidates)
+    if max_directions is not None:
+        candidates = candidates[:max_directions]
+    gauges = [g for c in candidates if c.gauge == "curved" for g in (c.gauge_generators or ())]
+
+    records: list[DirectionRecord] = []
+    n_sweep_passes = 0
+    bar = _progress(progress, len(candidates))
+    try:
+        for cand in candidates:
+            xd = (xw, data[1]) if isinstance(data, (tuple, list)) else xw
+            gens = list(cand.gauge_generators) if cand.gauge_generators else None
+            r = read_direction(
+                work, params, cand.u, xd, family, grid=grid, snap=snap, gauge_generators=gens
+            )
+            overlap, info = None, {}
+            if cand.gauge is None and gauges:
+                u_proj, overlap = _project_out_gauges(cand, gauges, params)
+                if (
+                    project_gauges
+                    and r.klass.value == "genuine_singularity"
+                    and overlap is not None
+                    and overlap >= PROJECT_MIN_OVERLAP
+                    and u_proj is not cand.u
+                ):
+                    n_sweep_passes += r.sweep.n_forward_passes
+                    info = {"unprojected": {"k": r.k, "class": r.klass.value}, "projected": True}
+                    r = read_direction(work, params, u_proj, xd, family, grid=grid, snap=snap)
+            n_sweep_passes += r.sweep.n_forward_passes
+            records.append(_record(cand, r, overlap, info))
+            if bar is not None:
+                bar[0].advance(bar[1])
+    finally:
+        if bar is not None:
+            bar[0].stop()
+
+    note = ""
+    if n_supported == 0:
+        note = "no supported layers: no detector applies to any module of this model"
+    elif not candidates:
+        note = "no candidate directions were detected"
+    meta = {
+        "model": type(model).__name__,
+        "n_params": sum(p.numel() for p in model.parameters()),
+        "n_covered_modules": n_supported,
+        "family": family.to_dict(),
+        "n_samples": int(x.shape[0]),
+        "dtype": str(next(model.parameters()).dtype)
+        if any(True for _ in model.parameters())
+        else "",
+        "upcast": bool(upcast),
+        "upcast_note": "float32 parameters were up-cast to float64 for the read" if upcast else "",
+        "n_candidates": n_found,
+        "n_read": len(records),
+        "n_forward_passes": 2 + factors.n_forward_passes + emb_passes + n_sweep_passes,
+        "n_backward_passes": factors.n_backward_passes,
+        "factor_fisher": factors.fisher,
+        "snap": bool(snap),
+        "dedup_overlap": DEDUP_OVERLAP,
+    }
+    return Reading(directions=tuple(records), not_covered=tuple(not_covered), meta=meta, note=note)
+
+
+def _finite(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) else float(v)
+
+
+def _record(
+    cand: Candidate, r: Any, overlap: float | None, extra: dict[str, Any]
+) -> DirectionRecord:
+    fit = r.fit
+    return DirectionRecord(
+        layer=cand.layers[0],
+        layers=tuple(cand.layers),
+        detector=cand.detector,
+        k=fit.k,
+        k_hat=_finite(fit.k_hat),
+        slope=_finite(fit.slope),
+        r2=_finite(fit.r2),
+        magnitude=_finite(fit.magnitude),
+        klass=r.klass.value,
+        window=None if fit.t_window is None else (float(fit.t_window[0]), float(fit.t_window[1])),
+        offset=float(r.offset),
+        gauge_overlap=r.gauge_overlap if r.gauge_overlap is not None else overlap,
+        ratio=cand.ratio,
+        reason=r.reason,
+        info={**cand.info, **extra},
+        sweep={"t": list(r.sweep.ts), "F": list(r.sweep.F), "floor": r.sweep.floor},
+    )
+
+
+def _progress(enabled: bool, total: int):
+    if not enabled or total == 0:
+        return None
+    from rich.progress import Progress
+
+    bar = Progress(transient=True)
+    task = bar.add_task("reading directions", total=total)
+    bar.start()
+    return bar, task

@@ -1,9 +1,138 @@
-"""`neuromanifold triple` commands."""
+"""`neuromanifold triple` commands: ν(k), closed-form (λ, m), and (λ, m) assembled from a read.
+
+JSON outputs (``--json PATH``; ``-`` writes to stdout):
+
+* ``triple nu``: ``{"nu": {"1": 0.5, "2": 0.1729…}, "lambda_dir": {...}, "v_frozen_zero": {...}}``.
+* ``triple rrr`` / ``triple dln``: ``{"lambda": "13/2", "lambda_float": 6.5, "m": 2, "model": …,
+  "case": …, "m_restated": …, "caveat": …}`` — ``lambda`` is the exact fraction as a string,
+  ``lambda_float`` its float value.
+* ``triple read``: the :class:`~neuromanifold.singular.assembly.Assembly` JSON of a saved Reading.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import typer
+
+triple_app = typer.Typer(
+    help="Watanabe's triple (λ, m, ν): ν(k), closed forms, assembly from a read.",
+    no_args_is_help=True,
+)
+
+
+def parse_k_range(spec: str) -> list[int]:
+    """Parse "1-8", "2,3,5" or "1-3,7" into a sorted list of distinct ints >= 1."""
+    out: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                lo, hi = (int(p) for p in part.split("-", 1))
+                if lo > hi:
+                    raise ValueError
+                out.update(range(lo, hi + 1))
+            else:
+                out.add(int(part))
+        except ValueError:
+            raise typer.BadParameter(
+                f"--k must look like '1-8' or '2,3,5' (ints >= 1), got {spec!r}"
+            ) from None
+    if not out or min(out) < 1:
+        raise typer.BadParameter(f"--k must look like '1-8' or '2,3,5' (ints >= 1), got {spec!r}")
+    return sorted(out)
+
+
+def _parse_widths(spec: str) -> list[int]:
+    try:
+        widths = [int(w) for w in spec.split(",")]
+    except ValueError:
+        raise typer.BadParameter(
+            f"--widths must be comma-separated ints like '4,4,4,4', got {spec!r}"
+        ) from None
+    return widths
+
+
+def _emit(payload: dict[str, Any], json_path: str | None) -> None:
+    if json_path is None:
+        return
+    text = json.dumps(payload, indent=2)
+    if json_path == "-":
+        typer.echo(text)
+    else:
+        Path(json_path).write_text(text + "\n")
+
+
+def _print_closed_form(cf: Any, json_path: str | None) -> None:
+    if json_path != "-":
+        typer.echo(f"{cf.model}: λ = {cf.lam} ({float(cf.lam):.6g}), m = {cf.m}  [case {cf.case}]")
+        if cf.caveat:
+            typer.echo(f"caveat: {cf.caveat}")
+    _emit(cf.to_dict(), json_path)
+
+
+@triple_app.command("nu")
+def nu_cmd(
+    k: str = typer.Option("1-8", "--k", help="Orders, e.g. '1-8' or '2,3,5'."),
+    json_path: str | None = typer.Option(None, "--json", help="Write JSON here ('-': stdout)."),
+) -> None:
+    """ν(k), λ_dir = 1/(2k) and the frozen V_k(0) for each order k (quadrature)."""
+    from neuromanifold.singular.nu import K_MAX, lambda_dir, nu, v_frozen_zero
+
+    ks = parse_k_range(k)
+    if max(ks) > K_MAX:
+        raise typer.BadParameter(f"--k must be <= {K_MAX}, got {k!r}")
+    rows = {kk: (lambda_dir(kk), nu(kk), v_frozen_zero(kk)) for kk in ks}
+    if json_path != "-":
+        typer.echo(f"{'k':>3} {'λ_dir':>10} {'ν(k)':>12} {'V_k(0)':>12}")
+        for kk, (lam, nuk, v0) in rows.items():
+            typer.echo(f"{kk:>3} {lam:>10.6f} {nuk:>12.9f} {v0:>12.9f}")
+    _emit(
+        {
+            "nu": {str(kk): v[1] for kk, v in rows.items()},
+            "lambda_dir": {str(kk): v[0] for kk, v in rows.items()},
+            "v_frozen_zero": {str(kk): v[2] for kk, v in rows.items()},
+        },
+        json_path,
+    )
+
+
+@triple_app.command("rrr")
+def rrr_cmd(
+    M: int = typer.Argument(..., help="Input dimension."),
+    H: int = typer.Argument(..., help="Inner (hidden) dimension."),
+    N: int = typer.Argument(..., help="Output dimension."),
+    r: int = typer.Argument(..., help="True rank."),
+    json_path: str | None = typer.Option(None, "--json", help="Write JSON here ('-': stdout)."),
+) -> None:
+    """Reduced-rank regression (λ, m) (Aoyagi–Watanabe 2005), exact."""
+    from neuromanifold.singular.closed_forms import rrr
+
+    try:
+        cf = rrr(M, H, N, r)
+    except (ValueError, TypeError) as err:
+        raise typer.BadParameter(str(err)) from None
+    _print_closed_form(cf, json_path)
+
+
+@triple_app.command("dln")
+def dln_cmd(
+    widths: str = typer.Option(..., "--widths", help="Widths input,…,output, e.g. '4,4,4,4'."),
+    rank: int = typer.Option(0, "--rank", help="True rank r."),
+    json_path: str | None = typer.Option(None, "--json", help="Write JSON here ('-': stdout)."),
+) -> None:
+    """Deep linear network λ (Aoyagi 2024) and m, with the width-1 multiplicity caveat."""
+    from neuromanifold.singular.closed_forms import deep_linear
+
+    try:
+        cf = deep_linear(_parse_widths(widths), rank)
+    except (ValueError, TypeError) as err:
+        raise typer.BadParameter(str(err)) from None
+    _print_closed_form(cf, json_path)
 
 
 def register(app: typer.Typer) -> None:
     """Attach the `triple` commands to the top-level app."""
+    app.add_typer(triple_app, name="triple")

@@ -1,0 +1,71 @@
+"""`neuromanifold triple` commands: JSON contracts and argument errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from neuromanifold.cli import app
+from neuromanifold.cli.triple import parse_k_range
+from neuromanifold.singular.nu import nu
+
+ATOL_JSON = 1e-15
+
+runner = CliRunner()
+
+
+def test_nu_json(tmp_path: Path) -> None:
+    out = tmp_path / "nu.json"
+    res = runner.invoke(app, ["triple", "nu", "--k", "1-3", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert list(data["nu"]) == ["1", "2", "3"]
+    assert data["nu"]["1"] == 0.5
+    assert data["nu"]["2"] == pytest.approx(nu(2), abs=ATOL_JSON)
+    assert data["lambda_dir"]["3"] == pytest.approx(1 / 6, abs=ATOL_JSON)
+    assert "0.172973" in res.output
+
+
+def test_rrr_json_to_stdout() -> None:
+    res = runner.invoke(app, ["triple", "rrr", "5", "3", "5", "0", "--json", "-"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert (data["lambda"], data["lambda_float"], data["m"]) == ("13/2", 6.5, 2)
+
+
+def test_dln_human_and_json(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["triple", "dln", "--widths", "4,4,4,4", "--rank", "0"])
+    assert res.exit_code == 0, res.output
+    assert "λ = 11/2" in res.output
+    out = tmp_path / "dln.json"
+    res = runner.invoke(
+        app, ["triple", "dln", "--widths", "1,1,1,1,1", "--rank", "0", "--json", str(out)]
+    )
+    data = json.loads(out.read_text())
+    assert (data["lambda"], data["m"], data["m_restated"]) == ("1/2", 4, 2)
+    assert "caveat" in res.output
+
+
+def test_parse_k_range() -> None:
+    assert parse_k_range("1-3,7") == [1, 2, 3, 7]
+    assert parse_k_range("5") == [5]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["triple", "nu", "--k", "3-1"], "--k must look like"),
+        (["triple", "nu", "--k", "0"], "--k must look like"),
+        (["triple", "nu", "--k", "1-99"], "--k must be <="),
+        (["triple", "rrr", "5", "3", "5", "9"], "r must satisfy"),
+        (["triple", "dln", "--widths", "4,x", "--rank", "0"], "--widths must be comma-separated"),
+        (["triple", "dln", "--widths", "3", "--rank", "0"], "widths must list at least 2"),
+    ],
+)
+def test_errors(argv: list[str], message: str) -> None:
+    res = runner.invoke(app, argv)
+    assert res.exit_code != 0
+    assert message in " ".join(res.output.split()).replace("│", "").replace("  ", " ")

@@ -1,9 +1,117 @@
-"""`neuromanifold read` commands."""
+"""`neuromanifold read`: the whole-model read of a checkpoint, as a per-layer table and JSON."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import typer
+
+_FAMILIES = ("gaussian", "categorical")
+
+
+def _resolve_model(spec: str) -> tuple[Any, Any, Any]:
+    """``zoo:planted-mlp`` or ``module.path:factory`` → (model, default data or None, family)."""
+    if spec == "zoo:planted-mlp":
+        from neuromanifold.cells.planted import planted_mlp
+
+        p = planted_mlp()
+        return p.model, p.data, p.family
+    if spec.startswith("zoo:"):
+        raise typer.BadParameter(f"unknown zoo model {spec!r}; available: zoo:planted-mlp")
+    if ":" not in spec:
+        raise typer.BadParameter(
+            f"--model must be 'zoo:NAME' or 'package.module:factory'; got {spec!r}"
+        )
+    import importlib
+
+    mod_name, _, attr = spec.partition(":")
+    try:
+        factory = getattr(importlib.import_module(mod_name), attr)
+    except (ImportError, AttributeError) as err:
+        raise typer.BadParameter(f"cannot import {spec!r}: {err}") from err
+    obj = factory() if callable(factory) and not hasattr(factory, "named_parameters") else factory
+    if hasattr(obj, "model") and hasattr(obj, "data"):
+        return obj.model, obj.data, getattr(obj, "family", None)
+    return obj, None, None
+
+
+def _load_data(path: Path) -> Any:
+    import torch
+
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        tensors = load_file(str(path))
+        if "x" not in tensors:
+            raise typer.BadParameter(f"{path} holds {sorted(tensors)}; expected a tensor named 'x'")
+        return tensors["x"]
+    obj = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(obj, dict):
+        if "x" not in obj:
+            raise typer.BadParameter(f"{path} holds keys {sorted(obj)}; expected a key 'x'")
+        return obj["x"]
+    return obj
 
 
 def register(app: typer.Typer) -> None:
     """Attach the `read` commands to the top-level app."""
+
+    @app.command("read")
+    def read_cmd(
+        model: str = typer.Option(..., "--model", help="zoo:planted-mlp or package.module:factory"),
+        json_path: Path | None = typer.Option(None, "--json", help="write the Reading as JSON"),
+        data: Path | None = typer.Option(
+            None, "--data", help="probe inputs: a torch file (tensor or {'x': ...}) or safetensors"
+        ),
+        family: str | None = typer.Option(
+            None, "--family", help="output family: gaussian or categorical (default: the model's)"
+        ),
+        max_directions: int | None = typer.Option(None, "--max-directions", min=0),
+        snap: bool = typer.Option(False, "--snap", help="read from the snapped base point"),
+    ) -> None:
+        """Detect and read every dead direction of a model; print a per-layer table."""
+        from rich.console import Console
+        from rich.table import Table
+
+        from neuromanifold.singular.family import Categorical, Gaussian
+        from neuromanifold.singular.read import read
+
+        net, default_x, default_family = _resolve_model(model)
+        x = _load_data(data) if data is not None else default_x
+        if x is None:
+            raise typer.BadParameter("this model ships no probe data: pass --data PATH")
+        if family is not None and family not in _FAMILIES:
+            raise typer.BadParameter(f"--family must be one of {_FAMILIES}; got {family!r}")
+        fam = {"gaussian": Gaussian(), "categorical": Categorical()}.get(family or "")
+        fam = fam or default_family or Gaussian()
+        try:
+            reading = read(net, x, fam, max_directions=max_directions, snap=snap)
+        except (ValueError, TypeError) as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(code=2) from err
+        table = Table(title=f"read: {model} ({reading.meta['n_samples']} samples)")
+        for col in ("layer", "detector", "k", "k̂", "slope", "r²", "class", "magnitude"):
+            table.add_column(col)
+        for layer, recs in reading.by_layer().items():
+            for r in recs:
+                table.add_row(
+                    layer,
+                    r.detector,
+                    "—" if r.k is None else str(r.k),
+                    "—" if r.k_hat is None else f"{r.k_hat:.3f}",
+                    "—" if r.slope is None else f"{r.slope:.3f}",
+                    "—" if r.r2 is None else f"{r.r2:.4f}",
+                    r.klass,
+                    "—" if r.magnitude is None else f"{r.magnitude:.3g}",
+                )
+        console = Console()
+        console.print(table)
+        for nc in reading.not_covered:
+            console.print(f"not covered: {nc.name} ({nc.type}, {nc.n_params} params): {nc.reason}")
+        if reading.note:
+            console.print(reading.note)
+        if json_path is not None:
+            json_path.write_text(json.dumps(reading.to_dict(), indent=2))
+            console.print(f"wrote {json_path}")

@@ -194,7 +194,8 @@ def swiglu_dead_dimension(
     live[j, j] = 0.0
     dead = torch.zeros(d, d, dtype=torch.float64)
     dead[j, j] = 1.0 / math.sqrt(3.0)
-    perm = basis_change(d, basis, gen=gen)  # hidden units: rows of W1, W3; columns of W2
+    # hidden units: rows of W1, W3; columns of W2 (own stream: every basis shares the data)
+    perm = basis_change(d, basis, gen=generator(seed + 7919))
     model = SwiGLU(d, d, d)
     params = load(
         model, {"w1.weight": perm @ live, "w3.weight": perm @ live, "w2.weight": live @ perm.T}

@@ -1,0 +1,57 @@
+"""`neuromanifold cells`: table, JSON, PNGs, exit codes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from typer.testing import CliRunner
+
+from neuromanifold.cells import CELLS, node_death
+from neuromanifold.cli import app
+
+JSON_KEYS = {"name", "expected_k", "k", "slope", "r2", "class", "expected_class", "passed"}
+
+
+def test_cells_command_reads_every_cell_and_writes_json(tmp_path) -> None:
+    path = tmp_path / "cells.json"
+    result = CliRunner().invoke(app, ["cells", "--json", str(path)])
+    assert result.exit_code == 0, result.output
+    assert f"all {len(CELLS)} cells passed" in result.output
+    rows = json.loads(path.read_text())["cells"]
+    assert [r["name"] for r in rows] == list(CELLS)
+    for row in rows:
+        assert JSON_KEYS <= set(row)
+        assert row["passed"] is True
+    gauges = [r for r in rows if r["expected_k"] is None]
+    assert {r["class"] for r in gauges} == {"flat_gauge", "curved_gauge"}
+
+
+def test_cells_command_writes_one_png_per_cell(tmp_path) -> None:
+    names = ["node_death_relu", "layernorm_kernel", "qk_rotation"]
+    args = ["cells", "--out", str(tmp_path / "png")]
+    for name in names:
+        args += ["--only", name]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    for name in names:
+        png = tmp_path / "png" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(list((tmp_path / "png").iterdir())) == len(names)
+
+
+def test_cells_command_fails_and_names_the_failing_cell(monkeypatch) -> None:
+    import neuromanifold.cells.registry as registry
+
+    wrong = dataclasses.replace(node_death(), name="node_death_wrong", expected_k=3)
+    monkeypatch.setattr(registry, "all_cells", lambda *, seed=0: [node_death(), wrong])
+    result = CliRunner().invoke(app, ["cells"])
+    assert result.exit_code == 1
+    assert "1 of 2 cells failed: node_death_wrong" in result.output
+    assert "k = 2 != expected 3" in result.output
+
+
+def test_cells_command_rejects_an_unknown_cell() -> None:
+    result = CliRunner().invoke(app, ["cells", "--only", "nope"])
+    assert result.exit_code == 2
+    assert "unknown cell 'nope'" in result.output

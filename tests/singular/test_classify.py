@@ -1,0 +1,107 @@
+"""Classification rules and the gauge-span overlap."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from neuromanifold.singular import (
+    GAUGE_OVERLAP_MIN,
+    LIVE_FLOOR_FACTOR,
+    DirectionClass,
+    classify,
+    classify_with_reason,
+    fit_rate,
+    gauge_overlap,
+)
+
+EXACT = 1e-12
+T = np.logspace(-4, 0, 32)
+FLOOR = 1e-26
+
+
+def test_flat_gauge_when_everything_is_at_the_floor() -> None:
+    f = np.full(T.size, 3 * FLOOR)
+    fit = fit_rate(T, f, floor=FLOOR)
+    assert classify(fit, F=f, floor=FLOOR) is DirectionClass.FLAT_GAUGE
+
+
+def test_live_when_slope_zero_and_magnitude_high() -> None:
+    f = np.full(T.size, 0.7)
+    fit = fit_rate(T, f, floor=FLOOR)
+    assert classify(fit, F=f, floor=FLOOR) is DirectionClass.LIVE
+
+
+def test_slope_zero_below_live_threshold_is_flat() -> None:
+    """Magnitude resolves the slope-0 ambiguity: a plateau just above 10·floor is not live."""
+    f = np.full(T.size, 0.5 * LIVE_FLOOR_FACTOR * FLOOR)
+    fit = fit_rate(T, f, floor=FLOOR)
+    assert fit.k == 1
+    klass, reason = classify_with_reason(fit, F=f, floor=FLOOR)
+    assert klass is DirectionClass.FLAT_GAUGE
+    assert "magnitude at noise level" in reason
+    # An explicit live threshold (e.g. 1e−3 × median live Fisher) overrides the default.
+    assert classify(fit, F=f, floor=FLOOR, live_threshold=1e-30) is DirectionClass.LIVE
+
+
+@pytest.mark.parametrize("p", [2, 4, 6])
+def test_genuine_without_gauge_and_curved_with_it(p: int) -> None:
+    f = T**p
+    fit = fit_rate(T, f, floor=FLOOR)
+    assert classify(fit, F=f, floor=FLOOR) is DirectionClass.GENUINE_SINGULARITY
+    assert classify(fit, F=f, floor=FLOOR, gauge_overlap=0.5) is (
+        DirectionClass.GENUINE_SINGULARITY
+    )
+    assert classify(fit, F=f, floor=FLOOR, gauge_overlap=GAUGE_OVERLAP_MIN) is (
+        DirectionClass.CURVED_GAUGE
+    )
+
+
+def test_unresolved_when_no_window() -> None:
+    f = T**3
+    fit = fit_rate(T, f, floor=FLOOR)
+    klass, reason = classify_with_reason(fit, F=f, floor=FLOOR)
+    assert klass is DirectionClass.UNRESOLVED
+    assert reason.startswith("no rate window")
+
+
+def test_class_values_are_the_json_strings() -> None:
+    assert {c.value for c in DirectionClass} == {
+        "genuine_singularity",
+        "flat_gauge",
+        "curved_gauge",
+        "live",
+        "unresolved",
+    }
+    assert DirectionClass("curved_gauge") is DirectionClass.CURVED_GAUGE
+
+
+def test_gauge_overlap_is_the_norm_of_the_projection() -> None:
+    d = torch.float64
+    u = {"a": torch.tensor([1.0, 2.0], dtype=d), "b": torch.tensor([2.0], dtype=d)}  # ‖u‖ = 3
+    g1 = {"a": torch.tensor([1.0, 0.0], dtype=d)}
+    g2 = {"b": torch.tensor([5.0], dtype=d)}
+    assert gauge_overlap(u, [g1]) == pytest.approx(1 / 3, abs=EXACT)
+    assert gauge_overlap(u, [g1, g2]) == pytest.approx(math.sqrt(5) / 3, abs=EXACT)
+    # dependent generators span the same space
+    g3 = {"a": torch.tensor([2.0, 0.0], dtype=d), "b": torch.tensor([5.0], dtype=d)}
+    assert gauge_overlap(u, [g1, g2, g3]) == pytest.approx(math.sqrt(5) / 3, abs=EXACT)
+    assert gauge_overlap(u, [u]) == pytest.approx(1.0, abs=EXACT)
+
+
+def test_error_empty_generators() -> None:
+    with pytest.raises(ValueError, match="gauge_generators is empty"):
+        gauge_overlap({"a": torch.ones(2)}, [])
+
+
+def test_error_zero_generators() -> None:
+    with pytest.raises(ValueError, match="gauge generators are all zero"):
+        gauge_overlap({"a": torch.ones(2)}, [{"a": torch.zeros(2)}])
+
+
+def test_error_generator_shape() -> None:
+    with pytest.raises(ValueError, match=r"gauge generator entry 'a' has shape \(3,\)"):
+        gauge_overlap({"a": torch.ones(2)}, [{"a": torch.ones(3)}])

@@ -1,0 +1,266 @@
+"""`read_direction` on tiny inline cells with known orders and classes (spec §9.1)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from neuromanifold.singular import (
+    Categorical,
+    DirectionClass,
+    DirectionReading,
+    Gaussian,
+    local_slopes,
+    read_direction,
+)
+
+D = torch.float64
+K_TOL = 0.05  # |k̂ − k| (issue 4 "Done when")
+R2_MIN_CELLS = 0.99  # r² on the selected window (issue 4 "Done when")
+SLOPE_TOL_REGIME = 0.05  # local log–log slope inside a regime, offset cell
+# "t ≫ δ_off" as t ≥ 100·δ_off, "t ≪ δ_off" as t ≤ δ_off/100. The offset cell has F ∝ (δ_off + t)²
+# exactly, local slope 2t/(t + δ_off), i.e. within 0.02 of 2 (resp. 0) in those regimes.
+REGIME_SEPARATION = 100.0
+
+
+def assert_order(r: DirectionReading, k: int) -> None:
+    assert r.k == k, r.reason
+    assert abs(r.k_hat - k) <= K_TOL
+    assert r.r2 >= R2_MIN_CELLS
+
+
+class Power(nn.Module):
+    """Gaussian location anchor: output μ = θ^k for every sample."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.k = k
+        self.theta = nn.Parameter(torch.zeros((), dtype=D))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.theta**self.k * torch.ones_like(x)
+
+
+class Node(nn.Module):
+    """One hidden node ``a·σ(b·x)`` with scalar a, b."""
+
+    def __init__(self, act, a: float = 0.0, b: float = 0.0) -> None:
+        super().__init__()
+        self.act = act
+        self.a = nn.Parameter(torch.tensor(a, dtype=D))
+        self.b = nn.Parameter(torch.tensor(b, dtype=D))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a * self.act(self.b * x)
+
+
+def params_of(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 6])
+def test_gaussian_anchor_recovers_k(k: int) -> None:
+    model = Power(k)
+    r = read_direction(
+        model,
+        params_of(model),
+        {"theta": torch.tensor(1.0)},
+        torch.ones(3, 1, dtype=D),
+        Gaussian(0.5),
+    )
+    assert_order(r, k)
+    assert r.lambda_dir == 1 / (2 * k)
+    # magnitude c_k = k²/σ² exactly
+    assert r.fit.magnitude == pytest.approx(k**2 / 0.25, rel=1e-9)
+    expected = DirectionClass.LIVE if k == 1 else DirectionClass.GENUINE_SINGULARITY
+    assert r.klass is expected
+
+
+def test_regular_regression_is_live_order_one() -> None:
+    torch.manual_seed(0)
+    lin = nn.Linear(5, 2).to(D)
+    r = read_direction(
+        lin,
+        params_of(lin),
+        {"weight": torch.randn(2, 5, dtype=D)},
+        torch.randn(64, 5, dtype=D),
+        Gaussian(),
+    )
+    assert_order(r, 1)
+    assert r.klass is DirectionClass.LIVE
+
+
+@pytest.mark.parametrize(
+    ("name", "act", "k"),
+    [
+        ("relu", torch.relu, 2),
+        ("tanh", torch.tanh, 2),
+        ("gelu", F.gelu, 2),
+        ("silu", F.silu, 2),
+        ("relu_squared", lambda z: torch.relu(z) ** 2, 3),
+    ],
+)
+def test_node_death_orders(name: str, act, k: int) -> None:
+    torch.manual_seed(1)
+    model = Node(act)
+    u = {"a": torch.tensor(1.0, dtype=D), "b": torch.tensor(1.0, dtype=D)}
+    r = read_direction(model, params_of(model), u, torch.randn(128, 1, dtype=D), Gaussian())
+    assert_order(r, k)
+    assert r.klass is DirectionClass.GENUINE_SINGULARITY
+
+
+def dead_unit_mlp(delta: float, seed: int = 0):
+    """ReLU MLP 3 → 5 → 2 whose unit 0 is dead: input row δ·r, output column δ·e."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2)).to(D)
+    r = torch.randn(3, dtype=D)
+    r = r / r.norm()
+    e = torch.tensor([0.6, 0.8], dtype=D)
+    p = params_of(model)
+    p["0.weight"][0] = delta * r
+    p["0.bias"][0] = 0.0
+    p["2.weight"][:, 0] = delta * e
+    u = {"0.weight": torch.zeros(5, 3, dtype=D), "2.weight": torch.zeros(2, 5, dtype=D)}
+    u["0.weight"][0] = r
+    u["2.weight"][:, 0] = e
+    return model, p, u
+
+
+def test_node_death_inside_mlp_and_under_permutation() -> None:
+    model, p, u = dead_unit_mlp(0.0)
+    x = torch.randn(64, 3, dtype=D)
+    r = read_direction(model, p, u, x, Gaussian())
+    assert_order(r, 2)
+    perm = torch.tensor([3, 0, 4, 1, 2])
+    pp = {
+        "0.weight": p["0.weight"][perm],
+        "0.bias": p["0.bias"][perm],
+        "2.weight": p["2.weight"][:, perm],
+        "2.bias": p["2.bias"],
+    }
+    up = {"0.weight": u["0.weight"][perm], "2.weight": u["2.weight"][:, perm]}
+    rp = read_direction(model, pp, up, x, Gaussian())
+    assert rp.k == r.k
+    assert rp.k_hat == pytest.approx(r.k_hat, abs=1e-9)
+
+
+def test_offset_node_death_rate_only_above_offset_and_snap_recovers_k() -> None:
+    delta = 1e-4
+    model, p, u = dead_unit_mlp(delta)
+    x = torch.randn(64, 3, dtype=D)
+    grid = torch.logspace(-8, 0, 49, dtype=D)
+    raw = read_direction(model, p, u, x, Gaussian(), grid=grid)
+    offset = math.sqrt(2) * delta  # uᵀθ0 with u = (r, e)/√2 and θ0's unit-0 part δ·(r, e)
+    assert raw.offset == pytest.approx(offset, rel=1e-12)
+    mid, s = local_slopes(raw.sweep.ts, raw.sweep.F)
+    above, below = mid >= REGIME_SEPARATION * offset, mid <= offset / REGIME_SEPARATION
+    assert above.sum() >= 6 and below.sum() >= 6
+    assert np.all(np.abs(s[above] - 2.0) <= SLOPE_TOL_REGIME)
+    assert np.all(np.abs(s[below]) <= SLOPE_TOL_REGIME)
+    # Unsnapped, the asymptotic (t → 0) read is the regular point's k = 1, flagged invisible.
+    assert raw.k == 1 and not raw.rate_visible
+    snapped = read_direction(model, p, u, x, Gaussian(), grid=grid, snap=True)
+    assert snapped.snapped and snapped.rate_visible
+    assert snapped.offset == pytest.approx(offset, rel=1e-12)
+    assert_order(snapped, 2)
+    assert snapped.klass is DirectionClass.GENUINE_SINGULARITY
+
+
+def test_relu_rescale_straight_probe_is_curved_gauge() -> None:
+    """a·ReLU(b x) at the live point (1.3, 0.7); probe along the rescale tangent (a, −b)."""
+    model = Node(torch.relu, 1.3, 0.7)
+    gen = {"a": torch.tensor(1.3, dtype=D), "b": torch.tensor(-0.7, dtype=D)}
+    x = torch.randn(128, 1, dtype=D)
+    r = read_direction(model, params_of(model), gen, x, Gaussian(), gauge_generators=[gen])
+    assert r.k == 2  # the straight probe mimics order 2 …
+    assert r.klass is DirectionClass.CURVED_GAUGE  # … and is classed as the gauge it is
+    assert r.gauge_overlap == pytest.approx(1.0, abs=1e-12)
+
+
+def test_relu_rescale_in_an_mlp_unit_is_curved_gauge_not_genuine() -> None:
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)).to(D)
+    p = params_of(model)
+    gen = {k: torch.zeros_like(v) for k, v in p.items()}
+    gen["0.weight"][1], gen["0.bias"][1] = p["0.weight"][1], p["0.bias"][1]
+    gen["2.weight"][:, 1] = -p["2.weight"][:, 1]
+    x = torch.randn(64, 3, dtype=D)
+    r = read_direction(model, p, gen, x, Categorical(), gauge_generators=[gen])
+    assert r.klass is DirectionClass.CURVED_GAUGE
+    assert_order(r, 2)
+
+
+def test_layernorm_kernel_is_flat_gauge() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.LayerNorm(6), nn.Linear(6, 3)).to(D)
+    p = params_of(model)
+    p["0.weight"] = torch.rand(6, dtype=D) + 0.5
+    p["0.bias"] = torch.randn(6, dtype=D)
+    a_star = 1 / p["0.weight"]
+    g = torch.randn(3, dtype=D)
+    u = {"1.weight": torch.outer(g, a_star), "1.bias": -g * (a_star * p["0.bias"]).sum()}
+    r = read_direction(model, p, u, torch.randn(64, 6, dtype=D), Categorical())
+    assert r.klass is DirectionClass.FLAT_GAUGE
+    assert max(r.sweep.F) <= 10 * r.sweep.floor
+
+
+def test_logit_shift_is_flat_gauge() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3)).to(D)
+    r = read_direction(
+        model,
+        params_of(model),
+        {"2.bias": torch.ones(3, dtype=D)},
+        torch.randn(32, 4, dtype=D),
+        Categorical(),
+    )
+    assert r.klass is DirectionClass.FLAT_GAUGE
+
+
+def test_reading_json_round_trip() -> None:
+    model = Node(torch.tanh)
+    gen = {"a": torch.tensor(1.0, dtype=D)}
+    r = read_direction(
+        model,
+        params_of(model),
+        {"a": torch.tensor(2.0), "b": torch.tensor(2.0)},
+        torch.randn(16, 1, dtype=D),
+        Gaussian(),
+        gauge_generators=[gen],
+    )
+    d = json.loads(json.dumps(r.to_dict()))
+    assert d["class"] == "genuine_singularity" and d["k"] == 2
+    assert d["direction_norm"] == pytest.approx(2 * math.sqrt(2))
+    again = DirectionReading.from_dict(d)
+    assert again == r
+
+
+def test_error_read_direction_bad_grid() -> None:
+    model = Power(2)
+    with pytest.raises(ValueError, match="grid must be strictly increasing"):
+        read_direction(
+            model,
+            params_of(model),
+            {"theta": torch.tensor(1.0)},
+            torch.ones(2, 1, dtype=D),
+            Gaussian(),
+            grid=[0.2, 0.1],
+        )
+
+
+def test_error_read_direction_family_mismatch() -> None:
+    model = Power(2)
+    with pytest.raises(ValueError, match=r"Categorical family expects 2-D .* shape \(2, 1\)"):
+        read_direction(
+            model,
+            params_of(model),
+            {"theta": torch.tensor(1.0)},
+            torch.ones(2, 1, dtype=D),
+            Categorical(),
+        )

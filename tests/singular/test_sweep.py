@@ -1,0 +1,187 @@
+"""Sweeps along θ0 + t·u: grid policy, closed-form values, base shift, floor, serialisation."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from neuromanifold.singular import Categorical, Gaussian, Sweep, default_grid, sweep
+from neuromanifold.singular.sweep import EPS64, FLOOR_EPS_MULTIPLE, weight_scale
+
+D = torch.float64
+RTOL_EXACT = 1e-12
+
+
+class Power(nn.Module):
+    """Gaussian location anchor: output μ = θ^k for every sample."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.k = k
+        self.theta = nn.Parameter(torch.zeros((), dtype=D))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.theta**self.k * torch.ones_like(x)
+
+
+def test_default_grid_scaled_by_rms_of_touched_blocks() -> None:
+    params = {
+        "a": torch.tensor([3.0, 4.0], dtype=D),  # RMS over a and b together
+        "b": torch.zeros(2, dtype=D),
+        "c": torch.full((5,), 100.0, dtype=D),  # untouched: ignored
+    }
+    u = {"a": torch.tensor([1.0, 0.0]), "b": torch.tensor([0.0, 1.0]), "c": torch.zeros(5)}
+    rho = math.sqrt((9 + 16) / 4)
+    assert weight_scale(params, u) == pytest.approx(rho, rel=RTOL_EXACT)
+    g = default_grid(params, u)
+    assert g.shape == (32,) and g.dtype == D
+    assert float(g[0]) == pytest.approx(1e-4 * rho, rel=RTOL_EXACT)
+    assert float(g[-1]) == pytest.approx(rho, rel=RTOL_EXACT)
+    ratios = g[1:] / g[:-1]
+    torch.testing.assert_close(ratios, torch.full_like(ratios, 10 ** (4 / 31)), rtol=1e-12, atol=0)
+
+
+def test_default_grid_falls_back_to_one_for_zero_weights() -> None:
+    g = default_grid({"w": torch.zeros(3, dtype=D)}, {"w": torch.ones(3)}, n=5, lo=1e-2, hi=1.0)
+    assert float(g[0]) == pytest.approx(1e-2) and float(g[-1]) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_sweep_values_are_the_closed_form(k: int) -> None:
+    model, sigma = Power(k), 0.3
+    x = torch.ones(5, 1)
+    sw = sweep(
+        model, dict(model.named_parameters()), {"theta": torch.tensor(-2.0)}, x, Gaussian(sigma)
+    )
+    # u = −1 after normalisation: μ(θ0 + t u) = (−t)^k, F = k² t^{2(k−1)}/σ².
+    for t, f in zip(sw.ts, sw.F, strict=True):
+        expected = k**2 * t ** (2 * (k - 1)) / sigma**2
+        assert abs(f - expected) <= RTOL_EXACT * expected
+    assert sw.n_forward_passes == len(sw.ts) + 1
+    assert sw.n_samples == 5
+    assert sw.ts[0] == pytest.approx(1e-4)  # θ0 = 0 ⇒ ρ_W falls back to 1
+
+
+def test_base_shift_moves_the_base_point() -> None:
+    """μ = θ², θ0 = 0, base shift s: F(t) = 4(s + t)²."""
+    model = Power(2)
+    s = 0.25
+    sw = sweep(
+        model,
+        dict(model.named_parameters()),
+        {"theta": torch.tensor(1.0)},
+        torch.ones(2, 1),
+        Gaussian(),
+        grid=[0.1, 0.2, 0.4],
+        base_shift=s,
+    )
+    for t, f in zip(sw.ts, sw.F, strict=True):
+        assert f == pytest.approx(4 * (s + t) ** 2, rel=RTOL_EXACT)
+    assert sw.base_shift == s
+
+
+def test_floor_is_eps_scaled_and_a_flat_direction_sits_below_it() -> None:
+    """CE logit shift: F ≡ 0 exactly in exact arithmetic, below 10·floor in float64."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3)).to(D)
+    sw = sweep(
+        model,
+        dict(model.named_parameters()),
+        {"2.bias": torch.ones(3)},
+        torch.randn(32, 4, dtype=D),
+        Categorical(),
+    )
+    assert sw.random_fisher > 0
+    assert sw.scale == max(sw.random_fisher, max(sw.F))
+    assert sw.floor == pytest.approx((FLOOR_EPS_MULTIPLE * EPS64) ** 2 * sw.scale, rel=1e-15)
+    assert max(sw.F) <= 10 * sw.floor
+
+
+def test_sweep_json_round_trip() -> None:
+    model = Power(3)
+    sw = sweep(
+        model,
+        dict(model.named_parameters()),
+        {"theta": torch.tensor(1.0)},
+        torch.ones(2, 1),
+        Gaussian(),
+        grid=torch.logspace(-2, 0, 8, dtype=D),
+    )
+    again = Sweep.from_dict(json.loads(json.dumps(sw.to_dict())))
+    assert again == sw
+
+
+def test_float32_sweep_is_recorded_as_upcast() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    sw = sweep(
+        model,
+        dict(model.named_parameters()),
+        {"bias": torch.ones(2)},
+        torch.randn(4, 3),
+        Gaussian(),
+        grid=[0.1, 1.0],
+    )
+    assert sw.upcast
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("grid", "match"),
+    [
+        ([0.0, 0.1, 1.0], "grid must be positive and finite"),
+        ([0.1, 0.05, 1.0], r"grid must be strictly increasing; got t\[0\] = 0.1 ≥ t\[1\] = 0.05"),
+        ([0.1], "grid must have at least 2 points"),
+        ([0.1, math.inf], "grid must be positive and finite"),
+    ],
+)
+def test_error_bad_grid(grid: list[float], match: str) -> None:
+    model = Power(2)
+    with pytest.raises(ValueError, match=match):
+        sweep(
+            model,
+            dict(model.named_parameters()),
+            {"theta": torch.tensor(1.0)},
+            torch.ones(2, 1),
+            Gaussian(),
+            grid=grid,
+        )
+
+
+def test_error_grid_not_numeric() -> None:
+    model = Power(2)
+    with pytest.raises(TypeError, match="grid must be a 1-D sequence of positive floats"):
+        sweep(
+            model,
+            dict(model.named_parameters()),
+            {"theta": torch.tensor(1.0)},
+            torch.ones(2, 1),
+            Gaussian(),
+            grid=["a", "b"],
+        )
+
+
+def test_error_default_grid_bounds() -> None:
+    with pytest.raises(ValueError, match=r"grid bounds must satisfy 0 < lo < hi"):
+        default_grid({"w": torch.ones(2)}, {"w": torch.ones(2)}, lo=1.0, hi=0.1)
+    with pytest.raises(ValueError, match=r"grid size n must be an int ≥ 2"):
+        default_grid({"w": torch.ones(2)}, {"w": torch.ones(2)}, n=1)
+
+
+def test_error_base_shift_not_finite() -> None:
+    model = Power(2)
+    with pytest.raises(ValueError, match="base_shift must be a finite float"):
+        sweep(
+            model,
+            dict(model.named_parameters()),
+            {"theta": torch.tensor(1.0)},
+            torch.ones(2, 1),
+            Gaussian(),
+            base_shift=math.nan,
+        )

@@ -11,6 +11,8 @@ from neuromanifold.singular.assembly import (
     Assembly,
     Locus,
     assemble,
+    assemble_from_reading,
+    loci_from_reading,
 )
 from neuromanifold.singular.closed_forms import (
     additive,
@@ -163,3 +165,89 @@ def test_errors() -> None:
         Locus("x", "regular", dim=-1)
     with pytest.raises(TypeError, match=r"loci\[0\] must be a Locus"):
         assemble([("x", "genuine")])  # type: ignore[list-item]
+
+
+# --- assembly from a read -------------------------------------------------------------------
+
+
+def _rec(klass: str, k: int | None, layers: tuple[str, ...], **extra) -> dict:
+    return {"class": klass, "k": k, "layer": layers[0], "layers": list(layers), **extra}
+
+
+def test_loci_from_stand_in_records() -> None:
+    records = [
+        _rec("genuine_singularity", 2, ("0", "2")),  # node death, σ'(0) ≠ 0: (1, 1)
+        _rec("genuine_singularity", 3, ("4", "6")),  # squared-ReLU node death: (1, 2)
+        _rec("genuine_singularity", 3, ("a", "b", "c")),  # depth-3 chain: (1, 1, 1)
+        _rec("live", 1, ("0",)),
+        _rec("flat_gauge", None, ("5",)),
+        _rec("curved_gauge", 2, ("5",)),
+        _rec("genuine_singularity", None, ("9",)),
+    ]
+    loci, notes = loci_from_reading({"directions": records})
+    genuine = [loc for loc in loci if loc.kind == "genuine"]
+    assert [loc.orders for loc in genuine] == [(1, 1), (1, 2), (1, 1, 1)]
+    assert len({loc.block for loc in genuine}) == 3
+    assert [loc.kind for loc in loci].count("gauge") == 2 and len(notes) == 1
+    a = assemble_from_reading(records, regular_dims=4)
+    expected = (
+        normal_crossing([1, 1]).lam + normal_crossing([1, 2]).lam + normal_crossing([1, 1, 1]).lam
+    )
+    assert a.lam == expected + Fraction(1 + 4, 2)
+    assert a.m == 1 + (2 - 1) + 0 + (3 - 1)
+    assert a.dominant_order == 2 and "skipped" in a.notes[0]
+
+
+def test_component_dims_give_rrr_single_dead_unit() -> None:
+    # RRR (M, H, N, r) = (5, 3, 4, 2): one dead unit, components of dims (M − r, N − r) = (3, 2).
+    rec = [_rec("genuine_singularity", 2, ("0", "1"))]
+    a = assemble_from_reading(rec, regular_dims=2 * (5 + 4 - 2), component_dims={0: (3, 2)})
+    assert (a.lam, a.m) == (rrr(5, 3, 4, 2).lam, rrr(5, 3, 4, 2).m)
+    with pytest.raises(ValueError, match=r"component_dims\[0\] must have 2 entries"):
+        assemble_from_reading(rec, component_dims={0: (3,)})
+    with pytest.raises(TypeError, match="reading must be a Reading"):
+        assemble_from_reading(42)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "node_death_relu",
+        "node_death_gelu",
+        "node_death_tanh",
+        "node_death_silu",
+        "node_death_relu2",
+        "scalar_chain_L2",
+        "scalar_chain_L3",
+        "scalar_chain_L4",
+    ],
+)
+def test_assembly_from_real_direction_read_equals_closed_form(name: str) -> None:
+    from neuromanifold.cells.registry import get_cell
+    from neuromanifold.singular.direction import read_direction
+
+    cell = get_cell(name)
+    r = read_direction(cell.model, cell.params, cell.direction, cell.data, cell.family)
+    a = assemble_from_reading([r])
+    if name.startswith("node_death"):
+        cf = one_hidden_node(name.removeprefix("node_death_"))
+    else:
+        cf = width_one_chain(int(name.removeprefix("scalar_chain_L")))
+    assert (a.lam, a.m) == (cf.lam, cf.m), (r.k, r.klass)
+
+
+@pytest.mark.parametrize("depth", [2, 3, 4])
+def test_assembly_from_whole_model_read_equals_deep_linear_closed_form(depth: int) -> None:
+    from neuromanifold.cells.planted import planted_deep_linear
+    from neuromanifold.singular.read import read
+
+    width = 4
+    net = planted_deep_linear(depth=depth, width=width)
+    reading = read(net.model, net.data, net.family, progress=False)
+    r = width - 1  # the dead path lowers the end-to-end rank by one
+    a = assemble_from_reading(reading.to_dict(), regular_dims=r * (2 * width - r))
+    cf = deep_linear([width] * (depth + 1), r)
+    assert a.lam == cf.lam
+    assert a.m == depth  # the dead path is a crossing of `depth` order-1 components
+    if depth == 2:
+        assert a.m == cf.m

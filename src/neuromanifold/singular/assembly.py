@@ -32,7 +32,7 @@ T. P. Shirodkar, arXiv:2606.05957 (volume laws), arXiv:2607.00603 (assembly from
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
@@ -46,6 +46,8 @@ __all__ = [
     "Locus",
     "LocusKind",
     "assemble",
+    "assemble_from_reading",
+    "loci_from_reading",
 ]
 
 LocusKind = Literal["genuine", "regular", "gauge"]
@@ -246,3 +248,125 @@ def assemble(loci: Iterable[Locus], *, notes: Sequence[str] = ()) -> Assembly:
         gauge=tuple(gauge),
         notes=tuple(notes),
     )
+
+
+_GENUINE = "genuine_singularity"
+_LIVE = "live"
+_GAUGES = ("flat_gauge", "curved_gauge")
+
+
+def _field(rec: Any, *names: str) -> Any:
+    for name in names:
+        if isinstance(rec, Mapping):
+            if name in rec:
+                return rec[name]
+        elif hasattr(rec, name):
+            return getattr(rec, name)
+    return None
+
+
+def _class_of(rec: Any) -> str:
+    klass = _field(rec, "klass", "class")
+    return str(getattr(klass, "value", klass))
+
+
+def _n_factors(rec: Any) -> int:
+    """Number of weight tensors (modules) the dead direction crosses."""
+    info = _field(rec, "info") or {}
+    if isinstance(info, Mapping) and isinstance(info.get("chain_length"), int):
+        return int(info["chain_length"])
+    layers = _field(rec, "layers")
+    if layers:
+        return len(tuple(layers))
+    keys = _field(rec, "direction_keys")
+    if keys:
+        return len({str(k).rsplit(".", 1)[0] for k in keys})
+    return 1
+
+
+def loci_from_reading(
+    reading: Any, *, component_dims: Mapping[int, Sequence[int]] | None = None
+) -> tuple[list[Locus], list[str]]:
+    """Typed loci from the records of a read, and notes on what was skipped.
+
+    ``reading``: a :class:`~neuromanifold.singular.reading.Reading`, its ``to_dict()`` JSON, or
+    any iterable of direction records (``DirectionRecord``, ``DirectionReading`` or dicts) with
+    a class (``klass``/``class``), an order ``k`` and the layers or tensors the direction crosses
+    (``layers``/``info["chain_length"]``/``direction_keys``).
+
+    Rule (documented, [design]): a genuine direction of diagonal order k crossing n weight
+    tensors is a crossing of n components, one per tensor, whose orders add up to the diagonal
+    order (spec §5: k_diag = Σ k_i): n − 1 linear factors of order 1 and one factor carrying the
+    rest, orders (1, …, 1, k − n + 1) — a node death a·σ(b·) (n = 2, k = 1 + p) gives (1, p),
+    a depth-L linear chain (n = L = k) gives (1, …, 1). Each genuine direction is its own block
+    (distinct dead units are independent coordinates). A direction inside one tensor (n = 1) is a
+    1-D normal form (k). Live directions are regular (1/2 each); flat and curved gauges
+    contribute nothing. Records with another class or with no order are skipped and named in the
+    notes.
+
+    Component dimensions: 1 each, unless ``component_dims[i]`` gives them for record i. The read
+    measures orders, not how many coordinates each crossing component has beyond what the live
+    part absorbs: that is architecture (e.g. a dead unit of a rank-r linear layer pair has
+    components of dimensions (fan-in − r, fan-out − r)). With dimension 1 the slice
+    coefficient d/(2k) is a lower bound for wider components; it is exact for scalar units,
+    width-1 chains and dead paths through square linear layers of deficiency one.
+    """
+    if isinstance(reading, Mapping) and "directions" in reading:
+        records = list(reading["directions"])
+    elif hasattr(reading, "directions"):
+        records = list(reading.directions)
+    elif isinstance(reading, Iterable):
+        records = list(reading)
+    else:
+        raise TypeError(
+            f"reading must be a Reading, its to_dict() JSON or an iterable of direction "
+            f"records, got {type(reading).__name__}"
+        )
+    loci: list[Locus] = []
+    notes: list[str] = []
+    for i, rec in enumerate(records):
+        klass, k = _class_of(rec), _field(rec, "k")
+        layer = _field(rec, "layer") or ",".join(_field(rec, "direction_keys") or ()) or str(i)
+        name = f"{i}:{layer}:{_field(rec, 'detector') or 'direction'}"
+        if klass in _GAUGES:
+            loci.append(Locus(name, "gauge", dim=1))
+        elif klass == _LIVE:
+            loci.append(Locus(name, "regular", dim=1))
+        elif klass == _GENUINE and isinstance(k, int) and k >= 1:
+            n = _n_factors(rec)
+            if n >= 2 and k >= n:
+                orders = (1,) * (n - 1) + (k - n + 1,)
+            else:
+                orders = (k,)
+                if n >= 2:
+                    notes.append(f"{name}: order k={k} below its {n} factors; read as t^{2 * k}")
+            dims = tuple(component_dims[i]) if component_dims and i in component_dims else ()
+            if dims and len(dims) != len(orders):
+                raise ValueError(
+                    f"component_dims[{i}] must have {len(orders)} entries (one per factor of "
+                    f"the orders {orders}), got {dims}"
+                )
+            loci.append(Locus(name, "genuine", orders=orders, dims=dims, block=name))
+        else:
+            notes.append(f"{name}: skipped (class {klass!r}, k={k!r})")
+    return loci, notes
+
+
+def assemble_from_reading(
+    reading: Any,
+    *,
+    regular_dims: int = 0,
+    component_dims: Mapping[int, Sequence[int]] | None = None,
+) -> Assembly:
+    """(λ, m) of the structure a read found, by :func:`loci_from_reading` and :func:`assemble`.
+
+    The read lists dead directions, not the live parameters around them: the result is the
+    contribution of the read loci, plus ``regular_dims`` regular directions (1/2 each) when the
+    caller knows them (e.g. the live parameter count minus its gauge dimension). For a model
+    whose parameters are all in the read structure (one-node cells, width-1 chains) it is the
+    global (λ, m). ``component_dims``: see :func:`loci_from_reading`.
+    """
+    loci, notes = loci_from_reading(reading, component_dims=component_dims)
+    if regular_dims:
+        loci.append(Locus("caller: regular directions", "regular", dim=regular_dims))
+    return assemble(loci, notes=notes)

@@ -69,3 +69,28 @@ def test_errors(argv: list[str], message: str) -> None:
     res = runner.invoke(app, argv)
     assert res.exit_code != 0
     assert message in " ".join(res.output.split()).replace("│", "").replace("  ", " ")
+
+
+def test_read_from_saved_reading(tmp_path: Path) -> None:
+    reading = {
+        "directions": [
+            {"class": "genuine_singularity", "k": 3, "layer": "0", "layers": ["0", "2"]},
+            {"class": "flat_gauge", "k": None, "layer": "2", "layers": ["2"]},
+        ],
+        "not_covered": [],
+        "meta": {},
+    }
+    path = tmp_path / "reading.json"
+    path.write_text(json.dumps(reading))
+    res = runner.invoke(app, ["triple", "read", "--reading", str(path), "--json", "-"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert (data["lambda"], data["m"], data["dominant_order"]) == ("1/4", 1, 2)
+    res = runner.invoke(app, ["triple", "read", "--reading", str(path), "--regular-dims", "3"])
+    assert res.exit_code == 0 and "λ = 7/4" in res.output and "single-locus" in res.output
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    res = runner.invoke(app, ["triple", "read", "--reading", str(bad)])
+    assert res.exit_code != 0 and "directions" in res.output
+    res = runner.invoke(app, ["triple", "read", "--reading", str(tmp_path / "missing.json")])
+    assert res.exit_code != 0 and "readable Reading JSON" in " ".join(res.output.split())

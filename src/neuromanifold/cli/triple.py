@@ -133,6 +133,41 @@ def dln_cmd(
     _print_closed_form(cf, json_path)
 
 
+@triple_app.command("read")
+def read_cmd(
+    reading: Path = typer.Option(..., "--reading", help="A saved Reading JSON (Reading.to_dict)."),
+    regular_dims: int = typer.Option(
+        0, "--regular-dims", help="Regular (live) directions to add at 1/2 each."
+    ),
+    json_path: str | None = typer.Option(None, "--json", help="Write JSON here ('-': stdout)."),
+) -> None:
+    """(λ, m) and ν(k) assembled from the directions of a saved Reading."""
+    from neuromanifold.singular.assembly import assemble_from_reading
+
+    try:
+        data = json.loads(reading.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise typer.BadParameter(f"--reading must be a readable Reading JSON file: {err}") from None
+    if not isinstance(data, dict) or "directions" not in data:
+        raise typer.BadParameter(
+            f"--reading must hold a Reading JSON object with a 'directions' list, got {reading}"
+        )
+    if regular_dims < 0:
+        raise typer.BadParameter(f"--regular-dims must be >= 0, got {regular_dims}")
+    result = assemble_from_reading(data, regular_dims=regular_dims)
+    if json_path != "-":
+        typer.echo(
+            f"λ = {result.lam} ({float(result.lam):.6g}), m = {result.m}, dominant order "
+            f"k = {result.dominant_order}, ν(k) = {result.nu_universal:.6f}"
+        )
+        for b in result.blocks:
+            typer.echo(f"  block {b.block}: orders {b.orders} -> λ = {b.lam}, m = {b.m}")
+        for note in result.notes:
+            typer.echo(f"  note: {note}")
+        typer.echo(result.assumption)
+    _emit(result.to_dict(), json_path)
+
+
 def register(app: typer.Typer) -> None:
     """Attach the `triple` commands to the top-level app."""
     app.add_typer(triple_app, name="triple")

@@ -218,6 +218,21 @@ def unit_vector(n: int, *, gen: torch.Generator) -> Tensor:
     return v / torch.linalg.vector_norm(v)
 
 
+def top_eigenvector(moment: Tensor) -> Tensor:
+    """Unit eigenvector of the largest eigenvalue of a symmetric matrix, sign-fixed.
+
+    The sign makes the entry of largest magnitude positive, so the result is deterministic.
+    """
+    _, vecs = torch.linalg.eigh(0.5 * (moment + moment.T))
+    v = vecs[:, -1]
+    return v * torch.sign(v[v.abs().argmax()])
+
+
+def second_moment(rows: Tensor) -> Tensor:
+    """``(1/M) Σ_m r_m r_mᵀ`` of the rows of a ``(M, d)`` matrix (float64)."""
+    return rows.T @ rows / rows.shape[0]
+
+
 def normalise(u: Mapping[str, Tensor]) -> Direction:
     """``u / ‖u‖`` with the Euclidean norm over all entries of all tensors."""
     norm = math.sqrt(sum(float((v * v).sum()) for v in u.values()))

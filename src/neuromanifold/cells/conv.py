@@ -6,12 +6,16 @@ ordered ``(C_in, k_h, k_w)`` row-major, so the joint mode ``ΔW = g aᵀ`` resha
 
 * ``conv_node_death``: ``Conv(C_in → C_h, k) → σ → Conv(C_h → C_out, 1) → flatten`` with channel
   j = C_h − 1 dead (zero filter, bias and outgoing column). Probe: the dead channel's filter along
-  a unit patch vector a and its outgoing 1×1 weights along a unit g, over √2. The output changes
-  by ``g (t/√2) σ((t/√2) a ⋆ x)`` at every position: ``Θ(t^{1+p})``, k = 1 + p (2 for tanh).
+  the top patch direction a (top eigenvector of the input patch moment Ω: the channel spans the
+  kernel of Γ₁, Ω₁ has none, so the one-sided mode pairs it with the top a) and its outgoing
+  1×1 weights along a unit g (Γ₂ of the flattened Gaussian output is isotropic), over √2.
+  The output changes by ``g (t/√2) σ((t/√2) a ⋆ x)`` at every position: ``Θ(t^{1+p})``,
+  k = 1 + p (2 for tanh).
 * ``conv_chain``: L linear conv layers (kernel 3, "same" zero padding, no bias) with a dead path
   through channel j of every hidden layer; the probe is the per-layer joint modes
-  (first layer: patch vector a over all input channels; hidden layers: filter f_ℓ on
-  channel j → j; last layer: g ⊗ (e_j ⊗ f_L)), over √L. Along it the output gains
+  (first layer: the top patch direction a of the input, with padding; hidden layers: a random
+  unit filter f_ℓ on channel j → j, any vector of the dead channel's k-dimensional patch kernel;
+  last layer: g ⊗ (e_j ⊗ f_L) with a random unit g), over √L. Along it the output gains
   ``(t/√L)^L g·(f_L ⋆ ⋯ ⋆ f_2 ⋆ (a ⋆ x))``: k = L. Hidden channels may be rotated or permuted
   (``W_ℓ[o, i] → Σ Q_ℓ[o, o'] W_ℓ[o', i'] Q_{ℓ−1}[i, i']``), which the linear chain cannot see.
 
@@ -35,13 +39,15 @@ from neuromanifold.cells._cell import (
     load,
     normalise,
     randn,
+    second_moment,
     symmetric_normal,
+    top_eigenvector,
     unit_vector,
 )
 from neuromanifold.cells.dense import Activation, _activation
 from neuromanifold.singular.family import Gaussian
 
-__all__ = ["conv_chain", "conv_node_death"]
+__all__ = ["conv_chain", "conv_node_death", "patch_top_direction"]
 
 Dim = Literal[1, 2]
 
@@ -82,7 +88,8 @@ def conv_node_death(
     params = load(
         model, {"0.weight": w1, "0.bias": b1, "2.weight": w2, "2.bias": 0.1 * randn(c_out, gen=gen)}
     )
-    a = unit_vector(c_in * kernel**dim, gen=gen).reshape(c_in, *ks)
+    x = symmetric_normal(n, c_in, *(size,) * dim, gen=gen)
+    a = patch_top_direction(x, kernel)
     g = unit_vector(c_out, gen=gen)
     dw1 = torch.zeros_like(w1)
     dw1[j] = a
@@ -98,13 +105,28 @@ def conv_node_death(
         model=model,
         params=params,
         direction=u,
-        data=symmetric_normal(n, c_in, *(size,) * dim, gen=gen),
+        data=x,
         family=Gaussian(sigma=1.0),
         expected_k=1 + p,
         expected_class=CLASS_GENUINE,
         reference="dead_directions.md §6.3 (KFC patch joint mode), §9.1 (convolution row)",
         meta={"dim": dim, "activation": activation, "dead_channel": j},
     )
+
+
+def patch_top_direction(x: Tensor, kernel: int, *, padding: int = 0) -> Tensor:
+    """Top eigenvector of the patch second moment ``Ω = E_i[(1/|P|) Σ_p a_{i,p} a_{i,p}ᵀ]``.
+
+    Patches are im2col columns of ``x`` (``(N, C, L)`` or ``(N, C, H, W)``) ordered
+    ``(C, k…)`` row-major, without a bias coordinate; the result has shape ``(C, k…)``.
+    """
+    dim = x.ndim - 2
+    x4 = x.unsqueeze(-2) if dim == 1 else x
+    ks = (1, kernel) if dim == 1 else (kernel, kernel)
+    pad = (0, padding) if dim == 1 else (padding, padding)
+    cols = torch.nn.functional.unfold(x4, kernel_size=ks, padding=pad)  # (N, C·k…, P)
+    rows = cols.transpose(1, 2).reshape(-1, cols.shape[1])
+    return top_eigenvector(second_moment(rows)).reshape(x.shape[1], *(kernel,) * dim)
 
 
 def _mix_channels(w: Tensor, q_out: Tensor, q_in: Tensor) -> Tensor:
@@ -137,6 +159,7 @@ def conv_chain(
         conv(chans[i], chans[i + 1], kernel, padding=kernel // 2, bias=False) for i in range(depth)
     ]
     model = nn.Sequential(*layers, nn.Flatten())
+    x = randn(n, c_in, *(size,) * dim, gen=gen)
     live: list[Tensor] = []
     path: list[Tensor] = []
     for i in range(depth):
@@ -148,7 +171,7 @@ def conv_chain(
         live.append(w)
         m = torch.zeros_like(w)
         if i == 0:
-            m[j] = unit_vector(c_in * kernel**dim, gen=gen).reshape(c_in, *ks)
+            m[j] = patch_top_direction(x, kernel, padding=kernel // 2)
         else:
             f = unit_vector(kernel**dim, gen=gen).reshape(*ks)
             g = (
@@ -160,7 +183,6 @@ def conv_chain(
                 g[j] = 1.0
             m[:, j] = torch.einsum("o,...->o...", g, f)
         path.append(m)
-    x = randn(n, c_in, *(size,) * dim, gen=gen)
     bgen = generator(seed + 104729)
     qs = [torch.eye(c_in, dtype=torch.float64)]
     qs += [basis_change(channels, basis, gen=bgen) for _ in range(depth - 1)]

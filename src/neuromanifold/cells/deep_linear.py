@@ -5,8 +5,11 @@
 * Matrix chain ``y = W_L ⋯ W_1 x`` with a *dead path*: one hidden unit per hidden layer whose
   incoming and outgoing weights all vanish, so the end-to-end map has a rank deficiency that
   every layer shares. The probe is the concatenation of the per-layer joint modes
-  ``ΔW_ℓ = g_ℓ a_ℓᵀ`` (a_ℓ the dead input direction of layer ℓ, g_ℓ its dead output direction;
-  the input vector ``a_1`` and the output vector ``g_L`` are random unit vectors), over √L.
+  ``ΔW_ℓ = g_ℓ a_ℓᵀ``, over √L. These are the modes a K-FAC detector names at the base point:
+  on a hidden side the dead unit spans the kernel of the input second moment A_ℓ (a_ℓ) and of
+  the output-gradient second moment G_ℓ (g_ℓ); on the input side of layer 1, where A_1 = E[xxᵀ]
+  has no kernel, the one-sided mode pairs g_min with the top eigenvector of A_1 (a_1); on the
+  output side of layer L the Gaussian G_L = I/σ² is isotropic and g_L is a random unit vector.
   Along it the chain adds ``(t/√L)^L g_L a_1ᵀ x`` to the live map: k = L. The A–G duality of
   the spec reads the same rate per layer: at ``θ(t)``, layer ℓ's joint mode carries
   ``t^{2(ℓ−1)}`` from its input (forward depth) and ``t^{2(L−ℓ)}`` from its output gradient
@@ -34,6 +37,8 @@ from neuromanifold.cells._cell import (
     generator,
     load,
     randn,
+    second_moment,
+    top_eigenvector,
     unit_vector,
 )
 from neuromanifold.singular.family import Gaussian
@@ -126,7 +131,8 @@ def matrix_chain(
         if i < depth - 1:
             w[j, :] = 0.0  # nothing enters the dead unit of the layer above
         live.append(w)
-    a_first = unit_vector(d_in, gen=gen)
+    x = randn(n, d_in, gen=gen)
+    a_first = top_eigenvector(second_moment(x))
     g_last = unit_vector(d_out, gen=gen)
     e = torch.zeros(width, dtype=torch.float64)
     e[j] = 1.0
@@ -135,7 +141,6 @@ def matrix_chain(
         a = a_first if i == 0 else e
         g = g_last if i == depth - 1 else e
         modes.append((g, a))
-    x = randn(n, d_in, gen=gen)
     # Hidden bases: Q_0 = I (input), Q_L = I (output), Q_1..Q_{L−1} from a separate stream.
     bgen = generator(seed + 104729)
     qs = [torch.eye(d_in, dtype=torch.float64)]

@@ -26,7 +26,9 @@ from neuromanifold.cells._cell import (
     load,
     randn,
     random_orthogonal,
+    second_moment,
     symmetric_normal,
+    top_eigenvector,
     unit_vector,
 )
 from neuromanifold.singular.family import Gaussian
@@ -234,10 +236,12 @@ def mlp_node_death(
     The h − 1 live units have random weights and biases; the last linear layer is a random
     orthogonal *live mixing* layer. Unit j = h − 1 is dead: row j of the first weight, its bias
     and column j of the second weight are zero. The probe is the detector's joint mode lifted to
-    both sides of the unit: ``ΔW₁[j] = v``, ``ΔW₂[:, j] = g`` with random unit vectors v (input
-    side) and g (output side), over √2. Along it the mixed output changes by
-    ``M g·(t/√2) σ((t/√2) vᵀx) = Θ(t²)``: k = 2; the live units and the mixing layer change the
-    constant, not the exponent.
+    both sides of the unit: ``ΔW₁[j] = v``, ``ΔW₂[:, j] = g``, over √2. On the first layer the
+    dead unit spans the kernel of G₁ and A₁ = E[x̄x̄ᵀ] has none, so the one-sided mode pairs it
+    with the top input direction v (top eigenvector of E[xxᵀ]); on the second layer the dead
+    unit spans the kernel of A₂ and G₂ = MᵀM/σ² = I is isotropic, so g is a random unit vector.
+    Along it the mixed output changes by ``M g·(t/√2) σ((t/√2) vᵀx) = Θ(t²)``: k = 2; the live
+    units and the mixing layer change the constant, not the exponent.
 
     ``basis`` presents the same function in other coordinates: ``"permuted"`` permutes the hidden
     units, ``"rotated"`` rotates the input space (weights by Rᵀ, data by R) and the output space
@@ -257,13 +261,13 @@ def mlp_node_death(
     b1[j] = 0.0
     w2[:, j] = 0.0
     mix = random_orthogonal(d_out, gen=gen)
-    v = unit_vector(d_in, gen=gen)
+    x = symmetric_normal(n, d_in, gen=gen)
+    v = top_eigenvector(second_moment(x))
     g = unit_vector(d_out, gen=gen)
     dw1 = torch.zeros(width, d_in, dtype=torch.float64)
     dw1[j] = v / math.sqrt(2.0)
     dw2 = torch.zeros(d_out, width, dtype=torch.float64)
     dw2[:, j] = g / math.sqrt(2.0)
-    x = symmetric_normal(n, d_in, gen=gen)
     # Presentation of the same function (separate stream so every basis shares the base cell).
     sgen = generator(seed + 7919)
     hid = (

@@ -12,32 +12,10 @@ from neuromanifold.singular.factors import (
     kfac_factors,
     patches,
 )
+from neuromanifold.singular.family import Categorical, Gaussian
 
 ATOL_EXACT = 1e-12
 ATOL_CURVLINOPS = 1e-10
-
-
-class _Gaussian:
-    """Stand-in family objects carrying only what the factor pass reads."""
-
-    def __init__(self, sigma: float = 1.0) -> None:
-        self.sigma = sigma
-
-
-class _Categorical:
-    pass
-
-
-def _families():
-    try:
-        from neuromanifold.singular.family import Categorical, Gaussian
-
-        return Gaussian, Categorical
-    except ImportError:  # the per-direction read is not merged yet
-        return _Gaussian, _Categorical
-
-
-Gaussian, Categorical = _families()
 
 
 def _mlp(seed: int = 0) -> nn.Module:

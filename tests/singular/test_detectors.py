@@ -1,0 +1,205 @@
+"""Detectors: near-kernel rule, duality chains, closed-form gauges, registry protocol."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from neuromanifold.cells.planted import (
+    planted_deep_linear,
+    planted_embedding,
+    planted_mlp,
+    planted_transformer,
+)
+from neuromanifold.singular.detectors import (
+    Candidate,
+    DetectionContext,
+    DetectorRegistry,
+    LinearDetector,
+    default_registry,
+    layernorm_kernel,
+    near_kernel,
+    trace_graph,
+)
+from neuromanifold.singular.factors import kfac_factors
+from neuromanifold.singular.family import Categorical
+
+ATOL_EXACT = 1e-12
+# eigenvectors from eigh carry an error of order ε·‖A‖/gap (a few 1e-12 for these factors)
+ATOL_EIGVEC = 1e-10
+COS_LN = 0.9999  # spec §9.3: |cos| to the closed-form LayerNorm kernel
+
+
+def _context(p, n: int | None = None) -> DetectionContext:
+    x = p.data if n is None else p.data[:n]
+    model = copy.deepcopy(p.model).eval()
+    return DetectionContext(
+        model=model,
+        params={k: v.detach() for k, v in model.named_parameters()},
+        factors=kfac_factors(model, x, p.family),
+        graph=trace_graph(model, x[:8]),
+        family=p.family,
+        data=x,
+    )
+
+
+def _propose(ctx: DetectionContext) -> list[Candidate]:
+    reg = default_registry()
+    return [
+        c
+        for name, mod in ctx.model.named_modules()
+        for det in reg.for_module(mod)
+        for c in det.propose(name, mod, ctx)
+    ]
+
+
+def test_near_kernel_threshold_and_gap() -> None:
+    assert near_kernel(torch.tensor([1.0, 2.0, 3.0]), 1e-3) == []
+    assert near_kernel(torch.tensor([0.0, 0.0, 1.0]), 1e-3) == [0, 1]
+    # 2e-4 and 9e-4 are both below τ but only a decade above 9e-4 would make the set clean
+    assert near_kernel(torch.tensor([2e-4, 9e-4, 2e-3, 1.0]), 1e-3) == []
+    assert near_kernel(torch.zeros(3), 1e-3) == []
+
+
+@pytest.mark.parametrize("depth", [2, 4])
+def test_duality_chain_spans_every_layer_in_the_kernels(depth: int) -> None:
+    """Each block of the chain writes into ker W_{ℓ+1} and reads from ker of range(W_{ℓ−1})ᵀ."""
+    p = planted_deep_linear(depth=depth, seed=depth)
+    ctx = _context(p)
+    cands = [c for c in _propose(ctx) if c.detector == "duality"]
+    assert len(cands) == 1
+    (c,) = cands
+    assert c.layers == tuple(str(i) for i in range(depth))
+    ws = [ctx.params[f"{i}.weight"] for i in range(depth)]
+    for ell in range(depth):
+        block = c.u[f"{ell}.weight"]
+        assert float(block.norm()) == pytest.approx(depth**-0.5, abs=ATOL_EXACT)
+        if ell + 1 < depth:  # the written direction is never read by the next layer
+            assert float((ws[ell + 1] @ block).abs().max()) < ATOL_EIGVEC
+        if ell > 0:  # the read direction is never written by the previous layer
+            assert float((block @ ws[ell - 1]).abs().max()) < ATOL_EIGVEC
+    assert not [x for x in _propose(ctx) if x.detector in ("kfac-A", "kfac-G")]
+
+
+def test_mlp_node_death_chain_touches_the_dead_unit() -> None:
+    p = planted_mlp(activation="gelu", seed=3)
+    ctx = _context(p)
+    (c,) = [c for c in _propose(ctx) if c.detector == "duality"]
+    j = p.dead["0"]
+    rows = c.u["0.weight"].norm(dim=1)
+    cols = c.u["2.weight"].norm(dim=0)
+    assert float(rows[j]) == pytest.approx(float(rows.norm()), abs=ATOL_EIGVEC)
+    assert float(cols[j]) == pytest.approx(float(cols.norm()), abs=ATOL_EIGVEC)
+
+
+def test_layernorm_kernel_matches_measured_bottom_direction() -> None:
+    """Companion §9.3: bottom eigenvector of the centred post-LN covariance is γ⁻¹/‖γ⁻¹‖."""
+    p = planted_transformer(n=16, seq=3)
+    ln = p.model.ln1
+    out = ln(p.data).reshape(-1, ln.normalized_shape[0]).detach()
+    cov = torch.cov(out.T)
+    _, vecs = torch.linalg.eigh(cov)
+    inv = 1.0 / ln.weight.detach()
+    assert float((vecs[:, 0] @ inv).abs() / inv.norm()) >= COS_LN
+    a_star = layernorm_kernel(ln.weight.detach(), ln.bias.detach())
+    aug = torch.cat([out, torch.ones(out.shape[0], 1, dtype=out.dtype)], 1)
+    assert float((aug @ a_star).abs().max()) < ATOL_EXACT
+
+
+def test_every_layernorm_linear_pair_gets_the_kernel_and_rmsnorm_none() -> None:
+    ctx = _context(planted_transformer(n=16, seq=3))
+    ln = [c for c in _propose(ctx) if c.detector == "ln-kernel"]
+    pairs = {(c.info["norm"], c.info["consumer"]) for c in ln}
+    assert pairs == {
+        ("ln1", "attn.q_proj"),
+        ("ln1", "attn.k_proj"),
+        ("ln1", "attn.v_proj"),
+        ("ln2", "fc1"),
+    }
+    assert all(c.info["closed_form_cos"] >= COS_LN and c.gauge == "flat" for c in ln)
+    ctx_rms = _context(planted_transformer(norm="rmsnorm", n=16, seq=3))
+    assert not [c for c in _propose(ctx_rms) if c.detector == "ln-kernel"]
+    out = ctx_rms.model.ln1(ctx_rms.data).reshape(-1, 8).detach()
+    ev = torch.linalg.eigvalsh(torch.cov(out.T))
+    assert float(ev[0] / ev[-1]) > 1e-6  # no kernel direction after RMSNorm
+
+
+def test_qk_rotation_leaves_scores_invariant_to_first_order() -> None:
+    p = planted_transformer(n=8, seq=3)
+    ctx = _context(p)
+    qk = [c for c in _propose(ctx) if c.detector == "qk-rotation"]
+    assert len(qk) == p.model.attn.n_heads
+    x = p.model.ln1(p.data).detach()
+    wq, bq = ctx.params["attn.q_proj.weight"], ctx.params["attn.q_proj.bias"]
+    wk, bk = ctx.params["attn.k_proj.weight"], ctx.params["attn.k_proj.bias"]
+    q, k = x @ wq.T + bq, x @ wk.T + bk
+    for c in qk:
+        dq = x @ c.u["attn.q_proj.weight"].T + c.u["attn.q_proj.bias"]
+        dk = x @ c.u["attn.k_proj.weight"].T + c.u["attn.k_proj.bias"]
+        first_order = dq @ k.transpose(-1, -2) + q @ dk.transpose(-1, -2)
+        assert float(first_order.abs().max()) < ATOL_EXACT
+        assert c.gauge == "curved" and len(c.gauge_generators) == 6  # so(4)
+    vo = [c for c in _propose(ctx) if c.detector == "vo-rescale"]
+    assert len(vo) == p.model.attn.n_heads
+
+
+def test_relu_rescale_orbit_is_exact_and_ce_shift_is_flat() -> None:
+    p = planted_mlp(activation="relu", categorical=True, seed=1)
+    ctx = _context(p)
+    cands = _propose(ctx)
+    (rescale,) = [c for c in cands if c.detector == "relu-rescale"]
+    j = rescale.info["unit"]
+    m = copy.deepcopy(p.model)
+    with torch.no_grad():
+        m[0].weight[j] *= 3.0
+        m[0].bias[j] *= 3.0
+        m[2].weight[:, j] /= 3.0
+    torch.testing.assert_close(m(p.data), p.model(p.data), atol=ATOL_EXACT, rtol=0)
+    (shift,) = [c for c in cands if c.detector == "ce-shift"]
+    assert set(shift.u) == {"2.bias"}
+    # the logits-layer G kernel (𝟙) is left to the CE-shift detector
+    assert not [c for c in cands if c.detector == "kfac-G" and c.layers == ("2",)]
+
+
+def test_unseen_embedding_rows() -> None:
+    p = planted_embedding()
+    ctx = _context(p)
+    ctx.cache["embedding_seen"] = {"emb": torch.unique(p.data)}
+    (c,) = [c for c in _propose(ctx) if c.detector == "embedding-unseen"]
+    assert c.info["unseen_rows"] == 4
+    assert float(c.u["emb.weight"][:6].abs().max()) == 0.0
+
+
+def test_registry_accepts_a_new_detector_and_rejects_non_detectors() -> None:
+    class BilinearNothing:
+        """Example plug-in: covers nn.Bilinear, proposes nothing."""
+
+        name = "bilinear"
+
+        def applies_to(self, module: nn.Module) -> bool:
+            return isinstance(module, nn.Bilinear)
+
+        def propose(self, name, module, ctx):
+            return []
+
+    reg = DetectorRegistry([LinearDetector()])
+    assert not reg.covers(nn.Bilinear(2, 2, 2))
+    reg.register(BilinearNothing())
+    assert reg.covers(nn.Bilinear(2, 2, 2)) and len(reg) == 2
+    with pytest.raises(TypeError, match="detector must have name, applies_to"):
+        reg.register(object())
+
+
+def test_graph_records_elementwise_paths_and_output() -> None:
+    p = planted_mlp(activation="relu2")
+    g = trace_graph(p.model, p.data[:4])
+    assert g.consumers == {"0": ("2",)} and g.output == "2"
+    assert g.via[("0", "2")] == ("SquaredReLU",)
+
+
+def test_categorical_family_is_used_for_the_shift() -> None:
+    p = planted_mlp(activation="tanh", categorical=True)
+    assert isinstance(p.family, Categorical)

@@ -1,0 +1,242 @@
+"""Whole-model read on planted structure in random bases (issue 5 'done when')."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections import Counter
+
+import pytest
+import torch
+from torch import nn
+
+from neuromanifold.cells.planted import (
+    planted_conv,
+    planted_conv_chain,
+    planted_deep_linear,
+    planted_embedding,
+    planted_mlp,
+    planted_transformer,
+)
+from neuromanifold.singular.coordinate_scan import coordinate_scan
+from neuromanifold.singular.family import Categorical, Gaussian
+from neuromanifold.singular.read import read
+from neuromanifold.singular.reading import Reading
+
+K_HAT_TOL = 0.05  # |k̂ − k| on planted cells (issue 4/5)
+R2_MIN = 0.99
+
+
+def _genuine(reading: Reading) -> list:
+    return [r for r in reading.directions if r.klass == "genuine_singularity"]
+
+
+def _check_order(reading: Reading, k: int, layers: tuple[str, ...]) -> None:
+    (rec,) = _genuine(reading)
+    assert rec.detector == "duality"
+    assert rec.layers == layers
+    assert rec.k == k
+    assert abs(rec.k_hat - k) <= K_HAT_TOL
+    assert rec.r2 >= R2_MIN
+    by_layer = reading.by_layer()
+    for layer in layers:  # the chain is reported under every layer it touches, with order k
+        assert [r.k for r in by_layer[layer] if r.klass == "genuine_singularity"] == [k]
+
+
+@pytest.mark.parametrize(("activation", "k"), [("relu", 2), ("gelu", 2), ("tanh", 2), ("relu2", 3)])
+def test_mlp_node_death_in_random_bases(activation: str, k: int) -> None:
+    p = planted_mlp(activation=activation, n=64, seed=11)
+    _check_order(read(p.model, p.data, p.family, progress=False), k, ("0", "2"))
+
+
+@pytest.mark.parametrize("depth", [2, 3, 4])
+def test_deep_linear_chain_reads_depth_at_every_layer(depth: int) -> None:
+    p = planted_deep_linear(depth=depth, n=64, seed=depth)
+    _check_order(
+        read(p.model, p.data, p.family, progress=False), depth, tuple(map(str, range(depth)))
+    )
+
+
+@pytest.mark.parametrize(("activation", "k"), [("relu", 2), ("relu2", 3)])
+def test_conv_node_death(activation: str, k: int) -> None:
+    p = planted_conv(activation=activation, n=12, size=4, seed=5)
+    _check_order(read(p.model, p.data, p.family, progress=False), k, ("0", "2"))
+
+
+def test_conv_chain_reads_depth() -> None:
+    p = planted_conv_chain(depth=3, n=8, size=3, seed=2)
+    _check_order(read(p.model, p.data, p.family, progress=False), 3, ("0", "1", "2"))
+
+
+def test_transformer_gauges() -> None:
+    p = planted_transformer(n=12, seq=3)
+    reading = read(p.model, p.data, p.family, progress=False)
+    ln = [r for r in reading.directions if r.detector == "ln-kernel"]
+    assert len(ln) == 4
+    assert all(r.klass == "flat_gauge" and r.info["closed_form_cos"] >= 0.9999 for r in ln)
+    qk = [r for r in reading.directions if r.detector == "qk-rotation"]
+    assert len(qk) == 2 and all(r.klass == "curved_gauge" for r in qk)
+    vo = [r for r in reading.directions if r.detector == "vo-rescale"]
+    assert len(vo) == 2 and all(r.klass == "curved_gauge" for r in vo)
+    assert not _genuine(reading)  # no dead units were planted
+    assert reading.not_covered == ()
+
+
+def test_rmsnorm_transformer_has_no_ln_kernel() -> None:
+    p = planted_transformer(norm="rmsnorm", n=12, seq=3)
+    reading = read(p.model, p.data, p.family, progress=False, max_directions=2)
+    assert not [r for r in reading.directions if r.detector == "ln-kernel"]
+    assert reading.meta["n_candidates"] > reading.meta["n_read"] == 2
+    assert not [n for n in reading.not_covered if n.type == "RMSNorm"]
+
+
+def test_ce_shift_and_unseen_embedding_rows_are_flat() -> None:
+    p = planted_embedding(n=16)
+    reading = read(p.model, p.data, p.family, progress=False)
+    classes = {r.detector: r.klass for r in reading.directions}
+    assert classes["embedding-unseen"] == "flat_gauge"
+    assert classes["ce-shift"] == "flat_gauge"
+
+
+def test_relu_rescale_is_a_curved_gauge_not_a_singularity() -> None:
+    p = planted_mlp(activation="relu", n=64, seed=4)
+    reading = read(p.model, p.data, p.family, progress=False)
+    (rec,) = [r for r in reading.directions if r.detector == "relu-rescale"]
+    assert rec.k == 2 and rec.klass == "curved_gauge"
+
+
+def test_coordinate_baseline_fails_where_the_read_succeeds() -> None:
+    """Per-coordinate axes read live (rotated chain) or flat (node death): never the order."""
+    for p in (
+        planted_deep_linear(depth=3, n=64, seed=3),
+        planted_mlp(activation="relu", n=64, seed=11),
+    ):
+        reading = read(p.model, p.data, p.family, progress=False)
+        (rec,) = _genuine(reading)
+        scan = coordinate_scan(p.model, p.data, p.family, layers=list(rec.layers))
+        for layer in rec.layers:
+            assert scan.best_k(layer) is None
+            assert set(scan.classes(layer)) <= {"live", "flat_gauge"}
+        assert rec.k == p.expected_k
+
+
+def _permute_hidden(model: nn.Sequential, perm: torch.Tensor) -> nn.Sequential:
+    m = copy.deepcopy(model)
+    with torch.no_grad():
+        m[0].weight.copy_(model[0].weight[perm])
+        m[0].bias.copy_(model[0].bias[perm])
+        m[2].weight.copy_(model[2].weight[:, perm])
+    return m
+
+
+def _rotate_hidden(model: nn.Sequential, seed: int) -> nn.Sequential:
+    gen = torch.Generator().manual_seed(seed)
+    m = copy.deepcopy(model)
+    layers = list(m)
+    width = layers[0].weight.shape[0]
+    rots = []
+    for _ in layers[:-1]:
+        q, r = torch.linalg.qr(torch.randn(width, width, generator=gen, dtype=torch.float64))
+        rots.append(q * torch.sign(torch.diagonal(r)))
+    with torch.no_grad():
+        for i, layer in enumerate(layers):
+            w = layer.weight
+            if i < len(rots):
+                w = rots[i] @ w
+            if i > 0:
+                w = w @ rots[i - 1].T
+            layer.weight.copy_(w)
+    return m
+
+
+def _signature(reading: Reading) -> Counter:
+    return Counter((r.detector, r.layers, r.k, r.klass) for r in reading.directions)
+
+
+def test_invariant_under_hidden_permutation_and_rotation() -> None:
+    p = planted_mlp(activation="gelu", n=64, seed=7)
+    base = read(p.model, p.data, p.family, progress=False)
+    perm = torch.randperm(6, generator=torch.Generator().manual_seed(0))
+    permuted = _permute_hidden(p.model, perm)
+    torch.testing.assert_close(permuted(p.data), p.model(p.data), atol=1e-12, rtol=0)
+    again = read(permuted, p.data, p.family, progress=False)
+    assert _signature(again) == _signature(base)
+    q = planted_deep_linear(depth=3, n=64, seed=5)
+    base = read(q.model, q.data, q.family, progress=False)
+    rotated = _rotate_hidden(q.model, seed=1)
+    torch.testing.assert_close(rotated(q.data), q.model(q.data), atol=1e-12, rtol=0)
+    again = read(rotated, q.data, q.family, progress=False)
+    assert _signature(again) == _signature(base)
+    (a,), (b,) = _genuine(base), _genuine(again)
+    assert abs(a.k_hat - b.k_hat) <= K_HAT_TOL
+
+
+def test_model_is_never_mutated_and_float32_is_upcast() -> None:
+    p = planted_mlp(activation="tanh", n=32, seed=2)
+    model = copy.deepcopy(p.model).float()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    reading = read(model, p.data.float(), p.family, progress=False)
+    after = model.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) and after[k].dtype == torch.float32 for k in after)
+    assert reading.meta["upcast"] and "up-cast" in reading.meta["upcast_note"]
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def test_reading_json_round_trip() -> None:
+    p = planted_deep_linear(depth=2, n=32)
+    reading = read(p.model, p.data, p.family, progress=False)
+    text = json.dumps(reading.to_dict())
+    back = Reading.from_dict(json.loads(text))
+    assert back == reading
+    d = json.loads(text)["directions"][0]
+    assert {"layer", "detector", "k", "class", "r2", "slope", "magnitude"} <= set(d)
+
+
+class _Scale(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(3, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.scale
+
+
+def test_model_without_supported_layers_says_so() -> None:
+    reading = read(_Scale(), torch.randn(4, 3, dtype=torch.float64), Gaussian(), progress=False)
+    assert reading.directions == ()
+    assert "no supported layers" in reading.note
+    assert [(n.name, n.type, n.reason) for n in reading.not_covered] == [
+        ("<root>", "_Scale", "no detector for this type")
+    ]
+
+
+def test_unsupported_modules_are_listed() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.PReLU(), nn.Linear(4, 2)).double()
+    reading = read(model, torch.randn(8, 3, dtype=torch.float64), Gaussian(), progress=False)
+    assert [(n.name, n.type) for n in reading.not_covered] == [("1", "PReLU")]
+
+
+def test_bad_input_errors() -> None:
+    p = planted_mlp(n=8)
+    with pytest.raises(ValueError, match=r"data of shape \(8, 7\) does not fit.*'0'.*5"):
+        read(p.model, torch.randn(8, 7, dtype=torch.float64), p.family, progress=False)
+    bad = copy.deepcopy(p.model)
+    with torch.no_grad():
+        bad[2].bias[0] = float("inf")
+    with pytest.raises(ValueError, match=r"parameter '2.bias' holds NaN or Inf"):
+        read(bad, p.data, p.family, progress=False)
+    nan_x = p.data.clone()
+    nan_x[0, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"activation of module '0' \(Linear\) holds NaN"):
+        read(p.model, nan_x, p.family, progress=False)
+    with pytest.raises(TypeError, match=r"model must be a torch\.nn\.Module"):
+        read("model", p.data, p.family, progress=False)
+    with pytest.raises(ValueError, match="max_directions must be a non-negative int"):
+        read(p.model, p.data, p.family, max_directions=-1, progress=False)
+    with pytest.raises(ValueError, match=r"Categorical family expects 2-D floating logits"):
+        seq = torch.randn(4, 3, 5, dtype=torch.float64)
+        read(nn.Linear(5, 2).double(), seq, Categorical(), progress=False)
+    with pytest.raises(ValueError, match="at least one sample"):
+        read(p.model, p.data[:0], p.family, progress=False)

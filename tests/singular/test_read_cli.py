@@ -1,0 +1,58 @@
+"""`neuromanifold read`: table, JSON keys, model resolution and errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from typer.testing import CliRunner
+
+from neuromanifold.cli import app
+
+KEYS = {"layer", "detector", "k", "class", "r2", "slope", "magnitude"}
+
+
+def test_read_planted_mlp_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    result = CliRunner().invoke(app, ["read", "--model", "zoo:planted-mlp", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "duality" in result.output and "genuine" in result.output
+    d = json.loads(out.read_text())
+    assert d["not_covered"] == []
+    (rec,) = [r for r in d["directions"] if r["class"] == "genuine_singularity"]
+    assert KEYS <= set(rec)
+    assert rec["k"] == 2 and rec["layers"] == ["0", "2"]
+
+
+def test_read_module_factory_with_data_file(tmp_path: Path) -> None:
+    data = tmp_path / "x.pt"
+    torch.save({"x": torch.randn(16, 4, dtype=torch.float64)}, data)
+    result = CliRunner().invoke(
+        app,
+        [
+            "read",
+            "--model",
+            "neuromanifold.cells.planted:planted_deep_linear",
+            "--data",
+            str(data),
+            "--family",
+            "gaussian",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "duality" in result.output
+
+
+def test_read_cli_errors(tmp_path: Path) -> None:
+    runner = CliRunner()
+    r = runner.invoke(app, ["read", "--model", "zoo:nope"])
+    assert r.exit_code != 0 and "unknown zoo model" in r.output
+    r = runner.invoke(app, ["read", "--model", "no_colon"])
+    assert r.exit_code != 0 and "package.module:factory" in r.output
+    r = runner.invoke(app, ["read", "--model", "zoo:planted-mlp", "--family", "poisson"])
+    assert r.exit_code != 0 and "--family must be one of" in r.output
+    bad = tmp_path / "bad.pt"
+    torch.save({"x": torch.randn(4, 9, dtype=torch.float64)}, bad)
+    r = runner.invoke(app, ["read", "--model", "zoo:planted-mlp", "--data", str(bad)])
+    assert r.exit_code == 2 and "does not fit the model" in r.output

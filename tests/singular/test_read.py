@@ -41,6 +41,9 @@ def _check_order(reading: Reading, k: int, layers: tuple[str, ...]) -> None:
     by_layer = reading.by_layer()
     for layer in layers:  # the chain is reported under every layer it touches, with order k
         assert [r.k for r in by_layer[layer] if r.klass == "genuine_singularity"] == [k]
+        # and each block's own rate along the chain (A–G duality) carries the same order
+        block = rec.info["per_layer"][layer]
+        assert block["k"] == k and abs(block["k_hat"] - k) <= K_HAT_TOL and block["r2"] >= R2_MIN
 
 
 @pytest.mark.parametrize(("activation", "k"), [("relu", 2), ("gelu", 2), ("tanh", 2), ("relu2", 3)])

@@ -43,7 +43,10 @@ from neuromanifold.singular.detectors.registry import DetectorRegistry, default_
 from neuromanifold.singular.direction import read_direction
 from neuromanifold.singular.factors import _forward, is_supported_block, kfac_factors
 from neuromanifold.singular.family import check_family
+from neuromanifold.singular.fisher import directional_fisher
+from neuromanifold.singular.rate import fit_rate
 from neuromanifold.singular.reading import DirectionRecord, NotCovered, Reading
+from neuromanifold.singular.sweep import floor_from_scale
 
 __all__ = ["DEDUP_OVERLAP", "MIN_RESIDUAL", "PROJECT_MIN_OVERLAP", "read"]
 
@@ -153,6 +156,7 @@ def read(
     max_directions: int | None = None,
     snap: bool = False,
     project_gauges: bool = True,
+    per_layer: bool = True,
     batch_size: int = 256,
     progress: bool = True,
 ) -> Reading:
@@ -167,6 +171,7 @@ def read(
         max_directions: read at most this many candidates (in registry order).
         snap: read from the snapped base point ``θ0 − (uᵀθ0)u``.
         project_gauges: project non-gauge candidates off curved-gauge spans (module docstring).
+        per_layer: for duality chains, also fit each block's own rate (`_per_layer_rates`).
         batch_size: probe samples per factor-pass batch.
         progress: show a rich progress bar over directions.
 
@@ -237,6 +242,9 @@ def read(
                     info = {"unprojected": {"k": r.k, "class": r.klass.value}, "projected": True}
                     r = read_direction(work, params, u_proj, xd, family, grid=grid, snap=snap)
             n_sweep_passes += r.sweep.n_forward_passes
+            if per_layer and cand.detector == "duality" and len(cand.layers) > 1:
+                info = {**info, "per_layer": _per_layer_rates(work, params, cand, r, xw, family)}
+                n_sweep_passes += len(r.sweep.ts)
             records.append(_record(cand, r, overlap, info))
             if bar is not None:
                 bar[0].advance(bar[1])
@@ -269,6 +277,52 @@ def read(
         "dedup_overlap": DEDUP_OVERLAP,
     }
     return Reading(directions=tuple(records), not_covered=tuple(not_covered), meta=meta, note=note)
+
+
+def _per_layer_rates(
+    model: nn.Module,
+    params: dict[str, Tensor],
+    cand: Candidate,
+    reading: Any,
+    x: Tensor,
+    family: Any,
+) -> dict[str, dict[str, Any]]:
+    """Block rates along a chain: ``F_ℓ(t) = u_ℓᵀ F(θ0 + t u) u_ℓ`` with ``u_ℓ`` = block ℓ of ``u``.
+
+    The sweep runs along the whole chain direction ``u`` (same t-grid as its read) and the Fisher
+    is evaluated along each block's unit part, batched in one JVP pass per t. By the A–G duality
+    every block of a depth-L linear dead path shows ``t^{2(L−1)}`` (spec §6.1), i.e. order L at
+    every layer the direction touches. Returns ``{layer: {"k", "k_hat", "slope", "r2"}}``.
+    """
+    parts = []
+    for layer in cand.layers:
+        prefix = f"{layer}." if layer else ""
+        part = {
+            k: v
+            for k, v in cand.u.items()
+            if k[len(prefix) :] in ("weight", "bias") and k.startswith(prefix)
+        }
+        norm = torch.sqrt(sum((v**2).sum() for v in part.values()))
+        parts.append({k: v / norm for k, v in part.items()})
+    ts = list(reading.sweep.ts)
+    shift = reading.sweep.base_shift
+    values = []
+    for t in ts:
+        point = {k: (v + (t + shift) * cand.u[k] if k in cand.u else v) for k, v in params.items()}
+        values.append(directional_fisher(model, point, parts, x, family))
+    table = torch.stack(values).T  # (n_layers, n_t)
+    out = {}
+    for layer, f in zip(cand.layers, table, strict=True):
+        fit = fit_rate(
+            ts, f.tolist(), floor=floor_from_scale(max(float(f.max()), reading.sweep.scale))
+        )
+        out[layer] = {
+            "k": fit.k,
+            "k_hat": _finite(fit.k_hat),
+            "slope": _finite(fit.slope),
+            "r2": _finite(fit.r2),
+        }
+    return out
 
 
 def _finite(v: float | None) -> float | None:

@@ -1,3 +1,98 @@
-"""Linear networks as polynomial maps (spec: ``linear_networks.md``)."""
+"""Linear networks as polynomial maps (spec: ``linear_networks.md``).
 
-__all__: list[str] = []
+An LCN's end-to-end filter is the product of its layers' dilated filters; this subpackage computes
+that map ``μ``, its Jacobian and NTK in closed form (with torch ``jacrev`` oracles), the conserved
+invariants of gradient flow, the rescaling lemma, points of the ``(v, δ)``-fiber, the metric
+``g_v = K⁺`` on ``T_vM`` and gradient flows in parameter and function space. FC counterparts are
+prefixed ``fc_``. Everything is float64 numpy; torch is used only by the ``*_reference`` oracles.
+"""
+
+from neuromanifold.linear.architecture import (
+    FC,
+    LCN,
+    flatten_params,
+    unflatten_params,
+    validate_params,
+)
+from neuromanifold.linear.invariants import delta, fc_delta, sq_norms
+from neuromanifold.linear.ntk import (
+    complement_products,
+    fc_balanced_operator,
+    fc_jacobian,
+    fc_ntk,
+    fc_ntk_apply,
+    gram_blocks,
+    jacobian,
+    jacobian_blocks,
+    ntk,
+)
+from neuromanifold.linear.polynomial import dilate, dilated_factors, fc_mu, mu, poly_mul
+from neuromanifold.linear.reference import (
+    apply_network,
+    fc_jacobian_reference,
+    fc_ntk_reference,
+    jacobian_reference,
+    mu_reference,
+    mu_torch,
+    ntk_reference,
+)
+from neuromanifold.linear.rescale import (
+    fc_balanced_params,
+    lemma_scalings,
+    lemma_squared_norms,
+    rescale_to_delta,
+)
+from neuromanifold.linear.solve import (
+    NewtonResult,
+    fiber_newton,
+    ntk_closed_form,
+    ntk_from_function,
+    solve_fiber_point,
+)
+
+__all__ = [
+    # architectures and parameters
+    "FC",
+    "LCN",
+    # fiber points and K_δ(v)
+    "NewtonResult",
+    # brute-force oracles
+    "apply_network",
+    # Jacobian and NTK
+    "complement_products",
+    # invariants and the rescaling lemma
+    "delta",
+    # parametrisation map
+    "dilate",
+    "dilated_factors",
+    "fc_balanced_operator",
+    "fc_balanced_params",
+    "fc_delta",
+    "fc_jacobian",
+    "fc_jacobian_reference",
+    "fc_mu",
+    "fc_ntk",
+    "fc_ntk_apply",
+    "fc_ntk_reference",
+    "fiber_newton",
+    "flatten_params",
+    "gram_blocks",
+    "jacobian",
+    "jacobian_blocks",
+    "jacobian_reference",
+    "lemma_scalings",
+    "lemma_squared_norms",
+    "mu",
+    "mu_reference",
+    "mu_torch",
+    "ntk",
+    "ntk_closed_form",
+    "ntk_from_function",
+    "ntk_reference",
+    "poly_mul",
+    "rescale_to_delta",
+    "solve_fiber_point",
+    "sq_norms",
+    "unflatten_params",
+    "validate_params",
+]

@@ -1,0 +1,178 @@
+"""Structured Jacobian blocks, Gram blocks and NTK of an LCN; the FC NTK operator.
+
+LCN (spec §2.3). With ``R_l = Π_{m≠l} w_m(z^{S_{m−1}})``, the Jacobian block ``J_l = ∂v/∂w_l``
+is multiplication by ``R_l`` composed with dilation by ``S_{l−1}``:
+
+``(J_l)_{i,p} = R_l[i − p ⊙ S_{l−1}]``  (``R_l`` is 0 outside its support),
+
+so column ``p`` of ``J_l`` is ``R_l`` placed at offset ``p ⊙ S_{l−1}``. Rows index ``v``
+flattened in C order, columns index ``w_l`` flattened in C order; ``J = [J_1 | … | J_L]`` has shape
+``(n_v, n_params)``. All ``R_l`` come from prefix/suffix products (``O(L)`` polynomial products).
+``G_l = J_l J_lᵀ`` and ``K = J Jᵀ = Σ_l G_l`` (shape ``(n_v, n_v)``); ``v̇ = −K ∇ℓ(v)`` under
+gradient flow.
+
+FC (spec §2.3, §4.5). ``K(Z) = Σ_j A_j A_jᵀ Z B_jᵀ B_j`` with ``A_j = W_L⋯W_{j+1}``,
+``B_j = W_{j−1}⋯W_1``. As a matrix it acts on ``vec(Z)``, the **C-order** (row-major) flattening
+``Z.ravel()``, where ``vec(A Z B) = (A ⊗ Bᵀ) vec(Z)``; hence ``K = Σ_j (A_jA_jᵀ) ⊗ (B_jᵀB_j)``.
+
+References: Achour, Kohn, Rauhut, arXiv:2507.06367; Bah, Rauhut, Terstiege, Westdickenberg,
+Inf. Inference 2022 (balanced operator ``A_W``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from neuromanifold.linear.architecture import FC, LCN, validate_params
+from neuromanifold.linear.polynomial import dilate, poly_mul, prefix_suffix_products
+
+__all__ = [
+    "complement_products",
+    "fc_balanced_operator",
+    "fc_jacobian",
+    "fc_ntk",
+    "fc_ntk_apply",
+    "gram_blocks",
+    "jacobian",
+    "jacobian_blocks",
+    "ntk",
+]
+
+
+def _check_lcn(arch: Any) -> LCN:
+    if not isinstance(arch, LCN):
+        raise TypeError(f"arch = {arch!r}: expected an LCN (use the fc_* functions for FC)")
+    return arch
+
+
+def complement_products(arch: LCN, theta: Sequence[Any]) -> list[np.ndarray]:
+    """``R_l = Π_{m≠l} w_m(z^{S_{m−1}})`` for every layer (via prefix/suffix products)."""
+    _check_lcn(arch)
+    th = validate_params(arch, theta)
+    factors = [dilate(w, S) for w, S in zip(th, arch.dilations, strict=True)]
+    pre, suf = prefix_suffix_products(factors)
+    return [poly_mul(p, q) for p, q in zip(pre, suf, strict=True)]
+
+
+def jacobian_blocks(arch: LCN, theta: Sequence[Any]) -> list[np.ndarray]:
+    """``[J_l]_l`` with ``J_l = ∂v/∂w_l`` of shape ``(n_v, k_l)`` (C-order flattening of v and w_l).
+
+    >>> [b.tolist() for b in jacobian_blocks(LCN((2, 2), (1,)), [[1, 2], [1, -1]])]
+    [[[1.0, 0.0], [-1.0, 1.0], [0.0, -1.0]], [[1.0, 0.0], [2.0, 1.0], [0.0, 2.0]]]
+    """
+    R = complement_products(arch, theta)
+    out_shape = arch.out_shape
+    blocks = []
+    for Rl, fshape, S in zip(R, arch.filters, arch.dilations, strict=True):
+        Jl = np.zeros((*out_shape, int(np.prod(fshape))))
+        for col, p in enumerate(np.ndindex(*fshape)):
+            idx = tuple(
+                slice(pi * si, pi * si + r) for pi, si, r in zip(p, S, Rl.shape, strict=True)
+            )
+            Jl[(*idx, col)] = Rl
+        blocks.append(Jl.reshape(arch.n_v, -1))
+    return blocks
+
+
+def jacobian(arch: LCN, theta: Sequence[Any]) -> np.ndarray:
+    """``Jμ(θ) = [J_1 | … | J_L]``, shape ``(n_v, n_params)``."""
+    return np.hstack(jacobian_blocks(arch, theta))
+
+
+def gram_blocks(arch: LCN, theta: Sequence[Any]) -> list[np.ndarray]:
+    """``[G_l]_l`` with ``G_l = J_l J_lᵀ``, each ``(n_v, n_v)``; their sum is the NTK."""
+    return [J @ J.T for J in jacobian_blocks(arch, theta)]
+
+
+def ntk(arch: LCN, theta: Sequence[Any]) -> np.ndarray:
+    """The NTK ``K_θ = Jμ Jμᵀ = Σ_l G_l``, shape ``(n_v, n_v)`` (v flattened in C order).
+
+    Spec §4.3: ``θ = ((1, 2), (1, −1))``, stride 1.
+
+    >>> ntk(LCN((2, 2), (1,)), [[1, 2], [1, -1]]).tolist()
+    [[2.0, 1.0, 0.0], [1.0, 7.0, 1.0], [0.0, 1.0, 5.0]]
+    """
+    J = jacobian(arch, theta)
+    return J @ J.T
+
+
+def _fc_prefixes(arch: FC, Ws: Sequence[Any]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``A_j = W_L⋯W_{j+1}`` and ``B_j = W_{j−1}⋯W_1`` for ``j = 1..L`` (empty product = I)."""
+    if not isinstance(arch, FC):
+        raise TypeError(f"arch = {arch!r}: expected an FC architecture")
+    mats = validate_params(arch, Ws)
+    L = arch.L
+    B = [np.eye(arch.widths[0])]
+    for j in range(L - 1):
+        B.append(mats[j] @ B[-1])
+    A = [np.eye(arch.widths[-1])]
+    for j in range(L - 1, 0, -1):
+        A.append(A[-1] @ mats[j])
+    A.reverse()
+    return A, B
+
+
+def fc_jacobian(arch: FC, Ws: Sequence[Any]) -> np.ndarray:
+    """Jacobian of C-order ``vec(W_L⋯W_1)`` w.r.t. ``(vec W_1, …, vec W_L)``: ``[A_j ⊗ B_jᵀ]_j``."""
+    A, B = _fc_prefixes(arch, Ws)
+    return np.hstack([np.kron(a, b.T) for a, b in zip(A, B, strict=True)])
+
+
+def fc_ntk(arch: FC, Ws: Sequence[Any]) -> np.ndarray:
+    """FC NTK as a matrix on C-order ``vec(Z)``: ``Σ_j (A_jA_jᵀ) ⊗ (B_jᵀB_j)``.
+
+    Shape ``(n_L n_0, n_L n_0)``.
+
+    >>> fc_ntk(FC((1, 1, 1)), [[[2.0]], [[3.0]]]).tolist()
+    [[13.0]]
+    """
+    A, B = _fc_prefixes(arch, Ws)
+    return sum(np.kron(a @ a.T, b.T @ b) for a, b in zip(A, B, strict=True))
+
+
+def fc_ntk_apply(arch: FC, Ws: Sequence[Any], Z: Any) -> np.ndarray:
+    """``K(Z) = Σ_j A_j A_jᵀ Z B_jᵀ B_j`` for ``Z`` of shape ``(n_L, n_0)`` (matrix-free)."""
+    A, B = _fc_prefixes(arch, Ws)
+    Z = np.asarray(Z, dtype=np.float64)
+    if Z.shape != arch.out_shape:
+        raise ValueError(f"Z has shape {Z.shape}: expected {arch.out_shape} = (n_L, n_0)")
+    return sum(a @ (a.T @ Z @ b.T) @ b for a, b in zip(A, B, strict=True))
+
+
+_NULL_RTOL = 64 * np.finfo(float).eps
+
+
+def _psd_power(S: np.ndarray, p: float) -> np.ndarray:
+    """``S^p`` for symmetric PSD ``S``; ``S^0 = I``.
+
+    Eigenvalues below ``64 ε λ_max`` are round-off of exact zeros (``WWᵀ`` of a rank-deficient
+    ``W``) and are set to 0 before the power: a fractional power would amplify them
+    (``(1e-16)^{1/3} ≈ 5e-6``).
+    """
+    lam, U = np.linalg.eigh(S)
+    lam = np.where(lam > _NULL_RTOL * max(float(lam[-1]), 0.0), lam, 0.0)
+    return (U * lam**p) @ U.T
+
+
+def fc_balanced_operator(W: Any, Z: Any, *, depth: int) -> np.ndarray:
+    """``A_W(Z) = Σ_{j=1}^{L} (WWᵀ)^{(L−j)/L} Z (WᵀW)^{(j−1)/L}`` (balanced FC metric operator).
+
+    Under a balanced initialisation (all ``Δ_l = 0``) the FC flow obeys ``Ẇ = −A_W(∇ℓ(W))``.
+
+    >>> round(float(fc_balanced_operator(np.array([[8.0]]), np.array([[1.0]]), depth=3)[0, 0]), 12)
+    48.0
+    """
+    W = np.asarray(W, dtype=np.float64)
+    Z = np.asarray(Z, dtype=np.float64)
+    if W.ndim != 2 or Z.shape != W.shape:
+        raise ValueError(f"W {W.shape} and Z {Z.shape}: expected two matrices of equal shape")
+    if not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth = {depth!r}: expected a positive int L")
+    L = depth
+    left, right = W @ W.T, W.T @ W
+    return sum(
+        _psd_power(left, (L - j) / L) @ Z @ _psd_power(right, (j - 1) / L) for j in range(1, L + 1)
+    )

@@ -1,0 +1,161 @@
+"""The unique positive rescaling realising prescribed invariants (paper's Lemma 3), and balanced FC.
+
+Lemma (spec §3). For non-zero filters ``u_1..u_L`` with squared norms ``a_l`` and any
+``δ ∈ R^{L−1}`` there is exactly one ``λ ∈ R_{>0}^L`` with ``Π λ_l = 1`` and
+``‖λ_{l+1}u_{l+1}‖² − ‖λ_l u_l‖² = δ_l``. Algorithm: the new squared norms ``x_l = λ_l² a_l``
+satisfy ``x_l = x_1 + D_l`` (``D_l = Σ_{j<l} δ_j``) and ``Π x_l = P = Π a_l``. With offsets
+``e_l = D_l − min_m D_m ≥ 0`` (computed **first**, exactly 0 for a minimising layer) and
+``x_l = t + e_l``, the root ``t* > 0`` of ``Σ_l log(t + e_l) = log P`` is unique. It is found by
+safeguarded Newton in ``u = log t``: ``h(u) = Σ_l log(e^u + e_l) − log P`` is increasing and convex
+with ``h' ≥ 1``, so ``[u₀ − h(u₀)⁺, u₀ + h(u₀)⁻]`` brackets the root and Newton from the right end
+decreases monotonically to it. Evaluating ``(t + c) + D_l`` instead loses precision when ``t ≪ c``.
+
+References: Achour, Kohn, Rauhut, arXiv:2507.06367, Lemma 3 (inspired by Kohn et al. 2022,
+Cor. 5.14); Bah, Rauhut, Terstiege, Westdickenberg, Inf. Inference 2022 (balanced FC).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from neuromanifold.linear.architecture import FC
+from neuromanifold.linear.invariants import sq_norms as _sq_norms
+
+__all__ = [
+    "fc_balanced_params",
+    "lemma_scalings",
+    "lemma_squared_norms",
+    "rescale_to_delta",
+]
+
+_MAX_ITER = 200
+
+
+def _validate(sq_norms: Any, delta: Any) -> tuple[np.ndarray, np.ndarray]:
+    a = np.asarray(sq_norms, dtype=np.float64)
+    if a.ndim != 1 or a.size == 0:
+        raise ValueError(f"sq_norms has shape {a.shape}: expected a non-empty vector (L,)")
+    if not np.all(np.isfinite(a)) or np.any(a <= 0):
+        raise ValueError(
+            f"sq_norms = {a.tolist()}: expected finite positive squared norms (non-zero filters)"
+        )
+    d = np.asarray(delta, dtype=np.float64)
+    if d.shape != (a.size - 1,):
+        raise ValueError(f"delta has shape {d.shape}: expected ({a.size - 1},) = (L − 1,)")
+    if not np.all(np.isfinite(d)):
+        raise ValueError(f"delta = {d.tolist()}: entries must be finite")
+    return a, d
+
+
+def lemma_squared_norms(sq_norms: Any, delta: Any) -> np.ndarray:
+    """New squared norms ``x`` (shape ``(L,)``): ``x_{l+1} − x_l = δ_l``, ``Π x_l = Π sq_norms``.
+
+    Spec §3 exact example: ``‖u‖² = (1, 2, 3)``, ``δ = (1, −2)`` gives ``x = (2, 3, 1)``.
+
+    >>> lemma_squared_norms([1.0, 2.0, 3.0], [1.0, -2.0]).round(12).tolist()
+    [2.0, 3.0, 1.0]
+    """
+    a, d = _validate(sq_norms, delta)
+    if a.size == 1:
+        return a.copy()
+    D = np.concatenate([[0.0], np.cumsum(d)])
+    e = D - D.min()  # offsets first: exactly 0 at a minimising layer
+    log_e = np.full(e.shape, -np.inf)
+    pos = e > 0
+    log_e[pos] = np.log(e[pos])
+    log_P = float(np.sum(np.log(a)))
+
+    def h(u: float) -> float:
+        return float(np.sum(np.logaddexp(u, log_e))) - log_P
+
+    def dh(u: float) -> float:
+        return float(np.sum(1.0 / (1.0 + np.exp(log_e - u))))
+
+    u0 = log_P / a.size
+    h0 = h(u0)
+    lo, hi = (u0 - h0, u0) if h0 > 0 else (u0, u0 - h0)  # h' ≥ 1 makes this a bracket
+    u = hi
+    for _ in range(_MAX_ITER):
+        hu = h(u)
+        if hu == 0.0:
+            break
+        if hu > 0:
+            hi = u
+        else:
+            lo = u
+        step = hu / dh(u)
+        u_new = u - step
+        if not (lo <= u_new <= hi):
+            u_new = 0.5 * (lo + hi)
+        if abs(u_new - u) <= 4 * np.finfo(float).eps * max(1.0, abs(u)):
+            u = u_new
+            break
+        u = u_new
+    t = math.exp(u)
+    return t + e
+
+
+def lemma_scalings(sq_norms: Any, delta: Any) -> np.ndarray:
+    """The unique ``λ > 0`` (shape ``(L,)``) with ``Π λ_l = 1`` realising invariants ``δ``.
+
+    ``L = 1`` returns ``λ = (1,)``.
+
+    >>> lemma_scalings([1.0, 2.0, 3.0], [1.0, -2.0]).round(12).tolist()  # (√2, √1.5, 1/√3)
+    [1.414213562373, 1.224744871392, 0.57735026919]
+    """
+    a, _ = _validate(sq_norms, delta)
+    if a.size == 1:
+        return np.ones(1)
+    return np.sqrt(lemma_squared_norms(sq_norms, delta) / a)
+
+
+def rescale_to_delta(theta: Sequence[Any], delta: Any) -> tuple[np.ndarray, ...]:
+    """``(λ_l w_l)_l`` with ``λ`` from :func:`lemma_scalings`: same ``μ``, invariants ``δ``.
+
+    >>> [w.round(12).tolist() for w in rescale_to_delta([[1.0, 0.0], [1.0, 1.0]], [0.0])]
+    [[1.189207115003, 0.0], [0.840896415254, 0.840896415254]]
+    """
+    a = _sq_norms(theta)
+    lam = lemma_scalings(a, delta)
+    return tuple(
+        float(c) * np.asarray(w, dtype=np.float64) for c, w in zip(lam, theta, strict=True)
+    )
+
+
+def _orthonormal_columns(n: int, r: int, rng: np.random.Generator | None) -> np.ndarray:
+    if rng is None:
+        return np.eye(n, r)
+    q, rr = np.linalg.qr(rng.standard_normal((n, r)))
+    return q * np.sign(np.diag(rr))
+
+
+def fc_balanced_params(
+    arch: FC, W: Any, *, rng: np.random.Generator | None = None
+) -> tuple[np.ndarray, ...]:
+    """A balanced factorisation (all ``Δ_l = 0``) of ``W`` (shape ``(n_L, n_0)``) for ``arch``.
+
+    With ``W = U Σ Vᵀ`` truncated to ``r = min(widths)`` and orthonormal ``O_l ∈ R^{n_l×r}``
+    (``O_0 = V``, ``O_L = U``; the hidden ones random if ``rng`` is given, else ``I[:, :r]``):
+    ``W_l = O_l Σ^{1/L} O_{l−1}ᵀ``. Requires ``rank W ≤ r``.
+    """
+    if not isinstance(arch, FC):
+        raise TypeError(f"arch = {arch!r}: expected an FC architecture")
+    W = np.asarray(W, dtype=np.float64)
+    if W.shape != arch.out_shape:
+        raise ValueError(f"W has shape {W.shape}: expected {arch.out_shape} = (n_L, n_0)")
+    r = arch.rank_bound
+    U, s, Vt = np.linalg.svd(W, full_matrices=False)
+    if np.any(s[r:] > 1e-12 * max(1.0, s[0])):
+        raise ValueError(
+            f"W has rank {int(np.sum(s > 1e-12 * max(1.0, s[0])))} > min(widths) = {r}: "
+            "no factorisation through the hidden widths"
+        )
+    root = s[:r] ** (1.0 / arch.L)
+    O = [Vt[:r].T]
+    O += [_orthonormal_columns(n, r, rng) for n in arch.widths[1:-1]]
+    O.append(U[:, :r])
+    return tuple((O[l + 1] * root) @ O[l].T for l in range(arch.L))

@@ -1,0 +1,245 @@
+"""Points of the ``(v, δ)``-fiber by Gauss–Newton, and the NTK ``K_δ(v)`` rebuilt from ``(v, δ)``.
+
+``Φ(θ) = (μ(θ), δ(θ))``. :func:`fiber_newton` solves ``Φ(θ) = (v, δ)`` in the least-squares sense
+by Levenberg–Marquardt-damped Gauss–Newton on the residual
+``F(θ) = (vec(μ(θ) − v), δ(θ) − δ)`` with Jacobian ``[Jμ; dδ]``,
+``dδ_l = 2⟨w_{l+1}, ·⟩ − 2⟨w_l, ·⟩``.
+At a regular point with non-zero filters ``dΦ`` has full column rank (spec §2.6), so convergence
+is quadratic near the fiber. For ``v`` slightly off ``M`` (stages of an ODE solver) it converges
+to the nearest least-squares point, i.e. it also projects onto ``M``.
+
+``K_δ(v)`` (spec §2.5) is the NTK at any fiber point; equivalently, for any factorisation ``u`` of
+``v``: ``K_δ(v) = N(v) Σ_l G_l(û) / x_l`` with ``N = Π_l ‖u_l‖²``, ``û_l = u_l/‖u_l‖`` and ``x`` the
+Lemma's squared norms (:func:`ntk_closed_form`). Where the fiber carries several NTKs (stride one
+in 1-D, equal-shape swaps in D-D) the result depends on which point the solver reaches.
+
+References: Achour, Kohn, Rauhut, arXiv:2507.06367, §2.5 of the library's spec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from neuromanifold.linear.architecture import LCN, Params, flatten_params, unflatten_params
+from neuromanifold.linear.architecture import validate_params as _validate_params
+from neuromanifold.linear.invariants import delta as _delta
+from neuromanifold.linear.invariants import sq_norms as _sq_norms
+from neuromanifold.linear.ntk import gram_blocks, jacobian, ntk
+from neuromanifold.linear.polynomial import mu
+from neuromanifold.linear.rescale import lemma_squared_norms, rescale_to_delta
+
+__all__ = [
+    "NewtonResult",
+    "fiber_newton",
+    "ntk_closed_form",
+    "ntk_from_function",
+    "solve_fiber_point",
+]
+
+
+@dataclass(frozen=True)
+class NewtonResult:
+    """Outcome of :func:`fiber_newton`.
+
+    Attributes:
+        theta: final parameters (tuple of per-layer arrays).
+        residual: ``‖F(θ)‖_∞``, the largest absolute violation of ``μ(θ) = v``, ``δ(θ) = δ``.
+        iterations: number of Gauss–Newton iterations taken.
+        converged: ``residual ≤ tol · scale`` with ``scale = max(1, ‖v‖_∞, ‖δ‖_∞)``.
+        tolerance: the absolute threshold ``tol · scale`` that was applied.
+    """
+
+    theta: Params
+    residual: float
+    iterations: int
+    converged: bool
+    tolerance: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        return {
+            "theta": [w.tolist() for w in self.theta],
+            "residual": self.residual,
+            "iterations": self.iterations,
+            "converged": self.converged,
+            "tolerance": self.tolerance,
+        }
+
+
+def _check_target(arch: LCN, v: Any, delta: Any) -> tuple[np.ndarray, np.ndarray]:
+    if not isinstance(arch, LCN):
+        raise TypeError(f"arch = {arch!r}: expected an LCN")
+    v = np.asarray(v, dtype=np.float64)
+    if v.shape != arch.out_shape:
+        raise ValueError(f"v has shape {v.shape}: expected arch.out_shape = {arch.out_shape}")
+    d = np.asarray(delta, dtype=np.float64)
+    if d.shape != (arch.L - 1,):
+        raise ValueError(f"delta has shape {d.shape}: expected ({arch.L - 1},) = (L − 1,)")
+    if not (np.all(np.isfinite(v)) and np.all(np.isfinite(d))):
+        raise ValueError("v and delta must be finite")
+    return v, d
+
+
+def _residual_and_jacobian(
+    arch: LCN, x: np.ndarray, v: np.ndarray, d: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    theta = unflatten_params(arch, x)
+    F = np.concatenate([(mu(arch, theta) - v).ravel(), _delta(theta) - d])
+    Jd = np.zeros((arch.L - 1, arch.n_params))
+    offs = np.concatenate([[0], np.cumsum(arch.layer_sizes)])
+    for l in range(arch.L - 1):
+        Jd[l, offs[l] : offs[l + 1]] = -2.0 * theta[l].ravel()
+        Jd[l, offs[l + 1] : offs[l + 2]] = 2.0 * theta[l + 1].ravel()
+    return F, np.vstack([jacobian(arch, theta), Jd])
+
+
+def fiber_newton(
+    arch: LCN,
+    v: Any,
+    delta: Any,
+    theta0: Sequence[Any],
+    *,
+    tol: float = 1e-13,
+    max_iter: int = 100,
+) -> NewtonResult:
+    """Damped Gauss–Newton for ``μ(θ) = v``, ``δ(θ) = δ`` from ``theta0``.
+
+    Each iteration solves ``min_s ‖J_F s + F‖² + λ‖s‖²`` (Levenberg–Marquardt, ``λ`` adapted:
+    divided by 10 after an accepted step, multiplied by 10 after a rejected one, starting at 0,
+    i.e. plain Gauss–Newton while it decreases ``‖F‖²``). Stops at ``‖F‖_∞ ≤ tol · scale``, when
+    the step no longer changes ``θ`` in floating point, or after ``max_iter`` iterations.
+    """
+    v, d = _check_target(arch, v, delta)
+    if not (isinstance(max_iter, int) and max_iter >= 1):
+        raise ValueError(f"max_iter = {max_iter!r}: expected a positive int")
+    if not tol > 0:
+        raise ValueError(f"tol = {tol!r}: expected a positive float")
+    x = flatten_params(arch, theta0)
+    scale = max(1.0, float(np.max(np.abs(v))), float(np.max(np.abs(d), initial=0.0)))
+    thresh = tol * scale
+    F, JF = _residual_and_jacobian(arch, x, v, d)
+    cost = float(F @ F)
+    lam = 0.0
+    n = arch.n_params
+    it = 0
+    while it < max_iter and np.max(np.abs(F)) > thresh:
+        it += 1
+        accepted = False
+        for _ in range(30):
+            if lam > 0:
+                A = np.vstack([JF, np.sqrt(lam) * np.eye(n)])
+                b = np.concatenate([-F, np.zeros(n)])
+            else:
+                A, b = JF, -F
+            step = np.linalg.lstsq(A, b, rcond=None)[0]
+            x_new = x + step
+            F_new, JF_new = _residual_and_jacobian(arch, x_new, v, d)
+            cost_new = float(F_new @ F_new)
+            if cost_new < cost:
+                accepted = True
+                break
+            lam = max(10.0 * lam, 1e-12 * float(np.max(np.sum(JF * JF, axis=0))))
+        if not accepted:
+            break
+        lam /= 10.0
+        small = np.all(np.abs(step) <= 4 * np.finfo(float).eps * np.maximum(np.abs(x), 1e-300))
+        x, F, JF, cost = x_new, F_new, JF_new, cost_new
+        if small:
+            break
+    res = float(np.max(np.abs(F)))
+    return NewtonResult(
+        theta=unflatten_params(arch, x),
+        residual=res,
+        iterations=it,
+        converged=res <= thresh,
+        tolerance=thresh,
+    )
+
+
+def _random_start(arch: LCN, v: np.ndarray, d: np.ndarray, rng: np.random.Generator) -> Params:
+    theta = [rng.standard_normal(s) for s in arch.filters]
+    # match the overall scale Π‖w_l‖ ≈ ‖v‖, then the invariants exactly
+    target = max(float(np.linalg.norm(v)), 1e-12) ** (1.0 / arch.L)
+    theta = [w * (target / max(float(np.linalg.norm(w)), 1e-300)) for w in theta]
+    return rescale_to_delta(theta, d)
+
+
+def solve_fiber_point(
+    arch: LCN,
+    v: Any,
+    delta: Any,
+    *,
+    theta_guess: Sequence[Any] | None = None,
+    n_starts: int = 20,
+    seed: int = 0,
+    tol: float = 1e-13,
+) -> NewtonResult:
+    """A ``(v, δ)``-fiber point: :func:`fiber_newton` from ``theta_guess``, then random starts.
+
+    Random starts are Gaussian filters scaled to ``Π‖w_l‖ = ‖v‖``, rescaled by the Lemma to ``δ``.
+    Returns the first converged result, else the one with the smallest residual.
+    """
+    v, d = _check_target(arch, v, delta)
+    rng = np.random.default_rng(seed)
+    best: NewtonResult | None = None
+    starts: list[Params] = []
+    if theta_guess is not None:
+        starts.append(_validate_params(arch, theta_guess))
+    for i in range(n_starts + len(starts)):
+        th0 = starts[i] if i < len(starts) else _random_start(arch, v, d, rng)
+        res = fiber_newton(arch, v, d, th0, tol=tol)
+        if res.converged:
+            return res
+        if best is None or res.residual < best.residual:
+            best = res
+    assert best is not None
+    return best
+
+
+def ntk_from_function(
+    arch: LCN,
+    v: Any,
+    delta: Any,
+    *,
+    theta_guess: Sequence[Any] | None = None,
+    n_starts: int = 20,
+    seed: int = 0,
+    tol: float = 1e-13,
+) -> np.ndarray:
+    """``K_δ(v)``: the NTK at a fiber point found from ``(v, δ)`` alone, shape ``(n_v, n_v)``.
+
+    Uses :func:`solve_fiber_point`; raises ``RuntimeError`` (with the best residual) if no start
+    converged.
+    """
+    res = solve_fiber_point(
+        arch, v, delta, theta_guess=theta_guess, n_starts=n_starts, seed=seed, tol=tol
+    )
+    if not res.converged:
+        raise RuntimeError(
+            f"no fiber point found for the given (v, delta): best residual {res.residual:.3e} > "
+            f"tolerance {res.tolerance:.3e} after {n_starts} random starts"
+        )
+    return ntk(arch, res.theta)
+
+
+def ntk_closed_form(arch: LCN, u: Sequence[Any], delta: Any) -> np.ndarray:
+    """``K_δ(v) = N(v) Σ_l G_l(û) / x_l`` from any factorisation ``u`` of ``v`` (spec §2.5).
+
+    ``N = Π_l ‖u_l‖²``, ``û_l = u_l / ‖u_l‖``, ``x = lemma_squared_norms(‖u‖², δ)``. Spec §6:
+    ``k = (2, 2)``, ``s = 2``, ``u = ((1, 2), (3, 1))`` with its own ``δ = 5`` gives ``K(u)``.
+
+    >>> ntk_closed_form(LCN((2, 2), (2,)), [[1, 2], [3, 1]], [5.0]).round(12).tolist()[0]
+    [10.0, 2.0, 3.0, 0.0]
+    """
+    th = _validate_params(arch, u)
+    a = _sq_norms(th)
+    if np.any(a == 0):
+        raise ValueError(f"u has a zero filter (squared norms {a.tolist()}): expected non-zero")
+    x = lemma_squared_norms(a, delta)
+    unit = [w / np.sqrt(n) for w, n in zip(th, a, strict=True)]
+    N = float(np.prod(a))
+    return N * sum(G / xl for G, xl in zip(gram_blocks(arch, unit), x, strict=True))

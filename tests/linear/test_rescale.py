@@ -1,0 +1,147 @@
+"""The rescaling lemma (spec §3, §7.5) and balanced FC factorisations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from neuromanifold.linear import (
+    FC,
+    LCN,
+    delta,
+    fc_balanced_params,
+    fc_delta,
+    fc_mu,
+    lemma_scalings,
+    lemma_squared_norms,
+    mu,
+    rescale_to_delta,
+    sq_norms,
+)
+
+ATOL_EXACT = 1e-12
+ATOL_INVARIANT = 1e-9  # spec §7.5, relative to max(1, |δ|)
+ATOL_PRODUCT = 1e-12  # |Πλ − 1|, spec §7.5
+
+
+def test_exact_example() -> None:
+    x = lemma_squared_norms([1.0, 2.0, 3.0], [1.0, -2.0])
+    np.testing.assert_allclose(x, [2.0, 3.0, 1.0], rtol=0, atol=ATOL_EXACT)
+    lam = lemma_scalings([1.0, 2.0, 3.0], [1.0, -2.0])
+    np.testing.assert_allclose(lam, [np.sqrt(2), np.sqrt(1.5), 1 / np.sqrt(3)], atol=ATOL_EXACT)
+
+
+def test_reference_values_section6() -> None:
+    # ‖w‖² = (5, 10) with δ = 5 is already consistent: x = (5, 10); δ = 0 gives x = √50 twice
+    np.testing.assert_allclose(
+        lemma_squared_norms([5.0, 10.0], [5.0]), [5.0, 10.0], atol=ATOL_EXACT
+    )
+    np.testing.assert_allclose(
+        lemma_squared_norms([5.0, 10.0], [0.0]), [np.sqrt(50)] * 2, atol=ATOL_EXACT
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_cases(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    L = int(rng.integers(2, 7))
+    a = rng.uniform(1e-3, 10.0, size=L)
+    d = rng.standard_normal(L - 1) * rng.choice([1e-3, 1.0, 1e2, 1e3])
+    lam = lemma_scalings(a, d)
+    assert np.all(lam > 0)
+    assert abs(np.prod(lam) - 1) < ATOL_PRODUCT
+    np.testing.assert_allclose(
+        np.diff(lam**2 * a), d, rtol=0, atol=ATOL_INVARIANT * max(1.0, np.max(np.abs(d)))
+    )
+
+
+def test_balanced_gives_equal_norms() -> None:
+    x = lemma_squared_norms([0.5, 3.0, 7.0, 2.0], np.zeros(3))
+    np.testing.assert_allclose(x, np.full(4, (0.5 * 3 * 7 * 2) ** 0.25), atol=ATOL_EXACT)
+
+
+def test_single_layer() -> None:
+    np.testing.assert_array_equal(lemma_scalings([4.0], []), [1.0])
+    np.testing.assert_array_equal(lemma_squared_norms([4.0], []), [4.0])
+
+
+def _naive_x(a: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """The cancellation-prone variant of spec §3: evaluate (t + c) + D_l, bisection on t."""
+    D = np.concatenate([[0.0], np.cumsum(d)])
+    c = -D.min()
+    P = np.prod(a)
+    lo, hi = 0.0, 1.0
+    while np.prod((hi + c) + D) < P:
+        hi *= 2
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if np.prod((mid + c) + D) < P:
+            lo = mid
+        else:
+            hi = mid
+    return (hi + c) + D
+
+
+def test_large_delta_no_cancellation() -> None:
+    """δ = (1e3, −2e3, 5e2): the offset-first solver keeps |Πλ − 1| < 1e-12 (spec §3 pitfall)."""
+    d = np.array([1e3, -2e3, 5e2])
+    rng = np.random.default_rng(11)
+    worst_ours, worst_naive = 0.0, 0.0
+    for _ in range(20):
+        a = rng.uniform(0.1, 5.0, size=4)
+        lam = lemma_scalings(a, d)
+        worst_ours = max(worst_ours, abs(np.prod(lam) - 1))
+        worst_naive = max(worst_naive, abs(np.prod(np.sqrt(_naive_x(a, d) / a)) - 1))
+    assert worst_ours < ATOL_PRODUCT
+    # the pitfall is real: the naive evaluation is orders of magnitude worse on the same inputs
+    assert worst_naive > 1e3 * max(worst_ours, 1e-16)
+
+
+def test_rescale_to_delta_keeps_mu() -> None:
+    rng = np.random.default_rng(3)
+    arch = LCN(((2, 2), (3, 2), (2, 2)), ((2, 1), (1, 2)), dim=2)
+    theta = [rng.standard_normal(f) for f in arch.filters]
+    target = np.array([4.0, -1.5])
+    new = rescale_to_delta(theta, target)
+    np.testing.assert_allclose(mu(arch, new), mu(arch, theta), atol=ATOL_EXACT)
+    np.testing.assert_allclose(delta(new), target, atol=ATOL_INVARIANT)
+    assert np.prod(sq_norms(new)) == pytest.approx(np.prod(sq_norms(theta)), rel=1e-12)
+
+
+def test_fc_balanced_params() -> None:
+    rng = np.random.default_rng(4)
+    arch = FC((4, 3, 2, 5))
+    W = rng.standard_normal((5, 2)) @ rng.standard_normal((2, 4))
+    for gen in (None, rng):
+        Ws = fc_balanced_params(arch, W, rng=gen)
+        np.testing.assert_allclose(fc_mu(arch, Ws), W, atol=ATOL_EXACT * np.max(np.abs(W)))
+        for D in fc_delta(Ws):
+            np.testing.assert_allclose(D, 0.0, atol=ATOL_EXACT * np.max(np.abs(W)))
+
+
+@pytest.mark.parametrize(
+    ("a", "d", "match"),
+    [
+        ([], [], r"sq_norms has shape \(0,\)"),
+        ([[1.0]], [], "sq_norms has shape"),
+        ([1.0, 0.0], [1.0], "finite positive squared norms"),
+        ([1.0, np.inf], [1.0], "finite positive"),
+        ([1.0, 2.0], [1.0, 2.0], r"delta has shape \(2,\): expected \(1,\)"),
+        ([1.0, 2.0], [np.nan], "delta.*finite"),
+    ],
+)
+def test_lemma_errors(a, d, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        lemma_scalings(a, d)
+
+
+def test_balanced_errors() -> None:
+    arch = FC((3, 1, 3))
+    with pytest.raises(ValueError, match=r"W has shape \(2, 3\): expected \(3, 3\)"):
+        fc_balanced_params(arch, np.ones((2, 3)))
+    with pytest.raises(ValueError, match="rank 3 > min\\(widths\\) = 1"):
+        fc_balanced_params(arch, np.eye(3))
+    with pytest.raises(TypeError, match="expected an FC"):
+        fc_balanced_params(LCN((2, 2), (1,)), np.eye(3))
+    with pytest.raises(ValueError, match="finite positive"):
+        rescale_to_delta([np.zeros(2), np.ones(2)], [0.0])

@@ -1,0 +1,127 @@
+"""K_δ(v) rebuilt from (v, δ) alone (spec §7.6), Gauss–Newton fiber points, the §2.5 closed form."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from neuromanifold.linear import (
+    LCN,
+    delta,
+    fiber_newton,
+    mu,
+    ntk,
+    ntk_closed_form,
+    ntk_from_function,
+    rescale_to_delta,
+    solve_fiber_point,
+)
+
+RTOL_REBUILD = 1e-9  # spec §7.6, relative to the largest entry of K
+ATOL_EXACT = 1e-12
+ATOL_PRINTED = 5e-4  # values quoted to 3 decimals in the spec
+
+# all strides > 1 (1-D) and D = 2 with distinct shapes / a stride between equal shapes
+DETERMINED = [
+    LCN((3, 2), (2,)),
+    LCN((2, 2, 2), (2, 2)),
+    LCN((3, 2, 2), (2, 2)),
+    LCN((2, 3, 2), (2, 3)),
+    LCN(((2, 2), (3, 3)), ((1, 1),), dim=2),
+    LCN(((2, 2), (2, 2)), ((2, 2),), dim=2),
+]
+IDS = ["k32s2", "k222s22", "k322s22", "k232s23", "2d-22-33", "2d-22-22-s22"]
+
+
+@pytest.mark.parametrize("arch", DETERMINED, ids=IDS)
+def test_ntk_rebuilt_from_v_and_delta(arch: LCN) -> None:
+    rng = np.random.default_rng(0)
+    for trial in range(2):
+        theta = [rng.standard_normal(f) for f in arch.filters]
+        v, d = mu(arch, theta), delta(theta)
+        K = ntk(arch, theta)
+        K_rebuilt = ntk_from_function(arch, v, d, seed=trial)  # random starts only
+        np.testing.assert_allclose(K_rebuilt, K, rtol=0, atol=RTOL_REBUILD * np.max(np.abs(K)))
+        np.testing.assert_allclose(
+            ntk_closed_form(arch, theta, d), K, rtol=0, atol=RTOL_REBUILD * np.max(np.abs(K))
+        )
+
+
+def test_several_random_starts_agree() -> None:
+    arch = LCN((3, 2, 2), (2, 2))
+    rng = np.random.default_rng(1)
+    theta = [rng.standard_normal(f) for f in arch.filters]
+    v, d = mu(arch, theta), delta(theta)
+    Ks = [ntk(arch, solve_fiber_point(arch, v, d, seed=s, n_starts=5).theta) for s in range(5)]
+    for K in Ks:
+        np.testing.assert_allclose(K, Ks[0], rtol=0, atol=RTOL_REBUILD * np.max(np.abs(K)))
+
+
+def test_sign_flips_leave_v_delta_K_unchanged() -> None:
+    arch = LCN((3, 2, 2), (2, 2))
+    rng = np.random.default_rng(2)
+    theta = [rng.standard_normal(f) for f in arch.filters]
+    for signs in itertools.product((1.0, -1.0), repeat=3):
+        if np.prod(signs) != 1:
+            continue
+        flipped = [s * w for s, w in zip(signs, theta, strict=True)]
+        np.testing.assert_array_equal(mu(arch, flipped), mu(arch, theta))
+        np.testing.assert_array_equal(delta(flipped), delta(theta))
+        np.testing.assert_allclose(ntk(arch, flipped), ntk(arch, theta), atol=ATOL_EXACT)
+
+
+def test_closed_form_depends_on_delta() -> None:
+    """Spec §6: same v = (3, 6, 1, 2), δ = 5 versus δ = 0 give different metrics."""
+    arch = LCN((2, 2), (2,))
+    u = [np.array([1.0, 2.0]), np.array([3.0, 1.0])]
+    K5 = ntk_closed_form(arch, u, [5.0])
+    np.testing.assert_allclose(K5, ntk(arch, u), atol=ATOL_EXACT)
+    K0 = ntk_closed_form(arch, u, [0.0])
+    np.testing.assert_allclose(np.diag(K0), [7.778, 12.021, 2.121, 6.364], atol=ATOL_PRINTED)
+    np.testing.assert_allclose(K0, ntk(arch, rescale_to_delta(u, [0.0])), atol=ATOL_EXACT)
+
+
+def test_fiber_newton_from_a_perturbed_point() -> None:
+    arch = LCN((2, 3, 2), (2, 3))
+    rng = np.random.default_rng(3)
+    theta = [rng.standard_normal(f) for f in arch.filters]
+    v, d = mu(arch, theta), delta(theta)
+    start = [w + 1e-2 * rng.standard_normal(w.shape) for w in theta]
+    res = fiber_newton(arch, v, d, start)
+    assert res.converged and res.residual <= res.tolerance
+    assert res.iterations <= 10  # quadratic convergence near a regular point
+    np.testing.assert_allclose(mu(arch, res.theta), v, atol=1e-12 * max(1, np.max(np.abs(v))))
+    assert res.to_dict()["converged"] is True
+
+
+def test_fiber_newton_reports_non_convergence_off_manifold() -> None:
+    """k = (2, 2), s = 2: M is the rank-one 2×2 matrices; the identity is not on M."""
+    arch = LCN((2, 2), (2,))
+    v = np.array([1.0, 0.0, 0.0, 1.0])
+    res = fiber_newton(arch, v, [0.0], [np.array([1.0, 0.1]), np.array([1.0, 0.2])])
+    assert not res.converged and res.residual > 0.1
+    with pytest.raises(RuntimeError, match="no fiber point found"):
+        ntk_from_function(arch, v, [0.0], n_starts=2)
+
+
+def test_error_paths() -> None:
+    arch = LCN((2, 2), (2,))
+    theta0 = [np.ones(2), np.ones(2)]
+    with pytest.raises(ValueError, match=r"v has shape \(3,\): expected arch.out_shape = \(4,\)"):
+        fiber_newton(arch, np.ones(3), [0.0], theta0)
+    with pytest.raises(ValueError, match=r"delta has shape \(2,\): expected \(1,\)"):
+        fiber_newton(arch, np.ones(4), [0.0, 1.0], theta0)
+    with pytest.raises(ValueError, match="finite"):
+        fiber_newton(arch, np.array([1.0, np.nan, 0, 0]), [0.0], theta0)
+    with pytest.raises(ValueError, match="max_iter = 0"):
+        fiber_newton(arch, np.ones(4), [0.0], theta0, max_iter=0)
+    with pytest.raises(ValueError, match="tol = -1"):
+        fiber_newton(arch, np.ones(4), [0.0], theta0, tol=-1.0)
+    with pytest.raises(TypeError, match="expected an LCN"):
+        fiber_newton("k22", np.ones(4), [0.0], theta0)
+    with pytest.raises(ValueError, match=r"theta\[1\] has shape"):
+        fiber_newton(arch, np.ones(4), [0.0], [np.ones(2), np.ones(3)])
+    with pytest.raises(ValueError, match="zero filter"):
+        ntk_closed_form(arch, [np.zeros(2), np.ones(2)], [0.0])

@@ -263,8 +263,9 @@ def test_ce_logit_shift_leaves_softmax_unchanged() -> None:
         )
 
 
-def test_relu_rescale_orbit_and_straight_probe() -> None:
-    cell = relu_rescale()
+@pytest.mark.parametrize("basis", ["canonical", "permuted"])
+def test_relu_rescale_orbit_and_straight_probe(basis: str) -> None:
+    cell = relu_rescale(basis=basis)
     j, nu = cell.meta["unit"], cell.meta["tangent_norm"]
     p = cell.params
     base = out_at(cell)
@@ -287,8 +288,12 @@ def test_relu_rescale_orbit_and_straight_probe() -> None:
         )
 
 
-def test_qk_rotation_generator_is_a_rotation_tangent() -> None:
-    cell = qk_rotation()
+@pytest.mark.parametrize("basis", ["canonical", "rotated", "permuted"])
+def test_qk_rotation_generator_is_a_rotation_tangent(basis: str) -> None:
+    cell = qk_rotation(basis=basis)
+    torch.testing.assert_close(
+        out_at(cell, 0.3), out_at(qk_rotation(), 0.3), atol=ATOL_EXACT, rtol=0
+    )
     wq, wk = cell.params["q.weight"], cell.params["k.weight"]
     dq, dk = cell.direction["q.weight"], cell.direction["k.weight"]
     skew = -dq @ torch.linalg.pinv(wq)  # δq = −S W_q with W_q of full row rank

@@ -22,7 +22,9 @@ from neuromanifold.cells import (
     matrix_chain,
     mlp_node_death,
     node_death_offset,
+    qk_rotation,
     read_cell,
+    relu_rescale,
     swiglu_dead_dimension,
 )
 from neuromanifold.singular.rate import fit_rate
@@ -76,6 +78,9 @@ def _variants():
     out.append(
         ("swiglu_permuted", lambda: swiglu_dead_dimension(basis="permuted"), swiglu_dead_dimension)
     )
+    out.append(("relu_rescale_permuted", lambda: relu_rescale(basis="permuted"), relu_rescale))
+    for basis in ("rotated", "permuted"):
+        out.append((f"qk_rotation_{basis}", lambda b=basis: qk_rotation(basis=b), qk_rotation))
     return out
 
 
@@ -94,6 +99,7 @@ def test_rotated_and_permuted_hidden_bases_read_the_same(label, make, make_canon
     allowed = RTOL_SAME_SWEEP * F_ref + 2.0 * np.sqrt(F_ref) * JV_ROUNDING + JV_ROUNDING**2
     assert np.all(np.abs(F - F_ref) <= allowed), label
     assert reading.k == ref.k
+    assert reading.klass == ref.klass
     assert reading.k_hat == pytest.approx(ref.k_hat, abs=K_HAT_SAME)
     # With its own default grid the presentation reads the same order too.
     assert check_reading(cell, read_cell(cell)).passed

@@ -18,7 +18,16 @@ import math
 import torch
 from torch import Tensor, nn
 
-from neuromanifold.cells._cell import CLASS_CURVED_GAUGE, Cell, generator, load, normalise, randn
+from neuromanifold.cells._cell import (
+    CLASS_CURVED_GAUGE,
+    Basis,
+    Cell,
+    basis_change,
+    generator,
+    load,
+    normalise,
+    randn,
+)
 from neuromanifold.singular.family import Gaussian
 
 __all__ = ["SingleHeadAttention", "qk_rotation"]
@@ -51,12 +60,21 @@ class SingleHeadAttention(nn.Module):
 
 
 def qk_rotation(
-    *, seed: int = 0, n: int = 32, tokens: int = 5, d: int = 4, d_head: int = 3
+    *,
+    seed: int = 0,
+    n: int = 32,
+    tokens: int = 5,
+    d: int = 4,
+    d_head: int = 3,
+    basis: Basis = "canonical",
 ) -> Cell:
     """Single attention head probed straight along a QK rotation tangent ``(−S W_q, −S W_k)``.
 
     S is a random skew-symmetric ``d_head × d_head`` matrix; the normalised tangent is both the
-    probe and the supplied gauge generator. Expected class: curved gauge.
+    probe and the supplied gauge generator. Expected class: curved gauge. ``basis`` presents the
+    head's hidden coordinates in a random orthogonal (or permuted) basis: ``W_q, W_k → R W_q,
+    R W_k`` and ``W_v → R' W_v``, ``W_o → W_o R'ᵀ``; the function is unchanged and the tangent
+    lifts to ``R·(−S W_q, −S W_k)``, the tangent of the conjugate generator ``R S Rᵀ``.
     """
     if d_head < 2:
         raise ValueError(f"d_head={d_head!r}; expected >= 2 (so(1) is trivial)")
@@ -64,20 +82,24 @@ def qk_rotation(
     model = SingleHeadAttention(d, d_head)
     wq = randn(d_head, d, gen=gen) / math.sqrt(d)
     wk = randn(d_head, d, gen=gen) / math.sqrt(d)
+    wv = randn(d_head, d, gen=gen) / math.sqrt(d)
+    wo = randn(d, d_head, gen=gen) / math.sqrt(d_head)
+    a = randn(d_head, d_head, gen=gen)
+    skew = a - a.T
+    bgen = generator(seed + 7919)
+    r_qk, r_vo = basis_change(d_head, basis, gen=bgen), basis_change(d_head, basis, gen=bgen)
     params = load(
         model,
         {
-            "q.weight": wq,
-            "k.weight": wk,
-            "v.weight": randn(d_head, d, gen=gen) / math.sqrt(d),
-            "o.weight": randn(d, d_head, gen=gen) / math.sqrt(d_head),
+            "q.weight": r_qk @ wq,
+            "k.weight": r_qk @ wk,
+            "v.weight": r_vo @ wv,
+            "o.weight": wo @ r_vo.T,
         },
     )
-    a = randn(d_head, d_head, gen=gen)
-    skew = a - a.T
-    tangent = normalise({"q.weight": -skew @ wq, "k.weight": -skew @ wk})
+    tangent = normalise({"q.weight": -r_qk @ skew @ wq, "k.weight": -r_qk @ skew @ wk})
     return Cell(
-        name="qk_rotation",
+        name="qk_rotation" + ("" if basis == "canonical" else f"_{basis}"),
         description=(
             "One attention head, straight probe along the QK rotation tangent (W_Q S, W_K S), "
             "S skew: W_Q W_Kᵀ is invariant to first order, the scores move by "
@@ -92,5 +114,5 @@ def qk_rotation(
         expected_class=CLASS_CURVED_GAUGE,
         gauge_generators=(tangent,),
         reference="dead_directions.md §6.5 (QK rotation), §9.1 (QK-rotation gauge)",
-        meta={"tokens": tokens, "d": d, "d_head": d_head},
+        meta={"tokens": tokens, "d": d, "d_head": d_head, "basis": basis},
     )

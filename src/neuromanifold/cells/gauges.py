@@ -24,7 +24,9 @@ from torch import nn
 from neuromanifold.cells._cell import (
     CLASS_CURVED_GAUGE,
     CLASS_FLAT_GAUGE,
+    Basis,
     Cell,
+    basis_change,
     generator,
     load,
     normalise,
@@ -70,24 +72,37 @@ def ce_logit_shift(
 
 
 def relu_rescale(
-    *, seed: int = 0, n: int = 128, d_in: int = 3, width: int = 4, d_out: int = 2, unit: int = 0
+    *,
+    seed: int = 0,
+    n: int = 128,
+    d_in: int = 3,
+    width: int = 4,
+    d_out: int = 2,
+    unit: int = 0,
+    basis: Basis = "canonical",
 ) -> Cell:
     """ReLU MLP probed straight along the rescaling tangent of one live unit: curved gauge.
 
     The unit's weights are random and non-zero, so it is live; the probe
     ``(ΔW₁[j], Δb₁[j], ΔW₂[:, j]) ∝ (W₁[j], b₁[j], −W₂[:, j])`` leaves the function unchanged to
     first order and changes it by ``−(t/ν)² W₂[:, j] ReLU(W₁[j]x + b₁[j])`` exactly (for t < ν).
+    ``basis="permuted"`` permutes the hidden units (the unit's index is ``meta["unit"]``);
+    rotations do not commute with ReLU and are refused.
     """
     if not 0 <= unit < width:
         raise ValueError(f"unit={unit!r}; expected an index in [0, {width})")
+    if basis not in ("canonical", "permuted"):
+        raise ValueError(f"basis={basis!r}; expected 'canonical' or 'permuted' for a ReLU layer")
     gen = generator(seed)
     model = nn.Sequential(nn.Linear(d_in, width), nn.ReLU(), nn.Linear(width, d_out))
     w1 = randn(width, d_in, gen=gen) / math.sqrt(d_in)
     b1 = 0.3 * randn(width, gen=gen)
     w2 = randn(d_out, width, gen=gen) / math.sqrt(width)
-    params = load(
-        model, {"0.weight": w1, "0.bias": b1, "2.weight": w2, "2.bias": 0.1 * randn(d_out, gen=gen)}
-    )
+    b2 = 0.1 * randn(d_out, gen=gen)
+    perm = basis_change(width, basis, gen=generator(seed + 7919))
+    w1, b1, w2 = perm @ w1, perm @ b1, w2 @ perm.T
+    unit = int(perm[:, unit].argmax())
+    params = load(model, {"0.weight": w1, "0.bias": b1, "2.weight": w2, "2.bias": b2})
     dw1 = torch.zeros_like(w1)
     dw1[unit] = w1[unit]
     db1 = torch.zeros_like(b1)
@@ -97,7 +112,7 @@ def relu_rescale(
     tangent = normalise({"0.weight": dw1, "0.bias": db1, "2.weight": dw2})
     nu = math.sqrt(float(w1[unit].square().sum() + b1[unit].square() + w2[:, unit].square().sum()))
     return Cell(
-        name="relu_rescale",
+        name="relu_rescale" + ("" if basis == "canonical" else f"_{basis}"),
         description=(
             "Live ReLU unit, straight probe along its rescaling tangent (w_in, b_in, −w_out): "
             "the contribution scales by 1 − t²/ν², F_u ∝ t² exactly — a curved-gauge mimic of "
@@ -112,5 +127,5 @@ def relu_rescale(
         expected_class=CLASS_CURVED_GAUGE,
         gauge_generators=(tangent,),
         reference="dead_directions.md §6.5 (curved orbits), §9.1 (ReLU-rescale gauge)",
-        meta={"unit": unit, "tangent_norm": nu},
+        meta={"unit": unit, "tangent_norm": nu, "basis": basis},
     )

@@ -15,6 +15,17 @@ from neuromanifold.linear.architecture import (
     validate_params,
 )
 from neuromanifold.linear.invariants import delta, fc_delta, sq_norms
+from neuromanifold.linear.metric import (
+    RTOL_RANK,
+    SmoothPointReport,
+    is_smooth_point,
+    jacobian_rank,
+    metric_inner,
+    metric_tensor,
+    riemannian_gradient,
+    tangent_basis,
+    tangent_condition_number,
+)
 from neuromanifold.linear.ntk import (
     complement_products,
     fc_balanced_operator,
@@ -50,49 +61,60 @@ from neuromanifold.linear.solve import (
     solve_fiber_point,
 )
 
-__all__ = [
+# grouped by topic (sorted within each group), so RUF022's global sort is switched off
+__all__ = [  # noqa: RUF022
     # architectures and parameters
     "FC",
     "LCN",
-    # fiber points and K_δ(v)
-    "NewtonResult",
-    # brute-force oracles
-    "apply_network",
-    # Jacobian and NTK
-    "complement_products",
-    # invariants and the rescaling lemma
-    "delta",
+    "flatten_params",
+    "unflatten_params",
+    "validate_params",
     # parametrisation map
     "dilate",
     "dilated_factors",
-    "fc_balanced_operator",
-    "fc_balanced_params",
-    "fc_delta",
-    "fc_jacobian",
-    "fc_jacobian_reference",
     "fc_mu",
+    "mu",
+    "poly_mul",
+    # Jacobian and NTK
+    "complement_products",
+    "fc_balanced_operator",
+    "fc_jacobian",
     "fc_ntk",
     "fc_ntk_apply",
-    "fc_ntk_reference",
-    "fiber_newton",
-    "flatten_params",
     "gram_blocks",
     "jacobian",
     "jacobian_blocks",
-    "jacobian_reference",
+    "ntk",
+    # invariants and the rescaling lemma
+    "delta",
+    "fc_balanced_params",
+    "fc_delta",
     "lemma_scalings",
     "lemma_squared_norms",
-    "mu",
-    "mu_reference",
-    "mu_torch",
-    "ntk",
+    "rescale_to_delta",
+    "sq_norms",
+    # fiber points and K_δ(v)
+    "NewtonResult",
+    "fiber_newton",
     "ntk_closed_form",
     "ntk_from_function",
-    "ntk_reference",
-    "poly_mul",
-    "rescale_to_delta",
     "solve_fiber_point",
-    "sq_norms",
-    "unflatten_params",
-    "validate_params",
+    # metric on T_vM and regularity
+    "RTOL_RANK",
+    "SmoothPointReport",
+    "is_smooth_point",
+    "jacobian_rank",
+    "metric_inner",
+    "metric_tensor",
+    "riemannian_gradient",
+    "tangent_basis",
+    "tangent_condition_number",
+    # brute-force oracles
+    "apply_network",
+    "fc_jacobian_reference",
+    "fc_ntk_reference",
+    "jacobian_reference",
+    "mu_reference",
+    "mu_torch",
+    "ntk_reference",
 ]

@@ -1,0 +1,205 @@
+"""The function-space metric ``g_v = K⁺`` on ``T_vM``, Riemannian gradients, regularity tests.
+
+At a regular ``θ`` (``rank Jμ(θ) = dim M``) the tangent space is ``T_vM = range Jμ = range K``
+(``K = Jμ Jμᵀ``). When the NTK is a function ``K(v)`` of the end-to-end filter along the flow
+(spec §2.4), ``g_v(ξ, η) = ξᵀ K⁺ η`` with ``K⁺`` the pseudo-inverse truncated at rank ``dim M`` is a
+Riemannian metric on the smooth locus, and ``v̇ = −K ∇ℓ(v) = −grad_g ℓ(v)``; in particular
+``g_v(K∇ℓ, η) = ⟨∇ℓ, η⟩`` for every ``η ∈ T_vM``. Vectors in function space are ``v``-shaped arrays
+flattened in C order (or flat ``(n_v,)`` vectors).
+
+Regularity here is regularity of the *parameter* ``θ``; a regular ``θ`` can still map to a singular
+point of ``M`` (a self-crossing, spec §4.2), which only a second fiber point reveals.
+
+References: Achour, Kohn, Rauhut, arXiv:2507.06367; Kohn, Montúfar, Shahverdi, Trager, SIAGA 2024.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from neuromanifold.linear.architecture import FC, LCN, Architecture, validate_params
+from neuromanifold.linear.ntk import fc_jacobian, jacobian
+
+__all__ = [
+    "RTOL_RANK",
+    "SmoothPointReport",
+    "is_smooth_point",
+    "jacobian_rank",
+    "metric_inner",
+    "metric_tensor",
+    "riemannian_gradient",
+    "tangent_basis",
+    "tangent_condition_number",
+]
+
+RTOL_RANK = 1e-10
+"""Default relative threshold: a singular value ``σ_i`` counts iff ``σ_i > RTOL_RANK · σ_max``."""
+
+
+def _jac(arch: Architecture, theta: Sequence[Any]) -> np.ndarray:
+    if isinstance(arch, LCN):
+        return jacobian(arch, theta)
+    if isinstance(arch, FC):
+        return fc_jacobian(arch, theta)
+    raise TypeError(f"arch = {arch!r}: expected an LCN or FC instance")
+
+
+def _check_rtol(rtol: float) -> None:
+    if not (isinstance(rtol, (int, float)) and 0 < rtol < 1):
+        raise ValueError(f"rtol = {rtol!r}: expected a float in (0, 1)")
+
+
+def jacobian_rank(arch: Architecture, theta: Sequence[Any], *, rtol: float = RTOL_RANK) -> int:
+    """Numerical rank of ``Jμ(θ)``: the number of singular values ``> rtol · σ_max``.
+
+    >>> jacobian_rank(LCN((3, 2), (2,)), [[-0.49, 0.0, 1.0], [-0.49, 1.0]])  # spec §4.6
+    3
+    """
+    _check_rtol(rtol)
+    s = np.linalg.svd(_jac(arch, theta), compute_uv=False)
+    if s.size == 0 or s[0] == 0:
+        return 0
+    return int(np.sum(s > rtol * s[0]))
+
+
+@dataclass(frozen=True)
+class SmoothPointReport:
+    """Regularity of ``θ``: ``smooth`` iff ``rank Jμ(θ) = dim M`` and no filter is zero.
+
+    Attributes:
+        rank: numerical rank of ``Jμ(θ)`` at relative threshold ``rtol``.
+        dim_M: ``dim M`` of the architecture.
+        sigma_max: largest singular value of ``Jμ``.
+        sigma_dim: the ``dim_M``-th singular value (0 if there are fewer).
+        sigma_next: the ``(dim_M + 1)``-th singular value (0 if there is none; ideally 0).
+        rtol: the threshold used.
+        min_filter_norm: smallest ``‖w_l‖``.
+        smooth: the verdict.
+    """
+
+    rank: int
+    dim_M: int
+    sigma_max: float
+    sigma_dim: float
+    sigma_next: float
+    rtol: float
+    min_filter_norm: float
+    smooth: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        return {
+            "rank": self.rank,
+            "dim_M": self.dim_M,
+            "sigma_max": self.sigma_max,
+            "sigma_dim": self.sigma_dim,
+            "sigma_next": self.sigma_next,
+            "rtol": self.rtol,
+            "min_filter_norm": self.min_filter_norm,
+            "smooth": self.smooth,
+        }
+
+
+def is_smooth_point(
+    arch: Architecture, theta: Sequence[Any], *, rtol: float = RTOL_RANK
+) -> SmoothPointReport:
+    """Report whether ``θ`` is a regular point of ``μ`` (``rank Jμ = dim M``, all ``w_l ≠ 0``).
+
+    >>> is_smooth_point(LCN((2, 2), (2,)), [[1, 2], [3, 1]]).smooth
+    True
+    """
+    _check_rtol(rtol)
+    th = validate_params(arch, theta)
+    s = np.linalg.svd(_jac(arch, th), compute_uv=False)
+    smax = float(s[0]) if s.size else 0.0
+    rank = int(np.sum(s > rtol * smax)) if smax > 0 else 0
+    m = arch.dim_M
+    min_norm = float(min(np.linalg.norm(w) for w in th))
+    return SmoothPointReport(
+        rank=rank,
+        dim_M=m,
+        sigma_max=smax,
+        sigma_dim=float(s[m - 1]) if m - 1 < s.size else 0.0,
+        sigma_next=float(s[m]) if m < s.size else 0.0,
+        rtol=float(rtol),
+        min_filter_norm=min_norm,
+        smooth=bool(rank == m and min_norm > 0),
+    )
+
+
+def tangent_basis(arch: Architecture, theta: Sequence[Any]) -> np.ndarray:
+    """Orthonormal basis of ``range Jμ(θ)`` (``= T_vM`` at a regular θ): ``(n_v, dim M)``.
+
+    The leading ``dim M`` left singular vectors of ``Jμ``.
+    """
+    U, _, _ = np.linalg.svd(_jac(arch, theta), full_matrices=False)
+    return U[:, : arch.dim_M]
+
+
+def _check_K(K: Any, dim_M: int) -> np.ndarray:
+    K = np.asarray(K, dtype=np.float64)
+    if K.ndim != 2 or K.shape[0] != K.shape[1]:
+        raise ValueError(f"K has shape {K.shape}: expected a square (n_v, n_v) matrix")
+    if not np.all(np.isfinite(K)):
+        raise ValueError("K: entries must be finite")
+    scale = max(float(np.max(np.abs(K))), 1e-300)
+    if np.max(np.abs(K - K.T)) > 1e-10 * scale:
+        raise ValueError("K: expected a symmetric matrix (an NTK J Jᵀ)")
+    if not (isinstance(dim_M, (int, np.integer)) and 1 <= dim_M <= K.shape[0]):
+        raise ValueError(f"dim_M = {dim_M!r}: expected an int in [1, {K.shape[0]}]")
+    return K
+
+
+def _top_eig(K: np.ndarray, dim_M: int) -> tuple[np.ndarray, np.ndarray]:
+    lam, U = np.linalg.eigh(0.5 * (K + K.T))
+    return lam[::-1][:dim_M], U[:, ::-1][:, :dim_M]
+
+
+def metric_tensor(K: Any, dim_M: int) -> np.ndarray:
+    """``g_v = K⁺`` truncated at rank ``dim M``: ``Σ_{i ≤ dim M} u_i u_iᵀ / λ_i``, ``(n_v, n_v)``.
+
+    ``λ_i, u_i`` are the ``dim M`` largest eigenpairs of ``K``; the remaining ones (the normal
+    space, zero up to round-off at a regular point) are discarded.
+
+    >>> metric_tensor(np.diag([4.0, 2.0, 0.0]), 2).tolist()
+    [[0.25, 0.0, 0.0], [0.0, 0.5, 0.0], [0.0, 0.0, 0.0]]
+    """
+    K = _check_K(K, dim_M)
+    lam, U = _top_eig(K, dim_M)
+    if lam[-1] <= 0:
+        raise ValueError(
+            f"K has only {int(np.sum(lam > 0))} positive eigenvalues < dim_M = {dim_M}: "
+            "the metric is undefined at this (singular) point"
+        )
+    return (U / lam) @ U.T
+
+
+def metric_inner(K: Any, dim_M: int, xi: Any, eta: Any) -> float:
+    """``g_v(ξ, η) = ξᵀ K⁺ η`` (``K⁺`` as in :func:`metric_tensor`; ξ, η flattened in C order)."""
+    G = metric_tensor(K, dim_M)
+    x, y = np.ravel(np.asarray(xi, dtype=np.float64)), np.ravel(np.asarray(eta, dtype=np.float64))
+    if x.size != G.shape[0] or y.size != G.shape[0]:
+        raise ValueError(f"xi, eta have {x.size}, {y.size} entries: expected {G.shape[0]} each")
+    return float(x @ G @ y)
+
+
+def riemannian_gradient(K: Any, grad: Any) -> np.ndarray:
+    """``grad_g ℓ(v) = K ∇ℓ(v)`` (shape of ``grad``); the flow is ``v̇ = −K ∇ℓ(v)``."""
+    K = np.asarray(K, dtype=np.float64)
+    g = np.asarray(grad, dtype=np.float64)
+    if K.ndim != 2 or K.shape[0] != K.shape[1] or g.size != K.shape[0]:
+        raise ValueError(
+            f"K {K.shape} and grad {g.shape}: expected a square K and grad with K.shape[0] entries"
+        )
+    return (K @ g.ravel()).reshape(g.shape)
+
+
+def tangent_condition_number(K: Any, dim_M: int) -> float:
+    """``λ_1 / λ_{dim M}`` of ``K`` (its condition number on ``T_vM``; ``inf`` if singular)."""
+    K = _check_K(K, dim_M)
+    lam, _ = _top_eig(K, dim_M)
+    return float(lam[0] / lam[-1]) if lam[-1] > 0 else float("inf")

@@ -1,0 +1,135 @@
+"""Geometry identities of spec §7.12: rank K = dim M, range K = range J, the crossing and
+critical-point examples, g_v(K∇ℓ, η) = ⟨∇ℓ, η⟩ on T_vM; error paths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from neuromanifold.linear import LCN, delta, jacobian, mu, ntk, rescale_to_delta
+from neuromanifold.linear.metric import (
+    RTOL_RANK,
+    is_smooth_point,
+    jacobian_rank,
+    metric_inner,
+    metric_tensor,
+    riemannian_gradient,
+    tangent_basis,
+    tangent_condition_number,
+)
+
+ATOL_EXACT = 1e-12
+RTOL_IDENTITY = 1e-10  # metric identities involve K⁺, relative to the condition number scale
+RTOL_SUBSPACE = 1e-10  # distance between orthogonal projectors
+
+REGULAR = [
+    LCN((3, 2, 2), (2, 2)),
+    LCN((3, 2, 3), (2, 3)),
+    LCN((2, 2), (1,)),
+    LCN(((2, 2), (3, 3)), ((1, 1),), dim=2),
+]
+
+
+def _proj(B: np.ndarray) -> np.ndarray:
+    return B @ B.T
+
+
+@pytest.mark.parametrize("arch", REGULAR, ids=["k322", "k323", "k22s1", "2d"])
+def test_rank_and_range_at_regular_points(arch: LCN) -> None:
+    rng = np.random.default_rng(0)
+    theta = [rng.standard_normal(f) for f in arch.filters]
+    K = ntk(arch, theta)
+    rep = is_smooth_point(arch, theta)
+    assert rep.smooth and rep.rank == arch.dim_M == jacobian_rank(arch, theta)
+    s = np.linalg.svd(K, compute_uv=False)
+    assert int(np.sum(s > RTOL_RANK * s[0])) == arch.dim_M
+    # range K = range J: equal orthogonal projectors
+    _, U = np.linalg.eigh(K)
+    UK = U[:, ::-1][:, : arch.dim_M]
+    T = tangent_basis(arch, theta)
+    assert T.shape == (arch.n_v, arch.dim_M)
+    np.testing.assert_allclose(_proj(UK), _proj(T), atol=RTOL_SUBSPACE)
+    assert rep.to_dict()["rank"] == arch.dim_M
+
+
+@pytest.mark.parametrize("arch", REGULAR, ids=["k322", "k323", "k22s1", "2d"])
+def test_riemannian_gradient_identity(arch: LCN) -> None:
+    """g_v(K∇ℓ, η) = ⟨∇ℓ, η⟩ for η ∈ T_vM; K∇ℓ ∈ T_vM."""
+    rng = np.random.default_rng(1)
+    theta = [rng.standard_normal(f) for f in arch.filters]
+    K = ntk(arch, theta)
+    T = tangent_basis(arch, theta)
+    grad = rng.standard_normal(arch.out_shape)  # any ∇ℓ, not necessarily tangent
+    xi = riemannian_gradient(K, grad)
+    assert xi.shape == grad.shape
+    scale = np.linalg.norm(grad) * tangent_condition_number(K, arch.dim_M)
+    for _ in range(3):
+        eta = T @ rng.standard_normal(arch.dim_M)
+        lhs = metric_inner(K, arch.dim_M, xi, eta)
+        assert lhs == pytest.approx(float(grad.ravel() @ eta), abs=RTOL_IDENTITY * scale)
+    # K∇ℓ lies in T_vM
+    np.testing.assert_allclose(_proj(T) @ xi.ravel(), xi.ravel(), atol=RTOL_SUBSPACE * scale)
+
+
+def test_crossing_point_of_section_4_2() -> None:
+    arch = LCN((3, 2), (2,))
+    theta = [np.array([-0.25, 0.0, 1.0]), np.array([-2.25, 1.0])]
+    d = delta(theta)
+    np.testing.assert_allclose(d, [5.0], atol=ATOL_EXACT)
+    other = rescale_to_delta([np.array([-2.25, 0.0, 1.0]), np.array([-0.25, 1.0])], d)
+    np.testing.assert_allclose(mu(arch, other), mu(arch, theta), atol=ATOL_EXACT)
+    assert jacobian_rank(arch, theta) == jacobian_rank(arch, other) == 4 == arch.dim_M
+    J2 = np.hstack([jacobian(arch, theta), jacobian(arch, other)])
+    s = np.linalg.svd(J2, compute_uv=False)
+    assert int(np.sum(s > RTOL_RANK * s[0])) == 5
+    gap = np.max(np.abs(ntk(arch, theta) - ntk(arch, other)))
+    assert gap == pytest.approx(80 / 17, abs=ATOL_EXACT * 100)
+
+
+def test_critical_points_of_section_4_6() -> None:
+    arch = LCN((3, 2), (2,))
+    critical = [np.array([-0.49, 0.0, 1.0]), np.array([-0.49, 1.0])]
+    one_root = [np.array([-0.91, 0.6, 1.0]), np.array([-0.49, 1.0])]  # (z − 0.7)(z + 1.3)
+    rep_c, rep_r = is_smooth_point(arch, critical), is_smooth_point(arch, one_root)
+    assert (rep_c.rank, rep_r.rank) == (3, 4)
+    assert not rep_c.smooth and rep_r.smooth
+    assert rep_c.sigma_dim <= RTOL_RANK * rep_c.sigma_max < rep_r.sigma_dim
+    assert not is_smooth_point(arch, [np.zeros(3), np.ones(2)]).smooth
+
+
+def test_metric_tensor_is_pseudo_inverse_on_tangent_space() -> None:
+    arch = LCN((3, 2, 2), (2, 2))
+    rng = np.random.default_rng(2)
+    theta = [rng.standard_normal(f) for f in arch.filters]
+    K = ntk(arch, theta)
+    G = metric_tensor(K, arch.dim_M)
+    P = _proj(tangent_basis(arch, theta))
+    cond = tangent_condition_number(K, arch.dim_M)
+    np.testing.assert_allclose(G @ K, P, atol=RTOL_IDENTITY * cond)
+    np.testing.assert_allclose(K @ G @ K, K, atol=RTOL_IDENTITY * cond * np.max(K))
+
+
+def test_error_paths() -> None:
+    arch = LCN((2, 2), (1,))
+    theta = [np.ones(2), np.ones(2)]
+    with pytest.raises(ValueError, match=r"rtol = 0: expected a float in \(0, 1\)"):
+        jacobian_rank(arch, theta, rtol=0)
+    with pytest.raises(ValueError, match="rtol = 2"):
+        is_smooth_point(arch, theta, rtol=2)
+    with pytest.raises(TypeError, match="expected an LCN or FC"):
+        jacobian_rank("arch", theta)
+    with pytest.raises(ValueError, match=r"K has shape \(2, 3\)"):
+        metric_tensor(np.ones((2, 3)), 1)
+    with pytest.raises(ValueError, match="symmetric"):
+        metric_tensor(np.array([[1.0, 2.0], [0.0, 1.0]]), 1)
+    with pytest.raises(ValueError, match="finite"):
+        metric_tensor(np.array([[np.nan, 0.0], [0.0, 1.0]]), 1)
+    with pytest.raises(ValueError, match=r"dim_M = 3: expected an int in \[1, 2\]"):
+        metric_tensor(np.eye(2), 3)
+    with pytest.raises(ValueError, match="only 1 positive eigenvalues < dim_M = 2"):
+        metric_tensor(np.diag([1.0, 0.0]), 2)
+    with pytest.raises(ValueError, match="expected 2 each"):
+        metric_inner(np.eye(2), 2, np.ones(3), np.ones(2))
+    with pytest.raises(ValueError, match=r"grad with K\.shape"):
+        riemannian_gradient(np.eye(2), np.ones(3))
+    assert tangent_condition_number(np.diag([1.0, 0.0]), 2) == float("inf")

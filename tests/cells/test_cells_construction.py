@@ -25,6 +25,7 @@ from neuromanifold.cells import (
     node_death,
     node_death_offset,
     qk_rotation,
+    relu_chain,
     relu_rescale,
     residual_path,
     rmsnorm_no_kernel,
@@ -140,6 +141,14 @@ def test_scalar_chain_closed_form(depth: int) -> None:
     cell = scalar_chain(depth=depth)
     for t in T_VALUES:
         expect = (t / math.sqrt(depth)) ** depth * cell.data
+        torch.testing.assert_close(out_at(cell, t), expect, atol=ATOL_EXACT, rtol=RTOL_EXACT)
+
+
+@pytest.mark.parametrize("depth", [2, 3, 4])
+def test_relu_chain_closed_form(depth: int) -> None:
+    cell = relu_chain(depth=depth)
+    for t in T_VALUES:
+        expect = (t / math.sqrt(depth)) ** depth * torch.relu(cell.data)
         torch.testing.assert_close(out_at(cell, t), expect, atol=ATOL_EXACT, rtol=RTOL_EXACT)
 
 

@@ -105,8 +105,9 @@ def test_rotated_and_permuted_hidden_bases_read_the_same(label, make, make_canon
     assert check_reading(cell, read_cell(cell)).passed
 
 
-def test_gauge_cells_are_not_read_as_genuine_without_the_generator_either() -> None:
-    """Curved gauges need their generator; flat gauges are classed by magnitude alone."""
+def test_flat_gauges_need_no_generator_curved_gauges_are_recognised_by_theirs() -> None:
+    """Flat gauges are classed by magnitude alone; curved gauges by their supplied generator
+    (the straight probe still shows its apparent order 2)."""
     for name in ("layernorm_kernel", "ce_logit_shift"):
         cell = get_cell(name)
         assert cell.gauge_generators == ()

@@ -8,7 +8,8 @@ output family, and the order k or class the directional-Fisher read must return.
 * Anchors: `gaussian_location` (μ = θ^k), `linear_regression` (live).
 * Node deaths: `node_death` (ReLU, GELU, tanh, SiLU: k = 2; squared ReLU: k = 3),
   `node_death_offset` (snap), `swiglu_dead_dimension` (k = 3), `mlp_node_death` (live mixing).
-* Depth: `scalar_chain`, `matrix_chain` (dead path, canonical/rotated/permuted hidden bases).
+* Depth: `scalar_chain`, `relu_chain`, `matrix_chain` (dead path, canonical/rotated/permuted
+  hidden bases).
 * Normalisation: `layernorm_kernel` (flat gauge), `rmsnorm_no_kernel` (live).
 * Gauges: `ce_logit_shift` (flat), `relu_rescale` and `qk_rotation` (curved).
 * Residual: `residual_path` (order = shortest weighted path). Convolution: `conv_node_death`,
@@ -32,6 +33,7 @@ from neuromanifold.cells.dense import (
     mlp_node_death,
     node_death,
     node_death_offset,
+    relu_chain,
     swiglu_dead_dimension,
 )
 from neuromanifold.cells.gauges import ce_logit_shift, relu_rescale
@@ -78,6 +80,7 @@ __all__ = [
     "qk_rotation",
     "read_cell",
     "read_cells",
+    "relu_chain",
     "relu_rescale",
     "residual_path",
     "rmsnorm_no_kernel",

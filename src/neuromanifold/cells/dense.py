@@ -41,6 +41,7 @@ __all__ = [
     "mlp_node_death",
     "node_death",
     "node_death_offset",
+    "relu_chain",
     "swiglu_dead_dimension",
 ]
 
@@ -155,6 +156,46 @@ def node_death_offset(
         snap=True,
         reference="dead_directions.md §7.2 step 3 (base point, snap), §9.1 (offset robustness)",
         meta={"activation": activation, "offset": delta_off, "dead_weight": float(offset)},
+    )
+
+
+def relu_chain(*, depth: int, seed: int = 0, n: int = 128) -> Cell:
+    """Width-one ReLU chain ``y = w_L ReLU(w_{L−1} ⋯ ReLU(w_1 x))`` at w = 0 along ``𝟙/√L``.
+
+    ReLU is positively homogeneous (class P3), so along the probe (s = t/√L > 0) every layer
+    multiplies by s exactly: ``y(t) = s^L ReLU(x)``. The order is the depth, k = L, as for the
+    linear chain. Parameters ``{2i}.weight`` (i = 0..L−1); symmetric probe inputs.
+
+    >>> relu_chain(depth=3).expected_k
+    3
+    """
+    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 2:
+        raise ValueError(f"depth={depth!r}; expected an integer >= 2")
+    gen = generator(seed)
+    layers: list[nn.Module] = []
+    for i in range(depth):
+        layers.append(nn.Linear(1, 1, bias=False))
+        if i < depth - 1:
+            layers.append(nn.ReLU())
+    model = nn.Sequential(*layers)
+    keys = [f"{2 * i}.weight" for i in range(depth)]
+    params = load(model, {k: torch.zeros(1, 1, dtype=torch.float64) for k in keys})
+    u = {k: torch.full((1, 1), 1.0 / math.sqrt(depth), dtype=torch.float64) for k in keys}
+    return Cell(
+        name=f"relu_chain_L{depth}",
+        description=(
+            f"Width-one ReLU chain of depth {depth} at w = 0 along 𝟙/√L: positive homogeneity "
+            f"gives y = (t/√L)^L ReLU(x) exactly, k = L = {depth}."
+        ),
+        model=model,
+        params=params,
+        direction=u,
+        data=symmetric_normal(n, 1, gen=gen),
+        family=Gaussian(sigma=1.0),
+        expected_k=depth,
+        expected_class=CLASS_GENUINE,
+        reference="dead_directions.md §6.6 (ReLU chain: t^L·ReLU(x) exactly)",
+        meta={"depth": depth},
     )
 
 

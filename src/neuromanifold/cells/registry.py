@@ -20,6 +20,7 @@ from neuromanifold.cells.dense import (
     mlp_node_death,
     node_death,
     node_death_offset,
+    relu_chain,
     swiglu_dead_dimension,
 )
 from neuromanifold.cells.gauges import ce_logit_shift, relu_rescale
@@ -42,6 +43,8 @@ def _table() -> dict[str, Callable[..., Cell]]:
     t["swiglu_dead_dimension"] = swiglu_dead_dimension
     for depth in DEPTHS:
         t[f"scalar_chain_L{depth}"] = partial(scalar_chain, depth=depth)
+    for depth in (3, 4):
+        t[f"relu_chain_L{depth}"] = partial(relu_chain, depth=depth)
     for depth in DEPTHS:
         t[f"matrix_chain_L{depth}"] = partial(matrix_chain, depth=depth)
         t[f"matrix_chain_L{depth}_rotated"] = partial(matrix_chain, depth=depth, basis="rotated")

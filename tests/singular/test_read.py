@@ -243,3 +243,18 @@ def test_bad_input_errors() -> None:
         read(nn.Linear(5, 2).double(), seq, Categorical(), progress=False)
     with pytest.raises(ValueError, match="at least one sample"):
         read(p.model, p.data[:0], p.family, progress=False)
+
+
+def test_torch_transformer_encoder_layer_gauges() -> None:
+    """nn.TransformerEncoderLayer (packed MultiheadAttention, pre-norm): LN kernels, QK, VO."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, batch_first=True, norm_first=True)
+    model = nn.Sequential(layer, nn.Flatten(), nn.Linear(24, 2)).double().eval()
+    x = torch.randn(12, 3, 8, dtype=torch.float64)
+    reading = read(model, x, Gaussian(), progress=False)
+    kinds = Counter((r.detector, r.klass) for r in reading.directions)
+    assert kinds[("ln-kernel", "flat_gauge")] == 2  # norm1 → self_attn.in_proj, norm2 → linear1
+    assert kinds[("qk-rotation", "curved_gauge")] == 2
+    assert kinds[("vo-rescale", "curved_gauge")] == 2
+    assert not _genuine(reading) and reading.not_covered == ()
+    assert not model[0].training  # the caller's module keeps its mode

@@ -234,8 +234,15 @@ def _as_inputs(data: Any) -> Tensor:
 
 
 def _float64_copy(model: nn.Module, params: Mapping[str, Tensor] | None) -> nn.Module:
-    """A float64, eval-mode deep copy of ``model`` (optionally with ``params`` loaded)."""
-    m = copy.deepcopy(model).to(torch.float64).eval()
+    """A float64 deep copy of ``model`` (optionally with ``params`` loaded).
+
+    A model in training mode is switched to eval mode; a model already in eval mode keeps the modes
+    of its submodules (the whole-model read sets fused-attention modules to a dropout-free train
+    mode on purpose).
+    """
+    m = copy.deepcopy(model).to(torch.float64)
+    if model.training:
+        m.eval()
     if params is not None:
         named = dict(m.named_parameters())
         with torch.no_grad():

@@ -3,7 +3,8 @@
 Pipeline (spec §7.2):
 
 1. Validate; work on a float64, eval-mode deep copy (the caller's module is never touched; a
-   float32 model is up-cast and ``meta["upcast"]`` says so). Non-finite parameters or activations
+   float32 model is up-cast and ``meta["upcast"]`` says so; see `_working_copy` for fused
+   attention). Non-finite parameters or activations
    raise ``ValueError`` naming the parameter or module; data that does not fit the model raises
    ``ValueError`` naming the shapes.
 2. One hooked forward on a few samples traces the data-flow graph (`trace_graph`); one pass over the
@@ -11,7 +12,8 @@ Pipeline (spec §7.2):
    indices seen (only when the model has embeddings).
 3. Coverage: every module holding parameters must be handled by some detector of the registry;
    the others are listed in ``not_covered`` with a reason (also supported blocks never called).
-4. Detect: each applicable detector proposes `Candidate` directions, in registry order.
+4. Detect: each detector, in registry order, proposes `Candidate` directions for every module it
+   applies to.
    Duplicates (``|⟨u, v⟩| ≥ DEDUP_OVERLAP``) are dropped, keeping the first (closed forms first).
 5. Read each candidate with `read_direction` (gauge candidates with their generators, so a
    straight probe of a curved orbit is classed curved gauge), up to ``max_directions``.
@@ -188,7 +190,7 @@ def read(
     x = _inputs(data)
     registry = _registry(detectors)
     upcast = any(p.is_floating_point() and p.dtype != torch.float64 for p in model.parameters())
-    work = copy.deepcopy(model).to(torch.float64).eval()
+    work = _working_copy(model)
     for name, p in work.named_parameters():
         if not torch.isfinite(p).all():
             raise ValueError(f"parameter {name!r} holds NaN or Inf values")
@@ -208,8 +210,11 @@ def read(
     n_supported = sum(1 for _, m in work.named_modules() if registry.covers(m))
 
     candidates: list[Candidate] = []
-    for name, mod in work.named_modules():
-        for det in registry.for_module(mod):
+    modules = list(work.named_modules())
+    for det in registry:  # registry order first: closed forms win the deduplication
+        for name, mod in modules:
+            if not det.applies_to(mod):
+                continue
             for cand in det.propose(name, mod, ctx):
                 if all(cand.overlap(c) < DEDUP_OVERLAP for c in candidates):
                     candidates.append(cand)
@@ -323,6 +328,28 @@ def _per_layer_rates(
             "r2": _finite(fit.r2),
         }
     return out
+
+
+_FUSED = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
+
+
+def _working_copy(model: nn.Module) -> nn.Module:
+    """Float64 eval-mode deep copy; fused-attention modules are set to train mode with dropout 0.
+
+    PyTorch's fused inference path for ``nn.MultiheadAttention`` and the ``nn.Transformer*Layer``
+    modules (taken in eval mode) has no forward-mode AD; in train mode with every dropout at 0 the
+    modules compute the same eval-mode function through differentiable ops.
+    """
+    work = copy.deepcopy(model).to(torch.float64).eval()
+    for mod in work.modules():
+        if isinstance(mod, _FUSED):
+            for sub in mod.modules():
+                if isinstance(sub, nn.Dropout):
+                    sub.p = 0.0
+                if isinstance(sub, nn.MultiheadAttention):
+                    sub.dropout = 0.0
+                sub.train()
+    return work
 
 
 def _finite(v: float | None) -> float | None:

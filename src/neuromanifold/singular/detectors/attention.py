@@ -1,34 +1,76 @@
 """Attention detector: per-head QK rotations and value–output rescalings (curved gauges).
 
-Recognised layouts (``n_heads`` from ``n_heads``/``num_heads``/``num_attention_heads``):
+Recognised layouts (`attention_layout`; heads from ``n_heads``/``num_heads``/
+``num_attention_heads``):
 
-* separate projections ``q_proj``/``k_proj``/``v_proj`` and ``out_proj``/``o_proj`` (also the BERT
-  names ``query``/``key``/``value``), each an ``nn.Linear``;
-* a fused ``qkv`` Linear (rows ``[Q; K; V]``) with an output ``proj`` Linear (timm layout).
+* separate ``nn.Linear`` projections ``q_proj``/``k_proj``/``v_proj`` (or the BERT names
+  ``query``/``key``/``value``) and an output ``out_proj``/``o_proj``/``proj``; BERT's self-attention
+  has no output projection of its own, so only the QK rotation is proposed there;
+* a fused ``qkv`` Linear with rows ``[Q; K; V]`` and an output ``proj`` (timm layout);
+* ``nn.MultiheadAttention`` with packed ``in_proj_weight``/``in_proj_bias`` and ``out_proj``.
+  Its ``out_proj`` (a Linear subclass used through the functional kernel, never called) is covered
+  by this detector.
 
 Head ``h`` owns rows ``r_h = h·d_h … (h+1)·d_h`` of Q, K, V and columns ``r_h`` of the output.
 Scores ``q_hᵀk_h`` are invariant under ``(q_h, k_h) → (R q_h, R k_h)``, ``R ∈ O(d_h)``: the orbit
 tangent at θ0 is ``δW_Q[r_h] = S W_Q[r_h]``, ``δb_Q[r_h] = S b_Q[r_h]`` (same for K) for
 ``S ∈ so(d_h)``; one seeded generic ``S`` per head is proposed (``"qk-rotation"``), with the basis
-generators ``E_ij − E_ji`` of that head as the gauge span. The value–output rescale
-``V_h → cV_h``, ``O[:, r_h] → O[:, r_h]/c`` has tangent ``(W_V[r_h], b_V[r_h], −W_O[:, r_h])``
-(``"vo-rescale"``). Both orbits are curved: a straight probe shows an apparent order 2.
+generators ``E_ij − E_ji`` of that head as the gauge span. Modules with a per-head query/key norm
+(``q_norm``/``k_norm`` other than Identity) break this symmetry and get no QK candidate. The
+value–output rescale ``V_h → cV_h``, ``O[:, r_h] → O[:, r_h]/c`` has tangent
+``(W_V[r_h], b_V[r_h], −W_O[:, r_h])`` (``"vo-rescale"``). Both orbits are curved: a straight probe
+shows an apparent order 2, classed curved gauge through the generators.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
 
-__all__ = ["AttentionDetector", "attention_layout"]
+__all__ = ["AttentionDetector", "AttentionLayout", "attention_layout"]
 
 _HEADS = ("n_heads", "num_heads", "num_attention_heads")
 
 
-def attention_layout(module: nn.Module) -> dict[str, object] | None:
-    """``{"heads", "q", "k", "v", "o", "fused"}`` (submodule names) or ``None``."""
+@dataclass(frozen=True)
+class AttentionLayout:
+    """Parameter keys (relative to the module) and row offsets of Q, K, V; output weight key."""
+
+    heads: int
+    embed: int
+    q: tuple[str, str | None, int]
+    k: tuple[str, str | None, int]
+    v: tuple[str, str | None, int]
+    o: str | None
+    layers: dict[str, str]
+    qk_symmetric: bool = True
+
+
+def _linear_keys(sub: str, module: nn.Module, offset: int) -> tuple[str, str | None, int]:
+    lin = module.get_submodule(sub)
+    return (f"{sub}.weight", f"{sub}.bias" if lin.bias is not None else None, offset)
+
+
+def attention_layout(module: nn.Module) -> AttentionLayout | None:
+    """The `AttentionLayout` of ``module`` or ``None`` if it is not a recognised attention."""
+    if isinstance(module, nn.MultiheadAttention):
+        if not module._qkv_same_embed_dim:
+            return None
+        e = module.embed_dim
+        b = "in_proj_bias" if module.in_proj_bias is not None else None
+        return AttentionLayout(
+            heads=module.num_heads,
+            embed=e,
+            q=("in_proj_weight", b, 0),
+            k=("in_proj_weight", b, e),
+            v=("in_proj_weight", b, 2 * e),
+            o="out_proj.weight",
+            layers={"q": "", "k": "", "v": "", "o": "out_proj"},
+        )
     heads = next(
         (getattr(module, a) for a in _HEADS if isinstance(getattr(module, a, None), int)), None
     )
@@ -39,13 +81,34 @@ def attention_layout(module: nn.Module) -> dict[str, object] | None:
     def pick(*names: str) -> str | None:
         return next((n for n in names if isinstance(kids.get(n), nn.Linear)), None)
 
+    sym = all(isinstance(kids.get(n), nn.Identity) or n not in kids for n in ("q_norm", "k_norm"))
+    o = pick("out_proj", "o_proj", "proj")
     q, k, v = pick("q_proj", "query", "q"), pick("k_proj", "key", "k"), pick("v_proj", "value", "v")
-    o = pick("out_proj", "o_proj", "proj", "dense")
-    if q and k and v and o:
-        return {"heads": heads, "q": q, "k": k, "v": v, "o": o, "fused": False}
+    if q and k and v:
+        e = kids[q].out_features
+        return AttentionLayout(
+            heads=heads,
+            embed=e,
+            q=_linear_keys(q, module, 0),
+            k=_linear_keys(k, module, 0),
+            v=_linear_keys(v, module, 0),
+            o=f"{o}.weight" if o else None,
+            layers={"q": q, "k": k, "v": v, "o": o or ""},
+            qk_symmetric=sym,
+        )
     qkv = pick("qkv")
-    if qkv and o:
-        return {"heads": heads, "q": qkv, "k": qkv, "v": qkv, "o": o, "fused": True}
+    if qkv:
+        e = kids[qkv].out_features // 3
+        return AttentionLayout(
+            heads=heads,
+            embed=e,
+            q=_linear_keys(qkv, module, 0),
+            k=_linear_keys(qkv, module, e),
+            v=_linear_keys(qkv, module, 2 * e),
+            o=f"{o}.weight" if o else None,
+            layers={"q": qkv, "k": qkv, "v": qkv, "o": o or ""},
+            qk_symmetric=sym,
+        )
     return None
 
 
@@ -55,93 +118,98 @@ def _skew(d: int, seed: int) -> Tensor:
     return m - m.T
 
 
+def _full(prefix: str, layer: str) -> str:
+    return f"{prefix}{layer}" if layer else prefix.rstrip(".")
+
+
 class AttentionDetector:
     """QK-rotation and VO-rescale gauge candidates per head (module docstring)."""
 
     name = "attention"
 
     def applies_to(self, module: nn.Module) -> bool:
-        """Modules with a recognised attention layout."""
+        """Recognised attention modules (and MultiheadAttention's uncalled ``out_proj``)."""
+        if type(module).__name__ == "NonDynamicallyQuantizableLinear":
+            return True
         return attention_layout(module) is not None
 
     def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
-        """Two curved-gauge candidates per head."""
+        """A QK-rotation and a VO-rescale candidate per head (as the layout allows)."""
         lay = attention_layout(module)
+        if lay is None:
+            return []
         prefix = f"{name}." if name else ""
-        heads = int(lay["heads"])
-
-        def par(sub: str, leaf: str) -> Tensor | None:
-            return ctx.params.get(f"{prefix}{sub}.{leaf}")
-
-        wq = par(lay["q"], "weight")
-        d_model = wq.shape[1]
-        e = module.get_submodule(lay["o"]).in_features
-        dh = e // heads
-        off = {"q": 0, "k": e, "v": 2 * e} if lay["fused"] else {"q": 0, "k": 0, "v": 0}
+        dh = lay.embed // lay.heads
         out = []
-        for h in range(heads):
-            rows = {s: slice(off[s] + h * dh, off[s] + (h + 1) * dh) for s in ("q", "k", "v")}
-
-            def qk_tangent(s_mat: Tensor, rows=rows) -> dict[str, Tensor]:
-                t: dict[str, Tensor] = {}
-                for side in ("q", "k"):
-                    sub = lay[side]
-                    w, b = par(sub, "weight"), par(sub, "bias")
-                    key_w = f"{prefix}{sub}.weight"
-                    dw = t.get(key_w, torch.zeros_like(w))
-                    dw[rows[side]] = s_mat @ w[rows[side]]
-                    t[key_w] = dw
-                    if b is not None:
-                        key_b = f"{prefix}{sub}.bias"
-                        db = t.get(key_b, torch.zeros_like(b))
-                        db[rows[side]] = s_mat @ b[rows[side]]
-                        t[key_b] = db
-                return t
-
-            basis = []
-            for i in range(dh):
-                for j in range(i + 1, dh):
-                    s_ij = torch.zeros(dh, dh, dtype=torch.float64)
-                    s_ij[i, j], s_ij[j, i] = 1.0, -1.0
-                    basis.append(qk_tangent(s_ij))
-            if basis:
-                u = normalise(qk_tangent(_skew(dh, 1000 + h)))
-                out.append(
-                    Candidate(
-                        layers=(f"{prefix}{lay['q']}", f"{prefix}{lay['k']}"),
-                        detector="qk-rotation",
-                        u=u,
-                        gauge="curved",
-                        gauge_generators=tuple(basis),
-                        info={"module": name, "head": h, "d_head": dh, "d_model": d_model},
-                    )
-                )
-            vo = self._vo(prefix, lay, par, rows["v"], slice(h * dh, (h + 1) * dh))
-            out.append(
-                Candidate(
-                    layers=(f"{prefix}{lay['v']}", f"{prefix}{lay['o']}"),
-                    detector="vo-rescale",
-                    u=normalise(vo),
-                    gauge="curved",
-                    gauge_generators=(vo,),
-                    info={"module": name, "head": h},
-                )
-            )
+        for h in range(lay.heads):
+            if lay.qk_symmetric and dh >= 2:
+                out.append(self._qk(ctx, prefix, name, lay, h, dh))
+            if lay.o is not None:
+                out.append(self._vo(ctx, prefix, name, lay, h, dh))
         return out
 
     @staticmethod
-    def _vo(prefix: str, lay: dict, par, rows_v: slice, cols_o: slice) -> dict[str, Tensor]:
+    def _qk(
+        ctx: DetectionContext, prefix: str, name: str, lay: AttentionLayout, h: int, dh: int
+    ) -> Candidate:
+        def tangent(s_mat: Tensor) -> dict[str, Tensor]:
+            t: dict[str, Tensor] = {}
+            for w_key, b_key, off in (lay.q, lay.k):
+                rows = slice(off + h * dh, off + (h + 1) * dh)
+                for key in (w_key, b_key):
+                    if key is None:
+                        continue
+                    full = prefix + key
+                    base = ctx.params[full]
+                    d = t.get(full, torch.zeros_like(base))
+                    d[rows] = s_mat @ base[rows]
+                    t[full] = d
+            return t
+
+        basis = []
+        for i in range(dh):
+            for j in range(i + 1, dh):
+                s_ij = torch.zeros(dh, dh, dtype=torch.float64)
+                s_ij[i, j], s_ij[j, i] = 1.0, -1.0
+                basis.append(tangent(s_ij))
+        layers = tuple(
+            dict.fromkeys((_full(prefix, lay.layers["q"]), _full(prefix, lay.layers["k"])))
+        )
+        return Candidate(
+            layers=layers,
+            detector="qk-rotation",
+            u=normalise(tangent(_skew(dh, 1000 + h))),
+            gauge="curved",
+            gauge_generators=tuple(basis),
+            info={"module": name, "head": h, "d_head": dh},
+        )
+
+    @staticmethod
+    def _vo(
+        ctx: DetectionContext, prefix: str, name: str, lay: AttentionLayout, h: int, dh: int
+    ) -> Candidate:
+        w_key, b_key, off = lay.v
+        rows = slice(off + h * dh, off + (h + 1) * dh)
         t: dict[str, Tensor] = {}
-        wv, bv = par(lay["v"], "weight"), par(lay["v"], "bias")
-        dw = torch.zeros_like(wv)
-        dw[rows_v] = wv[rows_v]
-        t[f"{prefix}{lay['v']}.weight"] = dw
-        if bv is not None:
-            db = torch.zeros_like(bv)
-            db[rows_v] = bv[rows_v]
-            t[f"{prefix}{lay['v']}.bias"] = db
-        wo = par(lay["o"], "weight")
+        for key in (w_key, b_key):
+            if key is None:
+                continue
+            base = ctx.params[prefix + key]
+            d = torch.zeros_like(base)
+            d[rows] = base[rows]
+            t[prefix + key] = d
+        wo = ctx.params[prefix + lay.o]
         do = torch.zeros_like(wo)
-        do[:, cols_o] = -wo[:, cols_o]
-        t[f"{prefix}{lay['o']}.weight"] = do
-        return t
+        do[:, h * dh : (h + 1) * dh] = -wo[:, h * dh : (h + 1) * dh]
+        t[prefix + lay.o] = do
+        layers = tuple(
+            dict.fromkeys((_full(prefix, lay.layers["v"]), _full(prefix, lay.layers["o"])))
+        )
+        return Candidate(
+            layers=layers,
+            detector="vo-rescale",
+            u=normalise(t),
+            gauge="curved",
+            gauge_generators=(t,),
+            info={"module": name, "head": h},
+        )

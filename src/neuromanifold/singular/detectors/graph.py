@@ -3,7 +3,8 @@
 An edge ``p → c`` is recorded when module ``c`` receives as its first input a tensor produced by
 module ``p`` either directly or through a chain of elementwise modules (activations, dropout,
 identity; any module with a truthy ``elementwise`` attribute). Sources are supported blocks,
-normalisation layers and embeddings; functional calls (``F.relu`` inside a ``forward``), reshapes
+normalisation layers and embeddings; consumers are those and ``nn.MultiheadAttention`` (its query
+input); functional calls (``F.relu`` inside a ``forward``), reshapes
 and residual additions break the chain, so no edge is drawn across them (the duality join and the
 LayerNorm lift are then not attempted, which is conservative).
 """
@@ -40,6 +41,7 @@ _SOURCES: tuple[type[nn.Module], ...] = (
     nn.RMSNorm,
     nn.Embedding,
 )
+_SINKS: tuple[type[nn.Module], ...] = (*_SOURCES, nn.MultiheadAttention)
 
 
 def _is_elementwise(mod: nn.Module) -> bool:
@@ -87,7 +89,7 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
             if not inputs or not isinstance(inputs[0], Tensor):
                 return
             src = origin.get(id(inputs[0]))
-            if src is not None and isinstance(mod, _SOURCES):
+            if src is not None and isinstance(mod, _SINKS):
                 edges[(src[0], name)] = src[1]
 
         return fn

@@ -7,7 +7,9 @@ parameters alone. Coordinates with ``γ_i = 0`` contribute ``e_i`` instead. ``g`
 eigenvector of the consumer's ``G`` when factors exist (else ``e_0``). The candidate records
 ``closed_form_cos = |cos(a*, bottom eigenvector of the consumer's A)|`` when factors exist.
 RMSNorm has no mean subtraction and hence no such direction: its detector proposes nothing.
-Consumers without a bias are skipped (the kernel then needs ``⟨γ⁻¹, β⟩ = 0``).
+Consumers without a bias are skipped (the kernel then needs ``⟨γ⁻¹, β⟩ = 0``). A consuming
+``nn.MultiheadAttention`` gets the lift on its packed ``in_proj`` (self-attention assumed; the
+read's flat class confirms it).
 
 References: Shirodkar & Narayanan, arXiv:2606.19491 (LayerNorm kernel diagnostic).
 """
@@ -67,6 +69,11 @@ class LayerNormDetector:
         out = []
         for c in ctx.graph.consumers.get(name, ()):
             cons = mods[c]
+            if isinstance(cons, nn.MultiheadAttention):
+                cand = _packed_candidate(name, c, cons, a_star, d)
+                if cand is not None:
+                    out.append(cand)
+                continue
             if not isinstance(cons, nn.Linear) or cons.bias is None or cons.in_features != d:
                 continue
             spec = block_spectrum(ctx, c)
@@ -84,6 +91,33 @@ class LayerNormDetector:
                 )
             )
         return out
+
+
+def _packed_candidate(
+    norm: str, name: str, mha: nn.MultiheadAttention, a_star: Tensor, d: int
+) -> Candidate | None:
+    """LN kernel lifted to the packed ``in_proj`` of a self-attention fed by the norm.
+
+    ``[q; k; v] = W_in h + b_in`` with ``h = LN(x)``: ``ΔW_in = g a*[:d]ᵀ``, ``Δb_in = g a*[d]`` is
+    exact for every ``g`` (uniform ``g`` here). Requires packed projections with a bias, and that
+    the norm output feeds query, key and value (self-attention; checked by the caller's graph only
+    for the query, so the read's flat-gauge class is the confirmation).
+    """
+    if not mha._qkv_same_embed_dim or mha.in_proj_bias is None or mha.embed_dim != d:
+        return None
+    prefix = f"{name}." if name else ""
+    g = torch.ones(3 * d, dtype=torch.float64) / (3 * d) ** 0.5
+    u = {
+        f"{prefix}in_proj_weight": torch.outer(g, a_star[:d]),
+        f"{prefix}in_proj_bias": g * a_star[d],
+    }
+    return Candidate(
+        layers=(name, norm),
+        detector="ln-kernel",
+        u=normalise(u),
+        gauge="flat",
+        info={"norm": norm, "consumer": name},
+    )
 
 
 class RMSNormDetector:

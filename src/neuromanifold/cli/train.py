@@ -1,9 +1,57 @@
-"""`neuromanifold train` commands."""
+"""`neuromanifold train` commands: run a named zoo recipe and write its checkpoints."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
 
 def register(app: typer.Typer) -> None:
-    """Attach the `train` commands to the top-level app."""
+    """Attach the `train` command to the top-level app."""
+
+    @app.command("train")
+    def train_command(
+        recipe: str = typer.Argument(
+            ..., help="Recipe: vit-digits-scratch, vit-digits-finetune or optimizer-sweep."
+        ),
+        out: Path | None = typer.Option(
+            None,
+            "--out",
+            help="Output directory (default: the user cache, reused when it matches).",
+        ),
+        steps: int | None = typer.Option(
+            None, "--steps", min=1, help="Override every stage's steps."
+        ),
+        seed: int = typer.Option(0, "--seed", help="Model initialisation and batch-order seed."),
+        no_cache: bool = typer.Option(
+            False, "--no-cache", help="Retrain even if a checkpoint matches."
+        ),
+    ) -> None:
+        """Train a named recipe (or load it from its cache); print checkpoints and metrics."""
+        from rich.console import Console
+        from rich.table import Table
+
+        from neuromanifold.zoo.recipes import RECIPES, run_recipe
+
+        if recipe not in RECIPES:
+            raise typer.BadParameter(
+                f"unknown recipe {recipe!r}; expected one of {sorted(RECIPES)}", param_hint="RECIPE"
+            )
+        result = run_recipe(
+            recipe, out=out, steps=steps, seed=seed, progress=True, use_cache=not no_cache
+        )
+        table = Table(title=f"{recipe} ({result.wall_s:.1f} s)")
+        for col in ("stage", "val loss", "val acc", "train acc", "cached", "checkpoint"):
+            table.add_column(col)
+        for stage, path in result.checkpoints.items():
+            m = result.metrics[stage]
+            table.add_row(
+                stage,
+                f"{m['val_loss']:.4f}",
+                f"{m['val_accuracy']:.4f}",
+                f"{m.get('train_accuracy', float('nan')):.4f}",
+                "yes" if stage in result.cached else "no",
+                str(path),
+            )
+        Console().print(table)

@@ -1,0 +1,160 @@
+"""neuromanifold.io.load_model: every architecture form, every file format, every error."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from neuromanifold.io import load_model, load_state_dict_checked, read_state_dict
+from neuromanifold.zoo.checkpoint import CheckpointMeta, save_checkpoint
+from neuromanifold.zoo.models import MLPConfig, ViTConfig, build_model
+
+CFG = MLPConfig(hidden=(8,), num_classes=3)
+
+
+def _state(seed: int = 0) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in build_model(CFG, seed=seed).state_dict().items()}
+
+
+def _same(model, state) -> bool:
+    return all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".pt", ".pth", ".bin"])
+def test_formats_load_into_zoo_config(tmp_path, suffix) -> None:
+    state = _state()
+    path = tmp_path / f"w{suffix}"
+    if suffix == ".safetensors":
+        save_file(state, str(path))
+    else:
+        torch.save({"state_dict": state} if suffix == ".pth" else state, path)
+    model = load_model(path, architecture=CFG)
+    assert _same(model, state) and not model.training
+
+
+def test_architecture_forms(tmp_path) -> None:
+    state = _state()
+    save_file(state, str(tmp_path / "w.safetensors"))
+    (tmp_path / "arch.json").write_text(json.dumps(CFG.to_dict()))
+    assert _same(
+        load_model(tmp_path / "w.safetensors", architecture=str(tmp_path / "arch.json")), state
+    )
+    # a zoo checkpoint: the sidecar beside it is enough, or given as the architecture
+    ckpt = save_checkpoint(
+        tmp_path / "z.safetensors", build_model(CFG, seed=0), CheckpointMeta(CFG.to_dict())
+    )
+    assert _same(load_model(ckpt, architecture=None), state)
+    assert _same(load_model(ckpt, architecture=str(tmp_path / "z.json")), state)
+    # a named zoo architecture
+    vit = load_model(None, architecture="vit-digits")
+    assert vit(torch.zeros(1, 1, 8, 8)).shape == (1, 10)
+    # module:factory
+    (tmp_path / "my_factory_mod.py").write_text(
+        "from neuromanifold.zoo.models import MLPConfig, build_model\n"
+        "def make():\n    return build_model(MLPConfig(hidden=(8,), num_classes=3))\n"
+        "def not_a_model():\n    return 3\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        assert _same(
+            load_model(tmp_path / "w.safetensors", architecture="my_factory_mod:make"), state
+        )
+        with pytest.raises(TypeError, match=r"factory returned int, expected nn\.Module"):
+            load_model(None, architecture="my_factory_mod:not_a_model")
+        with pytest.raises(ValueError, match="my_factory_mod has no callable 'missing'"):
+            load_model(None, architecture="my_factory_mod:missing")
+    finally:
+        sys.path.remove(str(tmp_path))
+    with pytest.raises(ValueError, match="cannot import module 'no_such_module_xyz'"):
+        load_model(None, architecture="no_such_module_xyz:make")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("timm") is not None, reason="timm installed")
+def test_timm_name_without_timm_says_install_extra() -> None:
+    with pytest.raises(
+        ImportError, match=r"needs `timm`; install the optional loaders .*neuromanifold\[loaders\]"
+    ):
+        load_model(None, architecture="vit_tiny_patch16_224")
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is not None, reason="transformers installed"
+)
+def test_hf_directory_without_transformers_says_install_extra(tmp_path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ImportError, match=r"needs `transformers`; install the optional loaders"):
+        load_model(None, architecture=str(tmp_path))
+    (tmp_path / "config.json").unlink()
+    with pytest.raises(ValueError, match=r"is a directory without config\.json"):
+        load_model(None, architecture=str(tmp_path))
+
+
+def test_key_and_shape_errors_list_everything(tmp_path) -> None:
+    state = _state()
+    bad = dict(state)
+    del bad["head.bias"]
+    bad["extra.weight"] = torch.zeros(2)
+    bad["layers.0.weight"] = torch.zeros(8, 5)
+    path = tmp_path / "bad.safetensors"
+    save_file(bad, str(path))
+    with pytest.raises(ValueError) as info:
+        load_model(path, architecture=CFG)
+    msg = str(info.value)
+    assert "bad.safetensors does not fit MLP" in msg
+    assert "missing keys ['head.bias']" in msg
+    assert "unexpected keys ['extra.weight']" in msg
+    assert "layers.0.weight: expected (8, 64), got (8, 5)" in msg
+    model = build_model(CFG, seed=1)
+    before = _state(seed=1)
+    with pytest.raises(ValueError, match="missing keys"):
+        load_state_dict_checked(model, bad)
+    assert _same(model, before)  # nothing was copied
+
+
+def test_wrong_architecture_for_checkpoint(tmp_path) -> None:
+    save_file(_state(), str(tmp_path / "w.safetensors"))
+    with pytest.raises(ValueError, match=r"does not fit ViT: missing keys \['blocks.0"):
+        load_model(tmp_path / "w.safetensors", architecture=ViTConfig())
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".pt"])
+def test_truncated_files_raise_value_error_naming_file(tmp_path, suffix) -> None:
+    full = tmp_path / f"full{suffix}"
+    if suffix == ".safetensors":
+        save_file(_state(), str(full))
+    else:
+        torch.save(_state(), full)
+    data = full.read_bytes()
+    for cut in (len(data) // 2, 20, 4):
+        path = tmp_path / f"cut{cut}{suffix}"
+        path.write_bytes(data[:cut])
+        with pytest.raises(ValueError, match=rf"cannot read .*cut{cut}\{suffix}"):
+            load_model(path, architecture=CFG)
+
+
+def test_file_errors(tmp_path) -> None:
+    with pytest.raises(
+        FileNotFoundError, match=r"checkpoint file .*missing\.safetensors does not exist"
+    ):
+        load_model(tmp_path / "missing.safetensors", architecture=CFG)
+    (tmp_path / "w.ckpt").write_bytes(b"x")
+    with pytest.raises(ValueError, match=r"unsupported checkpoint format '\.ckpt'"):
+        read_state_dict(tmp_path / "w.ckpt")
+    torch.save([1, 2], tmp_path / "list.pt")
+    with pytest.raises(ValueError, match="expected a dict of tensors"):
+        read_state_dict(tmp_path / "list.pt")
+    (tmp_path / "arch.json").write_text("{broken")
+    with pytest.raises(ValueError, match="cannot read architecture JSON"):
+        load_model(None, architecture=str(tmp_path / "arch.json"))
+    with pytest.raises(FileNotFoundError, match=r"architecture JSON .*nope\.json does not exist"):
+        load_model(None, architecture=str(tmp_path / "nope.json"))
+    save_file(_state(), str(tmp_path / "lonely.safetensors"))
+    with pytest.raises(ValueError, match="architecture=None but no sidecar"):
+        load_model(tmp_path / "lonely.safetensors")
+    with pytest.raises(TypeError, match="architecture must be a zoo config or a str, got int"):
+        load_model(None, architecture=3)

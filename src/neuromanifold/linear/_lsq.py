@@ -1,0 +1,90 @@
+"""Multi-start nonlinear least squares: the engine behind every numeric fiber search.
+
+Solves ``F(x) = 0`` for a residual map ``F: R^n → R^m`` by Levenberg–Marquardt (MINPACK via
+``scipy.optimize.least_squares(method="lm")`` when ``m ≥ n``, trust-region reflective otherwise)
+from several starting points, and keeps the starts whose final residual ``‖F(x)‖₂`` is below a
+tolerance. Pure numpy/scipy; the callers supply ``F`` and its Jacobian.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+#: Termination tolerances handed to scipy (all three at round-off level).
+SOLVER_TOL = 1e-15
+
+
+@dataclass(frozen=True)
+class LsqResult:
+    """One least-squares solve: the end point, its residual norm and evaluations used."""
+
+    x: np.ndarray
+    residual: float
+    nfev: int
+
+
+def solve(
+    fun: Callable[[np.ndarray], np.ndarray],
+    jac: Callable[[np.ndarray], np.ndarray],
+    x0: np.ndarray,
+    *,
+    max_nfev: int = 400,
+) -> LsqResult:
+    """Minimise ``½‖F(x)‖²`` from ``x0``; returns the end point and ``‖F(x)‖₂``."""
+    x0 = np.asarray(x0, dtype=np.float64)
+    m = int(np.size(fun(x0)))
+    method = "lm" if m >= x0.size else "trf"
+    try:
+        res = least_squares(
+            fun,
+            x0,
+            jac=jac,
+            method=method,
+            xtol=SOLVER_TOL,
+            ftol=SOLVER_TOL,
+            gtol=SOLVER_TOL,
+            max_nfev=max_nfev,
+        )
+    except (ValueError, np.linalg.LinAlgError):
+        return LsqResult(x0, float("inf"), 0)
+    x = np.asarray(res.x, dtype=np.float64)
+    r = float(np.linalg.norm(fun(x)))
+    return LsqResult(x, r if np.isfinite(r) else float("inf"), int(res.nfev))
+
+
+def multistart(
+    fun: Callable[[np.ndarray], np.ndarray],
+    jac: Callable[[np.ndarray], np.ndarray],
+    starts: Iterable[np.ndarray],
+    *,
+    tol: float,
+    max_nfev: int = 400,
+) -> tuple[list[LsqResult], float, int]:
+    """Solve from every start; return (converged results, best residual seen, number of starts).
+
+    A start counts as converged when its final residual is at most ``tol``.
+    """
+    good: list[LsqResult] = []
+    best = float("inf")
+    n = 0
+    for x0 in starts:
+        n += 1
+        res = solve(fun, jac, x0, max_nfev=max_nfev)
+        best = min(best, res.residual)
+        if res.residual <= tol:
+            good.append(res)
+    return good, best, n
+
+
+def null_dimension(jac: np.ndarray, *, rtol: float = 1e-9) -> int:
+    """``n − rank(jac)`` with rank counted as singular values above ``rtol · σ_max``."""
+    jac = np.asarray(jac, dtype=np.float64)
+    if jac.size == 0:
+        return int(jac.shape[1]) if jac.ndim == 2 else 0
+    s = np.linalg.svd(jac, compute_uv=False)
+    rank = int(np.sum(s > rtol * s[0])) if s.size and s[0] > 0 else 0
+    return int(jac.shape[1] - rank)

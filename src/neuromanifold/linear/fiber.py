@@ -1,0 +1,308 @@
+"""Fibers of ``(μ, δ)`` and NTK determinacy: the front door of the fiber search.
+
+:func:`lcn_fiber` finds all parameters ``θ`` with ``μ(θ) = v`` and ``δ(θ) = δ`` modulo the sign
+group by two independent routes — algebraic (root orbits in 1-D, rational factoring in D ≥ 2,
+:mod:`~neuromanifold.linear.fiber_algebraic`) and numeric (multi-start Levenberg–Marquardt,
+:mod:`~neuromanifold.linear.fiber_numeric`) — and reports whether they agree (same number of
+points, NTKs equal to ``ROUTE_AGREE_RTOL`` relative to the largest entry). :func:`fc_fiber` does
+the numeric search for fully connected networks, whose fibers are continuous families: it samples
+them (random starts and perturbations of a known point projected back onto the fiber).
+
+The NTK of each point is the structured ``K = Jμ Jμᵀ`` (LCN, on C-order ``v``) or the FC operator
+matrix on C-order ``vec Z``. A ``v`` that no route reaches gives a report with
+``on_manifold=False`` and the best residual, never an empty silent answer.
+
+References: E. M. Achour, K. Kohn, H. Rauhut, arXiv:2507.06367 (Theorem 4 and the summary table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from neuromanifold.linear.architecture import FC, LCN, unflatten_params, validate_params
+from neuromanifold.linear.fiber_algebraic import algebraic_fiber
+from neuromanifold.linear.fiber_numeric import (
+    RANK_RTOL,
+    fiber_dimension,
+    numeric_fiber,
+    point_distance,
+)
+from neuromanifold.linear.fiber_report import (
+    FiberReport,
+    RouteSummary,
+    build_report,
+    cluster_ntks,
+    dedupe_points,
+)
+from neuromanifold.linear.invariants import delta as lcn_delta
+from neuromanifold.linear.invariants import fc_delta
+from neuromanifold.linear.ntk import fc_jacobian, fc_ntk, jacobian, ntk
+from neuromanifold.linear.polynomial import fc_mu, mu
+
+#: Two routes agree when every NTK of one is within this fraction of the largest entry of an NTK
+#: of the other (and both found the same number of points).
+ROUTE_AGREE_RTOL = 1e-9
+
+Route = Literal["algebraic", "numeric"]
+
+
+def _rank(M: np.ndarray) -> int:
+    s = np.linalg.svd(M, compute_uv=False)
+    return int(np.sum(s > RANK_RTOL * s[0])) if s.size and s[0] > 0 else 0
+
+
+def check_lcn_target(arch: LCN, v: Any, delta: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Validate ``v`` (shape ``arch.out_shape`` or flat of that size) and ``δ`` (length L − 1)."""
+    if not isinstance(arch, LCN):
+        raise TypeError(f"arch = {arch!r}: expected an LCN")
+    v = np.asarray(v, dtype=np.float64)
+    if v.size != arch.n_v or (v.ndim > 1 and v.shape != arch.out_shape):
+        raise ValueError(
+            f"v has shape {v.shape}: expected {arch.n_v} coefficients (shape {arch.out_shape})"
+        )
+    d = np.atleast_1d(np.asarray(delta, dtype=np.float64)).ravel()
+    if d.size != arch.L - 1:
+        raise ValueError(
+            f"delta has length {d.size}: expected L − 1 = {arch.L - 1} invariants "
+            f"δ_l = ‖w_(l+1)‖² − ‖w_l‖²"
+        )
+    if not (np.all(np.isfinite(v)) and np.all(np.isfinite(d))):
+        raise ValueError("v and delta must be finite")
+    return v.reshape(arch.out_shape), d
+
+
+def _ntks_agree(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> bool:
+    if len(a) != len(b):
+        return False
+    if not a:
+        return True
+    scale = max(float(np.max(np.abs(k))) for k in [*a, *b]) or 1.0
+
+    def covered(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray]) -> bool:
+        return all(
+            min(float(np.max(np.abs(x - y))) for y in ys) <= ROUTE_AGREE_RTOL * scale for x in xs
+        )
+
+    return covered(a, b) and covered(b, a)
+
+
+def lcn_fiber(
+    arch: LCN,
+    v: Any,
+    delta: Any,
+    *,
+    routes: Sequence[Route] = ("algebraic", "numeric"),
+    n_starts: int = 40,
+    seed: int = 0,
+    theta_guess: Sequence[Any] | None = None,
+) -> FiberReport:
+    """All ``θ`` with ``μ(θ) = v``, ``δ(θ) = δ`` modulo signs, by the requested routes.
+
+    Args:
+        arch: the LCN (any D; the last stride is irrelevant and is ignored by μ).
+        v: end-to-end filter, shape ``arch.out_shape`` (or flat in C order).
+        delta: invariants ``δ_l = ‖w_{l+1}‖² − ‖w_l‖²``, length ``L − 1``.
+        routes: which routes to run; both by default (their agreement is reported).
+        n_starts: random starts of the numeric route.
+        seed: seed of the numeric route's starts.
+        theta_guess: an optional known fiber point, added to the numeric route's starts.
+
+    >>> rep = lcn_fiber(LCN((2, 2), (1,)), [1, 1, -2], [-3], n_starts=8)
+    >>> rep.n_points, rep.n_distinct_ntks, rep.routes_agree
+    (2, 2, True)
+    """
+    v, d = check_lcn_target(arch, v, delta)
+    for r in routes:
+        if r not in ("algebraic", "numeric"):
+            raise ValueError(f"routes contains {r!r}: expected 'algebraic' and/or 'numeric'")
+    summaries: list[RouteSummary] = []
+    all_pts: list[np.ndarray] = []
+    all_res: list[float] = []
+    per_route_ntks: dict[str, list[np.ndarray]] = {}
+    best = float("inf")
+    tol = float("nan")
+    notes: list[str] = []
+    if "algebraic" in routes:
+        alg = algebraic_fiber(arch, v, d)
+        pts = [p for p, r in zip(alg.points, alg.residuals, strict=True) if np.isfinite(r)]
+        res = [r for r in alg.residuals if np.isfinite(r)]
+        num_tol = _tolerance(v, d)
+        ok = [i for i, r in enumerate(res) if r <= num_tol]
+        pts, res = [pts[i] for i in ok], [res[i] for i in ok]
+        keep = dedupe_points(pts, lambda a, b: point_distance(arch, a, b))
+        pts, res = [pts[i] for i in keep], [res[i] for i in keep]
+        ks = [ntk(arch, unflatten_params(arch, p)) for p in pts]
+        per_route_ntks["algebraic"] = ks if alg.applicable else []
+        labels = cluster_ntks(ks)
+        summaries.append(
+            RouteSummary(
+                name="algebraic",
+                applicable=alg.applicable,
+                n_points=len(pts),
+                n_distinct_ntks=(max(labels) + 1) if labels else 0,
+                residual=max(res) if res else float("nan"),
+                n_starts=alg.n_groupings,
+                n_converged=len(pts),
+                note=alg.note,
+            )
+        )
+        if alg.applicable:
+            all_pts += pts
+            all_res += res
+        tol = num_tol
+    if "numeric" in routes:
+        num = numeric_fiber(arch, v, d, n_starts=n_starts, seed=seed, theta_guess=theta_guess)
+        ks = [ntk(arch, unflatten_params(arch, p)) for p in num.points]
+        per_route_ntks["numeric"] = ks
+        labels = cluster_ntks(ks)
+        summaries.append(
+            RouteSummary(
+                name="numeric",
+                applicable=True,
+                n_points=len(num.points),
+                n_distinct_ntks=(max(labels) + 1) if labels else 0,
+                residual=max(num.residuals) if num.residuals else num.best_residual,
+                n_starts=num.n_starts,
+                n_converged=num.n_converged,
+            )
+        )
+        all_pts += list(num.points)
+        all_res += list(num.residuals)
+        best = num.best_residual
+        tol = num.tolerance
+    keep = dedupe_points(all_pts, lambda a, b: point_distance(arch, a, b))
+    pts = [all_pts[i] for i in keep]
+    res = [all_res[i] for i in keep]
+    thetas = [unflatten_params(arch, p) for p in pts]
+    applicable = [s for s in summaries if s.applicable]
+    agree: bool | None = None
+    if len(applicable) == 2:
+        agree = applicable[0].n_points == applicable[1].n_points and _ntks_agree(
+            per_route_ntks["algebraic"], per_route_ntks["numeric"]
+        )
+    if not pts:
+        notes.append(
+            f"no parameters found over (v, δ): v is off the neuromanifold or unreachable "
+            f"(best residual {best:.3g}, tolerance {tol:.3g})"
+        )
+    return build_report(
+        architecture=_describe(arch),
+        v=v,
+        delta=d,
+        points=thetas,
+        ntks=[ntk(arch, th) for th in thetas],
+        residuals=res,
+        best_residual=best,
+        tolerance=tol,
+        routes=summaries,
+        routes_agree=agree,
+        jacobian_ranks=[_rank(jacobian(arch, th)) for th in thetas],
+        dim_M=arch.dim_M,
+        fiber_dimension=fiber_dimension(arch, pts[0]) if pts else None,
+        notes=notes,
+    )
+
+
+def _tolerance(v: np.ndarray, d: np.ndarray) -> float:
+    from neuromanifold.linear.fiber_numeric import FIBER_RTOL
+
+    return FIBER_RTOL * max(1.0, float(np.linalg.norm(np.concatenate([v.ravel(), d]))))
+
+
+def _describe(arch: LCN | FC) -> str:
+    if isinstance(arch, FC):
+        return f"FC widths={list(arch.widths)}"
+    f = [list(x) if arch.D > 1 else x[0] for x in arch.filters]
+    s = [list(x) if arch.D > 1 else x[0] for x in arch.strides[:-1]]
+    return f"LCN D={arch.D} filters={f} strides={s}"
+
+
+def check_fc_target(arch: FC, W: Any, Delta: Any) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Validate ``W`` (shape ``(n_L, n_0)``) and ``Δ`` (``L − 1`` matrices ``n_l × n_l``)."""
+    if not isinstance(arch, FC):
+        raise TypeError(f"arch = {arch!r}: expected an FC architecture")
+    W = np.asarray(W, dtype=np.float64)
+    if W.shape != arch.out_shape:
+        raise ValueError(f"W has shape {W.shape}: expected (n_L, n_0) = {arch.out_shape}")
+    if not isinstance(Delta, Sequence) or len(Delta) != arch.L - 1:
+        n = len(Delta) if isinstance(Delta, Sequence) else type(Delta).__name__
+        raise ValueError(f"Delta has {n} entries: expected L − 1 = {arch.L - 1} matrices")
+    out = []
+    for l, D in enumerate(Delta):
+        D = np.asarray(D, dtype=np.float64)
+        n = arch.widths[l + 1]
+        if D.shape != (n, n):
+            raise ValueError(f"Delta[{l}] has shape {D.shape}: expected ({n}, {n})")
+        out.append(D)
+    if not (np.all(np.isfinite(W)) and all(np.all(np.isfinite(D)) for D in out)):
+        raise ValueError("W and Delta must be finite")
+    return W, out
+
+
+def fc_fiber(
+    arch: FC,
+    W: Any,
+    Delta: Any,
+    *,
+    n_starts: int = 24,
+    n_perturb: int = 16,
+    seed: int = 0,
+    theta_guess: Sequence[Any] | None = None,
+) -> FiberReport:
+    """Sample the FC fiber ``{(W_l) : W_L⋯W_1 = W, Δ_l = Delta_l}`` and compare NTKs there.
+
+    Random starts plus ``n_perturb`` perturbations of ``theta_guess`` (if given), each projected
+    onto the fiber by LM. Points are distinct samples (the fiber is a continuous family when
+    ``fiber_dimension > 0``); the NTK is the ``(n_L n_0)²`` operator matrix of each sample.
+    """
+    W, Ds = check_fc_target(arch, W, Delta)
+    if theta_guess is not None:
+        theta_guess = validate_params(arch, theta_guess)
+    num = numeric_fiber(
+        arch, W, Ds, n_starts=n_starts, seed=seed, theta_guess=theta_guess, n_perturb=n_perturb
+    )
+    thetas = [unflatten_params(arch, p) for p in num.points]
+    ks = [fc_ntk(arch, th) for th in thetas]
+    labels = cluster_ntks(ks)
+    summary = RouteSummary(
+        name="numeric",
+        applicable=True,
+        n_points=len(thetas),
+        n_distinct_ntks=(max(labels) + 1) if labels else 0,
+        residual=max(num.residuals) if num.residuals else num.best_residual,
+        n_starts=num.n_starts,
+        n_converged=num.n_converged,
+    )
+    notes = ["FC fibers may be continuous families: points are samples along them"]
+    if not thetas:
+        notes.append(
+            f"no parameters found over (W, Δ): best residual {num.best_residual:.3g}, "
+            f"tolerance {num.tolerance:.3g}"
+        )
+    return build_report(
+        architecture=_describe(arch),
+        v=W,
+        delta=np.concatenate([D.ravel() for D in Ds]) if Ds else np.zeros(0),
+        points=thetas,
+        ntks=ks,
+        residuals=list(num.residuals),
+        best_residual=num.best_residual,
+        tolerance=num.tolerance,
+        routes=[summary],
+        routes_agree=None,
+        jacobian_ranks=[_rank(fc_jacobian(arch, th)) for th in thetas],
+        dim_M=arch.dim_M,
+        fiber_dimension=fiber_dimension(arch, num.points[0]) if thetas else None,
+        notes=notes,
+    )
+
+
+def fiber_of_params(arch: LCN | FC, theta: Sequence[Any], **kwargs: Any) -> FiberReport:
+    """The fiber through a given ``θ``: ``(μ(θ), δ(θ))`` with ``θ`` as the numeric route's guess."""
+    th = validate_params(arch, theta)
+    if isinstance(arch, FC):
+        return fc_fiber(arch, fc_mu(arch, th), fc_delta(th), theta_guess=th, **kwargs)
+    return lcn_fiber(arch, mu(arch, th), lcn_delta(th), theta_guess=th, **kwargs)

@@ -1,0 +1,315 @@
+"""Algebraic fiber route: every factorisation of ``v`` into the layers' dilated filters.
+
+**D = 1 (roots).** ``v(z) = Π_l w_l(z^{S_{l−1}})``, so every root ρ of ``w_l`` contributes the
+complete orbit ``{z : z^{S_{l−1}} = ρ}`` (``S_{l−1}`` roots) to the roots of ``v``. Working on the
+binary form, leading zero coefficients of ``v`` are roots at 0 and trailing zero coefficients
+(degree drop) are roots at ∞; both orbits are the point repeated ``S_{l−1}`` times. The search
+assigns, from the last layer down to layer 2, ``k_l − 1`` disjoint complete orbits of the
+remaining roots to layer ``l`` (every choice, so stride-one regroupings are all found), gives the
+rest to layer 1, and keeps the assignments whose layers have real coefficients (conjugation-
+closed root sets). Each assignment fixes every filter up to a scalar; the scalars' product is
+fixed by ``v``, and the rescaling lemma fixes them, up to the sign group, for the target ``δ``.
+
+**D ≥ 2 (rational factoring).** When every coefficient of ``v`` is rational (denominator at most
+``RATIONAL_MAX_DEN``), ``v`` is factored over ℚ with sympy and every distribution of its
+irreducible factors over the layers is kept whose layer products are polynomials in the
+layer's dilated variables ``z_d^{S_{l−1,d}}`` of the layer's filter shape. Real factorisations
+whose factors have irrational coefficients are not seen by this route (the numeric route can).
+
+Candidate points are polished by a Levenberg–Marquardt solve of the fiber equations started
+at them (they are already within root-finding accuracy of the fiber).
+
+References: E. M. Achour, K. Kohn, H. Rauhut, arXiv:2507.06367 (eq. (8), Lemma 3);
+K. Kohn, G. Montúfar, V. Shahverdi, M. Trager, SIAGA 2024 (root orbits of sparse factorisations).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+from numpy.polynomial import polynomial as npoly
+
+from neuromanifold.linear.architecture import LCN, flatten_params
+from neuromanifold.linear.fiber_numeric import canonical_signs, polish
+from neuromanifold.linear.polynomial import mu
+from neuromanifold.linear.rescale import rescale_to_delta
+
+#: A coefficient of v counts as exactly zero (root at 0 or ∞) below this fraction of max |v|.
+ZERO_RTOL = 1e-12
+#: Two computed roots are the same point when closer than this times max(1, |z|).
+ROOT_MATCH_RTOL = 1e-6
+#: A layer polynomial is real when its imaginary parts are below this fraction of its size.
+REAL_RTOL = 1e-6
+#: A reconstructed factorisation is kept when ‖μ(θ) − v‖ ≤ BUILD_RTOL · ‖v‖ before polishing.
+BUILD_RTOL = 1e-5
+#: Largest denominator accepted when reading coefficients as rationals (D ≥ 2 route).
+RATIONAL_MAX_DEN = 10**6
+#: Rational reading must reproduce each coefficient to this fraction of max |v|.
+RATIONAL_RTOL = 1e-12
+#: The D ≥ 2 route gives up when there are more factor-to-layer distributions than this.
+MAX_ASSIGNMENTS = 20000
+
+_ZERO = 0j
+_INF = complex(np.inf, 0.0)
+
+
+@dataclass(frozen=True)
+class AlgebraicFiber:
+    """Candidate factorisations (polished flat vectors) and how many groupings were tried."""
+
+    applicable: bool
+    points: tuple[np.ndarray, ...]
+    residuals: tuple[float, ...]
+    n_groupings: int
+    note: str = ""
+
+
+def roots_with_infinity(v: np.ndarray) -> np.ndarray:
+    """All ``len(v) − 1`` roots of the binary form of ``v`` (ascending coefficients).
+
+    Exact zeros are returned as ``0`` and roots at infinity as ``inf``.
+
+    >>> roots_with_infinity(np.array([0.0, 1.0, 1.0, 0.0])).tolist()
+    [0j, (-1+0j), (inf+0j)]
+    """
+    v = np.asarray(v, dtype=np.float64).ravel()
+    scale = float(np.max(np.abs(v))) if v.size else 0.0
+    if scale == 0.0:
+        raise ValueError("v is the zero polynomial: its roots are not defined")
+    small = np.abs(v) <= ZERO_RTOL * scale
+    n_zero = int(np.argmax(~small))
+    n_inf = int(np.argmax(~small[::-1]))
+    core = v[n_zero : v.size - n_inf]
+    finite = np.roots(core[::-1]) if core.size > 1 else np.zeros(0, dtype=complex)
+    return np.concatenate(
+        [np.full(n_zero, _ZERO), np.sort_complex(finite.astype(complex)), np.full(n_inf, _INF)]
+    )
+
+
+def _is_special(z: complex) -> bool:
+    return z == _ZERO or np.isinf(z.real)
+
+
+def _match_orbit(roots: np.ndarray, anchor: int, pool: Sequence[int], S: int) -> list[int] | None:
+    """Indices from ``pool`` completing the orbit ``{z : z^S = roots[anchor]^S}``."""
+    z = roots[anchor]
+    if S == 1:
+        return []
+    if _is_special(z):
+        same = [i for i in pool if roots[i] == z or (np.isinf(z.real) and np.isinf(roots[i].real))]
+        return same[: S - 1] if len(same) >= S - 1 else None
+    free = [i for i in pool if not _is_special(roots[i])]
+    chosen: list[int] = []
+    tol = ROOT_MATCH_RTOL * max(1.0, abs(z))
+    for j in range(1, S):
+        target = z * np.exp(2j * np.pi * j / S)
+        cand = [i for i in free if i not in chosen]
+        if not cand:
+            return None
+        dist = [abs(roots[i] - target) for i in cand]
+        k = int(np.argmin(dist))
+        if dist[k] > tol:
+            return None
+        chosen.append(cand[k])
+    return chosen
+
+
+def _choose_orbits(
+    roots: np.ndarray, pool: list[int], need: int, S: int
+) -> Iterator[tuple[list[list[int]], list[int]]]:
+    """Every way to pick ``need`` disjoint complete orbits from ``pool``: (orbits, leftover)."""
+    if need == 0:
+        yield [], list(pool)
+        return
+    if len(pool) < need * S:
+        return
+    first, rest = pool[0], pool[1:]
+    others = _match_orbit(roots, first, rest, S)
+    if others is not None:
+        rest2 = [i for i in rest if i not in others]
+        for orbs, left in _choose_orbits(roots, rest2, need - 1, S):
+            yield [[first, *others], *orbs], left
+    for orbs, left in _choose_orbits(roots, rest, need, S):
+        yield orbs, [first, *left]
+
+
+def _layer_poly(roots: np.ndarray, orbits: list[list[int]], S: int, k: int) -> np.ndarray | None:
+    """Coefficients (length k, ascending) of ``Π (y − ρ)``, ρ = orbit^S; None if not real."""
+    rhos, n_inf = [], 0
+    for orb in orbits:
+        zs = roots[orb]
+        if np.isinf(zs[0].real):
+            n_inf += 1
+        elif zs[0] == _ZERO:
+            rhos.append(0.0)
+        else:
+            rhos.append(complex(np.mean(zs**S)))
+    coeffs = npoly.polyfromroots(rhos) if rhos else np.ones(1, dtype=complex)
+    coeffs = np.asarray(coeffs, dtype=complex)
+    if np.max(np.abs(coeffs.imag)) > REAL_RTOL * max(1.0, float(np.max(np.abs(coeffs)))):
+        return None
+    out = np.zeros(k)
+    out[: coeffs.size] = coeffs.real
+    if coeffs.size + n_inf != k:
+        return None
+    return out
+
+
+def _groupings_1d(arch: LCN, roots: np.ndarray) -> Iterator[list[np.ndarray]]:
+    """Unscaled layer filters for every real grouping of the roots into complete orbits."""
+    ks = arch.layer_sizes
+    Ss = [S[0] for S in arch.dilations]
+
+    def rec(layer: int, pool: list[int]) -> Iterator[list[np.ndarray]]:
+        if layer == 0:
+            if len(pool) != ks[0] - 1:
+                return
+            w = _layer_poly(roots, [[i] for i in pool], 1, ks[0])
+            if w is not None:
+                yield [w]
+            return
+        for orbs, left in _choose_orbits(roots, pool, ks[layer] - 1, Ss[layer]):
+            w = _layer_poly(roots, orbs, Ss[layer], ks[layer])
+            if w is None:
+                continue
+            for lower in rec(layer - 1, left):
+                yield [*lower, w]
+
+    yield from rec(arch.L - 1, list(range(roots.size)))
+
+
+def _finish(
+    arch: LCN, v: np.ndarray, delta: Any, layers: list[np.ndarray]
+) -> tuple[np.ndarray, float] | None:
+    """Scale by least squares, rescale to δ (lemma), polish; None if not a fiber point."""
+    p = mu(arch, layers)
+    pp = float(np.sum(p * p))
+    if pp == 0.0:
+        return None
+    c = float(np.sum(p * v)) / pp
+    layers = [layers[0] * c, *layers[1:]]
+    if np.linalg.norm(mu(arch, layers) - v) > BUILD_RTOL * max(1.0, float(np.linalg.norm(v))):
+        return None
+    if any(not np.any(w) for w in layers):
+        return None
+    if arch.L > 1:
+        layers = list(rescale_to_delta(layers, delta))
+    x, r = polish(arch, v, delta, flatten_params(arch, layers))
+    return canonical_signs(arch, x), r
+
+
+def algebraic_fiber_1d(arch: LCN, v: np.ndarray, delta: Any) -> AlgebraicFiber:
+    """All factorisations of a 1-D ``v`` by root orbits (module docstring), polished."""
+    v = np.asarray(v, dtype=np.float64).ravel()
+    if not np.any(v):
+        return AlgebraicFiber(False, (), (), 0, "v = 0: every point with a zero layer lies over it")
+    roots = roots_with_infinity(v)
+    pts, res, n = [], [], 0
+    for layers in _groupings_1d(arch, roots):
+        n += 1
+        out = _finish(arch, v, delta, layers)
+        if out is not None:
+            pts.append(out[0])
+            res.append(out[1])
+    return AlgebraicFiber(True, tuple(pts), tuple(res), n)
+
+
+def rational_coefficients(v: np.ndarray) -> list[Fraction] | None:
+    """``v`` read as rationals with denominators ≤ RATIONAL_MAX_DEN, or None if that fails."""
+    flat = np.asarray(v, dtype=np.float64).ravel()
+    scale = max(1.0, float(np.max(np.abs(flat)))) if flat.size else 1.0
+    out = []
+    for x in flat:
+        f = Fraction(float(x)).limit_denominator(RATIONAL_MAX_DEN)
+        if abs(float(f) - x) > RATIONAL_RTOL * scale:
+            return None
+        out.append(f)
+    return out
+
+
+def algebraic_fiber_rational(arch: LCN, v: np.ndarray, delta: Any) -> AlgebraicFiber:
+    """All factor-to-layer distributions of ``v`` over ℚ (sympy), any D; polished points."""
+    import sympy
+
+    v = np.asarray(v, dtype=np.float64).reshape(arch.out_shape)
+    if not np.any(v):
+        return AlgebraicFiber(False, (), (), 0, "v = 0: every point with a zero layer lies over it")
+    coeffs = rational_coefficients(v)
+    if coeffs is None:
+        return AlgebraicFiber(False, (), (), 0, "coefficients of v are not (small) rationals")
+    D = arch.D
+    zs = sympy.symbols(f"z0:{D}")
+    expr = sympy.Integer(0)
+    for idx, c in zip(np.ndindex(*v.shape), coeffs, strict=True):
+        if c != 0:
+            expr += sympy.Rational(c.numerator, c.denominator) * sympy.Mul(
+                *[z**i for z, i in zip(zs, idx, strict=True)]
+            )
+    poly = sympy.Poly(expr, *zs)
+    content, factors = poly.factor_list()
+    instances = [f for f, m in factors for _ in range(m)]
+    degs = [np.array(f.degree_list() if D > 1 else (f.degree(),)) for f in instances]
+    L = arch.L
+    bounds = [
+        np.array([(k - 1) * S for k, S in zip(f, Sd, strict=True)])
+        for f, Sd in zip(arch.filters, arch.dilations, strict=True)
+    ]
+    if L ** len(instances) > MAX_ASSIGNMENTS:
+        return AlgebraicFiber(
+            False, (), (), 0, f"{len(instances)} factors: too many distributions over {L} layers"
+        )
+    pts, res, n, seen = [], [], 0, set()
+    for assign in itertools.product(range(L), repeat=len(instances)):
+        key = tuple(sorted((str(instances[i].as_expr()), a) for i, a in enumerate(assign)))
+        if key in seen:
+            continue
+        seen.add(key)
+        tot = [np.zeros(D, dtype=int) for _ in range(L)]
+        for i, a in enumerate(assign):
+            tot[a] = tot[a] + degs[i]
+        if any(np.any(t > b) for t, b in zip(tot, bounds, strict=True)):
+            continue
+        layers = []
+        for l in range(L):
+            prod = sympy.Poly(sympy.Integer(1), *zs)
+            for i, a in enumerate(assign):
+                if a == l:
+                    prod = prod * instances[i]
+            w = _undilate(prod, arch.filters[l], arch.dilations[l])
+            if w is None:
+                break
+            layers.append(w)
+        if len(layers) != L:
+            continue
+        n += 1
+        layers[0] = layers[0] * float(content)
+        out = _finish(arch, v, delta, layers)
+        if out is not None:
+            pts.append(out[0])
+            res.append(out[1])
+    return AlgebraicFiber(True, tuple(pts), tuple(res), n, "factorisations over the rationals")
+
+
+def _undilate(prod: Any, shape: tuple[int, ...], S: tuple[int, ...]) -> np.ndarray | None:
+    """Coefficient array of shape ``shape`` of ``w`` with ``w(z^S) = prod``, or None."""
+    w = np.zeros(shape)
+    for monom, coeff in prod.terms():
+        idx = []
+        for e, s, k in zip(monom, S, shape, strict=True):
+            if e % s or e // s >= k:
+                return None
+            idx.append(e // s)
+        w[tuple(idx)] = float(coeff)
+    return w
+
+
+def algebraic_fiber(arch: LCN, v: np.ndarray, delta: Any) -> AlgebraicFiber:
+    """Dispatch: 1-D root orbits for ``D = 1``, rational factoring for ``D ≥ 2``."""
+    if arch.D == 1:
+        return algebraic_fiber_1d(arch, v, delta)
+    return algebraic_fiber_rational(arch, v, delta)

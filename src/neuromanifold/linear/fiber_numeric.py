@@ -1,0 +1,205 @@
+"""Numeric fiber route: multi-start Levenberg–Marquardt on ``Φ(θ) − (v, δ) = 0``.
+
+LCN: ``Φ(θ) = (μ(θ), δ(θ))`` with ``δ_l = ‖w_{l+1}‖² − ‖w_l‖²``; its Jacobian stacks the structured
+``Jμ`` on the invariant rows ``∂δ_l/∂w_{l+1} = 2w_{l+1}``, ``∂δ_l/∂w_l = −2w_l``.
+FC: ``Φ(W_1..W_L) = (W_L⋯W_1, Δ_1, …, Δ_{L−1})`` with ``Δ_l = W_{l+1}ᵀW_{l+1} − W_lW_lᵀ`` (all
+entries of every ``Δ_l``; the system is redundant but consistent).
+
+Starts: Gaussian parameters whose first layer is scaled so that ``‖μ‖ = ‖v‖`` and (LCN) then
+moved to the invariants ``δ`` by the rescaling lemma; optionally perturbations of a known fiber
+point (these sample a continuous fiber around it). A start converges when
+``‖Φ(θ) − (v, δ)‖₂ ≤ FIBER_RTOL · max(1, ‖(v, δ)‖₂)``.
+
+LCN points are compared modulo the sign group ``{(c_l) ∈ {±1}^L : Π c_l = 1}`` (isometries that
+fix μ and δ); FC points are compared plainly (the FC fiber is a continuous family).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from neuromanifold.linear import _lsq
+from neuromanifold.linear.architecture import FC, LCN, flatten_params, unflatten_params
+from neuromanifold.linear.invariants import delta as lcn_delta
+from neuromanifold.linear.invariants import fc_delta
+from neuromanifold.linear.ntk import fc_jacobian, jacobian
+from neuromanifold.linear.polynomial import fc_mu, mu
+from neuromanifold.linear.rescale import rescale_to_delta
+
+#: Converged when the fiber residual is at most this fraction of ``max(1, ‖(v, δ)‖₂)``.
+FIBER_RTOL = 1e-10
+#: Singular values below this fraction of the largest count as zero (ranks, fiber dimension).
+RANK_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class NumericFiber:
+    """Converged fiber points (flat vectors, already de-duplicated) and the search statistics."""
+
+    points: tuple[np.ndarray, ...]
+    residuals: tuple[float, ...]
+    best_residual: float
+    tolerance: float
+    n_starts: int
+    n_converged: int
+
+
+def target_vector(arch: LCN | FC, v: np.ndarray, delta: Any) -> np.ndarray:
+    """Concatenate ``v`` (C order) and the invariants (each ``Δ_l`` flattened for FC)."""
+    parts = [np.ravel(v)] + [np.ravel(d) for d in (delta if isinstance(arch, FC) else [delta])]
+    return np.concatenate([np.asarray(p, dtype=np.float64) for p in parts])
+
+
+def phi(arch: LCN | FC, x: np.ndarray) -> np.ndarray:
+    """``Φ(θ)`` for a flat parameter vector (see module docstring)."""
+    th = unflatten_params(arch, x)
+    if isinstance(arch, FC):
+        parts = [fc_mu(arch, th).ravel()] + [d.ravel() for d in fc_delta(th)]
+        return np.concatenate(parts)
+    return np.concatenate([mu(arch, th).ravel(), lcn_delta(th)])
+
+
+def phi_jacobian(arch: LCN | FC, x: np.ndarray) -> np.ndarray:
+    """Jacobian of :func:`phi`, shape ``(len Φ, n_params)``."""
+    th = unflatten_params(arch, x)
+    offsets = np.cumsum([0, *(w.size for w in th)])
+    if isinstance(arch, LCN):
+        rows = np.zeros((arch.L - 1, arch.n_params))
+        for l in range(arch.L - 1):
+            rows[l, offsets[l] : offsets[l + 1]] = -2 * th[l].ravel()
+            rows[l, offsets[l + 1] : offsets[l + 2]] = 2 * th[l + 1].ravel()
+        return np.concatenate([jacobian(arch, th), rows], axis=0)
+    blocks = [fc_jacobian(arch, th)]
+    for l in range(arch.L - 1):
+        M, N = th[l + 1], th[l]  # Δ_l = MᵀM − NNᵀ, both n_l × n_l
+        n = N.shape[0]
+        eye = np.eye(n)
+        # ∂(MᵀM)[a,b]/∂M[i,j] = δ_{ja} M[i,b] + M[i,a] δ_{jb}
+        dM = np.einsum("ja,ib->abij", eye, M) + np.einsum("ia,jb->abij", M, eye)
+        # ∂(NNᵀ)[a,b]/∂N[i,j] = δ_{ia} N[b,j] + N[a,j] δ_{ib}
+        dN = np.einsum("ia,bj->abij", eye, N) + np.einsum("aj,ib->abij", N, eye)
+        row = np.zeros((n * n, arch.n_params))
+        row[:, offsets[l] : offsets[l + 1]] = -dN.reshape(n * n, -1)
+        row[:, offsets[l + 1] : offsets[l + 2]] = dM.reshape(n * n, -1)
+        blocks.append(row)
+    return np.concatenate(blocks, axis=0)
+
+
+def sign_patterns(L: int) -> list[np.ndarray]:
+    """The ``2^{L−1}`` sign vectors ``c ∈ {±1}^L`` with ``Π c_l = 1``.
+
+    >>> [c.tolist() for c in sign_patterns(2)]
+    [[1.0, 1.0], [-1.0, -1.0]]
+    """
+    out = []
+    for bits in itertools.product((1.0, -1.0), repeat=L - 1):
+        out.append(np.array([*bits, float(np.prod(bits))]))
+    return out
+
+
+def sign_distance(arch: LCN, x: np.ndarray, y: np.ndarray) -> float:
+    """``min_c ‖x − c·y‖₂`` over the sign group (flat parameter vectors)."""
+    sizes = arch.layer_sizes
+    best = np.inf
+    for c in sign_patterns(arch.L):
+        cy = y * np.repeat(c, sizes)
+        best = min(best, float(np.linalg.norm(x - cy)))
+    return best
+
+
+def point_distance(arch: LCN | FC, x: np.ndarray, y: np.ndarray) -> float:
+    """Distance modulo the finite isometric symmetries used for de-duplication."""
+    if isinstance(arch, LCN):
+        return sign_distance(arch, x, y)
+    return float(np.linalg.norm(x - y))
+
+
+def canonical_signs(arch: LCN, x: np.ndarray) -> np.ndarray:
+    """Representative of the sign orbit: the largest-modulus entry of layers 1..L−1 positive."""
+    th = [w.copy() for w in unflatten_params(arch, x)]
+    for l in range(arch.L - 1):
+        w = th[l].ravel()
+        if w.size and w[int(np.argmax(np.abs(w)))] < 0:
+            th[l] = -th[l]
+            th[-1] = -th[-1]
+    return flatten_params(arch, th)
+
+
+def _random_start(
+    arch: LCN | FC, v: np.ndarray, delta: Any, rng: np.random.Generator
+) -> np.ndarray:
+    th = [rng.standard_normal(s) for s in arch.param_shapes]
+    f = fc_mu(arch, th) if isinstance(arch, FC) else mu(arch, th)
+    nv, nf = float(np.linalg.norm(v)), float(np.linalg.norm(f))
+    if nv > 0 and nf > 0:
+        th[0] = th[0] * (nv / nf)
+    if isinstance(arch, LCN) and arch.L > 1 and all(np.any(w) for w in th):
+        th = list(rescale_to_delta(th, delta))
+    return flatten_params(arch, th)
+
+
+def numeric_fiber(
+    arch: LCN | FC,
+    v: np.ndarray,
+    delta: Any,
+    *,
+    n_starts: int = 40,
+    seed: int = 0,
+    theta_guess: Sequence[Any] | None = None,
+    n_perturb: int = 0,
+    extra_starts: Sequence[np.ndarray] = (),
+) -> NumericFiber:
+    """Multi-start LM on the fiber equations; converged points de-duplicated (see module doc).
+
+    ``extra_starts`` are flat vectors tried first (e.g. the algebraic route's points);
+    ``n_perturb`` perturbations ``θ_guess + r·scale·ξ`` (``r`` geometric in [0.05, 1]) are added
+    when ``theta_guess`` is given.
+    """
+    rng = np.random.default_rng(seed)
+    target = target_vector(arch, v, delta)
+    tol = FIBER_RTOL * max(1.0, float(np.linalg.norm(target)))
+    starts: list[np.ndarray] = [np.asarray(s, dtype=np.float64) for s in extra_starts]
+    starts += [_random_start(arch, v, delta, rng) for _ in range(n_starts)]
+    if theta_guess is not None:
+        x0 = flatten_params(arch, theta_guess)
+        scale = float(np.linalg.norm(x0)) / np.sqrt(x0.size)
+        starts.append(x0)
+        for r in np.geomspace(0.05, 1.0, max(n_perturb, 1))[:n_perturb]:
+            starts.append(x0 + r * scale * rng.standard_normal(x0.size))
+
+    good, best, n = _lsq.multistart(
+        lambda x: phi(arch, x) - target, lambda x: phi_jacobian(arch, x), starts, tol=tol
+    )
+    xs = [canonical_signs(arch, g.x) if isinstance(arch, LCN) else g.x for g in good]
+    keep = _dedupe(arch, xs)
+    return NumericFiber(
+        points=tuple(xs[i] for i in keep),
+        residuals=tuple(good[i].residual for i in keep),
+        best_residual=best,
+        tolerance=tol,
+        n_starts=n,
+        n_converged=len(good),
+    )
+
+
+def _dedupe(arch: LCN | FC, xs: Sequence[np.ndarray]) -> list[int]:
+    from neuromanifold.linear.fiber_report import dedupe_points
+
+    return dedupe_points(list(xs), lambda a, b: point_distance(arch, a, b))
+
+
+def polish(arch: LCN | FC, v: np.ndarray, delta: Any, x0: np.ndarray) -> tuple[np.ndarray, float]:
+    """One LM solve of the fiber equations from ``x0``: (end point, residual norm)."""
+    target = target_vector(arch, v, delta)
+    res = _lsq.solve(lambda x: phi(arch, x) - target, lambda x: phi_jacobian(arch, x), x0)
+    return res.x, res.residual
+
+
+def fiber_dimension(arch: LCN | FC, x: np.ndarray) -> int:
+    """``n_params − rank dΦ(θ)``: 0 means the fiber is a finite set of points near θ."""
+    return _lsq.null_dimension(phi_jacobian(arch, x), rtol=RANK_RTOL)

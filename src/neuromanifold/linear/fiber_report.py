@@ -1,0 +1,254 @@
+"""The fiber report and the comparisons it is built from (distinct points, distinct NTKs).
+
+A *fiber* here is the set of parameters θ with the same end-to-end function and the same
+conserved quantities, ``Φ(θ) = (μ(θ), δ(θ)) = (v, δ)``. Every fiber search in the package
+(algebraic 1-D roots, rational D-D factoring, multi-start least squares for LCN / FC / shallow
+ReLU networks) returns a :class:`FiberReport`: the distinct points it found, one NTK per point,
+how far those NTKs are apart, and the residuals that justify calling the points "on the fiber".
+
+Distinct NTKs are counted by greedy clustering: ``K_i`` joins the cluster of ``K_j`` when
+``‖K_i − K_j‖_max ≤ NTK_DISTINCT_RTOL · max_i ‖K_i‖_max``. The relative spread reported is
+``max_{i,j} ‖K_i − K_j‖_max / max_i ‖K_i‖_max`` (entrywise max norm).
+
+References: E. M. Achour, K. Kohn, H. Rauhut, arXiv:2507.06367 (NTK determinacy on fibers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: Two NTKs are "the same" when their entrywise gap is at most this fraction of the largest entry.
+NTK_DISTINCT_RTOL = 1e-6
+#: Two parameter points are "the same" (after symmetry) when their distance is at most this
+#: fraction of the parameter scale.
+POINT_DISTINCT_RTOL = 1e-6
+
+
+def ntk_spread(ntks: Sequence[np.ndarray]) -> tuple[float, float]:
+    """Largest pairwise entrywise gap ``max_{i,j} ‖K_i − K_j‖_max``: (absolute, relative).
+
+    The relative value divides by ``max_i ‖K_i‖_max``; an empty or single list gives (0, 0).
+
+    >>> ntk_spread([np.eye(2), 3 * np.eye(2)])
+    (2.0, 0.6666666666666666)
+    """
+    if len(ntks) < 2:
+        return 0.0, 0.0
+    stack = np.stack([np.asarray(k, dtype=np.float64) for k in ntks])
+    gap = float(np.max(stack.max(axis=0) - stack.min(axis=0)))
+    scale = float(np.max(np.abs(stack)))
+    return gap, (gap / scale if scale > 0 else 0.0)
+
+
+def cluster_ntks(ntks: Sequence[np.ndarray], *, rtol: float = NTK_DISTINCT_RTOL) -> list[int]:
+    """Greedy cluster label of each NTK (labels 0, 1, … in order of first appearance).
+
+    >>> cluster_ntks([np.eye(2), np.eye(2) + 1e-12, 2 * np.eye(2)])
+    [0, 0, 1]
+    """
+    if not ntks:
+        return []
+    scale = max(float(np.max(np.abs(k))) for k in ntks) or 1.0
+    reps: list[np.ndarray] = []
+    labels: list[int] = []
+    for k in ntks:
+        for i, r in enumerate(reps):
+            if float(np.max(np.abs(k - r))) <= rtol * scale:
+                labels.append(i)
+                break
+        else:
+            reps.append(k)
+            labels.append(len(reps) - 1)
+    return labels
+
+
+def dedupe_points(
+    points: Sequence[np.ndarray],
+    distance: Callable[[np.ndarray, np.ndarray], float],
+    *,
+    rtol: float = POINT_DISTINCT_RTOL,
+) -> list[int]:
+    """Indices of the first point of each class under ``distance(a, b) ≤ rtol · scale``.
+
+    ``scale = max(1, max_i ‖p_i‖)``. ``distance`` should already be taken modulo the symmetry
+    group (e.g. the minimum over sign flips).
+    """
+    if not points:
+        return []
+    scale = max(1.0, max(float(np.linalg.norm(p)) for p in points))
+    keep: list[int] = []
+    for i, p in enumerate(points):
+        if all(distance(p, points[j]) > rtol * scale for j in keep):
+            keep.append(i)
+    return keep
+
+
+def _tolist(x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, (list, tuple)):
+        return [_tolist(y) for y in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
+@dataclass(frozen=True)
+class RouteSummary:
+    """What one fiber-search route found.
+
+    ``applicable`` is False when the route cannot run on this input (e.g. the rational
+    factoring route on irrational coefficients); ``note`` says why.
+    """
+
+    name: str
+    applicable: bool
+    n_points: int = 0
+    n_distinct_ntks: int = 0
+    residual: float = float("nan")
+    n_starts: int = 0
+    n_converged: int = 0
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable dict (NaN residual becomes None)."""
+        d = dict(self.__dict__)
+        if not np.isfinite(d["residual"]):
+            d["residual"] = None
+        return d
+
+
+@dataclass(frozen=True)
+class FiberReport:
+    """Distinct points of a fiber ``{θ : μ(θ) = v, δ(θ) = δ}`` modulo isometric symmetries.
+
+    Attributes:
+        architecture: human-readable description of the architecture.
+        v: the end-to-end function asked for (flattened).
+        delta: the invariants asked for (flattened).
+        on_manifold: False when no route found a point with ``‖Φ(θ) − (v, δ)‖ ≤ tolerance``.
+        residual: largest residual ``‖Φ(θ) − (v, δ)‖₂`` over the reported points (the best
+            residual found when ``on_manifold`` is False).
+        tolerance: the residual threshold used for ``on_manifold``.
+        points: distinct fiber points (each a tuple of per-layer arrays as nested lists).
+        ntks: one NTK per point (matrices as nested lists).
+        ntk_labels: cluster label of each point's NTK.
+        n_distinct_ntks: number of NTK clusters.
+        max_ntk_diff_abs / max_ntk_diff_rel: see :func:`ntk_spread`.
+        routes: per-route summaries.
+        routes_agree: both routes found the same number of points and matching NTKs (None when
+            only one route ran).
+        jacobian_ranks: rank of the parametrisation's Jacobian at each point.
+        dim_M: expected dimension of the image (neuromanifold); None where not defined.
+        fiber_dimension: ``n_params − rank dΦ`` at the first point (0 ⇒ isolated points).
+        notes: free-text remarks (normalisations, caveats).
+    """
+
+    architecture: str
+    v: tuple[float, ...]
+    delta: tuple[float, ...]
+    on_manifold: bool
+    residual: float
+    tolerance: float
+    points: tuple[Any, ...]
+    ntks: tuple[Any, ...]
+    ntk_labels: tuple[int, ...]
+    n_distinct_ntks: int
+    max_ntk_diff_abs: float
+    max_ntk_diff_rel: float
+    routes: tuple[RouteSummary, ...]
+    routes_agree: bool | None
+    jacobian_ranks: tuple[int, ...] = ()
+    dim_M: int | None = None
+    fiber_dimension: int | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def n_points(self) -> int:
+        """Number of distinct fiber points found."""
+        return len(self.points)
+
+    @property
+    def ntk_dependent(self) -> bool:
+        """True when more than one distinct NTK was found on the fiber."""
+        return self.n_distinct_ntks > 1
+
+    def ntk_arrays(self) -> list[np.ndarray]:
+        """The NTKs as float64 arrays."""
+        return [np.asarray(k, dtype=np.float64) for k in self.ntks]
+
+    def point_arrays(self) -> list[tuple[np.ndarray, ...]]:
+        """The points as tuples of float64 arrays (one per layer)."""
+        return [tuple(np.asarray(w, dtype=np.float64) for w in p) for p in self.points]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable dict of every field plus ``n_points``."""
+        return {
+            "architecture": self.architecture,
+            "v": list(self.v),
+            "delta": list(self.delta),
+            "on_manifold": self.on_manifold,
+            "residual": self.residual,
+            "tolerance": self.tolerance,
+            "n_points": self.n_points,
+            "points": _tolist(list(self.points)),
+            "ntks": _tolist(list(self.ntks)),
+            "ntk_labels": list(self.ntk_labels),
+            "n_distinct_ntks": self.n_distinct_ntks,
+            "max_ntk_diff_abs": self.max_ntk_diff_abs,
+            "max_ntk_diff_rel": self.max_ntk_diff_rel,
+            "routes": [r.to_dict() for r in self.routes],
+            "routes_agree": self.routes_agree,
+            "jacobian_ranks": list(self.jacobian_ranks),
+            "dim_M": self.dim_M,
+            "fiber_dimension": self.fiber_dimension,
+            "notes": list(self.notes),
+        }
+
+
+def build_report(
+    *,
+    architecture: str,
+    v: np.ndarray,
+    delta: np.ndarray,
+    points: Sequence[Sequence[np.ndarray]],
+    ntks: Sequence[np.ndarray],
+    residuals: Sequence[float],
+    best_residual: float,
+    tolerance: float,
+    routes: Sequence[RouteSummary],
+    routes_agree: bool | None,
+    jacobian_ranks: Sequence[int] = (),
+    dim_M: int | None = None,
+    fiber_dimension: int | None = None,
+    notes: Sequence[str] = (),
+) -> FiberReport:
+    """Assemble a :class:`FiberReport` from already de-duplicated points and their NTKs."""
+    ntk_list = [np.asarray(k, dtype=np.float64) for k in ntks]
+    labels = cluster_ntks(ntk_list)
+    gap, rel = ntk_spread(ntk_list)
+    on = len(points) > 0
+    return FiberReport(
+        architecture=architecture,
+        v=tuple(float(x) for x in np.ravel(v)),
+        delta=tuple(float(x) for x in np.ravel(delta)),
+        on_manifold=on,
+        residual=float(max(residuals)) if on else float(best_residual),
+        tolerance=float(tolerance),
+        points=tuple(tuple(_tolist(np.asarray(w)) for w in p) for p in points),
+        ntks=tuple(_tolist(k) for k in ntk_list),
+        ntk_labels=tuple(labels),
+        n_distinct_ntks=(max(labels) + 1) if labels else 0,
+        max_ntk_diff_abs=gap,
+        max_ntk_diff_rel=rel,
+        routes=tuple(routes),
+        routes_agree=routes_agree,
+        jacobian_ranks=tuple(int(r) for r in jacobian_ranks),
+        dim_M=dim_M,
+        fiber_dimension=fiber_dimension,
+        notes=tuple(notes),
+    )

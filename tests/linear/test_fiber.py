@@ -1,0 +1,283 @@
+"""Fibers of (μ, δ): spec linear_networks.md §4.1, §4.3, §4.4, §4.5 and §7 items 6, 8–11."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from neuromanifold.linear.architecture import FC, LCN, flatten_params
+from neuromanifold.linear.fiber import fc_fiber, fiber_of_params, lcn_fiber
+from neuromanifold.linear.fiber_algebraic import algebraic_fiber, roots_with_infinity
+from neuromanifold.linear.fiber_numeric import sign_distance, sign_patterns
+from neuromanifold.linear.invariants import delta, fc_delta
+from neuromanifold.linear.ntk import fc_ntk_apply, gram_blocks, ntk
+from neuromanifold.linear.polynomial import fc_mu, mu
+from neuromanifold.linear.rescale import fc_balanced_params
+
+ATOL_EXACT = 1e-12  # closed-form matrices, entries of order 1-10
+RTOL_ROUTES = 1e-9  # the two fiber routes must give the same NTKs to this (relative)
+RTOL_NTK = 1e-9  # NTK of a found point vs the NTK of the generating θ (relative)
+
+STRIDED_1D = [((3, 2), (2,)), ((2, 2, 2), (2, 2)), ((3, 3), (2,)), ((2, 3, 2), (2, 3))]
+ALL_1D = [
+    *STRIDED_1D,
+    ((2, 2, 2), (2, 1)),
+    ((2, 2, 2), (1, 1)),
+    ((2, 2), (1,)),
+    ((3, 2, 2), (2, 2)),
+    ((3, 2, 2), (1, 1)),
+]
+
+
+def _gaussian(arch: LCN, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s) for s in arch.param_shapes]
+
+
+def _contains(ntks: list[np.ndarray], K: np.ndarray, atol: float) -> bool:
+    return any(np.max(np.abs(k - K)) <= atol for k in ntks)
+
+
+def test_stride_one_counterexample_exact_ntks() -> None:
+    arch = LCN((2, 2), (1,))
+    rep = lcn_fiber(arch, [1, 1, -2], [-3])
+    K = np.array([[2, 1, 0], [1, 7, 1], [0, 1, 5]], dtype=float)
+    Kp = np.array([[2.9, -1.7, 0], [-1.7, 7, -1.7], [0, -1.7, 4.1]])
+    ntks = rep.ntk_arrays()
+    assert rep.n_points == 2 and rep.n_distinct_ntks == 2
+    assert _contains(ntks, K, ATOL_EXACT) and _contains(ntks, Kp, ATOL_EXACT)
+    assert rep.routes_agree is True
+    # the second point is the swapped, rescaled factorisation of the spec (modulo signs)
+    theta_p = [np.sqrt(5 / 2) * np.array([1.0, -1.0]), np.sqrt(2 / 5) * np.array([1.0, 2.0])]
+    x_p = flatten_params(arch, theta_p)
+    found = [flatten_params(arch, p) for p in rep.point_arrays()]
+    assert min(sign_distance(arch, x, x_p) for x in found) <= ATOL_EXACT
+    np.testing.assert_allclose(np.linalg.eigvalsh(K), [1.7956, 4.6356, 7.5688], atol=1e-4)
+    np.testing.assert_allclose(np.linalg.eigvalsh(Kp), [2.0741, 3.6865, 8.2394], atol=1e-4)
+
+
+def test_stride_one_simple_variant_exact_ntks() -> None:
+    rep = lcn_fiber(LCN((2, 2), (1,)), [1, 1, 0], [1])
+    K = np.array([[2, 1, 0], [1, 3, 1], [0, 1, 1]], dtype=float)
+    Kp = np.array([[2.5, 0.5, 0], [0.5, 3, 0.5], [0, 0.5, 0.5]])
+    assert rep.n_points == 2 and rep.routes_agree is True
+    assert _contains(rep.ntk_arrays(), K, ATOL_EXACT)
+    assert _contains(rep.ntk_arrays(), Kp, ATOL_EXACT)
+
+
+def test_two_layer_swap_formula() -> None:
+    """K' − K = (B − A)(G(w1)/A − G(w2)/B) with G(w) = T(w)T(w)ᵀ (spec §4.3)."""
+    arch = LCN((3, 3), (1,))
+    w1 = np.array([0.3, -1.3, 1.0])  # real roots
+    w2 = np.array([-2.0, 0.5, 2.0])
+    theta = [w1, w2]
+    A, B = float(w1 @ w1), float(w2 @ w2)
+    swapped = [np.sqrt(A / B) * w2, np.sqrt(B / A) * w1]
+    np.testing.assert_allclose(mu(arch, swapped), mu(arch, theta), atol=ATOL_EXACT)
+    np.testing.assert_allclose(delta(swapped), delta(theta), atol=ATOL_EXACT)
+    G_w2, G_w1 = gram_blocks(arch, theta)  # J_1 multiplies by w2, J_2 by w1
+    predicted = (B - A) * (G_w1 / A - G_w2 / B)
+    np.testing.assert_allclose(ntk(arch, swapped) - ntk(arch, theta), predicted, atol=1e-11)
+    rep = fiber_of_params(arch, theta)
+    assert _contains(rep.ntk_arrays(), ntk(arch, swapped), 1e-10)
+
+
+@pytest.mark.parametrize(("filters", "strides"), STRIDED_1D)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_strides_above_one_single_ntk(filters: tuple, strides: tuple, seed: int) -> None:
+    arch = LCN(filters, strides)
+    theta = _gaussian(arch, seed)
+    rep = fiber_of_params(arch, theta)
+    assert rep.on_manifold
+    assert rep.n_points == 1 and rep.n_distinct_ntks == 1
+    K = ntk(arch, theta)
+    np.testing.assert_allclose(rep.ntk_arrays()[0], K, atol=RTOL_NTK * np.max(np.abs(K)))
+    assert rep.jacobian_ranks == (arch.dim_M,)
+    assert rep.fiber_dimension == 0
+
+
+def test_sign_flips_leave_v_delta_ntk_unchanged() -> None:
+    arch = LCN((2, 3, 2), (2, 3))
+    theta = _gaussian(arch, 5)
+    for c in sign_patterns(arch.L):
+        flipped = [ci * w for ci, w in zip(c, theta, strict=True)]
+        np.testing.assert_allclose(mu(arch, flipped), mu(arch, theta), atol=ATOL_EXACT)
+        np.testing.assert_allclose(delta(flipped), delta(theta), atol=ATOL_EXACT)
+        np.testing.assert_allclose(ntk(arch, flipped), ntk(arch, theta), atol=ATOL_EXACT)
+
+
+def test_interior_stride_one_gives_two_ntks() -> None:
+    arch = LCN((2, 2, 2), (2, 1))
+    rep = fiber_of_params(arch, _gaussian(arch, 3))
+    assert rep.n_distinct_ntks == 2
+    assert rep.max_ntk_diff_rel > 1e-3
+
+
+def test_stride_one_sheet_counts() -> None:
+    """Three real roots ⇒ 3! sheets for k = (2,2,2); four real roots ⇒ C(4,2) for k = (3,3)."""
+    arch = LCN((2, 2, 2), (1, 1))
+    rep = fiber_of_params(arch, [[1.0, 2.0], [-1.0, 0.5], [3.0, 1.0]])
+    assert rep.n_points == 6 and rep.n_distinct_ntks == 6
+    arch = LCN((3, 3), (1,))
+    rep = fiber_of_params(
+        arch, [[0.5, -1.5, 1.0], [-3.0, 1.0, 1.0]]
+    )  # roots {0.5, 1}, {-2.30, 1.30}
+    assert rep.n_points == 6 and rep.n_distinct_ntks == 6
+
+
+@pytest.mark.parametrize(("filters", "strides"), ALL_1D)
+@pytest.mark.parametrize("seed", [10, 11])
+def test_routes_agree_on_1d(filters: tuple, strides: tuple, seed: int) -> None:
+    arch = LCN(filters, strides)
+    rep = fiber_of_params(arch, _gaussian(arch, seed))
+    alg, num = rep.routes
+    assert alg.applicable and alg.n_points >= 1
+    assert alg.n_points == num.n_points
+    assert rep.routes_agree is True  # includes NTKs matched to RTOL_ROUTES
+    assert rep.residual <= rep.tolerance
+    from neuromanifold.linear.fiber import ROUTE_AGREE_RTOL
+
+    assert ROUTE_AGREE_RTOL <= RTOL_ROUTES
+
+
+def _int_filters(arch: LCN, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-3, 4, size=s).astype(float) for s in arch.param_shapes]
+
+
+@pytest.mark.parametrize(
+    ("filters", "strides", "n_ntks"),
+    [
+        (((2, 2), (2, 2)), ((1, 1),), 2),
+        (((2, 2), (2, 2), (2, 2)), ((1, 1), (1, 1)), 6),
+        (((2, 2), (3, 3)), ((1, 1),), 1),
+        (((2, 2), (2, 2)), ((2, 2),), 1),
+        (((2, 2), (2, 2)), ((2, 1),), 1),
+    ],
+)
+def test_two_dimensional_cases(filters: tuple, strides: tuple, n_ntks: int) -> None:
+    """Equal shapes with no stride between them can be swapped (spec §4.4 caveat); others not."""
+    arch = LCN(filters, strides, dim=2)
+    theta = _int_filters(arch, 2)
+    assert np.all(delta(theta) != 0)  # unbalanced, so swaps change K
+    rep = fiber_of_params(arch, theta)
+    assert rep.routes[0].applicable  # integer filters: the rational route runs
+    assert rep.n_distinct_ntks == n_ntks
+    assert rep.routes_agree is True
+    K = ntk(arch, theta)
+    assert _contains(rep.ntk_arrays(), K, RTOL_NTK * np.max(np.abs(K)))
+
+
+def test_rational_route_not_applicable_for_irrational_v() -> None:
+    arch = LCN(((2, 2), (2, 2)), ((1, 1),), dim=2)
+    theta = [np.array([[np.sqrt(2), 1.0], [np.pi, -1.0]]), np.array([[1.0, np.e], [0.5, 2.0]])]
+    alg = algebraic_fiber(arch, mu(arch, theta), delta(theta))
+    assert not alg.applicable and "rational" in alg.note
+    rep = fiber_of_params(arch, theta)
+    assert rep.routes_agree is None and rep.n_distinct_ntks == 2  # numeric route still finds both
+
+
+def test_fc_identity_counterexample() -> None:
+    arch = FC((2, 2, 2))
+    theta = [np.diag([2.0, 1.0]), np.diag([0.5, 1.0])]
+    W1p = np.array([[0.0, -2.0], [1.0, 0.0]])
+    theta_p = [W1p, np.linalg.inv(W1p)]
+    for th in (theta, theta_p):
+        np.testing.assert_allclose(fc_mu(arch, th), np.eye(2), atol=ATOL_EXACT)
+        np.testing.assert_allclose(fc_delta(th)[0], np.diag([-3.75, 0.0]), atol=ATOL_EXACT)
+    E11 = np.array([[1.0, 0.0], [0.0, 0.0]])
+    np.testing.assert_allclose(fc_ntk_apply(arch, theta, E11), 4.25 * E11, atol=ATOL_EXACT)
+    np.testing.assert_allclose(fc_ntk_apply(arch, theta_p, E11), 2.0 * E11, atol=ATOL_EXACT)
+    rep = fc_fiber(arch, np.eye(2), [np.diag([-3.75, 0.0])], theta_guess=theta)
+    assert rep.n_distinct_ntks > 1 and rep.fiber_dimension >= 1
+
+
+@pytest.mark.parametrize("widths", [(2, 2, 2), (3, 3, 3, 3), (2, 3, 2)])
+def test_fc_balanced_single_ntk(widths: tuple) -> None:
+    rng = np.random.default_rng(4)
+    arch = FC(widths)
+    theta = fc_balanced_params(arch, rng.standard_normal(arch.out_shape), rng=rng)
+    rep = fiber_of_params(arch, theta)
+    assert rep.n_points >= 10  # a continuous family was sampled ...
+    assert rep.n_distinct_ntks == 1  # ... and the NTK does not move along it
+
+
+def _scaled_identity_params(n: int, L: int, kappa: list[float], seed: int) -> list[np.ndarray]:
+    """W_l = O_l diag(σ_l) O_{l−1}ᵀ with σ_{l+1}² − σ_l² = κ_l, so Δ_l = κ_l I."""
+    rng = np.random.default_rng(seed)
+    Os = [np.linalg.qr(rng.standard_normal((n, n)))[0] for _ in range(L + 1)]
+    sig = [rng.uniform(1.0, 2.0, n)]
+    for k in kappa:
+        sig.append(np.sqrt(sig[-1] ** 2 + k))
+    return [Os[l + 1] @ np.diag(sig[l]) @ Os[l].T for l in range(L)]
+
+
+def test_fc_delta_scaled_identity_single_ntk() -> None:
+    arch = FC((2, 2, 2, 2))
+    theta = _scaled_identity_params(2, 3, [0.7, -0.4], seed=6)
+    for D, k in zip(fc_delta(theta), [0.7, -0.4], strict=True):
+        np.testing.assert_allclose(D, k * np.eye(2), atol=ATOL_EXACT)
+    rep = fiber_of_params(arch, theta)
+    assert rep.n_points >= 10 and rep.fiber_dimension >= 1
+    assert rep.n_distinct_ntks == 1
+
+
+def test_fc_generic_delta_dependent() -> None:
+    arch = FC((2, 2, 2))
+    rng = np.random.default_rng(8)
+    rep = fiber_of_params(arch, [rng.standard_normal(s) for s in arch.param_shapes])
+    assert rep.fiber_dimension == 1  # spec §2.6: 8 parameters, rank dΦ = 7
+    assert rep.n_distinct_ntks > 1 and rep.max_ntk_diff_rel > 1e-3
+
+
+def test_off_manifold_v_is_reported_not_silent() -> None:
+    arch = LCN((3, 2), (2,))  # len v = 5 > dim M = 4: generic v is off M
+    v = np.array([1.0, 0.3, -2.0, 0.7, 1.5])
+    rep = lcn_fiber(arch, v, [0.5], n_starts=10)
+    assert not rep.on_manifold and rep.n_points == 0
+    assert rep.residual > rep.tolerance
+    assert any("off the neuromanifold" in n for n in rep.notes)
+
+
+@pytest.mark.parametrize(
+    ("v", "d", "match"),
+    [
+        ([1.0, 1.0], [-3.0], "v has shape"),
+        ([1.0, 1.0, -2.0], [1.0, 2.0], "delta has length"),
+        ([1.0, np.nan, -2.0], [1.0], "finite"),
+    ],
+)
+def test_bad_lcn_targets(v: list, d: list, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        lcn_fiber(LCN((2, 2), (1,)), v, d)
+
+
+def test_bad_route_and_fc_targets() -> None:
+    with pytest.raises(ValueError, match="routes contains 'magic'"):
+        lcn_fiber(LCN((2, 2), (1,)), [1, 1, -2], [-3], routes=("magic",))
+    arch = FC((2, 2, 2))
+    with pytest.raises(ValueError, match="W has shape"):
+        fc_fiber(arch, np.eye(3), [np.zeros((2, 2))])
+    with pytest.raises(ValueError, match="Delta has 2 entries"):
+        fc_fiber(arch, np.eye(2), [np.zeros((2, 2))] * 2)
+    with pytest.raises(ValueError, match=r"Delta\[0\] has shape"):
+        fc_fiber(arch, np.eye(2), [np.zeros((3, 3))])
+    with pytest.raises(TypeError, match="expected an LCN"):
+        lcn_fiber(arch, [1.0], [])
+
+
+def test_roots_with_infinity_and_zero_v() -> None:
+    r = roots_with_infinity(np.array([0.0, 2.0, -2.0, 0.0, 0.0]))
+    assert r[0] == 0 and np.isinf(r[-1].real) and np.isinf(r[-2].real)
+    np.testing.assert_allclose(r[1], 1.0, atol=ATOL_EXACT)
+    with pytest.raises(ValueError, match="zero polynomial"):
+        roots_with_infinity(np.zeros(3))
+
+
+def test_report_is_json_serialisable() -> None:
+    rep = lcn_fiber(LCN((2, 2), (1,)), [1, 1, -2], [-3], n_starts=6)
+    d = json.loads(json.dumps(rep.to_dict()))
+    assert d["n_points"] == 2 and d["n_distinct_ntks"] == 2
+    assert len(d["ntks"]) == 2 and d["routes"][0]["name"] == "algebraic"

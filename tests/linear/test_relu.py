@@ -1,0 +1,160 @@
+"""Shallow ReLU networks: invariants, NTK vs jacrev, fibers in both notions (spec §2.2, §4.8)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from neuromanifold.linear.relu import (
+    ReluCNN,
+    ReluMLP,
+    activation_pattern,
+    permutation_distance,
+    random_relu_params,
+    region_dataset,
+    relu_fiber,
+    relu_forward,
+    relu_invariants,
+    relu_jacobian,
+    relu_ntk,
+    relu_ntk_reference,
+)
+
+ATOL_NTK = 1e-12  # structured vs jacrev NTK (entries of order 1-10)
+FD_STEP = 1e-6
+ATOL_FD = 1e-6  # central differences of a piecewise-bilinear map away from kinks
+ATOL_RATE = 1e-12  # d/dt of an invariant, relative to the gradient's size
+
+NETS = [ReluMLP(3, 4, 2), ReluMLP(2, 3), ReluCNN(7, 3, 2), ReluCNN(6, 2, 1, channels=2)]
+
+
+@pytest.mark.parametrize("net", NETS, ids=lambda n: n.describe())
+def test_ntk_matches_jacrev(net: ReluMLP | ReluCNN) -> None:
+    rng = np.random.default_rng(0)
+    theta = random_relu_params(net, rng)
+    X = rng.standard_normal((5, net.input_dim))
+    np.testing.assert_allclose(
+        relu_ntk(net, theta, X), relu_ntk_reference(net, theta, X), atol=ATOL_NTK
+    )
+
+
+@pytest.mark.parametrize("net", NETS, ids=lambda n: n.describe())
+def test_jacobian_matches_finite_differences(net: ReluMLP | ReluCNN) -> None:
+    rng = np.random.default_rng(1)
+    W, A = random_relu_params(net, rng)
+    X = rng.standard_normal((4, net.input_dim))
+    J = relu_jacobian(net, (W, A), X)
+    x = np.concatenate([W.ravel(), A.ravel()])
+    nW = W.size
+    for i in range(x.size):
+        e = np.zeros_like(x)
+        e[i] = FD_STEP
+
+        def f(y: np.ndarray) -> np.ndarray:
+            return relu_forward(net, (y[:nW].reshape(W.shape), y[nW:].reshape(A.shape)), X)
+
+        fd = (f(x + e) - f(x - e)).ravel() / (2 * FD_STEP)
+        np.testing.assert_allclose(J[:, i], fd, atol=ATOL_FD)
+
+
+@pytest.mark.parametrize("net", NETS, ids=lambda n: n.describe())
+def test_invariants_are_orthogonal_to_the_loss_gradient(net: ReluMLP | ReluCNN) -> None:
+    """d/dt (‖a_j‖² − ‖w_j‖²) = −⟨∇ inv_j, ∇L⟩ = 0 for a squared loss (positive homogeneity).
+
+    (Checked as an identity at random points rather than by integrating the flow, whose
+    right-hand side is only piecewise smooth.)
+    """
+    rng = np.random.default_rng(2)
+    W, A = random_relu_params(net, rng)
+    X = rng.standard_normal((6, net.input_dim))
+    Y = rng.standard_normal((6, net.output_dim))
+    r = (relu_forward(net, (W, A), X) - Y).ravel()
+    g = relu_jacobian(net, (W, A), X).T @ r  # ∇L for L = ½‖f(X) − Y‖²
+    gW, gA = g[: W.size].reshape(W.shape), g[W.size :].reshape(A.shape)
+    a_rows = A.T if isinstance(net, ReluMLP) else A  # row u = read-out weights of unit u
+    ga_rows = gA.T if isinstance(net, ReluMLP) else gA
+    rate = 2 * np.sum(a_rows * ga_rows, axis=1) - 2 * np.sum(W * gW, axis=1)
+    assert np.max(np.abs(rate)) < ATOL_RATE * max(1.0, float(np.max(np.abs(g))))
+
+
+def test_invariant_closed_form() -> None:
+    net = ReluCNN(5, 2, 2, channels=2)
+    W = np.array([[1.0, 2.0], [0.0, 1.0]])
+    A = np.array([[3.0, 0.0], [1.0, 1.0]])
+    np.testing.assert_allclose(relu_invariants(net, (W, A)), [9 - 5, 2 - 1])
+
+
+def test_global_notion_single_channel_cnn_is_determined() -> None:
+    net = ReluCNN(7, 3, 2)
+    rng = np.random.default_rng(3)
+    theta = random_relu_params(net, rng)
+    X = region_dataset(net, theta, 8, rng, require_all_active=True)
+    rep = relu_fiber(net, theta, X, notion="global", seed=1)
+    assert rep.fiber_dimension == 0
+    assert rep.n_points >= 1 and rep.n_distinct_ntks == 1
+    np.testing.assert_allclose(rep.ntk_arrays()[0], relu_ntk(net, theta, X), atol=1e-8)
+
+
+def test_dataset_notion_mlp_in_one_region_is_a_continuous_family() -> None:
+    """All data in one region with every neuron active: a linear FC net ⇒ NTK moves."""
+    net = ReluMLP(3, 3)
+    rng = np.random.default_rng(4)
+    theta = random_relu_params(net, rng)
+    X = region_dataset(net, theta, 6, rng, require_all_active=True)
+    assert activation_pattern(net, theta, X).all()
+    rep = relu_fiber(net, theta, X, notion="dataset", seed=2)
+    assert rep.fiber_dimension > 0
+    assert rep.n_distinct_ntks > 1
+
+
+def test_global_notion_mlp_invariant_matching_gives_several_ntks() -> None:
+    """Per-neuron invariants can be re-assigned among the kinks: same f and δ, other NTK."""
+    net = ReluMLP(2, 2)
+    W = np.array([[1.0, 0.2], [-0.3, 1.0]])
+    A = np.array([[1.5, -0.8]])
+    theta = (W, A)
+    # neuron j carries a_j w_j; choose the other neuron's invariant for it and rescale
+    d = relu_invariants(net, theta)
+    swapped_W, swapped_A = W.copy(), A.copy()
+    for j, dj in enumerate(d[::-1]):
+        p = A[0, j] * W[j]  # a_j w_j fixes the neuron's contribution
+        # c² a² − |w|²/c² = dj with a = |p|/|w| scaling: solve for s = c² > 0
+        a2, w2 = A[0, j] ** 2, float(W[j] @ W[j])
+        s = (dj + np.sqrt(dj**2 + 4 * a2 * w2)) / (2 * a2)
+        swapped_A[0, j] = np.sqrt(s) * A[0, j]
+        swapped_W[j] = W[j] / np.sqrt(s)
+        np.testing.assert_allclose(swapped_A[0, j] * swapped_W[j], p, atol=1e-12)
+    # relabel the units so that the invariant vector is δ again: (p_1, δ_0), (p_0, δ_1)
+    theta2 = (swapped_W[::-1].copy(), swapped_A[:, ::-1].copy())
+    np.testing.assert_allclose(relu_invariants(net, theta2), d, atol=1e-12)
+    probe = np.random.default_rng(5).standard_normal((50, 2))
+    np.testing.assert_allclose(relu_forward(net, theta2, probe), relu_forward(net, theta, probe))
+    assert (
+        permutation_distance(
+            net,
+            np.concatenate([W.ravel(), A.ravel()]),
+            np.concatenate([swapped_W.ravel(), swapped_A.ravel()]),
+        )
+        > 1e-3
+    )
+    rep = relu_fiber(net, theta, probe[:5], notion="global", seed=3)
+    assert rep.fiber_dimension == 0  # locally determined ...
+    assert rep.n_distinct_ntks == 2  # ... but globally two NTKs
+    K2 = relu_ntk(net, theta2, probe[:5])
+    assert any(np.max(np.abs(k - K2)) < 1e-8 for k in rep.ntk_arrays())
+
+
+def test_bad_inputs() -> None:
+    with pytest.raises(ValueError, match="width must be an integer >= 1"):
+        ReluMLP(2, 0)
+    with pytest.raises(ValueError, match="filter_size must be <= length"):
+        ReluCNN(3, 4)
+    net = ReluMLP(2, 2)
+    with pytest.raises(ValueError, match=r"theta\[W\] must have shape \(2, 2\)"):
+        relu_forward(net, (np.zeros((3, 2)), np.zeros((1, 2))), np.zeros((1, 2)))
+    with pytest.raises(ValueError, match="theta must be a pair"):
+        relu_invariants(net, np.zeros(3))
+    with pytest.raises(ValueError, match=r"X must have shape \(N, 2\)"):
+        relu_forward(net, (np.zeros((2, 2)), np.zeros((1, 2))), np.zeros((4, 3)))
+    with pytest.raises(ValueError, match="notion must be 'dataset' or 'global'"):
+        relu_fiber(net, (np.ones((2, 2)), np.ones((1, 2))), np.ones((3, 2)), notion="local")

@@ -114,13 +114,16 @@ def test_coordinate_baseline_fails_where_the_read_succeeds() -> None:
         planted_deep_linear(depth=3, n=64, seed=3),
         planted_mlp(activation="relu", n=64, seed=11),
     ):
-        reading = read(p.model, p.data, p.family, progress=False)
+        reading = read(p.model, p.data, p.family, progress=False, baseline=True)
         (rec,) = _genuine(reading)
+        assert rec.k == p.expected_k
         scan = coordinate_scan(p.model, p.data, p.family, layers=list(rec.layers))
         for layer in rec.layers:
             assert scan.best_k(layer) is None
             assert set(scan.classes(layer)) <= {"live", "flat_gauge"}
-        assert rec.k == p.expected_k
+            assert rec.baseline[layer] == {"best_k": None, "classes": scan.classes(layer)}
+    # rotated chain: every axis reads live; node death: every smallest-|θ| axis reads flat
+    assert set(scan.classes("0")) == {"flat_gauge"}
 
 
 def _permute_hidden(model: nn.Sequential, perm: torch.Tensor) -> nn.Sequential:

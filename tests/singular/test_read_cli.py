@@ -15,7 +15,11 @@ KEYS = {"layer", "detector", "k", "class", "r2", "slope", "magnitude"}
 
 def test_read_planted_mlp_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
-    result = CliRunner().invoke(app, ["read", "--model", "zoo:planted-mlp", "--json", str(out)])
+    result = CliRunner().invoke(
+        app,
+        ["read", "--model", "zoo:planted-mlp", "--json", str(out), "--baseline"],
+        env={"COLUMNS": "200"},
+    )
     assert result.exit_code == 0, result.output
     assert "duality" in result.output and "genuine" in result.output
     d = json.loads(out.read_text())
@@ -23,6 +27,8 @@ def test_read_planted_mlp_writes_json(tmp_path: Path) -> None:
     (rec,) = [r for r in d["directions"] if r["class"] == "genuine_singularity"]
     assert KEYS <= set(rec)
     assert rec["k"] == 2 and rec["layers"] == ["0", "2"]
+    assert rec["baseline"]["0"]["best_k"] is None  # the coordinate scan misses the order
+    assert "coord. scan" in result.output
 
 
 def test_read_module_factory_with_data_file(tmp_path: Path) -> None:

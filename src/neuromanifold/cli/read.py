@@ -55,6 +55,12 @@ def _load_data(path: Path) -> Any:
     return obj
 
 
+def _scan_summary(b: dict[str, Any]) -> str:
+    if b["best_k"] is not None:
+        return f"k = {b['best_k']}"
+    return "/".join(sorted(set(b["classes"]))) or "—"
+
+
 def register(app: typer.Typer) -> None:
     """Attach the `read` commands to the top-level app."""
 
@@ -70,6 +76,9 @@ def register(app: typer.Typer) -> None:
         ),
         max_directions: int | None = typer.Option(None, "--max-directions", min=0),
         snap: bool = typer.Option(False, "--snap", help="read from the snapped base point"),
+        baseline: bool = typer.Option(
+            False, "--baseline", help="also run the per-coordinate scan beside each singularity"
+        ),
     ) -> None:
         """Detect and read every dead direction of a model; print a per-layer table."""
         from rich.console import Console
@@ -87,15 +96,20 @@ def register(app: typer.Typer) -> None:
         fam = {"gaussian": Gaussian(), "categorical": Categorical()}.get(family or "")
         fam = fam or default_family or Gaussian()
         try:
-            reading = read(net, x, fam, max_directions=max_directions, snap=snap)
+            reading = read(net, x, fam, max_directions=max_directions, snap=snap, baseline=baseline)
         except (ValueError, TypeError) as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(code=2) from err
         table = Table(title=f"read: {model} ({reading.meta['n_samples']} samples)")
-        for col in ("layer", "detector", "k", "k̂", "slope", "r²", "class", "magnitude"):
+        cols = ["layer", "detector", "k", "k̂", "slope", "r²", "class", "magnitude"]
+        for col in cols + (["coord. scan"] if baseline else []):
             table.add_column(col)
         for layer, recs in reading.by_layer().items():
             for r in recs:
+                extra = []
+                if baseline:
+                    b = (r.baseline or {}).get(layer)
+                    extra = ["—" if b is None else _scan_summary(b)]
                 table.add_row(
                     layer,
                     r.detector,
@@ -105,6 +119,7 @@ def register(app: typer.Typer) -> None:
                     "—" if r.r2 is None else f"{r.r2:.4f}",
                     r.klass,
                     "—" if r.magnitude is None else f"{r.magnitude:.3g}",
+                    *extra,
                 )
         console = Console()
         console.print(table)

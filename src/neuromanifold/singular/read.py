@@ -32,6 +32,7 @@ References: Shirodkar, arXiv:2607.00603 (the read); arXiv:2606.05957 (K-FAC lift
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -39,6 +40,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from neuromanifold.singular.coordinate_scan import coordinate_scan
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, Detector
 from neuromanifold.singular.detectors.graph import trace_graph
 from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
@@ -159,6 +161,7 @@ def read(
     snap: bool = False,
     project_gauges: bool = True,
     per_layer: bool = True,
+    baseline: bool = False,
     batch_size: int = 256,
     progress: bool = True,
 ) -> Reading:
@@ -174,6 +177,9 @@ def read(
         snap: read from the snapped base point ``θ0 − (uᵀθ0)u``.
         project_gauges: project non-gauge candidates off curved-gauge spans (module docstring).
         per_layer: for duality chains, also fit each block's own rate (`_per_layer_rates`).
+        baseline: beside every genuine singularity, run the per-coordinate scan
+            (`coordinate_scan`, 2 smallest-|θ| axes per weight) on the blocks it touches and
+            store ``{layer: {"best_k", "classes"}}`` in its record's ``baseline``.
         batch_size: probe samples per factor-pass batch.
         progress: show a rich progress bar over directions.
 
@@ -257,6 +263,9 @@ def read(
         if bar is not None:
             bar[0].stop()
 
+    n_baseline = 0
+    if baseline:
+        records, n_baseline = _attach_baseline(records, work, xw, family, grid)
     note = ""
     if n_supported == 0:
         note = "no supported layers: no detector applies to any module of this model"
@@ -279,6 +288,7 @@ def read(
         "n_backward_passes": factors.n_backward_passes,
         "factor_fisher": factors.fisher,
         "snap": bool(snap),
+        "n_baseline_reads": n_baseline,
         "dedup_overlap": DEDUP_OVERLAP,
     }
     return Reading(directions=tuple(records), not_covered=tuple(not_covered), meta=meta, note=note)
@@ -350,6 +360,35 @@ def _working_copy(model: nn.Module) -> nn.Module:
                     sub.dropout = 0.0
                 sub.train()
     return work
+
+
+def _attach_baseline(
+    records: list[DirectionRecord], model: nn.Module, x: Tensor, family: Any, grid: Any
+) -> tuple[list[DirectionRecord], int]:
+    """Coordinate-scan results beside each genuine singularity (cached per block).
+
+    Returns the new records and the number of coordinate reads made.
+    """
+    cache: dict[str, dict[str, Any]] = {}
+    out = []
+    n_reads = 0
+    for rec in records:
+        if rec.klass != "genuine_singularity":
+            out.append(rec)
+            continue
+        blocks = [
+            layer
+            for layer in rec.layers
+            if is_supported_block(model.get_submodule(layer)) and layer not in cache
+        ]
+        if blocks:
+            scan = coordinate_scan(model, x, family, layers=blocks, grid=grid)
+            n_reads += len(scan.records)
+            for layer in blocks:
+                cache[layer] = {"best_k": scan.best_k(layer), "classes": scan.classes(layer)}
+        base = {layer: cache[layer] for layer in rec.layers if layer in cache}
+        out.append(dataclasses.replace(rec, baseline=base))
+    return out, n_reads
 
 
 def _finite(v: float | None) -> float | None:

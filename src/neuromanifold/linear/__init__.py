@@ -14,6 +14,20 @@ from neuromanifold.linear.architecture import (
     unflatten_params,
     validate_params,
 )
+from neuromanifold.linear.flow import (
+    FlowResult,
+    FunctionFlowResult,
+    FunctionLoss,
+    QuadraticLoss,
+    SquaredLoss,
+    fc_balanced_flow,
+    function_space_flow,
+    gradient_descent,
+    gradient_flow,
+    invariant_drift,
+    invariants,
+    param_grad,
+)
 from neuromanifold.linear.invariants import delta, fc_delta, sq_norms
 from neuromanifold.linear.metric import (
     RTOL_RANK,
@@ -35,6 +49,7 @@ from neuromanifold.linear.ntk import (
     gram_blocks,
     jacobian,
     jacobian_blocks,
+    mu_and_jacobian,
     ntk,
 )
 from neuromanifold.linear.polynomial import dilate, dilated_factors, fc_mu, mu, poly_mul
@@ -84,6 +99,7 @@ __all__ = [  # noqa: RUF022
     "gram_blocks",
     "jacobian",
     "jacobian_blocks",
+    "mu_and_jacobian",
     "ntk",
     # invariants and the rescaling lemma
     "delta",
@@ -109,6 +125,19 @@ __all__ = [  # noqa: RUF022
     "riemannian_gradient",
     "tangent_basis",
     "tangent_condition_number",
+    # losses, flows and drift monitors
+    "FlowResult",
+    "FunctionFlowResult",
+    "FunctionLoss",
+    "QuadraticLoss",
+    "SquaredLoss",
+    "fc_balanced_flow",
+    "function_space_flow",
+    "gradient_descent",
+    "gradient_flow",
+    "invariant_drift",
+    "invariants",
+    "param_grad",
     # brute-force oracles
     "apply_network",
     "fc_jacobian_reference",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from numbers import Integral
 from typing import Any
 
@@ -136,7 +137,7 @@ class LCN:
         """Signal dimension."""
         return self.dim
 
-    @property
+    @cached_property
     def dilations(self) -> tuple[tuple[int, ...], ...]:
         """``S_{l−1}`` per layer (``S_0 = 1``): the product of the strides of the earlier layers."""
         out = []
@@ -146,12 +147,12 @@ class LCN:
             cur = tuple(a * b for a, b in zip(cur, s, strict=True))
         return tuple(out)
 
-    @property
+    @cached_property
     def total_stride(self) -> tuple[int, ...]:
         """``S_L = s_1⋯s_L``: the stride of the end-to-end convolution (includes ``s_L``)."""
         return tuple(math.prod(s[d] for s in self.strides) for d in range(self.dim))
 
-    @property
+    @cached_property
     def out_shape(self) -> tuple[int, ...]:
         """Shape of ``v``: per axis ``1 + Σ_l (k_{l,d} − 1) S_{l−1,d}``."""
         dil = self.dilations
@@ -160,12 +161,12 @@ class LCN:
             for d in range(self.dim)
         )
 
-    @property
+    @cached_property
     def n_v(self) -> int:
         """Number of entries of ``v``."""
         return math.prod(self.out_shape)
 
-    @property
+    @cached_property
     def layer_sizes(self) -> tuple[int, ...]:
         """``k_l``: number of entries of each filter."""
         return tuple(math.prod(f) for f in self.filters)
@@ -175,7 +176,7 @@ class LCN:
         """Shape of each layer's parameter array (the filter shapes)."""
         return self.filters
 
-    @property
+    @cached_property
     def n_params(self) -> int:
         """``Σ_l k_l``."""
         return sum(self.layer_sizes)

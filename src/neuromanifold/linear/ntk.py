@@ -38,6 +38,7 @@ __all__ = [
     "gram_blocks",
     "jacobian",
     "jacobian_blocks",
+    "mu_and_jacobian",
     "ntk",
 ]
 
@@ -48,22 +49,16 @@ def _check_lcn(arch: Any) -> LCN:
     return arch
 
 
-def complement_products(arch: LCN, theta: Sequence[Any]) -> list[np.ndarray]:
-    """``R_l = Π_{m≠l} w_m(z^{S_{m−1}})`` for every layer (via prefix/suffix products)."""
-    _check_lcn(arch)
-    th = validate_params(arch, theta)
+def _forward(arch: LCN, th: Sequence[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """``v`` and ``[R_l]_l`` from validated parameters (prefix/suffix products)."""
     factors = [dilate(w, S) for w, S in zip(th, arch.dilations, strict=True)]
     pre, suf = prefix_suffix_products(factors)
-    return [poly_mul(p, q) for p, q in zip(pre, suf, strict=True)]
+    v = poly_mul(pre[-1], factors[-1])
+    return v, [poly_mul(p, q) for p, q in zip(pre, suf, strict=True)]
 
 
-def jacobian_blocks(arch: LCN, theta: Sequence[Any]) -> list[np.ndarray]:
-    """``[J_l]_l`` with ``J_l = ∂v/∂w_l`` of shape ``(n_v, k_l)`` (C-order flattening of v and w_l).
-
-    >>> [b.tolist() for b in jacobian_blocks(LCN((2, 2), (1,)), [[1, 2], [1, -1]])]
-    [[[1.0, 0.0], [-1.0, 1.0], [0.0, -1.0]], [[1.0, 0.0], [2.0, 1.0], [0.0, 2.0]]]
-    """
-    R = complement_products(arch, theta)
+def _blocks(arch: LCN, R: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Place each ``R_l`` at offsets ``p ⊙ S_{l−1}``: the columns of ``J_l``."""
     out_shape = arch.out_shape
     blocks = []
     for Rl, fshape, S in zip(R, arch.filters, arch.dilations, strict=True):
@@ -75,6 +70,31 @@ def jacobian_blocks(arch: LCN, theta: Sequence[Any]) -> list[np.ndarray]:
             Jl[(*idx, col)] = Rl
         blocks.append(Jl.reshape(arch.n_v, -1))
     return blocks
+
+
+def complement_products(arch: LCN, theta: Sequence[Any]) -> list[np.ndarray]:
+    """``R_l = Π_{m≠l} w_m(z^{S_{m−1}})`` for every layer (via prefix/suffix products)."""
+    _check_lcn(arch)
+    return _forward(arch, validate_params(arch, theta))[1]
+
+
+def mu_and_jacobian(arch: LCN, theta: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """``(μ(θ), Jμ(θ))`` from one set of prefix/suffix products.
+
+    ``v`` has shape ``arch.out_shape``, the Jacobian ``(n_v, n_params)``.
+    """
+    _check_lcn(arch)
+    v, R = _forward(arch, validate_params(arch, theta))
+    return v, np.hstack(_blocks(arch, R))
+
+
+def jacobian_blocks(arch: LCN, theta: Sequence[Any]) -> list[np.ndarray]:
+    """``[J_l]_l`` with ``J_l = ∂v/∂w_l`` of shape ``(n_v, k_l)`` (C-order flattening of v and w_l).
+
+    >>> [b.tolist() for b in jacobian_blocks(LCN((2, 2), (1,)), [[1, 2], [1, -1]])]
+    [[[1.0, 0.0], [-1.0, 1.0], [0.0, -1.0]], [[1.0, 0.0], [2.0, 1.0], [0.0, 2.0]]]
+    """
+    return _blocks(arch, complement_products(arch, theta))
 
 
 def jacobian(arch: LCN, theta: Sequence[Any]) -> np.ndarray:

@@ -28,8 +28,7 @@ from neuromanifold.linear.architecture import LCN, Params, flatten_params, unfla
 from neuromanifold.linear.architecture import validate_params as _validate_params
 from neuromanifold.linear.invariants import delta as _delta
 from neuromanifold.linear.invariants import sq_norms as _sq_norms
-from neuromanifold.linear.ntk import gram_blocks, jacobian, ntk
-from neuromanifold.linear.polynomial import mu
+from neuromanifold.linear.ntk import gram_blocks, mu_and_jacobian, ntk
 from neuromanifold.linear.rescale import lemma_squared_norms, rescale_to_delta
 
 __all__ = [
@@ -88,13 +87,14 @@ def _residual_and_jacobian(
     arch: LCN, x: np.ndarray, v: np.ndarray, d: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     theta = unflatten_params(arch, x)
-    F = np.concatenate([(mu(arch, theta) - v).ravel(), _delta(theta) - d])
+    vt, J = mu_and_jacobian(arch, theta)
+    F = np.concatenate([(vt - v).ravel(), _delta(theta) - d])
     Jd = np.zeros((arch.L - 1, arch.n_params))
     offs = np.concatenate([[0], np.cumsum(arch.layer_sizes)])
     for l in range(arch.L - 1):
         Jd[l, offs[l] : offs[l + 1]] = -2.0 * theta[l].ravel()
         Jd[l, offs[l + 1] : offs[l + 2]] = 2.0 * theta[l + 1].ravel()
-    return F, np.vstack([jacobian(arch, theta), Jd])
+    return F, np.vstack([J, Jd])
 
 
 def fiber_newton(
@@ -111,7 +111,8 @@ def fiber_newton(
     Each iteration solves ``min_s ‖J_F s + F‖² + λ‖s‖²`` (Levenberg–Marquardt, ``λ`` adapted:
     divided by 10 after an accepted step, multiplied by 10 after a rejected one, starting at 0,
     i.e. plain Gauss–Newton while it decreases ``‖F‖²``). Stops at ``‖F‖_∞ ≤ tol · scale``, when
-    the step no longer changes ``θ`` in floating point, or after ``max_iter`` iterations.
+    ``‖s‖ ≤ 8ε‖θ‖`` (a floating-point fixed point, e.g. the least-squares point for ``v`` off
+    ``M``), or after ``max_iter`` iterations (rejected steps included).
     """
     v, d = _check_target(arch, v, delta)
     if not (isinstance(max_iter, int) and max_iter >= 1):
@@ -126,30 +127,26 @@ def fiber_newton(
     lam = 0.0
     n = arch.n_params
     it = 0
+    eps_step = 8 * np.finfo(float).eps
+    lam_floor = 1e-12 * float(np.max(np.sum(JF * JF, axis=0)))
     while it < max_iter and np.max(np.abs(F)) > thresh:
-        it += 1
-        accepted = False
-        for _ in range(30):
-            if lam > 0:
-                A = np.vstack([JF, np.sqrt(lam) * np.eye(n)])
-                b = np.concatenate([-F, np.zeros(n)])
-            else:
-                A, b = JF, -F
-            step = np.linalg.lstsq(A, b, rcond=None)[0]
-            x_new = x + step
-            F_new, JF_new = _residual_and_jacobian(arch, x_new, v, d)
-            cost_new = float(F_new @ F_new)
-            if cost_new < cost:
-                accepted = True
-                break
-            lam = max(10.0 * lam, 1e-12 * float(np.max(np.sum(JF * JF, axis=0))))
-        if not accepted:
-            break
-        lam /= 10.0
-        small = np.all(np.abs(step) <= 4 * np.finfo(float).eps * np.maximum(np.abs(x), 1e-300))
-        x, F, JF, cost = x_new, F_new, JF_new, cost_new
-        if small:
-            break
+        it += 1  # rejected (damping-increase) attempts count as iterations too
+        if lam > 0:
+            A = np.vstack([JF, np.sqrt(lam) * np.eye(n)])
+            b = np.concatenate([-F, np.zeros(n)])
+        else:
+            A, b = JF, -F
+        step = np.linalg.lstsq(A, b, rcond=None)[0]
+        if np.linalg.norm(step) <= eps_step * np.linalg.norm(x):
+            break  # floating-point fixed point (e.g. the least-squares point off M)
+        x_new = x + step
+        F_new, JF_new = _residual_and_jacobian(arch, x_new, v, d)
+        cost_new = float(F_new @ F_new)
+        if cost_new < cost:
+            x, F, JF, cost = x_new, F_new, JF_new, cost_new
+            lam = 0.0 if lam <= lam_floor else lam / 10.0
+        else:
+            lam = max(10.0 * lam, lam_floor)
     res = float(np.max(np.abs(F)))
     return NewtonResult(
         theta=unflatten_params(arch, x),

@@ -1,0 +1,456 @@
+"""Gradient flows in parameter space and in function space; losses; invariant-drift monitors.
+
+Parameter space (spec §2.1): ``θ̇ = −∇L(θ) = −Jμ(θ)ᵀ ∇ℓ(μ(θ))``, integrated by scipy ``solve_ivp``
+(DOP853, tight tolerances), or gradient descent ``θ ← θ − η ∇L(θ)``. Function space (spec §2.3–2.5):
+``v̇ = −K_δ(v) ∇ℓ(v)`` with ``K_δ(v)`` re-solved at every right-hand-side call by Gauss–Newton onto
+the ``(v, δ)``-fiber, warm-started from the previous call (which also projects stage points
+back onto ``M``). FC: the same parameter flows, and the balanced flow ``Ẇ = −A_W(∇ℓ(W))``.
+
+Losses act on the end-to-end filter ``v`` (or matrix ``W``) and expose ``value(v)`` and
+``grad(v)`` (same shape as ``v``). Normalisation: **sums over samples** (a mean only rescales
+time by ``1/n``).
+
+References: Achour, Kohn, Rauhut, arXiv:2507.06367; Bah, Rauhut, Terstiege, Westdickenberg,
+Inf. Inference 2022 (balanced FC flow).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+from scipy.integrate import solve_ivp
+
+from neuromanifold.linear.architecture import (
+    FC,
+    LCN,
+    Architecture,
+    Params,
+    flatten_params,
+    unflatten_params,
+)
+from neuromanifold.linear.invariants import delta as _delta
+from neuromanifold.linear.invariants import fc_delta
+from neuromanifold.linear.ntk import fc_balanced_operator, fc_jacobian, jacobian, ntk
+from neuromanifold.linear.polynomial import fc_mu, mu
+from neuromanifold.linear.solve import _check_target, fiber_newton
+
+__all__ = [
+    "FlowResult",
+    "FunctionFlowResult",
+    "FunctionLoss",
+    "QuadraticLoss",
+    "SquaredLoss",
+    "fc_balanced_flow",
+    "function_space_flow",
+    "gradient_descent",
+    "gradient_flow",
+    "invariant_drift",
+    "invariants",
+    "param_grad",
+]
+
+
+class FunctionLoss(Protocol):
+    """A smooth loss ``ℓ`` on function space: ``value(v) -> float``, ``grad(v) -> v-shaped``."""
+
+    def value(self, v: np.ndarray) -> float: ...
+
+    def grad(self, v: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True, eq=False)
+class QuadraticLoss:
+    """``ℓ(v) = ½ ‖A vec(v) − b‖²`` with ``vec`` the C-order flattening; ``A``: ``(m, n_v)``.
+
+    >>> QuadraticLoss(np.eye(2), np.zeros(2)).value(np.array([3.0, 4.0]))
+    12.5
+    """
+
+    A: np.ndarray
+    b: np.ndarray
+
+    def __post_init__(self) -> None:
+        A = np.asarray(self.A, dtype=np.float64)
+        b = np.asarray(self.b, dtype=np.float64)
+        if A.ndim != 2 or b.shape != (A.shape[0],):
+            raise ValueError(f"A {A.shape}, b {b.shape}: expected A of shape (m, n) and b of (m,)")
+        if not (np.all(np.isfinite(A)) and np.all(np.isfinite(b))):
+            raise ValueError("A and b must be finite")
+        object.__setattr__(self, "A", A)
+        object.__setattr__(self, "b", b)
+
+    def _r(self, v: np.ndarray) -> np.ndarray:
+        x = np.ravel(np.asarray(v, dtype=np.float64))
+        if x.size != self.A.shape[1]:
+            raise ValueError(f"v has {x.size} entries: expected {self.A.shape[1]} (columns of A)")
+        return self.A @ x - self.b
+
+    def value(self, v: np.ndarray) -> float:
+        """``½ ‖A vec(v) − b‖²``."""
+        r = self._r(v)
+        return 0.5 * float(r @ r)
+
+    def grad(self, v: np.ndarray) -> np.ndarray:
+        """``Aᵀ(A vec(v) − b)``, reshaped like ``v``."""
+        return (self.A.T @ self._r(v)).reshape(np.shape(v))
+
+
+@dataclass(frozen=True, eq=False)
+class SquaredLoss:
+    """``ℓ(v) = ½ Σ_i ‖α_{v,S} x_i − y_i‖²``: squared loss of the end-to-end convolution.
+
+    ``(α_{v,S} x)_o = Σ_j v_j x_{o·S + j}`` (valid cross-correlation at stride ``S = S_L``, per
+    axis). ``X``: ``(n, *signal)``, ``Y``: ``(n, *out)``; a **sum** over samples. Build it with
+    :meth:`for_arch` to take ``S`` from an architecture.
+    """
+
+    X: np.ndarray
+    Y: np.ndarray
+    stride: tuple[int, ...] = field(default=(1,))
+
+    def __post_init__(self) -> None:
+        X = np.asarray(self.X, dtype=np.float64)
+        Y = np.asarray(self.Y, dtype=np.float64)
+        stride = self.stride if isinstance(self.stride, tuple) else (self.stride,)
+        D = X.ndim - 1
+        if D < 1 or Y.ndim != X.ndim or Y.shape[0] != X.shape[0]:
+            raise ValueError(
+                f"X {X.shape}, Y {Y.shape}: expected X of shape (n, *signal) and Y of shape "
+                "(n, *out) with the same n and the same number of axes"
+            )
+        if len(stride) != D or any(int(s) < 1 for s in stride):
+            raise ValueError(f"stride = {self.stride!r}: expected {D} positive ints")
+        if not (np.all(np.isfinite(X)) and np.all(np.isfinite(Y))):
+            raise ValueError("X and Y must be finite")
+        object.__setattr__(self, "X", X)
+        object.__setattr__(self, "Y", Y)
+        object.__setattr__(self, "stride", tuple(int(s) for s in stride))
+
+    @classmethod
+    def for_arch(cls, arch: LCN, X: Any, Y: Any) -> SquaredLoss:
+        """The loss for ``arch``'s end-to-end stride ``S_L = s_1⋯s_L``."""
+        return cls(X, Y, arch.total_stride)
+
+    def _patches(self, v: np.ndarray) -> np.ndarray:
+        D = self.X.ndim - 1
+        if v.ndim != D or any(k > n for k, n in zip(v.shape, self.X.shape[1:], strict=True)):
+            raise ValueError(
+                f"v has shape {v.shape}: expected {D} axes no longer than the signal "
+                f"{self.X.shape[1:]}"
+            )
+        win = sliding_window_view(self.X, v.shape, axis=tuple(range(1, D + 1)))
+        win = win[(slice(None), *[slice(None, None, s) for s in self.stride])]
+        if win.shape[: D + 1] != self.Y.shape:
+            raise ValueError(
+                f"Y has shape {self.Y.shape}: the network with v of shape {v.shape} and stride "
+                f"{self.stride} outputs {win.shape[: D + 1]}"
+            )
+        return win
+
+    def value(self, v: np.ndarray) -> float:
+        """``½ Σ_i ‖α_{v,S} x_i − y_i‖²``."""
+        v = np.asarray(v, dtype=np.float64)
+        r = np.tensordot(self._patches(v), v, axes=v.ndim) - self.Y
+        return 0.5 * float(np.sum(r * r))
+
+    def grad(self, v: np.ndarray) -> np.ndarray:
+        """``Σ_i Σ_o r_{i,o} · x_i[o·S : o·S + k]`` with residual ``r = α_{v,S} x − y``."""
+        v = np.asarray(v, dtype=np.float64)
+        P = self._patches(v)
+        r = np.tensordot(P, v, axes=v.ndim) - self.Y
+        return np.tensordot(r, P, axes=r.ndim)
+
+
+def _mu_jac(arch: Architecture, theta: Params) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(arch, LCN):
+        return mu(arch, theta), jacobian(arch, theta)
+    if isinstance(arch, FC):
+        return fc_mu(arch, theta), fc_jacobian(arch, theta)
+    raise TypeError(f"arch = {arch!r}: expected an LCN or FC instance")
+
+
+def invariants(arch: Architecture, theta: Sequence[Any]) -> np.ndarray:
+    """Conserved quantities as one vector: ``δ`` (LCN, ``(L−1,)``) or all ``Δ_l`` flattened (FC)."""
+    if isinstance(arch, FC):
+        parts = [D.ravel() for D in fc_delta(list(theta))]
+        return np.concatenate(parts) if parts else np.zeros(0)
+    return _delta(theta)
+
+
+def param_grad(arch: Architecture, theta: Sequence[Any], loss: FunctionLoss) -> np.ndarray:
+    """``∇L(θ) = Jμ(θ)ᵀ ∇ℓ(μ(θ))`` as a flat ``(n_params,)`` vector."""
+    v, J = _mu_jac(arch, tuple(theta))
+    return J.T @ np.ravel(loss.grad(v))
+
+
+@dataclass(frozen=True, eq=False)
+class FlowResult:
+    """A parameter-space trajectory.
+
+    Attributes:
+        arch: the architecture.
+        t: times, ``(n_t,)`` (gradient descent: ``step · lr``).
+        params: flat parameters ``(n_t, n_params)``.
+        v: end-to-end filters (LCN) or matrices (FC), ``(n_t, *out_shape)``.
+        invariants: ``δ`` (LCN) or flattened ``Δ_l`` (FC) per time, ``(n_t, m)``.
+        loss: ``ℓ(v(t))``, ``(n_t,)``.
+        success: solver status; message: solver message; nfev: RHS evaluations.
+    """
+
+    arch: Architecture
+    t: np.ndarray
+    params: np.ndarray
+    v: np.ndarray
+    invariants: np.ndarray
+    loss: np.ndarray
+    success: bool
+    message: str
+    nfev: int
+
+    def theta(self, i: int) -> Params:
+        """Per-layer parameters at time index ``i``."""
+        return unflatten_params(self.arch, self.params[i])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        return {
+            "arch": self.arch.to_dict(),
+            "t": self.t.tolist(),
+            "params": self.params.tolist(),
+            "v": self.v.tolist(),
+            "invariants": self.invariants.tolist(),
+            "loss": self.loss.tolist(),
+            "success": self.success,
+            "message": self.message,
+            "nfev": self.nfev,
+        }
+
+
+def _record(arch: Architecture, t: np.ndarray, X: np.ndarray, loss: FunctionLoss, **kw: Any):
+    vs, invs, ls = [], [], []
+    for x in X:
+        th = unflatten_params(arch, x)
+        v = mu(arch, th) if isinstance(arch, LCN) else fc_mu(arch, th)
+        vs.append(v)
+        invs.append(invariants(arch, th))
+        ls.append(loss.value(v))
+    return FlowResult(
+        arch=arch,
+        t=np.asarray(t, dtype=np.float64),
+        params=np.asarray(X),
+        v=np.array(vs),
+        invariants=np.array(invs),
+        loss=np.array(ls),
+        **kw,
+    )
+
+
+def _check_span(t_span: Any) -> tuple[float, float]:
+    ts = tuple(float(x) for x in t_span)
+    if len(ts) != 2 or not ts[1] > ts[0] or not all(np.isfinite(ts)):
+        raise ValueError(f"t_span = {t_span!r}: expected (t0, t1) with finite t1 > t0")
+    return ts
+
+
+def gradient_flow(
+    arch: Architecture,
+    theta0: Sequence[Any],
+    loss: FunctionLoss,
+    t_span: tuple[float, float],
+    *,
+    rtol: float = 1e-12,
+    atol: float = 1e-12,
+    t_eval: Any = None,
+) -> FlowResult:
+    """Integrate ``θ̇ = −Jμ(θ)ᵀ ∇ℓ(μ(θ))`` with DOP853 (scipy ``solve_ivp``).
+
+    ``t_eval`` defaults to the solver's own steps. The returned result carries ``v(t)``, the
+    invariants and the loss at every recorded time.
+    """
+    span = _check_span(t_span)
+    x0 = flatten_params(arch, theta0)
+
+    def rhs(_t: float, x: np.ndarray) -> np.ndarray:
+        return -param_grad(arch, unflatten_params(arch, x), loss)
+
+    sol = solve_ivp(rhs, span, x0, method="DOP853", rtol=rtol, atol=atol, t_eval=t_eval)
+    return _record(
+        arch,
+        sol.t,
+        sol.y.T,
+        loss,
+        success=bool(sol.success),
+        message=str(sol.message),
+        nfev=int(sol.nfev),
+    )
+
+
+def gradient_descent(
+    arch: Architecture,
+    theta0: Sequence[Any],
+    loss: FunctionLoss,
+    *,
+    lr: float,
+    steps: int,
+    record_every: int = 1,
+) -> FlowResult:
+    """``θ_{k+1} = θ_k − lr · ∇L(θ_k)`` for ``steps`` steps; time ``t_k = k · lr``.
+
+    Each step changes ``δ_l`` by exactly ``lr² (‖g_{l+1}‖² − ‖g_l‖²)`` (the first-order terms cancel
+    by the Euler identity), so over a fixed horizon ``T`` the drift is ``O(lr · T)``.
+    """
+    if not (isinstance(lr, (int, float)) and lr > 0 and np.isfinite(lr)):
+        raise ValueError(f"lr = {lr!r}: expected a positive finite float")
+    if not (isinstance(steps, int) and steps >= 1):
+        raise ValueError(f"steps = {steps!r}: expected a positive int")
+    if not (isinstance(record_every, int) and record_every >= 1):
+        raise ValueError(f"record_every = {record_every!r}: expected a positive int")
+    x = flatten_params(arch, theta0)
+    ts, X = [0.0], [x.copy()]
+    for k in range(1, steps + 1):
+        x = x - lr * param_grad(arch, unflatten_params(arch, x), loss)
+        if not np.all(np.isfinite(x)):
+            return _record(
+                arch,
+                np.array(ts),
+                np.array(X),
+                loss,
+                success=False,
+                message=f"diverged at step {k}",
+                nfev=k,
+            )
+        if k % record_every == 0 or k == steps:
+            ts.append(k * lr)
+            X.append(x.copy())
+    return _record(arch, np.array(ts), np.array(X), loss, success=True, message="done", nfev=steps)
+
+
+def invariant_drift(result: FlowResult) -> np.ndarray:
+    """``max_m |I_m(t) − I_m(t_0)|`` per recorded time, ``(n_t,)`` (``I`` = δ or flattened Δ)."""
+    inv = np.asarray(result.invariants)
+    if inv.shape[1] == 0:
+        return np.zeros(inv.shape[0])
+    return np.max(np.abs(inv - inv[0]), axis=1)
+
+
+@dataclass(frozen=True, eq=False)
+class FunctionFlowResult:
+    """A function-space trajectory ``v(t)`` of ``v̇ = −K_δ(v)∇ℓ(v)`` (or the balanced FC flow).
+
+    Attributes:
+        t: times ``(n_t,)``; v: ``(n_t, *out_shape)``; loss: ``ℓ(v(t))``.
+        theta_last: the last fiber point used (LCN; empty for FC).
+        max_fiber_residual: largest Gauss–Newton residual over all RHS calls (LCN; 0 for FC): how
+            far solver stages strayed from ``M``.
+        n_rhs: number of RHS evaluations; success, message: solver status.
+    """
+
+    t: np.ndarray
+    v: np.ndarray
+    loss: np.ndarray
+    theta_last: Params
+    max_fiber_residual: float
+    n_rhs: int
+    success: bool
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        return {
+            "t": self.t.tolist(),
+            "v": self.v.tolist(),
+            "loss": self.loss.tolist(),
+            "theta_last": [w.tolist() for w in self.theta_last],
+            "max_fiber_residual": self.max_fiber_residual,
+            "n_rhs": self.n_rhs,
+            "success": self.success,
+            "message": self.message,
+        }
+
+
+def function_space_flow(
+    arch: LCN,
+    v0: Any,
+    delta: Any,
+    loss: FunctionLoss,
+    t_span: tuple[float, float],
+    *,
+    theta_guess: Sequence[Any],
+    rtol: float = 1e-12,
+    atol: float = 1e-12,
+    t_eval: Any = None,
+) -> FunctionFlowResult:
+    """Integrate ``v̇ = −K_δ(v) ∇ℓ(v)`` in function space (DOP853), ``K`` rebuilt from ``(v, δ)``.
+
+    At every RHS call :func:`~neuromanifold.linear.solve.fiber_newton` moves the previous fiber
+    point (initially ``theta_guess``, which need only be close to the ``(v0, δ)``-fiber) onto the
+    ``(v, δ)``-fiber (least squares for stage points slightly off ``M``) and ``K_δ(v) = K(θ)``.
+    Meaningful where ``K`` is single-valued on the fiber (1-D with all strides > 1; see spec §4).
+    """
+    v0, d = _check_target(arch, v0, delta)
+    span = _check_span(t_span)
+    state = {"theta": fiber_newton(arch, v0, d, theta_guess).theta, "res": 0.0, "n": 0}
+
+    def rhs(_t: float, y: np.ndarray) -> np.ndarray:
+        v = y.reshape(arch.out_shape)
+        res = fiber_newton(arch, v, d, state["theta"], max_iter=30)
+        state["theta"] = res.theta
+        state["res"] = max(state["res"], res.residual)
+        state["n"] += 1
+        return -(ntk(arch, res.theta) @ np.ravel(loss.grad(v)))
+
+    sol = solve_ivp(rhs, span, v0.ravel(), method="DOP853", rtol=rtol, atol=atol, t_eval=t_eval)
+    vs = sol.y.T.reshape(-1, *arch.out_shape)
+    return FunctionFlowResult(
+        t=sol.t,
+        v=vs,
+        loss=np.array([loss.value(v) for v in vs]),
+        theta_last=state["theta"],
+        max_fiber_residual=float(state["res"]),
+        n_rhs=int(state["n"]),
+        success=bool(sol.success),
+        message=str(sol.message),
+    )
+
+
+def fc_balanced_flow(
+    W0: Any,
+    loss: FunctionLoss,
+    t_span: tuple[float, float],
+    *,
+    depth: int,
+    rtol: float = 1e-12,
+    atol: float = 1e-12,
+    t_eval: Any = None,
+) -> FunctionFlowResult:
+    """Integrate the balanced FC flow ``Ẇ = −A_W(∇ℓ(W))`` (DOP853); ``depth`` is ``L``.
+
+    Equals ``W_L⋯W_1`` along the parameter flow from a balanced initialisation (spec §4.5).
+    """
+    W0 = np.asarray(W0, dtype=np.float64)
+    if W0.ndim != 2:
+        raise ValueError(f"W0 has shape {W0.shape}: expected a matrix")
+    span = _check_span(t_span)
+    n = {"n": 0}
+
+    def rhs(_t: float, y: np.ndarray) -> np.ndarray:
+        W = y.reshape(W0.shape)
+        n["n"] += 1
+        return -fc_balanced_operator(W, loss.grad(W), depth=depth).ravel()
+
+    sol = solve_ivp(rhs, span, W0.ravel(), method="DOP853", rtol=rtol, atol=atol, t_eval=t_eval)
+    Ws = sol.y.T.reshape(-1, *W0.shape)
+    return FunctionFlowResult(
+        t=sol.t,
+        v=Ws,
+        loss=np.array([loss.value(W) for W in Ws]),
+        theta_last=(),
+        max_fiber_residual=0.0,
+        n_rhs=n["n"],
+        success=bool(sol.success),
+        message=str(sol.message),
+    )

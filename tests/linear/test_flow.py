@@ -1,0 +1,247 @@
+"""Flows: invariants conserved (spec §7.3), function-space velocity (§7.4), function-space
+integration tracking μ(θ(t)) (§7.7), balanced FC flow versus A_W (§7.11); losses; error paths."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from neuromanifold.linear import (
+    FC,
+    LCN,
+    apply_network,
+    delta,
+    fc_balanced_params,
+    fc_mu,
+    mu,
+    ntk,
+)
+from neuromanifold.linear.flow import (
+    QuadraticLoss,
+    SquaredLoss,
+    fc_balanced_flow,
+    function_space_flow,
+    gradient_descent,
+    gradient_flow,
+    invariant_drift,
+    param_grad,
+)
+
+ATOL_DRIFT_FLOW = 1e-8  # spec §7.3: δ drift along DOP853 at rtol = atol = 1e-12
+RTOL_VELOCITY = 1e-7  # spec §7.4: central differences vs −K∇ℓ, relative to |v̇|_∞
+RTOL_TRACK = 1e-9  # spec §7.7 / issue: function-space flow vs μ(θ(t)), relative to |v|_∞
+RTOL_BALANCED = 1e-9  # spec §7.11: balanced FC flow vs the A_W flow, relative to |W|_∞
+RATIO_BAND = (1.8, 2.2)  # GD drift over a fixed horizon at η vs η/2: ratio → 2 as η → 0
+RTOL_FD = 1e-6  # finite-difference gradient checks of the losses
+
+
+def _data_loss(arch: LCN, rng: np.random.Generator, n: int = 4, n_out: int = 3) -> SquaredLoss:
+    S = arch.total_stride[0]
+    X = rng.standard_normal((n, arch.n_v + (n_out - 1) * S))
+    Y = rng.standard_normal((n, n_out))
+    return SquaredLoss.for_arch(arch, X, Y)
+
+
+def test_squared_loss_matches_the_literal_network() -> None:
+    """ℓ(μ(θ)) equals ½ Σ‖net(x_i) − y_i‖² with the network composed layer by layer."""
+    rng = np.random.default_rng(0)
+    for arch in (LCN((3, 2, 2), (2, 2, 3)), LCN(((2, 3), (2, 2)), ((2, 1), (1, 2)), dim=2)):
+        theta = [rng.standard_normal(f) for f in arch.filters]
+        S = arch.total_stride
+        X = rng.standard_normal((3, *(k + 2 * s for k, s in zip(arch.out_shape, S, strict=True))))
+        Y = rng.standard_normal(apply_network(arch, theta, X).shape)
+        loss = SquaredLoss.for_arch(arch, X, Y)
+        literal = 0.5 * np.sum((apply_network(arch, theta, X) - Y) ** 2)
+        assert loss.value(mu(arch, theta)) == pytest.approx(literal, rel=1e-12)
+
+
+@pytest.mark.parametrize("which", ["squared", "quadratic"])
+def test_loss_gradients_match_finite_differences(which: str) -> None:
+    rng = np.random.default_rng(1)
+    arch = LCN(((2, 3), (2, 2)), ((2, 1),), dim=2)
+    if which == "squared":
+        X = rng.standard_normal((3, 7, 8))
+        out = ((7 - arch.out_shape[0]) // 2 + 1, 8 - arch.out_shape[1] + 1)
+        loss = SquaredLoss.for_arch(arch, X, rng.standard_normal((3, *out)))
+    else:
+        loss = QuadraticLoss(rng.standard_normal((9, arch.n_v)), rng.standard_normal(9))
+    v = rng.standard_normal(arch.out_shape)
+    g = loss.grad(v)
+    assert g.shape == v.shape
+    h = 1e-6
+    fd = np.zeros(arch.n_v)
+    for i in range(arch.n_v):
+        e = np.zeros(arch.n_v)
+        e[i] = h
+        fd[i] = (loss.value(v + e.reshape(v.shape)) - loss.value(v - e.reshape(v.shape))) / (2 * h)
+    np.testing.assert_allclose(fd, g.ravel(), atol=RTOL_FD * np.max(np.abs(g)))
+
+
+@pytest.mark.parametrize(
+    "arch",
+    [LCN((3, 2, 2), (2, 2)), LCN((2, 2, 3), (1, 1)), LCN(((2, 2), (3, 2)), ((2, 1),), dim=2)],
+    ids=["k322s22", "k223s11", "2d"],
+)
+def test_invariants_conserved_by_dop853(arch: LCN) -> None:
+    rng = np.random.default_rng(2)
+    theta = [rng.standard_normal(f) for f in arch.filters]
+    loss = QuadraticLoss(
+        rng.standard_normal((arch.n_v + 2, arch.n_v)), rng.standard_normal(arch.n_v + 2)
+    )
+    res = gradient_flow(arch, theta, loss, (0.0, 1.0))
+    assert res.success
+    assert res.loss[-1] < res.loss[0]  # the flow moved
+    assert np.max(np.abs(res.v[-1] - res.v[0])) > 1e-2
+    assert invariant_drift(res).max() < ATOL_DRIFT_FLOW * max(1.0, np.max(np.abs(delta(theta))))
+
+
+def test_fc_invariants_conserved_by_dop853() -> None:
+    rng = np.random.default_rng(3)
+    arch = FC((3, 2, 4, 2))
+    Ws = [rng.standard_normal(s) for s in arch.param_shapes]
+    loss = QuadraticLoss(rng.standard_normal((8, 6)), rng.standard_normal(8))
+    res = gradient_flow(arch, Ws, loss, (0.0, 0.5))
+    assert res.success and res.invariants.shape[1] == 2 * 2 + 4 * 4
+    assert invariant_drift(res).max() < ATOL_DRIFT_FLOW
+
+
+def test_gd_drift_shrinks_in_proportion_to_step() -> None:
+    """Over a fixed horizon T the δ drift of gradient descent is O(η): halving η halves it."""
+    rng = np.random.default_rng(4)
+    arch = LCN((3, 2, 2), (2, 2))
+    theta = [rng.standard_normal(f) for f in arch.filters]
+    loss = _data_loss(arch, rng)
+    T = 0.2
+    drifts = []
+    for lr in (1e-3, 5e-4, 2.5e-4):
+        res = gradient_descent(arch, theta, loss, lr=lr, steps=round(T / lr), record_every=50)
+        assert res.success and res.t[-1] == pytest.approx(T)
+        drifts.append(invariant_drift(res)[-1])
+    assert drifts[0] > 1e-8  # a measurable drift, well above round-off
+    ratios = [coarse / fine for coarse, fine in itertools.pairwise(drifts)]
+    assert all(RATIO_BAND[0] < r < RATIO_BAND[1] for r in ratios), ratios
+    assert abs(ratios[1] - 2) < abs(ratios[0] - 2)  # first-order convergence of the ratio to 2
+
+
+def test_gd_delta_step_formula() -> None:
+    """One GD step changes δ_l by exactly η²(‖g_{l+1}‖² − ‖g_l‖²)."""
+    rng = np.random.default_rng(5)
+    arch = LCN((3, 2, 2), (2, 2))
+    theta = [rng.standard_normal(f) for f in arch.filters]
+    loss = _data_loss(arch, rng)
+    lr = 0.01
+    g = param_grad(arch, theta, loss)
+    gl = np.split(g, np.cumsum(arch.layer_sizes)[:-1])
+    res = gradient_descent(arch, theta, loss, lr=lr, steps=1)
+    expected = lr**2 * np.diff([float(x @ x) for x in gl])
+    np.testing.assert_allclose(res.invariants[1] - res.invariants[0], expected, rtol=1e-8)
+
+
+def test_function_space_velocity() -> None:
+    """dμ(θ(t))/dt = −K_{θ(t)} ∇ℓ(μ(θ(t))) by Richardson-extrapolated central differences."""
+    rng = np.random.default_rng(6)
+    arch = LCN((3, 2, 2), (2, 2))
+    theta = [rng.standard_normal(f) for f in arch.filters]
+    loss = _data_loss(arch, rng)
+    h = 1e-3
+    ts = np.array([0.3, 0.6])
+    grid = np.sort(np.concatenate([ts - h, ts - h / 2, ts, ts + h / 2, ts + h]))
+    res = gradient_flow(arch, theta, loss, (0.0, 0.7), t_eval=grid)
+    V = res.v.reshape(len(grid), -1)
+    for i, t in enumerate(ts):
+        j = 5 * i + 2
+        assert res.t[j] == pytest.approx(t)
+        d1 = (V[j + 2] - V[j - 2]) / (2 * h)
+        d2 = (V[j + 1] - V[j - 1]) / h
+        fd = (4 * d2 - d1) / 3
+        th = res.theta(j)
+        vel = -ntk(arch, th) @ loss.grad(mu(arch, th)).ravel()
+        np.testing.assert_allclose(fd, vel, rtol=0, atol=RTOL_VELOCITY * np.max(np.abs(vel)))
+
+
+def test_function_space_flow_tracks_parameter_flow() -> None:
+    """Spec §7.7: k = (3, 2, 2), s = (2, 2): v̇ = −K_δ(v)∇ℓ(v), K re-solved, reproduces μ(θ(t))."""
+    rng = np.random.default_rng(7)
+    arch = LCN((3, 2, 2), (2, 2))
+    theta = [rng.standard_normal(f) for f in arch.filters]
+    loss = _data_loss(arch, rng)
+    T = np.linspace(0.0, 1.0, 6)
+    pf = gradient_flow(arch, theta, loss, (0.0, 1.0), t_eval=T)
+    # warm start only near the fiber: perturbed parameters, not θ itself
+    guess = [w + 1e-3 * rng.standard_normal(w.shape) for w in theta]
+    ff = function_space_flow(
+        arch, mu(arch, theta), delta(theta), loss, (0.0, 1.0), theta_guess=guess, t_eval=T
+    )
+    assert ff.success and pf.success
+    assert np.max(np.abs(pf.v[-1] - pf.v[0])) > 0.1  # a non-trivial trajectory
+    scale = np.max(np.abs(pf.v))
+    np.testing.assert_allclose(ff.v, pf.v, rtol=0, atol=RTOL_TRACK * scale)
+    np.testing.assert_allclose(ff.loss, pf.loss, rtol=RTOL_TRACK)
+    np.testing.assert_allclose(delta(ff.theta_last), delta(theta), atol=1e-10)
+
+
+def test_balanced_fc_flow_matches_a_w_formula() -> None:
+    """Spec §7.11: L = 3, balanced start: W_3W_2W_1(t) from the parameter flow equals the
+    solution of Ẇ = −A_W(∇ℓ(W))."""
+    rng = np.random.default_rng(8)
+    arch = FC((2, 3, 3, 2))
+    W0 = rng.standard_normal((2, 2))
+    Ws = fc_balanced_params(arch, W0, rng=rng)
+    loss = QuadraticLoss(rng.standard_normal((6, 4)), rng.standard_normal(6))
+    T = np.linspace(0.0, 1.0, 5)
+    pf = gradient_flow(arch, Ws, loss, (0.0, 1.0), t_eval=T)
+    assert invariant_drift(pf).max() < ATOL_DRIFT_FLOW  # stays balanced
+    bf = fc_balanced_flow(fc_mu(arch, Ws), loss, (0.0, 1.0), depth=3, t_eval=T)
+    assert np.max(np.abs(pf.v[-1] - pf.v[0])) > 0.1
+    np.testing.assert_allclose(bf.v, pf.v, rtol=0, atol=RTOL_BALANCED * np.max(np.abs(pf.v)))
+
+
+def test_result_to_dict() -> None:
+    arch = LCN((2, 2), (2,))
+    loss = QuadraticLoss(np.eye(4), np.zeros(4))
+    res = gradient_descent(arch, [[1.0, 2.0], [3.0, 1.0]], loss, lr=0.01, steps=2)
+    d = res.to_dict()
+    assert d["arch"]["filters"] == [[2], [2]] and len(d["t"]) == 3
+    np.testing.assert_allclose(res.theta(0)[0], [1.0, 2.0])
+
+
+def test_error_paths() -> None:
+    arch = LCN((2, 2), (2,))
+    theta = [[1.0, 2.0], [3.0, 1.0]]
+    loss = QuadraticLoss(np.eye(4), np.zeros(4))
+    with pytest.raises(ValueError, match=r"A \(4,\), b \(4,\): expected A of shape \(m, n\)"):
+        QuadraticLoss(np.ones(4), np.zeros(4))
+    with pytest.raises(ValueError, match="finite"):
+        QuadraticLoss(np.eye(2), np.array([0.0, np.nan]))
+    with pytest.raises(ValueError, match="v has 3 entries: expected 4"):
+        loss.value(np.ones(3))
+    with pytest.raises(ValueError, match="same n"):
+        SquaredLoss(np.ones((3, 5)), np.ones((2, 2)), (1,))
+    with pytest.raises(ValueError, match=r"stride = \(0,\): expected 1 positive ints"):
+        SquaredLoss(np.ones((3, 5)), np.ones((3, 2)), (0,))
+    with pytest.raises(ValueError, match="X and Y must be finite"):
+        SquaredLoss(np.full((3, 5), np.inf), np.ones((3, 2)), (1,))
+    sq = SquaredLoss(np.ones((3, 5)), np.ones((3, 3)), (1,))
+    with pytest.raises(ValueError, match=r"Y has shape \(3, 3\): the network .+ outputs \(3, 2\)"):
+        sq.value(np.ones(4))
+    with pytest.raises(ValueError, match="no longer than the signal"):
+        sq.value(np.ones(6))
+    with pytest.raises(ValueError, match="t_span"):
+        gradient_flow(arch, theta, loss, (1.0, 0.0))
+    with pytest.raises(ValueError, match=r"lr = -0\.1"):
+        gradient_descent(arch, theta, loss, lr=-0.1, steps=3)
+    with pytest.raises(ValueError, match="steps = 0"):
+        gradient_descent(arch, theta, loss, lr=0.1, steps=0)
+    with pytest.raises(ValueError, match="record_every = 0"):
+        gradient_descent(arch, theta, loss, lr=0.1, steps=1, record_every=0)
+    with pytest.raises(TypeError, match="expected an LCN or FC"):
+        param_grad("arch", theta, loss)
+    with pytest.raises(ValueError, match=r"v has shape \(3,\)"):
+        function_space_flow(arch, np.ones(3), [0.0], loss, (0, 1), theta_guess=theta)
+    with pytest.raises(ValueError, match="W0 has shape"):
+        fc_balanced_flow(np.ones(3), loss, (0, 1), depth=2)
+    with np.errstate(over="ignore", invalid="ignore"):
+        diverged = gradient_descent(arch, theta, loss, lr=1e3, steps=50)
+    assert not diverged.success and "diverged" in diverged.message

@@ -128,3 +128,19 @@ def test_coefficient_argument_errors() -> None:
         polar_express_coefficients(steps=0)
     with pytest.raises(ValueError, match="steps must be a positive int, got 0"):
         newton_schulz(torch.eye(2), steps=0)
+
+
+@pytest.mark.parametrize("shape", [(32, 96), (96, 32)])
+def test_polar_express_on_gaussian_matrices_is_near_svd_polar(shape) -> None:
+    """Plain Gaussian rectangles: normalised σ_min well above 1e-3, so the band law applies."""
+    g = torch.randn(*shape, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    s = torch.linalg.svdvals(g)
+    assert float(s.min() / (POLAR_EXPRESS_NORM_SAFETY * g.norm())) > 1e-3
+    out, exact = polar_express(g), polar_svd(g)
+    lo, hi = POLAR_EXPRESS_BAND
+    sv = torch.linalg.svdvals(out)
+    assert float(sv.min()) >= lo and float(sv.max()) <= hi
+    # same singular vectors: out = exact · diag-like positive factor, so <out, exact> = Σ p(σ_i)
+    torch.testing.assert_close((out * exact).sum(), sv.sum(), atol=ATOL_SCALAR_LAW, rtol=0)
+    # and the spectral distance to the exact polar factor is the band half-width at most
+    assert float(torch.linalg.matrix_norm(out - exact, ord=2)) <= max(1 - lo, hi - 1)

@@ -1,0 +1,84 @@
+"""Smooth / crossing / critical classification: spec linear_networks.md §4.2, §4.6, §7.12."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from neuromanifold.linear.architecture import LCN
+from neuromanifold.linear.fiber import lcn_fiber
+from neuromanifold.linear.locus import classify_locus, min_root_gap
+from neuromanifold.linear.polynomial import mu
+
+ATOL_EXACT = 1e-12
+
+
+def test_crossing_example() -> None:
+    """(z² − 1/4)(z² − 9/4) has two factorisations with different tangent 4-planes."""
+    arch = LCN((3, 2), (2,))
+    theta = [np.array([-0.25, 0.0, 1.0]), np.array([-2.25, 1.0])]
+    np.testing.assert_allclose(mu(arch, theta), [0.5625, 0, -2.5, 0, 1], atol=ATOL_EXACT)
+    rep = classify_locus(arch, theta=theta)
+    assert rep.classification == "crossing"
+    assert rep.n_fiber_points == 2
+    assert set(rep.ranks) == {4} and rep.dim_M == 4
+    assert rep.pair_ranks == (5,)
+    assert abs(rep.ntk_gap - 80 / 17) <= ATOL_EXACT * 10
+    fib = lcn_fiber(arch, mu(arch, theta), [5.0])
+    assert abs(fib.max_ntk_diff_abs - 80 / 17) <= ATOL_EXACT * 10
+
+
+def test_critical_point_examples() -> None:
+    arch = LCN((3, 2), (2,))
+    crit = classify_locus(arch, theta=[np.array([-0.49, 0.0, 1.0]), np.array([-0.49, 1.0])])
+    assert crit.ranks[0] == 3 and crit.classification == "critical"
+    # one common root only: still regular
+    w1 = np.polynomial.polynomial.polyfromroots([0.7, -1.3])
+    reg = classify_locus(arch, theta=[w1, np.array([-0.49, 1.0])])
+    assert reg.ranks[0] == 4 and reg.classification == "smooth"
+    assert reg.min_root_gap is not None and reg.min_root_gap < 1e-6  # the double root 0.7
+    assert crit.singular_values[0][3] < 1e-12 * crit.singular_values[0][0]
+
+
+def test_generic_strided_point_is_smooth() -> None:
+    arch = LCN((2, 3, 2), (2, 3))
+    rng = np.random.default_rng(0)
+    theta = [rng.standard_normal(s) for s in arch.param_shapes]
+    rep = classify_locus(arch, v=mu(arch, theta))
+    assert rep.classification == "smooth" and rep.n_fiber_points == 1
+    assert rep.ranks == (arch.dim_M,)
+    json.dumps(rep.to_dict())
+
+
+def test_stride_one_sheets_are_not_crossings_in_full_dimension() -> None:
+    """All strides 1: M is full-dimensional, so two sheets never give rank [J|J'] > dim M."""
+    arch = LCN((2, 2), (1,))
+    rep = classify_locus(arch, v=[1.0, 1.0, -2.0])
+    assert rep.n_fiber_points == 2 and rep.max_pair_rank == arch.dim_M == 3
+    assert rep.classification == "smooth"
+
+
+def test_zero_and_off_manifold() -> None:
+    arch = LCN((3, 2), (2,))
+    assert classify_locus(arch, v=np.zeros(5)).classification == "zero"
+    off = classify_locus(arch, v=[1.0, 0.3, -2.0, 0.7, 1.5], n_starts=8)
+    assert off.classification == "off_manifold" and off.n_fiber_points == 0
+    assert off.fiber_residual > 1e-6
+
+
+def test_bad_arguments() -> None:
+    arch = LCN((3, 2), (2,))
+    with pytest.raises(ValueError, match="exactly one of v= and theta="):
+        classify_locus(arch)
+    with pytest.raises(ValueError, match="exactly one of v= and theta="):
+        classify_locus(arch, v=np.ones(5), theta=[np.ones(3), np.ones(2)])
+    with pytest.raises(ValueError, match="v has shape"):
+        classify_locus(arch, v=np.ones(4))
+    with pytest.raises(TypeError, match="expected an LCN"):
+        classify_locus("lcn", v=np.ones(5))  # type: ignore[arg-type]
+
+
+def test_min_root_gap_closed_form() -> None:
+    assert abs(min_root_gap(np.array([-2.0, 1.0, 1.0])) - 1.5) <= ATOL_EXACT  # roots 1, −2

@@ -79,6 +79,18 @@ def test_constructors_are_deterministic_and_seeded() -> None:
     assert not torch.equal(a.params["weight"], c.params["weight"])
 
 
+def test_constructors_leave_the_global_generator_alone() -> None:
+    torch.manual_seed(123)
+    state = torch.random.get_rng_state()
+    first = all_cells()
+    assert torch.equal(torch.random.get_rng_state(), state)
+    torch.manual_seed(999)  # a different global stream gives the same cells
+    for a, b in zip(first, all_cells(), strict=True):
+        for key in a.params:
+            torch.testing.assert_close(a.params[key], b.params[key], rtol=0, atol=0)
+        torch.testing.assert_close(a.data, b.data, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 5])
 @pytest.mark.parametrize("sigma", [1.0, 0.5])
 def test_gaussian_location_fisher_and_kl_closed_form(k: int, sigma: float) -> None:

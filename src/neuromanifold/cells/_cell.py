@@ -7,10 +7,11 @@ inputs, an output family, and the order k or the class the read must return.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, ParamSpec
 
 import torch
 from torch import Tensor, nn
@@ -42,6 +43,7 @@ UNIT_NORM_ATOL = 1e-12
 Basis = Literal["canonical", "rotated", "permuted"]
 
 Direction = dict[str, Tensor]
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True, eq=False)
@@ -159,6 +161,23 @@ def _check_direction(label: str, u: Mapping[str, Tensor], params: Mapping[str, T
 # --------------------------------------------------------------------------------------------
 # Helpers shared by the constructors (private to the cells package).
 # --------------------------------------------------------------------------------------------
+
+
+def cell_constructor(fn: Callable[P, Cell]) -> Callable[P, Cell]:
+    """Mark ``fn`` as a cell constructor: it draws only from its own seeded generators.
+
+    Building ``nn.Module`` layers initialises their weights from torch's global generator; the
+    wrapper restores the global CPU generator state afterwards, so constructing a cell has no
+    effect on the caller's random stream (the values drawn there are overwritten by the cell's
+    own parameters anyway).
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> Cell:
+        with torch.random.fork_rng(devices=[]):
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def generator(seed: int) -> torch.Generator:

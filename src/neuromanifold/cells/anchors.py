@@ -12,6 +12,7 @@ from neuromanifold.cells._cell import (
     CLASS_GENUINE,
     CLASS_LIVE,
     Cell,
+    cell_constructor,
     generator,
     load,
     randn,
@@ -39,6 +40,7 @@ class PowerLocation(nn.Module):
         return (self.theta**self.k).expand(x.shape[0], 1)
 
 
+@cell_constructor
 def gaussian_location(*, k: int, seed: int = 0, n: int = 64, sigma: float = 1.0) -> Cell:
     """Gaussian location ``N(μ, σ²)`` with ``μ(θ) = θ^k`` at θ₀ = 0, probed along ∂θ.
 
@@ -74,6 +76,7 @@ def gaussian_location(*, k: int, seed: int = 0, n: int = 64, sigma: float = 1.0)
     )
 
 
+@cell_constructor
 def linear_regression(*, seed: int = 0, n: int = 128, d_in: int = 4, sigma: float = 1.0) -> Cell:
     """Regular regression ``y = wᵀx + b`` at a random w, probed along a random unit u.
 

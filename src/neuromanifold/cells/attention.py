@@ -23,6 +23,7 @@ from neuromanifold.cells._cell import (
     Basis,
     Cell,
     basis_change,
+    cell_constructor,
     generator,
     load,
     normalise,
@@ -59,6 +60,7 @@ class SingleHeadAttention(nn.Module):
         return self.o(attn @ self.v(x)).flatten(1)
 
 
+@cell_constructor
 def qk_rotation(
     *,
     seed: int = 0,

@@ -35,6 +35,7 @@ from neuromanifold.cells._cell import (
     Basis,
     Cell,
     basis_change,
+    cell_constructor,
     generator,
     load,
     normalise,
@@ -60,6 +61,7 @@ def _conv(dim: int) -> type[nn.Module]:
     raise ValueError(f"dim={dim!r}; expected 1 (Conv1d) or 2 (Conv2d)")
 
 
+@cell_constructor
 def conv_node_death(
     *,
     dim: Dim = 1,
@@ -134,6 +136,7 @@ def _mix_channels(w: Tensor, q_out: Tensor, q_in: Tensor) -> Tensor:
     return torch.einsum("ab,bc...,dc->ad...", q_out, w, q_in)
 
 
+@cell_constructor
 def conv_chain(
     *,
     depth: int = 3,

@@ -34,6 +34,7 @@ from neuromanifold.cells._cell import (
     Basis,
     Cell,
     basis_change,
+    cell_constructor,
     generator,
     load,
     randn,
@@ -65,6 +66,7 @@ def chain_product(params: dict[str, Tensor], depth: int) -> Tensor:
     return out
 
 
+@cell_constructor
 def scalar_chain(*, depth: int, seed: int = 0, n: int = 64, sigma: float = 1.0) -> Cell:
     """Width-one deep linear chain ``y = (Π w_i) x`` at w = 0 along ``(1, …, 1)/√L``: k = L.
 
@@ -100,6 +102,7 @@ def scalar_chain(*, depth: int, seed: int = 0, n: int = 64, sigma: float = 1.0) 
     )
 
 
+@cell_constructor
 def matrix_chain(
     *,
     depth: int,

@@ -22,6 +22,7 @@ from neuromanifold.cells._cell import (
     Basis,
     Cell,
     basis_change,
+    cell_constructor,
     generator,
     load,
     randn,
@@ -82,6 +83,7 @@ def _scalar_unit(act: str) -> tuple[nn.Sequential, int]:
 _DIAGONAL = {"0.weight": torch.ones(1, 1), "2.weight": torch.ones(1, 1)}
 
 
+@cell_constructor
 def node_death(*, activation: Activation = "relu", seed: int = 0, n: int = 128) -> Cell:
     """One hidden unit ``y = a·σ(b x)`` at a = b = 0, probed along ``(a, b) = (1, 1)/√2``.
 
@@ -119,6 +121,7 @@ def node_death(*, activation: Activation = "relu", seed: int = 0, n: int = 128) 
     )
 
 
+@cell_constructor
 def node_death_offset(
     *, activation: Activation = "tanh", offset: float = 1e-3, seed: int = 0, n: int = 128
 ) -> Cell:
@@ -159,6 +162,7 @@ def node_death_offset(
     )
 
 
+@cell_constructor
 def relu_chain(*, depth: int, seed: int = 0, n: int = 128) -> Cell:
     """Width-one ReLU chain ``y = w_L ReLU(w_{L−1} ⋯ ReLU(w_1 x))`` at w = 0 along ``𝟙/√L``.
 
@@ -216,6 +220,7 @@ class SwiGLU(nn.Module):
         return self.w2(nn.functional.silu(self.w1(x)) * self.w3(x))
 
 
+@cell_constructor
 def swiglu_dead_dimension(
     *, d: int = 3, seed: int = 0, n: int = 128, basis: Basis = "canonical"
 ) -> Cell:
@@ -262,6 +267,7 @@ def swiglu_dead_dimension(
     )
 
 
+@cell_constructor
 def mlp_node_death(
     *,
     activation: Activation = "gelu",

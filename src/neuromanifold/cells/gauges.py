@@ -27,6 +27,7 @@ from neuromanifold.cells._cell import (
     Basis,
     Cell,
     basis_change,
+    cell_constructor,
     generator,
     load,
     normalise,
@@ -37,6 +38,7 @@ from neuromanifold.singular.family import Categorical, Gaussian
 __all__ = ["ce_logit_shift", "relu_rescale"]
 
 
+@cell_constructor
 def ce_logit_shift(
     *, seed: int = 0, n: int = 128, d_in: int = 4, width: int = 5, classes: int = 4
 ) -> Cell:
@@ -71,6 +73,7 @@ def ce_logit_shift(
     )
 
 
+@cell_constructor
 def relu_rescale(
     *,
     seed: int = 0,

@@ -24,6 +24,7 @@ from neuromanifold.cells._cell import (
     CLASS_FLAT_GAUGE,
     CLASS_LIVE,
     Cell,
+    cell_constructor,
     generator,
     load,
     normalise,
@@ -57,6 +58,7 @@ def _norm_cell_params(d: int, d_out: int, gen: torch.Generator) -> dict[str, Ten
     }
 
 
+@cell_constructor
 def layernorm_kernel(*, seed: int = 0, n: int = 128, d: int = 6, d_out: int = 3) -> Cell:
     """``LayerNorm(d) → Linear(d, d_out)`` probed along the lifted kernel ``g a*ᵀ``: flat gauge.
 
@@ -100,6 +102,7 @@ def layernorm_kernel(*, seed: int = 0, n: int = 128, d: int = 6, d_out: int = 3)
     )
 
 
+@cell_constructor
 def rmsnorm_no_kernel(*, seed: int = 0, n: int = 128, d: int = 6, d_out: int = 3) -> Cell:
     """``RMSNorm(d) → Linear(d, d_out)`` along the LayerNorm-analogue ``(g γ⁻¹ᵀ, 0)``: live, k = 1.
 

@@ -28,7 +28,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from neuromanifold.cells._cell import CLASS_GENUINE, Cell, generator, load, randn
+from neuromanifold.cells._cell import CLASS_GENUINE, Cell, cell_constructor, generator, load, randn
 from neuromanifold.singular.family import Gaussian
 
 __all__ = ["ResidualPath", "residual_path"]
@@ -57,6 +57,7 @@ class ResidualPath(nn.Module):
         return self.out(z) + self.live(x)
 
 
+@cell_constructor
 def residual_path(
     *,
     skip: bool = True,

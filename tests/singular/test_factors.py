@@ -178,3 +178,40 @@ def test_factors_equal_curvlinops_gaussian() -> None:
     for name in fac:
         torch.testing.assert_close(fac[name].A, a_cl[name], atol=ATOL_CURVLINOPS, rtol=0)
         torch.testing.assert_close(fac[name].G, g_cl[name] * c / 2, atol=ATOL_CURVLINOPS, rtol=0)
+
+
+def _distributed_worker(rank: int, world: int, store: str, out: str) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)
+        model = _cnn()
+        x = torch.randn(
+            10, 2, 7, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(1)
+        )
+        shard = x[rank::world]
+        fac = kfac_factors(model, shard, Categorical(), batch_size=3)
+        if rank == 0:
+            torch.save({n: (b.A, b.G, b.n_samples) for n, b in fac.items()}, out)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_data_parallel_factors_equal_single_process(tmp_path) -> None:
+    """Two gloo ranks, each with half the probe set, give the single-process factors."""
+    import torch.multiprocessing as mp
+
+    out = tmp_path / "factors.pt"
+    mp.spawn(_distributed_worker, args=(2, str(tmp_path / "store"), str(out)), nprocs=2, join=True)
+    got = torch.load(out)
+    torch.manual_seed(0)
+    model = _cnn()
+    x = torch.randn(10, 2, 7, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    ref = kfac_factors(model, x, Categorical())
+    for name, b in ref.items():
+        a, g, n = got[name]
+        assert n == 10
+        torch.testing.assert_close(a, b.A, atol=ATOL_EXACT, rtol=0)
+        torch.testing.assert_close(g, b.G, atol=ATOL_EXACT, rtol=0)

@@ -11,7 +11,9 @@ has a bias, ``ā = a`` otherwise) this module accumulates, in float64::
 convolution (im2col patches ordered ``(C_in, k_h, k_w)`` row-major plus a trailing 1, the KFC
 factors Ω, Γ of the spec) and every middle axis of a Linear applied to ``(N, ..., d_in)`` inputs
 (sequence positions: handled exactly like KFC, i.e. "KFAC-expand"). ``|P| = 1`` for a plain
-``(N, d_in)`` Linear input. Both factors are sums over samples divided by the global ``N`` once.
+``(N, d_in)`` Linear input. Both factors are sums over samples divided by the global ``N``
+once; under an initialised ``torch.distributed`` process group the sums and ``N`` are
+all-reduced first, so sharding the probe set over ranks gives the same factors exactly.
 
 Expectation over labels (the true Fisher, never the empirical one):
 
@@ -366,9 +368,10 @@ def kfac_factors(
     finally:
         for h in handles + finite_handles:
             h.remove()
+    n_total, called = _all_reduce_sums(blocks, sums_a, sums_g, n_pos, n_total)
     result = {}
     for n, mod in blocks.items():
-        if sums_a[n] is None:
+        if not called[n]:
             continue  # block never called on the probe data
         d_out = mod.weight.shape[0]
         g_sum = sums_g[n] if sums_g[n] is not None else torch.zeros(d_out, d_out).double()
@@ -391,6 +394,47 @@ def kfac_factors(
         fisher=fisher_used,
         unsupported=leaf_unsupported,
     )
+
+
+def _all_reduce_sums(
+    blocks: Mapping[str, nn.Module],
+    sums_a: dict[str, Tensor | None],
+    sums_g: dict[str, Tensor | None],
+    n_pos: dict[str, int],
+    n_local: int,
+) -> tuple[int, dict[str, bool]]:
+    """Sum the per-rank factor sums and sample counts over the default process group.
+
+    Without an initialised ``torch.distributed`` process group this only reports which blocks were
+    called. With one (e.g. under ``torchrun``, gloo or nccl), every rank must call `kfac_factors`
+    on the same model with its own shard of the probe set; sums are exact, so the factors equal
+    those of a single process on the concatenated data. Returns the global N and the called flags.
+    """
+    import torch.distributed as dist
+
+    called = {n: sums_a[n] is not None for n in blocks}
+    if not (dist.is_available() and dist.is_initialized()):
+        return n_local, called
+    count = torch.tensor([float(n_local)], dtype=torch.float64)
+    dist.all_reduce(count)
+    for n, mod in blocks.items():
+        flag = torch.tensor([1.0 if called[n] else 0.0], dtype=torch.float64)
+        dist.all_reduce(flag)
+        called[n] = bool(flag.item() > 0)
+        if not called[n]:
+            continue
+        d_in = mod.weight[0].numel() + (1 if mod.bias is not None else 0)
+        d_out = mod.weight.shape[0]
+        a = sums_a[n] if sums_a[n] is not None else torch.zeros(d_in, d_in, dtype=torch.float64)
+        g = sums_g[n] if sums_g[n] is not None else torch.zeros(d_out, d_out, dtype=torch.float64)
+        a, g = a.contiguous().clone(), g.contiguous().clone()
+        dist.all_reduce(a)
+        dist.all_reduce(g)
+        sums_a[n], sums_g[n] = a, g
+        pos = torch.tensor([float(n_pos.get(n, 0))], dtype=torch.float64)
+        dist.all_reduce(pos, op=dist.ReduceOp.MAX)
+        n_pos[n] = int(pos.item())
+    return int(count.item()), called
 
 
 def _has_params(mod: nn.Module) -> bool:

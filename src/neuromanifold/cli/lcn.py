@@ -1,12 +1,145 @@
-"""`neuromanifold lcn` commands: linear convolutional network geometry."""
+"""`neuromanifold lcn` commands: linear convolutional network geometry.
+
+Text formats shared by the `lcn` commands (parsers below, importable by other command modules
+inside their functions):
+
+* ``--filters``: comma-separated layer filter shapes; ``2,3,2`` (1-D) or ``2x2,3x3`` (D-D).
+* ``--strides``: comma-separated per-layer strides, ``L − 1`` entries (``s_L = 1``) or ``L``;
+  ``2,3`` (1-D) or ``1x1`` / ``2`` (D-D; an int is used on every axis). Default: all 1.
+* ``--theta``: layers separated by ``;``, coefficients by ``,`` in ascending order; a D-D filter
+  lists its entries in C (row-major) order, e.g. ``"1,2,3,4;..."`` for a 2x2 filter.
+"""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
 
 import typer
 
 from neuromanifold.cli import lcn_fiber
 
 lcn_app = typer.Typer(help="Linear (convolutional) network geometry.", no_args_is_help=True)
+
+
+def _parse_shape(item: str, dim: int, *, what: str) -> tuple[int, ...] | int:
+    parts = item.strip().lower().split("x")
+    try:
+        nums = tuple(int(p) for p in parts)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{what} entry {item!r}: expected an int or {dim} ints joined by 'x' (e.g. 2x3)"
+        ) from None
+    if len(nums) == 1:
+        return nums[0]
+    if len(nums) != dim:
+        raise typer.BadParameter(f"{what} entry {item!r} has {len(nums)} axes: --dim is {dim}")
+    return nums
+
+
+def parse_filters(text: str, dim: int) -> tuple[Any, ...]:
+    """``"2,2"`` → ``(2, 2)``; ``"2x2,3x3"`` → ``((2, 2), (3, 3))``."""
+    items = [s for s in text.split(",") if s.strip()]
+    if not items:
+        raise typer.BadParameter("--filters is empty: expected e.g. 2,2 or 2x2,3x3")
+    shapes = [_parse_shape(s, dim, what="--filters") for s in items]
+    if dim > 1:
+        for s, raw in zip(shapes, items, strict=True):
+            if isinstance(s, int):
+                raise typer.BadParameter(
+                    f"--filters entry {raw!r}: expected {dim} ints joined by 'x' for --dim {dim}"
+                )
+    return tuple(shapes)
+
+
+def parse_strides(text: str | None, n_layers: int, dim: int) -> tuple[Any, ...]:
+    """``"2,3"`` → ``(2, 3)``; ``"1x2"`` → ``((1, 2),)``; ``None`` → all 1 (``L − 1`` entries)."""
+    if text is None or not text.strip():
+        return tuple(1 for _ in range(n_layers - 1))
+    return tuple(_parse_shape(s, dim, what="--strides") for s in text.split(",") if s.strip())
+
+
+def parse_theta(text: str, shapes: tuple[tuple[int, ...], ...]) -> list[Any]:
+    """``"1,2;1,-1"`` → per-layer float arrays reshaped to ``shapes`` (C order)."""
+    import numpy as np
+
+    layers = [s for s in text.split(";")]
+    if len(layers) != len(shapes):
+        raise typer.BadParameter(
+            f"--theta has {len(layers)} layers (separated by ';'): expected {len(shapes)}"
+        )
+    out = []
+    for i, (chunk, shape) in enumerate(zip(layers, shapes, strict=True)):
+        try:
+            vals = [float(x) for x in chunk.split(",")]
+        except ValueError:
+            raise typer.BadParameter(
+                f"--theta layer {i + 1} {chunk!r}: expected comma-separated numbers"
+            ) from None
+        n = int(np.prod(shape))
+        if len(vals) != n:
+            raise typer.BadParameter(
+                f"--theta layer {i + 1} has {len(vals)} coefficients: filter shape "
+                f"{'x'.join(map(str, shape))} needs {n}"
+            )
+        arr = np.array(vals).reshape(shape)
+        if not np.all(np.isfinite(arr)):
+            raise typer.BadParameter(f"--theta layer {i + 1}: coefficients must be finite")
+        out.append(arr)
+    return out
+
+
+@lcn_app.command("ntk")
+def ntk_command(
+    filters: str = typer.Option(..., "--filters", help="Filter shapes, e.g. 2,2 or 2x2,3x3."),
+    theta: str = typer.Option(..., "--theta", help="Filters: layers ';', coefficients ','."),
+    strides: str | None = typer.Option(
+        None, "--strides", help="Strides s_1..s_{L-1} (or s_1..s_L), e.g. 1 or 2,3 or 1x1."
+    ),
+    dim: int = typer.Option(1, "--dim", min=1, help="Signal dimension D."),
+    json_path: Path | None = typer.Option(None, "--json", help="Also write the result as JSON."),
+) -> None:
+    """Print v = μ(θ), δ, the NTK K = Jμ Jμᵀ, rank, dim M and whether θ is a smooth point."""
+    import numpy as np
+
+    from neuromanifold.linear import LCN, delta, mu, ntk
+    from neuromanifold.linear.metric import is_smooth_point
+
+    shapes = parse_filters(filters, dim)
+    try:
+        arch = LCN(shapes, parse_strides(strides, len(shapes), dim), dim=dim)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    th = parse_theta(theta, arch.filters)
+    v = mu(arch, th)
+    d = delta(th)
+    K = ntk(arch, th)
+    report = is_smooth_point(arch, th)
+    with np.printoptions(precision=6, suppress=True, linewidth=120):
+        typer.echo(f"architecture: filters {arch.filters}, strides {arch.strides}, D = {arch.D}")
+        typer.echo(f"v = {np.array2string(v)}")
+        typer.echo(f"delta = {np.array2string(d)}")
+        typer.echo(f"K ({K.shape[0]}x{K.shape[1]}) =\n{np.array2string(K)}")
+    typer.echo(f"rank J = {report.rank}, dim M = {report.dim_M}")
+    typer.echo(
+        f"smooth point: {'yes' if report.smooth else 'no'} (sigma_dimM = {report.sigma_dim:.3e},"
+        f" sigma_next = {report.sigma_next:.3e}, rtol = {report.rtol:.0e}, "
+        f"min |w_l| = {report.min_filter_norm:.3e})"
+    )
+    if json_path is not None:
+        payload = {
+            "v": v.tolist(),
+            "delta": d.tolist(),
+            "ntk": K.tolist(),
+            "rank": report.rank,
+            "dim_M": report.dim_M,
+            "smooth": report.smooth,
+            "architecture": arch.to_dict(),
+            "smooth_report": report.to_dict(),
+        }
+        json_path.write_text(json.dumps(payload, indent=2))
+        typer.echo(f"wrote {json_path}")
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,118 @@
+"""`neuromanifold lcn ntk`: the README example, JSON output, D = 2, and every parse error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from neuromanifold.cli import app
+from neuromanifold.linear import LCN, mu, ntk
+
+ATOL_EXACT = 1e-12
+runner = CliRunner()
+
+
+def test_readme_example_json(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    res = runner.invoke(
+        app,
+        [
+            "lcn",
+            "ntk",
+            "--filters",
+            "2,2",
+            "--strides",
+            "1",
+            "--theta",
+            "1,2;1,-1",
+            "--json",
+            str(out),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert {"v", "delta", "ntk", "rank", "dim_M", "smooth"} <= set(data)
+    np.testing.assert_allclose(data["v"], [1, 1, -2], atol=ATOL_EXACT)
+    np.testing.assert_allclose(data["delta"], [-3], atol=ATOL_EXACT)
+    np.testing.assert_allclose(data["ntk"], [[2, 1, 0], [1, 7, 1], [0, 1, 5]], atol=ATOL_EXACT)
+    assert data["rank"] == data["dim_M"] == 3 and data["smooth"] is True
+    assert "v = [ 1.  1. -2.]" in res.output and "dim M = 3" in res.output
+
+
+def test_two_dimensional(tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    theta = "1,2,3,4;1,0,1,0,1,0,1,0,2"
+    res = runner.invoke(
+        app,
+        [
+            "lcn",
+            "ntk",
+            "--dim",
+            "2",
+            "--filters",
+            "2x2,3x3",
+            "--strides",
+            "2x1",
+            "--theta",
+            theta,
+            "--json",
+            str(out),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    arch = LCN(((2, 2), (3, 3)), ((2, 1),), dim=2)
+    th = [np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([1.0, 0, 1, 0, 1, 0, 1, 0, 2]).reshape(3, 3)]
+    np.testing.assert_allclose(data["v"], mu(arch, th), atol=ATOL_EXACT)
+    np.testing.assert_allclose(data["ntk"], ntk(arch, th), atol=ATOL_EXACT)
+    assert data["dim_M"] == 12
+
+
+def test_critical_point_reported_not_smooth(tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    res = runner.invoke(
+        app,
+        [
+            "lcn",
+            "ntk",
+            "--filters",
+            "3,2",
+            "--strides",
+            "2",
+            "--theta",
+            "-0.49,0,1;-0.49,1",
+            "--json",
+            str(out),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert data["rank"] == 3 and data["dim_M"] == 4 and data["smooth"] is False
+    assert "smooth point: no" in res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--filters", "2,2", "--theta", "1,2;1"], "layer 2 has 1 coefficients"),
+        (["--filters", "2,2", "--theta", "1,2"], "1 layers"),
+        (["--filters", "2,2", "--theta", "1,a;1,2"], "comma-separated numbers"),
+        (["--filters", "2,2", "--theta", "1,inf;1,2"], "finite"),
+        (["--filters", "2,y", "--theta", "1,2;1,2"], "--filters entry 'y'"),
+        (["--filters", ",", "--theta", "1"], "--filters is empty"),
+        (["--filters", "2,2", "--strides", "1,1,1", "--theta", "1,2;1,2"], "strides"),
+        (["--filters", "2,2", "--strides", "0", "--theta", "1,2;1,2"], "positive"),
+        (["--filters", "2,0", "--theta", "1,2;"], "positive"),
+        (["--dim", "2", "--filters", "2,2", "--theta", "1,2;1,2"], "2 ints joined by 'x'"),
+        (["--dim", "2", "--filters", "2x2x2", "--theta", "1"], "3 axes: --dim is 2"),
+    ],
+)
+def test_errors(args: list[str], message: str) -> None:
+    res = runner.invoke(app, ["lcn", "ntk", *args])
+    assert res.exit_code != 0
+    flat = " ".join(res.output.replace("│", " ").split())  # unwrap rich error boxes
+    assert message in flat, res.output

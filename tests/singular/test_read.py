@@ -261,3 +261,33 @@ def test_torch_transformer_encoder_layer_gauges() -> None:
     assert kinds[("vo-rescale", "curved_gauge")] == 2
     assert not _genuine(reading) and reading.not_covered == ()
     assert not model[0].training  # the caller's module keeps its mode
+
+
+def test_conv1d_node_death() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv1d(2, 4, 3, padding=1), nn.GELU(), nn.Conv1d(4, 2, 3, padding=1), nn.Flatten()
+    ).double()
+    with torch.no_grad():
+        model[0].weight[1] = 0.0
+        model[0].bias[1] = 0.0
+        model[2].weight[:, 1] = 0.0
+    x = torch.randn(16, 2, 6, dtype=torch.float64)
+    _check_order(read(model, x, Gaussian(), progress=False), 2, ("0", "2"))
+
+
+def test_invariant_under_relu_rescaling() -> None:
+    """ReLU unit rescaling ``(w_in, b_in, w_out) → (c w_in, c b_in, w_out/c)`` keeps the read."""
+    p = planted_mlp(activation="relu", n=64, seed=8)
+    base = read(p.model, p.data, p.family, progress=False)
+    scaled = copy.deepcopy(p.model)
+    c = torch.linspace(0.5, 2.0, 6, dtype=torch.float64)
+    with torch.no_grad():
+        scaled[0].weight.mul_(c[:, None])
+        scaled[0].bias.mul_(c)
+        scaled[2].weight.div_(c[None, :])
+    torch.testing.assert_close(scaled(p.data), p.model(p.data), atol=1e-12, rtol=0)
+    again = read(scaled, p.data, p.family, progress=False)
+    assert _signature(again) == _signature(base)
+    (a,), (b,) = _genuine(base), _genuine(again)
+    assert a.k == b.k == 2 and abs(a.k_hat - b.k_hat) <= K_HAT_TOL

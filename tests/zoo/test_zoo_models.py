@@ -47,11 +47,11 @@ def test_attention_matches_explicit_per_head_formula() -> None:
     heads = []
     for h in range(2):
         sl = slice(4 * h, 4 * h + 4)
-        q = x @ attn.q.weight[sl].T + attn.q.bias[sl]
-        k = x @ attn.k.weight[sl].T + attn.k.bias[sl]
-        v = x @ attn.v.weight[sl].T + attn.v.bias[sl]
+        q = x @ attn.q_proj.weight[sl].T + attn.q_proj.bias[sl]
+        k = x @ attn.k_proj.weight[sl].T + attn.k_proj.bias[sl]
+        v = x @ attn.v_proj.weight[sl].T + attn.v_proj.bias[sl]
         heads.append(torch.softmax(q @ k.transpose(1, 2) / math.sqrt(4), dim=-1) @ v)
-    expected = torch.cat(heads, dim=-1) @ attn.out.weight.T + attn.out.bias
+    expected = torch.cat(heads, dim=-1) @ attn.out_proj.weight.T + attn.out_proj.bias
     torch.testing.assert_close(attn(x), expected, atol=ATOL_F64, rtol=0)
 
 
@@ -62,10 +62,10 @@ def test_qk_rotation_gauge_leaves_function_unchanged() -> None:
     r, _ = torch.linalg.qr(torch.randn(4, 4, dtype=torch.float64))
     with torch.no_grad():
         attn = model.blocks[0].attn
-        attn.q.weight[:4] = r.T @ attn.q.weight[:4]
-        attn.q.bias[:4] = r.T @ attn.q.bias[:4]
-        attn.k.weight[:4] = r.T @ attn.k.weight[:4]
-        attn.k.bias[:4] = r.T @ attn.k.bias[:4]
+        attn.q_proj.weight[:4] = r.T @ attn.q_proj.weight[:4]
+        attn.q_proj.bias[:4] = r.T @ attn.q_proj.bias[:4]
+        attn.k_proj.weight[:4] = r.T @ attn.k_proj.weight[:4]
+        attn.k_proj.bias[:4] = r.T @ attn.k_proj.bias[:4]
     torch.testing.assert_close(model(x), before, atol=ATOL_F64, rtol=0)
 
 

@@ -50,7 +50,14 @@ def test_split_parameters_on_vit() -> None:
     matrix, other = split_parameters(model)
     assert sorted(matrix) == sorted(
         f"blocks.0.{m}.weight"
-        for m in ("attn.q", "attn.k", "attn.v", "attn.out", "mlp.fc1", "mlp.fc2")
+        for m in (
+            "attn.q_proj",
+            "attn.k_proj",
+            "attn.v_proj",
+            "attn.out_proj",
+            "mlp.fc1",
+            "mlp.fc2",
+        )
     )
     assert "head.weight" in other and "patch_embed.proj.weight" in other
     assert set(matrix).isdisjoint(other)

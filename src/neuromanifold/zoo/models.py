@@ -6,10 +6,12 @@ attention arithmetic (no fused kernels), so the detectors of :mod:`neuromanifold
 every weight matrix and ``torch.func`` transforms (``jvp``, ``vmap``) run through them.
 
 ViT block (pre-LN, residual): ``z ← z + Attn(LN₁(z))``, ``z ← z + W₂ GELU(W₁ LN₂(z) + b₁) + b₂``.
-Attention has separate ``q, k, v, out`` ``nn.Linear`` maps; head ``h`` uses columns
-``h·d_h … (h+1)·d_h`` of q/k/v, scores ``softmax(q_h k_hᵀ / √d_h)`` over tokens, so a detector
-can read each head's ``W_q,h W_k,hᵀ`` (the QK rotation gauge ``W_q,h ↦ W_q,h R``,
-``W_k,h ↦ W_k,h R⁻ᵀ`` leaves the function unchanged).
+Attention has separate ``q_proj, k_proj, v_proj, out_proj`` ``nn.Linear`` maps and a
+``num_heads`` attribute (the common naming, recognised by the attention detector). Head ``h`` owns
+output rows ``r_h = h·d_h … (h+1)·d_h`` of q/k/v and attends with ``softmax(q_h k_hᵀ / √d_h)`` over
+tokens, so a detector sees each head's QK structure; the rotation gauge
+``(W_q[r_h], b_q[r_h], W_k[r_h], b_k[r_h]) ↦ R·(…)``, ``R ∈ O(d_h)``, leaves the function
+unchanged.
 """
 
 from __future__ import annotations
@@ -174,31 +176,31 @@ def config_from_dict(data: dict[str, Any]) -> ZooConfig:
 
 
 class Attention(nn.Module):
-    """Multi-head self-attention with separate ``q, k, v, out`` linear maps.
+    """Multi-head self-attention with separate ``q_proj, k_proj, v_proj, out_proj`` linear maps.
 
     ``x (N, T, D) → out(concat_h softmax(q_h k_hᵀ/√d_h) v_h)``, ``d_h = D / heads``.
     """
 
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
-        self.heads = heads
-        self.q = nn.Linear(dim, dim)
-        self.k = nn.Linear(dim, dim)
-        self.v = nn.Linear(dim, dim)
-        self.out = nn.Linear(dim, dim)
+        self.num_heads = heads
+        self.q_proj = nn.Linear(dim, dim)
+        self.k_proj = nn.Linear(dim, dim)
+        self.v_proj = nn.Linear(dim, dim)
+        self.out_proj = nn.Linear(dim, dim)
 
     def forward(self, x: Tensor) -> Tensor:
         """Attend over the token axis of ``x`` ``(N, T, D)``."""
         n, t, d = x.shape
-        h = self.heads
+        h = self.num_heads
 
         def split(z: Tensor) -> Tensor:
             return z.reshape(n, t, h, d // h).transpose(1, 2)  # (N, H, T, d_h)
 
-        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(d // h)
         mixed = torch.softmax(scores, dim=-1) @ v  # (N, H, T, d_h)
-        return self.out(mixed.transpose(1, 2).reshape(n, t, d))
+        return self.out_proj(mixed.transpose(1, 2).reshape(n, t, d))
 
 
 class FeedForward(nn.Module):

@@ -4,7 +4,8 @@ Parameter split (:func:`split_parameters`):
 
 * **matrix** parameters — the 2-D ``weight`` of every ``nn.Linear`` except the first and the last
   one registered in the model (for zoo models: the patch/input embedding and the classifier head).
-  In a ViT these are the attention ``q, k, v, out`` and MLP ``fc1, fc2`` weights.
+  In a ViT these are the attention ``q_proj, k_proj, v_proj, out_proj`` and MLP ``fc1, fc2``
+  weights.
 * **other** parameters — everything else: embeddings, head, biases, LayerNorm affine parameters,
   class token and position embeddings, convolution kernels.
 

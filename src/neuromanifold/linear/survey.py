@@ -1,0 +1,428 @@
+"""NTK-determinacy survey: the paper's summary table, recomputed by sampling fibers.
+
+For each row (an architecture class and a condition) the survey draws random architectures of
+that class and random parameters ``θ``, takes ``v = μ(θ)`` (so ``v`` lies on the neuromanifold)
+and the invariants of ``θ``, searches the fiber over them, and counts distinct NTKs. A sample is
+*dependent* when the fiber carries more than one NTK (relative entrywise gap above
+``NTK_DISTINCT_RTOL``). The row's computed verdict is ``"dependent"`` if any sample is, else
+``"independent"``; it is printed next to the paper's claim and, where the two disagree, the
+report carries a witness (the sample with the largest NTK spread). The paper's claim is never
+used to fill in a verdict.
+
+Rows: the five rows of the paper's table (FC balanced, FC generic Δ, 1-D all strides > 1, 1-D
+some stride = 1, D ≥ 2), then the rows the specification adds: D = 2 with two equal filter shapes
+and no stride between them, and the shallow ReLU CNN (one filter, stride > 1) and MLP, each under
+two notions of fiber — same outputs on a dataset inside one activation region (every unit active
+there), and same global function (represented on a seeded probe set). Each row states its notion.
+
+Sampling: every sample uses its own generator ``default_rng([seed, row, sample])``, so a run is
+reproducible and rows are independent. D ≥ 2 filters are integers in ``[−20, 20]`` so that the
+rational factoring route applies; all other parameters are standard Gaussian.
+
+References: E. M. Achour, K. Kohn, H. Rauhut, arXiv:2507.06367 (summary table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from neuromanifold.linear.architecture import FC, LCN
+from neuromanifold.linear.fiber import fiber_of_params
+from neuromanifold.linear.fiber_report import NTK_DISTINCT_RTOL, FiberReport
+from neuromanifold.linear.relu import (
+    ReluCNN,
+    ReluMLP,
+    random_relu_params,
+    region_dataset,
+    relu_fiber,
+)
+from neuromanifold.linear.rescale import fc_balanced_params
+
+Verdict = Literal["independent", "dependent"]
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    """One survey row: what is sampled and what the paper says about it."""
+
+    architecture: str
+    condition: str
+    fiber_notion: str
+    paper_claim: Verdict | None
+    sample: Callable[[np.random.Generator], FiberReport]
+
+
+@dataclass(frozen=True)
+class SurveyRow:
+    """Result of one row (see module docstring for the verdict rule)."""
+
+    architecture: str
+    condition: str
+    fiber_notion: str
+    samples: int
+    n_dependent: int
+    fraction_dependent: float
+    max_spread: float
+    verdict: Verdict | None
+    paper_claim: Verdict | None
+    agrees: bool | None
+    routes_agree_fraction: float | None
+    n_failed: int
+    mean_points: float
+    witness: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable dict (the keys of the survey's ``rows``)."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class SurveyResult:
+    """All rows plus the run's settings."""
+
+    rows: tuple[SurveyRow, ...]
+    samples: int
+    seed: int
+    ntk_rtol: float = NTK_DISTINCT_RTOL
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"rows": [...], "samples", "seed", "ntk_rtol", "notes"}``."""
+        return {
+            "rows": [r.to_dict() for r in self.rows],
+            "samples": self.samples,
+            "seed": self.seed,
+            "ntk_rtol": self.ntk_rtol,
+            "notes": list(self.notes),
+        }
+
+
+# ---------------------------------------------------------------- samplers
+
+
+def _fc_dims(rng: np.random.Generator) -> tuple[int, ...]:
+    L = int(rng.integers(2, 4))
+    return tuple(int(x) for x in rng.integers(2, 4, size=L + 1))
+
+
+def _fc_balanced(rng: np.random.Generator) -> FiberReport:
+    arch = FC(_fc_dims(rng))
+    theta = fc_balanced_params(arch, rng.standard_normal(arch.out_shape), rng=rng)
+    return fiber_of_params(arch, theta, seed=int(rng.integers(2**31)))
+
+
+def _fc_generic(rng: np.random.Generator) -> FiberReport:
+    arch = FC(_fc_dims(rng))
+    theta = [rng.standard_normal(s) for s in arch.param_shapes]
+    return fiber_of_params(arch, theta, seed=int(rng.integers(2**31)))
+
+
+def _lcn_1d(rng: np.random.Generator, *, stride_one: bool) -> FiberReport:
+    L = int(rng.integers(2, 4))
+    ks = tuple(int(k) for k in rng.integers(2, 4, size=L))
+    if stride_one:
+        ss = [int(s) for s in rng.integers(1, 3, size=L - 1)]
+        ss[int(rng.integers(L - 1))] = 1
+    else:
+        ss = [int(s) for s in rng.integers(2, 4, size=L - 1)]
+    arch = LCN(ks, tuple(ss))
+    theta = [rng.standard_normal(s) for s in arch.param_shapes]
+    return fiber_of_params(arch, theta, seed=int(rng.integers(2**31)))
+
+
+_SHAPES_2D = [(2, 2), (2, 3), (3, 2), (3, 3)]
+
+
+def _int_filters(arch: LCN, rng: np.random.Generator) -> list[np.ndarray]:
+    out = []
+    for s in arch.param_shapes:
+        w = np.zeros(s)
+        while not np.any(w):
+            w = rng.integers(-20, 21, size=s).astype(np.float64)
+        out.append(w)
+    return out
+
+
+def _lcn_2d(rng: np.random.Generator, *, equal_pair: bool) -> FiberReport:
+    L = int(rng.integers(2, 4))
+    shapes = [_SHAPES_2D[int(i)] for i in rng.integers(len(_SHAPES_2D), size=L)]
+    strides = [tuple(int(x) for x in rng.integers(1, 3, size=2)) for _ in range(L - 1)]
+    if equal_pair:
+        i = int(rng.integers(L - 1))
+        shapes[i + 1] = shapes[i]
+        strides[i] = (1, 1)
+    arch = LCN(tuple(shapes), tuple(strides), dim=2)
+    theta = _int_filters(arch, rng)
+    return fiber_of_params(arch, theta, seed=int(rng.integers(2**31)), n_starts=30)
+
+
+def _relu(
+    rng: np.random.Generator, *, cnn: bool, notion: Literal["dataset", "global"]
+) -> FiberReport:
+    if cnn:
+        k = int(rng.integers(2, 4))
+        s = int(rng.integers(2, 4))
+        P = int(rng.integers(2, 4))
+        net: ReluMLP | ReluCNN = ReluCNN(length=(P - 1) * s + k, filter_size=k, stride=s)
+    else:
+        net = ReluMLP(d_in=int(rng.integers(2, 4)), width=int(rng.integers(2, 4)))
+    theta = random_relu_params(net, rng)
+    X = region_dataset(net, theta, 2 * net.input_dim, rng, require_all_active=True)
+    return relu_fiber(net, theta, X, notion=notion, seed=int(rng.integers(2**31)))
+
+
+_DATASET = "same outputs on a dataset inside one activation region (all units active there)"
+_GLOBAL = "same global function (values on a seeded Gaussian probe set)"
+_PARAM = "same end-to-end map and invariants"
+
+
+def default_rows() -> list[RowSpec]:
+    """The survey's rows, in table order (paper's rows first)."""
+    return [
+        RowSpec("fully connected", "balanced (Δ = 0)", _PARAM, "independent", _fc_balanced),
+        RowSpec("fully connected", "generic Δ ≠ 0", _PARAM, "dependent", _fc_generic),
+        RowSpec(
+            "1-D convolution",
+            "all strides > 1",
+            _PARAM,
+            "independent",
+            lambda r: _lcn_1d(r, stride_one=False),
+        ),
+        RowSpec(
+            "1-D convolution",
+            "some stride = 1",
+            _PARAM,
+            "dependent",
+            lambda r: _lcn_1d(r, stride_one=True),
+        ),
+        RowSpec(
+            "D-dim convolution (D = 2)",
+            "any strides (random shapes and strides)",
+            _PARAM,
+            "independent",
+            lambda r: _lcn_2d(r, equal_pair=False),
+        ),
+        RowSpec(
+            "D-dim convolution (D = 2)",
+            "two equal filter shapes, no stride between them",
+            _PARAM,
+            "independent",
+            lambda r: _lcn_2d(r, equal_pair=True),
+        ),
+        RowSpec(
+            "shallow ReLU CNN",
+            "one filter, stride > 1",
+            _DATASET,
+            "independent",
+            lambda r: _relu(r, cnn=True, notion="dataset"),
+        ),
+        RowSpec(
+            "shallow ReLU CNN",
+            "one filter, stride > 1",
+            _GLOBAL,
+            "independent",
+            lambda r: _relu(r, cnn=True, notion="global"),
+        ),
+        RowSpec(
+            "shallow ReLU MLP",
+            "generic weights",
+            _DATASET,
+            "dependent",
+            lambda r: _relu(r, cnn=False, notion="dataset"),
+        ),
+        RowSpec(
+            "shallow ReLU MLP",
+            "generic weights",
+            _GLOBAL,
+            "dependent",
+            lambda r: _relu(r, cnn=False, notion="global"),
+        ),
+    ]
+
+
+# ---------------------------------------------------------------- running
+
+
+def _witness(rep: FiberReport) -> dict[str, Any]:
+    ntks = rep.ntk_arrays()
+    labels = rep.ntk_labels
+    first = {}
+    for i, lab in enumerate(labels):
+        first.setdefault(lab, i)
+    pair = sorted(first.values())[:2]
+    return {
+        "architecture": rep.architecture,
+        "v": list(rep.v),
+        "delta": list(rep.delta),
+        "n_points": rep.n_points,
+        "n_distinct_ntks": rep.n_distinct_ntks,
+        "max_ntk_diff_abs": rep.max_ntk_diff_abs,
+        "max_ntk_diff_rel": rep.max_ntk_diff_rel,
+        "points": [list(map(_listify, rep.points[i])) for i in pair],
+        "ntks": [ntks[i].tolist() for i in pair],
+        "residual": rep.residual,
+    }
+
+
+def _listify(x: Any) -> Any:
+    return x.tolist() if isinstance(x, np.ndarray) else x
+
+
+def run_row(
+    spec: RowSpec,
+    *,
+    samples: int,
+    seed: int,
+    row_index: int,
+    progress: Callable[[int], None] | None = None,
+) -> SurveyRow:
+    """Sample ``samples`` fibers for one row and summarise them (module docstring)."""
+    reps: list[FiberReport] = []
+    for j in range(samples):
+        rng = np.random.default_rng([seed, row_index, j])
+        reps.append(spec.sample(rng))
+        if progress is not None:
+            progress(1)
+    found = [r for r in reps if r.on_manifold]
+    dep = [r for r in found if r.ntk_dependent]
+    spreads = [r.max_ntk_diff_rel for r in found]
+    verdict: Verdict | None = None
+    if found:
+        verdict = "dependent" if dep else "independent"
+    agrees = None if (spec.paper_claim is None or verdict is None) else verdict == spec.paper_claim
+    witness = None
+    if agrees is False:
+        if dep:
+            witness = _witness(max(dep, key=lambda r: r.max_ntk_diff_rel))
+        else:
+            best = max(found, key=lambda r: r.n_points)
+            witness = {
+                "note": "no sample had more than one NTK on its fiber",
+                "largest_fiber_points": best.n_points,
+                "largest_spread": max(spreads),
+            }
+    two = [r for r in found if r.routes_agree is not None]
+    return SurveyRow(
+        architecture=spec.architecture,
+        condition=spec.condition,
+        fiber_notion=spec.fiber_notion,
+        samples=samples,
+        n_dependent=len(dep),
+        fraction_dependent=(len(dep) / len(found)) if found else float("nan"),
+        max_spread=max(spreads, default=0.0),
+        verdict=verdict,
+        paper_claim=spec.paper_claim,
+        agrees=agrees,
+        routes_agree_fraction=(sum(bool(r.routes_agree) for r in two) / len(two)) if two else None,
+        n_failed=samples - len(found),
+        mean_points=float(np.mean([r.n_points for r in found])) if found else 0.0,
+        witness=witness,
+    )
+
+
+def run_survey(
+    *,
+    samples: int = 20,
+    seed: int = 0,
+    rows: list[RowSpec] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> SurveyResult:
+    """Run every row (``default_rows()`` unless given); ``progress(1)`` after each sample."""
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"samples must be a positive int, got {samples!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    specs = default_rows() if rows is None else rows
+    out = tuple(
+        run_row(s, samples=samples, seed=seed, row_index=i, progress=progress)
+        for i, s in enumerate(specs)
+    )
+    notes = (
+        "verdict = 'dependent' iff some sampled fiber carries two NTKs differing by more than "
+        f"{NTK_DISTINCT_RTOL:g} relative (entrywise max norm); max_spread is that relative gap",
+        "paper_claim is the summary table of arXiv:2507.06367 as recorded in the specification; "
+        "it is shown, never used to compute a verdict",
+    )
+    return SurveyResult(rows=out, samples=samples, seed=seed, notes=notes)
+
+
+def to_markdown(result: SurveyResult) -> str:
+    """A Markdown table of the rows, followed by the witnesses of disagreements."""
+    head = (
+        "| architecture | condition | fiber notion | samples | fraction dependent | "
+        "max spread | verdict | paper claim | agrees |\n|---|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for r in result.rows:
+        lines.append(
+            f"| {r.architecture} | {r.condition} | {r.fiber_notion} | {r.samples} | "
+            f"{r.fraction_dependent:.2f} | {r.max_spread:.3g} | {r.verdict} | "
+            f"{r.paper_claim or '—'} | {_yes_no(r.agrees)} |"
+        )
+    text = f"# NTK determinacy survey (samples={result.samples}, seed={result.seed})\n\n"
+    text += head + "\n".join(lines) + "\n"
+    wit = [r for r in result.rows if r.witness is not None]
+    if wit:
+        text += "\n## Disagreements with the paper's claim\n"
+        for r in wit:
+            w = r.witness or {}
+            text += f"\n* **{r.architecture} — {r.condition}** ({r.fiber_notion}): "
+            if "ntks" in w:
+                text += (
+                    f"{w['architecture']}: {w['n_distinct_ntks']} distinct NTKs on one fiber, "
+                    f"relative gap {w['max_ntk_diff_rel']:.3g} (points and NTKs in the JSON).\n"
+                )
+            else:
+                text += f"{w.get('note')}.\n"
+    text += "\n" + "\n".join(f"_{n}_  " for n in result.notes) + "\n"
+    return text
+
+
+def _yes_no(x: bool | None) -> str:
+    return "—" if x is None else ("yes" if x else "NO")
+
+
+def plot_survey(result: SurveyResult, path: str) -> None:
+    """Bar chart of the fraction of dependent samples per row, paper claims marked (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result.rows
+    labels = [f"{r.architecture}\n{r.condition}\n[{_short(r.fiber_notion)}]" for r in rows]
+    y = np.arange(len(rows))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 0.8 * len(rows) + 1.5), sharey=True)
+    ax1.barh(y, [r.fraction_dependent for r in rows], color="tab:blue")
+    for i, r in enumerate(rows):
+        if r.paper_claim is not None:
+            x = 1.0 if r.paper_claim == "dependent" else 0.0
+            ax1.plot([x], [i], marker="D", color="tab:red", ms=7)
+    ax1.set_xlim(-0.05, 1.05)
+    ax1.set_xlabel("fraction of samples with more than one NTK on the fiber")
+    ax1.set_yticks(y, labels, fontsize=7)
+    ax1.invert_yaxis()
+    ax1.set_title(
+        "computed (bars) vs paper claim (red ◆: 0 = independent, 1 = dependent)", fontsize=9
+    )
+    spreads = [max(r.max_spread, 1e-17) for r in rows]
+    ax2.barh(y, spreads, color="tab:orange")
+    ax2.set_xscale("log")
+    ax2.axvline(result.ntk_rtol, color="k", ls="--", lw=1)
+    ax2.set_xlabel("largest relative NTK spread on a fiber (dashed: threshold)")
+    fig.suptitle(f"NTK determinacy survey, samples={result.samples}, seed={result.seed}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _short(notion: str) -> str:
+    if notion == _DATASET:
+        return "dataset, one region"
+    if notion == _GLOBAL:
+        return "global function"
+    return "(v, δ)"

@@ -1,0 +1,98 @@
+"""The NTK-determinacy survey: verdicts are computed, reproducible, and serialisable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from neuromanifold.linear.fiber_report import FiberReport, build_report
+from neuromanifold.linear.survey import (
+    RowSpec,
+    SurveyResult,
+    default_rows,
+    plot_survey,
+    run_row,
+    run_survey,
+    to_markdown,
+)
+
+ROW_KEYS = {
+    "architecture",
+    "condition",
+    "samples",
+    "fraction_dependent",
+    "max_spread",
+    "verdict",
+    "paper_claim",
+}
+
+
+def test_every_row_runs_and_verdict_follows_the_samples() -> None:
+    res = run_survey(samples=1, seed=3)
+    assert len(res.rows) == 10
+    for r in res.rows:
+        assert r.verdict in ("independent", "dependent")
+        assert (r.verdict == "dependent") == (r.n_dependent > 0)
+        assert r.paper_claim in ("independent", "dependent", None)
+        assert (r.witness is not None) == (r.agrees is False)
+    d = json.loads(json.dumps(res.to_dict()))
+    assert all(ROW_KEYS <= set(row) for row in d["rows"])
+    # mechanisms that hold for every sample (spec §4.1, §4.4 caveat, §4.5)
+    assert res.rows[2].condition == "all strides > 1" and res.rows[2].n_dependent == 0
+    assert res.rows[1].verdict == "dependent"  # FC generic Δ
+    assert res.rows[0].verdict == "independent"  # FC balanced
+    assert res.rows[5].verdict == "dependent"  # D = 2 equal shapes, no stride between
+
+
+def test_reproducible_with_the_same_seed() -> None:
+    rows = [default_rows()[i] for i in (3, 6)]
+    a = run_survey(samples=2, seed=7, rows=rows).to_dict()
+    b = run_survey(samples=2, seed=7, rows=rows).to_dict()
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _fake_report(n_ntks: int) -> FiberReport:
+    ntks = [np.eye(2) * (1 + i) for i in range(n_ntks)]
+    return build_report(
+        architecture="toy",
+        v=np.ones(2),
+        delta=np.zeros(1),
+        points=[(np.ones(1),)] * n_ntks,
+        ntks=ntks,
+        residuals=[0.0] * n_ntks,
+        best_residual=0.0,
+        tolerance=1e-10,
+        routes=[],
+        routes_agree=None,
+    )
+
+
+def test_disagreement_produces_a_witness_and_markdown_says_so() -> None:
+    spec = RowSpec("toy", "two NTKs", "toy notion", "independent", lambda rng: _fake_report(2))
+    row = run_row(spec, samples=2, seed=0, row_index=0)
+    assert row.verdict == "dependent" and row.agrees is False
+    assert row.witness is not None and row.witness["n_distinct_ntks"] == 2
+    spec_ok = RowSpec("toy", "one NTK", "toy notion", "dependent", lambda rng: _fake_report(1))
+    row_ok = run_row(spec_ok, samples=2, seed=0, row_index=1)
+    assert row_ok.verdict == "independent" and row_ok.agrees is False
+    assert row_ok.witness is not None and "no sample" in row_ok.witness["note"]
+    md = to_markdown(SurveyResult(rows=(row, row_ok), samples=2, seed=0))
+    assert md.count("| toy |") == 2 and "Disagreements" in md and "| NO |" in md
+
+
+def test_plot_writes_png(tmp_path: Path) -> None:
+    spec = RowSpec("toy", "c", "n", None, lambda rng: _fake_report(1))
+    res = SurveyResult(rows=(run_row(spec, samples=1, seed=0, row_index=0),), samples=1, seed=0)
+    out = tmp_path / "survey.png"
+    plot_survey(res, str(out))
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="samples must be a positive int, got 0"):
+        run_survey(samples=0)
+    with pytest.raises(ValueError, match="seed must be a non-negative int, got -1"):
+        run_survey(samples=1, seed=-1)

@@ -152,8 +152,12 @@ def _from_timm(name: str) -> nn.Module:
     try:
         timm = importlib.import_module("timm")
     except ImportError as err:
+        from neuromanifold.zoo.models import ZOO_ARCHITECTURES
+
         raise ImportError(
-            f"architecture {name!r} is read as a timm model name, which needs `timm`; {_EXTRA_HINT}"
+            f"architecture {name!r} is not a zoo architecture {sorted(ZOO_ARCHITECTURES)}, a JSON "
+            "file, a directory or module:factory, so it is read as a timm model name, which needs "
+            f"`timm`; {_EXTRA_HINT}"
         ) from err
     try:
         return timm.create_model(name, pretrained=False)

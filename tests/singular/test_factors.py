@@ -215,3 +215,17 @@ def test_data_parallel_factors_equal_single_process(tmp_path) -> None:
         assert n == 10
         torch.testing.assert_close(a, b.A, atol=ATOL_EXACT, rtol=0)
         torch.testing.assert_close(g, b.G, atol=ATOL_EXACT, rtol=0)
+
+
+def test_inplace_activations_do_not_change_the_factors() -> None:
+    torch.manual_seed(0)
+    inplace = nn.Sequential(
+        nn.Linear(4, 6), nn.ReLU(inplace=True), nn.Linear(6, 3), nn.ReLU(inplace=True)
+    ).double()
+    plain = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 3), nn.ReLU()).double()
+    plain.load_state_dict(inplace.state_dict())
+    x = torch.randn(9, 4, dtype=torch.float64)
+    fa, fb = kfac_factors(inplace, x, Categorical()), kfac_factors(plain, x, Categorical())
+    for name in fb:
+        torch.testing.assert_close(fa[name].A, fb[name].A, atol=ATOL_EXACT, rtol=0)
+        torch.testing.assert_close(fa[name].G, fb[name].G, atol=ATOL_EXACT, rtol=0)

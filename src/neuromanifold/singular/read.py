@@ -34,6 +34,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -275,6 +276,13 @@ def read(
         "model": type(model).__name__,
         "n_params": sum(p.numel() for p in model.parameters()),
         "n_covered_modules": n_supported,
+        "module_types": dict(
+            Counter(
+                type(m).__name__
+                for m in model.modules()
+                if any(True for _ in m.parameters(recurse=False))
+            )
+        ),
         "family": family.to_dict(),
         "n_samples": int(x.shape[0]),
         "dtype": str(next(model.parameters()).dtype)

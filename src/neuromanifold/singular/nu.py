@@ -9,8 +9,8 @@ with Z ∼ N(0, 2). With m_k(Z) = E_{π_Z}[η^k] and V_k(Z) = Var_{π_Z}(η^k),
 
     ν(k) = E_{Z∼N(0,2)}[V_k(Z)] = ∫_R V_k(Z) e^{−Z²/4} / √(4π) dZ.
 
-Inner moments: one adaptive vector quadrature (``scipy.integrate.quad_vec``) of
-``[1, T − c, (T − c)²] · exp(f(η) − f_max)`` with T = η^k and f(η) = Z η^k − η^{2k}. The
+Inner moments: adaptive quadrature (``scipy.integrate.quad``, QUADPACK) of
+``(T − c)^j · exp(f(η) − f_max)``, j = 0, 1, 2, with T = η^k and f(η) = Z η^k − η^{2k}. The
 exponent is shifted by its maximum f_max over the attainable T (Z²/4, or 0 for even k and
 Z < 0), and the moments are centred at the mode c of T (no cancellation). The range is folded
 onto η ≥ 0 (η → −η maps T → (−1)^k T) and truncated at η_max = s_max^{1/k}, where s_max solves
@@ -135,21 +135,25 @@ def _moments_quadrature(k: int, z: float) -> tuple[float, float]:
     eta_max = s_max ** (1.0 / k)
     signs = (1.0,) if k % 2 == 0 else (1.0, -1.0)
 
-    def integrand(eta: float) -> np.ndarray:
-        s = eta**k
-        out = np.zeros(3)
-        for sign in signs:
-            t = sign * s
-            w = math.exp(z * t - s * s - f_max)
-            d = t - c
-            out += w * np.array([1.0, d, d * d])
-        return out
-
     points = [abs(c) ** (1.0 / k)] if 0.0 < abs(c) ** (1.0 / k) < eta_max else None
-    res, _err = integrate.quad_vec(
-        integrand, 0.0, eta_max, epsabs=0.0, epsrel=_INNER_EPSREL, points=points, limit=2000
-    )
-    c0, c1, c2 = (float(x) for x in res)
+
+    def centred_moment(j: int, epsabs: float) -> float:
+        def integrand(eta: float) -> float:
+            s = eta**k
+            out = 0.0
+            for sign in signs:
+                t = sign * s
+                out += math.exp(z * t - s * s - f_max) * (t - c) ** j
+            return out
+
+        val, _err = integrate.quad(
+            integrand, 0.0, eta_max, points=points, epsabs=epsabs, epsrel=_INNER_EPSREL, limit=2000
+        )
+        return val
+
+    c0 = centred_moment(0, 0.0)
+    c1 = centred_moment(1, _INNER_EPSREL * c0)
+    c2 = centred_moment(2, _INNER_EPSREL * c0)
     mean_shift = c1 / c0
     return c + mean_shift, c2 / c0 - mean_shift * mean_shift
 

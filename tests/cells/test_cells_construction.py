@@ -315,8 +315,8 @@ def test_qk_rotation_generator_is_a_rotation_tangent(basis: str) -> None:
     torch.testing.assert_close(
         out_at(cell, 0.3), out_at(qk_rotation(), 0.3), atol=ATOL_EXACT, rtol=0
     )
-    wq, wk = cell.params["q.weight"], cell.params["k.weight"]
-    dq, dk = cell.direction["q.weight"], cell.direction["k.weight"]
+    wq, wk = cell.params["q_proj.weight"], cell.params["k_proj.weight"]
+    dq, dk = cell.direction["q_proj.weight"], cell.direction["k_proj.weight"]
     skew = -dq @ torch.linalg.pinv(wq)  # δq = −S W_q with W_q of full row rank
     torch.testing.assert_close(skew, -skew.T, atol=ATOL_EXACT, rtol=0)
     torch.testing.assert_close(dk, -skew @ wk, atol=ATOL_EXACT, rtol=0)
@@ -327,7 +327,7 @@ def test_qk_rotation_generator_is_a_rotation_tangent(basis: str) -> None:
     assert float((dq.T @ dk).abs().max()) > 1e-3
     # The exact orbit (R = exp(S)) leaves the output unchanged.
     rot = torch.linalg.matrix_exp(0.7 * skew)
-    q = dict(cell.params, **{"q.weight": rot @ wq, "k.weight": rot @ wk})
+    q = dict(cell.params, **{"q_proj.weight": rot @ wq, "k_proj.weight": rot @ wk})
     torch.testing.assert_close(out_at(cell, params=q), out_at(cell), atol=ATOL_EXACT, rtol=0)
     x = cell.data
     for t in T_VALUES:

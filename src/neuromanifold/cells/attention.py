@@ -38,26 +38,28 @@ class SingleHeadAttention(nn.Module):
     """One softmax attention head with output projection, outputs flattened.
 
     ``x: (N, T, d) → softmax(Q Kᵀ/√d_head) V W_Oᵀ → (N, T·d)`` with ``Q = x W_qᵀ`` etc.
-    Parameters ``q.weight``, ``k.weight``, ``v.weight`` of shape ``(d_head, d)`` and
-    ``o.weight`` of shape ``(d, d_head)``; no biases, no mask.
+    Parameters ``q_proj.weight``, ``k_proj.weight``, ``v_proj.weight`` of shape ``(d_head, d)``
+    and ``o_proj.weight`` of shape ``(d, d_head)``; no biases, no mask. The names and
+    ``num_heads = 1`` follow a layout the attention detector recognises.
     """
 
     def __init__(self, d: int, d_head: int) -> None:
         super().__init__()
         self.d_head = d_head
-        self.q = nn.Linear(d, d_head, bias=False)
-        self.k = nn.Linear(d, d_head, bias=False)
-        self.v = nn.Linear(d, d_head, bias=False)
-        self.o = nn.Linear(d_head, d, bias=False)
+        self.num_heads = 1
+        self.q_proj = nn.Linear(d, d_head, bias=False)
+        self.k_proj = nn.Linear(d, d_head, bias=False)
+        self.v_proj = nn.Linear(d, d_head, bias=False)
+        self.o_proj = nn.Linear(d_head, d, bias=False)
 
     def scores(self, x: Tensor) -> Tensor:
         """Pre-softmax scores ``Q Kᵀ/√d_head``, shape ``(N, T, T)``."""
-        return self.q(x) @ self.k(x).transpose(-1, -2) / math.sqrt(self.d_head)
+        return self.q_proj(x) @ self.k_proj(x).transpose(-1, -2) / math.sqrt(self.d_head)
 
     def forward(self, x: Tensor) -> Tensor:
         """Attention output flattened to ``(N, T·d)``."""
         attn = torch.softmax(self.scores(x), dim=-1)
-        return self.o(attn @ self.v(x)).flatten(1)
+        return self.o_proj(attn @ self.v_proj(x)).flatten(1)
 
 
 @cell_constructor
@@ -93,13 +95,13 @@ def qk_rotation(
     params = load(
         model,
         {
-            "q.weight": r_qk @ wq,
-            "k.weight": r_qk @ wk,
-            "v.weight": r_vo @ wv,
-            "o.weight": wo @ r_vo.T,
+            "q_proj.weight": r_qk @ wq,
+            "k_proj.weight": r_qk @ wk,
+            "v_proj.weight": r_vo @ wv,
+            "o_proj.weight": wo @ r_vo.T,
         },
     )
-    tangent = normalise({"q.weight": -r_qk @ skew @ wq, "k.weight": -r_qk @ skew @ wk})
+    tangent = normalise({"q_proj.weight": -r_qk @ skew @ wq, "k_proj.weight": -r_qk @ skew @ wk})
     return Cell(
         name="qk_rotation" + ("" if basis == "canonical" else f"_{basis}"),
         description=(

@@ -1,0 +1,49 @@
+"""The whole-model read (detectors + order read) finds each cell's answer on its own.
+
+For the cells below, ``singular.read.read`` — given only the model, the probe inputs and the
+family, not the cell's direction — reports a direction of the cell's expected class (and order).
+Cells left out: width-one or all-zero models (node deaths ``a·σ(bx)``, scalar/ReLU chains, the
+residual path, the offset cell), where every block's factors vanish and the detectors propose
+nothing; the SwiGLU dead dimension, whose dead direction spans three blocks and is not proposed
+(its single-block modes read flat); the Gaussian location (no module to detect); linear regression
+and RMSNorm (nothing dead: no candidate is the right answer).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from neuromanifold.cells import get_cell
+from neuromanifold.singular.read import read
+
+NAMED_BY_DETECTORS = [
+    "matrix_chain_L2",
+    "matrix_chain_L4_rotated",
+    "matrix_chain_L6_rotated",
+    "mlp_node_death_gelu",
+    "mlp_node_death_gelu_rotated",
+    "layernorm_kernel",
+    "ce_logit_shift",
+    "relu_rescale",
+    "qk_rotation",
+    "conv1d_node_death",
+    "conv2d_node_death",
+    "conv1d_chain_L3_rotated",
+    "conv2d_chain_L2_rotated",
+]
+
+
+@pytest.mark.parametrize("name", NAMED_BY_DETECTORS, ids=NAMED_BY_DETECTORS)
+def test_whole_model_read_finds_the_cell_answer(name: str) -> None:
+    cell = get_cell(name)
+    reading = read(cell.model, cell.data, cell.family, progress=False, per_layer=False)
+    found = [
+        (d.klass, d.k)
+        for d in reading.directions
+        if d.klass == cell.expected_class and (cell.expected_k is None or d.k == cell.expected_k)
+    ]
+    assert found, f"{name}: read found {[(d.klass, d.k) for d in reading.directions]}"
+    assert not reading.not_covered
+    # A gauge cell must never surface as a genuine singularity.
+    if cell.expected_k is None:
+        assert all(d.klass != "genuine_singularity" for d in reading.directions)

@@ -97,3 +97,19 @@ def test_split_and_task_errors() -> None:
         split_arrays(x, y, val_fraction=1.5)
     with pytest.raises(ValueError, match="task must be one of"):
         digits("mnist")  # type: ignore[arg-type]
+
+
+def test_class_folder_of_png(tmp_path) -> None:
+    import matplotlib.image as mpimg
+
+    for cls in ("a", "b"):
+        (tmp_path / cls).mkdir()
+        img = np.zeros((5, 6, 3), dtype=np.float32)
+        img[..., 0] = 1.0 if cls == "b" else 0.0
+        mpimg.imsave(tmp_path / cls / "0.png", img)
+    x, y = load_arrays(tmp_path)
+    assert x.shape[0] == 2 and x.shape[2:] == (5, 6) and x.shape[1] in (3, 4)
+    assert y.tolist() == [0, 1]
+    assert float(x[1, 0].mean()) == pytest.approx(1.0) and float(x[0, 0].mean()) == pytest.approx(
+        0.0
+    )

@@ -18,6 +18,15 @@ ATOL_EXACT = 1e-12
 ATOL_CURVLINOPS = 1e-10
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: intra-op threads only add contention on a shared 2-core machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def _mlp(seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3)).double()
@@ -183,6 +192,7 @@ def test_factors_equal_curvlinops_gaussian() -> None:
 def _distributed_worker(rank: int, world: int, store: str, out: str) -> None:
     import torch.distributed as dist
 
+    torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         torch.manual_seed(0)

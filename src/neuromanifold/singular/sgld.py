@@ -27,8 +27,8 @@ non-finite loss or nβ(L_B(w) − L_n(w*)) > ``DIVERGENCE_FACTOR``·d (d = param
 posterior has λ ≤ d/2) stops the run and reports ``diverged=True`` with the chain and step, and
 ``llc=None``.
 
-Pass accounting: ``n_passes`` counts forward+backward passes over one batch, per chain
-(chains × steps) plus one forward pass over the data for L_n(w*).
+Pass accounting: ``n_passes`` counts forward+backward passes over one batch, per chain:
+chains × (steps + 1) (the + 1 is ∇U at w*), plus one forward pass over the data for L_n(w*).
 
 References: E. Lau, Z. Furman, G. Wang, D. Murfet, S. Wei, The Local Learning Coefficient,
 arXiv:2308.12108; M. Welling, Y. W. Teh, Bayesian learning via stochastic gradient Langevin

@@ -101,7 +101,7 @@ def coordinate_scan(
         w = params[key]
         order = torch.argsort(w.reshape(-1).abs(), stable=True)[:per_tensor]
         for flat in order.tolist():
-            e = torch.zeros(w.numel(), dtype=torch.float64)
+            e = torch.zeros(w.numel(), dtype=torch.float64, device=w.device)
             e[flat] = 1.0
             r = read_direction(work, params, {key: e.reshape(w.shape)}, data, family, grid=grid)
             idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), w.shape))

@@ -298,7 +298,7 @@ def kfac_factors(
     n_pos: dict[str, int] = {}
     inputs_seen: dict[str, list[Tensor]] = {n: [] for n in blocks}
     grads_seen: dict[str, list[Tensor]] = {n: [] for n in blocks}
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device=x_all.device).manual_seed(seed)
 
     def pre_hook(name: str):
         def fn(mod: nn.Module, inputs: tuple[Tensor, ...]) -> None:
@@ -374,7 +374,9 @@ def kfac_factors(
         if not called[n]:
             continue  # block never called on the probe data
         d_out = mod.weight.shape[0]
-        g_sum = sums_g[n] if sums_g[n] is not None else torch.zeros(d_out, d_out).double()
+        g_sum = sums_g[n]
+        if g_sum is None:
+            g_sum = torch.zeros(d_out, d_out, dtype=torch.float64, device=mod.weight.device)
         result[n] = BlockFactors(
             name=n,
             kind=_kind(mod),
@@ -415,23 +417,27 @@ def _all_reduce_sums(
     called = {n: sums_a[n] is not None for n in blocks}
     if not (dist.is_available() and dist.is_initialized()):
         return n_local, called
-    count = torch.tensor([float(n_local)], dtype=torch.float64)
+    dev = next((m.weight.device for m in blocks.values()), torch.device("cpu"))
+    count = torch.tensor([float(n_local)], dtype=torch.float64, device=dev)
     dist.all_reduce(count)
     for n, mod in blocks.items():
-        flag = torch.tensor([1.0 if called[n] else 0.0], dtype=torch.float64)
+        flag = torch.tensor([1.0 if called[n] else 0.0], dtype=torch.float64, device=dev)
         dist.all_reduce(flag)
         called[n] = bool(flag.item() > 0)
         if not called[n]:
             continue
         d_in = mod.weight[0].numel() + (1 if mod.bias is not None else 0)
         d_out = mod.weight.shape[0]
-        a = sums_a[n] if sums_a[n] is not None else torch.zeros(d_in, d_in, dtype=torch.float64)
-        g = sums_g[n] if sums_g[n] is not None else torch.zeros(d_out, d_out, dtype=torch.float64)
+        dev = mod.weight.device
+        a = sums_a[n]
+        g = sums_g[n]
+        a = a if a is not None else torch.zeros(d_in, d_in, dtype=torch.float64, device=dev)
+        g = g if g is not None else torch.zeros(d_out, d_out, dtype=torch.float64, device=dev)
         a, g = a.contiguous().clone(), g.contiguous().clone()
         dist.all_reduce(a)
         dist.all_reduce(g)
         sums_a[n], sums_g[n] = a, g
-        pos = torch.tensor([float(n_pos.get(n, 0))], dtype=torch.float64)
+        pos = torch.tensor([float(n_pos.get(n, 0))], dtype=torch.float64, device=dev)
         dist.all_reduce(pos, op=dist.ReduceOp.MAX)
         n_pos[n] = int(pos.item())
     return int(count.item()), called

@@ -98,7 +98,12 @@ def _not_covered(
 
 def _flatten(u: dict[str, Tensor], keys: Sequence[str], params: dict[str, Tensor]) -> Tensor:
     return torch.cat(
-        [u[k].reshape(-1) if k in u else torch.zeros(params[k].numel()).double() for k in keys]
+        [
+            u[k].reshape(-1)
+            if k in u
+            else torch.zeros(params[k].numel(), dtype=torch.float64, device=params[k].device)
+            for k in keys
+        ]
     )
 
 

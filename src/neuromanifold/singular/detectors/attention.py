@@ -152,6 +152,8 @@ class AttentionDetector:
     def _qk(
         ctx: DetectionContext, prefix: str, name: str, lay: AttentionLayout, h: int, dh: int
     ) -> Candidate:
+        dev = ctx.params[prefix + lay.q[0]].device
+
         def tangent(s_mat: Tensor) -> dict[str, Tensor]:
             t: dict[str, Tensor] = {}
             for w_key, b_key, off in (lay.q, lay.k):
@@ -169,7 +171,7 @@ class AttentionDetector:
         basis = []
         for i in range(dh):
             for j in range(i + 1, dh):
-                s_ij = torch.zeros(dh, dh, dtype=torch.float64)
+                s_ij = torch.zeros(dh, dh, dtype=torch.float64, device=dev)
                 s_ij[i, j], s_ij[j, i] = 1.0, -1.0
                 basis.append(tangent(s_ij))
         layers = tuple(
@@ -178,7 +180,7 @@ class AttentionDetector:
         return Candidate(
             layers=layers,
             detector="qk-rotation",
-            u=normalise(tangent(_skew(dh, 1000 + h))),
+            u=normalise(tangent(_skew(dh, 1000 + h).to(dev))),
             gauge="curved",
             gauge_generators=tuple(basis),
             info={"module": name, "head": h, "d_head": dh},

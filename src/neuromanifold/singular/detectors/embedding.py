@@ -32,13 +32,14 @@ class EmbeddingDetector:
         if seen is None:
             return []
         unseen = torch.ones(module.num_embeddings, dtype=torch.bool)
-        unseen[seen] = False
+        unseen[seen.cpu()] = False
         if not unseen.any():
             return []
         gen = torch.Generator().manual_seed(7)
         key = f"{name}.weight" if name else "weight"
         u = torch.randn(module.weight.shape, generator=gen, dtype=torch.float64)
         u[~unseen] = 0.0
+        u = u.to(module.weight.device)
         return [
             Candidate(
                 layers=(name,),

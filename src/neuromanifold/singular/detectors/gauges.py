@@ -40,12 +40,14 @@ class LogitShiftDetector:
             return []
         prefix = f"{name}." if name else ""
         c = module.out_features
+        dev = module.weight.device
         if module.bias is not None:
-            u = {f"{prefix}bias": torch.ones(c, dtype=torch.float64)}
+            u = {f"{prefix}bias": torch.ones(c, dtype=torch.float64, device=dev)}
         else:
             spec = block_spectrum(ctx, name)
-            a = spec.a_top if spec is not None else torch.ones(module.in_features).double()
-            u = lift(name, module, torch.ones(c, dtype=torch.float64), a)
+            ones_in = torch.ones(module.in_features, dtype=torch.float64, device=dev)
+            a = spec.a_top if spec is not None else ones_in
+            u = lift(name, module, torch.ones(c, dtype=torch.float64, device=dev), a)
         return [Candidate(layers=(name,), detector="ce-shift", u=normalise(u), gauge="flat")]
 
 

@@ -63,7 +63,8 @@ class LayerNormDetector:
         d = module.normalized_shape[0]
         gamma = ctx.param(name, "weight")
         beta = ctx.param(name, "bias")
-        gamma = torch.ones(d, dtype=torch.float64) if gamma is None else gamma
+        dev = next(iter(ctx.params.values())).device
+        gamma = torch.ones(d, dtype=torch.float64, device=dev) if gamma is None else gamma
         a_star = layernorm_kernel(gamma, beta)
         mods = dict(ctx.model.named_modules())
         out = []
@@ -77,7 +78,9 @@ class LayerNormDetector:
             if not isinstance(cons, nn.Linear) or cons.bias is None or cons.in_features != d:
                 continue
             spec = block_spectrum(ctx, c)
-            g = spec.g_top if spec is not None else torch.eye(cons.out_features)[0].double()
+            g = torch.zeros(cons.out_features, dtype=torch.float64, device=a_star.device)
+            g[0] = 1.0
+            g = spec.g_top if spec is not None else g
             info = {"norm": name, "consumer": c}
             if spec is not None:
                 info["closed_form_cos"] = float((spec.a_vecs[:, 0] @ a_star).abs())
@@ -106,7 +109,7 @@ def _packed_candidate(
     if not mha._qkv_same_embed_dim or mha.in_proj_bias is None or mha.embed_dim != d:
         return None
     prefix = f"{name}." if name else ""
-    g = torch.ones(3 * d, dtype=torch.float64) / (3 * d) ** 0.5
+    g = torch.ones(3 * d, dtype=torch.float64, device=a_star.device) / (3 * d) ** 0.5
     u = {
         f"{prefix}in_proj_weight": torch.outer(g, a_star[:d]),
         f"{prefix}in_proj_bias": g * a_star[d],

@@ -156,7 +156,7 @@ def _input_lift(consumer: nn.Module, g: Tensor) -> Tensor | None:
         if consumer.in_channels != g.numel():
             return None
         taps = consumer.weight[0, 0].numel()
-        core = torch.kron(g, torch.ones(taps, dtype=g.dtype) / taps**0.5)
+        core = torch.kron(g, torch.ones(taps, dtype=g.dtype, device=g.device) / taps**0.5)
     if consumer.bias is not None:
         core = torch.cat([core, core.new_zeros(1)])
     return core / core.norm()

@@ -88,6 +88,8 @@ def test_read_from_saved_reading(tmp_path: Path) -> None:
     assert (data["lambda"], data["m"], data["dominant_order"]) == ("1/4", 1, 2)
     res = runner.invoke(app, ["triple", "read", "--reading", str(path), "--regular-dims", "3"])
     assert res.exit_code == 0 and "λ = 7/4" in res.output and "single-locus" in res.output
+    res = runner.invoke(app, ["triple", "read", "--reading", str(path), "--regular-dims", "-1"])
+    assert res.exit_code != 0 and "--regular-dims must be >= 0" in " ".join(res.output.split())
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
     res = runner.invoke(app, ["triple", "read", "--reading", str(bad)])

@@ -135,3 +135,13 @@ def test_errors() -> None:
         normal_crossing([])
     with pytest.raises(ValueError, match=r"orders\[1\] must be an int >= 1"):
         additive([2, 0])
+    with pytest.raises(ValueError, match="activation must be an int >= 1"):
+        one_hidden_node(0)
+    with pytest.raises(ValueError, match="d must be an int >= 0"):
+        regular(-1)
+    with pytest.raises(ValueError, match="depth must be an int >= 1"):
+        width_one_chain(0)
+    with pytest.raises(TypeError, match="k must be an int >= 1"):
+        normal_form(1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="regular_dims must be an int >= 0"):
+        additive([2], regular_dims=-2)

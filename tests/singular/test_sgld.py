@@ -109,6 +109,8 @@ def test_regular_gaussian_mean_matches_exact_stationary_value() -> None:
 def test_errors() -> None:
     with pytest.raises(ValueError, match="lr must be > 0"):
         SGLDConfig(lr=0.0)
+    with pytest.raises(ValueError, match="lr must be a finite float >= 0"):
+        SGLDConfig(lr=float("nan"))
     with pytest.raises(ValueError, match="gamma must be a finite float >= 0"):
         SGLDConfig(gamma=-1.0)
     with pytest.raises(ValueError, match="num_draws must be an int >= 2"):

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from neuromanifold.linear.architecture import FC, LCN, validate_params
-from neuromanifold.linear.polynomial import dilate, poly_mul, prefix_suffix_products
+from neuromanifold.linear.polynomial import mul_dilated
 
 __all__ = [
     "complement_products",
@@ -50,11 +50,26 @@ def _check_lcn(arch: Any) -> LCN:
 
 
 def _forward(arch: LCN, th: Sequence[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
-    """``v`` and ``[R_l]_l`` from validated parameters (prefix/suffix products)."""
-    factors = [dilate(w, S) for w, S in zip(th, arch.dilations, strict=True)]
-    pre, suf = prefix_suffix_products(factors)
-    v = poly_mul(pre[-1], factors[-1])
-    return v, [poly_mul(p, q) for p, q in zip(pre, suf, strict=True)]
+    """``v`` and ``[R_l]_l`` from validated parameters, by prefix and compact suffix products.
+
+    Prefix ``P_l = Π_{m<l} w_m(z^{S_{m−1}})``. Suffix ``Q_l = Π_{m>l} w_m(z^{S_{m−1}})`` is a
+    polynomial in ``y = z^{S_l}`` (every ``S_{m−1}``, ``m > l``, is a multiple of ``S_l``), kept
+    undilated as ``q_l(y)`` with ``q_l = w_{l+1} · q_{l+1}(y^{s_{l+1}})``. Then
+    ``R_l = P_l · q_l(z^{S_l})`` by :func:`mul_dilated`: ``O(L)`` products, none over zeros.
+    """
+    L = arch.L
+    dil = arch.dilations  # S_{l−1} for layer l
+    after = [*dil[1:], arch.total_stride]  # S_l for layer l (only l < L is used)
+    pre = [np.ones((1,) * arch.D)]
+    for w, S in zip(th[:-1], dil[:-1], strict=True):
+        pre.append(mul_dilated(pre[-1], w, S))
+    v = mul_dilated(pre[-1], th[-1], dil[-1])
+    q = [np.ones((1,) * arch.D)] * L
+    for l in range(L - 2, -1, -1):  # q_l from w_{l+1} and q_{l+1}, ratio s_{l+1} = S_{l+1}/S_l
+        ratio = tuple(b // a for a, b in zip(after[l], after[l + 1], strict=True))
+        q[l] = mul_dilated(th[l + 1], q[l + 1], ratio)
+    R = [mul_dilated(p, ql, S) for p, ql, S in zip(pre, q, after, strict=True)]
+    return v, R
 
 
 def _blocks(arch: LCN, R: Sequence[np.ndarray]) -> list[np.ndarray]:

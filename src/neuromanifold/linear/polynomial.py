@@ -27,6 +27,7 @@ __all__ = [
     "dilated_factors",
     "fc_mu",
     "mu",
+    "mul_dilated",
     "poly_mul",
     "prefix_suffix_products",
 ]
@@ -64,6 +65,43 @@ def poly_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.ndim == 1:
         return np.convolve(a, b)
     return signal.convolve(a, b, mode="full", method="direct" if a.size * b.size < 4096 else "auto")
+
+
+_SHIFT_ADD_MAX = 64  # multiply by shifted adds up to this many coefficients, else polyphase
+
+
+def mul_dilated(a: np.ndarray, b: np.ndarray, dilation: Sequence[int]) -> np.ndarray:
+    """``a(z) · b(z^S)`` without multiplying by the zeros of the dilated ``b``.
+
+    Equals ``poly_mul(a, dilate(b, S))``. A short ``b`` is applied as shifted, scaled copies of
+    ``a`` (``O(b.size · a.size)``); a long one by polyphase convolution: the coefficients of ``a``
+    with indices ``≡ r (mod S)`` are convolved with ``b`` and land on the indices ``≡ r (mod S)``
+    of the product (``O(a.size · b.size)`` instead of ``O(a.size · b.size · Π S)``).
+
+    >>> mul_dilated(np.array([1.0, 2.0]), np.array([1.0, -1.0]), (3,)).tolist()
+    [1.0, 2.0, 0.0, -1.0, -2.0]
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    S = tuple(int(x) for x in dilation)
+    if a.ndim != b.ndim or len(S) != a.ndim or any(x < 1 for x in S):
+        raise ValueError(
+            f"mul_dilated: a.ndim = {a.ndim}, b.ndim = {b.ndim}, dilation = {S}: expected equal "
+            "ndim and one positive dilation per axis"
+        )
+    shape = tuple(n + (m - 1) * d for n, m, d in zip(a.shape, b.shape, S, strict=True))
+    out = np.zeros(shape)
+    if b.size <= _SHIFT_ADD_MAX:
+        for idx in zip(*np.nonzero(b), strict=True):
+            sl = tuple(slice(i * d, i * d + n) for i, d, n in zip(idx, S, a.shape, strict=True))
+            out[sl] += b[idx] * a
+        return out
+    for r in np.ndindex(*S):
+        phase = a[tuple(slice(ri, None, d) for ri, d in zip(r, S, strict=True))]
+        if phase.size == 0:
+            continue
+        out[tuple(slice(ri, None, d) for ri, d in zip(r, S, strict=True))] += poly_mul(phase, b)
+    return out
 
 
 def dilated_factors(arch: LCN, theta: Sequence[Any]) -> list[np.ndarray]:
@@ -104,10 +142,10 @@ def mu(arch: LCN, theta: Sequence[Any]) -> np.ndarray:
     """
     if not isinstance(arch, LCN):
         raise TypeError(f"arch = {arch!r}: expected an LCN (use fc_mu for FC networks)")
-    factors = dilated_factors(arch, theta)
-    v = factors[0]
-    for f in factors[1:]:
-        v = poly_mul(v, f)
+    th = validate_params(arch, theta)
+    v = th[0]
+    for w, S in zip(th[1:], arch.dilations[1:], strict=True):
+        v = mul_dilated(v, w, S)
     return v
 
 

@@ -58,6 +58,7 @@ def test_lcn_to_dict_round_trip() -> None:
         ({"filters": "22", "strides": (1,)}, "filters"),
         ({"filters": (2, 0), "strides": (1,)}, r"filters\[1\].*positive"),
         ({"filters": (2, 2.5), "strides": (1,)}, r"filters\[1\]"),
+        ({"filters": (2, None), "strides": (1,)}, r"filters\[1\] = None: expected a positive int"),
         ({"filters": (2, 2), "strides": (1, 1, 1)}, "strides.*L = 2 or L − 1 = 1"),
         ({"filters": (2, 2, 2), "strides": 2}, "strides"),
         ({"filters": (2, 2), "strides": (0,)}, r"strides\[0\].*positive"),

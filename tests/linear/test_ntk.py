@@ -24,6 +24,7 @@ from neuromanifold.linear import (
     jacobian_blocks,
     jacobian_reference,
     mu,
+    mu_and_jacobian,
     ntk,
     ntk_reference,
 )
@@ -58,6 +59,14 @@ def test_structured_matches_jacrev(arch: LCN) -> None:
     K, Kr = ntk(arch, theta), ntk_reference(arch, theta)
     np.testing.assert_allclose(K, Kr, rtol=0, atol=RTOL_STRUCTURED * np.max(np.abs(Kr)))
     np.testing.assert_allclose(sum(gram_blocks(arch, theta)), K, atol=ATOL_EXACT * np.max(K))
+
+
+@pytest.mark.parametrize("arch", ARCHS, ids=IDS)
+def test_mu_and_jacobian_agree_with_separate_calls(arch: LCN) -> None:
+    theta = _theta(arch, 3)
+    v, J = mu_and_jacobian(arch, theta)
+    np.testing.assert_allclose(v, mu(arch, theta), rtol=0, atol=ATOL_EXACT * np.max(np.abs(v)))
+    np.testing.assert_array_equal(J, jacobian(arch, theta))
 
 
 @pytest.mark.parametrize("arch", ARCHS, ids=IDS)

@@ -16,6 +16,7 @@ from neuromanifold.linear import (
     mu,
     mu_reference,
     mu_torch,
+    mul_dilated,
     poly_mul,
 )
 
@@ -130,7 +131,28 @@ def test_dilate_and_poly_mul() -> None:
     )
 
 
+@pytest.mark.parametrize("b_len", [3, 70])  # shifted adds (short b) and polyphase (long b)
+def test_mul_dilated_equals_product_with_dilated_factor(b_len: int) -> None:
+    rng = np.random.default_rng(5)
+    for S in (1, 2, 5):
+        a, b = rng.standard_normal(11), rng.standard_normal(b_len)
+        np.testing.assert_allclose(
+            mul_dilated(a, b, (S,)), poly_mul(a, dilate(b, (S,))), atol=ATOL_EXACT * b_len
+        )
+    a2, b2 = rng.standard_normal((4, 3)), rng.standard_normal((9, 8))  # 72 > 64: polyphase
+    for S in ((1, 1), (2, 3), (3, 1)):
+        np.testing.assert_allclose(
+            mul_dilated(a2, b2, S), poly_mul(a2, dilate(b2, S)), atol=ATOL_EXACT * 100
+        )
+
+
 def test_error_paths() -> None:
+    with pytest.raises(
+        ValueError, match=r"mul_dilated: a\.ndim = 1, b\.ndim = 1, dilation = \(0,\)"
+    ):
+        mul_dilated(np.ones(2), np.ones(2), (0,))
+    with pytest.raises(ValueError, match="expected equal ndim"):
+        mul_dilated(np.ones(2), np.ones((2, 2)), (1, 1))
     with pytest.raises(ValueError, match=r"dilation = \(2,\): expected 2 positive ints"):
         dilate(np.ones((2, 2)), (2,))
     with pytest.raises(ValueError, match=r"dilation.*positive"):

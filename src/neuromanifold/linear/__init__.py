@@ -52,7 +52,14 @@ from neuromanifold.linear.ntk import (
     mu_and_jacobian,
     ntk,
 )
-from neuromanifold.linear.polynomial import dilate, dilated_factors, fc_mu, mu, poly_mul
+from neuromanifold.linear.polynomial import (
+    dilate,
+    dilated_factors,
+    fc_mu,
+    mu,
+    mul_dilated,
+    poly_mul,
+)
 from neuromanifold.linear.reference import (
     apply_network,
     fc_jacobian_reference,
@@ -89,6 +96,7 @@ __all__ = [  # noqa: RUF022
     "dilated_factors",
     "fc_mu",
     "mu",
+    "mul_dilated",
     "poly_mul",
     # Jacobian and NTK
     "complement_products",

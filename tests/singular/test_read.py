@@ -300,3 +300,29 @@ def test_invariant_under_relu_rescaling() -> None:
     assert _signature(again) == _signature(base)
     (a,), (b,) = _genuine(base), _genuine(again)
     assert a.k == b.k == 2 and abs(a.k_hat - b.k_hat) <= K_HAT_TOL
+
+
+class _LNPoolHead(nn.Module):
+    def __init__(self, pool: str) -> None:
+        super().__init__()
+        self.pool = pool
+        self.norm = nn.LayerNorm(6)
+        self.head = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.norm(x)
+        return self.head(z[:, 0] if self.pool == "cls" else z.mean(dim=1))
+
+
+@pytest.mark.parametrize("pool", ["cls", "mean"])
+def test_ln_kernel_reaches_a_head_through_token_selection(pool: str) -> None:
+    torch.manual_seed(0)
+    model = _LNPoolHead(pool).double()
+    with torch.no_grad():
+        model.norm.weight.uniform_(0.5, 1.5)
+        model.norm.bias.normal_(0.0, 0.2)
+    x = torch.randn(16, 4, 6, dtype=torch.float64)
+    reading = read(model, x, Categorical(), progress=False)
+    (ln,) = [r for r in reading.directions if r.detector == "ln-kernel"]
+    assert ln.klass == "flat_gauge" and ln.layers == ("head", "norm")
+    assert ln.info["via"] == "factor-test" and ln.info["closed_form_cos"] >= 0.9999

@@ -14,6 +14,7 @@ from neuromanifold.singular.detectors.gauges import LogitShiftDetector, ReLUResc
 from neuromanifold.singular.detectors.graph import ModelGraph, trace_graph
 from neuromanifold.singular.detectors.layernorm import (
     LayerNormDetector,
+    LayerNormReachDetector,
     RMSNormDetector,
     layernorm_kernel,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "DetectorRegistry",
     "EmbeddingDetector",
     "LayerNormDetector",
+    "LayerNormReachDetector",
     "LinearDetector",
     "LogitShiftDetector",
     "ModelGraph",

@@ -22,7 +22,16 @@ from torch import Tensor, nn
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
 from neuromanifold.singular.detectors.linear import block_spectrum, lift
 
-__all__ = ["LayerNormDetector", "RMSNormDetector", "layernorm_kernel"]
+__all__ = [
+    "REACH_TOL",
+    "LayerNormDetector",
+    "LayerNormReachDetector",
+    "RMSNormDetector",
+    "layernorm_kernel",
+]
+
+REACH_TOL = 1e-12
+"""Factor test: ``a*ᵀ A a* ≤ REACH_TOL · tr A`` means ``⟨a*, ā⟩ = 0`` on every probe input."""
 
 
 def layernorm_kernel(gamma: Tensor, beta: Tensor | None) -> Tensor:
@@ -121,6 +130,69 @@ def _packed_candidate(
         gauge="flat",
         info={"norm": norm, "consumer": name},
     )
+
+
+class LayerNormReachDetector:
+    """LN kernel on Linear layers that read LayerNorm outputs through token selection or pooling.
+
+    The data-flow graph only follows elementwise modules, so a head reading ``LN(z)[:, 0]`` or a
+    token mean of LN outputs is not a graph consumer, yet ``⟨a*, ā⟩ = 0`` still holds for it
+    (selection and averaging preserve ``⟨γ⁻¹, ·⟩ = ⟨γ⁻¹, β⟩``). For a Linear with bias that is no
+    graph consumer of a LayerNorm, this detector tests every LayerNorm of matching width on the
+    Linear's own factor: ``a*ᵀ A a* ≤ REACH_TOL · tr A`` (exact on the probe set). On success it
+    proposes the LN-kernel gauge once, naming the first matching norm and listing all matches in
+    ``info["matching_norms"]`` (norms with equal ``γ``, ``β`` — e.g. at initialisation — cannot be
+    told apart this way).
+    """
+
+    name = "layernorm-reach"
+
+    def applies_to(self, module: nn.Module) -> bool:
+        """``nn.Linear`` with a bias."""
+        return type(module) is nn.Linear and module.bias is not None
+
+    def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
+        """One flat-gauge candidate if some LayerNorm's kernel annihilates this layer's input."""
+        if any(
+            isinstance(ctx.model.get_submodule(p), nn.LayerNorm)
+            for p in ctx.graph.producers.get(name, ())
+        ):
+            return []  # handled by LayerNormDetector from the graph
+        spec = block_spectrum(ctx, name)
+        bf = ctx.factors.blocks.get(name)
+        if spec is None or bf is None:
+            return []
+        d = module.in_features
+        trace = float(torch.trace(bf.A))
+        matches = []
+        for ln_name, ln in ctx.model.named_modules():
+            if not isinstance(ln, nn.LayerNorm) or tuple(ln.normalized_shape) != (d,):
+                continue
+            gamma = ctx.param(ln_name, "weight")
+            gamma = (
+                torch.ones(d, dtype=torch.float64, device=bf.A.device) if gamma is None else gamma
+            )
+            a_star = layernorm_kernel(gamma, ctx.param(ln_name, "bias"))
+            if float(a_star @ bf.A @ a_star) <= REACH_TOL * trace:
+                matches.append((ln_name, a_star))
+        if not matches:
+            return []
+        ln_name, a_star = matches[0]
+        return [
+            Candidate(
+                layers=(name, ln_name),
+                detector="ln-kernel",
+                u=normalise(lift(name, module, spec.g_top, a_star)),
+                gauge="flat",
+                info={
+                    "norm": ln_name,
+                    "consumer": name,
+                    "via": "factor-test",
+                    "matching_norms": [m[0] for m in matches],
+                    "closed_form_cos": float((spec.a_vecs[:, 0] @ a_star).abs()),
+                },
+            )
+        ]
 
 
 class RMSNormDetector:

@@ -1,7 +1,8 @@
 """The detector registry: which detectors run, and which module types are covered.
 
 `default_registry` holds, in priority order (closed forms first, so that a K-FAC candidate
-duplicating a closed-form one is dropped in favour of the closed form): LayerNorm, RMSNorm,
+duplicating a closed-form one is dropped in favour of the closed form): LayerNorm (graph
+consumers, then consumers reached through token selection/pooling by the factor test), RMSNorm,
 attention, CE logit shift, ReLU rescale, embedding, linear/conv K-FAC.
 """
 
@@ -15,7 +16,11 @@ from neuromanifold.singular.detectors.attention import AttentionDetector
 from neuromanifold.singular.detectors.base import Detector
 from neuromanifold.singular.detectors.embedding import EmbeddingDetector
 from neuromanifold.singular.detectors.gauges import LogitShiftDetector, ReLURescaleDetector
-from neuromanifold.singular.detectors.layernorm import LayerNormDetector, RMSNormDetector
+from neuromanifold.singular.detectors.layernorm import (
+    LayerNormDetector,
+    LayerNormReachDetector,
+    RMSNormDetector,
+)
 from neuromanifold.singular.detectors.linear import LinearDetector
 
 __all__ = ["DetectorRegistry", "default_registry"]
@@ -58,6 +63,7 @@ def default_registry() -> DetectorRegistry:
     return DetectorRegistry(
         [
             LayerNormDetector(),
+            LayerNormReachDetector(),
             RMSNormDetector(),
             AttentionDetector(),
             LogitShiftDetector(),

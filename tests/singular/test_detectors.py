@@ -212,3 +212,22 @@ def test_graph_records_elementwise_paths_and_output() -> None:
 def test_categorical_family_is_used_for_the_shift() -> None:
     p = planted_mlp(activation="tanh", categorical=True)
     assert isinstance(p.family, Categorical)
+
+
+def test_squared_relu_rescale_has_degree_two() -> None:
+    p = planted_mlp(activation="relu2", seed=2)
+    ctx = _context(p)
+    (rescale,) = [c for c in _propose(ctx) if c.detector == "relu-rescale"]
+    j, deg = rescale.info["unit"], rescale.info["degree"]
+    assert deg == 2
+    # tangent: (W1[j], b1[j], −2·W2[:, j]) up to the common normalisation
+    scale = float(rescale.u["0.weight"][j].norm() / ctx.params["0.weight"][j].norm())
+    torch.testing.assert_close(
+        rescale.u["2.weight"][:, j], -2.0 * scale * ctx.params["2.weight"][:, j], atol=1e-12, rtol=0
+    )
+    m = copy.deepcopy(p.model)
+    with torch.no_grad():
+        m[0].weight[j] *= 3.0
+        m[0].bias[j] *= 3.0
+        m[2].weight[:, j] /= 9.0
+    torch.testing.assert_close(m(p.data), p.model(p.data), atol=ATOL_EXACT, rtol=0)

@@ -5,10 +5,11 @@
   kernel direction for every ``ā``; proposed as ``Δb = 𝟙/√C`` (or ``ΔW = 𝟙 a_topᵀ`` without a
   bias). Only when that Linear's output *is* the model output.
 * **ReLU rescale** (``"relu-rescale"``, curved): a Linear/conv block followed (through one
-  positively homogeneous activation: ReLU, LeakyReLU) by a single consumer block. Unit ``j``'s
-  orbit ``(w_in, b_in, w_out) → (c w_in, c b_in, w_out/c)`` has tangent
-  ``(W1[j], b1[j], −W2[:, j])``; one candidate, for the unit with the largest
-  ``‖W1[j]‖·‖W2[:, j]‖`` (a clearly live unit), to certify the curved-gauge class.
+  positively homogeneous activation of degree p: ReLU and LeakyReLU p = 1, ``SquaredReLU``
+  p = 2) by a single consumer block. Unit ``j``'s orbit ``(w_in, b_in, w_out) →
+  (c w_in, c b_in, w_out/c^p)`` has tangent ``(W1[j], b1[j], −p·W2[:, j])``; one candidate, for the
+  unit with the largest ``‖W1[j]‖·‖W2[:, j]‖`` (a clearly live unit), to certify the curved-gauge
+  class.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from neuromanifold.singular.factors import is_supported_block
 
 __all__ = ["LogitShiftDetector", "ReLURescaleDetector"]
 
-_HOMOGENEOUS = ("ReLU", "LeakyReLU")
+_HOMOGENEOUS = {"ReLU": 1, "LeakyReLU": 1, "SquaredReLU": 2}
+"""Positively homogeneous activations by class name and their degree p: ``φ(cz) = c^p φ(z)``."""
 
 
 class LogitShiftDetector:
@@ -63,8 +65,10 @@ class ReLURescaleDetector:
     def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
         """One curved-gauge candidate for the strongest unit, or nothing."""
         c = ctx.graph.single_consumer(name)
-        if c is None or ctx.graph.via.get((name, c)) not in ((h,) for h in _HOMOGENEOUS):
+        via = ctx.graph.via.get((name, c)) if c is not None else None
+        if via is None or len(via) != 1 or via[0] not in _HOMOGENEOUS:
             return []
+        degree = _HOMOGENEOUS[via[0]]
         cons = ctx.model.get_submodule(c)
         if not is_supported_block(cons):
             return []
@@ -90,7 +94,7 @@ class ReLURescaleDetector:
             db[j] = b1[j]
             t[f"{pre_in}bias"] = db
         d2 = torch.zeros_like(w2)
-        d2[:, j] = -w2[:, j]
+        d2[:, j] = -degree * w2[:, j]
         t[f"{pre_out}weight"] = d2
         return [
             Candidate(
@@ -99,6 +103,6 @@ class ReLURescaleDetector:
                 u=normalise(t),
                 gauge="curved",
                 gauge_generators=(t,),
-                info={"unit": j},
+                info={"unit": j, "degree": degree},
             )
         ]

@@ -365,3 +365,50 @@ def test_error_batchnorm_in_training_mode() -> None:
             torch.randn(8, 3, dtype=D),
             Gaussian(),
         )
+
+
+DIST_SCRIPT = """
+import sys, torch, torch.distributed as dist
+from torch import nn
+from neuromanifold.singular import Categorical, directional_fisher, sweep
+rank, world, init = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3)).double()
+x = torch.randn(10, 4, dtype=torch.float64)
+u = {"0.weight": torch.randn(6, 4, dtype=torch.float64)}
+shard = x[rank * 5 : (rank + 1) * 5]
+p = dict(model.named_parameters())
+f = directional_fisher(model, p, u, shard, Categorical())
+s = sweep(model, p, u, shard, Categorical(), grid=[0.1, 1.0])
+print(repr(float(f)), repr(s.F[1]))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_data_parallel_sums_are_exact(tmp_path) -> None:
+    """Two gloo ranks with half the samples each give the single-process value."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "dist_worker.py"
+    script.write_text(DIST_SCRIPT)
+    init = f"file://{tmp_path / 'rendezvous'}"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), "2", init], stdout=subprocess.PIPE, text=True
+        )
+        for r in range(2)
+    ]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3)).to(D)
+    x = torch.randn(10, 4, dtype=D)
+    u = {"0.weight": torch.randn(6, 4, dtype=D)}
+    single = float(directional_fisher(model, dict(model.named_parameters()), u, x, Categorical()))
+    for out in outs:
+        f, _ = (float(v) for v in out.split())
+        assert f == pytest.approx(single, rel=RTOL_ORACLE)
+    assert float(outs[0].split()[1]) == float(outs[1].split()[1])

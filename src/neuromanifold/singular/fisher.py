@@ -9,7 +9,9 @@ with ``q_i`` the output family's quadratic form (Gaussian ``‖z‖²/σ²``, ca
 Fisher** — labels integrated exactly through H_out — normalised as a **mean over the N
 samples**. ``J_i u`` comes from one ``torch.func.jvp`` through ``functional_call``; several
 directions share the primal pass by ``vmap`` over the tangents. No per-sample gradient and no
-d×d matrix is formed. Sums are accumulated over sample chunks and divided by N once.
+d×d matrix is formed. Sums are accumulated over sample chunks and divided by N once; under an
+initialised ``torch.distributed`` process group the sums and counts are all-reduced first, so each
+rank passes its own shard of the probe set (`global_mean`).
 
 ``directional_fisher_reference`` is the brute-force oracle: explicit per-sample gradients of the
 log-likelihood (``vmap(grad)``) at a label set that integrates the expectation exactly — Gaussian:
@@ -26,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 from torch.func import functional_call, grad, jvp, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -34,6 +37,22 @@ from neuromanifold.singular._validate import DTYPE, Direction, Prepared, check_d
 from neuromanifold.singular.family import OutputFamily, check_family
 
 __all__ = ["directional_fisher", "directional_fisher_reference"]
+
+
+def global_mean(total: Tensor, n: int) -> Tensor:
+    """``Σ total / Σ n`` over the ranks of the default process group (``total / n`` without one).
+
+    Sums over samples are exact under data parallelism: each rank passes its shard of the probe
+    set, the per-rank sums and counts are all-reduced, and the division by the global N happens
+    once. With the same data on every rank the result equals the single-process value.
+    """
+    if dist.is_available() and dist.is_initialized():
+        total = total.clone()
+        count = torch.tensor([float(n)], dtype=DTYPE)
+        dist.all_reduce(total)
+        dist.all_reduce(count)
+        return total / count[0]
+    return total / n
 
 
 def _as_direction_list(params: Mapping[str, Tensor], u: object) -> tuple[list[Direction], bool]:
@@ -113,7 +132,7 @@ def fisher_prepared(
                 total = total + q_sum({k: v[0] for k, v in tangents.items()}).reshape(1)
             else:
                 total = total + vmap(q_sum)(tangents)
-    return total / prep.n
+    return global_mean(total, prep.n)
 
 
 def directional_fisher(
@@ -224,5 +243,5 @@ def directional_fisher_reference(
                 for k in keys
             )
             total[j] += (w * proj * proj).sum()
-    values = total / prep.n
+    values = global_mean(total, prep.n)
     return values if batched else values[0]

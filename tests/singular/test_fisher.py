@@ -412,3 +412,51 @@ def test_data_parallel_sums_are_exact(tmp_path) -> None:
         f, _ = (float(v) for v in out.split())
         assert f == pytest.approx(single, rel=RTOL_ORACLE)
     assert float(outs[0].split()[1]) == float(outs[1].split()[1])
+
+
+class TokenModel(nn.Module):
+    """Embedding → mean over positions → Linear: integer inputs pass through un-cast."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(7, 4)
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.emb(x)).mean(1))
+
+
+def test_integer_token_inputs_match_reference() -> None:
+    torch.manual_seed(0)
+    model = TokenModel().to(D)
+    params = dict(model.named_parameters())
+    x = torch.randint(0, 7, (9, 5))
+    dirs = [random_direction(params, seed=11), random_direction(params, keys=["emb.weight"])]
+    got = directional_fisher(model, params, dirs, x, Categorical(), chunk_size=4)
+    ref = directional_fisher_reference(model, params, dirs, x, Categorical())
+    torch.testing.assert_close(got, ref, rtol=RTOL_ORACLE, atol=ATOL_ORACLE)
+
+
+def test_error_empirical_label_shapes() -> None:
+    model, params, x = make("mlp")
+    u = random_direction(params)
+    with pytest.raises(
+        ValueError, match=r"Categorical empirical Fisher needs integer class labels"
+    ):
+        directional_fisher(model, params, u, (x, torch.rand(11)), Categorical(), empirical=True)
+    with pytest.raises(
+        ValueError,
+        match=r"Gaussian empirical Fisher needs targets y of the "
+        r"output's shape \(11, 3\); got \(11, 2\)",
+    ):
+        directional_fisher(model, params, u, (x, torch.rand(11, 2)), Gaussian(), empirical=True)
+
+
+def test_error_labels_wrong_length() -> None:
+    model, params, x = make("mlp")
+    with pytest.raises(
+        ValueError,
+        match=r"data labels y have shape \(4,\); expected leading "
+        r"dimension N = 11",
+    ):
+        directional_fisher(model, params, random_direction(params), (x, torch.zeros(4)), Gaussian())

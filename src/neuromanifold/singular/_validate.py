@@ -55,7 +55,7 @@ class Prepared:
 
 
 def _describe_shape(t: Tensor) -> str:
-    return "(" + ", ".join(str(s) for s in t.shape) + ")"
+    return str(tuple(t.shape))
 
 
 def check_model(model: object) -> nn.Module:

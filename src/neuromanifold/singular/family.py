@@ -25,7 +25,7 @@ from torch import Tensor
 
 
 def _shape(t: Tensor) -> str:
-    return "(" + ", ".join(str(s) for s in t.shape) + ")"
+    return str(tuple(t.shape))
 
 
 @runtime_checkable

@@ -40,6 +40,7 @@ from neuromanifold.linear.metric import (
     tangent_basis,
     tangent_condition_number,
 )
+from neuromanifold.linear.normalize import LCNReduction, reduce_lcn, reduce_params
 from neuromanifold.linear.ntk import (
     complement_products,
     fc_balanced_operator,
@@ -91,6 +92,10 @@ __all__ = [  # noqa: RUF022
     "flatten_params",
     "unflatten_params",
     "validate_params",
+    # reductions of spec §1.2
+    "LCNReduction",
+    "reduce_lcn",
+    "reduce_params",
     # parametrisation map
     "dilate",
     "dilated_factors",

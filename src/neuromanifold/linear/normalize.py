@@ -1,0 +1,99 @@
+"""The reductions of spec §1.2: drop the last stride and the scalar (``k_l = 1``) layers.
+
+``s_L`` never changes ``v``, and a layer whose filter has a single entry ``c`` only multiplies
+``v`` by ``c`` while its stride multiplies the dilations of all later layers. Removing the scalar
+layers and setting ``s_L = 1`` gives the architecture the paper assumes (``k_l ≥ 2``,
+``s_L = 1``). With kept layers ``j_1 < j_2 < …`` (original dilations ``S^{(j)}``), the reduced
+strides are ``S^{(j_{i+1})} / S^{(j_i)}`` and
+
+``μ(θ) = (Π_{scalar layers} c_l) · dilate(μ_red(θ_kept), S^{(j_1)})``,
+
+i.e. ``v`` is the reduced filter, dilated by the dilation of the first kept layer and scaled.
+The reduction preserves ``μ`` (up to this fixed embedding), **not** the NTK: a scalar layer has its
+own Jacobian column ``v / c`` and so adds ``v vᵀ / c²`` to ``K``. Geometry computed on the reduced
+architecture is the geometry of the network the paper studies, and the report says which
+layers were dropped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from neuromanifold.linear.architecture import LCN, Params, validate_params
+
+__all__ = ["LCNReduction", "reduce_lcn", "reduce_params"]
+
+
+@dataclass(frozen=True)
+class LCNReduction:
+    """Outcome of :func:`reduce_lcn`.
+
+    Attributes:
+        original: the architecture as given.
+        reduced: the normalised architecture (``s_L = 1``; ``k_l ≥ 2`` unless all are scalar).
+        kept_layers: 0-based indices of the original layers kept, in order.
+        input_dilation: dilation of the first kept layer, per axis (``v`` lives on this lattice).
+        last_stride: the original ``s_L`` (dropped; it only subsamples the output).
+        changed: whether ``reduced`` differs from ``original``.
+    """
+
+    original: LCN
+    reduced: LCN
+    kept_layers: tuple[int, ...]
+    input_dilation: tuple[int, ...]
+    last_stride: tuple[int, ...]
+    changed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        return {
+            "original": self.original.to_dict(),
+            "reduced": self.reduced.to_dict(),
+            "kept_layers": list(self.kept_layers),
+            "input_dilation": list(self.input_dilation),
+            "last_stride": list(self.last_stride),
+            "changed": self.changed,
+        }
+
+
+def reduce_lcn(arch: LCN) -> LCNReduction:
+    """Normalise ``arch`` per spec §1.2 (drop scalar layers, merge their strides, ``s_L = 1``).
+
+    >>> r = reduce_lcn(LCN((2, 1, 3), (2, 3, 5)))
+    >>> r.reduced.filters, r.reduced.strides, r.kept_layers
+    (((2,), (3,)), ((6,), (1,)), (0, 2))
+    """
+    if not isinstance(arch, LCN):
+        raise TypeError(f"arch = {arch!r}: expected an LCN")
+    kept = [i for i, k in enumerate(arch.layer_sizes) if k > 1] or [0]
+    dil = arch.dilations
+    strides = [
+        tuple(b // a for a, b in zip(dil[i], dil[j], strict=True))
+        for i, j in itertools.pairwise(kept)
+    ]
+    reduced = LCN(tuple(arch.filters[i] for i in kept), tuple(strides), dim=arch.D)
+    return LCNReduction(
+        original=arch,
+        reduced=reduced,
+        kept_layers=tuple(kept),
+        input_dilation=dil[kept[0]],
+        last_stride=arch.strides[-1],
+        changed=reduced != arch,
+    )
+
+
+def reduce_params(reduction: LCNReduction, theta: Sequence[Any]) -> tuple[Params, float]:
+    """Split ``θ`` into the kept layers' filters and the product ``Π c_l`` of the scalar layers.
+
+    ``mu(original, θ) = scale · dilate(mu(reduced, kept), reduction.input_dilation)``.
+    """
+    th = validate_params(reduction.original, theta)
+    kept = set(reduction.kept_layers)
+    scale = math.prod(float(np.ravel(w)[0]) for i, w in enumerate(th) if i not in kept)
+    return tuple(th[i] for i in reduction.kept_layers), scale

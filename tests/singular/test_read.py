@@ -326,3 +326,18 @@ def test_ln_kernel_reaches_a_head_through_token_selection(pool: str) -> None:
     (ln,) = [r for r in reading.directions if r.detector == "ln-kernel"]
     assert ln.klass == "flat_gauge" and ln.layers == ("head", "norm")
     assert ln.info["via"] == "factor-test" and ln.info["closed_form_cos"] >= 0.9999
+
+
+def test_offset_checkpoint_is_re_read_snapped() -> None:
+    """Dead weights slightly off zero hide the small-t rate; ``snap="auto"`` re-reads snapped."""
+    p = planted_mlp(activation="gelu", n=64, seed=4)
+    j = p.dead["0"]
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        p.model[0].weight[j] = 1e-3 * torch.randn(5, generator=gen, dtype=torch.float64)
+        p.model[2].weight[:, j] = 1e-3 * torch.randn(4, generator=gen, dtype=torch.float64)
+    (rec,) = _genuine(read(p.model, p.data, p.family, progress=False))
+    assert rec.offset > 0 and "unsnapped" in rec.info
+    assert rec.k == 2  # the snapped read (the unsnapped window sits below 10·offset)
+    with pytest.raises(ValueError, match="snap must be True, False or 'auto'"):
+        read(p.model, p.data, p.family, snap="yes", progress=False)

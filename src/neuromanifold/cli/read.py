@@ -75,7 +75,12 @@ def register(app: typer.Typer) -> None:
             None, "--family", help="output family: gaussian or categorical (default: the model's)"
         ),
         max_directions: int | None = typer.Option(None, "--max-directions", min=0),
-        snap: bool = typer.Option(False, "--snap", help="read from the snapped base point"),
+        snap: bool = typer.Option(
+            False,
+            "--snap",
+            help="always read from the snapped base point (default: only when the offset hides "
+            "the rate)",
+        ),
         baseline: bool = typer.Option(
             False, "--baseline", help="also run the per-coordinate scan beside each singularity"
         ),
@@ -96,7 +101,14 @@ def register(app: typer.Typer) -> None:
         fam = {"gaussian": Gaussian(), "categorical": Categorical()}.get(family or "")
         fam = fam or default_family or Gaussian()
         try:
-            reading = read(net, x, fam, max_directions=max_directions, snap=snap, baseline=baseline)
+            reading = read(
+                net,
+                x,
+                fam,
+                max_directions=max_directions,
+                snap=True if snap else "auto",
+                baseline=baseline,
+            )
         except (ValueError, TypeError) as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(code=2) from err

@@ -36,7 +36,7 @@ import dataclasses
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -164,7 +164,7 @@ def read(
     detectors: DetectorRegistry | Iterable[Detector] | None = None,
     grid: Sequence[float] | Tensor | None = None,
     max_directions: int | None = None,
-    snap: bool = False,
+    snap: bool | Literal["auto"] = "auto",
     project_gauges: bool = True,
     per_layer: bool = True,
     baseline: bool = False,
@@ -180,7 +180,12 @@ def read(
         detectors: a `DetectorRegistry` or detectors (default: `default_registry`).
         grid: t-grid for every sweep (default: `read_direction`'s per-direction policy).
         max_directions: read at most this many candidates (in registry order).
-        snap: read from the snapped base point ``θ0 − (uᵀθ0)u``.
+        snap: ``True``: read from the snapped base point ``θ0 − (uᵀθ0)u``; ``False``: from θ0;
+            ``"auto"``: from θ0, and for non-gauge candidates (a gauge tangent such as the ReLU
+            rescale is proportional to θ0, so its offset is intrinsic) again snapped when the
+            unsnapped rate is not visible
+            (``DirectionReading.rate_visible``: window below ``10·|uᵀθ0|``), reporting the
+            snapped read with ``info["unsnapped"]`` keeping the first.
         project_gauges: project non-gauge candidates off curved-gauge spans (module docstring).
         per_layer: for duality chains, also fit each block's own rate (`_per_layer_rates`).
         baseline: beside every genuine singularity, run the per-coordinate scan
@@ -199,6 +204,8 @@ def read(
         raise ValueError(
             f"max_directions must be a non-negative int or None; got {max_directions!r}"
         )
+    if snap not in (True, False, "auto"):
+        raise ValueError(f"snap must be True, False or 'auto'; got {snap!r}")
     x = _inputs(data)
     registry = _registry(detectors)
     upcast = any(p.is_floating_point() and p.dtype != torch.float64 for p in model.parameters())
@@ -243,9 +250,22 @@ def read(
             xd = (xw, data[1]) if isinstance(data, (tuple, list)) else xw
             gens = list(cand.gauge_generators) if cand.gauge_generators else None
             r = read_direction(
-                work, params, cand.u, xd, family, grid=grid, snap=snap, gauge_generators=gens
+                work,
+                params,
+                cand.u,
+                xd,
+                family,
+                grid=grid,
+                snap=snap is True,
+                gauge_generators=gens,
             )
             overlap, info = None, {}
+            if snap == "auto" and cand.gauge is None and not r.rate_visible:
+                n_sweep_passes += r.sweep.n_forward_passes
+                info = {"unsnapped": {"k": r.k, "k_hat": r.k_hat, "class": r.klass.value}}
+                r = read_direction(
+                    work, params, cand.u, xd, family, grid=grid, snap=True, gauge_generators=gens
+                )
             if cand.gauge is None and gauges:
                 u_proj, overlap = _project_out_gauges(cand, gauges, params)
                 if (
@@ -256,8 +276,12 @@ def read(
                     and u_proj is not cand.u
                 ):
                     n_sweep_passes += r.sweep.n_forward_passes
-                    info = {"unprojected": {"k": r.k, "class": r.klass.value}, "projected": True}
-                    r = read_direction(work, params, u_proj, xd, family, grid=grid, snap=snap)
+                    info = {
+                        **info,
+                        "unprojected": {"k": r.k, "class": r.klass.value},
+                        "projected": True,
+                    }
+                    r = read_direction(work, params, u_proj, xd, family, grid=grid, snap=r.snapped)
             n_sweep_passes += r.sweep.n_forward_passes
             if per_layer and cand.detector == "duality" and len(cand.layers) > 1:
                 info = {**info, "per_layer": _per_layer_rates(work, params, cand, r, xw, family)}
@@ -300,7 +324,7 @@ def read(
         "n_forward_passes": 2 + factors.n_forward_passes + emb_passes + n_sweep_passes,
         "n_backward_passes": factors.n_backward_passes,
         "factor_fisher": factors.fisher,
-        "snap": bool(snap),
+        "snap": snap if snap == "auto" else bool(snap),
         "n_baseline_reads": n_baseline,
         "dedup_overlap": DEDUP_OVERLAP,
     }

@@ -233,6 +233,16 @@ def test_unsupported_modules_are_listed() -> None:
     assert [(n.name, n.type) for n in reading.not_covered] == [("1", "PReLU")]
 
 
+class _TupleOut(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(5, 2).double()
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.fc(x)
+        return y, y
+
+
 def test_bad_input_errors() -> None:
     p = planted_mlp(n=8)
     with pytest.raises(ValueError, match=r"data of shape \(8, 7\) does not fit.*'0'.*5"):
@@ -253,6 +263,8 @@ def test_bad_input_errors() -> None:
     with pytest.raises(ValueError, match=r"Categorical family expects 2-D floating logits"):
         seq = torch.randn(4, 3, 5, dtype=torch.float64)
         read(nn.Linear(5, 2).double(), seq, Categorical(), progress=False)
+    with pytest.raises(TypeError, match="model output must be a Tensor"):
+        read(_TupleOut(), p.data, p.family, progress=False)
     with pytest.raises(ValueError, match="at least one sample"):
         read(p.model, p.data[:0], p.family, progress=False)
 

@@ -216,6 +216,11 @@ def read(
     xw = x.to(torch.float64) if x.is_floating_point() else x
     with torch.no_grad():
         out = _forward(work, xw[:GRAPH_SAMPLES])
+    if not isinstance(out, Tensor):
+        raise TypeError(
+            f"model output must be a Tensor (N, ...); got {type(out).__name__}: wrap the model so "
+            f"that it returns the logits or means"
+        )
     family.check_output(out)
     graph = trace_graph(work, xw[:GRAPH_SAMPLES])
     factors = kfac_factors(work, xw, family, batch_size=batch_size)

@@ -263,6 +263,7 @@ def main() -> None:
             )
         )
 
+    print("-" * len(head))
     nbeta = N_TRAIN / math.log(N_TRAIN)
     est = {act: localized_estimand(act, nbeta, args.gamma) for act in ("relu", "gelu", "relu2")}
     print(
@@ -274,7 +275,6 @@ def main() -> None:
     n_err = sum(r["err_read"] < 0.01 for r in results)
     n_ratio = sum(r["ratio_ok"] for r in results)
     short = [r["name"] for r in results if not r["ratio_ok"]]
-    print("-" * len(head))
     print(f"read error < 1%: {n_err}/{len(results)} rows")
     print(
         f"read >= 100x fewer passes than SGLD reaching ±10%: {n_ratio}/{len(results)} rows "

@@ -189,13 +189,17 @@ def test_loci_from_stand_in_records() -> None:
     assert [loc.orders for loc in genuine] == [(1, 1), (1, 2), (1, 1, 1)]
     assert len({loc.block for loc in genuine}) == 3
     assert [loc.kind for loc in loci].count("gauge") == 2 and len(notes) == 1
-    a = assemble_from_reading(records, regular_dims=4)
     expected = (
         normal_crossing([1, 1]).lam + normal_crossing([1, 2]).lam + normal_crossing([1, 1, 1]).lam
     )
-    assert a.lam == expected + Fraction(1 + 4, 2)
+    a = assemble_from_reading(records)  # the live record counts 1/2
+    assert a.lam == expected + Fraction(1, 2)
     assert a.m == 1 + (2 - 1) + 0 + (3 - 1)
     assert a.dominant_order == 2 and "skipped" in a.notes[0]
+    b = assemble_from_reading(records, regular_dims=4)  # the caller's count replaces it
+    assert b.lam == expected + Fraction(4, 2) and any("live direction" in n for n in b.notes)
+    with pytest.raises(ValueError, match="regular_dims must be an int >= 0 or None"):
+        assemble_from_reading(records, regular_dims=-1)
 
 
 def test_component_dims_give_rrr_single_dead_unit() -> None:

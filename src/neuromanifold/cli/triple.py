@@ -136,8 +136,10 @@ def dln_cmd(
 @triple_app.command("read")
 def read_cmd(
     reading: Path = typer.Option(..., "--reading", help="A saved Reading JSON (Reading.to_dict)."),
-    regular_dims: int = typer.Option(
-        0, "--regular-dims", help="Regular (live) directions to add at 1/2 each."
+    regular_dims: int | None = typer.Option(
+        None,
+        "--regular-dims",
+        help="Live-part dimension (1/2 each); replaces the Reading's live records.",
     ),
     json_path: str | None = typer.Option(None, "--json", help="Write JSON here ('-': stdout)."),
 ) -> None:
@@ -152,7 +154,7 @@ def read_cmd(
         raise typer.BadParameter(
             f"--reading must hold a Reading JSON object with a 'directions' list, got {reading}"
         )
-    if regular_dims < 0:
+    if regular_dims is not None and regular_dims < 0:
         raise typer.BadParameter(f"--regular-dims must be >= 0, got {regular_dims}")
     result = assemble_from_reading(data, regular_dims=regular_dims)
     if json_path != "-":

@@ -285,7 +285,10 @@ def _n_factors(rec: Any) -> int:
 
 
 def loci_from_reading(
-    reading: Any, *, component_dims: Mapping[int, Sequence[int]] | None = None
+    reading: Any,
+    *,
+    component_dims: Mapping[int, Sequence[int]] | None = None,
+    count_live: bool = True,
 ) -> tuple[list[Locus], list[str]]:
     """Typed loci from the records of a read, and notes on what was skipped.
 
@@ -300,9 +303,9 @@ def loci_from_reading(
     rest, orders (1, …, 1, k − n + 1) — a node death a·σ(b·) (n = 2, k = 1 + p) gives (1, p),
     a depth-L linear chain (n = L = k) gives (1, …, 1). Each genuine direction is its own block
     (distinct dead units are independent coordinates). A direction inside one tensor (n = 1) is a
-    1-D normal form (k). Live directions are regular (1/2 each); flat and curved gauges
-    contribute nothing. Records with another class or with no order are skipped and named in the
-    notes.
+    1-D normal form (k). Live directions are regular (1/2 each) when ``count_live`` (otherwise
+    they are only named in the notes); flat and curved gauges contribute nothing. Records with
+    another class or with no order are skipped and named in the notes.
 
     Component dimensions: 1 each, unless ``component_dims[i]`` gives them for record i. The read
     measures orders, not how many coordinates each crossing component has beyond what the live
@@ -331,7 +334,10 @@ def loci_from_reading(
         if klass in _GAUGES:
             loci.append(Locus(name, "gauge", dim=1))
         elif klass == _LIVE:
-            loci.append(Locus(name, "regular", dim=1))
+            if count_live:
+                loci.append(Locus(name, "regular", dim=1))
+            else:
+                notes.append(f"{name}: live direction, counted in the caller's regular_dims")
         elif klass == _GENUINE and isinstance(k, int) and k >= 1:
             n = _n_factors(rec)
             if n >= 2 and k >= n:
@@ -355,18 +361,26 @@ def loci_from_reading(
 def assemble_from_reading(
     reading: Any,
     *,
-    regular_dims: int = 0,
+    regular_dims: int | None = None,
     component_dims: Mapping[int, Sequence[int]] | None = None,
 ) -> Assembly:
     """(λ, m) of the structure a read found, by :func:`loci_from_reading` and :func:`assemble`.
 
-    The read lists dead directions, not the live parameters around them: the result is the
-    contribution of the read loci, plus ``regular_dims`` regular directions (1/2 each) when the
-    caller knows them (e.g. the live parameter count minus its gauge dimension). For a model
-    whose parameters are all in the read structure (one-node cells, width-1 chains) it is the
-    global (λ, m). ``component_dims``: see :func:`loci_from_reading`.
+    The read lists the directions its detectors proposed, not an enumeration of the live
+    parameters: with ``regular_dims=None`` the result is the contribution of the read loci, each
+    live record counting 1/2. When the caller enumerates the live part (``regular_dims``, e.g.
+    the live parameter count minus its gauge dimension), that count replaces the live records
+    (which are then only noted, not added twice). For a model whose parameters are all in the
+    read structure (one-node cells, width-1 chains) the result is the global (λ, m).
+    ``component_dims``: see :func:`loci_from_reading`.
     """
-    loci, notes = loci_from_reading(reading, component_dims=component_dims)
+    if regular_dims is not None and (
+        isinstance(regular_dims, bool) or not isinstance(regular_dims, int) or regular_dims < 0
+    ):
+        raise ValueError(f"regular_dims must be an int >= 0 or None, got {regular_dims!r}")
+    loci, notes = loci_from_reading(
+        reading, component_dims=component_dims, count_live=regular_dims is None
+    )
     if regular_dims:
         loci.append(Locus("caller: regular directions", "regular", dim=regular_dims))
     return assemble(loci, notes=notes)

@@ -255,3 +255,13 @@ def test_assembly_from_whole_model_read_equals_deep_linear_closed_form(depth: in
     assert a.m == depth  # the dead path is a crossing of `depth` order-1 components
     if depth == 2:
         assert a.m == cf.m
+
+
+def test_read_and_assembly_are_deterministic() -> None:
+    from neuromanifold.cells.planted import planted_deep_linear
+    from neuromanifold.singular.read import read
+
+    net = planted_deep_linear(depth=2, width=4)
+    runs = [read(net.model, net.data, net.family, progress=False) for _ in range(2)]
+    assert runs[0].to_dict() == runs[1].to_dict()
+    assert assemble_from_reading(runs[0]).to_dict() == assemble_from_reading(runs[1]).to_dict()

@@ -90,7 +90,10 @@ def test_duality_chain_spans_every_layer_in_the_kernels(depth: int) -> None:
             assert float((ws[ell + 1] @ block).abs().max()) < ATOL_EIGVEC
         if ell > 0:  # the read direction is never written by the previous layer
             assert float((block @ ws[ell - 1]).abs().max()) < ATOL_EIGVEC
-    assert not [x for x in _propose(ctx) if x.detector in ("kfac-A", "kfac-G")]
+    # kernel directions explained by the chain are not proposed again one-sided
+    one_sided = [x for x in _propose(ctx) if x.detector in ("kfac-A", "kfac-G")]
+    # (random products of square matrices also have small, live singular values: those remain)
+    assert all(x.overlap(c) < 0.5 for x in one_sided)
 
 
 def test_mlp_node_death_chain_touches_the_dead_unit() -> None:

@@ -353,3 +353,17 @@ def test_offset_checkpoint_is_re_read_snapped() -> None:
     assert rec.k == 2  # the snapped read (the unsnapped window sits below 10·offset)
     with pytest.raises(ValueError, match="snap must be True, False or 'auto'"):
         read(p.model, p.data, p.family, snap="yes", progress=False)
+
+
+def test_two_dead_units_give_two_chains() -> None:
+    p = planted_mlp(activation="tanh", hidden=7, n=64, seed=6)
+    j = p.dead["0"]
+    k = (j + 3) % 7
+    with torch.no_grad():
+        p.model[0].weight[k] = 0.0
+        p.model[0].bias[k] = 0.0
+        p.model[2].weight[:, k] = 0.0
+    reading = read(p.model, p.data, p.family, progress=False)
+    chains = [r for r in reading.directions if r.detector == "duality"]
+    assert [r.k for r in chains] == [2, 2]
+    assert all(r.klass == "genuine_singularity" and r.r2 >= R2_MIN for r in chains)

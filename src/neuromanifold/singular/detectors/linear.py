@@ -13,8 +13,10 @@ Per block (spec §6.1–6.3) with factors ``F ≈ A ⊗ G`` (`neuromanifold.sing
    Links are followed both ways into a chain; the chain's first block takes the top input
    eigenvector of its ``A`` and the last the top eigenvector of its ``G``; each block gets the
    rank-one increment ``ΔW̄ = out inᵀ`` with equal norm ``1/√(#blocks)``. Provenance ``"duality"``;
-   a chain is proposed once, from its first block. Kernel sides used by a chain are not proposed
-   again one-sided.
+   a chain is proposed once, from its first block; each linked G-kernel vector of the first block
+   starts its own chain (parallel dead units or paths give distinct directions). Kernel
+   directions explained by a chain (the linked G vectors; on the consumer side every tap
+   ``g ⊗ e_s`` of a linked unit) are not proposed again one-sided.
 3. **One-sided modes** (``"kfac-A"``: ``g_top a_kᵀ``; ``"kfac-G"``: ``g_k a_topᵀ``), at most
    ``MAX_ONE_SIDED`` per side (on the logits layer of a categorical model, G-kernel vectors with
    ``|cos(g, 𝟙)| ≥ LOGIT_SHIFT_COS`` are left to the CE-shift detector: spec §6.1 failure mode
@@ -169,6 +171,16 @@ def _match(spec: BlockSpectrum, vec: Tensor) -> float:
     return float((basis.T @ vec).norm())
 
 
+def _tap_span(consumer: nn.Module, g: Tensor) -> Tensor:
+    """Columns ``g ⊗ e_s`` (every kernel tap ``s``; bias coordinate 0) in the consumer's ``ā``."""
+    taps = 1 if isinstance(consumer, nn.Linear) else consumer.weight[0, 0].numel()
+    eye = torch.eye(taps, dtype=g.dtype, device=g.device)
+    cols = torch.kron(g.reshape(-1, 1), eye)  # (C·taps, taps)
+    if consumer.bias is not None:
+        cols = torch.cat([cols, cols.new_zeros(1, taps)])
+    return cols
+
+
 class LinearDetector:
     """K-FAC / KFC detector for ``nn.Linear``, ``nn.Conv1d``, ``nn.Conv2d`` (module docstring)."""
 
@@ -196,47 +208,60 @@ class LinearDetector:
             return None
         return c, vec
 
-    def _continue(
-        self, ctx: DetectionContext, name: str
-    ) -> tuple[Tensor, tuple[str, Tensor]] | None:
-        """A G-kernel vector of ``name`` that links to its consumer, with that link."""
-        spec = block_spectrum(ctx, name)
-        if spec is None:
-            return None
-        for j in spec.ker_g:
-            g = spec.g_vecs[:, j]
-            link = self._downstream(ctx, name, g)
-            if link is not None:
-                return g, link
-        return None
+    def linked(self, ctx: DetectionContext, name: str) -> list[tuple[Tensor, str, Tensor]]:
+        """G-kernel vectors of ``name`` whose lift lies in its consumer's A-kernel.
 
-    def _has_upstream(self, ctx: DetectionContext, name: str) -> bool:
+        Returns ``[(g, consumer, lifted in-vector), …]`` in ascending-eigenvalue order (cached).
+        """
+        cache = ctx.cache.setdefault("linked", {})
+        if name in cache:
+            return cache[name]
+        spec = block_spectrum(ctx, name)
+        out = []
+        if spec is not None:
+            for j in spec.ker_g:
+                g = spec.g_vecs[:, j]
+                link = self._downstream(ctx, name, g)
+                if link is not None:
+                    out.append((g, link[0], link[1]))
+        cache[name] = out
+        return out
+
+    def _upstream(self, ctx: DetectionContext, name: str) -> list[Tensor]:
+        """Linked vectors of the single producer of ``name`` that land in ``name``."""
         p = ctx.graph.single_producer(name)
         if p is None or p not in ctx.factors.blocks:
-            return False
-        step = self._continue(ctx, p)
-        return step is not None and step[1][0] == name
-
-    def chain_from(self, ctx: DetectionContext, name: str) -> list[tuple[str, Tensor, Tensor]]:
-        """The duality chain starting at ``name`` as ``[(block, out_vec, in_vec), …]`` (or [])."""
-        spec = block_spectrum(ctx, name)
-        step = self._continue(ctx, name)
-        if spec is None or step is None:
             return []
-        links = []
+        return [g for g, c, _ in self.linked(ctx, p) if c == name]
+
+    def chain_from(
+        self, ctx: DetectionContext, name: str, index: int = 0
+    ) -> list[tuple[str, Tensor, Tensor]]:
+        """Duality chain ``index`` starting at ``name`` as ``[(block, out_vec, in_vec), …]``.
+
+        Chain ``i`` leaves each block through its ``i``-th linked G-kernel vector when there is one
+        (so parallel dead paths give distinct chains), else through the first; ``[]`` when
+        ``name`` has no linked vector of that index.
+        """
+        spec = block_spectrum(ctx, name)
+        links_here = self.linked(ctx, name)
+        if spec is None or index >= len(links_here):
+            return []
+        chain = []
         in_vec = spec.a_top
         cur, seen = name, {name}
+        step = links_here[index]
         while step is not None:
-            g, (nxt, nxt_in) = step
-            links.append((cur, g, in_vec))
+            g, nxt, nxt_in = step
+            chain.append((cur, g, in_vec))
             cur, in_vec = nxt, nxt_in
             if cur in seen:
                 return []
             seen.add(cur)
-            step = self._continue(ctx, cur)
-        last = block_spectrum(ctx, cur)
-        links.append((cur, last.g_top, in_vec))
-        return links
+            nxt_links = self.linked(ctx, cur)
+            step = nxt_links[min(index, len(nxt_links) - 1)] if nxt_links else None
+        chain.append((cur, block_spectrum(ctx, cur).g_top, in_vec))
+        return chain
 
     def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
         """Duality chains starting here, one-sided modes and the joint mode (module docstring)."""
@@ -245,14 +270,16 @@ class LinearDetector:
             return []
         out: list[Candidate] = []
         mods = self._modules(ctx)
-        used_a = self._has_upstream(ctx, name)
-        used_g = self._continue(ctx, name) is not None
-        if used_g and not used_a:
-            chain = self.chain_from(ctx, name)
-            if chain:
+        upstream = self._upstream(ctx, name)
+        links = self.linked(ctx, name)
+        if not upstream:
+            for i in range(len(links)):
+                chain = self.chain_from(ctx, name, i)
+                if not chain:
+                    continue
                 u: dict[str, Tensor] = {}
-                for blk, o, i in chain:
-                    u.update(lift(blk, mods[blk], o, i))
+                for blk, o, a in chain:
+                    u.update(lift(blk, mods[blk], o, a))
                 u = normalise(_equalise(u, [(blk, mods[blk]) for blk, _, _ in chain]))
                 g_ratio = float(spec.gamma[spec.ker_g[0]].clamp_min(0) / spec.gamma[-1])
                 out.append(
@@ -261,22 +288,25 @@ class LinearDetector:
                         detector="duality",
                         u=u,
                         ratio=g_ratio,
-                        info={"chain_length": len(chain)},
+                        info={"chain_length": len(chain), "chain_index": i},
                     )
                 )
         a_max, g_max = float(spec.alpha[-1]), float(spec.gamma[-1])
-        if not used_a:
-            for i in spec.ker_a[:MAX_ONE_SIDED]:
-                u = normalise(lift(name, module, spec.g_top, spec.a_vecs[:, i]))
-                r = max(float(spec.alpha[i]), 0.0) / a_max
-                out.append(Candidate(layers=(name,), detector="kfac-A", u=u, ratio=r))
-        if not used_g:
-            for j in [j for j in spec.ker_g if not _is_logit_shift(ctx, name, spec.g_vecs[:, j])][
-                :MAX_ONE_SIDED
-            ]:
-                u = normalise(lift(name, module, spec.g_vecs[:, j], spec.a_top))
-                r = max(float(spec.gamma[j]), 0.0) / g_max if g_max > 0 else 0.0
-                out.append(Candidate(layers=(name,), detector="kfac-G", u=u, ratio=r))
+        for vec, ratio in self._one_sided_a(spec, module, upstream):
+            u = normalise(lift(name, module, spec.g_top, vec))
+            out.append(Candidate(layers=(name,), detector="kfac-A", u=u, ratio=ratio))
+        linked_g = torch.stack([g for g, _, _ in links], 1) if links else None
+        n_g = 0
+        for j in spec.ker_g:
+            g = spec.g_vecs[:, j]
+            if n_g >= MAX_ONE_SIDED or _is_logit_shift(ctx, name, g):
+                continue
+            if linked_g is not None and float((linked_g.T @ g).norm()) >= MATCH_MIN:
+                continue
+            n_g += 1
+            u = normalise(lift(name, module, g, spec.a_top))
+            r = max(float(spec.gamma[j]), 0.0) / g_max if g_max > 0 else 0.0
+            out.append(Candidate(layers=(name,), detector="kfac-G", u=u, ratio=r))
         if not spec.ker_a and not spec.ker_g and a_max > 0 and g_max > 0:
             prods = torch.outer(spec.gamma.clamp_min(0), spec.alpha.clamp_min(0)).reshape(-1)
             if near_kernel(prods, TAU_JOINT)[:1] == [0]:
@@ -284,6 +314,26 @@ class LinearDetector:
                 r = float(prods[0]) / (a_max * g_max)
                 out.append(Candidate(layers=(name,), detector="kfac-joint", u=u, ratio=r))
         return out
+
+    @staticmethod
+    def _one_sided_a(
+        spec: BlockSpectrum, module: nn.Module, upstream: list[Tensor]
+    ) -> list[tuple[Tensor, float]]:
+        """A-kernel directions outside the span of the upstream dead units' taps."""
+        if not spec.ker_a:
+            return []
+        a_max = float(spec.alpha[-1])
+        ratios = [max(float(spec.alpha[i]), 0.0) / a_max for i in spec.ker_a]
+        basis = spec.ker_a_basis()
+        if upstream:
+            span = torch.cat([_tap_span(module, g) for g in upstream], 1)
+            q, _ = torch.linalg.qr(span)
+            rest = basis - q @ (q.T @ basis)
+            left, sv, _ = torch.linalg.svd(rest, full_matrices=False)
+            keep = sv > 0.5  # mostly outside the explained span
+            vecs = [left[:, i] for i in range(int(keep.sum()))]
+            return [(v, max(ratios)) for v in vecs[:MAX_ONE_SIDED]]
+        return [(basis[:, i], ratios[i]) for i in range(min(MAX_ONE_SIDED, basis.shape[1]))]
 
 
 def _is_logit_shift(ctx: DetectionContext, name: str, g: Tensor) -> bool:

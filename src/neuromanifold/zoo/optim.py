@@ -60,7 +60,8 @@ class OptimizerConfig:
 
     ``lr`` is AdamW's learning rate (all parameters for ``"adamw"``, the non-matrix ones
     otherwise); ``muon_lr`` is Muon's base rate, scaled per matrix ``(A, B)`` by
-    ``√max(1, A/B)``; ``weight_decay`` is shared (decoupled) by both.
+    ``√max(1, A/B)``; ``weight_decay`` is shared (decoupled) by both. ``eps`` is AdamW's
+    denominator constant: gradients much smaller than it get SGD-like (unnormalised) steps.
     """
 
     name: OptimizerName = "adamw"
@@ -68,13 +69,14 @@ class OptimizerConfig:
     muon_lr: float = 0.02
     weight_decay: float = 0.05
     betas: tuple[float, float] = (0.9, 0.99)
+    eps: float = 1e-8
     momentum: float = 0.95
     nesterov: bool = True
 
     def __post_init__(self) -> None:
         if self.name not in OPTIMIZER_NAMES:
             raise ValueError(f"optimizer name must be one of {OPTIMIZER_NAMES}, got {self.name!r}")
-        for key in ("lr", "muon_lr", "weight_decay", "momentum"):
+        for key in ("lr", "muon_lr", "weight_decay", "momentum", "eps"):
             value = getattr(self, key)
             if not isinstance(value, int | float) or value < 0 or not math.isfinite(value):
                 raise ValueError(f"{key} must be a finite number >= 0, got {value!r}")
@@ -221,7 +223,9 @@ def build_optimizer(model: nn.Module, config: OptimizerConfig) -> MultiOptimizer
 
     opts: list[torch.optim.Optimizer] = []
     if other:
-        opts.append(torch.optim.AdamW(adamw_groups(other), lr=config.lr, betas=config.betas))
+        opts.append(
+            torch.optim.AdamW(adamw_groups(other), lr=config.lr, betas=config.betas, eps=config.eps)
+        )
     if matrix:
         kw = {
             "lr": config.muon_lr,

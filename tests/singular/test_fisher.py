@@ -118,6 +118,24 @@ def test_jvp_matches_per_sample_gradients(name: str, family: str) -> None:
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
+def test_eval_mode_multihead_attention_fast_path(family: str) -> None:
+    """In eval mode nn.MultiheadAttention takes a fused path with no forward-mode derivative;
+    the read switches it off for its own call and restores the global setting."""
+    model, params, x = make("mha")
+    model.eval()
+    fam = FAMILIES[family]
+    dirs = [
+        random_direction(params, seed=21),
+        random_direction(params, keys=["attn.in_proj_weight"]),
+    ]
+    assert torch.backends.mha.get_fastpath_enabled()
+    got = directional_fisher(model, params, dirs, x, fam)
+    assert torch.backends.mha.get_fastpath_enabled()
+    ref = directional_fisher_reference(model, params, dirs, x, fam)
+    torch.testing.assert_close(got, ref, rtol=RTOL_ORACLE, atol=ATOL_ORACLE)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
 def test_empirical_fisher_matches_reference(family: str) -> None:
     model, params, x = make("mlp")
     fam = FAMILIES[family]

@@ -185,3 +185,58 @@ def test_error_base_shift_not_finite() -> None:
             Gaussian(),
             base_shift=math.nan,
         )
+
+
+class Branchy(nn.Module):
+    """Data-dependent control flow on a parameter: cannot be vmapped over its parameters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        sign = 1.0 if self.lin.weight.sum().item() > -1e9 else -1.0
+        return sign * torch.tanh(self.lin(x))
+
+
+RTOL_BATCHING = 1e-12  # vmap over t changes only the order of float64 reductions
+
+
+def test_t_batching_and_chunking_do_not_change_values() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), nn.GELU(), nn.Linear(6, 3)).to(D)
+    p = dict(model.named_parameters())
+    x = torch.randn(20, 4, dtype=D)
+    u = {"0.weight": torch.randn(6, 4, dtype=D), "2.bias": torch.randn(3, dtype=D)}
+    one = sweep(model, p, u, x, Categorical(), t_batch=1)
+    assert not one.t_batched
+    for kwargs in ({}, {"t_batch": 5, "chunk_size": 7}, {"t_batch": 32}):
+        other = sweep(model, p, u, x, Categorical(), **kwargs)
+        assert other.t_batched
+        for a, b in zip(one.F, other.F, strict=True):
+            assert b == pytest.approx(a, rel=RTOL_BATCHING)
+
+
+def test_t_batching_falls_back_when_the_model_cannot_be_vmapped() -> None:
+    torch.manual_seed(0)
+    model = Branchy().to(D)
+    p = dict(model.named_parameters())
+    x = torch.randn(5, 3, dtype=D)
+    u = {"lin.weight": torch.ones(2, 3, dtype=D)}
+    batched = sweep(model, p, u, x, Gaussian(), t_batch=8)
+    looped = sweep(model, p, u, x, Gaussian(), t_batch=1)
+    assert not batched.t_batched
+    assert batched.F == looped.F
+
+
+def test_error_bad_t_batch() -> None:
+    model = Power(2)
+    with pytest.raises(ValueError, match="t_batch must be a positive int; got 0"):
+        sweep(
+            model,
+            dict(model.named_parameters()),
+            {"theta": torch.tensor(1.0)},
+            torch.ones(2, 1),
+            Gaussian(),
+            t_batch=0,
+        )

@@ -26,7 +26,7 @@ from neuromanifold.singular._validate import check_direction, check_grid, dot, p
 from neuromanifold.singular.classify import DirectionClass, classify_with_reason, gauge_overlap
 from neuromanifold.singular.family import OutputFamily, check_family
 from neuromanifold.singular.rate import RateFit, fit_rate
-from neuromanifold.singular.sweep import Sweep, default_grid, sweep_prepared
+from neuromanifold.singular.sweep import T_BATCH, Sweep, default_grid, sweep_prepared
 
 __all__ = ["VISIBILITY_FACTOR", "DirectionReading", "read_direction", "snap_base_point"]
 
@@ -158,13 +158,16 @@ def read_direction(
     empirical: bool = False,
     chunk_size: int | None = None,
     live_threshold: float | None = None,
+    t_batch: int = T_BATCH,
 ) -> DirectionReading:
     """Read the order and class of direction ``u`` at the checkpoint ``params``.
 
     Sweeps ``F_u(t) = uᵀF(θ_b + t u)u`` (true Fisher, mean over samples, float64) with
     ``θ_b = θ0`` or, if ``snap``, ``θ0 − (uᵀθ0)u``; fits ``F ∝ t^{2(k−1)}`` (`fit_rate`); classifies
     (`classify`) using ``gauge_generators`` (closed-form gauge tangents at θ0) for the curved-gauge
-    test. See the module docstring for the offset visibility rule.
+    test. ``chunk_size`` (samples per pass) and ``t_batch`` (grid points per ``vmap``) trade
+    memory for speed and do not change the values. See the module docstring for the offset
+    visibility rule.
 
     Returns:
         `DirectionReading`.
@@ -191,7 +194,15 @@ def read_direction(
     offset = abs(signed)
     shift = -signed if snap else 0.0
     sw = sweep_prepared(
-        model, prep, u_unit, family, g, base_shift=shift, empirical=empirical, chunk_size=chunk_size
+        model,
+        prep,
+        u_unit,
+        family,
+        g,
+        base_shift=shift,
+        empirical=empirical,
+        chunk_size=chunk_size,
+        t_batch=t_batch,
     )
     fit = fit_rate(sw.ts, sw.F, floor=sw.floor)
     overlap = None

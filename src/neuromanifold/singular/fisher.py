@@ -25,7 +25,8 @@ for ``F = E[Jᵀ H_out J]``; arXiv:2607.00603 for the forward-mode directional r
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 import torch.distributed as dist
@@ -37,6 +38,24 @@ from neuromanifold.singular._validate import DTYPE, Direction, Prepared, check_d
 from neuromanifold.singular.family import OutputFamily, check_family
 
 __all__ = ["directional_fisher", "directional_fisher_reference"]
+
+
+@contextlib.contextmanager
+def differentiable_kernels() -> Iterator[None]:
+    """Route attention through kernels that have forward-mode derivatives.
+
+    Fused attention (flash / memory-efficient SDPA, and the inference fast path of
+    ``nn.MultiheadAttention`` / ``nn.TransformerEncoderLayer`` in eval mode) has no forward-mode
+    AD in torch. Inside this context SDPA uses its math backend and the MHA fast path is off
+    (the previous setting is restored on exit); both compute the same function, exactly in float64.
+    """
+    previous = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with sdpa_kernel([SDPBackend.MATH]):
+            yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(previous)
 
 
 def global_mean(total: Tensor, n: int) -> Tensor:
@@ -80,6 +99,91 @@ def _chunks(n: int, chunk_size: int | None) -> list[slice]:
     return [slice(i, min(i + chunk_size, n)) for i in range(0, n, chunk_size)]
 
 
+def _chunk_quadratic(
+    model: nn.Module,
+    prep: Prepared,
+    base: Mapping[str, Tensor],
+    keys: Sequence[str],
+    family: OutputFamily,
+    sl: slice,
+    *,
+    empirical: bool,
+):
+    """``q_sum(primal, tangent) = Σ_{i ∈ chunk} q_i(J_i tangent)`` at ``{**base, **primal}``."""
+    if empirical and prep.y is None:
+        raise ValueError("empirical=True needs labels: pass data as a pair (x, y)")
+    rest = {k: v for k, v in base.items() if k not in keys}
+    xc = prep.x[sl]
+    yc = prep.y[sl] if prep.y is not None else None
+
+    def f(pu: dict[str, Tensor]) -> Tensor:
+        return functional_call(model, ({**rest, **pu}, prep.buffers), (xc,))
+
+    def q_sum(primal: dict[str, Tensor], tangent: dict[str, Tensor]) -> Tensor:
+        out, jv = jvp(f, (primal,), (tangent,))
+        family.check_output(out)
+        if out.shape[0] != xc.shape[0]:
+            raise ValueError(
+                f"model output has leading dimension {out.shape[0]} for {xc.shape[0]} input "
+                f"samples; expected one output row per sample"
+            )
+        if empirical:
+            return family.empirical_quadratic(out, jv, yc).sum()
+        return family.quadratic(out, jv).sum()
+
+    return q_sum
+
+
+def fisher_along_line(
+    model: nn.Module,
+    prep: Prepared,
+    base: Mapping[str, Tensor],
+    u: Direction,
+    ts: Tensor,
+    family: OutputFamily,
+    *,
+    empirical: bool = False,
+    chunk_size: int | None = None,
+    t_batch: int = 1,
+) -> tuple[Tensor, bool]:
+    """``F_u(base + t·u)`` for every t of ``ts`` (float64, shape ``(len(ts),)``).
+
+    Groups of ``t_batch`` t-values share one ``vmap`` over the (batched) primal point, which
+    removes per-call overhead on small models at the price of ``t_batch ×`` the activation memory
+    of a sample chunk. If the model cannot be vmapped over its parameters (in-place updates,
+    data-dependent control flow), the group is recomputed one t at a time.
+
+    Returns:
+        ``(values, batched)``: the Fisher values and whether every group ran under ``vmap``.
+    """
+    if not isinstance(t_batch, int) or isinstance(t_batch, bool) or t_batch < 1:
+        raise ValueError(f"t_batch must be a positive int; got {t_batch!r}")
+    keys = sorted(u)
+    tangent = {k: u[k] for k in keys}
+    values = torch.zeros(ts.numel(), dtype=DTYPE)
+    all_batched = True
+    for i in range(0, ts.numel(), t_batch):
+        group = ts[i : i + t_batch]
+        for sl in _chunks(prep.n, chunk_size):
+            q_sum = _chunk_quadratic(model, prep, base, keys, family, sl, empirical=empirical)
+
+            def at_t(t: Tensor, q_sum=q_sum) -> Tensor:
+                return q_sum({k: base[k] + t * tangent[k] for k in keys}, tangent)
+
+            with differentiable_kernels():
+                part = None
+                if group.numel() > 1:
+                    try:
+                        part = vmap(at_t)(group)
+                    except (RuntimeError, NotImplementedError):
+                        all_batched = False
+                if part is None:
+                    part = torch.stack([at_t(t) for t in group])
+            values[i : i + group.numel()] += part
+    out = global_mean(values, prep.n)
+    return out, all_batched and t_batch > 1 and ts.numel() > 1
+
+
 def fisher_prepared(
     model: nn.Module,
     prep: Prepared,
@@ -99,39 +203,18 @@ def fisher_prepared(
     Returns:
         float64 tensor of shape ``(len(dirs),)``: ``(1/N) Σ_i q_i(J_i u)`` per direction.
     """
-    if empirical and prep.y is None:
-        raise ValueError("empirical=True needs labels: pass data as a pair (x, y)")
     keys = sorted(set().union(*(d.keys() for d in dirs)))
     primal = {k: base[k] for k in keys}
-    rest = {k: v for k, v in base.items() if k not in primal}
     tangents = _stack_tangents(dirs, keys, base)
     total = torch.zeros(len(dirs), dtype=DTYPE)
     for sl in _chunks(prep.n, chunk_size):
-        xc = prep.x[sl]
-        yc = prep.y[sl] if prep.y is not None else None
-
-        def f(pu: dict[str, Tensor], xc: Tensor = xc) -> Tensor:
-            return functional_call(model, ({**rest, **pu}, prep.buffers), (xc,))
-
-        def q_sum(tangent: dict[str, Tensor], f=f, xc=xc, yc=yc) -> Tensor:
-            out, jv = jvp(f, (primal,), (tangent,))
-            family.check_output(out)
-            if out.shape[0] != xc.shape[0]:
-                raise ValueError(
-                    f"model output has leading dimension {out.shape[0]} for {xc.shape[0]} input "
-                    f"samples; expected one output row per sample"
-                )
-            if empirical:
-                return family.empirical_quadratic(out, jv, yc).sum()
-            return family.quadratic(out, jv).sum()
-
-        # Fused attention kernels (flash / memory-efficient) have no forward-mode derivative;
-        # the math backend composes differentiable ops and is exact in float64.
-        with sdpa_kernel([SDPBackend.MATH]):
+        q_sum = _chunk_quadratic(model, prep, base, keys, family, sl, empirical=empirical)
+        with differentiable_kernels():
             if len(dirs) == 1:
-                total = total + q_sum({k: v[0] for k, v in tangents.items()}).reshape(1)
+                one = {k: v[0] for k, v in tangents.items()}
+                total = total + q_sum(primal, one).reshape(1)
             else:
-                total = total + vmap(q_sum)(tangents)
+                total = total + vmap(q_sum, in_dims=(None, 0))(primal, tangents)
     return global_mean(total, prep.n)
 
 
@@ -235,7 +318,7 @@ def directional_fisher_reference(
             w = torch.softmax(out, dim=-1).reshape(-1)
         else:
             raise TypeError(f"no reference label set for family {family.name!r}")
-        with sdpa_kernel([SDPBackend.MATH]):
+        with differentiable_kernels():
             g = per_sample_grad(primal, xs, ys)
         for j in range(len(dirs)):
             proj = sum(

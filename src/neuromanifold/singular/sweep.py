@@ -44,7 +44,7 @@ from neuromanifold.singular._validate import (
     prepare,
 )
 from neuromanifold.singular.family import OutputFamily, check_family
-from neuromanifold.singular.fisher import fisher_prepared
+from neuromanifold.singular.fisher import fisher_along_line, fisher_prepared
 
 __all__ = [
     "FLOOR_EPS_MULTIPLE",
@@ -52,6 +52,7 @@ __all__ = [
     "GRID_HI",
     "GRID_LO",
     "GRID_N",
+    "T_BATCH",
     "Sweep",
     "default_grid",
     "floor_from_scale",
@@ -59,6 +60,7 @@ __all__ = [
 ]
 
 GRID_N = 32
+T_BATCH = 8
 GRID_LO = 1e-4
 GRID_HI = 1.0
 FLOOR_EPS_MULTIPLE = 1e3
@@ -137,6 +139,8 @@ class Sweep:
         family: output family description.
         empirical: empirical (observed-label) Fisher instead of the true Fisher.
         upcast: the model or data arrived in a dtype other than float64 and was up-cast.
+        t_batched: the grid points were evaluated in ``vmap`` groups (False: one t at a time,
+            either requested or because the model could not be vmapped over its parameters).
     """
 
     ts: tuple[float, ...]
@@ -150,6 +154,7 @@ class Sweep:
     family: dict
     empirical: bool = False
     upcast: bool = False
+    t_batched: bool = False
 
     @property
     def t_array(self) -> np.ndarray:
@@ -187,24 +192,25 @@ def sweep_prepared(
     base_shift: float = 0.0,
     empirical: bool = False,
     chunk_size: int | None = None,
+    t_batch: int = T_BATCH,
 ) -> Sweep:
     """Core of `sweep` on validated float64 inputs and a unit direction ``u``."""
     base = dict(prep.params)
     if base_shift != 0.0:
         for k, v in u.items():
             base[k] = base[k] + base_shift * v
-    values = []
-    for t in grid.tolist():
-        point = dict(base)
-        for k, v in u.items():
-            point[k] = base[k] + t * v
-        values.append(
-            float(
-                fisher_prepared(
-                    model, prep, point, [u], family, empirical=empirical, chunk_size=chunk_size
-                )[0]
-            )
-        )
+    vals, batched = fisher_along_line(
+        model,
+        prep,
+        base,
+        u,
+        grid,
+        family,
+        empirical=empirical,
+        chunk_size=chunk_size,
+        t_batch=t_batch,
+    )
+    values = [float(v) for v in vals]
     keys = touched_keys(u)
     f_rand = float(
         fisher_prepared(
@@ -230,6 +236,7 @@ def sweep_prepared(
         family=family.to_dict(),
         empirical=bool(empirical),
         upcast=prep.upcast,
+        t_batched=batched,
     )
 
 
@@ -244,13 +251,15 @@ def sweep(
     base_shift: float | None = None,
     empirical: bool = False,
     chunk_size: int | None = None,
+    t_batch: int = T_BATCH,
 ) -> Sweep:
     """Directional Fisher ``F_u(t) = uᵀF(θ0 + (s + t)·u)u`` on a t-grid (float64).
 
     ``u`` is normalised to unit norm; ``s = base_shift`` (default 0) moves the base point along
     ``u`` (``s = −uᵀθ0`` snaps it, see `neuromanifold.singular.direction`). ``grid`` defaults to
     `default_grid` (32 log-spaced points over ``[1e−4, 1]·ρ_W``). One JVP pass over the N samples
-    per grid point, plus one for the floor estimate.
+    per grid point, plus one for the floor estimate; ``t_batch`` grid points share one ``vmap``
+    (memory: ``t_batch ×`` the activations of a chunk of ``chunk_size`` samples; 1 = no batching).
 
     Returns:
         `Sweep` with ``ts``, ``F``, ``floor`` and the pass count.
@@ -263,5 +272,13 @@ def sweep(
     if not math.isfinite(shift):
         raise ValueError(f"base_shift must be a finite float; got {base_shift!r}")
     return sweep_prepared(
-        model, prep, u_unit, family, g, base_shift=shift, empirical=empirical, chunk_size=chunk_size
+        model,
+        prep,
+        u_unit,
+        family,
+        g,
+        base_shift=shift,
+        empirical=empirical,
+        chunk_size=chunk_size,
+        t_batch=t_batch,
     )

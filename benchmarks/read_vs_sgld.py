@@ -178,14 +178,14 @@ def print_row(name, lam_cf, asm, ks, passes_read, wall_read, sg, m_cf=None):
         f"{sg['wall']:6.1f}s | {ratio} {wall_ratio:7.1f}"
     )
     budget_ratio = sg["passes"] / passes_read
-    return {
-        "name": name,
-        "err_read": err_read,
-        # ≥ 100×: SGLD reached ±10% only after ≥ 100× the read's passes, or never within a
-        # budget that is itself ≥ 100× the read's passes (the ratio is then a lower bound).
-        "ratio_ok": (tol / passes_read >= 100) if tol > 0 else budget_ratio >= 100,
-        "reached": tol > 0,
-    }
+    # ok: SGLD reached ±10% only after >= 100x the read's passes, or never within a budget that
+    # is itself >= 100x (the ratio is then a lower bound). short: reached within < 100x.
+    # inconclusive: never reached, but the budget was < 100x the read's passes.
+    if tol > 0:
+        verdict = "ok" if tol / passes_read >= 100 else "short"
+    else:
+        verdict = "ok" if budget_ratio >= 100 else "inconclusive"
+    return {"name": name, "err_read": err_read, "verdict": verdict}
 
 
 def main() -> None:
@@ -273,14 +273,17 @@ def main() -> None:
         + " (λ = 1/2, 1/2, 1/4)"
     )
     n_err = sum(r["err_read"] < 0.01 for r in results)
-    n_ratio = sum(r["ratio_ok"] for r in results)
-    short = [r["name"] for r in results if not r["ratio_ok"]]
+    by = {
+        v: [r["name"] for r in results if r["verdict"] == v]
+        for v in ("ok", "short", "inconclusive")
+    }
     print(f"read error < 1%: {n_err}/{len(results)} rows")
     print(
-        f"read >= 100x fewer passes than SGLD reaching ±10%: {n_ratio}/{len(results)} rows "
+        f"read >= 100x fewer passes than SGLD reaching ±10%: {len(by['ok'])}/{len(results)} rows "
         f"('never' rows count when the SGLD budget is >= 100x; their ratio is a lower bound)"
     )
-    print(f"rows where SGLD reached ±10% within 100x the read's passes: {short or 'none'}")
+    print(f"SGLD reached ±10% within 100x the read's passes: {by['short'] or 'none'}")
+    print(f"SGLD never reached ±10%, budget < 100x (inconclusive): {by['inconclusive'] or 'none'}")
     print(
         "'to±10%' uses the known λ as an oracle stopping rule (favours SGLD); 'never' = not "
         "within ±10% by the end of the run at these hyperparameters"

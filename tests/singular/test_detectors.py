@@ -70,7 +70,7 @@ def test_near_kernel_threshold_and_gap() -> None:
     assert near_kernel(torch.tensor([0.0, 0.0, 1.0]), 1e-3) == [0, 1]
     # 2e-4 and 9e-4 are both below τ but only a decade above 9e-4 would make the set clean
     assert near_kernel(torch.tensor([2e-4, 9e-4, 2e-3, 1.0]), 1e-3) == []
-    assert near_kernel(torch.zeros(3), 1e-3) == []
+    assert near_kernel(torch.zeros(3), 1e-3) == [0, 1, 2]
 
 
 @pytest.mark.parametrize("depth", [2, 4])

@@ -367,3 +367,17 @@ def test_two_dead_units_give_two_chains() -> None:
     chains = [r for r in reading.directions if r.detector == "duality"]
     assert [r.k for r in chains] == [2, 2]
     assert all(r.klass == "genuine_singularity" and r.r2 >= R2_MIN for r in chains)
+
+
+@pytest.mark.parametrize(("activation", "k"), [("tanh", 2), ("relu2", 3)])
+def test_all_zero_width_one_node_death(activation: str, k: int) -> None:
+    """``a·σ(b x)`` at ``a = b = 0``: both factors of the pair vanish identically (full kernels)."""
+    from neuromanifold.cells.dense import SquaredReLU
+
+    act = SquaredReLU() if activation == "relu2" else nn.Tanh()
+    model = nn.Sequential(nn.Linear(1, 1, bias=False), act, nn.Linear(1, 1, bias=False)).double()
+    with torch.no_grad():
+        model[0].weight.zero_()
+        model[2].weight.zero_()
+    x = torch.randn(32, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    _check_order(read(model, x, Gaussian(), progress=False), k, ("0", "2"))

@@ -25,12 +25,12 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from neuromanifold.cells.dense import SquaredReLU
 from neuromanifold.singular.family import Categorical, Gaussian
 
 __all__ = [
     "PlantedNet",
     "PlantedSelfAttention",
-    "SquaredReLU",
     "planted_conv",
     "planted_conv_chain",
     "planted_deep_linear",
@@ -41,15 +41,6 @@ __all__ = [
 
 Activation = Literal["relu", "gelu", "tanh", "relu2"]
 NODE_DEATH_ORDER = {"relu": 2, "gelu": 2, "tanh": 2, "relu2": 3}
-
-
-class SquaredReLU(nn.Module):
-    """Elementwise ``ReLU(x)²`` (order-2 activation: a node death through it has order 3)."""
-
-    elementwise = True
-
-    def forward(self, x: Tensor) -> Tensor:
-        return torch.relu(x) ** 2
 
 
 def _act(name: str) -> nn.Module:

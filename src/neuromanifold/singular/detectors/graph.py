@@ -2,7 +2,8 @@
 
 An edge ``p → c`` is recorded when module ``c`` receives as its first input a tensor produced by
 module ``p`` either directly or through a chain of elementwise modules (activations, dropout,
-identity; any module with a truthy ``elementwise`` attribute). Sources are supported blocks,
+identity; classes named in ``ELEMENTWISE_NAMES``; any module with a truthy ``elementwise``
+attribute). Sources are supported blocks,
 normalisation layers and embeddings; consumers are those and ``nn.MultiheadAttention`` (its query
 input); functional calls (``F.relu`` inside a ``forward``), reshapes
 and residual additions break the chain, so no edge is drawn across them (the duality join and the
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-__all__ = ["ELEMENTWISE", "ModelGraph", "trace_graph"]
+__all__ = ["ELEMENTWISE", "ELEMENTWISE_NAMES", "ModelGraph", "trace_graph"]
 
 ELEMENTWISE: tuple[type[nn.Module], ...] = (
     nn.ReLU,
@@ -44,8 +45,16 @@ _SOURCES: tuple[type[nn.Module], ...] = (
 _SINKS: tuple[type[nn.Module], ...] = (*_SOURCES, nn.MultiheadAttention)
 
 
+ELEMENTWISE_NAMES: tuple[str, ...] = ("SquaredReLU",)
+"""Class names of elementwise modules defined outside torch (e.g. the cells' squared ReLU)."""
+
+
 def _is_elementwise(mod: nn.Module) -> bool:
-    return isinstance(mod, ELEMENTWISE) or bool(getattr(mod, "elementwise", False))
+    return (
+        isinstance(mod, ELEMENTWISE)
+        or type(mod).__name__ in ELEMENTWISE_NAMES
+        or bool(getattr(mod, "elementwise", False))
+    )
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,9 @@ Per block (spec §6.1–6.3) with factors ``F ≈ A ⊗ G`` (`neuromanifold.sing
    a chain is proposed once, from its first block; each linked G-kernel vector of the first block
    starts its own chain (parallel dead units or paths give distinct directions). Kernel
    directions explained by a chain (the linked G vectors; on the consumer side every tap
-   ``g ⊗ e_s`` of a linked unit) are not proposed again one-sided.
+   ``g ⊗ e_s`` of a linked unit) are not proposed again one-sided. At most ``MAX_CHAINS`` chains
+   start at one block. A factor that vanishes identically (``G`` under all-zero downstream
+   weights, ``A`` above all-zero upstream weights) has every direction in its kernel.
 3. **One-sided modes** (``"kfac-A"``: ``g_top a_kᵀ``; ``"kfac-G"``: ``g_k a_topᵀ``), at most
    ``MAX_ONE_SIDED`` per side (on the logits layer of a categorical model, G-kernel vectors with
    ``|cos(g, 𝟙)| ≥ LOGIT_SHIFT_COS`` are left to the CE-shift detector: spec §6.1 failure mode
@@ -41,6 +43,7 @@ from neuromanifold.singular.factors import is_supported_block
 __all__ = [
     "GAP",
     "MATCH_MIN",
+    "MAX_CHAINS",
     "MAX_ONE_SIDED",
     "TAU_A",
     "TAU_G",
@@ -58,6 +61,7 @@ TAU_JOINT = 1e-4
 GAP = 10.0
 MATCH_MIN = 0.99
 MAX_ONE_SIDED = 2
+MAX_CHAINS = 4
 LOGIT_SHIFT_COS = 0.9999
 
 
@@ -70,11 +74,13 @@ def near_kernel(evals: Tensor, tau: float, *, gap: float = GAP) -> list[int]:
     [0, 1]
     >>> near_kernel(torch.tensor([1e-5, 5e-4, 1e-3, 1.0]), 1e-3)  # 5e-4 → 1e-3 is no gap
     [0]
+    >>> near_kernel(torch.zeros(2), 1e-3)  # a vanishing factor (e.g. G above a dead layer)
+    [0, 1]
     """
     ev = evals.double().clamp_min(0.0)
     top = float(ev.max())
-    if top <= 0.0:
-        return []
+    if top <= 0.0:  # a factor that vanishes identically: every direction is in its kernel
+        return list(range(ev.numel()))
     ratios = (ev / top).tolist()
     order = sorted(range(len(ratios)), key=lambda i: ratios[i])
     kept = [i for i in order if ratios[i] < tau]
@@ -273,7 +279,7 @@ class LinearDetector:
         upstream = self._upstream(ctx, name)
         links = self.linked(ctx, name)
         if not upstream:
-            for i in range(len(links)):
+            for i in range(min(len(links), MAX_CHAINS)):
                 chain = self.chain_from(ctx, name, i)
                 if not chain:
                     continue
@@ -281,7 +287,7 @@ class LinearDetector:
                 for blk, o, a in chain:
                     u.update(lift(blk, mods[blk], o, a))
                 u = normalise(_equalise(u, [(blk, mods[blk]) for blk, _, _ in chain]))
-                g_ratio = float(spec.gamma[spec.ker_g[0]].clamp_min(0) / spec.gamma[-1])
+                g_ratio = _ratio(float(spec.gamma[spec.ker_g[0]]), float(spec.gamma[-1]))
                 out.append(
                     Candidate(
                         layers=tuple(b for b, _, _ in chain),
@@ -305,7 +311,7 @@ class LinearDetector:
                 continue
             n_g += 1
             u = normalise(lift(name, module, g, spec.a_top))
-            r = max(float(spec.gamma[j]), 0.0) / g_max if g_max > 0 else 0.0
+            r = _ratio(float(spec.gamma[j]), g_max)
             out.append(Candidate(layers=(name,), detector="kfac-G", u=u, ratio=r))
         if not spec.ker_a and not spec.ker_g and a_max > 0 and g_max > 0:
             prods = torch.outer(spec.gamma.clamp_min(0), spec.alpha.clamp_min(0)).reshape(-1)
@@ -323,7 +329,7 @@ class LinearDetector:
         if not spec.ker_a:
             return []
         a_max = float(spec.alpha[-1])
-        ratios = [max(float(spec.alpha[i]), 0.0) / a_max for i in spec.ker_a]
+        ratios = [_ratio(float(spec.alpha[i]), a_max) for i in spec.ker_a]
         basis = spec.ker_a_basis()
         if upstream:
             span = torch.cat([_tap_span(module, g) for g in upstream], 1)
@@ -334,6 +340,11 @@ class LinearDetector:
             vecs = [left[:, i] for i in range(int(keep.sum()))]
             return [(v, max(ratios)) for v in vecs[:MAX_ONE_SIDED]]
         return [(basis[:, i], ratios[i]) for i in range(min(MAX_ONE_SIDED, basis.shape[1]))]
+
+
+def _ratio(value: float, top: float) -> float:
+    """``max(value, 0)/top``; 0 for a vanishing factor (``top ≤ 0``)."""
+    return max(value, 0.0) / top if top > 0 else 0.0
 
 
 def _is_logit_shift(ctx: DetectionContext, name: str, g: Tensor) -> bool:

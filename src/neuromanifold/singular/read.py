@@ -264,7 +264,7 @@ def read(
                 snap=snap is True,
                 gauge_generators=gens,
             )
-            overlap, info = None, {}
+            overlap, info, u_read = None, {}, cand.u
             if snap == "auto" and cand.gauge is None and not r.rate_visible:
                 n_sweep_passes += r.sweep.n_forward_passes
                 info = {"unsnapped": {"k": r.k, "k_hat": r.k_hat, "class": r.klass.value}}
@@ -287,9 +287,13 @@ def read(
                         "projected": True,
                     }
                     r = read_direction(work, params, u_proj, xd, family, grid=grid, snap=r.snapped)
+                    u_read = u_proj
             n_sweep_passes += r.sweep.n_forward_passes
             if per_layer and cand.detector == "duality" and len(cand.layers) > 1:
-                info = {**info, "per_layer": _per_layer_rates(work, params, cand, r, xw, family)}
+                info = {
+                    **info,
+                    "per_layer": _per_layer_rates(work, params, cand, u_read, r, xw, family),
+                }
                 n_sweep_passes += len(r.sweep.ts)
             records.append(_record(cand, r, overlap, info))
             if bar is not None:
@@ -340,6 +344,7 @@ def _per_layer_rates(
     model: nn.Module,
     params: dict[str, Tensor],
     cand: Candidate,
+    u: dict[str, Tensor],
     reading: Any,
     x: Tensor,
     family: Any,
@@ -351,25 +356,29 @@ def _per_layer_rates(
     every block of a depth-L linear dead path shows ``t^{2(L−1)}`` (spec §6.1), i.e. order L at
     every layer the direction touches. Returns ``{layer: {"k", "k_hat", "slope", "r2"}}``.
     """
-    parts = []
+    parts, layers = [], []
     for layer in cand.layers:
         prefix = f"{layer}." if layer else ""
         part = {
             k: v
-            for k, v in cand.u.items()
+            for k, v in u.items()
             if k[len(prefix) :] in ("weight", "bias") and k.startswith(prefix)
         }
-        norm = torch.sqrt(sum((v**2).sum() for v in part.values()))
-        parts.append({k: v / norm for k, v in part.items()})
+        norm = float(torch.sqrt(sum((v**2).sum() for v in part.values()))) if part else 0.0
+        if norm > 0.0:
+            parts.append({k: v / norm for k, v in part.items()})
+            layers.append(layer)
+    if not parts:
+        return {}
     ts = list(reading.sweep.ts)
     shift = reading.sweep.base_shift
     values = []
     for t in ts:
-        point = {k: (v + (t + shift) * cand.u[k] if k in cand.u else v) for k, v in params.items()}
+        point = {k: (v + (t + shift) * u[k] if k in u else v) for k, v in params.items()}
         values.append(directional_fisher(model, point, parts, x, family))
     table = torch.stack(values).T  # (n_layers, n_t)
     out = {}
-    for layer, f in zip(cand.layers, table, strict=True):
+    for layer, f in zip(layers, table, strict=True):
         fit = fit_rate(
             ts, f.tolist(), floor=floor_from_scale(max(float(f.max()), reading.sweep.scale))
         )

@@ -10,11 +10,12 @@ import torch
 
 from neuromanifold.singular import (
     GAUGE_OVERLAP_MIN,
-    LIVE_FLOOR_FACTOR,
+    LIVE_REL,
     DirectionClass,
     classify,
     classify_with_reason,
     fit_rate,
+    floor_from_scale,
     gauge_overlap,
 )
 
@@ -36,15 +37,24 @@ def test_live_when_slope_zero_and_magnitude_high() -> None:
 
 
 def test_slope_zero_below_live_threshold_is_flat() -> None:
-    """Magnitude resolves the slope-0 ambiguity: a plateau just above 10·floor is not live."""
-    f = np.full(T.size, 0.5 * LIVE_FLOOR_FACTOR * FLOOR)
-    fit = fit_rate(T, f, floor=FLOOR)
+    """Magnitude resolves the slope-0 ambiguity: a plateau far above 10·floor but below
+    LIVE_REL × the block's typical Fisher (float32-rounding level) is not live."""
+    scale = 2.0
+    floor = floor_from_scale(scale)
+    f = np.full(T.size, 0.5 * LIVE_REL * scale)
+    assert f[0] > 1e6 * floor
+    fit = fit_rate(T, f, floor=floor)
     assert fit.k == 1
-    klass, reason = classify_with_reason(fit, F=f, floor=FLOOR)
+    klass, reason = classify_with_reason(fit, F=f, floor=floor, scale=scale)
     assert klass is DirectionClass.FLAT_GAUGE
     assert "magnitude at noise level" in reason
     # An explicit live threshold (e.g. 1e−3 × median live Fisher) overrides the default.
-    assert classify(fit, F=f, floor=FLOOR, live_threshold=1e-30) is DirectionClass.LIVE
+    assert classify(fit, F=f, floor=floor, live_threshold=1e-30) is DirectionClass.LIVE
+    # Without an explicit scale it is recovered from the floor: same class.
+    assert classify(fit, F=f, floor=floor) is DirectionClass.FLAT_GAUGE
+    f_live = np.full(T.size, 2 * LIVE_REL * scale)
+    fit_live = fit_rate(T, f_live, floor=floor)
+    assert classify(fit_live, F=f_live, floor=floor) is DirectionClass.LIVE
 
 
 @pytest.mark.parametrize("p", [2, 4, 6])

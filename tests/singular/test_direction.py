@@ -210,6 +210,23 @@ def test_layernorm_kernel_is_flat_gauge() -> None:
     assert max(r.sweep.F) <= 10 * r.sweep.floor
 
 
+def test_layernorm_kernel_rounded_to_float32_is_still_flat_gauge() -> None:
+    """A gauge direction computed in float32 leaves an O(ε_32²) plateau: slope 0 far above the
+    float64 floor, but below the live threshold, so it is not classed live."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.LayerNorm(6), nn.Linear(6, 3)).to(D)
+    p = params_of(model)
+    p["0.weight"] = torch.rand(6, dtype=D) + 0.5
+    p["0.bias"] = torch.randn(6, dtype=D)
+    a_star = (1 / p["0.weight"]).float()
+    g = torch.randn(3)
+    b_star = -(a_star * p["0.bias"].float()).sum()
+    u = {"1.weight": torch.outer(g, a_star), "1.bias": g * b_star}
+    r = read_direction(model, p, u, torch.randn(64, 6, dtype=D), Categorical())
+    assert max(r.sweep.F) > 1e3 * r.sweep.floor  # not at the float64 floor …
+    assert r.klass is DirectionClass.FLAT_GAUGE  # … but at the float32 noise level
+
+
 def test_logit_shift_is_flat_gauge() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3)).to(D)

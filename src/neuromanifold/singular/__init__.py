@@ -6,7 +6,7 @@ The order read: output families, the directional Fisher ``uᵀF(θ)u`` by forwar
 
 from neuromanifold.singular.classify import (
     GAUGE_OVERLAP_MIN,
-    LIVE_FLOOR_FACTOR,
+    LIVE_REL,
     DirectionClass,
     classify,
     classify_with_reason,
@@ -43,7 +43,7 @@ __all__ = [  # noqa: RUF022 (grouped by concept, sorted within groups)
     "local_slopes",
     # classification
     "GAUGE_OVERLAP_MIN",
-    "LIVE_FLOOR_FACTOR",
+    "LIVE_REL",
     "DirectionClass",
     "classify",
     "classify_with_reason",

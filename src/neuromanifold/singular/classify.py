@@ -34,10 +34,11 @@ from torch import Tensor
 
 from neuromanifold.singular._validate import DTYPE
 from neuromanifold.singular.rate import RateFit
+from neuromanifold.singular.sweep import floor_from_scale
 
 __all__ = [
     "GAUGE_OVERLAP_MIN",
-    "LIVE_FLOOR_FACTOR",
+    "LIVE_REL",
     "DirectionClass",
     "classify",
     "classify_with_reason",
@@ -45,7 +46,7 @@ __all__ = [
 ]
 
 GAUGE_OVERLAP_MIN = 0.9
-LIVE_FLOOR_FACTOR = 1e4
+LIVE_REL = 1e-10
 FLOOR_MARGIN = 10.0
 SPAN_RTOL = 1e-10
 
@@ -111,6 +112,7 @@ def classify_with_reason(
     *,
     F: Sequence[float] | np.ndarray,
     floor: float,
+    scale: float | None = None,
     gauge_overlap: float | None = None,
     live_threshold: float | None = None,
     overlap_min: float = GAUGE_OVERLAP_MIN,
@@ -125,7 +127,11 @@ def classify_with_reason(
     if not fit.ok:
         return DirectionClass.UNRESOLVED, f"no rate window: {fit.reason}"
     if fit.k == 1:
-        threshold = LIVE_FLOOR_FACTOR * float(floor) if live_threshold is None else live_threshold
+        if live_threshold is not None:
+            threshold = float(live_threshold)
+        else:
+            ref = float(floor) / floor_from_scale(1.0) if scale is None else float(scale)
+            threshold = LIVE_REL * ref
         if fit.magnitude >= threshold:
             return DirectionClass.LIVE, (
                 f"slope {fit.slope:.3f} ≈ 0 with F ≈ {fit.magnitude:.3g} ≥ live threshold "
@@ -155,6 +161,7 @@ def classify(
     *,
     F: Sequence[float] | np.ndarray,
     floor: float,
+    scale: float | None = None,
     gauge_overlap: float | None = None,
     live_threshold: float | None = None,
     overlap_min: float = GAUGE_OVERLAP_MIN,
@@ -162,11 +169,14 @@ def classify(
     """Class of a direction from its rate fit, sweep values, floor and gauge overlap.
 
     Rule in the module docstring (flat gauge → unresolved → live → curved gauge → genuine).
+    ``scale`` is the block's typical Fisher ``F_scale`` (`Sweep.scale`); when omitted it is
+    recovered from ``floor = (1e3·ε_64)²·F_scale``.
     """
     return classify_with_reason(
         fit,
         F=F,
         floor=floor,
+        scale=scale,
         gauge_overlap=gauge_overlap,
         live_threshold=live_threshold,
         overlap_min=overlap_min,

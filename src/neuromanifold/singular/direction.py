@@ -209,7 +209,12 @@ def read_direction(
     if gauge_generators is not None:
         overlap = gauge_overlap(u_unit, list(gauge_generators))
     klass, reason = classify_with_reason(
-        fit, F=sw.F, floor=sw.floor, gauge_overlap=overlap, live_threshold=live_threshold
+        fit,
+        F=sw.F,
+        floor=sw.floor,
+        scale=sw.scale,
+        gauge_overlap=overlap,
+        live_threshold=live_threshold,
     )
     return DirectionReading(
         sweep=sw,

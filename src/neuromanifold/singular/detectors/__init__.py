@@ -4,13 +4,15 @@ A detector is one class (`Detector` protocol: ``name``, ``applies_to(module)``,
 ``propose(name, module, ctx)``) returning `Candidate` directions with a provenance label; see
 `neuromanifold.singular.detectors.base` for how to add one and `default_registry` for the
 built-ins (K-FAC/KFC linear and conv with the A–G duality join, LayerNorm kernel, RMSNorm,
-attention QK rotation and VO rescale, CE logit shift, ReLU rescale, unseen embedding rows).
+attention QK rotation and VO rescale, CE logit shift, ReLU rescale, gated feed-forward dead
+dimensions, unseen embedding rows).
 """
 
 from neuromanifold.singular.detectors.attention import AttentionDetector, attention_layout
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, Detector
 from neuromanifold.singular.detectors.embedding import EmbeddingDetector
 from neuromanifold.singular.detectors.gauges import LogitShiftDetector, ReLURescaleDetector
+from neuromanifold.singular.detectors.glu import GLUDetector, glu_layout
 from neuromanifold.singular.detectors.graph import ModelGraph, trace_graph
 from neuromanifold.singular.detectors.layernorm import (
     LayerNormDetector,
@@ -34,6 +36,7 @@ __all__ = [
     "Detector",
     "DetectorRegistry",
     "EmbeddingDetector",
+    "GLUDetector",
     "LayerNormDetector",
     "LayerNormReachDetector",
     "LinearDetector",
@@ -44,6 +47,7 @@ __all__ = [
     "attention_layout",
     "block_spectrum",
     "default_registry",
+    "glu_layout",
     "layernorm_kernel",
     "near_kernel",
     "trace_graph",

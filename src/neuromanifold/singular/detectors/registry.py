@@ -3,7 +3,8 @@
 `default_registry` holds, in priority order (closed forms first, so that a K-FAC candidate
 duplicating a closed-form one is dropped in favour of the closed form): LayerNorm (graph
 consumers, then consumers reached through token selection/pooling by the factor test), RMSNorm,
-attention, CE logit shift, ReLU rescale, embedding, linear/conv K-FAC.
+attention, CE logit shift, ReLU rescale, gated feed-forward dead dimension, embedding,
+linear/conv K-FAC.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from neuromanifold.singular.detectors.attention import AttentionDetector
 from neuromanifold.singular.detectors.base import Detector
 from neuromanifold.singular.detectors.embedding import EmbeddingDetector
 from neuromanifold.singular.detectors.gauges import LogitShiftDetector, ReLURescaleDetector
+from neuromanifold.singular.detectors.glu import GLUDetector
 from neuromanifold.singular.detectors.layernorm import (
     LayerNormDetector,
     LayerNormReachDetector,
@@ -68,6 +70,7 @@ def default_registry() -> DetectorRegistry:
             AttentionDetector(),
             LogitShiftDetector(),
             ReLURescaleDetector(),
+            GLUDetector(),
             EmbeddingDetector(),
             LinearDetector(),
         ]

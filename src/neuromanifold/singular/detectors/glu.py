@@ -1,0 +1,94 @@
+"""Gated feed-forward detector: a dead hidden dimension of a GLU/SwiGLU block (three blocks).
+
+Layout (`glu_layout`): a module with ``nn.Linear`` children gate ``w1``/``gate_proj``, up
+``w3``/``up_proj`` and down ``w2``/``down_proj`` computing ``down(φ(gate(x)) ⊙ up(x))``. A dead
+hidden dimension ``v`` (gate and up rows and the down column along ``v`` zero) shows as a G-kernel
+vector of the gate that is also in the G-kernel of the up projection, and whose lift lies in the
+down projection's A-kernel (``MATCH_MIN`` as for the duality join). The candidate moves all three
+blocks with equal norm: gate ``v a_gateᵀ``, up ``v a_upᵀ`` (top input eigenvectors), down
+``c vᵀ`` (top output eigenvector ``c``); along it the output changes by
+``t·c·φ(t·)·(t·) = O(t³)`` for ``φ(0) = 0``, ``φ'(0) ≠ 0``: order 3 (spec §6.6, SwiGLU dead
+dimension). Provenance ``"glu-dead-dimension"``. The elementwise gate and the product are
+functional calls, so the data-flow graph cannot see this structure; the module names carry it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
+from neuromanifold.singular.detectors.linear import MATCH_MIN, block_spectrum, lift
+
+__all__ = ["GLUDetector", "glu_layout"]
+
+_GATE = ("w1", "gate_proj", "gate")
+_UP = ("w3", "up_proj", "up")
+_DOWN = ("w2", "down_proj", "down")
+
+
+def glu_layout(module: nn.Module) -> tuple[str, str, str] | None:
+    """Child names ``(gate, up, down)`` of a gated feed-forward module, or ``None``."""
+    kids = dict(module.named_children())
+
+    def pick(names: tuple[str, ...]) -> str | None:
+        return next((n for n in names if type(kids.get(n)) is nn.Linear), None)
+
+    gate, up, down = pick(_GATE), pick(_UP), pick(_DOWN)
+    if not (gate and up and down):
+        return None
+    h = kids[gate].out_features
+    if kids[up].out_features != h or kids[down].in_features != h:
+        return None
+    return gate, up, down
+
+
+def _in_span(basis: Tensor, vec: Tensor) -> float:
+    return float((basis.T @ vec).norm()) if basis.shape[1] else 0.0
+
+
+class GLUDetector:
+    """Dead hidden dimensions of gated feed-forward blocks (module docstring)."""
+
+    name = "glu"
+
+    def applies_to(self, module: nn.Module) -> bool:
+        """Modules with a recognised gate/up/down layout."""
+        return glu_layout(module) is not None
+
+    def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
+        """One order-3 candidate per dead hidden dimension found on all three blocks."""
+        gate, up, down = glu_layout(module)
+        prefix = f"{name}." if name else ""
+        names = [prefix + gate, prefix + up, prefix + down]
+        specs = [block_spectrum(ctx, n) for n in names]
+        if any(s is None for s in specs):
+            return []
+        s_gate, s_up, s_down = specs
+        ker_up = s_up.g_vecs[:, s_up.ker_g]
+        ker_down = s_down.ker_a_basis()
+        down_mod = module.get_submodule(down)
+        out = []
+        for j in s_gate.ker_g:
+            v = s_gate.g_vecs[:, j]
+            lifted = v if down_mod.bias is None else torch.cat([v, v.new_zeros(1)])
+            if _in_span(ker_up, v) < MATCH_MIN or _in_span(ker_down, lifted) < MATCH_MIN:
+                continue
+            parts = [
+                lift(names[0], module.get_submodule(gate), v, s_gate.a_top),
+                lift(names[1], module.get_submodule(up), v, s_up.a_top),
+                lift(names[2], down_mod, s_down.g_top, lifted),
+            ]
+            u: dict[str, Tensor] = {}
+            for part in parts:
+                norm = torch.sqrt(sum((t**2).sum() for t in part.values()))
+                u.update({k: t / norm for k, t in part.items()})
+            out.append(
+                Candidate(
+                    layers=tuple(names),
+                    detector="glu-dead-dimension",
+                    u=normalise(u),
+                    info={"module": name},
+                )
+            )
+        return out

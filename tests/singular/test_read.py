@@ -115,6 +115,9 @@ def test_relu_rescale_is_a_curved_gauge_not_a_singularity() -> None:
     reading = read(p.model, p.data, p.family, progress=False)
     (rec,) = [r for r in reading.directions if r.detector == "relu-rescale"]
     assert rec.k == 2 and rec.klass == "curved_gauge"
+    # max_directions keeps the possible dead directions before the gauges
+    (first,) = read(p.model, p.data, p.family, progress=False, max_directions=1).directions
+    assert first.detector == "duality"
 
 
 def test_coordinate_baseline_fails_where_the_read_succeeds() -> None:

@@ -13,7 +13,8 @@ Pipeline (spec §7.2):
 3. Coverage: every module holding parameters must be handled by some detector of the registry;
    the others are listed in ``not_covered`` with a reason (also supported blocks never called).
 4. Detect: each detector, in registry order, proposes `Candidate` directions for every module it
-   applies to.
+   applies to. They are read in `_reading_order` (possible dead directions first, by eigenvalue
+   ratio; gauges last), which is also the order ``max_directions`` truncates.
    Duplicates (``|⟨u, v⟩| ≥ DEDUP_OVERLAP``) are dropped, keeping the first (closed forms first).
 5. Read each candidate with `read_direction` (gauge candidates with their generators, so a
    straight probe of a curved orbit is classed curved gauge), up to ``max_directions``.
@@ -179,7 +180,8 @@ def read(
         family: output family, ``Gaussian(sigma)`` or ``Categorical()``.
         detectors: a `DetectorRegistry` or detectors (default: `default_registry`).
         grid: t-grid for every sweep (default: `read_direction`'s per-direction policy).
-        max_directions: read at most this many candidates (in registry order).
+        max_directions: read at most this many candidates, in `_reading_order` (possible dead
+            directions by ascending eigenvalue ratio, then gauges).
         snap: ``True``: read from the snapped base point ``θ0 − (uᵀθ0)u``; ``False``: from θ0;
             ``"auto"``: from θ0, and for non-gauge candidates (a gauge tangent such as the ReLU
             rescale is proportional to θ0, so its offset is intrinsic) again snapped when the
@@ -243,6 +245,7 @@ def read(
                 if all(cand.overlap(c) < DEDUP_OVERLAP for c in candidates):
                     candidates.append(cand)
     n_found = len(candidates)
+    candidates = _reading_order(candidates)
     if max_directions is not None:
         candidates = candidates[:max_directions]
     gauges = [g for c in candidates if c.gauge == "curved" for g in (c.gauge_generators or ())]
@@ -392,6 +395,15 @@ def _per_layer_rates(
 
 
 _FUSED = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
+
+
+def _reading_order(candidates: list[Candidate]) -> list[Candidate]:
+    """Candidates that may be dead directions first (smallest eigenvalue ratio first; closed-form
+    non-gauge candidates after them), then the closed-form gauges in registry order. Stable."""
+    dead = [c for c in candidates if c.gauge is None]
+    gauges = [c for c in candidates if c.gauge is not None]
+    dead.sort(key=lambda c: (c.ratio is None, c.ratio if c.ratio is not None else 0.0))
+    return dead + gauges
 
 
 def _working_copy(model: nn.Module) -> nn.Module:

@@ -8,10 +8,9 @@ Rows (all float64, Gaussian noise σ = 1, the checkpoint is the true parameter):
   r(M + N − r)) and the dead unit's component dimensions (M − r, N − r) from the architecture.
 * ``dln L``: ``planted_deep_linear`` (square width 4, a dead path through all L layers, end-to-end
   rank 3). Same read and assembly; closed form: Aoyagi's deep-linear λ.
-* ``node <act>``: the one-hidden-node cell y = a·σ(b x) at a = b = 0. The whole-model read has
-  no factor signal at a = b = 0 (both factors vanish), so this row uses ``read_direction`` along
-  the cell's direction (the detector's joint mode, supplied by the cell); closed form (1/2, 2)
-  or (1/4, 1).
+* ``node <act>``: the one-hidden-node cell y = a·σ(b x) at a = b = 0, whole-model ``read``
+  (its detectors treat the vanishing factors as full kernels); the assembly needs nothing else
+  (every parameter is in the dead structure); closed form (1/2, 2) or (1/4, 1).
 
 SGLD: the library's ``sgld_llc`` (4 chains, step 3e-4, γ = 1, nβ = n/ln n, full batch, n = 1000
 training samples). "Passes to ±10%" is the smallest number of chain steps T (on a doubling grid,
@@ -39,7 +38,6 @@ from neuromanifold.cells.planted import planted_deep_linear
 from neuromanifold.cells.registry import get_cell
 from neuromanifold.singular.assembly import assemble_from_reading
 from neuromanifold.singular.closed_forms import deep_linear, one_hidden_node, rrr
-from neuromanifold.singular.direction import read_direction
 from neuromanifold.singular.family import Gaussian
 from neuromanifold.singular.read import read
 from neuromanifold.singular.sgld import SGLDConfig, gaussian_nll_loss, sgld_llc
@@ -249,19 +247,17 @@ def main() -> None:
     for act in ("relu", "gelu", "relu2"):
         cell = get_cell(f"node_death_{act}")
         t0 = time.perf_counter()
-        rd = read_direction(cell.model, cell.params, cell.direction, cell.data, cell.family)
-        asm = assemble_from_reading([rd])
+        reading = read(cell.model, cell.data, cell.family, progress=False)
+        asm = assemble_from_reading(reading)
         wall_read = time.perf_counter() - t0
+        passes_read = reading.meta["n_forward_passes"] + reading.meta["n_backward_passes"]
+        ks = [d.k for d in reading.directions if d.klass == "genuine_singularity"]
         cf = one_hidden_node(act)
         g = torch.Generator().manual_seed(20_000 + args.seed)
         x = torch.randn(N_TRAIN, 1, generator=g, dtype=torch.float64)
         y = torch.randn(N_TRAIN, 1, generator=g, dtype=torch.float64)  # truth: the zero function
         sg = run_sgld(cell.model, x, y, float(cf.lam), args)
-        results.append(
-            print_row(
-                f"node {act}", cf.lam, asm, [rd.k], rd.sweep.n_forward_passes, wall_read, sg, cf.m
-            )
-        )
+        results.append(print_row(f"node {act}", cf.lam, asm, ks, passes_read, wall_read, sg, cf.m))
 
     print("-" * len(head))
     nbeta = N_TRAIN / math.log(N_TRAIN)

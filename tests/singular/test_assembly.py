@@ -265,3 +265,14 @@ def test_read_and_assembly_are_deterministic() -> None:
     runs = [read(net.model, net.data, net.family, progress=False) for _ in range(2)]
     assert runs[0].to_dict() == runs[1].to_dict()
     assert assemble_from_reading(runs[0]).to_dict() == assemble_from_reading(runs[1]).to_dict()
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "relu2"])
+def test_assembly_from_whole_model_read_of_node_death_equals_closed_form(activation: str) -> None:
+    from neuromanifold.cells.registry import get_cell
+    from neuromanifold.singular.read import read
+
+    cell = get_cell(f"node_death_{activation}")
+    reading = read(cell.model, cell.data, cell.family, progress=False)
+    a, cf = assemble_from_reading(reading), one_hidden_node(activation)
+    assert (a.lam, a.m) == (cf.lam, cf.m)

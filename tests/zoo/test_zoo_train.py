@@ -54,6 +54,16 @@ def test_progress_bar_path_runs(data) -> None:
     assert [h["step"] for h in result.history] == [1, 2]
 
 
+def test_thread_setting_is_restored(data) -> None:
+    before = torch.get_num_threads()
+    model = build_model(SMALL, seed=0)
+    cfg = TrainConfig(steps=1, batch_size=32, warmup_steps=0, eval_every=1)
+    train(model, data, optimizer=OptimizerConfig(), config=cfg, progress=False, num_threads=1)
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="num_threads must be a positive int or None, got 0"):
+        train(model, data, optimizer=OptimizerConfig(), config=cfg, num_threads=0)
+
+
 def test_lr_schedule_shape() -> None:
     cfg = TrainConfig(steps=110, warmup_steps=10, final_lr_fraction=0.1)
     assert lr_factor(0, cfg) == pytest.approx(0.1)

@@ -128,8 +128,34 @@ def train(
     config: TrainConfig,
     progress: bool = True,
     description: str = "train",
+    num_threads: int | None = 1,
 ) -> TrainResult:
-    """Train ``model`` in place on ``data`` with ``optimizer`` for ``config.steps`` steps."""
+    """Train ``model`` in place on ``data`` with ``optimizer`` for ``config.steps`` steps.
+
+    ``num_threads``: torch intra-op threads while training (restored afterwards; ``None`` leaves
+    the setting alone). The zoo models' matrices are 32–128 wide, too small for intra-op
+    parallelism to pay; on a shared machine extra threads made training several times slower.
+    """
+    if num_threads is None:
+        return _train(model, data, optimizer, config, progress, description)
+    if not isinstance(num_threads, int) or num_threads < 1:
+        raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        return _train(model, data, optimizer, config, progress, description)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _train(
+    model: nn.Module,
+    data: DataSplit,
+    optimizer: OptimizerConfig,
+    config: TrainConfig,
+    progress: bool,
+    description: str,
+) -> TrainResult:
     if not isinstance(data, DataSplit):
         raise TypeError(f"data must be a DataSplit, got {type(data).__name__}")
     n = int(data.x_train.shape[0])

@@ -215,7 +215,7 @@ def check_direction(
             f"subset of {sorted(params)[:8]}"
         )
     out: Direction = {}
-    sq = torch.zeros((), dtype=DTYPE)
+    sq = 0.0
     for key, value in u.items():
         if not isinstance(value, Tensor):
             raise TypeError(
@@ -226,12 +226,12 @@ def check_direction(
                 f"direction {name}[{key!r}] has shape {_describe_shape(value)} but "
                 f"params[{key!r}] has shape {_describe_shape(params[key])}"
             )
-        v = value.detach().to(DTYPE)
+        v = value.detach().to(device=params[key].device, dtype=DTYPE)
         if not bool(torch.isfinite(v).all()):
             raise ValueError(f"direction {name}[{key!r}] contains non-finite values (nan or inf)")
         out[key] = v
-        sq = sq + (v * v).sum()
-    norm = float(sq.sqrt())
+        sq += float((v * v).sum())
+    norm = math.sqrt(sq)
     if norm == 0.0:
         raise ValueError(f"direction {name} has zero norm; expected a non-zero finite direction")
     if not math.isfinite(norm):
@@ -265,7 +265,7 @@ def check_grid(grid: object) -> Tensor:
 
 def dot(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> Tensor:
     """Euclidean inner product of two parameter dicts over their common keys (float64 scalar)."""
-    total = torch.zeros((), dtype=DTYPE)
+    total = 0.0
     for k in a.keys() & b.keys():
-        total = total + (a[k].to(DTYPE) * b[k].to(DTYPE)).sum()
-    return total
+        total += float((a[k].to(DTYPE) * b[k].to(device=a[k].device, dtype=DTYPE)).sum())
+    return torch.tensor(total, dtype=DTYPE)

@@ -86,7 +86,7 @@ def gauge_overlap(u: Mapping[str, Tensor], generators: Sequence[Mapping[str, Ten
     def flat(d: Mapping[str, Tensor]) -> Tensor:
         return torch.cat(
             [
-                d[k].detach().to(DTYPE).reshape(-1)
+                d[k].detach().to(device="cpu", dtype=DTYPE).reshape(-1)
                 if k in d
                 else torch.zeros(int(np.prod(shapes[k])), dtype=DTYPE)
                 for k in keys

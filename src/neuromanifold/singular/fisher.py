@@ -67,11 +67,16 @@ def global_mean(total: Tensor, n: int) -> Tensor:
     """
     if dist.is_available() and dist.is_initialized():
         total = total.clone()
-        count = torch.tensor([float(n)], dtype=DTYPE)
+        count = torch.tensor([float(n)], dtype=DTYPE, device=total.device)
         dist.all_reduce(total)
         dist.all_reduce(count)
         return total / count[0]
     return total / n
+
+
+def _device(params: Mapping[str, Tensor]) -> torch.device:
+    """Device of the parameters (the read runs where the model lives)."""
+    return next(iter(params.values())).device
 
 
 def _as_direction_list(params: Mapping[str, Tensor], u: object) -> tuple[list[Direction], bool]:
@@ -160,10 +165,11 @@ def fisher_along_line(
         raise ValueError(f"t_batch must be a positive int; got {t_batch!r}")
     keys = sorted(u)
     tangent = {k: u[k] for k in keys}
-    values = torch.zeros(ts.numel(), dtype=DTYPE)
+    dev = _device(base)
+    values = torch.zeros(ts.numel(), dtype=DTYPE, device=dev)
     all_batched = True
     for i in range(0, ts.numel(), t_batch):
-        group = ts[i : i + t_batch]
+        group = ts[i : i + t_batch].to(dev)
         for sl in _chunks(prep.n, chunk_size):
             q_sum = _chunk_quadratic(model, prep, base, keys, family, sl, empirical=empirical)
 
@@ -206,7 +212,7 @@ def fisher_prepared(
     keys = sorted(set().union(*(d.keys() for d in dirs)))
     primal = {k: base[k] for k in keys}
     tangents = _stack_tangents(dirs, keys, base)
-    total = torch.zeros(len(dirs), dtype=DTYPE)
+    total = torch.zeros(len(dirs), dtype=DTYPE, device=_device(base))
     for sl in _chunks(prep.n, chunk_size):
         q_sum = _chunk_quadratic(model, prep, base, keys, family, sl, empirical=empirical)
         with differentiable_kernels():
@@ -295,7 +301,8 @@ def directional_fisher_reference(
         return family.log_likelihood(out, yi.unsqueeze(0))[0]
 
     per_sample_grad = vmap(grad(loglik), in_dims=(None, 0, 0))
-    total = torch.zeros(len(dirs), dtype=DTYPE)
+    dev = _device(prep.params)
+    total = torch.zeros(len(dirs), dtype=DTYPE, device=dev)
     for sl in _chunks(prep.n, chunk_size):
         xc = prep.x[sl]
         n = xc.shape[0]
@@ -303,17 +310,17 @@ def directional_fisher_reference(
             out = functional_call(model, (prep.params, prep.buffers), (xc,))
         family.check_output(out)
         if empirical:
-            xs, ys, w = xc, prep.y[sl], torch.ones(n, dtype=DTYPE)
+            xs, ys, w = xc, prep.y[sl], torch.ones(n, dtype=DTYPE, device=dev)
         elif family.name == "gaussian":
             m = out[0].numel()
             sigma = float(family.sigma)  # type: ignore[attr-defined]
-            eye = torch.eye(m, dtype=out.dtype).reshape(m, *out.shape[1:])
+            eye = torch.eye(m, dtype=out.dtype, device=dev).reshape(m, *out.shape[1:])
             ys = (out.unsqueeze(1) + sigma * eye.unsqueeze(0)).reshape(n * m, *out.shape[1:])
             xs = xc.repeat_interleave(m, dim=0)
-            w = torch.ones(n * m, dtype=DTYPE)
+            w = torch.ones(n * m, dtype=DTYPE, device=dev)
         elif family.name == "categorical":
             c = out.shape[1]
-            ys = torch.arange(c).repeat(n)
+            ys = torch.arange(c, device=dev).repeat(n)
             xs = xc.repeat_interleave(c, dim=0)
             w = torch.softmax(out, dim=-1).reshape(-1)
         else:

@@ -118,7 +118,10 @@ def floor_from_scale(scale: float) -> float:
 
 def _random_direction(params: Mapping[str, Tensor], keys: Sequence[str]) -> Direction:
     gen = torch.Generator().manual_seed(FLOOR_SEED)
-    r = {k: torch.randn(params[k].shape, generator=gen, dtype=DTYPE) for k in keys}
+    r = {
+        k: torch.randn(params[k].shape, generator=gen, dtype=DTYPE).to(params[k].device)
+        for k in keys
+    }
     norm = math.sqrt(sum(float((v * v).sum()) for v in r.values()))
     return {k: v / norm for k, v in r.items()}
 

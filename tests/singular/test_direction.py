@@ -281,3 +281,24 @@ def test_error_read_direction_family_mismatch() -> None:
             torch.ones(2, 1, dtype=D),
             Categorical(),
         )
+
+
+def test_empirical_fisher_at_a_perfect_fit_mimics_order_two() -> None:
+    """Linear regression with y = X w0 exactly: the observed-label score vanishes at θ0, so
+    F_emp(t) = t² E[(x·u)⁴]/σ⁴ (slope 2) while the true Fisher is constant (k = 1). This is why
+    the empirical Fisher is an option, never the default (spec §7.2 step 4)."""
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 1, bias=False).to(D)
+    p = params_of(lin)
+    x = torch.randn(40, 3, dtype=D)
+    y = (x @ p["weight"].T).detach()
+    u = torch.randn(1, 3, dtype=D)
+    u = u / u.norm()
+    sigma = 0.5
+    emp = read_direction(lin, p, {"weight": u}, (x, y), Gaussian(sigma), empirical=True)
+    true = read_direction(lin, p, {"weight": u}, (x, y), Gaussian(sigma))
+    moment4 = float(((x @ u.T) ** 4).mean())
+    for t, f in zip(emp.sweep.ts, emp.sweep.F, strict=True):
+        assert f == pytest.approx(t**2 * moment4 / sigma**4, rel=1e-12)
+    assert emp.k == 2 and emp.sweep.empirical
+    assert true.k == 1 and true.klass is DirectionClass.LIVE

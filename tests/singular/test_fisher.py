@@ -281,6 +281,12 @@ def test_error_direction_shape() -> None:
         directional_fisher(model, params, {"0.weight": torch.ones(5, 7)}, x, Gaussian())
 
 
+def test_error_empty_direction_list() -> None:
+    model, params, x = make("mlp")
+    with pytest.raises(ValueError, match="u is an empty list of directions"):
+        directional_fisher(model, params, [], x, Gaussian())
+
+
 def test_error_direction_not_a_dict() -> None:
     model, params, x = make("mlp")
     with pytest.raises(TypeError, match="direction u must be a non-empty dict"):

@@ -1,0 +1,277 @@
+"""Convergence experiment: where does LCN gradient flow on a least-squares loss end up?
+
+Loss ``ℓ(v) = ½‖A v − b‖²`` (one random tall ``A``, ``b`` per experiment), parameter flow
+``θ̇ = −Jμ(θ)ᵀ Aᵀ(Aμ(θ) − b)`` from several random initialisations. Each run is integrated with
+LSODA (``rtol = 1e-11``; stiff phases switch to BDF, whose Jacobian is the central-difference
+Hessian of L) until ``‖∇L(θ)‖ ≤ grad_tol`` (a terminal event) or ``t_max``. At the end point the
+run records the gradient norm, ``rank Jμ`` against ``dim M`` (singular values above
+``RANK_RTOL · σ_max``), ``‖v‖``, ``ℓ(v)`` next to ``ℓ(0) = ½‖b‖²``, and the largest drift
+``max_t ‖δ(θ(t)) − δ(θ(0))‖_∞`` of the conserved invariants over the solver's steps.
+
+For 1-D LCNs the gradient is evaluated by a fast path (prefix/suffix polynomial products and one
+correlation per layer), checked against :func:`neuromanifold.linear.flow.param_grad` in tests.
+
+The spec's expectation (§4.7, §7.13): for all strides > 1 the limits are critical points with full
+Jacobian rank and ``v ≠ 0``; the library asserts this only in its tests, and reports the stride-one
+runs (where limits with ``rank Jμ < dim M`` occur) without asserting anything about them.
+
+References: E. M. Achour, K. Kohn, H. Rauhut, arXiv:2507.06367; Diederen, Rauhut, Terstiege,
+arXiv:2601.08547 (convergence of LCN gradient flows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.integrate import solve_ivp
+
+from neuromanifold.linear.architecture import LCN, flatten_params, unflatten_params
+from neuromanifold.linear.flow import QuadraticLoss, param_grad
+from neuromanifold.linear.invariants import delta as lcn_delta
+from neuromanifold.linear.ntk import jacobian
+from neuromanifold.linear.polynomial import mu
+
+#: Integration stops once ‖∇L(θ)‖₂ falls below this.
+GRAD_TOL = 1e-10
+#: Relative/absolute tolerances of the LSODA integration.
+RTOL = 1e-11
+ATOL = 1e-13
+#: Singular values of Jμ above RANK_RTOL · σ_max count towards the rank.
+RANK_RTOL = 1e-9
+#: Step of the central-difference Hessian handed to the stiff solver.
+FD_STEP = 1e-6
+
+
+def lcn_grad_fast(arch: LCN, A: np.ndarray, b: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """``x ↦ ∇L(θ)`` for ``L = ½‖A μ(θ) − b‖²`` and a 1-D LCN (flat ``x``), by polynomial products.
+
+    ``∂L/∂w_l[p] = Σ_i g_i R_l[i − p S_{l−1}]`` with ``g = Aᵀ(Av − b)`` and ``R_l`` the product of
+    the other layers' dilated filters: a correlation of ``g`` with ``R_l``, sampled every
+    ``S_{l−1}``.
+    """
+    if not isinstance(arch, LCN) or arch.D != 1:
+        raise ValueError(f"arch = {arch!r}: the fast gradient needs a 1-D LCN")
+    ks = arch.layer_sizes
+    Ss = [S[0] for S in arch.dilations]
+    off = np.cumsum([0, *ks])
+    AtA, Atb = A.T @ A, A.T @ b
+
+    def grad(x: np.ndarray) -> np.ndarray:
+        fs = []
+        for l, (k, S) in enumerate(zip(ks, Ss, strict=True)):
+            f = np.zeros((k - 1) * S + 1)
+            f[::S] = x[off[l] : off[l + 1]]
+            fs.append(f)
+        pre = [np.ones(1)]
+        for f in fs[:-1]:
+            pre.append(np.convolve(pre[-1], f))
+        suf = [np.ones(1)]
+        for f in fs[:0:-1]:
+            suf.append(np.convolve(suf[-1], f))
+        suf.reverse()
+        v = np.convolve(pre[-1], fs[-1])
+        g = AtA @ v - Atb
+        out = np.empty(off[-1])
+        for l, S in enumerate(Ss):
+            R = np.convolve(pre[l], suf[l])
+            out[off[l] : off[l + 1]] = np.correlate(g, R, "valid")[::S]
+        return out
+
+    return grad
+
+
+def random_least_squares(
+    arch: LCN, rng: np.random.Generator, *, rows: int | None = None
+) -> QuadraticLoss:
+    """``ℓ(v) = ½‖Av − b‖²``; Gaussian ``A`` (``rows × n_v``, default ``2 n_v`` rows) and ``b``."""
+    m = 2 * arch.n_v if rows is None else rows
+    return QuadraticLoss(rng.standard_normal((m, arch.n_v)), rng.standard_normal(m))
+
+
+@dataclass(frozen=True)
+class ConvergenceRun:
+    """One integrated run and the properties of its end point (module docstring)."""
+
+    index: int
+    reached_tol: bool
+    t_final: float
+    loss_final: float
+    loss_at_zero: float
+    grad_norm: float
+    jacobian_rank: int
+    dim_M: int
+    sigma_ratio: float
+    v_norm: float
+    max_invariant_drift: float
+    nfev: int
+    times: tuple[float, ...]
+    losses: tuple[float, ...]
+    drifts: tuple[float, ...]
+
+    def to_dict(self, *, trajectory: bool = False) -> dict[str, Any]:
+        """JSON-serialisable dict; the trajectory (times, losses, drifts) only on request."""
+        d = dict(self.__dict__)
+        if not trajectory:
+            for k in ("times", "losses", "drifts"):
+                d.pop(k)
+        else:
+            for k in ("times", "losses", "drifts"):
+                d[k] = list(d[k])
+        return d
+
+
+def converge_run(
+    arch: LCN,
+    loss: QuadraticLoss,
+    theta0: Sequence[Any],
+    *,
+    index: int = 0,
+    grad_tol: float = GRAD_TOL,
+    t_max: float = 1e5,
+) -> ConvergenceRun:
+    """Integrate the parameter flow from ``θ0`` until ``‖∇L‖ ≤ grad_tol`` or ``t_max``."""
+    x0 = flatten_params(arch, theta0)
+    if arch.D == 1:
+        grad = lcn_grad_fast(arch, loss.A, loss.b)
+    else:
+
+        def grad(x: np.ndarray) -> np.ndarray:
+            return param_grad(arch, unflatten_params(arch, x), loss)
+
+    def rhs(_t: float, x: np.ndarray) -> np.ndarray:
+        return -grad(x)
+
+    def hess(_t: float, x: np.ndarray) -> np.ndarray:
+        n = x.size
+        H = np.empty((n, n))
+        for i in range(n):
+            e = np.zeros(n)
+            e[i] = FD_STEP
+            H[:, i] = (rhs(0.0, x + e) - rhs(0.0, x - e)) / (2 * FD_STEP)
+        return H
+
+    def small_gradient(_t: float, x: np.ndarray) -> float:
+        return float(np.linalg.norm(grad(x)) - grad_tol)
+
+    small_gradient.terminal = True  # type: ignore[attr-defined]
+    small_gradient.direction = -1  # type: ignore[attr-defined]
+    sol = solve_ivp(
+        rhs,
+        (0.0, float(t_max)),
+        x0,
+        method="LSODA",
+        rtol=RTOL,
+        atol=ATOL,
+        jac=hess,
+        events=small_gradient,
+    )
+    d0 = lcn_delta(unflatten_params(arch, x0))
+    drifts, losses = [], []
+    for y in sol.y.T:
+        th = unflatten_params(arch, y)
+        drifts.append(float(np.max(np.abs(lcn_delta(th) - d0))) if arch.L > 1 else 0.0)
+        losses.append(loss.value(mu(arch, th)))
+    x_end = sol.y[:, -1]
+    th_end = unflatten_params(arch, x_end)
+    s = np.linalg.svd(jacobian(arch, th_end), compute_uv=False)
+    rank = int(np.sum(s > RANK_RTOL * s[0])) if s.size and s[0] > 0 else 0
+    m = arch.dim_M
+    return ConvergenceRun(
+        index=index,
+        reached_tol=bool(sol.status == 1),
+        t_final=float(sol.t[-1]),
+        loss_final=losses[-1],
+        loss_at_zero=0.5 * float(loss.b @ loss.b),
+        grad_norm=float(np.linalg.norm(grad(x_end))),
+        jacobian_rank=rank,
+        dim_M=m,
+        sigma_ratio=float(s[m - 1] / s[0]) if s.size >= m and s[0] > 0 else 0.0,
+        v_norm=float(np.linalg.norm(mu(arch, th_end))),
+        max_invariant_drift=max(drifts),
+        nfev=int(sol.nfev),
+        times=tuple(float(t) for t in sol.t),
+        losses=tuple(losses),
+        drifts=tuple(drifts),
+    )
+
+
+@dataclass(frozen=True)
+class ConvergenceReport:
+    """All runs of one architecture on one loss, plus a summary."""
+
+    architecture: str
+    runs: tuple[ConvergenceRun, ...]
+    seed: int
+
+    def summary(self) -> dict[str, Any]:
+        """Counts and extremes over the runs (critical values rounded to 1e-8 for counting)."""
+        r = self.runs
+        return {
+            "runs": len(r),
+            "reached_tol": sum(x.reached_tol for x in r),
+            "full_rank": sum(x.jacobian_rank == x.dim_M for x in r),
+            "max_grad_norm": max(x.grad_norm for x in r),
+            "min_v_norm": min(x.v_norm for x in r),
+            "max_invariant_drift": max(x.max_invariant_drift for x in r),
+            "min_sigma_ratio": min(x.sigma_ratio for x in r),
+            "critical_values": sorted({round(x.loss_final, 8) for x in r}),
+            "loss_at_zero": r[0].loss_at_zero if r else None,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable dict (runs without trajectories)."""
+        return {
+            "architecture": self.architecture,
+            "seed": self.seed,
+            "summary": self.summary(),
+            "runs": [x.to_dict() for x in self.runs],
+        }
+
+
+def convergence_experiment(
+    arch: LCN, *, n_runs: int = 20, seed: int = 0, t_max: float = 1e5
+) -> ConvergenceReport:
+    """``n_runs`` Gaussian initialisations on one random least-squares loss (all seeded).
+
+    The loss comes from ``default_rng([seed, 0])``, run ``i``'s start from
+    ``default_rng([seed, 1, i])``.
+    """
+    if isinstance(n_runs, bool) or not isinstance(n_runs, int) or n_runs < 1:
+        raise ValueError(f"n_runs must be a positive int, got {n_runs!r}")
+    loss = random_least_squares(arch, np.random.default_rng([seed, 0]))
+    runs = []
+    for i in range(n_runs):
+        rng = np.random.default_rng([seed, 1, i])
+        theta0 = [rng.standard_normal(s) for s in arch.param_shapes]
+        runs.append(converge_run(arch, loss, theta0, index=i, t_max=t_max))
+    f = [x[0] for x in arch.filters]
+    s = [x[0] for x in arch.strides[:-1]]
+    return ConvergenceReport(f"LCN filters={f} strides={s}", tuple(runs), seed)
+
+
+def plot_convergence(reports: Sequence[ConvergenceReport], path: str) -> None:
+    """Loss gap ``ℓ(v(t)) − ℓ_final`` and invariant drift against time, one column per report."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(reports), figsize=(5.5 * len(reports), 7), squeeze=False)
+    for j, rep in enumerate(reports):
+        ax_l, ax_d = axes[0, j], axes[1, j]
+        for run in rep.runs:
+            t = np.maximum(np.asarray(run.times), 1e-6)
+            gap = np.maximum(np.asarray(run.losses) - run.loss_final, 1e-18)
+            ax_l.loglog(t, gap, lw=0.8)
+            ax_d.loglog(t, np.maximum(np.asarray(run.drifts), 1e-18), lw=0.8)
+        ax_l.set_title(rep.architecture, fontsize=9)
+        ax_l.set_ylabel("ℓ(v(t)) − ℓ(v(∞))")
+        ax_d.set_ylabel("max |δ(t) − δ(0)|")
+        ax_d.set_xlabel("t")
+    fig.suptitle("Gradient flow on a random least-squares loss (one curve per initialisation)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

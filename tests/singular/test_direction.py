@@ -165,7 +165,9 @@ def test_offset_node_death_rate_only_above_offset_and_snap_recovers_k() -> None:
     assert np.all(np.abs(s[below]) <= SLOPE_TOL_REGIME)
     # Unsnapped, the asymptotic (t → 0) read is the regular point's k = 1, flagged invisible.
     assert raw.k == 1 and not raw.rate_visible
+    before = {k: v.clone() for k, v in p.items()}
     snapped = read_direction(model, p, u, x, Gaussian(), grid=grid, snap=True)
+    assert all(torch.equal(p[k], before[k]) for k in p)  # snapping never touches the caller's
     assert snapped.snapped and snapped.rate_visible
     assert snapped.offset == pytest.approx(offset, rel=1e-12)
     assert_order(snapped, 2)

@@ -113,6 +113,16 @@ def test_order3_behind_a_constant_leak_reads_the_leak() -> None:
     assert np.all(np.abs(slopes[mid >= 30 * s**0.5] - 4) <= 0.01)
 
 
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_reparametrising_t_with_leading_rate_one_keeps_k(k: int) -> None:
+    """Along s(t) = t + t² the Fisher in t is F_s(s(t))·s'(t)²: same leading rate (spec §9.1)."""
+    t = grid()
+    s = t + t**2
+    fit = fit_rate(t, 3.0 * s ** (2 * (k - 1)) * (1 + 2 * t) ** 2)
+    assert fit.k == k
+    assert abs(fit.k_hat - k) <= K_TOL
+
+
 def test_odd_slope_fails_integrality() -> None:
     t = grid()
     fit = fit_rate(t, t**3)

@@ -1,9 +1,184 @@
-"""`neuromanifold lcn fiber | survey | converge` commands."""
+"""`neuromanifold lcn fiber | survey | converge` commands.
+
+Heavy imports (numpy, the linear modules, matplotlib, rich) happen inside the commands so that
+building the CLI stays cheap and a failure here cannot break other command groups.
+"""
 
 from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
 
 import typer
 
 
+def _floats(text: str, *, what: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{what} {text!r}: expected comma-separated numbers") from None
+
+
+def fiber_command(
+    filters: str = typer.Option(..., "--filters", help="Filter shapes, e.g. 2,2 or 2x2,3x3."),
+    v: str = typer.Option(..., "--v", help="End-to-end filter v (ascending; D-D in C order)."),
+    delta: str = typer.Option(
+        "", "--delta", help="Invariants δ_l = ‖w_(l+1)‖² − ‖w_l‖², L − 1 comma-separated values."
+    ),
+    strides: str | None = typer.Option(
+        None, "--strides", help="Strides s_1..s_{L-1} (or s_1..s_L), e.g. 1 or 2,3 or 1x1."
+    ),
+    dim: int = typer.Option(1, "--dim", min=1, help="Signal dimension D."),
+    starts: int = typer.Option(40, "--starts", min=1, help="Random starts of the numeric route."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the numeric route."),
+    json_path: Path | None = typer.Option(None, "--json", help="Also write the report as JSON."),
+) -> None:
+    """All parameters with μ(θ) = v and δ(θ) = δ (modulo signs), their NTKs, route agreement.
+
+    Exit status 1 when no parameters realise (v, δ) (v off the neuromanifold); the report and
+    its best residual are still printed (and written with --json).
+    """
+    import numpy as np
+
+    from neuromanifold.cli.lcn import parse_filters, parse_strides
+    from neuromanifold.linear.architecture import LCN
+    from neuromanifold.linear.fiber import lcn_fiber
+
+    shapes = parse_filters(filters, dim)
+    try:
+        arch = LCN(shapes, parse_strides(strides, len(shapes), dim), dim=dim)
+        rep = lcn_fiber(
+            arch, _floats(v, what="--v"), _floats(delta, what="--delta"), n_starts=starts, seed=seed
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    with np.printoptions(precision=6, suppress=True, linewidth=120):
+        typer.echo(f"architecture: {rep.architecture}  (dim M = {rep.dim_M})")
+        typer.echo(f"v = {np.array(rep.v)}   δ = {np.array(rep.delta)}")
+        for r in rep.routes:
+            status = "" if r.applicable else f" (not applicable: {r.note})"
+            typer.echo(
+                f"route {r.name}: {r.n_points} point(s), {r.n_distinct_ntks} distinct NTK(s), "
+                f"{r.n_converged}/{r.n_starts} converged{status}"
+            )
+        if not rep.on_manifold:
+            typer.echo(
+                f"NOT ON THE NEUROMANIFOLD: no parameters give (v, δ); best residual "
+                f"{rep.residual:.3g} > tolerance {rep.tolerance:.3g}"
+            )
+        for i, (p, K) in enumerate(zip(rep.point_arrays(), rep.ntk_arrays(), strict=True)):
+            typer.echo(
+                f"\npoint {i + 1} (NTK class {rep.ntk_labels[i] + 1}, rank J = "
+                f"{rep.jacobian_ranks[i]}):"
+            )
+            for l, w in enumerate(p):
+                typer.echo(f"  w_{l + 1} = {w}")
+            typer.echo(f"  K =\n{K}")
+        typer.echo(
+            f"\n{rep.n_points} point(s) modulo signs, {rep.n_distinct_ntks} distinct NTK(s); "
+            f"largest NTK difference {rep.max_ntk_diff_abs:.6g} (relative "
+            f"{rep.max_ntk_diff_rel:.3g}); routes agree: {rep.routes_agree}; "
+            f"max residual {rep.residual:.3g}"
+        )
+    if json_path is not None:
+        json_path.write_text(json.dumps(rep.to_dict(), indent=2))
+        typer.echo(f"wrote {json_path}")
+    if not rep.on_manifold:
+        raise typer.Exit(code=1)
+
+
+def survey_command(
+    samples: int = typer.Option(20, "--samples", min=1, help="Samples per row."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed (the run is reproducible)."),
+    json_path: Path | None = typer.Option(None, "--json", help="Write the rows as JSON here."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Directory for survey.md, survey.json and survey.png."
+    ),
+    rows: str | None = typer.Option(
+        None, "--rows", help="Only these rows (0-based indices, comma-separated)."
+    ),
+) -> None:
+    """Recompute the paper's NTK-determinacy table by sampling fibers (verdicts are computed)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from neuromanifold.linear.survey import default_rows, plot_survey, run_survey, to_markdown
+
+    specs = default_rows()
+    if rows is not None:
+        try:
+            idx = [int(x) for x in rows.split(",") if x.strip()]
+        except ValueError:
+            raise typer.BadParameter(f"--rows {rows!r}: expected comma-separated ints") from None
+        bad = [i for i in idx if not 0 <= i < len(specs)]
+        if bad or not idx:
+            raise typer.BadParameter(f"--rows {rows!r}: indices must lie in 0..{len(specs) - 1}")
+        specs = [specs[i] for i in idx]
+    t0 = time.perf_counter()
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("sampling fibers", total=samples * len(specs))
+        result = run_survey(
+            samples=samples, seed=seed, rows=specs, progress=lambda n: bar.advance(task, n)
+        )
+    elapsed = time.perf_counter() - t0
+    md = to_markdown(result)
+    typer.echo(md)
+    typer.echo(f"elapsed: {elapsed:.1f} s")
+    payload = {**result.to_dict(), "elapsed_s": elapsed}
+    if json_path is not None:
+        json_path.write_text(json.dumps(payload, indent=2))
+        typer.echo(f"wrote {json_path}")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "survey.md").write_text(md)
+        (out / "survey.json").write_text(json.dumps(payload, indent=2))
+        plot_survey(result, str(out / "survey.png"))
+        typer.echo(f"wrote {out / 'survey.md'}, {out / 'survey.json'}, {out / 'survey.png'}")
+
+
+CONVERGE_ARCHS = [((3, 2, 2), (2, 2)), ((2, 3, 2), (2, 3)), ((3, 2, 2), (1, 1))]
+
+
+def converge_command(
+    seeds: int = typer.Option(20, "--seeds", min=1, help="Random initialisations per network."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the loss and the starts."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Directory for converge.json and converge.png."
+    ),
+) -> None:
+    """Gradient flow to convergence on a random least-squares loss: strides > 1 vs stride one."""
+    from neuromanifold.linear.architecture import LCN
+    from neuromanifold.linear.converge import convergence_experiment, plot_convergence
+
+    reports = []
+    for f, s in CONVERGE_ARCHS:
+        t0 = time.perf_counter()
+        rep = convergence_experiment(LCN(f, s), n_runs=seeds, seed=seed)
+        sm = rep.summary()
+        typer.echo(
+            f"{rep.architecture}: {sm['reached_tol']}/{sm['runs']} reached ‖∇L‖ ≤ 1e-10, "
+            f"full rank {sm['full_rank']}/{sm['runs']} (min σ_dimM/σ_max "
+            f"{sm['min_sigma_ratio']:.2e}), max ‖∇L‖ {sm['max_grad_norm']:.2e}, min ‖v‖ "
+            f"{sm['min_v_norm']:.3g}, max drift {sm['max_invariant_drift']:.2e}, critical values "
+            f"{sm['critical_values']} (ℓ(0) = {sm['loss_at_zero']:.4g}) "
+            f"[{time.perf_counter() - t0:.1f} s]"
+        )
+        reports.append(rep)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "converge.json").write_text(json.dumps([r.to_dict() for r in reports], indent=2))
+        plot_convergence(reports, str(out / "converge.png"))
+        typer.echo(f"wrote {out / 'converge.json'}, {out / 'converge.png'}")
+
+
 def register(lcn_app: typer.Typer) -> None:
     """Attach the fiber, survey and convergence commands to the `lcn` group."""
+    lcn_app.command("fiber")(fiber_command)
+    lcn_app.command("survey")(survey_command)
+    lcn_app.command("converge")(converge_command)

@@ -1,0 +1,79 @@
+"""`neuromanifold lcn fiber | survey | converge` through typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from typer.testing import CliRunner
+
+from neuromanifold.cli import app
+
+ATOL_EXACT = 1e-12
+runner = CliRunner()
+
+
+def test_fiber_command_stride_one_example(tmp_path: Path) -> None:
+    out = tmp_path / "fiber.json"
+    args = ["lcn", "fiber", "--filters", "2,2", "--strides", "1", "--v", "1,1,-2", "--delta", "-3"]
+    res = runner.invoke(app, [*args, "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "2 distinct NTK(s)" in res.output and "routes agree: True" in res.output
+    d = json.loads(out.read_text())
+    assert d["n_points"] == 2 and d["n_distinct_ntks"] == 2
+    K = np.array([[2, 1, 0], [1, 7, 1], [0, 1, 5]], dtype=float)
+    assert any(np.max(np.abs(np.array(k) - K)) <= ATOL_EXACT for k in d["ntks"])
+
+
+def test_fiber_command_two_dimensional() -> None:
+    # w1 = 1 + 2 z2 + 3 z1 + 5 z1 z2 and w2 = 2 − z2 + z1 + 4 z1 z2, stride (1,1): v by hand
+    w1 = np.array([[1.0, 2.0], [3.0, 5.0]])
+    w2 = np.array([[2.0, -1.0], [1.0, 4.0]])
+    v = np.zeros((3, 3))
+    for i in range(2):
+        for j in range(2):
+            v[i : i + 2, j : j + 2] += w1[i, j] * w2
+    d = float(np.sum(w2**2) - np.sum(w1**2))
+    args = ["lcn", "fiber", "--dim", "2", "--filters", "2x2,2x2", "--strides", "1x1"]
+    res = runner.invoke(app, [*args, "--v", ",".join(map(str, v.ravel())), "--delta", str(d)])
+    assert res.exit_code == 0, res.output
+    assert "2 distinct NTK(s)" in res.output  # the equal-shape swap (spec §4.4)
+
+
+def test_fiber_command_off_manifold_and_bad_lengths() -> None:
+    base = ["lcn", "fiber", "--filters", "3,2", "--strides", "2"]
+    res = runner.invoke(app, [*base, "--v", "1,0.3,-2,0.7,1.5", "--delta", "0.5", "--starts", "5"])
+    assert res.exit_code == 1
+    assert "NOT ON THE NEUROMANIFOLD" in res.output and "best residual" in res.output
+    res = runner.invoke(app, [*base, "--v", "1,0.3,-2,0.7", "--delta", "0.5"])
+    assert res.exit_code == 2 and "v has shape (4,)" in res.output
+    res = runner.invoke(app, [*base, "--v", "1,0,-2,0,1", "--delta", "0.5,1"])
+    assert res.exit_code == 2 and "delta has length 2" in res.output
+    res = runner.invoke(app, [*base, "--v", "1,a,-2,0,1", "--delta", "0.5"])
+    assert res.exit_code == 2 and "expected comma-separated numbers" in res.output
+
+
+def test_survey_command_writes_outputs(tmp_path: Path) -> None:
+    out = tmp_path / "survey"
+    js = tmp_path / "rows.json"
+    args = ["lcn", "survey", "--samples", "1", "--seed", "2", "--rows", "2,3"]
+    res = runner.invoke(app, [*args, "--out", str(out), "--json", str(js)])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(js.read_text())["rows"]
+    assert [r["condition"] for r in rows] == ["all strides > 1", "some stride = 1"]
+    assert all(r["verdict"] in ("independent", "dependent") for r in rows)
+    assert (out / "survey.md").read_text().startswith("# NTK determinacy survey")
+    assert (out / "survey.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((out / "survey.json").read_text())["rows"] == rows
+    res = runner.invoke(app, ["lcn", "survey", "--rows", "99"])
+    assert res.exit_code == 2 and "indices must lie in 0..9" in res.output
+
+
+def test_converge_command(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["lcn", "converge", "--seeds", "1", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert res.output.count("reached") == 3
+    reps = json.loads((tmp_path / "converge.json").read_text())
+    assert len(reps) == 3 and all(len(r["runs"]) == 1 for r in reps)
+    assert (tmp_path / "converge.png").read_bytes()[:4] == b"\x89PNG"

@@ -21,10 +21,14 @@ from pathlib import Path
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="checkpoint directory (cache)")
-    parser.add_argument("--probe", type=int, default=128, help="number of validation images to probe")
+    parser.add_argument(
+        "--probe", type=int, default=128, help="number of validation images to probe"
+    )
     parser.add_argument("--recipe", default="vit-digits-scratch")
     parser.add_argument("--stage", default=None, help="stage to read (default: the last)")
-    parser.add_argument("--baseline", action="store_true", help="per-coordinate scan beside genuine")
+    parser.add_argument(
+        "--baseline", action="store_true", help="per-coordinate scan beside genuine"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the reading's JSON here")
     args = parser.parse_args()
 
@@ -37,11 +41,19 @@ def main() -> None:
     stage = args.stage or list(result.checkpoints)[-1]
     model, meta = load_checkpoint(result.checkpoints[stage])
     print(f"{stage}: trained/loaded in {time.perf_counter() - t0:.1f} s (cached: {result.cached})")
-    print({k: meta.metrics[k] for k in ("val_loss", "val_accuracy", "train_accuracy") if k in meta.metrics})
+    print(
+        {
+            k: meta.metrics[k]
+            for k in ("val_loss", "val_accuracy", "train_accuracy")
+            if k in meta.metrics
+        }
+    )
     data = digits(meta.task, seed=0)
     for u in mlp_usage(model, data.x_train):
-        print(f"  {u.layer}: {u.compressed}/{u.hidden} units < {u.threshold:g} of max, "
-              f"participation ratio {u.participation_ratio:.1f}")
+        print(
+            f"  {u.layer}: {u.compressed}/{u.hidden} units < {u.threshold:g} of max, "
+            f"participation ratio {u.participation_ratio:.1f}"
+        )
 
     probe = data.x_val[: args.probe]
     t1 = time.perf_counter()
@@ -52,7 +64,10 @@ def main() -> None:
         print(f"  {layer:28s} {det:18s} {klass:22s} k={k}  x{n}")
     mlp = [r for r in reading.directions if ".mlp." in r.layer]
     genuine = [r for r in mlp if r.klass.startswith("genuine")]
-    print(f"MLP directions: {len(mlp)}; genuine: {len(genuine)}; orders {Counter(r.k for r in genuine)}")
+    print(
+        f"MLP directions: {len(mlp)}; genuine: {len(genuine)}; "
+        f"orders {Counter(r.k for r in genuine)}"
+    )
     for r in genuine[:10]:
         print(f"  {r.layer} {r.detector} k={r.k} k_hat={r.k_hat} r2={r.r2} baseline={r.baseline}")
     if reading.not_covered:

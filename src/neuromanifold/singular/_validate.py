@@ -244,7 +244,7 @@ def check_direction(
 def check_grid(grid: object) -> Tensor:
     """Return ``grid`` as a float64 1-D tensor; it must be positive and strictly increasing."""
     try:
-        g = torch.as_tensor(grid, dtype=DTYPE).detach().reshape(-1).clone()
+        g = torch.as_tensor(grid, dtype=DTYPE).detach().cpu().reshape(-1).clone()
     except (TypeError, ValueError, RuntimeError) as exc:
         raise TypeError(f"grid must be a 1-D sequence of positive floats; got {grid!r}") from exc
     if g.numel() < 2:

@@ -3,12 +3,15 @@ the closed forms of spec §4.3 and §6, and the FC NTK operator."""
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
 from neuromanifold.linear import (
     FC,
     LCN,
+    _gram,
     complement_products,
     delta,
     fc_balanced_operator,
@@ -28,6 +31,13 @@ from neuromanifold.linear import (
     ntk,
     ntk_reference,
 )
+from neuromanifold.linear._gram import ntk_recursive_1d, prefers_recursion
+from neuromanifold.linear.architecture import validate_params
+from neuromanifold.linear.ntk import ntk_dense
+
+ntk_module = importlib.import_module(
+    "neuromanifold.linear.ntk"
+)  # the attribute `ntk` is the function
 
 RTOL_STRUCTURED = 1e-12  # structured vs jacrev, relative to the largest entry
 ATOL_EXACT = 1e-12  # closed forms with O(1) entries
@@ -43,6 +53,32 @@ ARCHS = [
     LCN(((2, 2, 2), (2, 3, 2)), ((2, 1, 3),), dim=3),
 ]
 IDS = ["k22s1", "k323s23", "k4322s123", "L1", "2d", "3d"]
+
+
+# 1-D architectures for the recursion: strides 1–3 and beyond the filter size, depths 1–6,
+# scalar layers (k_l = 1), uneven per-layer sizes, last-step sizes not a multiple of S_{L−1}.
+RECURSION_ARCHS = [
+    LCN((2, 2), (1,)),
+    LCN((3, 2, 3), (2, 3)),
+    LCN((4, 3, 2, 2), (1, 2, 3)),
+    LCN((5,), ()),
+    LCN((1, 3, 2), (2, 1)),
+    LCN((3, 1, 2), (3, 2)),
+    LCN((1, 1), (3,)),
+    LCN((2, 2, 2), (5, 4)),
+    LCN((2, 3), (4,)),
+    LCN((7, 2, 5, 3), (3, 1, 2)),
+    LCN((4,) * 6, (2,) * 5),
+    LCN((3,) * 5, (3,) * 4),
+    LCN((2,) * 6, (1,) * 5),
+    LCN((16, 16, 16), (2, 2)),
+]
+RECURSION_IDS = [
+    "k22s1", "k323s23", "k4322s123", "L1", "k1first", "k1mid", "k11", "s>k", "k23s4",
+    "k7253s312", "k4L6s2", "k3L5s3", "k2L6s1", "k16L3s2",
+]  # fmt: skip
+# residues per product: 0 bytes forces one residue at a time, 3000 a few, 2 MiB all at once
+CHUNKS = [0, 3000, 2**21]
 
 
 def _theta(arch: LCN, seed: int) -> list[np.ndarray]:
@@ -209,3 +245,51 @@ def test_error_paths() -> None:
         fc_balanced_operator(np.ones((2, 2)), np.ones((2, 3)), depth=2)
     with pytest.raises(ValueError, match="depth = 0"):
         fc_balanced_operator(np.ones((2, 2)), np.ones((2, 2)), depth=0)
+
+
+@pytest.mark.parametrize("chunk", CHUNKS, ids=["one", "few", "all"])
+@pytest.mark.parametrize("arch", RECURSION_ARCHS, ids=RECURSION_IDS)
+def test_recursion_matches_dense_and_jacrev(
+    arch: LCN, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_gram, "_CHUNK_BYTES", chunk)
+    theta = _theta(arch, 8)
+    K = ntk_recursive_1d(arch, validate_params(arch, theta))
+    Kd = ntk_dense(arch, theta)
+    assert K.shape == (arch.n_v, arch.n_v) and K.flags.c_contiguous
+    scale = np.max(np.abs(Kd))
+    np.testing.assert_allclose(K, Kd, rtol=0, atol=RTOL_STRUCTURED * scale)
+    if chunk == CHUNKS[0]:  # the jacrev oracle once per architecture
+        Kr = ntk_reference(arch, theta)
+        np.testing.assert_allclose(K, Kr, rtol=0, atol=RTOL_STRUCTURED * np.max(np.abs(Kr)))
+
+
+def test_ntk_dispatches_to_recursion(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the size thresholds lowered, ``ntk`` takes the recursion and still equals J Jᵀ."""
+    arch = LCN((3, 2, 3), (2, 3))
+    theta = _theta(arch, 9)
+    assert not prefers_recursion(arch)
+    calls = []
+
+    def spy(a: LCN, th: list[np.ndarray]) -> np.ndarray:
+        calls.append(a)
+        return ntk_recursive_1d(a, th)
+
+    monkeypatch.setattr(ntk_module, "ntk_recursive_1d", spy)
+    np.testing.assert_array_equal(ntk(arch, theta), ntk_dense(arch, theta))
+    assert calls == []
+    for name in ("RECURSION_MIN_NV", "RECURSION_MIN_PARAMS", "RECURSION_FLOP_ADVANTAGE"):
+        monkeypatch.setattr(_gram, name, 0)
+    assert prefers_recursion(arch)
+    K = ntk(arch, theta)
+    assert calls == [arch]
+    Kd = ntk_dense(arch, theta)
+    np.testing.assert_allclose(K, Kd, rtol=0, atol=RTOL_STRUCTURED * np.max(np.abs(Kd)))
+    arch2 = LCN(((2, 2), (2, 2)), ((2, 2),), dim=2)
+    assert not prefers_recursion(arch2)  # D ≥ 2 stays dense
+
+
+def test_recursion_error_path() -> None:
+    arch = LCN(((2, 2), (2, 2)), ((2, 2),), dim=2)
+    with pytest.raises(ValueError, match=r"arch.dim = 2: .*1-D LCNs only"):
+        ntk_recursive_1d(arch, validate_params(arch, _theta(arch, 0)))

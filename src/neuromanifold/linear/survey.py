@@ -31,8 +31,10 @@ from typing import Any, Literal
 import numpy as np
 
 from neuromanifold.linear.architecture import FC, LCN
-from neuromanifold.linear.fiber import fiber_of_params
+from neuromanifold.linear.fiber import fiber_of_params, lcn_fiber
 from neuromanifold.linear.fiber_report import NTK_DISTINCT_RTOL, FiberReport
+from neuromanifold.linear.invariants import delta as lcn_delta
+from neuromanifold.linear.polynomial import fc_mu, mu
 from neuromanifold.linear.relu import (
     ReluCNN,
     ReluMLP,
@@ -111,7 +113,8 @@ def _fc_dims(rng: np.random.Generator) -> tuple[int, ...]:
 
 def _fc_balanced(rng: np.random.Generator) -> FiberReport:
     arch = FC(_fc_dims(rng))
-    theta = fc_balanced_params(arch, rng.standard_normal(arch.out_shape), rng=rng)
+    W = fc_mu(arch, [rng.standard_normal(s) for s in arch.param_shapes])  # a point of M
+    theta = fc_balanced_params(arch, W, rng=rng)
     return fiber_of_params(arch, theta, seed=int(rng.integers(2**31)))
 
 
@@ -131,7 +134,16 @@ def _lcn_1d(rng: np.random.Generator, *, stride_one: bool) -> FiberReport:
         ss = [int(s) for s in rng.integers(2, 4, size=L - 1)]
     arch = LCN(ks, tuple(ss))
     theta = [rng.standard_normal(s) for s in arch.param_shapes]
-    return fiber_of_params(arch, theta, seed=int(rng.integers(2**31)))
+    return _lcn_from_function(arch, theta, rng)
+
+
+def _lcn_from_function(
+    arch: LCN, theta: list[np.ndarray], rng: np.random.Generator, *, n_starts: int = 40
+) -> FiberReport:
+    """Fiber over (μ(θ), δ(θ)) searched from (v, δ) alone: θ is not handed to either route."""
+    return lcn_fiber(
+        arch, mu(arch, theta), lcn_delta(theta), n_starts=n_starts, seed=int(rng.integers(2**31))
+    )
 
 
 _SHAPES_2D = [(2, 2), (2, 3), (3, 2), (3, 3)]
@@ -157,7 +169,7 @@ def _lcn_2d(rng: np.random.Generator, *, equal_pair: bool) -> FiberReport:
         strides[i] = (1, 1)
     arch = LCN(tuple(shapes), tuple(strides), dim=2)
     theta = _int_filters(arch, rng)
-    return fiber_of_params(arch, theta, seed=int(rng.integers(2**31)), n_starts=30)
+    return _lcn_from_function(arch, theta, rng, n_starts=30)
 
 
 def _relu(
@@ -201,7 +213,7 @@ def default_rows() -> list[RowSpec]:
         ),
         RowSpec(
             "D-dim convolution (D = 2)",
-            "any strides (random shapes and strides)",
+            "any strides (shapes in {2,3}², strides in {1,2}², L ∈ {2,3})",
             _PARAM,
             "independent",
             lambda r: _lcn_2d(r, equal_pair=False),

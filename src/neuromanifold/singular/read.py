@@ -36,7 +36,7 @@ import copy
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import torch
@@ -171,6 +171,8 @@ def read(
     baseline: bool = False,
     batch_size: int = 256,
     progress: bool = True,
+    on_direction: Callable[[int, DirectionRecord, int], None] | None = None,
+    finished: Mapping[int, tuple[DirectionRecord, int]] | None = None,
 ) -> Reading:
     """Detect and read every dead direction of ``model`` on the probe set ``data``.
 
@@ -195,6 +197,14 @@ def read(
             store ``{layer: {"best_k", "classes"}}`` in its record's ``baseline``.
         batch_size: probe samples per factor-pass batch.
         progress: show a rich progress bar over directions.
+        on_direction: called as ``on_direction(i, record, n_passes)`` after candidate ``i`` (its
+            index in `_reading_order`, after ``max_directions``) is read, with the sweep forward
+            passes it cost; an exception raised there stops the read (used by resumable reads
+            to log each finished direction, `neuromanifold.report.resume`).
+        finished: ``{i: (record, n_passes)}`` of candidates already read (e.g. from such a log):
+            they are not read again, their records are used as they are. A record whose layers or
+            detector differ from candidate ``i`` raises ``ValueError`` (the log is from another
+            read).
 
     Returns:
         `Reading` (see `neuromanifold.singular.reading`).
@@ -254,7 +264,21 @@ def read(
     n_sweep_passes = 0
     bar = _progress(progress, len(candidates))
     try:
-        for cand in candidates:
+        for i, cand in enumerate(candidates):
+            if finished is not None and i in finished:
+                rec, passes = finished[i]
+                if rec.layers != tuple(cand.layers) or rec.detector != cand.detector:
+                    raise ValueError(
+                        f"finished[{i}] is a {rec.detector!r} record on {list(rec.layers)} but "
+                        f"candidate {i} is {cand.detector!r} on {list(cand.layers)}: the resume "
+                        "log belongs to a different read"
+                    )
+                records.append(rec)
+                n_sweep_passes += int(passes)
+                if bar is not None:
+                    bar[0].advance(bar[1])
+                continue
+            passes_before = n_sweep_passes
             xd = (xw, data[1]) if isinstance(data, (tuple, list)) else xw
             gens = list(cand.gauge_generators) if cand.gauge_generators else None
             r = read_direction(
@@ -299,6 +323,8 @@ def read(
                 }
                 n_sweep_passes += len(r.sweep.ts)
             records.append(_record(cand, r, overlap, info))
+            if on_direction is not None:
+                on_direction(i, records[-1], n_sweep_passes - passes_before)
             if bar is not None:
                 bar[0].advance(bar[1])
     finally:

@@ -1,0 +1,1 @@
+"""Reports of a read: JSON (archival), Markdown, PNG figures, atomic writes, resumable reads."""

@@ -1,0 +1,166 @@
+"""Resumable reads: a per-direction JSONL log that lets an interrupted `read` continue.
+
+The log (``read.jsonl`` in the output directory) holds one header line and one line per finished
+direction::
+
+    {"kind": "neuromanifold-read-log", "version": 1, "fingerprint": "<sha256>"}
+    {"index": 0, "n_passes": 96, "record": {...DirectionRecord.to_dict()...}}
+    ...
+
+Each direction line is written and flushed (``fsync``) as soon as `read` finishes that
+direction, through ``read(..., on_direction=...)``. On resume the lines are handed back as
+``read(..., finished=...)``: those candidates are not swept again and their records are reused
+as written, so the resumed `Reading` equals the uninterrupted one (the read is deterministic and
+JSON keeps floats exactly).
+
+The **fingerprint** is the SHA-256 of the model's parameters and buffers (names, dtypes, shapes,
+bytes), the probe inputs, the output family and the read options. A log with another
+fingerprint is refused (``ValueError``): it belongs to another model, data set or option set. A
+torn last line (the process died while writing it) is dropped; a malformed line elsewhere raises
+``ValueError`` naming the line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from neuromanifold.report._atomic import atomic_write_text
+from neuromanifold.singular.reading import DirectionRecord, Reading
+
+__all__ = ["LOG_KIND", "LOG_NAME", "ReadLog", "read_fingerprint", "resumable_read"]
+
+LOG_KIND = "neuromanifold-read-log"
+LOG_NAME = "read.jsonl"
+LOG_VERSION = 1
+
+
+def _hash_tensor(h: Any, t: Tensor) -> None:
+    t = t.detach().cpu().contiguous()
+    h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+    h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+
+
+def read_fingerprint(
+    model: nn.Module, data: Tensor | tuple[Tensor, Tensor], family: Any, options: Mapping[str, Any]
+) -> str:
+    """SHA-256 (hex) of parameters, buffers, probe inputs, ``family.to_dict()`` and ``options``."""
+    h = hashlib.sha256()
+    for name, t in sorted([*model.named_parameters(), *model.named_buffers()]):
+        h.update(name.encode())
+        _hash_tensor(h, t)
+    x = data[0] if isinstance(data, (tuple, list)) else data
+    _hash_tensor(h, x)
+    fam = family.to_dict() if hasattr(family, "to_dict") else repr(family)
+    h.update(json.dumps({"family": fam, "options": dict(options)}, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+class ReadLog:
+    """The per-direction JSONL log of one read (module docstring: format and checks)."""
+
+    def __init__(self, path: str | Path, fingerprint: str) -> None:
+        self.path = Path(path)
+        self.fingerprint = fingerprint
+
+    def start(self) -> None:
+        """(Re)create the log with only its header (atomically: an old log is replaced whole)."""
+        header = {"kind": LOG_KIND, "version": LOG_VERSION, "fingerprint": self.fingerprint}
+        atomic_write_text(self.path, json.dumps(header) + "\n")
+
+    def load(self) -> dict[int, tuple[DirectionRecord, int]]:
+        """Finished directions ``{index: (record, n_passes)}``; ``{}`` when there is no log.
+
+        Raises ValueError when the header is not a read log, its fingerprint differs, or a line
+        other than the last is malformed.
+        """
+        if not self.path.is_file():
+            return {}
+        lines = self.path.read_text(encoding="utf-8").split("\n")
+        try:
+            header = json.loads(lines[0])
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{self.path}: line 1 is not a read-log header: {err}") from err
+        if not isinstance(header, dict) or header.get("kind") != LOG_KIND:
+            raise ValueError(f"{self.path}: line 1 is not a {LOG_KIND!r} header; got {header!r}")
+        if header.get("fingerprint") != self.fingerprint:
+            raise ValueError(
+                f"{self.path} was written by a different read (fingerprint "
+                f"{str(header.get('fingerprint'))[:12]}… != {self.fingerprint[:12]}…: model, data, "
+                "family or options differ); remove it or read into another directory"
+            )
+        body = lines[1:]
+        while body and body[-1] == "":
+            body.pop()
+        out: dict[int, tuple[DirectionRecord, int]] = {}
+        for n, line in enumerate(body, start=2):
+            try:
+                entry = json.loads(line)
+                rec = DirectionRecord.from_dict(entry["record"])
+                out[int(entry["index"])] = (rec, int(entry["n_passes"]))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+                if n == len(body) + 1:  # torn last line: the direction is read again
+                    break
+                raise ValueError(f"{self.path}: line {n} is malformed: {err}") from err
+        return out
+
+    def rewrite(self, finished: Mapping[int, tuple[DirectionRecord, int]]) -> None:
+        """Replace the log (atomically) by its header and ``finished`` (drops a torn last line)."""
+        header = {"kind": LOG_KIND, "version": LOG_VERSION, "fingerprint": self.fingerprint}
+        lines = [json.dumps(header)] + [
+            json.dumps({"index": i, "n_passes": n, "record": rec.to_dict()})
+            for i, (rec, n) in sorted(finished.items())
+        ]
+        atomic_write_text(self.path, "\n".join(lines) + "\n")
+
+    def append(self, index: int, record: DirectionRecord, n_passes: int) -> None:
+        """Append one finished direction and fsync (the ``on_direction`` hook of `read`)."""
+        line = json.dumps({"index": index, "n_passes": n_passes, "record": record.to_dict()})
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def resumable_read(
+    model: nn.Module,
+    data: Tensor | tuple[Tensor, Tensor],
+    family: Any,
+    *,
+    log_path: str | Path,
+    resume: bool = False,
+    **options: Any,
+) -> Reading:
+    """`read` that logs every finished direction to ``log_path``; with ``resume`` it continues.
+
+    ``resume=False`` starts a fresh log (an old one is replaced); ``resume=True`` reuses the
+    directions of an existing log with the same fingerprint (``ValueError`` for another one) and
+    starts a fresh log when there is none. ``options`` are passed to `read` (and fingerprinted;
+    they must be JSON-serialisable, so ``detectors`` and tensor grids are not accepted here).
+    ``meta["resumed_directions"]`` is not added: the result equals an uninterrupted read.
+    """
+    from neuromanifold.singular.read import read
+
+    for key in ("on_direction", "finished"):
+        if key in options:
+            raise TypeError(f"resumable_read sets {key!r} itself; do not pass it")
+    try:
+        json.dumps(options, sort_keys=True)
+    except TypeError as err:
+        raise TypeError(
+            f"read options must be JSON-serialisable to fingerprint them: {err}"
+        ) from err
+    log = ReadLog(log_path, read_fingerprint(model, data, family, options))
+    finished = log.load() if resume else {}
+    if finished:
+        log.rewrite(finished)
+    else:
+        log.start()
+    return read(model, data, family, on_direction=log.append, finished=finished, **options)

@@ -1,0 +1,159 @@
+"""Resumable reads: an interrupted read continues from its JSONL log to the same Reading."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from neuromanifold.cells.planted import planted_mlp
+from neuromanifold.report.resume import LOG_NAME, ReadLog, read_fingerprint, resumable_read
+from neuromanifold.singular import read as read_module
+from neuromanifold.singular.read import read
+
+GRID = np.logspace(-3, 0, 14).tolist()
+N_DEAD = 3  # dead hidden units: one duality chain each
+
+
+@pytest.fixture(scope="module")
+def net():
+    """planted_mlp with two more dead units: three candidates to read."""
+    p = planted_mlp(n=48, hidden=7, seed=1)
+    m = p.model
+    with torch.no_grad():
+        live = [i for i in range(7) if m[0].weight[i].abs().sum() > 0][:2]
+        for i in live:
+            m[0].weight[i] = 0.0
+            m[0].bias[i] = 0.0
+            m[2].weight[:, i] = 0.0
+    return m, p.data, p.family
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(net):
+    m, x, fam = net
+    return read(m, x, fam, grid=GRID, progress=False)
+
+
+class _Stop(KeyboardInterrupt):
+    pass
+
+
+def _count_reads(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    original = read_module.read_direction
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(read_module, "read_direction", counting)
+    return calls
+
+
+def test_interrupted_read_resumes_to_the_same_reading(net, uninterrupted, tmp_path, monkeypatch):
+    m, x, fam = net
+    assert len(uninterrupted.directions) == N_DEAD
+    log = tmp_path / LOG_NAME
+    options = {"grid": GRID, "progress": False}
+    stop_after = 2
+    original_append = ReadLog.append
+
+    def append_then_stop(self, index, record, n_passes):
+        original_append(self, index, record, n_passes)
+        if index + 1 == stop_after:
+            raise _Stop
+
+    monkeypatch.setattr(ReadLog, "append", append_then_stop)
+    with pytest.raises(_Stop):
+        resumable_read(m, x, fam, log_path=log, **options)
+    monkeypatch.setattr(ReadLog, "append", original_append)
+    fp = read_fingerprint(m, x, fam, options)
+    assert sorted(ReadLog(log, fp).load()) == list(range(stop_after))
+
+    calls = _count_reads(monkeypatch)
+    resumed = resumable_read(m, x, fam, log_path=log, resume=True, **options)
+    # every direction here reads once (snapped: no re-read), so only the unfinished one is swept
+    assert len(calls) == N_DEAD - stop_after
+    assert resumed == uninterrupted
+    assert sorted(ReadLog(log, fp).load()) == list(range(N_DEAD))
+
+
+def test_resume_of_a_complete_log_reads_nothing(net, uninterrupted, tmp_path, monkeypatch):
+    m, x, fam = net
+    log = tmp_path / LOG_NAME
+    resumable_read(m, x, fam, log_path=log, grid=GRID, progress=False)
+    calls = _count_reads(monkeypatch)
+    again = resumable_read(m, x, fam, log_path=log, resume=True, grid=GRID, progress=False)
+    assert calls == []
+    assert again == uninterrupted
+
+
+def test_torn_last_line_is_read_again(net, uninterrupted, tmp_path, monkeypatch):
+    m, x, fam = net
+    log = tmp_path / LOG_NAME
+    resumable_read(m, x, fam, log_path=log, grid=GRID, progress=False)
+    text = log.read_text()
+    log.write_text(text[: len(text) - 40])  # the process died while writing the last line
+    calls = _count_reads(monkeypatch)
+    again = resumable_read(m, x, fam, log_path=log, resume=True, grid=GRID, progress=False)
+    assert len(calls) == 1
+    assert again == uninterrupted
+    assert all(json.loads(line) for line in log.read_text().splitlines())
+
+
+def test_log_of_another_read_is_refused(net, tmp_path):
+    m, x, fam = net
+    log = tmp_path / LOG_NAME
+    ReadLog(log, "0" * 64).start()
+    with pytest.raises(ValueError, match="different read"):
+        resumable_read(m, x, fam, log_path=log, resume=True, grid=GRID, progress=False)
+
+
+def test_fingerprint_sees_parameters_data_and_options(net):
+    m, x, fam = net
+    base = read_fingerprint(m, x, fam, {"grid": GRID})
+    assert read_fingerprint(m, x, fam, {"grid": GRID}) == base
+    assert read_fingerprint(m, x[:-1], fam, {"grid": GRID}) != base
+    assert read_fingerprint(m, x, fam, {"grid": GRID[:-1]}) != base
+    m2 = copy.deepcopy(m)
+    with torch.no_grad():
+        m2[0].weight[0, 0] += 1e-12
+    assert read_fingerprint(m2, x, fam, {"grid": GRID}) != base
+
+
+def test_malformed_middle_line_raises(net, tmp_path):
+    m, x, fam = net
+    fp = read_fingerprint(m, x, fam, {})
+    log = ReadLog(tmp_path / LOG_NAME, fp)
+    log.start()
+    with open(log.path, "a") as fh:
+        fh.write("{not json\n")
+        fh.write('{"index": 0}\n')
+    with pytest.raises(ValueError, match="line 2 is malformed"):
+        log.load()
+
+
+def test_bad_header_raises(tmp_path):
+    path = tmp_path / LOG_NAME
+    path.write_text('{"kind": "something-else"}\n')
+    with pytest.raises(ValueError, match="not a 'neuromanifold-read-log' header"):
+        ReadLog(path, "x").load()
+
+
+def test_finished_record_of_another_candidate_raises(net, uninterrupted):
+    m, x, fam = net
+    rec = uninterrupted.directions[0]
+    wrong = dataclasses.replace(rec, detector="kfac-A")
+    with pytest.raises(ValueError, match="belongs to a different read"):
+        read(m, x, fam, grid=GRID, progress=False, finished={0: (wrong, 0)})
+
+
+def test_resumable_read_rejects_hook_options(net, tmp_path):
+    m, x, fam = net
+    with pytest.raises(TypeError, match="sets 'finished' itself"):
+        resumable_read(m, x, fam, log_path=tmp_path / LOG_NAME, finished={})

@@ -6,7 +6,8 @@ Per optimizer it prints the validation loss/accuracy, the read's readable direct
 0.95) by class and order k, the genuine singularities found in MLP blocks, and a spread measure of
 each MLP's ``fc2`` input second moment ``A = E[[h;1][h;1]ᵀ]`` on the probe set: the number of
 eigenvalue ratios ``α_i/α_max`` below 1e-3 and the largest gap between consecutive ratios in
-decades (a clean near-kernel shows as a gap of ≥ 1 decade; a smooth decay means a diffuse one).
+``[1e-12, 1e-2]`` in decades (a clean near-kernel shows as a gap of ≥ 1 decade; a smooth decay means a diffuse
+one).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 import torch
 
 READABLE_R2 = 0.95
+RATIO_FLOOR = 1e-12  # eigenvalue ratios below this are round-off and excluded from the gap
+TAIL_TOP = 1e-2  # gaps are measured in the tail below this ratio (the near-kernel candidates)
 
 
 def _fc2_spread(model: torch.nn.Module, x: torch.Tensor) -> list[tuple[str, int, float]]:
@@ -37,9 +40,11 @@ def _fc2_spread(model: torch.nn.Module, x: torch.Tensor) -> list[tuple[str, int,
         h = acts[name].reshape(-1, acts[name].shape[-1]).double()
         h1 = torch.cat([h, torch.ones(h.shape[0], 1, dtype=h.dtype)], dim=1)
         ev = torch.linalg.eigvalsh(h1.T @ h1 / h1.shape[0]).flip(0)
-        ratios = (ev / ev[0]).clamp(min=1e-300)
-        logs = ratios.log10()
-        out.append((name, int((ratios < 1e-3).sum()), float((logs[:-1] - logs[1:]).max())))
+        ratios = ev / ev[0]
+        tail = ratios[(ratios >= RATIO_FLOOR) & (ratios <= TAIL_TOP)]
+        logs = tail.log10()  # below RATIO_FLOOR: float64 round-off of the Gram
+        gap = float((logs[:-1] - logs[1:]).max()) if logs.numel() > 1 else 0.0
+        out.append((name, int((ratios < 1e-3).sum()), gap))
     return out
 
 

@@ -6,8 +6,8 @@ Per optimizer it prints the validation loss/accuracy, the read's readable direct
 0.95) by class and order k, the genuine singularities found in MLP blocks, and a spread measure of
 each MLP's ``fc2`` input second moment ``A = E[[h;1][h;1]ᵀ]`` on the probe set: the number of
 eigenvalue ratios ``α_i/α_max`` below 1e-3 and the largest gap between consecutive ratios in
-``[1e-12, 1e-2]`` in decades (a clean near-kernel shows as a gap of ≥ 1 decade; a smooth decay means a diffuse
-one).
+``[1e-12, 1e-2]`` in decades (a clean near-kernel shows as a gap of ≥ 1 decade; a smooth decay
+means a diffuse one).
 """
 
 from __future__ import annotations

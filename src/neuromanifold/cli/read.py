@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +83,21 @@ def register(app: typer.Typer) -> None:
         baseline: bool = typer.Option(
             False, "--baseline", help="also run the per-coordinate scan beside each singularity"
         ),
+        checkpoint: Path | None = typer.Option(
+            None,
+            "--checkpoint",
+            help="weights file (.safetensors/.pt); --model is then its architecture: a zoo name "
+            "(vit-digits, ...), a config/sidecar JSON or package.module:factory",
+        ),
+        out: Path | None = typer.Option(
+            None,
+            "--out",
+            help="write report.json, report.md and figures/ into DIR, logging each direction to "
+            "DIR/read.jsonl",
+        ),
+        resume: bool = typer.Option(
+            False, "--resume", help="continue an interrupted read from DIR/read.jsonl (--out)"
+        ),
     ) -> None:
         """Detect and read every dead direction of a model; print a per-layer table."""
         from rich.console import Console
@@ -92,7 +106,19 @@ def register(app: typer.Typer) -> None:
         from neuromanifold.singular.family import Categorical, Gaussian
         from neuromanifold.singular.read import read
 
-        net, default_x, default_family = _resolve_model(model)
+        if resume and out is None:
+            raise typer.BadParameter("--resume needs --out DIR (the read log lives there)")
+        if checkpoint is not None:
+            from neuromanifold.io import load_model
+
+            try:
+                net = load_model(checkpoint, architecture=model)
+            except (ValueError, TypeError, OSError) as err:
+                typer.echo(f"error: {err}", err=True)
+                raise typer.Exit(code=2) from err
+            default_x, default_family = None, None
+        else:
+            net, default_x, default_family = _resolve_model(model)
         x = _load_data(data) if data is not None else default_x
         if x is None:
             raise typer.BadParameter("this model ships no probe data: pass --data PATH")
@@ -100,15 +126,20 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"--family must be one of {_FAMILIES}; got {family!r}")
         fam = {"gaussian": Gaussian(), "categorical": Categorical()}.get(family or "")
         fam = fam or default_family or Gaussian()
+        options = {
+            "max_directions": max_directions,
+            "snap": True if snap else "auto",
+            "baseline": baseline,
+        }
         try:
-            reading = read(
-                net,
-                x,
-                fam,
-                max_directions=max_directions,
-                snap=True if snap else "auto",
-                baseline=baseline,
-            )
+            if out is not None:
+                from neuromanifold.report.resume import LOG_NAME, resumable_read
+
+                reading = resumable_read(
+                    net, x, fam, log_path=out / LOG_NAME, resume=resume, **options
+                )
+            else:
+                reading = read(net, x, fam, **options)
         except (ValueError, TypeError) as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(code=2) from err
@@ -140,5 +171,14 @@ def register(app: typer.Typer) -> None:
         if reading.note:
             console.print(reading.note)
         if json_path is not None:
-            json_path.write_text(json.dumps(reading.to_dict(), indent=2))
+            from neuromanifold.report.archive import write_reading_json
+
+            write_reading_json(reading, json_path)
             console.print(f"wrote {json_path}")
+        if out is not None:
+            from neuromanifold.report.write import write_report
+            from neuromanifold.singular.factors import kfac_factors
+
+            factors = kfac_factors(net, x, fam)
+            files = write_report(reading, out, title=f"read: {model}", factors=factors)
+            console.print(f"wrote {files.markdown}, {files.json} and {len(files.figures)} figures")

@@ -1,0 +1,42 @@
+"""A `Reading` as JSON: the archival format (Markdown and PNG are views of it).
+
+``reading_json(r)`` is ``json.dumps(r.to_dict())``; `load_reading` inverts it exactly:
+``load_reading(p) == r`` (JSON keeps Python floats exactly, tuples come back as tuples through
+`Reading.from_dict`). Non-finite floats are written as ``NaN``/``Infinity`` (Python's JSON
+dialect) rather than dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from neuromanifold.report._atomic import atomic_write_text
+from neuromanifold.singular.reading import Reading
+
+__all__ = ["load_reading", "reading_json", "write_reading_json"]
+
+
+def reading_json(reading: Reading, *, indent: int | None = 1) -> str:
+    """``json.dumps(reading.to_dict())`` (keys in the order of the dataclass fields)."""
+    if not isinstance(reading, Reading):
+        raise TypeError(f"reading must be a Reading; got {type(reading).__name__}")
+    return json.dumps(reading.to_dict(), indent=indent)
+
+
+def write_reading_json(reading: Reading, path: str | Path) -> Path:
+    """Write `reading_json` to ``path`` atomically (the old file survives a failed write)."""
+    return atomic_write_text(path, reading_json(reading) + "\n")
+
+
+def load_reading(path: str | Path) -> Reading:
+    """Read a JSON file written by `write_reading_json` back into a `Reading`.
+
+    Raises ValueError naming the file when it is not JSON or not a Reading's dict.
+    """
+    p = Path(path)
+    try:
+        d = json.loads(p.read_text(encoding="utf-8"))
+        return Reading.from_dict(d)
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"{p} does not hold a Reading as JSON: {err!r}") from err

@@ -1,0 +1,167 @@
+"""PNG views of a read: log–log sweeps, A/G spectra with the near-kernel, a class map by layer.
+
+matplotlib (Agg backend) is imported inside each function; every PNG is written atomically
+(`neuromanifold.report._atomic`), so a failed write leaves an older figure intact.
+
+* `plot_sweeps`: one log–log panel per direction, ``F_u(t)`` against t, points at or below the
+  floor greyed, the selected window shaded and the line ``c_k·t^{2(k−1)}`` (the fit's magnitude
+  and order) drawn over it.
+* `plot_spectra`: per block, the eigenvalue ratios ``α_i/α_max`` of ``A`` and ``γ_j/γ_max`` of
+  ``G`` (descending, log scale) with the detector's near-kernel (`near_kernel`: ratio below
+  ``TAU_A``/``TAU_G`` with a decade gap) marked in red and the thresholds dashed.
+* `plot_class_map`: a layer × class matrix of direction counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from neuromanifold.report._atomic import atomic_write
+from neuromanifold.singular.reading import Reading
+
+__all__ = ["CLASSES", "plot_class_map", "plot_spectra", "plot_sweeps", "save_png"]
+
+CLASSES = ("genuine_singularity", "curved_gauge", "flat_gauge", "live", "unresolved")
+_MAX_PANELS = 24
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_png(fig: Any, path: str | Path) -> Path:
+    """Save ``fig`` as PNG to ``path`` atomically and close it."""
+    plt = _plt()
+    try:
+        return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"))
+    finally:
+        plt.close(fig)
+
+
+def _grid(n: int) -> tuple[int, int]:
+    cols = min(4, max(1, n))
+    return math.ceil(n / cols), cols
+
+
+def plot_sweeps(
+    reading: Reading, path: str | Path, *, title: str = "", max_panels: int = _MAX_PANELS
+) -> Path:
+    """Log–log sweeps of the first ``max_panels`` directions (module docstring)."""
+    plt = _plt()
+    recs = list(reading.directions)[:max_panels]
+    rows, cols = _grid(max(1, len(recs)))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.5 * rows), dpi=90, squeeze=False)
+    for ax in axes.flat[len(recs) :]:
+        ax.axis("off")
+    if not recs:
+        axes[0, 0].text(0.5, 0.5, "no directions read", ha="center", va="center")
+    for ax, r in zip(axes.flat, recs, strict=False):
+        ts, fs = r.sweep.get("t", []), r.sweep.get("F", [])
+        floor = float(r.sweep.get("floor", 0.0) or 0.0)
+        above = [(t, f) for t, f in zip(ts, fs, strict=True) if f > 10 * floor and f > 0]
+        below = [(t, f) for t, f in zip(ts, fs, strict=True) if 0 < f <= 10 * floor]
+        if above:
+            ax.loglog(*zip(*above, strict=True), "o", ms=2.5, color="tab:blue")
+        if below:
+            ax.loglog(*zip(*below, strict=True), "o", ms=2.5, color="lightgrey")
+        if floor > 0:
+            ax.axhline(floor, ls="--", lw=0.7, color="grey")
+        if r.window is not None:
+            t0, t1 = r.window
+            ax.axvspan(t0, t1, color="tab:orange", alpha=0.15)
+            if r.magnitude is not None and r.k is not None:
+                tw = [t for t in ts if t0 <= t <= t1]
+                ax.loglog(
+                    tw,
+                    [r.magnitude * t ** (2 * (r.k - 1)) for t in tw],
+                    "-",
+                    lw=1.2,
+                    color="tab:orange",
+                )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        k = "—" if r.k_hat is None else f"{r.k_hat:.2f}"
+        r2 = "—" if r.r2 is None else f"{r.r2:.3f}"
+        ax.set_title(f"{r.layer} · {r.detector}\n{r.klass}, k̂={k}, r²={r2}", fontsize=7)
+        ax.tick_params(labelsize=6)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return save_png(fig, path)
+
+
+def plot_spectra(
+    factors: Mapping[str, Any],
+    path: str | Path,
+    *,
+    title: str = "",
+    blocks: Sequence[str] | None = None,
+) -> Path:
+    """A and G eigenvalue ratios per block with the detected near-kernel (module docstring).
+
+    ``factors`` maps block names to objects with float64 ``A`` and ``G`` (`kfac_factors`).
+    """
+    import torch
+
+    from neuromanifold.singular.detectors.linear import TAU_A, TAU_G, near_kernel
+
+    plt = _plt()
+    names = list(factors) if blocks is None else [b for b in blocks if b in factors]
+    rows, cols = _grid(max(1, len(names)))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.5 * rows), dpi=90, squeeze=False)
+    for ax in axes.flat[len(names) :]:
+        ax.axis("off")
+    for ax, name in zip(axes.flat, names, strict=False):
+        bf = factors[name]
+        for which, mat, tau, colour in (
+            ("A", bf.A, TAU_A, "tab:blue"),
+            ("G", bf.G, TAU_G, "tab:green"),
+        ):
+            ev = torch.linalg.eigvalsh(0.5 * (mat + mat.T).double()).clamp_min(0.0)
+            kern = set(near_kernel(ev, tau))
+            top = float(ev.max())
+            order = torch.argsort(ev, descending=True).tolist()
+            ratios = [max(float(ev[i]) / top, 1e-18) if top > 0 else 1e-18 for i in order]
+            xs = range(1, len(order) + 1)
+            ax.semilogy(xs, ratios, ".-", ms=2.5, lw=0.7, color=colour, label=which)
+            hit = [(x, q) for x, q, i in zip(xs, ratios, order, strict=True) if i in kern]
+            if hit:
+                ax.semilogy(*zip(*hit, strict=True), "o", ms=4, mfc="none", color="red")
+            ax.axhline(tau, ls=":", lw=0.6, color=colour)
+        ax.set_ylim(1e-18, 2.0)
+        ax.set_title(f"{name}", fontsize=7)
+        ax.tick_params(labelsize=6)
+        ax.legend(fontsize=6, loc="lower left")
+    if title:
+        fig.suptitle(f"{title} (red: detected near-kernel)", fontsize=9)
+    fig.tight_layout()
+    return save_png(fig, path)
+
+
+def plot_class_map(reading: Reading, path: str | Path, *, title: str = "") -> Path:
+    """Layer × class matrix of direction counts (a chain counts under each of its layers)."""
+    plt = _plt()
+    by_layer = reading.by_layer()
+    layers = list(by_layer) or ["(none)"]
+    counts = [
+        [sum(r.klass == c for r in by_layer.get(layer, [])) for c in CLASSES] for layer in layers
+    ]
+    fig, ax = plt.subplots(figsize=(6.0, 0.35 * len(layers) + 1.6), dpi=90)
+    ax.imshow(counts, aspect="auto", cmap="Blues", vmin=0)
+    for i, row in enumerate(counts):
+        for j, v in enumerate(row):
+            if v:
+                ax.text(j, i, str(v), ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(len(CLASSES)), [c.replace("_", "\n") for c in CLASSES], fontsize=7)
+    ax.set_yticks(range(len(layers)), layers, fontsize=7)
+    ax.set_title(title or "dead structure by layer and class", fontsize=9)
+    fig.tight_layout()
+    return save_png(fig, path)

@@ -1,0 +1,111 @@
+"""A `Reading` as Markdown: one table per layer, the modules not covered, the read's summary.
+
+Table columns: detector, class, k, k̂ = 1 + slope/2, slope, r² (of the selected window),
+magnitude ``c_k = median F/t^{2(k−1)}`` over the window, window ``[t₀, t₁]``, offset ``|uᵀθ₀|``
+and — when the read ran with ``baseline=True`` — what the per-coordinate scan read on that layer
+(``k = …`` for the largest genuine order it found, else the classes it returned). A chain that
+spans several layers appears under each of them. ``—`` marks a value the fit did not produce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from neuromanifold.singular.reading import DirectionRecord, Reading
+
+__all__ = ["fmt", "reading_markdown", "scan_summary", "table"]
+
+
+def fmt(v: float | int | None, spec: str = ".4g") -> str:
+    """``format(v, spec)``; ``—`` for ``None``."""
+    if v is None:
+        return "—"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return str(v)
+    return format(v, spec)
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub-flavoured Markdown table (``|`` in cells escaped)."""
+
+    def row(cells: list[str]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    lines = [row(header), "|" + "|".join("---" for _ in header) + "|"]
+    lines += [row(r) for r in rows]
+    return "\n".join(lines)
+
+
+def scan_summary(baseline: Mapping[str, object] | None, layer: str) -> str:
+    """The coordinate-scan entry of ``layer``: ``k = best_k``, its classes, or ``—``."""
+    if not baseline or layer not in baseline:
+        return "—"
+    b = baseline[layer]
+    if not isinstance(b, Mapping):
+        return "—"
+    if b.get("best_k") is not None:
+        return f"k = {b['best_k']}"
+    classes = sorted(set(b.get("classes") or []))
+    return "/".join(classes) or "—"
+
+
+def _window(r: DirectionRecord) -> str:
+    return "—" if r.window is None else f"[{r.window[0]:.2g}, {r.window[1]:.2g}]"
+
+
+def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2) -> str:
+    """Markdown for ``reading`` under a heading of ``level`` (module docstring: the columns)."""
+    if not isinstance(reading, Reading):
+        raise TypeError(f"reading must be a Reading; got {type(reading).__name__}")
+    if not isinstance(level, int) or not 1 <= level <= 5:
+        raise ValueError(f"level must be an int in 1..5; got {level!r}")
+    h = "#" * level
+    meta = reading.meta
+    out = [f"{h} {title}", ""]
+    summary = [
+        f"model `{meta.get('model', '?')}`",
+        f"{meta.get('n_params', '?')} parameters",
+        f"{meta.get('n_samples', '?')} probe samples",
+        f"{meta.get('n_candidates', '?')} candidates, {meta.get('n_read', '?')} read",
+        f"{meta.get('n_forward_passes', '?')} forward / "
+        f"{meta.get('n_backward_passes', '?')} backward passes",
+    ]
+    out.append("; ".join(summary) + ".")
+    if meta.get("upcast_note"):
+        out.append(f"Note: {meta['upcast_note']}.")
+    if reading.note:
+        out.append(f"Note: {reading.note}.")
+    has_scan = any(r.baseline for r in reading.directions)
+    header = ["detector", "class", "k", "k̂", "slope", "r²", "magnitude", "window", "offset"]
+    if has_scan:
+        header.append("coord. scan")
+    for layer, recs in reading.by_layer().items():
+        out += ["", f"{h}# `{layer or '<root>'}`", ""]
+        rows = []
+        for r in recs:
+            row = [
+                r.detector,
+                r.klass,
+                fmt(r.k),
+                fmt(r.k_hat, ".3f"),
+                fmt(r.slope, ".3f"),
+                fmt(r.r2, ".4f"),
+                fmt(r.magnitude, ".3g"),
+                _window(r),
+                fmt(r.offset, ".2g"),
+            ]
+            if has_scan:
+                row.append(scan_summary(r.baseline, layer))
+            rows.append(row)
+        out.append(table(header, rows))
+    out += ["", f"{h}# Not covered", ""]
+    if reading.not_covered:
+        out.append(
+            table(
+                ["module", "type", "parameters", "reason"],
+                [[n.name, n.type, str(n.n_params), n.reason] for n in reading.not_covered],
+            )
+        )
+    else:
+        out.append("Every module with parameters is covered by a detector.")
+    return "\n".join(out) + "\n"

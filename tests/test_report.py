@@ -1,0 +1,143 @@
+"""report: exact JSON round trip, Markdown tables, figures, atomic writes under a full disk."""
+
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from neuromanifold.cells.planted import planted_mlp
+from neuromanifold.report import (
+    atomic_write_text,
+    load_reading,
+    reading_json,
+    reading_markdown,
+    write_report,
+)
+from neuromanifold.singular.factors import kfac_factors
+from neuromanifold.singular.read import read
+from neuromanifold.singular.reading import Reading
+
+GRID = np.logspace(-3, 0, 14).tolist()
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def planted():
+    p = planted_mlp(n=48, seed=2)
+    reading = read(p.model, p.data, p.family, grid=GRID, baseline=True, progress=False)
+    return p, reading
+
+
+def test_json_round_trip_is_exact(planted, tmp_path):
+    _, reading = planted
+    assert reading.directions and reading.directions[0].baseline  # the scan is archived too
+    again = Reading.from_dict(json.loads(reading_json(reading)))
+    assert again == reading
+    files = write_report(reading, tmp_path, figures=False)
+    assert load_reading(files.json) == reading
+
+
+def test_markdown_has_a_table_per_layer_with_the_scan(planted):
+    p, reading = planted
+    md = reading_markdown(reading, title="planted")
+    for layer in p.layers:
+        assert f"### `{layer}`" in md
+    rec = reading.directions[0]
+    assert rec.klass == "genuine_singularity" and rec.k == p.expected_k
+    row = next(line for line in md.splitlines() if line.startswith("| duality"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1:4] == ["genuine_singularity", str(p.expected_k), f"{rec.k_hat:.3f}"]
+    assert cells[-1] != "—"  # coordinate scan beside the direction
+    assert "\n### Not covered\n" in md
+
+
+def test_figures_are_pngs(planted, tmp_path):
+    p, reading = planted
+    factors = kfac_factors(p.model, p.data, p.family)
+    files = write_report(reading, tmp_path / "out", title="planted", factors=factors)
+    assert set(files.figures) == {"sweeps", "spectra", "classes"}
+    for path in files.figures.values():
+        assert path.read_bytes()[:8] == PNG_MAGIC
+    md = files.markdown.read_text()
+    assert "![spectra](figures/spectra.png)" in md
+
+
+def test_full_disk_leaves_the_old_report_intact(planted, tmp_path, monkeypatch):
+    _, reading = planted
+    out = tmp_path / "rep"
+    write_report(reading, out, figures=False)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    shorter = Reading(reading.directions[:0], reading.not_covered, reading.meta, "changed")
+
+    def disk_full(self: Path, data: bytes) -> int:
+        with open(self, "wb") as fh:
+            fh.write(data[: len(data) // 3])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_bytes", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        write_report(shorter, out, figures=False)
+    monkeypatch.undo()
+    after = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert after == before  # same files, same bytes, no temporary left behind
+    assert load_reading(out / "report.json") == reading
+
+
+def test_failed_figure_keeps_old_figure(planted, tmp_path, monkeypatch):
+    _, reading = planted
+    out = tmp_path / "rep"
+    files = write_report(reading, out)
+    old = files.figures["sweeps"].read_bytes()
+    import matplotlib.figure
+
+    def fail(self, fname, **kwargs):
+        Path(fname).write_text("partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", fail)
+    with pytest.raises(OSError, match="No space left"):
+        write_report(reading, out)
+    assert files.figures["sweeps"].read_bytes() == old
+    assert sorted(p.name for p in (out / "figures").iterdir()) == ["classes.png", "sweeps.png"]
+
+
+def test_atomic_write_interrupted_keeps_old(tmp_path, monkeypatch):
+    target = tmp_path / "a.txt"
+    atomic_write_text(target, "old")
+
+    def interrupted(self: Path, data: bytes) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_bytes", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write_text(target, "new")
+    monkeypatch.undo()
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["a.txt"]
+
+
+def test_errors(planted, tmp_path):
+    _, reading = planted
+    with pytest.raises(TypeError, match="reading must be a Reading; got dict"):
+        write_report(reading.to_dict(), tmp_path)
+    with pytest.raises(TypeError, match="reading must be a Reading; got dict"):
+        reading_json(reading.to_dict())
+    with pytest.raises(TypeError, match="reading must be a Reading; got str"):
+        reading_markdown("x")
+    with pytest.raises(ValueError, match=r"level must be an int in 1\.\.5; got 0"):
+        reading_markdown(reading, level=0)
+    f = tmp_path / "file"
+    f.write_text("")
+    with pytest.raises(ValueError, match="out must be a directory"):
+        write_report(reading, f)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"directions": []}')
+    with pytest.raises(ValueError, match="does not hold a Reading"):
+        load_reading(bad)
+    bad.write_text("{")
+    with pytest.raises(ValueError, match="does not hold a Reading"):
+        load_reading(bad)

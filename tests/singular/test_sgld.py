@@ -11,8 +11,14 @@ from torch import nn
 from neuromanifold.singular.closed_forms import rrr
 from neuromanifold.singular.sgld import (
     SGLDConfig,
+    calibrate_step,
     default_nbeta,
+    first_hit,
     gaussian_nll_loss,
+    running_llc,
+    running_llc_reference,
+    settling_point,
+    settling_point_reference,
     sgld_llc,
     sgld_llc_reference,
 )
@@ -23,6 +29,8 @@ RTOL_LLC = 0.3
 ATOL_ORACLE = 1e-9
 #: Monte Carlo tolerance for 4 chains × 500 draws of a 3-d Gaussian (≈ 3 standard errors).
 RTOL_MC_GAUSSIAN = 0.1
+#: cumulative-sum running estimate versus the direct per-prefix mean (float64 round-off).
+ATOL_RUNNING = 1e-10
 
 
 def rrr_problem(M: int, H: int, N: int, r: int, *, n: int = 1000, seed: int = 0):
@@ -130,3 +138,82 @@ def test_errors() -> None:
         sgld_llc(loss, params, x, y, config=SGLDConfig(batch_size=50))
     with pytest.raises(TypeError, match="params must be a non-empty dict"):
         sgld_llc(loss, {}, x, y)
+
+
+def test_running_llc_matches_reference_and_final_prefix_is_the_estimate() -> None:
+    g = torch.Generator().manual_seed(0)
+    trace = torch.rand(3, 57, generator=g, dtype=torch.float64)
+    for f in (0.0, 0.2, 0.5):
+        fast = running_llc(trace, 0.1, 7.0, burnin_fraction=f)
+        ref = running_llc_reference(trace, 0.1, 7.0, burnin_fraction=f)
+        assert fast.shape == (57,)
+        assert torch.allclose(fast, ref, atol=ATOL_RUNNING, rtol=0)
+    # the last entry is what sgld_llc reports for the same burn-in
+    loss, params, x, y = rrr_problem(2, 2, 2, 1, n=200)
+    cfg = SGLDConfig(lr=5e-4, gamma=1.0, num_chains=2, num_draws=80, burnin=20, seed=3)
+    res = sgld_llc(loss, params, x, y, config=cfg)
+    est = running_llc(res.loss_trace, res.loss_init, res.nbeta, burnin_fraction=0.2)
+    assert float(est[-1]) == pytest.approx(res.llc, abs=ATOL_RUNNING)
+
+
+def test_settling_point_and_first_hit_match_reference() -> None:
+    g = torch.Generator().manual_seed(1)
+    for _ in range(50):
+        est = 1.0 + 0.15 * torch.randn(40, generator=g, dtype=torch.float64)
+        est[-int(torch.randint(0, 40, (1,), generator=g)) :] = 1.0  # a settled tail, any length
+        for target, rtol in ((1.0, 0.1), (1.05, 0.2), (-1.0, 0.1)):
+            assert settling_point(est, target, rtol=rtol) == settling_point_reference(
+                est, target, rtol=rtol
+            )
+    # enters, leaves, re-enters: settling is the last entry, the first hit the first
+    est = [0.5, 0.95, 1.3, 1.05, 0.99, 1.02]
+    assert first_hit(est, 1.0, rtol=0.1) == 2
+    assert settling_point(est, 1.0, rtol=0.1) == 4
+    assert settling_point([1.0, 1.0, 2.0], 1.0, rtol=0.1) is None
+    assert settling_point([1.0, 1.0], 1.0, rtol=0.1) == 1
+    assert first_hit([2.0, 3.0], 1.0, rtol=0.1) is None
+
+
+def test_calibration_rejects_unstable_steps_and_picks_largest_stable() -> None:
+    # y = w + noise, d = 3: acceptance falls as ε·nβ grows; ε = 1 diverges.
+    d, n = 3, 500
+    g = torch.Generator().manual_seed(4)
+    x = torch.zeros(n, 1, dtype=torch.float64)
+    y = torch.randn(n, d, generator=g, dtype=torch.float64)
+
+    def loss(params, xb, yb):
+        return ((yb - params["w"]) ** 2).sum(-1).mean() / 2
+
+    pilot = SGLDConfig(num_chains=2, num_draws=300, burnin=60, seed=0)
+    cal = calibrate_step(
+        loss, {"w": y.mean(0)}, x, y, lrs=(1.0, 3e-2, 1e-3), gammas=(1.0,), pilot=pilot
+    )
+    by_lr = {t.lr: t for t in cal.trials}
+    assert by_lr[1.0].diverged and not by_lr[1.0].accepted
+    # ε nβ ≈ 2.4: a valid chain but a poor Langevin discretisation, rejected on acceptance
+    assert not by_lr[3e-2].diverged and by_lr[3e-2].reason.startswith("MALA acceptance")
+    assert cal.lr == 1e-3 and cal.gamma == 1.0 and by_lr[1e-3].accepted
+    assert by_lr[1e-3].mala_acceptance >= 0.9
+    assert cal.n_passes == sum(t.n_passes for t in cal.trials)
+    assert [t.lr for t in cal.trials] == [1.0, 3e-2, 1e-3]
+    assert cal.to_dict()["trials"][2]["accepted"] is True
+    none = calibrate_step(loss, {"w": y.mean(0)}, x, y, lrs=(1.0,), gammas=(1.0, 10.0), pilot=pilot)
+    assert none.lr is None and none.gamma is None and len(none.trials) == 2
+
+
+def test_running_and_calibration_errors() -> None:
+    with pytest.raises(ValueError, match="burnin_fraction must be a float in"):
+        running_llc([[1.0]], 0.0, 1.0, burnin_fraction=1.0)
+    with pytest.raises(ValueError, match="loss_trace must be"):
+        running_llc([1.0, 2.0], 0.0, 1.0)
+    with pytest.raises(ValueError, match="rtol must be a float > 0"):
+        settling_point([1.0], 1.0, rtol=0.0)
+    with pytest.raises(ValueError, match="target must be a finite non-zero float"):
+        first_hit([1.0], 0.0, rtol=0.1)
+    with pytest.raises(ValueError, match="estimates must be a non-empty 1-D"):
+        settling_point([], 1.0, rtol=0.1)
+    loss, params, x, y = rrr_problem(2, 2, 2, 1, n=20)
+    with pytest.raises(ValueError, match="lrs and gammas must be non-empty"):
+        calibrate_step(loss, params, x, y, lrs=())
+    with pytest.raises(ValueError, match="lrs and gammas must be non-empty"):
+        calibrate_step(loss, params, x, y, gammas=(-1.0,))

@@ -96,6 +96,7 @@ def test_strides_above_one_single_ntk(filters: tuple, strides: tuple, seed: int)
     np.testing.assert_allclose(rep.ntk_arrays()[0], K, atol=RTOL_NTK * np.max(np.abs(K)))
     assert rep.jacobian_ranks == (arch.dim_M,)
     assert rep.fiber_dimension == 0
+    assert len(rep.point_residuals) == 1 and rep.point_residuals[0] <= rep.tolerance
 
 
 def test_sign_flips_leave_v_delta_ntk_unchanged() -> None:

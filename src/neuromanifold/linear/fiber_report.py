@@ -146,6 +146,7 @@ class FiberReport:
         dim_M: expected dimension of the image (neuromanifold); None where not defined.
         fiber_dimension: ``n_params − rank dΦ`` at the first point (0 ⇒ isolated points).
         notes: free-text remarks (normalisations, caveats).
+        point_residuals: ``‖Φ(θ) − (v, δ)‖₂`` of each point.
     """
 
     architecture: str
@@ -166,6 +167,7 @@ class FiberReport:
     dim_M: int | None = None
     fiber_dimension: int | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    point_residuals: tuple[float, ...] = ()
 
     @property
     def n_points(self) -> int:
@@ -207,6 +209,7 @@ class FiberReport:
             "dim_M": self.dim_M,
             "fiber_dimension": self.fiber_dimension,
             "notes": list(self.notes),
+            "point_residuals": list(self.point_residuals),
         }
 
 
@@ -251,4 +254,5 @@ def build_report(
         dim_M=dim_M,
         fiber_dimension=fiber_dimension,
         notes=tuple(notes),
+        point_residuals=tuple(float(r) for r in residuals),
     )

@@ -24,6 +24,7 @@ References: E. M. Achour, K. Kohn, H. Rauhut, arXiv:2507.06367 (summary table).
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -358,6 +359,10 @@ def run_survey(
         f"{NTK_DISTINCT_RTOL:g} relative (entrywise max norm); max_spread is that relative gap",
         "paper_claim is the summary table of arXiv:2507.06367 as recorded in the specification; "
         "it is shown, never used to compute a verdict",
+        "shallow ReLU rows: the per-unit invariants are attached to units, so giving one unit's "
+        "invariant to another unit's kink (same function, same invariant vector) yields fiber "
+        "points that are not relabellings; this is what makes the MLP's global fibers carry "
+        "several NTKs (see tests/linear/test_relu.py); single-filter CNNs have one unit",
     )
     return SurveyResult(rows=out, samples=samples, seed=seed, notes=notes)
 
@@ -406,7 +411,10 @@ def plot_survey(result: SurveyResult, path: str) -> None:
     import matplotlib.pyplot as plt
 
     rows = result.rows
-    labels = [f"{r.architecture}\n{r.condition}\n[{_short(r.fiber_notion)}]" for r in rows]
+    labels = [
+        "\n".join([r.architecture, *textwrap.wrap(r.condition, 30), f"[{_short(r.fiber_notion)}]"])
+        for r in rows
+    ]
     y = np.arange(len(rows))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 0.8 * len(rows) + 1.5), sharey=True)
     ax1.barh(y, [r.fraction_dependent for r in rows], color="tab:blue")

@@ -283,3 +283,20 @@ def test_report_is_json_serialisable() -> None:
     d = json.loads(json.dumps(rep.to_dict()))
     assert d["n_points"] == 2 and d["n_distinct_ntks"] == 2
     assert len(d["ntks"]) == 2 and d["routes"][0]["name"] == "algebraic"
+
+
+def test_stride_one_flows_from_the_two_fiber_points_differ() -> None:
+    """Spec §4.3: same (v, δ), different NTK ⇒ different function-space trajectories."""
+    from neuromanifold.linear.flow import QuadraticLoss, gradient_flow
+
+    arch = LCN((2, 2), (1,))
+    rep = lcn_fiber(arch, [1, 1, 0], [1])
+    loss = QuadraticLoss(np.eye(3), np.array([0.3, -1.0, 2.0]))
+    ends = []
+    for theta in rep.point_arrays():
+        flow = gradient_flow(arch, theta, loss, (0.0, 0.5), t_eval=[0.0, 0.5])
+        ends.append(flow.v[-1])
+    expected = [np.array([0.3018, 0.2211, 0.0195]), np.array([0.5473, -0.1912, 0.0152])]
+    for e in expected:  # the spec's 4-digit values, matched in either order
+        assert min(np.max(np.abs(v - e)) for v in ends) < 1e-4
+    assert np.max(np.abs(ends[0] - ends[1])) > 0.1

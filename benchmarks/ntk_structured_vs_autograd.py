@@ -1,20 +1,23 @@
 """Structured LCN NTK versus the dense ``torch.func.jacrev`` NTK: time, ratio and growth.
 
 For each architecture of a grid (depth L, equal filter size k, equal stride s) the script times
-``neuromanifold.linear.ntk`` (the structured NTK: dense ``J Jᵀ`` of the structured Jacobian, or for
-large 1-D LCNs with many parameters the prefix recursion of ``linear._gram``; column ``path``),
-``linear.ntk.ntk_dense`` (always the dense ``J Jᵀ``; column ``dense s``) and
-``neuromanifold.linear.ntk_reference`` (``jacrev`` of a float64 torch polynomial product, then
-``J Jᵀ``), checks that they agree, and prints the ratios jacrev/structured and jacrev/dense. All
-paths run with the same number of BLAS/torch threads (``--threads``, default 1). Architectures
-whose ``v`` has more than ``--max-nv`` coefficients are skipped (K alone needs ``8 n_v²`` bytes).
+``neuromanifold.linear.ntk`` (the structured NTK: prefix/suffix polynomial products, Jacobian
+blocks by strided placement, one dense ``J Jᵀ``), the exact prefix recursion
+``linear._gram.ntk_recursive_1d`` (polyphase blocks, about ``n_v² (Q + k_L)`` multiply-adds instead
+of ``n_v² Σ_l k_l``; column ``recursive s``) and ``neuromanifold.linear.ntk_reference`` (``jacrev``
+of a float64 torch polynomial product, then ``J Jᵀ``), checks that all agree, and prints the ratios
+jacrev/structured and jacrev/recursive. All paths run with the same number of BLAS/torch threads
+(``--threads``, default 1). Architectures whose ``v`` has more than ``--max-nv`` coefficients are
+skipped (K alone needs ``8 n_v²`` bytes). Column ``cpu ratio`` is jacrev/structured in process CPU
+time (``time.process_time``), which on a shared machine is less disturbed by waiting for a core.
 
 Column ``J Jᵀ s`` times the dense product ``J Jᵀ`` of the structured Jacobian alone: the jacrev
-path and the dense path end with this ``Θ(n_v² Σ_l k_l)`` product; the recursion replaces it by
-about ``n_v² (Q + k_L)`` multiply-adds (see ``linear._gram``).
+path and ``ntk`` both end with this ``Θ(n_v² Σ_l k_l)`` product, so for large ``v`` it bounds the
+attainable ratio of ``ntk``.
 Column ``J-only ratio`` compares the Jacobians alone (``jacobian`` vs ``jacobian_reference``).
-Timings are the best of ``--repeats`` rounds; each round runs every timed function once, in turn,
-so that load changes on a shared machine hit all of them alike (the minimum is the least disturbed).
+Timings are the best of ``--repeats`` rounds; each round runs every timed function once, in an
+order rotated from round to round, so that load changes on a shared machine hit all of them alike
+(the minimum is the least disturbed).
 
 Run: ``python benchmarks/ntk_structured_vs_autograd.py`` (about a minute on one core).
 """
@@ -47,18 +50,22 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     from neuromanifold.linear import LCN, jacobian, jacobian_reference, ntk, ntk_reference
-    from neuromanifold.linear._gram import prefers_recursion
-    from neuromanifold.linear.ntk import ntk_dense
+    from neuromanifold.linear._gram import ntk_recursive_1d
+    from neuromanifold.linear.architecture import validate_params
 
     def best_times(fs: dict, repeats: int) -> tuple[dict, dict]:
-        """Best-of-``repeats`` time of each function, the functions interleaved per round."""
+        """Best-of-``repeats`` time of each function, interleaved, the order rotated per round."""
         out = {name: f() for name, f in fs.items()}  # warm-up, also the results
         best = dict.fromkeys(fs, float("inf"))
-        for _ in range(repeats):
-            for name, f in fs.items():
-                t0 = time.perf_counter()
+        names = list(fs)
+        for r in range(repeats):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                f = fs[name]
+                c0, t0 = time.process_time(), time.perf_counter()
                 f()
-                best[name] = min(best[name], time.perf_counter() - t0)
+                t1, c1 = time.perf_counter(), time.process_time()
+                best[name] = min(best[name], t1 - t0)
+                best["cpu " + name] = min(best.get("cpu " + name, float("inf")), c1 - c0)
         return best, out
 
     rng = np.random.default_rng(0)
@@ -70,8 +77,8 @@ def main() -> int:
     ss = [int(x) for x in args.strides.split(",")]
     rows = []
     print(f"threads = {args.threads}, torch {torch.__version__}, numpy {np.__version__}")
-    header = f"{'L':>2} {'k':>3} {'s':>2} {'n_v':>6} {'path':>5} {'structured s':>13}"
-    header += f" {'dense s':>9} {'jacrev s':>9} {'ratio':>6} {'dense ratio':>11}"
+    header = f"{'L':>2} {'k':>3} {'s':>2} {'n_v':>6} {'structured s':>13}"
+    header += f" {'recursive s':>11} {'jacrev s':>9} {'ratio':>6} {'cpu ratio':>9} {'rec ratio':>9}"
     print(header + f" {'max|ΔK|/max|K|':>15} {'J Jᵀ s':>8} {'J-only ratio':>12}")
     for s in ss:
         for L in depths:
@@ -80,11 +87,11 @@ def main() -> int:
                 if arch.n_v > args.max_nv:
                     print(f"{L:>2} {k:>3} {s:>2} {arch.n_v:>6}  skipped (n_v > {args.max_nv})")
                     continue
-                th = [rng.standard_normal(k) / np.sqrt(k) for _ in range(L)]
+                th = validate_params(arch, [rng.standard_normal(k) / np.sqrt(k) for _ in range(L)])
                 J = jacobian(arch, th)
                 fs = {
                     "ntk": lambda a=arch, t=th: ntk(a, t),
-                    "dense": lambda a=arch, t=th: ntk_dense(a, t),
+                    "rec": lambda a=arch, t=th: ntk_recursive_1d(a, t),
                     "ref": lambda a=arch, t=th: ntk_reference(a, t),
                     "J": lambda a=arch, t=th: jacobian(a, t),
                     "Jref": lambda a=arch, t=th: jacobian_reference(a, t),
@@ -93,16 +100,15 @@ def main() -> int:
                 t, out = best_times(fs, args.repeats)
                 K, Kr = out["ntk"], out["ref"]
                 err = float(np.max(np.abs(K - Kr)) / np.max(np.abs(Kr)))
-                err = max(err, float(np.max(np.abs(out["dense"] - Kr)) / np.max(np.abs(Kr))))
+                err = max(err, float(np.max(np.abs(out["rec"] - Kr)) / np.max(np.abs(Kr))))
                 del out, K, Kr
-                path = "rec" if prefers_recursion(arch) else "dense"
                 rows.append((L, k, s, arch.n_v, t["ntk"], t["ref"], t["JJt"], t["Jref"] / t["J"]))
-                rows[-1] += (t["dense"],)
+                rows[-1] += (t["rec"], t["cpu ref"] / t["cpu ntk"], t["cpu ref"] / t["cpu rec"])
                 print(
-                    f"{L:>2} {k:>3} {s:>2} {arch.n_v:>6} {path:>5} {t['ntk']:>13.5f} "
-                    f"{t['dense']:>9.5f} {t['ref']:>9.5f} {t['ref'] / t['ntk']:>6.1f} "
-                    f"{t['ref'] / t['dense']:>11.1f} {err:>15.1e} {t['JJt']:>8.5f} "
-                    f"{t['Jref'] / t['J']:>12.1f}"
+                    f"{L:>2} {k:>3} {s:>2} {arch.n_v:>6} {t['ntk']:>13.5f} {t['rec']:>11.5f} "
+                    f"{t['ref']:>9.5f} {t['ref'] / t['ntk']:>6.1f} "
+                    f"{t['cpu ref'] / t['cpu ntk']:>9.1f} {t['ref'] / t['rec']:>9.1f} "
+                    f"{err:>15.1e} {t['JJt']:>8.5f} {t['Jref'] / t['J']:>12.1f}"
                 )
                 sys.stdout.flush()
 
@@ -115,12 +121,13 @@ def main() -> int:
     )
     head = [r for r in rows if r[:3] == (8, 16, 2)]
     if head:
-        L, k, s, n, t_s, t_r, t_g, j_ratio, t_d = head[0]
+        L, k, s, n, t_s, t_r, t_g, j_ratio, t_c, cpu_s, cpu_c = head[0]
         print(
             f"headline L=8, k=16, s=2 (n_v = {n}): structured {t_s:.4f} s, jacrev {t_r:.4f} s, "
-            f"ratio {t_r / t_s:.1f} (target >= 20); dense J Jᵀ path {t_d:.4f} s "
-            f"(ratio {t_r / t_d:.1f}); the product J Jᵀ alone {t_g:.4f} s (jacrev pays it too); "
-            f"the Jacobians alone: structured is {j_ratio:.0f}x faster than jacrev"
+            f"ratio {t_r / t_s:.1f} (target >= 20); recursion {t_c:.4f} s (ratio "
+            f"{t_r / t_c:.1f}); J Jᵀ alone {t_g:.4f} s (ntk and jacrev both end with this "
+            f"product); the Jacobians alone: structured is {j_ratio:.0f}x faster than jacrev; "
+            f"in CPU time jacrev/structured = {cpu_s:.1f}, jacrev/recursion = {cpu_c:.1f}"
         )
     big = arr[arr[:, 3] >= 100]
     if len(big) >= 3:

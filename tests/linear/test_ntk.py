@@ -3,8 +3,6 @@ the closed forms of spec §4.3 and §6, and the FC NTK operator."""
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 
@@ -31,13 +29,8 @@ from neuromanifold.linear import (
     ntk,
     ntk_reference,
 )
-from neuromanifold.linear._gram import ntk_recursive_1d, prefers_recursion
+from neuromanifold.linear._gram import ntk_recursive_1d
 from neuromanifold.linear.architecture import validate_params
-from neuromanifold.linear.ntk import ntk_dense
-
-ntk_module = importlib.import_module(
-    "neuromanifold.linear.ntk"
-)  # the attribute `ntk` is the function
 
 RTOL_STRUCTURED = 1e-12  # structured vs jacrev, relative to the largest entry
 ATOL_EXACT = 1e-12  # closed forms with O(1) entries
@@ -255,38 +248,13 @@ def test_recursion_matches_dense_and_jacrev(
     monkeypatch.setattr(_gram, "_CHUNK_BYTES", chunk)
     theta = _theta(arch, 8)
     K = ntk_recursive_1d(arch, validate_params(arch, theta))
-    Kd = ntk_dense(arch, theta)
+    Kd = ntk(arch, theta)
     assert K.shape == (arch.n_v, arch.n_v) and K.flags.c_contiguous
     scale = np.max(np.abs(Kd))
     np.testing.assert_allclose(K, Kd, rtol=0, atol=RTOL_STRUCTURED * scale)
     if chunk == CHUNKS[0]:  # the jacrev oracle once per architecture
         Kr = ntk_reference(arch, theta)
         np.testing.assert_allclose(K, Kr, rtol=0, atol=RTOL_STRUCTURED * np.max(np.abs(Kr)))
-
-
-def test_ntk_dispatches_to_recursion(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the size thresholds lowered, ``ntk`` takes the recursion and still equals J Jᵀ."""
-    arch = LCN((3, 2, 3), (2, 3))
-    theta = _theta(arch, 9)
-    assert not prefers_recursion(arch)
-    calls = []
-
-    def spy(a: LCN, th: list[np.ndarray]) -> np.ndarray:
-        calls.append(a)
-        return ntk_recursive_1d(a, th)
-
-    monkeypatch.setattr(ntk_module, "ntk_recursive_1d", spy)
-    np.testing.assert_array_equal(ntk(arch, theta), ntk_dense(arch, theta))
-    assert calls == []
-    for name in ("RECURSION_MIN_NV", "RECURSION_MIN_PARAMS", "RECURSION_FLOP_ADVANTAGE"):
-        monkeypatch.setattr(_gram, name, 0)
-    assert prefers_recursion(arch)
-    K = ntk(arch, theta)
-    assert calls == [arch]
-    Kd = ntk_dense(arch, theta)
-    np.testing.assert_allclose(K, Kd, rtol=0, atol=RTOL_STRUCTURED * np.max(np.abs(Kd)))
-    arch2 = LCN(((2, 2), (2, 2)), ((2, 2),), dim=2)
-    assert not prefers_recursion(arch2)  # D ≥ 2 stays dense
 
 
 def test_recursion_error_path() -> None:

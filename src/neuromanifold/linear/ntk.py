@@ -9,10 +9,10 @@ so column ``p`` of ``J_l`` is ``R_l`` placed at offset ``p ⊙ S_{l−1}``. Rows
 flattened in C order, columns index ``w_l`` flattened in C order; ``J = [J_1 | … | J_L]`` has shape
 ``(n_v, n_params)``. All ``R_l`` come from prefix/suffix products (``O(L)`` polynomial products).
 ``G_l = J_l J_lᵀ`` and ``K = J Jᵀ = Σ_l G_l`` (shape ``(n_v, n_v)``); ``v̇ = −K ∇ℓ(v)`` under
-gradient flow. :func:`ntk` computes ``K`` either as this dense product (:func:`ntk_dense`, the
-simple path and oracle) or, for large 1-D LCNs with many parameters, by the prefix recursion
-``K_l = T_l K_{l−1} T_lᵀ + U_l U_lᵀ`` in polyphase blocks (:mod:`neuromanifold.linear._gram`);
-both give the same matrix up to round-off.
+gradient flow. :func:`ntk` forms ``K`` as one dense product ``J Jᵀ``; the prefix recursion of
+:mod:`neuromanifold.linear._gram` gives the same matrix for 1-D LCNs with about 3× fewer
+multiply-adds, but was not faster end to end here (small products, see that module), so it is not
+used by :func:`ntk`.
 
 FC (spec §2.3, §4.5). ``K(Z) = Σ_j A_j A_jᵀ Z B_jᵀ B_j`` with ``A_j = W_L⋯W_{j+1}``,
 ``B_j = W_{j−1}⋯W_1``. As a matrix it acts on ``vec(Z)``, the **C-order** (row-major) flattening
@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from neuromanifold.linear._gram import ntk_recursive_1d, prefers_recursion
 from neuromanifold.linear.architecture import FC, LCN, validate_params
 from neuromanifold.linear.polynomial import mul_dilated
 
@@ -44,7 +43,6 @@ __all__ = [
     "jacobian_blocks",
     "mu_and_jacobian",
     "ntk",
-    "ntk_dense",
 ]
 
 
@@ -127,35 +125,15 @@ def gram_blocks(arch: LCN, theta: Sequence[Any]) -> list[np.ndarray]:
     return [J @ J.T for J in jacobian_blocks(arch, theta)]
 
 
-def ntk_dense(arch: LCN, theta: Sequence[Any]) -> np.ndarray:
-    """``K_θ = Jμ Jμᵀ`` as one dense product of the structured Jacobian, shape ``(n_v, n_v)``.
-
-    The simple path (and the oracle of the recursion used by :func:`ntk` for large 1-D LCNs).
-
-    >>> ntk_dense(LCN((2, 2), (2,)), [[1, 2], [3, 1]]).tolist()[0]
-    [10.0, 2.0, 3.0, 0.0]
-    """
-    J = jacobian(arch, theta)
-    return J @ J.T
-
-
 def ntk(arch: LCN, theta: Sequence[Any]) -> np.ndarray:
     """The NTK ``K_θ = Jμ Jμᵀ = Σ_l G_l``, shape ``(n_v, n_v)`` (v flattened in C order).
-
-    Dense ``J Jᵀ`` (:func:`ntk_dense`), except for 1-D LCNs that
-    :func:`~neuromanifold.linear._gram.prefers_recursion` selects (large ``v``, many parameters):
-    those use the prefix recursion :func:`~neuromanifold.linear._gram.ntk_recursive_1d`.
 
     Spec §4.3: ``θ = ((1, 2), (1, −1))``, stride 1.
 
     >>> ntk(LCN((2, 2), (1,)), [[1, 2], [1, -1]]).tolist()
     [[2.0, 1.0, 0.0], [1.0, 7.0, 1.0], [0.0, 1.0, 5.0]]
     """
-    _check_lcn(arch)
-    th = validate_params(arch, theta)
-    if prefers_recursion(arch):
-        return ntk_recursive_1d(arch, th)
-    J = np.hstack(_blocks(arch, _forward(arch, th)[1]))
+    J = jacobian(arch, theta)
     return J @ J.T
 
 

@@ -1,9 +1,51 @@
-"""`neuromanifold demo` commands."""
+"""`neuromanifold demo`: cells, scratch and fine-tuned ViTs, optimizer comparison, one report."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
 
 def register(app: typer.Typer) -> None:
-    """Attach the `demo` commands to the top-level app."""
+    """Attach the `demo` command to the top-level app."""
+
+    @app.command("demo")
+    def demo_command(
+        out: Path = typer.Option(..., "--out", help="report directory (report.md, .json, figures)"),
+        probe: int = typer.Option(64, "--probe", min=1, help="validation digits per read"),
+        cache: Path | None = typer.Option(
+            None, "--cache", help="checkpoint cache (default: the user cache of the recipes)"
+        ),
+        no_cells: bool = typer.Option(False, "--no-cells", help="skip the constructed cells"),
+        no_baseline: bool = typer.Option(
+            False, "--no-baseline", help="skip the per-coordinate scan beside the scratch ViT"
+        ),
+        seed: int = typer.Option(0, "--seed", help="recipe seed"),
+    ) -> None:
+        """Read the cells, train (or load) and read two ViTs and four optimizers; write a report."""
+        from rich.console import Console
+
+        from neuromanifold.demo import DemoConfig, run_demo
+        from neuromanifold.report.demo_report import demo_findings
+
+        config = DemoConfig(
+            probe=probe,
+            cache=None if cache is None else str(cache),
+            cells=() if no_cells else None,
+            baseline=not no_baseline,
+            seed=seed,
+        )
+        try:
+            result = run_demo(out, config)
+        except (ValueError, TypeError) as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(code=2) from err
+        console = Console()
+        for f in demo_findings(result):
+            verdict = {True: "holds", False: "does not hold", None: "undecided"}[f.holds]
+            console.print(f"[bold]{f.subject}[/bold]: {verdict}")
+        console.print(
+            f"wrote {out / 'report.md'}, {out / 'report.json'} and figures/ "
+            f"in {result.timings['total']:.1f} s"
+        )

@@ -7,8 +7,8 @@ matplotlib (Agg backend) is imported inside each function; every PNG is written 
   floor greyed, the selected window shaded and the line ``c_k·t^{2(k−1)}`` (the fit's magnitude
   and order) drawn over it.
 * `plot_spectra`: per block, the eigenvalue ratios ``α_i/α_max`` of ``A`` and ``γ_j/γ_max`` of
-  ``G`` (descending, log scale) with the detector's near-kernel (`near_kernel`: ratio below
-  ``TAU_A``/``TAU_G`` with a decade gap) marked in red and the thresholds dashed.
+  ``G`` (descending, log scale; `neuromanifold.report.spectra.block_spectra`) with the
+  detector's near-kernel (ratio below ``1e-3`` with a decade gap) marked in red.
 * `plot_class_map`: a layer × class matrix of direction counts.
 """
 
@@ -99,7 +99,7 @@ def plot_sweeps(
 
 
 def plot_spectra(
-    factors: Mapping[str, Any],
+    spectra: Mapping[str, Mapping[str, Any]],
     path: str | Path,
     *,
     title: str = "",
@@ -107,41 +107,32 @@ def plot_spectra(
 ) -> Path:
     """A and G eigenvalue ratios per block with the detected near-kernel (module docstring).
 
-    ``factors`` maps block names to objects with float64 ``A`` and ``G`` (`kfac_factors`).
+    ``spectra`` is `block_spectra` of the factors (`kfac_factors` of the read's model and probe
+    set): descending ratios; the smallest ``A_kernel``/``G_kernel`` of them are marked.
     """
-    import torch
-
-    from neuromanifold.singular.detectors.linear import TAU_A, TAU_G, near_kernel
+    from neuromanifold.report.spectra import SPREAD_TAU
 
     plt = _plt()
-    names = list(factors) if blocks is None else [b for b in blocks if b in factors]
+    names = list(spectra) if blocks is None else [b for b in blocks if b in spectra]
     rows, cols = _grid(max(1, len(names)))
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.5 * rows), dpi=90, squeeze=False)
     for ax in axes.flat[len(names) :]:
         ax.axis("off")
     for ax, name in zip(axes.flat, names, strict=False):
-        bf = factors[name]
-        for which, mat, tau, colour in (
-            ("A", bf.A, TAU_A, "tab:blue"),
-            ("G", bf.G, TAU_G, "tab:green"),
-        ):
-            ev = torch.linalg.eigvalsh(0.5 * (mat + mat.T).double()).clamp_min(0.0)
-            kern = set(near_kernel(ev, tau))
-            top = float(ev.max())
-            order = torch.argsort(ev, descending=True).tolist()
-            ratios = [max(float(ev[i]) / top, 1e-18) if top > 0 else 1e-18 for i in order]
-            xs = range(1, len(order) + 1)
+        s = spectra[name]
+        for which, colour in (("A", "tab:blue"), ("G", "tab:green")):
+            ratios = [max(r, 1e-18) for r in s[which]]
+            xs = list(range(1, len(ratios) + 1))
             ax.semilogy(xs, ratios, ".-", ms=2.5, lw=0.7, color=colour, label=which)
-            hit = [(x, q) for x, q, i in zip(xs, ratios, order, strict=True) if i in kern]
-            if hit:
-                ax.semilogy(*zip(*hit, strict=True), "o", ms=4, mfc="none", color="red")
-            ax.axhline(tau, ls=":", lw=0.6, color=colour)
+            n_kern = int(s[f"{which}_kernel"])
+            if n_kern:
+                ax.semilogy(xs[-n_kern:], ratios[-n_kern:], "o", ms=4, mfc="none", color="red")
+        ax.axhline(SPREAD_TAU, ls=":", lw=0.6, color="grey")
         ax.set_ylim(1e-18, 2.0)
-        ax.set_title(f"{name}", fontsize=7)
+        ax.set_title(name, fontsize=7)
         ax.tick_params(labelsize=6)
         ax.legend(fontsize=6, loc="lower left")
-    if title:
-        fig.suptitle(f"{title} (red: detected near-kernel)", fontsize=9)
+    fig.suptitle(f"{title} eigenvalue ratios (red: detected near-kernel)".strip(), fontsize=9)
     fig.tight_layout()
     return save_png(fig, path)
 

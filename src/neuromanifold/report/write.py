@@ -67,7 +67,10 @@ def write_report(
         fig_dir = directory / "figures"
         figs["sweeps"] = plot_sweeps(reading, fig_dir / "sweeps.png", title=title)
         if factors is not None:
-            figs["spectra"] = plot_spectra(factors, fig_dir / "spectra.png", title=title)
+            from neuromanifold.report.spectra import block_spectra
+
+            spectra = block_spectra(factors)
+            figs["spectra"] = plot_spectra(spectra, fig_dir / "spectra.png", title=title)
         figs["classes"] = plot_class_map(reading, fig_dir / "classes.png", title=title)
     text = reading_markdown(reading, title=title, level=1)
     if figs:

@@ -1,0 +1,377 @@
+"""`neuromanifold demo`: the constructed cells, two ViTs and four optimizers, read and reported.
+
+`run_demo(out, config)`:
+
+1. **Cells.** `read_cells` on every constructed cell (or ``config.cells``): expected vs read order
+   and class (the method's ground truth).
+2. **Train or load.** The zoo recipes ``vit-digits-scratch``, ``vit-digits-finetune`` and
+   ``optimizer-sweep`` through `run_recipe`, whose cache (``config.cache``, default the user
+   cache) holds only checkpoints the recipes wrote themselves and is reused only when the
+   stage's configuration matches.
+3. **Read.** Each trained ViT is read with `read` (categorical family, true Fisher) on the first
+   ``config.probe`` validation digits of its task; the scratch ViT with the per-coordinate scan
+   beside each genuine singularity. The K-FAC factors are recomputed once per model
+   (`kfac_factors`, the same sums the read used) for the A/G spectra and the diffuseness measure
+   (`neuromanifold.report.spectra`).
+4. **Compare optimizers.** Per optimizer: validation loss, directions read, readable directions
+   (selected window with ``r² ≥ READABLE_R2``) by class and order, the unreadable fraction of
+   the possible dead directions, and the spread of the MLP hidden-layer spectra (``A`` of each
+   ``fc2``).
+5. **Report.** `write_demo_report` writes ``report.json`` (a `DemoResult`, which loads back with
+   `DemoResult.from_dict`), ``report.md`` (findings computed from the results against the spec's
+   expectations) and ``figures/`` into ``out``, each file atomically.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from neuromanifold.singular.reading import Reading
+
+__all__ = [
+    "GAUGE_DETECTORS",
+    "OPTIMIZER_STAGES",
+    "READABLE_R2",
+    "DemoConfig",
+    "DemoResult",
+    "ModelRead",
+    "OptimizerRow",
+    "optimizer_row",
+    "run_demo",
+]
+
+READABLE_R2 = 0.95
+"""A direction is *readable* when its selected window fits with ``r² ≥ READABLE_R2``."""
+
+OPTIMIZER_STAGES = {
+    "sweep-adamw": "AdamW",
+    "sweep-muon": "Muon (Newton–Schulz)",
+    "sweep-muon-polar-express": "Muon + Polar Express",
+    "sweep-muon-polar-svd": "Muon + exact polar (SVD)",
+}
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """Settings of the demo; the defaults are the real run, tests pass tiny ones.
+
+    Attributes:
+        probe: validation digits per read.
+        cache: recipe checkpoint directory (``None``: the user cache of `run_recipe`).
+        steps, sweep_steps: override every stage's steps of the ViT recipes / of the optimizer
+            sweep (``None``: the recipes' own).
+        cells: cell names to read (``None``: all; ``()``: none).
+        max_directions: cap per read (``None``: all candidates).
+        baseline: per-coordinate scan beside the scratch ViT's genuine singularities.
+        grid: t-grid of every sweep (``None``: the read's per-direction default).
+        seed: recipe seed; progress: rich progress bars.
+    """
+
+    probe: int = 64
+    cache: str | None = None
+    steps: int | None = None
+    sweep_steps: int | None = None
+    cells: tuple[str, ...] | None = None
+    max_directions: int | None = None
+    baseline: bool = True
+    grid: tuple[float, ...] | None = None
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.probe, int) or self.probe < 1:
+            raise ValueError(f"probe must be a positive int; got {self.probe!r}")
+        for name in ("steps", "sweep_steps", "max_directions"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name} must be a positive int or None; got {v!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (tuples as lists)."""
+        d = asdict(self)
+        d["cells"] = None if self.cells is None else list(self.cells)
+        d["grid"] = None if self.grid is None else list(self.grid)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DemoConfig:
+        """Inverse of `to_dict`."""
+        d = dict(d)
+        d["cells"] = None if d.get("cells") is None else tuple(d["cells"])
+        d["grid"] = None if d.get("grid") is None else tuple(d["grid"])
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class ModelRead:
+    """One trained model and its read: ``metrics`` from the checkpoint sidecar, ``reading``,
+    ``spectra`` (`block_spectra`), whether the checkpoint came from the cache, wall times."""
+
+    name: str
+    stage: str
+    task: str
+    checkpoint: str
+    metrics: dict[str, Any]
+    reading: Reading
+    spectra: dict[str, dict[str, Any]]
+    cached: bool
+    read_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (the reading as `Reading.to_dict`)."""
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["reading"] = self.reading.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelRead:
+        """Inverse of `to_dict`."""
+        return cls(**{**d, "reading": Reading.from_dict(d["reading"])})
+
+
+@dataclass(frozen=True)
+class OptimizerRow:
+    """The optimizer comparison row of one sweep stage (`optimizer_row`: definitions)."""
+
+    stage: str
+    optimizer: str
+    val_loss: float
+    val_accuracy: float
+    n_read: int
+    n_readable: int
+    readable_kinds: dict[str, int]
+    n_possible: int
+    unreadable_fraction: float | None
+    fc2_n_small: int
+    fc2_kernel: int
+    fc2_max_gap: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> OptimizerRow:
+        """Inverse of `to_dict`."""
+        return cls(**d)
+
+
+def _kind(r: Any) -> str:
+    return r.klass if r.k is None else f"{r.klass} k={r.k}"
+
+
+def optimizer_row(mr: ModelRead) -> OptimizerRow:
+    """Comparison numbers of one optimizer's read.
+
+    ``n_readable``: directions whose window fits with ``r² ≥ READABLE_R2``, counted by
+    ``readable_kinds`` (``"class k=…"``). ``n_possible``: directions not proposed as gauges by
+    construction (detectors not in `GAUGE_DETECTORS`), ``unreadable_fraction``: of
+    those, the fraction with no readable window. ``fc2_*``: the `spread` of ``A`` of every MLP
+    ``fc2`` (its hidden activations' second moment), summed (``n_small``, ``kernel``) or the
+    largest (``max_gap``) over blocks.
+    """
+    from neuromanifold.report.spectra import spread
+
+    recs = mr.reading.directions
+    readable = [r for r in recs if r.r2 is not None and r.r2 >= READABLE_R2]
+    kinds: dict[str, int] = {}
+    for r in readable:
+        kinds[_kind(r)] = kinds.get(_kind(r), 0) + 1
+    possible = [r for r in recs if r.detector not in GAUGE_DETECTORS]
+    unread = [r for r in possible if r.r2 is None or r.r2 < READABLE_R2]
+    fc2 = [s for name, s in mr.spectra.items() if name.endswith("mlp.fc2")]
+    spreads = [spread(s["A"]) for s in fc2]
+    return OptimizerRow(
+        stage=mr.stage,
+        optimizer=OPTIMIZER_STAGES.get(mr.stage, mr.stage),
+        val_loss=float(mr.metrics.get("val_loss", float("nan"))),
+        val_accuracy=float(mr.metrics.get("val_accuracy", float("nan"))),
+        n_read=len(recs),
+        n_readable=len(readable),
+        readable_kinds=dict(sorted(kinds.items())),
+        n_possible=len(possible),
+        unreadable_fraction=len(unread) / len(possible) if possible else None,
+        fc2_n_small=int(sum(s["n_small"] for s in spreads)),
+        fc2_kernel=int(sum(s["A_kernel"] for s in fc2)),
+        fc2_max_gap=float(max((s["max_gap"] for s in spreads), default=0.0)),
+    )
+
+
+GAUGE_DETECTORS = (
+    "ln-kernel",
+    "qk-rotation",
+    "vo-rescale",
+    "ce-shift",
+    "relu-rescale",
+    "embedding-unseen",
+)
+"""Detectors that propose closed-form gauge directions (not possible dead directions)."""
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """Everything the demo computed; ``report.json`` holds its `to_dict`."""
+
+    config: DemoConfig
+    cells: list[dict[str, Any]]
+    models: dict[str, ModelRead]
+    optimizers: list[ModelRead]
+    rows: list[OptimizerRow]
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict."""
+        return {
+            "kind": "neuromanifold-demo",
+            "config": self.config.to_dict(),
+            "cells": self.cells,
+            "models": {k: v.to_dict() for k, v in self.models.items()},
+            "optimizers": [m.to_dict() for m in self.optimizers],
+            "rows": [r.to_dict() for r in self.rows],
+            "timings": self.timings,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DemoResult:
+        """Inverse of `to_dict` (Readings compare equal to the originals)."""
+        if d.get("kind") != "neuromanifold-demo":
+            raise ValueError(f"not a demo result: kind {d.get('kind')!r}")
+        return cls(
+            config=DemoConfig.from_dict(d["config"]),
+            cells=list(d["cells"]),
+            models={k: ModelRead.from_dict(v) for k, v in d["models"].items()},
+            optimizers=[ModelRead.from_dict(m) for m in d["optimizers"]],
+            rows=[OptimizerRow.from_dict(r) for r in d["rows"]],
+            timings=dict(d["timings"]),
+        )
+
+
+def _read_model(
+    name: str, stage: str, path: Path, cached: bool, config: DemoConfig, *, baseline: bool
+) -> ModelRead:
+    from neuromanifold.report.spectra import block_spectra
+    from neuromanifold.singular.factors import kfac_factors
+    from neuromanifold.singular.family import Categorical
+    from neuromanifold.singular.read import read
+    from neuromanifold.zoo.checkpoint import load_checkpoint
+    from neuromanifold.zoo.data import digits
+
+    model, meta = load_checkpoint(path)
+    task = meta.task or "digits"
+    x = digits(task, seed=0).x_val[: config.probe]  # type: ignore[arg-type]
+    t0 = time.perf_counter()
+    reading = read(
+        model,
+        x,
+        Categorical(),
+        grid=None if config.grid is None else list(config.grid),
+        max_directions=config.max_directions,
+        baseline=baseline,
+        progress=config.progress,
+    )
+    spectra = block_spectra(kfac_factors(model, x, Categorical()))
+    metrics = {k: v for k, v in meta.metrics.items() if k != "history"}
+    return ModelRead(
+        name=name,
+        stage=stage,
+        task=task,
+        checkpoint=str(path),
+        metrics=metrics,
+        reading=reading,
+        spectra=spectra,
+        cached=cached,
+        read_s=time.perf_counter() - t0,
+    )
+
+
+def _note(config: DemoConfig, message: str) -> None:
+    if config.progress:
+        from rich.console import Console
+
+        Console(stderr=True).print(f"[bold]demo[/bold] {message}")
+
+
+def run_demo(out: str | Path, config: DemoConfig | None = None) -> DemoResult:
+    """Run the demo (module docstring) and write its report into ``out``; return the result."""
+    from neuromanifold.cells.registry import all_cells, get_cell
+    from neuromanifold.cells.table import read_cells
+    from neuromanifold.report.demo_report import write_demo_report
+    from neuromanifold.zoo.recipes import run_recipe
+
+    config = DemoConfig() if config is None else config
+    if not isinstance(config, DemoConfig):
+        raise TypeError(f"config must be a DemoConfig; got {type(config).__name__}")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out must be a directory; {out} is a file")
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+
+    t0 = time.perf_counter()
+    if config.cells is None:
+        cells = all_cells(seed=config.seed)
+    else:
+        cells = [get_cell(n, seed=config.seed) for n in config.cells]
+    _note(config, f"reading {len(cells)} constructed cells")
+    cell_rows = [res.to_dict() for _, _, res in read_cells(cells)]
+    timings["cells"] = time.perf_counter() - t0
+
+    models: dict[str, ModelRead] = {}
+    for recipe, baseline in (
+        ("vit-digits-scratch", config.baseline),
+        ("vit-digits-finetune", False),
+    ):
+        t0 = time.perf_counter()
+        _note(config, f"training or loading {recipe}")
+        res = run_recipe(
+            recipe, out=config.cache, steps=config.steps, seed=config.seed, progress=config.progress
+        )
+        timings[f"train {recipe}"] = time.perf_counter() - t0
+        stage = list(res.checkpoints)[-1]
+        t0 = time.perf_counter()
+        _note(config, f"reading {stage}")
+        models[recipe] = _read_model(
+            recipe, stage, res.checkpoints[stage], stage in res.cached, config, baseline=baseline
+        )
+        timings[f"read {recipe}"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    _note(config, "training or loading optimizer-sweep")
+    sweep = run_recipe(
+        "optimizer-sweep",
+        out=config.cache,
+        steps=config.sweep_steps,
+        seed=config.seed,
+        progress=config.progress,
+    )
+    timings["train optimizer-sweep"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    optimizers = []
+    for stage, path in sweep.checkpoints.items():
+        _note(config, f"reading {stage}")
+        optimizers.append(
+            _read_model(
+                "optimizer-sweep", stage, path, stage in sweep.cached, config, baseline=False
+            )
+        )
+    timings["read optimizer-sweep"] = time.perf_counter() - t0
+    rows = [optimizer_row(m) for m in optimizers]
+    timings["total"] = time.perf_counter() - start
+    result = DemoResult(
+        config=config,
+        cells=cell_rows,
+        models=models,
+        optimizers=optimizers,
+        rows=rows,
+        timings=timings,
+    )
+    write_demo_report(result, out)
+    return result
+
+
+def with_overrides(config: DemoConfig, **changes: Any) -> DemoConfig:
+    """``dataclasses.replace`` with validation (for the CLI)."""
+    return replace(config, **changes)

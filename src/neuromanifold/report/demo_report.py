@@ -1,0 +1,248 @@
+"""The demo's report directory: ``report.json``, ``report.md`` and ``figures/``.
+
+``report.json`` is `DemoResult.to_dict` (load it back with `load_demo`); ``report.md`` opens with
+the findings vs expectation (`neuromanifold.report.findings`, computed from the results), then
+the cell table, each ViT's read (per-layer tables, coordinate scan beside the genuine
+singularities) and the optimizer comparison (one table, one figure). Every file is written
+atomically, JSON first.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from neuromanifold.report._atomic import atomic_write_text
+from neuromanifold.report.markdown import fmt, reading_markdown, table
+
+__all__ = ["demo_findings", "demo_markdown", "load_demo", "plot_optimizers", "write_demo_report"]
+
+_ORDER = {"genuine_singularity": 0, "unresolved": 1, "live": 2, "curved_gauge": 3, "flat_gauge": 4}
+
+
+def demo_findings(result: Any) -> list[Any]:
+    """All findings of a `DemoResult` (cells, scratch ViT, fine-tuned ViT, optimizers)."""
+    from neuromanifold.demo import READABLE_R2
+    from neuromanifold.report.findings import (
+        cell_finding,
+        gauge_findings,
+        node_death_findings,
+        optimizer_finding,
+    )
+
+    out = []
+    if result.cells:
+        out.append(cell_finding(result.cells))
+    scratch = result.models.get("vit-digits-scratch")
+    if scratch is not None:
+        out += node_death_findings(scratch, r2_min=READABLE_R2)
+        out += gauge_findings(scratch, r2_min=READABLE_R2, expect_no_deaths=False)
+    ft = result.models.get("vit-digits-finetune")
+    if ft is not None:
+        out += gauge_findings(ft, r2_min=READABLE_R2, expect_no_deaths=True)
+    if result.rows:
+        out.append(optimizer_finding(result.rows))
+    return out
+
+
+def _verdict(holds: bool | None) -> str:
+    return {True: "holds", False: "**does not hold**", None: "undecided"}[holds]
+
+
+def demo_markdown(result: Any, figures: dict[str, str]) -> str:
+    """The demo's Markdown (module docstring); ``figures`` maps names to relative paths."""
+    from neuromanifold.demo import READABLE_R2
+
+    t = result.timings
+    lines = [
+        "# neuromanifold demo",
+        "",
+        f"Wall time {t.get('total', float('nan')):.1f} s ("
+        + ", ".join(f"{k} {v:.1f} s" for k, v in t.items() if k != "total")
+        + f"). Probe: {result.config.probe} validation digits per read; categorical family, "
+        "true Fisher. A direction is *readable* when its selected window fits with "
+        f"r² ≥ {READABLE_R2}.",
+        "",
+        "## Findings vs expectation",
+        "",
+        "Computed from the results below (`neuromanifold.report.findings` defines each check).",
+        "",
+        table(
+            ["subject", "expectation (spec)", "observed", "verdict"],
+            [
+                [f.subject, f.expectation, f.observed, _verdict(f.holds)]
+                for f in demo_findings(result)
+            ],
+        ),
+    ]
+    if result.cells:
+        lines += ["", "## Constructed cells", ""]
+        lines.append(
+            table(
+                ["cell", "expected", "k", "k̂", "r²", "class", "pass"],
+                [
+                    [
+                        c["name"],
+                        c["expected_class"] if c["expected_k"] is None else f"k={c['expected_k']}",
+                        fmt(c["k"]),
+                        fmt(c["k_hat"], ".4f"),
+                        fmt(c["r2"], ".5f"),
+                        c["class"],
+                        "pass" if c["passed"] else "FAIL",
+                    ]
+                    for c in result.cells
+                ],
+            )
+        )
+    for key, title in (
+        ("vit-digits-scratch", "ViT trained from scratch"),
+        ("vit-digits-finetune", "Fine-tuned ViT"),
+    ):
+        mr = result.models.get(key)
+        if mr is None:
+            continue
+        m = mr.metrics
+        lines += [
+            "",
+            f"## {title} (`{mr.stage}`)",
+            "",
+            f"Validation loss {fmt(m.get('val_loss'), '.4f')}, accuracy "
+            f"{fmt(m.get('val_accuracy'), '.4f')}, train accuracy "
+            f"{fmt(m.get('train_accuracy'), '.4f')}; task `{mr.task}`; checkpoint "
+            f"{'loaded from the cache' if mr.cached else 'trained in this run'}; read in "
+            f"{mr.read_s:.1f} s. MLP units compressed (< 1 % RMS contribution): "
+            f"{m.get('mlp_compressed_units')}.",
+            "",
+        ]
+        lines.append(reading_markdown(mr.reading, title=f"{title}: read", level=3))
+        for fig in ("sweeps", "spectra", "classes"):
+            name = f"{key}-{fig}"
+            if name in figures:
+                lines.append(f"![{name}]({figures[name]})")
+    if result.rows:
+        lines += ["", "## Optimizer comparison", ""]
+        lines.append(
+            "Same initialisation and batches under each optimizer (recipe `optimizer-sweep`). "
+            "*unreadable*: fraction of the possible dead directions (detectors other than the "
+            "closed-form gauges) with no readable window; *fc2 spectrum*: over the MLP `fc2` "
+            "input factors A, the ratios α/α_max below 1e-3, the detector's near-kernel, and the "
+            "largest drop between consecutive ratios in decades (≥ 1: a clean kernel; small: a "
+            "diffuse one; `neuromanifold.report.spectra`)."
+        )
+        lines.append("")
+        lines.append(
+            table(
+                [
+                    "optimizer",
+                    "val loss",
+                    "val acc",
+                    "read",
+                    f"readable (r² ≥ {READABLE_R2})",
+                    "readable kinds",
+                    "unreadable",
+                    "fc2 ratios < 1e-3",
+                    "fc2 near-kernel",
+                    "fc2 largest gap",
+                ],
+                [
+                    [
+                        r.optimizer,
+                        f"{r.val_loss:.4f}",
+                        f"{r.val_accuracy:.4f}",
+                        str(r.n_read),
+                        str(r.n_readable),
+                        "; ".join(f"{k}: {v}" for k, v in r.readable_kinds.items()) or "—",
+                        fmt(r.unreadable_fraction, ".2f"),
+                        str(r.fc2_n_small),
+                        str(r.fc2_kernel),
+                        f"{r.fc2_max_gap:.2f}",
+                    ]
+                    for r in result.rows
+                ],
+            )
+        )
+        if "optimizers" in figures:
+            lines += ["", f"![optimizers]({figures['optimizers']})"]
+    return "\n".join(lines) + "\n"
+
+
+def plot_optimizers(result: Any, path: str | Path) -> Path:
+    """Left: fc2 ``A`` ratio spectra per optimizer; right: readable directions by kind."""
+    from neuromanifold.report.figures import _plt, save_png
+
+    plt = _plt()
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(10.0, 3.8), dpi=90)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (mr, row) in enumerate(zip(result.optimizers, result.rows, strict=True)):
+        c = colours[i % len(colours)]
+        for j, (name, s) in enumerate(n for n in mr.spectra.items() if n[0].endswith("mlp.fc2")):
+            ratios = [max(r, 1e-18) for r in s["A"]]
+            ax0.semilogy(
+                range(1, len(ratios) + 1),
+                ratios,
+                ["-", "--", ":", "-."][j % 4],
+                color=c,
+                lw=1.0,
+                label=f"{row.optimizer} · {name.split('.mlp')[0]}",
+            )
+    ax0.axhline(1e-3, ls=":", color="grey", lw=0.7)
+    ax0.set_xlabel("eigenvalue index")
+    ax0.set_ylabel("α / α_max of fc2 input A")
+    ax0.legend(fontsize=6)
+    kinds = sorted({k for r in result.rows for k in r.readable_kinds})
+    xs = list(range(len(result.rows)))
+    bottom = [0] * len(result.rows)
+    for k in kinds:
+        vals = [r.readable_kinds.get(k, 0) for r in result.rows]
+        ax1.bar(xs, vals, bottom=bottom, label=k)
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    unread = [r.n_read - r.n_readable for r in result.rows]
+    ax1.bar(xs, unread, bottom=bottom, color="lightgrey", label="not readable")
+    ax1.set_xticks(xs, [r.optimizer.replace(" + ", "\n+ ") for r in result.rows], fontsize=7)
+    ax1.set_ylabel("directions read")
+    ax1.legend(fontsize=6)
+    fig.suptitle("optimizer comparison: MLP spectra and readable dead directions", fontsize=9)
+    fig.tight_layout()
+    return save_png(fig, path)
+
+
+def write_demo_report(result: Any, out: str | Path, *, figures: bool = True) -> dict[str, Path]:
+    """Write the demo report into ``out`` (module docstring); return ``{name: path}``."""
+    from neuromanifold.report.figures import plot_class_map, plot_spectra, plot_sweeps
+
+    directory = Path(out)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {"json": atomic_write_text(directory / "report.json", json.dumps(result.to_dict()))}
+    rel: dict[str, str] = {}
+    if figures:
+        fig_dir = directory / "figures"
+        for key, mr in result.models.items():
+            recs = sorted(mr.reading.directions, key=lambda r: _ORDER.get(r.klass, 9))
+            shown = replace(mr.reading, directions=tuple(recs))
+            made = {
+                "sweeps": plot_sweeps(shown, fig_dir / f"{key}-sweeps.png", title=key),
+                "spectra": plot_spectra(mr.spectra, fig_dir / f"{key}-spectra.png", title=key),
+                "classes": plot_class_map(mr.reading, fig_dir / f"{key}-classes.png", title=key),
+            }
+            for fig, p in made.items():
+                paths[f"{key}-{fig}"] = p
+        if result.rows:
+            paths["optimizers"] = plot_optimizers(result, fig_dir / "optimizers.png")
+        rel = {k: p.relative_to(directory).as_posix() for k, p in paths.items() if k != "json"}
+    paths["markdown"] = atomic_write_text(directory / "report.md", demo_markdown(result, rel))
+    return paths
+
+
+def load_demo(path: str | Path) -> Any:
+    """Load ``report.json`` (or its directory) back into a `DemoResult`."""
+    from neuromanifold.demo import DemoResult
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / "report.json"
+    try:
+        return DemoResult.from_dict(json.loads(p.read_text(encoding="utf-8")))
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"{p} does not hold a demo result: {err!r}") from err

@@ -1,0 +1,190 @@
+"""Findings vs expectation: the spec's claims (dead_directions.md §0, §11) checked on the demo.
+
+Every `Finding` states the expectation, what the results show (numbers computed from the
+readings, never fixed text) and whether the expectation holds (``None`` when the results cannot
+decide it, e.g. no records of the kind needed). Definitions:
+
+* **node death in an MLP block**: a record classed ``genuine_singularity`` with a readable window
+  (``r² ≥ READABLE_R2``) touching a module whose name contains ``.mlp.``;
+* **coordinate scan deviates**: the per-coordinate scan on that layer did not return the same
+  genuine order (``best_k != k``; ``None`` — no genuine order found — counts as deviating);
+* **LayerNorm kernel flat in every consumer**: every ``ln-kernel`` record is classed
+  ``flat_gauge``; **QK rotation curved**: every ``qk-rotation`` record is ``curved_gauge``;
+* **optimizers**: vanilla Muon's unreadable fraction exceeds both polar-scaled variants' (spec:
+  "vanilla Muon often leaves dead structure too diffuse to read; polar-scaled orthogonalisers
+  give clean structure").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = [
+    "Finding",
+    "cell_finding",
+    "gauge_findings",
+    "node_death_findings",
+    "optimizer_finding",
+]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """``expectation`` (the spec's claim), ``observed`` (computed), ``holds`` (None: undecided)."""
+
+    subject: str
+    expectation: str
+    observed: str
+    holds: bool | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict."""
+        return asdict(self)
+
+
+def _counts(items: Sequence[str]) -> str:
+    c = Counter(items)
+    return ", ".join(f"{k}: {v}" for k, v in sorted(c.items())) or "none"
+
+
+def cell_finding(cells: Sequence[dict[str, Any]]) -> Finding:
+    """Constructed cells: every cell reads its expected order / class."""
+    failed = [c["name"] for c in cells if not c["passed"]]
+    observed = f"{len(cells) - len(failed)} of {len(cells)} cells pass"
+    if failed:
+        observed += f"; failing: {', '.join(failed)}"
+    return Finding(
+        "constructed cells",
+        "every cell reads its architecture-predicted order (r² ≥ 0.99) or gauge class",
+        observed,
+        None if not cells else not failed,
+    )
+
+
+def _mlp_node_deaths(mr: Any, r2_min: float) -> list[Any]:
+    return [
+        r
+        for r in mr.reading.directions
+        if r.klass == "genuine_singularity"
+        and r.r2 is not None
+        and r.r2 >= r2_min
+        and any(".mlp." in layer for layer in r.layers)
+    ]
+
+
+def node_death_findings(mr: Any, *, r2_min: float, expected_k: int = 2) -> list[Finding]:
+    """The scratch ViT: rotated node deaths in MLP blocks at ``expected_k``, scan beside them."""
+    from neuromanifold.report.spectra import spread
+
+    deaths = _mlp_node_deaths(mr, r2_min)
+    at_k = [r for r in deaths if r.k == expected_k]
+    mlp_recs = [r for r in mr.reading.directions if any(".mlp." in x for x in r.layers)]
+    fc2 = {n: s for n, s in mr.spectra.items() if n.endswith("mlp.fc2")}
+    evidence = "; ".join(
+        f"{n} A: near-kernel {s['A_kernel']}, ratios < 1e-3: {spread(s['A'])['n_small']}, "
+        f"largest gap {spread(s['A'])['max_gap']:.2f} decades"
+        for n, s in fc2.items()
+    )
+    compressed = mr.metrics.get("mlp_compressed_units")
+    observed = (
+        f"{len(deaths)} readable genuine singularities touch MLP layers "
+        f"(orders: {_counts([str(r.k) for r in deaths])}; detectors: "
+        f"{_counts([r.detector for r in deaths])}), {len(at_k)} at k = {expected_k}. "
+        f"All MLP records by class: {_counts([r.klass for r in mlp_recs])}. "
+        f"Spectra: {evidence or 'no fc2 blocks'}. Units compressed (< 1 % RMS contribution, "
+        f"zoo.mlp_usage): {compressed}."
+    )
+    out = [
+        Finding(
+            f"{mr.name}: node deaths",
+            f"rotated node deaths in the MLP blocks at the activation's order (k = {expected_k} "
+            "for GELU)",
+            observed,
+            bool(at_k),
+        )
+    ]
+    with_scan = [r for r in deaths if r.baseline]
+    if with_scan:
+        deviating = [
+            r for r in with_scan if any((b or {}).get("best_k") != r.k for b in r.baseline.values())
+        ]
+        scans = "; ".join(
+            f"{r.layer} k={r.k} vs scan "
+            + ", ".join(f"{layer}: {b.get('best_k')}" for layer, b in r.baseline.items())
+            for r in with_scan[:6]
+        )
+        out.append(
+            Finding(
+                f"{mr.name}: coordinate scan",
+                "per-coordinate scans deviate from the read order where the death is rotated",
+                f"{len(deviating)} of {len(with_scan)} deaths: the scan's genuine order differs "
+                f"({scans})",
+                len(deviating) == len(with_scan),
+            )
+        )
+    return out
+
+
+def gauge_findings(mr: Any, *, r2_min: float, expect_no_deaths: bool) -> list[Finding]:
+    """LayerNorm-kernel gauge flat, QK rotation curved; optionally no node deaths."""
+    recs = mr.reading.directions
+    out = []
+    if expect_no_deaths:
+        deaths = _mlp_node_deaths(mr, r2_min)
+        genuine = [r for r in recs if r.klass == "genuine_singularity"]
+        out.append(
+            Finding(
+                f"{mr.name}: no node deaths",
+                "no node deaths; the dead structure is architectural gauge",
+                f"{len(deaths)} readable genuine singularities in MLP layers, {len(genuine)} "
+                f"genuine anywhere ({_counts([r.layer for r in genuine])}); all records by "
+                f"class: {_counts([r.klass for r in recs])}",
+                not genuine,
+            )
+        )
+    ln = [r for r in recs if r.detector == "ln-kernel"]
+    qk = [r for r in recs if r.detector == "qk-rotation"]
+    out.append(
+        Finding(
+            f"{mr.name}: LayerNorm kernel",
+            "the LayerNorm kernel is a flat gauge in every LayerNorm consumer",
+            f"{sum(r.klass == 'flat_gauge' for r in ln)} of {len(ln)} ln-kernel records flat "
+            f"(classes: {_counts([r.klass for r in ln])})",
+            None if not ln else all(r.klass == "flat_gauge" for r in ln),
+        )
+    )
+    out.append(
+        Finding(
+            f"{mr.name}: QK rotation",
+            "the attention QK rotation is a curved gauge",
+            f"{sum(r.klass == 'curved_gauge' for r in qk)} of {len(qk)} qk-rotation records "
+            f"curved (classes: {_counts([r.klass for r in qk])})",
+            None if not qk else all(r.klass == "curved_gauge" for r in qk),
+        )
+    )
+    return out
+
+
+def optimizer_finding(rows: Sequence[Any]) -> Finding:
+    """Vanilla Muon more diffuse (larger unreadable fraction) than both polar-scaled variants."""
+    by = {r.stage: r for r in rows}
+    text = "; ".join(
+        f"{r.optimizer}: {r.n_readable}/{r.n_read} readable, unreadable fraction "
+        + ("—" if r.unreadable_fraction is None else f"{r.unreadable_fraction:.2f}")
+        + f", fc2 largest gap {r.fc2_max_gap:.2f} decades"
+        for r in rows
+    )
+    muon = by.get("sweep-muon")
+    polar = [by.get("sweep-muon-polar-express"), by.get("sweep-muon-polar-svd")]
+    fracs = [None if r is None else r.unreadable_fraction for r in [muon, *polar]]
+    holds = None if any(f is None for f in fracs) else fracs[0] > max(fracs[1:])
+    return Finding(
+        "optimizers",
+        "vanilla Muon leaves dead structure too diffuse to read; polar-scaled orthogonalisers "
+        "leave clean, readable structure",
+        text or "no optimizer reads",
+        holds,
+    )

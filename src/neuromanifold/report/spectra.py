@@ -1,0 +1,73 @@
+"""A/G factor spectra of a read, stored compactly, and how diffuse their near-kernel is.
+
+`block_spectra` keeps, per block, the eigenvalue ratios ``α_i/α_max`` of ``A`` and ``γ_j/γ_max``
+of ``G`` (descending) and the size of the detector's near-kernel (`near_kernel`: ratios below
+``TAU_A``/``TAU_G`` with a one-decade gap to the rest). `read` does not return its factors; they
+are recomputed with `kfac_factors` on the same model and probe set (deterministic: same sums).
+
+**Diffuseness** of one spectrum (`spread`), used to compare optimizers:
+
+* ``n_small`` — ratios below ``tau`` (1e-3): how many directions are nearly dead;
+* ``kernel`` — the detector's near-kernel size (those it will name as candidates);
+* ``max_gap`` — the largest drop ``log10(r_i/r_{i+1})`` (decades) between consecutive ratios
+  where ``r_{i+1} < tau``, 0 when no ratio is below ``tau``.
+
+A clean dead structure is a block of tiny ratios separated from the live ones by a gap of one
+decade or more (``kernel = n_small``, ``max_gap ≥ 1``). A diffuse one decays smoothly through
+``tau``: many small ratios, no gap, so the detector names few or none of them (``kernel <
+n_small``, ``max_gap < 1``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["SPREAD_TAU", "block_spectra", "spread"]
+
+SPREAD_TAU = 1e-3
+_TINY = 1e-300
+
+
+def _ratios(mat: Any) -> tuple[list[float], int, float]:
+    import torch
+
+    from neuromanifold.singular.detectors.linear import GAP, near_kernel
+
+    ev = torch.linalg.eigvalsh(0.5 * (mat + mat.T).double()).clamp_min(0.0)
+    top = float(ev.max())
+    desc = sorted((float(e) for e in ev), reverse=True)
+    ratios = [e / top if top > 0 else 0.0 for e in desc]
+    return ratios, len(near_kernel(ev, SPREAD_TAU, gap=GAP)), top
+
+
+def block_spectra(factors: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{block: {"A": ratios, "G": ratios, "A_kernel", "G_kernel", "A_max", "G_max"}}``.
+
+    ``ratios`` descending (``α_i/α_max``); ``*_kernel`` the near-kernel size at ``TAU = 1e-3``
+    (the detector's default ``TAU_A = TAU_G``); ``*_max`` the largest eigenvalue.
+    """
+    out = {}
+    for name, bf in factors.items():
+        a, ka, ma = _ratios(bf.A)
+        g, kg, mg = _ratios(bf.G)
+        out[name] = {"A": a, "G": g, "A_kernel": ka, "G_kernel": kg, "A_max": ma, "G_max": mg}
+    return out
+
+
+def spread(ratios: Sequence[float], *, tau: float = SPREAD_TAU) -> dict[str, float | int]:
+    """``{"n_small", "max_gap"}`` of a descending ratio list (module docstring).
+
+    >>> spread([1.0, 0.5, 1e-6, 1e-7])  # clean: 2 tiny ratios after a 5.7-decade gap
+    {'n_small': 2, 'max_gap': 5.698970004336019}
+    >>> spread([1.0, 1e-1, 1e-2, 1e-3, 1e-4])["max_gap"]  # smooth decay: one decade per step
+    1.0
+    """
+    n_small = sum(1 for r in ratios if r < tau)
+    gap = 0.0
+    for hi, lo in itertools.pairwise(ratios):
+        if lo < tau:
+            gap = max(gap, math.log10(max(hi, _TINY) / max(lo, _TINY)))
+    return {"n_small": n_small, "max_gap": gap}

@@ -15,7 +15,8 @@ Column ``J Jᵀ s`` times the dense product ``J Jᵀ`` of the structured Jacobia
 path and ``ntk`` both end with this ``Θ(n_v² Σ_l k_l)`` product, so for large ``v`` it bounds the
 attainable ratio of ``ntk``.
 Column ``J-only ratio`` compares the Jacobians alone (``jacobian`` vs ``jacobian_reference``).
-Timings are the best of ``--repeats`` rounds; each round runs every timed function once, in an
+Timings are the best of ``--repeats`` rounds (at least ``FAST_REPEATS`` for millisecond cases,
+garbage collector off); each round runs every timed function once, in an
 order rotated from round to round, so that load changes on a shared machine hit all of them alike
 (the minimum is the least disturbed).
 
@@ -25,9 +26,13 @@ Run: ``python benchmarks/ntk_structured_vs_autograd.py`` (about a minute on one 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
+
+FAST_S = 0.05  # a case whose warm-up (all timed functions once) is faster than this ...
+FAST_REPEATS = 15  # ... gets at least this many rounds
 
 
 def _parse() -> argparse.Namespace:
@@ -54,10 +59,27 @@ def main() -> int:
     from neuromanifold.linear.architecture import validate_params
 
     def best_times(fs: dict, repeats: int) -> tuple[dict, dict]:
-        """Best-of-``repeats`` time of each function, interleaved, the order rotated per round."""
+        """Best-of-``repeats`` time of each function, interleaved, the order rotated per round.
+
+        Cases whose warm-up round takes under ``FAST_S`` get ``FAST_REPEATS`` rounds (a single
+        descheduling of a millisecond-long call would otherwise decide its ratio); the garbage
+        collector is off while timing, as in ``timeit``.
+        """
+        t0 = time.perf_counter()
         out = {name: f() for name, f in fs.items()}  # warm-up, also the results
+        if time.perf_counter() - t0 < FAST_S:
+            repeats = max(repeats, FAST_REPEATS)
         best = dict.fromkeys(fs, float("inf"))
         names = list(fs)
+        gc.collect()
+        gc.disable()
+        try:
+            _rounds(fs, names, repeats, best)
+        finally:
+            gc.enable()
+        return best, out
+
+    def _rounds(fs: dict, names: list, repeats: int, best: dict) -> None:
         for r in range(repeats):
             for name in names[r % len(names) :] + names[: r % len(names)]:
                 f = fs[name]
@@ -66,7 +88,6 @@ def main() -> int:
                 t1, c1 = time.perf_counter(), time.process_time()
                 best[name] = min(best[name], t1 - t0)
                 best["cpu " + name] = min(best.get("cpu " + name, float("inf")), c1 - c0)
-        return best, out
 
     rng = np.random.default_rng(0)
     warm = LCN((3, 3), (2,))
@@ -91,7 +112,7 @@ def main() -> int:
                 J = jacobian(arch, th)
                 fs = {
                     "ntk": lambda a=arch, t=th: ntk(a, t),
-                    "rec": lambda a=arch, t=th: ntk_recursive_1d(a, t),
+                    "rec": lambda a=arch, t=th: ntk_recursive_1d(a, validate_params(a, t)),
                     "ref": lambda a=arch, t=th: ntk_reference(a, t),
                     "J": lambda a=arch, t=th: jacobian(a, t),
                     "Jref": lambda a=arch, t=th: jacobian_reference(a, t),

@@ -1,0 +1,324 @@
+"""Data-parallel reads over ``torch.distributed``: devices, process groups, shards, local launches.
+
+The read's statistics are sums over probe samples — the K-FAC/KFC factor sums
+(`neuromanifold.singular.factors`) and the directional-Fisher sums ``Σ_i q_i(J_i u)``
+(`neuromanifold.singular.fisher.global_mean`). Under an initialised default process group both are
+all-reduced (with the sample counts) before the single division by the global ``N``, so a read in
+which every rank passes its own shard of the probe set equals the single-process read on the whole
+set up to floating-point summation order. Every decision the read takes afterwards (window, order,
+class) is a function of these all-reduced values, which are bitwise identical on every rank, so all
+ranks take the same decisions and issue the same collectives in the same order.
+
+Conventions fixed here:
+
+* **Shards are contiguous.** With ``N`` samples and ``W`` ranks, rank ``r`` reads the samples
+  ``[⌊rN/W⌋, ⌊(r+1)N/W⌋)`` (`shard_slice`): sizes differ by at most one and the concatenation over
+  ranks is the probe set in its original order. ``N ≥ W`` is required.
+* **Launch.** ``torchrun --nproc_per_node W -m neuromanifold read ...``: `init_from_env` reads
+  torchrun's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``,
+  ``MASTER_PORT``) and initialises the default group with backend ``gloo`` on CPU and ``nccl`` on
+  CUDA. Without those variables nothing is initialised and the same code runs in one process.
+* **Output.** Only rank 0 (`is_main_process`) writes reports or prints.
+* **Devices.** `resolve_device` validates ``--device``; under torchrun ``cuda`` means
+  ``cuda:LOCAL_RANK``.
+
+`launch_local` spawns ``W`` gloo processes on this machine (free TCP port on 127.0.0.1), each
+running `read_sharded` on its shard of a model built by an importable factory; tests and the
+scaling benchmark use it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib
+import json
+import os
+import socket
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+__all__ = [
+    "TORCHRUN_ENV",
+    "all_gather_union",
+    "backend_for",
+    "init_from_env",
+    "is_main_process",
+    "launch_local",
+    "launched_by_torchrun",
+    "rank",
+    "read_sharded",
+    "resolve_device",
+    "shard_data",
+    "shard_slice",
+    "world_size",
+]
+
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+"""Environment variables torchrun sets that `init_from_env` requires."""
+
+
+def _active() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    """Rank in the default process group (0 without one)."""
+    return dist.get_rank() if _active() else 0
+
+
+def world_size() -> int:
+    """Size of the default process group (1 without one)."""
+    return dist.get_world_size() if _active() else 1
+
+
+def is_main_process() -> bool:
+    """True on rank 0, and in a process without a process group (the one that writes output)."""
+    return rank() == 0
+
+
+def resolve_device(device: str | torch.device | None = None) -> torch.device:
+    """Validate a device request; ``None`` → CPU; ``"cuda"`` under torchrun → ``cuda:LOCAL_RANK``.
+
+    Raises:
+        TypeError: ``device`` is not a string, ``torch.device`` or None.
+        ValueError: the string is not a device, CUDA is requested but unavailable, the CUDA index
+            is out of range, or the device type is neither ``cpu`` nor ``cuda``.
+
+    >>> resolve_device("cpu")
+    device(type='cpu')
+    """
+    if device is None:
+        return torch.device("cpu")
+    if not isinstance(device, str | torch.device):
+        raise TypeError(
+            f"device must be a str such as 'cpu', 'cuda' or 'cuda:1', a torch.device or None; "
+            f"got {type(device).__name__}"
+        )
+    try:
+        dev = torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(
+            f"device {device!r} is not a torch device; expected 'cpu', 'cuda' or 'cuda:N'"
+        ) from err
+    if dev.type == "cpu":
+        return torch.device("cpu")
+    if dev.type != "cuda":
+        raise ValueError(f"device {device!r} is not supported; expected 'cpu', 'cuda' or 'cuda:N'")
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"device {device!r} requested but CUDA is not available on this machine "
+            f"(torch {torch.__version__}, torch.cuda.is_available() is False); use --device cpu"
+        )
+    count = torch.cuda.device_count()
+    index = dev.index
+    if index is None:
+        index = int(os.environ.get("LOCAL_RANK", "0")) if launched_by_torchrun() else 0
+    if not 0 <= index < count:
+        raise ValueError(
+            f"device {device!r} resolves to cuda:{index} but this machine has {count} CUDA "
+            f"device(s) (indices 0..{count - 1})"
+        )
+    return torch.device("cuda", index)
+
+
+def backend_for(device: torch.device) -> str:
+    """``"nccl"`` for CUDA devices, ``"gloo"`` otherwise."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def launched_by_torchrun(env: Mapping[str, str] | None = None) -> bool:
+    """True when the torchrun variables (`TORCHRUN_ENV`) are all set."""
+    env = os.environ if env is None else env
+    return all(k in env for k in TORCHRUN_ENV)
+
+
+def init_from_env(device: torch.device) -> bool:
+    """Initialise the default process group from torchrun's variables; True if this call did.
+
+    Does nothing (returns False) when a group already exists or the process was not launched by
+    torchrun. On CUDA the current device is set first (nccl needs it).
+    """
+    if _active() or not launched_by_torchrun():
+        return False
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend=backend_for(device), init_method="env://")
+    return True
+
+
+def shard_slice(n: int, rank: int, world: int) -> slice:
+    """Contiguous shard of ``range(n)`` for ``rank`` of ``world``: ``[⌊rN/W⌋, ⌊(r+1)N/W⌋)``.
+
+    >>> [shard_slice(10, r, 3) for r in range(3)]
+    [slice(0, 3, None), slice(3, 6, None), slice(6, 10, None)]
+    """
+    for name, v in (("n", n), ("rank", rank), ("world", world)):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise TypeError(f"{name} must be an int; got {type(v).__name__}")
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"need world ≥ 1 and 0 ≤ rank < world; got rank={rank}, world={world}")
+    if n < world:
+        raise ValueError(
+            f"the probe set has {n} samples but there are {world} ranks; every rank needs at "
+            f"least one sample (N ≥ world size)"
+        )
+    return slice(rank * n // world, (rank + 1) * n // world)
+
+
+def shard_data(data: Any, *, rank: int | None = None, world: int | None = None) -> Any:
+    """This rank's contiguous shard of ``data`` (a Tensor or an ``(x, y)`` pair).
+
+    ``rank``/``world`` default to the default process group's (the whole data without one).
+    """
+    r = (dist.get_rank() if _active() else 0) if rank is None else rank
+    w = world_size() if world is None else world
+    x = data[0] if isinstance(data, tuple | list) else data
+    if not isinstance(x, Tensor) or x.ndim == 0:
+        raise TypeError(
+            f"data must be a Tensor (N, ...) or a pair (x, y); got {type(data).__name__}"
+        )
+    sl = shard_slice(int(x.shape[0]), r, w)
+    if isinstance(data, tuple | list):
+        return (data[0][sl], data[1][sl])
+    return data[sl]
+
+
+def all_gather_union(values: Tensor) -> Tensor:
+    """Sorted union of 1-D integer tensors over the ranks (``torch.unique`` without a group)."""
+    if not _active():
+        return torch.unique(values)
+    gathered: list[Any] = [None] * world_size()
+    dist.all_gather_object(gathered, values.detach().cpu())
+    return torch.unique(torch.cat(gathered)).to(values.device)
+
+
+def _move(data: Any, device: torch.device) -> Any:
+    if isinstance(data, tuple | list):
+        return tuple(d.to(device) for d in data)
+    return data.to(device)
+
+
+def read_sharded(
+    model: nn.Module,
+    data: Any,
+    family: Any,
+    *,
+    device: str | torch.device | None = None,
+    **read_kwargs: Any,
+):
+    """`read` of this rank's contiguous shard of ``data`` (the whole probe set on every rank).
+
+    Moves a copy of the model and the shard to ``device`` (`resolve_device`), reads, and records
+    the global sample count and the process-group layout in ``meta`` (``n_samples`` is the global
+    N; ``n_samples_local``, ``world_size``, ``rank`` and ``shard`` describe this rank). Without a
+    process group this is `read` on the whole data. Every rank returns the same directions.
+    """
+    from neuromanifold.singular.read import read
+
+    dev = resolve_device(device)
+    x = data[0] if isinstance(data, tuple | list) else data
+    n_global = int(x.shape[0]) if isinstance(x, Tensor) and x.ndim > 0 else 0
+    local = shard_data(data)
+    sl = shard_slice(n_global, rank(), world_size())
+    on_device = all(p.device == dev for p in model.parameters())
+    net = model if on_device else copy.deepcopy(model).to(dev)  # never move the caller's module
+    if not is_main_process():
+        read_kwargs = {**read_kwargs, "progress": False}
+    reading = read(net, _move(local, dev), family, **read_kwargs)
+    meta = {
+        **reading.meta,
+        "n_samples": n_global,
+        "n_samples_local": sl.stop - sl.start,
+        "world_size": world_size(),
+        "rank": rank(),
+        "shard": [sl.start, sl.stop],
+        "device": str(dev),
+    }
+    return dataclasses.replace(reading, meta=meta)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _factory(spec: str) -> Any:
+    mod, _, attr = spec.partition(":")
+    if not mod or not attr:
+        raise ValueError(f"factory must be 'package.module:function'; got {spec!r}")
+    return getattr(importlib.import_module(mod), attr)
+
+
+def _worker(
+    local_rank: int,
+    world: int,
+    port: int,
+    factory: str,
+    factory_kwargs: dict,
+    read_kwargs: dict,
+    out_dir: str,
+    threads: int,
+) -> None:
+    import time
+
+    torch.set_num_threads(threads)
+    os.environ.update(
+        RANK=str(local_rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(local_rank),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    init_from_env(torch.device("cpu"))
+    try:
+        net = _factory(factory)(**factory_kwargs)
+        dist.barrier()
+        t0 = time.perf_counter()
+        reading = read_sharded(net.model, net.data, net.family, **read_kwargs)
+        seconds = time.perf_counter() - t0
+        out = {"reading": reading.to_dict(), "seconds": seconds}
+        Path(out_dir, f"rank{local_rank}.json").write_text(json.dumps(out))
+    finally:
+        dist.destroy_process_group()
+
+
+def launch_local(
+    world: int,
+    factory: str,
+    *,
+    factory_kwargs: Mapping[str, Any] | None = None,
+    read_kwargs: Mapping[str, Any] | None = None,
+    threads: int = 1,
+) -> list[dict[str, Any]]:
+    """Run `read_sharded` in ``world`` spawned gloo processes on this machine.
+
+    ``factory`` (``"package.module:function"``) is called in every process with
+    ``factory_kwargs`` and must return an object with ``model``, ``data`` and ``family`` (e.g.
+    `neuromanifold.cells.planted.planted_mlp`). Returns, per rank, ``{"reading": Reading.to_dict(),
+    "seconds": wall time of the read after a barrier}``.
+    """
+    if not isinstance(world, int) or isinstance(world, bool) or world < 1:
+        raise ValueError(f"world must be a positive int; got {world!r}")
+    _factory(factory)  # fail here, not in the children, on a bad spec
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        args = (
+            world,
+            _free_port(),
+            factory,
+            dict(factory_kwargs or {}),
+            dict(read_kwargs or {}),
+            tmp,
+            threads,
+        )
+        mp.start_processes(_worker, args=args, nprocs=world, join=True, start_method="spawn")
+        return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]

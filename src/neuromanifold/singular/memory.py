@@ -1,0 +1,305 @@
+"""A memory budget for the read: measured per-sample costs and the chunk sizes they allow.
+
+The read's memory is dominated by two kinds of pass over the probe set, both linear in the number
+of samples they take at once:
+
+* the **factor pass** (`kfac_factors`): a forward with autograd plus one backward per output
+  column, over ``batch_size`` samples;
+* the **JVP pass** (`directional_fisher`, sweeps): one forward-mode JVP over a chunk of
+  ``chunk_size`` samples, for ``L`` lanes at once (``L`` = t-values per ``vmap`` group in a sweep,
+  or directions per ``vmap``).
+
+**Cost model.** `peak_allocated` runs a callable under a ``TorchDispatchMode`` that adds the
+bytes of every non-view tensor an operator returns to a running total when it is created and
+subtracts them when it is garbage collected; the maximum of that total is the callable's peak.
+Measured at 2 and 4 samples (`PROBE_SIZES`) it gives a per-sample cost ``s`` (the slope) and a
+fixed cost ``I`` (weight-sized temporaries such as transposed, tangent or gradient weights and the
+factor accumulators; the intercept). With ``M = BUDGET_FRACTION · max_memory`` the plan assumes
+
+    JVP pass:    L · (I_jvp + chunk · s_jvp) ≤ M
+    factor pass: I_fac + batch · s_fac        ≤ M
+
+(``L ×`` the single-lane cost: under ``vmap`` every lane has its own tangent activations and, for
+t-batches, its own primal point). The JVP costs are the largest measured along three
+pseudo-random directions: one touching every parameter tensor, one on the first and one on the
+last weight matrix alone (a partial tangent takes other kernels: on a GELU MLP a direction on the
+first weight alone costs 1.4× per sample what a direction on every tensor costs). `plan_memory`
+keeps ``L`` at the requested ``t_batch`` when all samples then fit one chunk, otherwise lowers
+``L`` (fixed costs are per lane, so one lane with a large chunk moves the most samples per byte),
+and raises ``ValueError`` naming the budget and the estimated per-sample cost when even one
+sample on one lane does not fit.
+
+**What is and is not counted.** ``max_memory`` bounds the memory the read allocates on top of
+what the process holds when it starts: the caller's model and probe data are not counted; the
+read's float64 working copy of the parameters is (``2 ×`` the float64 parameter bytes are added to
+both fixed costs). Not seen by the tracker: scratch memory that kernels allocate internally
+(BLAS, convolution workspaces), the allocator's caching and fragmentation, and Python objects.
+``tests/singular/test_memory.py`` checks the bound against the peak resident set size of a fresh
+process (``ru_maxrss``), which includes all of these.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+__all__ = [
+    "MemoryPlan",
+    "format_bytes",
+    "parse_memory",
+    "peak_allocated",
+    "plan_memory",
+]
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+BUDGET_FRACTION = 0.6
+"""Share of ``max_memory`` the measured costs may fill; the rest is headroom for what the tracker
+does not see (kernel workspaces, allocator fragmentation) and for directions whose tangents take
+costlier kernels than the probe directions."""
+PROBE_SIZES = (2, 4)
+"""Sample counts at which `plan_memory` measures the per-sample costs."""
+_MEMORY_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_memory(value: int | str) -> int:
+    """Bytes from an int or a string such as ``"2GB"``, ``"512MiB"``, ``"1.5e9"`` or ``"800M"``.
+
+    Decimal units ``k/kB, M/MB, G/GB, T/TB`` are powers of 1000, binary units ``KiB, MiB, GiB,
+    TiB`` powers of 1024 (case-insensitive); a bare number is bytes. The result must be ≥ 1.
+
+    >>> parse_memory("2GB"), parse_memory("1.5 MiB"), parse_memory(4096)
+    (2000000000, 1572864, 4096)
+    """
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise TypeError(
+            f"max_memory must be an int (bytes) or a string like '2GB' or '512MiB'; "
+            f"got {type(value).__name__}"
+        )
+    if isinstance(value, int):
+        n = value
+    else:
+        m = _MEMORY_RE.match(value)
+        unit = m.group(2).lower() if m else None
+        if m is None or unit not in _UNITS:
+            raise ValueError(
+                f"max_memory {value!r} is not a memory size; expected a number with an optional "
+                f"unit B, kB, MB, GB, TB, KiB, MiB, GiB or TiB, e.g. '2GB'"
+            )
+        n = int(float(m.group(1)) * _UNITS[unit])
+    if n < 1:
+        raise ValueError(f"max_memory must be at least 1 byte; got {value!r}")
+    return n
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes as a short decimal string (``"1.50 MB"``)."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+class _PeakLive(TorchDispatchMode):
+    """Tracks the bytes of live non-view tensors returned by operators, and their peak."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+
+    def _free(self, nbytes: int) -> None:
+        self.live -= nbytes
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, Tensor) and not t._is_view():
+                nbytes = t.numel() * t.element_size()
+                self.live += nbytes
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(t, self._free, nbytes)
+        return out
+
+
+def peak_allocated(fn: Callable[[], Any]) -> int:
+    """Peak bytes of the (non-view) tensors created by operators while ``fn()`` runs and alive.
+
+    Every tensor an operator returns is counted from its creation until it is garbage collected;
+    the maximum of that running sum is returned. Tensors that existed before the call are not
+    counted; memory that kernels allocate internally (workspaces) is not seen.
+
+    >>> import torch
+    >>> peak_allocated(lambda: torch.ones(1000, dtype=torch.float64).sum())  # 8000 + 8 bytes
+    8008
+    """
+    with _PeakLive() as tracker:
+        fn()
+    return tracker.peak
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Chunk sizes that keep the read under ``max_memory`` bytes (see the module docstring).
+
+    Attributes:
+        max_memory: the bytes the chunks are sized to (``BUDGET_FRACTION`` of the budget).
+        jvp_per_sample, jvp_fixed: ``s_jvp`` and ``I_jvp`` (bytes per sample per lane, per lane).
+        factor_per_sample, factor_fixed: ``s_fac`` and ``I_fac`` (bytes).
+        chunk_size: samples per JVP pass (sweeps).
+        t_batch: t-values per ``vmap`` group (lanes of a sweep).
+        factor_batch: samples per factor pass.
+        n_samples: N the plan was made for.
+    """
+
+    max_memory: int
+    jvp_per_sample: int
+    jvp_fixed: int
+    factor_per_sample: int
+    factor_fixed: int
+    chunk_size: int
+    t_batch: int
+    factor_batch: int
+    n_samples: int
+
+    def jvp_cost(self, chunk: int, lanes: int = 1) -> int:
+        """Estimated peak bytes of a JVP pass: ``lanes · (I_jvp + chunk · s_jvp)``."""
+        return lanes * (self.jvp_fixed + chunk * self.jvp_per_sample)
+
+    def chunk_for(self, lanes: int) -> int:
+        """Largest sample chunk (≤ N) for ``lanes`` JVP lanes within the budget (≥ 1)."""
+        room = self.max_memory // max(lanes, 1) - self.jvp_fixed
+        return max(1, min(self.n_samples, room // max(self.jvp_per_sample, 1)))
+
+    def lanes_for(self, chunk: int) -> int:
+        """Largest number of lanes (directions per ``vmap``) for a chunk of ``chunk`` (≥ 1)."""
+        return max(1, self.max_memory // max(self.jvp_cost(chunk), 1))
+
+    def to_dict(self) -> dict[str, int]:
+        """JSON-safe dict."""
+        return asdict(self)
+
+
+def _probe(x: Tensor, n: int) -> Tensor:
+    return x[: min(n, x.shape[0])]
+
+
+def _linear_cost(peak: Callable[[int], int], n: int) -> tuple[int, int]:
+    """``(per-sample, fixed)`` from peaks at ``PROBE_SIZES`` samples (1 and N when N < 4).
+
+    Sizes 2 and 4 rather than 1 and 2: some kernels take a different path for a batch of one.
+    """
+    lo, hi = PROBE_SIZES if n >= PROBE_SIZES[1] else (1, n)
+    if hi == lo:
+        return max(peak(lo), 1), 0
+    p_lo, p_hi = peak(lo), peak(hi)
+    per = max(_ceil_div(p_hi - p_lo, hi - lo), 1)
+    return per, max(p_lo - lo * per, 0)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def plan_memory(
+    model: nn.Module,
+    data: Tensor | tuple[Tensor, Tensor],
+    family: Any,
+    *,
+    max_memory: int | str,
+    t_batch: int = 8,
+    factor_batch: int = 256,
+    params: Mapping[str, Tensor] | None = None,
+) -> MemoryPlan:
+    """Measure the per-sample costs of ``model`` on ``data`` and size the chunks to ``max_memory``.
+
+    Runs one JVP pass and one factor pass on 2 and on 4 samples under `peak_allocated`
+    (under a process group these passes are collective: call on every rank).
+
+    Raises:
+        ValueError: one sample on one lane does not fit (the message names the budget and the
+            estimated per-sample and fixed costs), or ``data`` has no sample.
+    """
+    from neuromanifold.singular._validate import prepare
+    from neuromanifold.singular.factors import kfac_factors
+    from neuromanifold.singular.family import check_family
+    from neuromanifold.singular.fisher import fisher_prepared
+    from neuromanifold.singular.sweep import _random_direction
+
+    budget_total = parse_memory(max_memory)
+    budget = int(BUDGET_FRACTION * budget_total)
+    family = check_family(family)
+    x = data[0] if isinstance(data, tuple | list) else data
+    if not isinstance(x, Tensor) or x.ndim == 0 or x.shape[0] == 0:
+        raise ValueError("data must hold at least one sample (N, ...) to plan memory")
+    n = int(x.shape[0])
+    prep1 = prepare(model, dict(params or {}), _probe(x, 1))
+    floating = sorted(k for k, v in prep1.params.items() if v.is_floating_point())
+    param_bytes = 8 * sum(v.numel() for v in prep1.params.values())
+    # a tangent on every tensor and on single tensors take different kernels (e.g. a Linear
+    # whose bias has no tangent); the plan uses the costliest of these probe directions
+    matrices = [k for k in floating if prep1.params[k].ndim >= 2]
+    probes = [floating] + [[k] for k in dict.fromkeys(matrices[:1] + matrices[-1:])]
+    directions = [_random_direction(prep1.params, keys) for keys in probes if keys]
+
+    def jvp_peak(k: int, u: dict) -> int:
+        prep = prepare(model, dict(params or {}), _probe(x, k))
+        return peak_allocated(lambda: fisher_prepared(model, prep, prep.params, [u], family))
+
+    def factor_peak(k: int) -> int:
+        xk = _probe(x, k)
+        return peak_allocated(lambda: kfac_factors(model, xk, family, batch_size=k))
+
+    costs = [_linear_cost(lambda k, u=u: jvp_peak(k, u), n) for u in directions]
+    s_jvp, i_jvp = max(c[0] for c in costs), max(c[1] for c in costs)
+    s_fac, i_fac = _linear_cost(factor_peak, n)
+    i_jvp += 2 * param_bytes
+    i_fac += 2 * param_bytes
+    for what, fixed, per in (("JVP", i_jvp, s_jvp), ("factor", i_fac, s_fac)):
+        if fixed + per > budget:
+            raise ValueError(
+                f"max_memory={budget_total} bytes ({format_bytes(budget_total)}) is too small: "
+                f"one sample of the {what} pass is estimated at {format_bytes(fixed + per)} "
+                f"(per-sample cost {format_bytes(per)} plus fixed cost {format_bytes(fixed)}), "
+                f"more than "
+                f"{BUDGET_FRACTION:.0%} of the budget; raise --max-memory"
+            )
+    factor = max(1, min(factor_batch, n, (budget - i_fac) // s_fac))
+    lanes, chunk = 1, max(1, min(n, (budget - i_jvp) // s_jvp))
+    for lane_count in range(max(t_batch, 1), 0, -1):
+        c = (budget // lane_count - i_jvp) // s_jvp
+        if c >= n:
+            lanes, chunk = lane_count, n
+            break
+    return MemoryPlan(
+        max_memory=budget,
+        jvp_per_sample=int(s_jvp),
+        jvp_fixed=int(i_jvp),
+        factor_per_sample=int(s_fac),
+        factor_fixed=int(i_fac),
+        chunk_size=int(chunk),
+        t_batch=int(lanes),
+        factor_batch=int(factor),
+        n_samples=n,
+    )

@@ -1,0 +1,101 @@
+"""Data-parallel read: 2 gloo processes on one machine give the single-process Reading (issue 8)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from neuromanifold.cells.planted import planted_conv
+from neuromanifold.singular.distributed import (
+    all_gather_union,
+    is_main_process,
+    launch_local,
+    launched_by_torchrun,
+    rank,
+    read_sharded,
+    shard_data,
+    shard_slice,
+    world_size,
+)
+
+RTOL_SUMS = 1e-12  # all-reduced sums vs one process: only the summation order differs
+FACTORY = "neuromanifold.cells.planted:planted_conv"
+PER_RANK_META = {"rank", "shard", "n_samples_local", "n_forward_passes", "n_backward_passes"}
+
+
+def _close(a: float, b: float, rtol: float) -> bool:
+    return abs(a - b) <= rtol * max(abs(a), abs(b))
+
+
+def test_two_gloo_processes_give_the_single_process_reading() -> None:
+    net = planted_conv()
+    single = read_sharded(net.model, net.data, net.family, progress=False).to_dict()
+    per_rank = [r["reading"] for r in launch_local(2, FACTORY, read_kwargs={"progress": False})]
+    assert single["directions"], "the planted net must yield directions to compare"
+    n = net.data.shape[0]
+    for r, reading in enumerate(per_rank):
+        assert reading["meta"]["world_size"] == 2 and reading["meta"]["rank"] == r
+        assert reading["meta"]["n_samples"] == n == single["meta"]["n_samples"]
+        sl = shard_slice(n, r, 2)
+        assert reading["meta"]["shard"] == [sl.start, sl.stop]
+        assert [
+            (d["layers"], d["detector"], d["k"], d["class"]) for d in reading["directions"]
+        ] == [(d["layers"], d["detector"], d["k"], d["class"]) for d in single["directions"]]
+        for d, s in zip(reading["directions"], single["directions"], strict=True):
+            assert d["window"] == s["window"]
+            assert d["sweep"]["t"] == s["sweep"]["t"]
+            assert _close(d["sweep"]["floor"], s["sweep"]["floor"], RTOL_SUMS)
+            for f_dist, f_one in zip(d["sweep"]["F"], s["sweep"]["F"], strict=True):
+                assert _close(f_dist, f_one, RTOL_SUMS), (f_dist, f_one)
+    # every rank holds bitwise the same all-reduced values and decisions
+    strip = [
+        {**r, "meta": {k: v for k, v in r["meta"].items() if k not in PER_RANK_META}}
+        for r in per_rank
+    ]
+    assert strip[0] == strip[1]
+
+
+@pytest.mark.parametrize(("n", "world"), [(10, 3), (7, 7), (256, 2), (5, 1)])
+def test_shards_are_contiguous_balanced_and_cover_the_probe_set(n: int, world: int) -> None:
+    slices = [shard_slice(n, r, world) for r in range(world)]
+    assert [i for s in slices for i in range(s.start, s.stop)] == list(range(n))
+    sizes = [s.stop - s.start for s in slices]
+    assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
+
+
+def test_shard_data_splits_pairs_and_without_group_returns_everything() -> None:
+    x, y = torch.arange(10.0).reshape(5, 2), torch.arange(5)
+    xs, ys = shard_data((x, y), rank=1, world=2)
+    torch.testing.assert_close(xs, x[2:5], rtol=0, atol=0)
+    torch.testing.assert_close(ys, y[2:5], rtol=0, atol=0)
+    assert shard_data(x).data_ptr() == x.data_ptr() and shard_data(x).shape == x.shape
+    assert (rank(), world_size(), is_main_process()) == (0, 1, True)
+
+
+def test_shard_errors() -> None:
+    with pytest.raises(ValueError, match=r"3 samples but there are 4 ranks"):
+        shard_slice(3, 0, 4)
+    with pytest.raises(ValueError, match=r"0 ≤ rank < world; got rank=2, world=2"):
+        shard_slice(10, 2, 2)
+    with pytest.raises(TypeError, match=r"n must be an int; got float"):
+        shard_slice(10.0, 0, 1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"data must be a Tensor \(N, \.\.\.\) or a pair"):
+        shard_data([1, 2, 3])
+
+
+def test_union_without_group_and_torchrun_detection() -> None:
+    torch.testing.assert_close(
+        all_gather_union(torch.tensor([3, 1, 3, 2])), torch.tensor([1, 2, 3])
+    )
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    assert launched_by_torchrun(env)
+    assert not launched_by_torchrun({k: v for k, v in env.items() if k != "MASTER_PORT"})
+
+
+def test_launch_local_errors() -> None:
+    with pytest.raises(ValueError, match=r"world must be a positive int; got 0"):
+        launch_local(0, FACTORY)
+    with pytest.raises(
+        ValueError, match=r"factory must be 'package.module:function'; got 'nocolon'"
+    ):
+        launch_local(1, "nocolon")

@@ -14,6 +14,11 @@ from neuromanifold.linear.architecture import (
     unflatten_params,
     validate_params,
 )
+from neuromanifold.linear.converge import ConvergenceReport, convergence_experiment
+from neuromanifold.linear.fiber import fc_fiber, fiber_of_params, lcn_fiber
+from neuromanifold.linear.fiber_algebraic import algebraic_fiber
+from neuromanifold.linear.fiber_numeric import numeric_fiber
+from neuromanifold.linear.fiber_report import FiberReport
 from neuromanifold.linear.flow import (
     FlowResult,
     FunctionFlowResult,
@@ -29,6 +34,7 @@ from neuromanifold.linear.flow import (
     param_grad,
 )
 from neuromanifold.linear.invariants import delta, fc_delta, sq_norms
+from neuromanifold.linear.locus import LocusReport, classify_locus
 from neuromanifold.linear.metric import (
     RTOL_RANK,
     SmoothPointReport,
@@ -70,6 +76,14 @@ from neuromanifold.linear.reference import (
     mu_torch,
     ntk_reference,
 )
+from neuromanifold.linear.relu import (
+    ReluCNN,
+    ReluMLP,
+    relu_fiber,
+    relu_invariants,
+    relu_ntk,
+    relu_ntk_reference,
+)
 from neuromanifold.linear.rescale import (
     fc_balanced_params,
     lemma_scalings,
@@ -83,6 +97,7 @@ from neuromanifold.linear.solve import (
     ntk_from_function,
     solve_fiber_point,
 )
+from neuromanifold.linear.survey import SurveyResult, run_survey
 
 # grouped by topic (sorted within each group), so RUF022's global sort is switched off
 __all__ = [  # noqa: RUF022
@@ -128,6 +143,16 @@ __all__ = [  # noqa: RUF022
     "ntk_closed_form",
     "ntk_from_function",
     "solve_fiber_point",
+    # fibers of (v, δ): algebraic and numeric routes, NTK determinacy
+    "FiberReport",
+    "algebraic_fiber",
+    "fc_fiber",
+    "fiber_of_params",
+    "lcn_fiber",
+    "numeric_fiber",
+    # smooth point, crossing or critical point
+    "LocusReport",
+    "classify_locus",
     # metric on T_vM and regularity
     "RTOL_RANK",
     "SmoothPointReport",
@@ -151,6 +176,18 @@ __all__ = [  # noqa: RUF022
     "invariant_drift",
     "invariants",
     "param_grad",
+    # shallow ReLU networks
+    "ReluCNN",
+    "ReluMLP",
+    "relu_fiber",
+    "relu_invariants",
+    "relu_ntk",
+    "relu_ntk_reference",
+    # experiments: the determinacy survey and convergence
+    "ConvergenceReport",
+    "SurveyResult",
+    "convergence_experiment",
+    "run_survey",
     # brute-force oracles
     "apply_network",
     "fc_jacobian_reference",

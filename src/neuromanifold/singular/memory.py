@@ -134,8 +134,12 @@ class _PeakLive(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        inputs = {_storage(t) for t in tree_leaves((args, kwargs)) if isinstance(t, Tensor)}
         for t in tree_leaves(out):
             if isinstance(t, Tensor) and not t._is_view():
+                key = _storage(t)
+                if key is not None and key in inputs:
+                    continue  # a view or an in-place result: no new memory
                 nbytes = t.numel() * t.element_size()
                 self.live += nbytes
                 self.peak = max(self.peak, self.live)
@@ -143,10 +147,19 @@ class _PeakLive(TorchDispatchMode):
         return out
 
 
-def peak_allocated(fn: Callable[[], Any]) -> int:
-    """Peak bytes of the (non-view) tensors created by operators while ``fn()`` runs and alive.
+def _storage(t: Tensor) -> int | None:
+    """Data pointer of ``t``'s storage (``None`` for tensors without an accessible one)."""
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
 
-    Every tensor an operator returns is counted from its creation until it is garbage collected;
+
+def peak_allocated(fn: Callable[[], Any]) -> int:
+    """Peak bytes of the tensors that operators create while ``fn()`` runs and that are alive.
+
+    Every tensor an operator returns on new storage (views and in-place results are skipped) is
+    counted from its creation until it is garbage collected;
     the maximum of that running sum is returned. Tensors that existed before the call are not
     counted; memory that kernels allocate internally (workspaces) is not seen.
 

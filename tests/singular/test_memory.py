@@ -1,0 +1,152 @@
+"""Memory budget: parsing, the live-tensor peak tracker, the plan, and peak RSS under a budget."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from neuromanifold.singular.family import Gaussian
+from neuromanifold.singular.fisher import directional_fisher
+from neuromanifold.singular.memory import (
+    BUDGET_FRACTION,
+    format_bytes,
+    parse_memory,
+    peak_allocated,
+    plan_memory,
+)
+
+RTOL_CHUNKED = 1e-12  # chunked vs one-pass sums: summation order only
+BUDGET = 40_000_000  # bytes; the unbudgeted run below peaks several times higher
+
+_SCRIPT = r"""
+import json, resource, sys, torch
+torch.set_num_threads(1)
+from neuromanifold.singular.factors import kfac_factors
+from neuromanifold.singular.family import Gaussian
+from neuromanifold.singular.memory import plan_memory
+from neuromanifold.singular.sweep import sweep
+budget = None if sys.argv[1] == "none" else int(sys.argv[1])
+gen = torch.Generator().manual_seed(0)
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    torch.nn.Linear(16, 512), torch.nn.GELU(), torch.nn.Linear(512, 4)
+).double()
+x = torch.randn(2048, 16, dtype=torch.float64, generator=gen)
+u = {"0.weight": torch.randn(512, 16, dtype=torch.float64, generator=gen)}
+p = dict(model.named_parameters())
+fam = Gaussian()
+sweep(model, p, u, x[:4], fam, grid=[0.1, 0.2], chunk_size=2, t_batch=2)  # load kernels
+kfac_factors(model, x[:4], fam)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+if budget is None:
+    chunk, t_batch, batch = None, 4, x.shape[0]
+else:
+    plan = plan_memory(model, x, fam, max_memory=budget, t_batch=4)
+    chunk, t_batch, batch = plan.chunk_size, plan.t_batch, plan.factor_batch
+s = sweep(model, p, u, x, fam, grid=[0.1, 0.2, 0.3, 0.4], chunk_size=chunk, t_batch=t_batch)
+kfac_factors(model, x, fam, batch_size=batch)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"delta": (after - before) * 1024, "F": list(s.F), "chunk": chunk}))
+"""
+
+
+def _run(*budgets: int | None) -> list[dict]:
+    """Run the script once per budget, the processes side by side (one thread each)."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _SCRIPT, "none" if b is None else str(b)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for b in budgets
+    ]
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=120)
+        assert p.returncode == 0, stderr
+        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    return out
+
+
+def test_peak_rss_stays_under_the_budget_and_the_values_do_not_change() -> None:
+    """Peak resident set size (``ru_maxrss``, KiB on Linux) of a fresh process, measured after the
+    model, data and kernels are loaded: the budgeted sweep + factor pass stays under ``BUDGET``,
+    the unbudgeted one does not (so the budget is what kept it down). ``ru_maxrss`` is a
+    high-water mark over the whole process: it cannot see memory freed and reused below the
+    earlier peak (which makes the delta an underestimate only when setup peaked higher — the
+    setup here touches 4 samples) and counts allocator slack, which the budget must cover."""
+    budgeted, free = _run(BUDGET, None)
+    assert budgeted["chunk"] is not None and budgeted["chunk"] < 2048
+    assert budgeted["delta"] <= BUDGET, format_bytes(budgeted["delta"])
+    assert free["delta"] > 2 * BUDGET, format_bytes(free["delta"])
+    for a, b in zip(budgeted["F"], free["F"], strict=True):
+        assert abs(a - b) <= RTOL_CHUNKED * abs(b)
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(8, 64), torch.nn.Tanh(), torch.nn.Linear(64, 3)
+    ).double()
+
+
+def test_plan_fits_the_budget_and_chunked_reads_agree() -> None:
+    model = _mlp()
+    x = torch.randn(500, 8, dtype=torch.float64)
+    plan = plan_memory(model, x, Gaussian(), max_memory="1MB", t_batch=8)
+    assert plan.max_memory == int(BUDGET_FRACTION * 1_000_000)
+    assert 1 <= plan.chunk_size < 500 and plan.t_batch == 1
+    assert plan.jvp_cost(plan.chunk_size, plan.t_batch) <= plan.max_memory
+    assert plan.factor_fixed + plan.factor_batch * plan.factor_per_sample <= plan.max_memory
+    assert plan.jvp_cost(plan.chunk_size + 1, plan.t_batch) > plan.max_memory
+    assert plan.chunk_for(2) <= plan.chunk_size and plan.lanes_for(plan.chunk_size) >= 1
+    big = plan_memory(model, x, Gaussian(), max_memory="1GB", t_batch=8)
+    assert (big.chunk_size, big.t_batch) == (500, 8)  # everything fits: keep the t-batch
+    p = dict(model.named_parameters())
+    u = [{k: torch.randn_like(v) for k, v in p.items()} for _ in range(3)]
+    one = directional_fisher(model, p, u, x, Gaussian())
+    chunked = directional_fisher(model, p, u, x, Gaussian(), chunk_size=plan.chunk_size)
+    torch.testing.assert_close(chunked, one, rtol=RTOL_CHUNKED, atol=0)
+    assert plan.to_dict()["chunk_size"] == plan.chunk_size
+
+
+def test_peak_tracker_counts_live_tensors_only() -> None:
+    def keep_three() -> None:
+        kept = [torch.zeros(1000, dtype=torch.float64) for _ in range(3)]  # 3 × 8000 B alive
+        del kept
+        torch.zeros(1000, dtype=torch.float64)  # after the frees: peak unchanged
+
+    assert peak_allocated(keep_three) == 24_000
+    x = torch.ones(500, dtype=torch.float64)
+    assert peak_allocated(lambda: x.view(-1)) == 0  # views allocate nothing
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("2GB", 2 * 10**9), ("512MiB", 512 * 2**20), ("1.5e3", 1500), ("800 M", 8 * 10**8), (7, 7)],
+)
+def test_parse_memory(text: object, expected: int) -> None:
+    assert parse_memory(text) == expected  # type: ignore[arg-type]
+
+
+def test_memory_errors() -> None:
+    with pytest.raises(ValueError, match=r"max_memory '2 parsecs' is not a memory size"):
+        parse_memory("2 parsecs")
+    with pytest.raises(ValueError, match=r"max_memory must be at least 1 byte; got 0"):
+        parse_memory(0)
+    with pytest.raises(TypeError, match=r"max_memory must be an int \(bytes\) or a string"):
+        parse_memory(2.5)  # type: ignore[arg-type]
+    x = torch.randn(16, 8, dtype=torch.float64)
+    with pytest.raises(
+        ValueError,
+        match=r"max_memory=10000 bytes \(10.00 kB\) is too small: one sample of the \w+ pass is "
+        r"estimated at .* \(per-sample cost .* plus fixed cost .*\)",
+    ):
+        plan_memory(_mlp(), x, Gaussian(), max_memory=10_000)
+    with pytest.raises(ValueError, match=r"data must hold at least one sample"):
+        plan_memory(_mlp(), x[:0], Gaussian(), max_memory="1GB")

@@ -1,0 +1,55 @@
+"""Device handling: validation of ``--device`` and a CPU read through the device path.
+
+No GPU exists on the test machine: CUDA runs are not exercised here; the CUDA error paths are
+(when CUDA is absent) and the index check is (when it is present).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from neuromanifold.cells.planted import planted_deep_linear
+from neuromanifold.singular.distributed import backend_for, read_sharded, resolve_device
+
+HAS_CUDA = torch.cuda.is_available()
+
+
+@pytest.mark.parametrize("spec", [None, "cpu", torch.device("cpu")])
+def test_cpu_requests_resolve_to_cpu(spec: object) -> None:
+    assert resolve_device(spec) == torch.device("cpu")  # type: ignore[arg-type]
+    assert backend_for(resolve_device(spec)) == "gloo"  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the message given when CUDA is absent")
+@pytest.mark.parametrize("spec", ["cuda", "cuda:0", torch.device("cuda", 1)])
+def test_cuda_without_cuda_is_a_clear_error(spec: object) -> None:
+    with pytest.raises(ValueError, match=r"requested but CUDA is not available on this machine"):
+        resolve_device(spec)  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+def test_cuda_index_out_of_range() -> None:
+    n = torch.cuda.device_count()
+    with pytest.raises(ValueError, match=rf"resolves to cuda:{n} but this machine has {n}"):
+        resolve_device(f"cuda:{n}")
+    assert backend_for(resolve_device("cuda")) == "nccl"
+
+
+def test_device_errors() -> None:
+    with pytest.raises(ValueError, match=r"device 'banana' is not a torch device"):
+        resolve_device("banana")
+    with pytest.raises(ValueError, match=r"device 'meta' is not supported; expected 'cpu'"):
+        resolve_device("meta")
+    with pytest.raises(TypeError, match=r"device must be a str .* got int"):
+        resolve_device(3)  # type: ignore[arg-type]
+
+
+def test_read_on_the_requested_device_records_it_and_leaves_the_model_alone() -> None:
+    net = planted_deep_linear(n=64)
+    before = {k: v.clone() for k, v in net.model.state_dict().items()}
+    reading = read_sharded(net.model, net.data, net.family, device="cpu", progress=False)
+    assert reading.meta["device"] == "cpu" and reading.meta["world_size"] == 1
+    assert [r.k for r in reading.directions if r.klass == "genuine_singularity"] == [3]
+    for k, v in net.model.state_dict().items():
+        assert v.device.type == "cpu" and torch.equal(v, before[k])

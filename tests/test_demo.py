@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -19,6 +20,7 @@ TINY = DemoConfig(
     max_directions=2,
     grid=tuple(np.logspace(-3, 0, 10).tolist()),
     progress=False,
+    workers=1,
 )
 STAGES = ("sweep-adamw", "sweep-muon", "sweep-muon-polar-express", "sweep-muon-polar-svd")
 
@@ -88,12 +90,15 @@ def test_findings_are_computed_not_fixed(demo):
     assert demo_findings(flipped)[0].holds is (not cell.holds)
 
 
-def test_second_run_loads_the_cache(demo, tmp_path):
+def test_second_run_loads_the_cache_on_two_workers(demo, tmp_path):
     result, _ = demo
-    again = run_demo(tmp_path / "out2", result.config)
+    again = run_demo(tmp_path / "out2", dataclasses.replace(result.config, workers=2))
     assert all(m.cached for m in again.models.values())
     assert all(m.cached for m in again.optimizers)
-    assert again.models["vit-digits-scratch"].reading == result.models["vit-digits-scratch"].reading
+    for key, mr in result.models.items():  # worker processes read exactly what this one did
+        assert again.models[key].reading == mr.reading
+    assert [m.reading for m in again.optimizers] == [m.reading for m in result.optimizers]
+    assert again.rows == result.rows
 
 
 def test_errors(tmp_path):
@@ -101,6 +106,8 @@ def test_errors(tmp_path):
         DemoConfig(probe=0)
     with pytest.raises(ValueError, match="steps must be a positive int or None; got -1"):
         DemoConfig(steps=-1)
+    with pytest.raises(ValueError, match="workers must be a positive int; got 0"):
+        DemoConfig(workers=0)
     with pytest.raises(TypeError, match="config must be a DemoConfig; got dict"):
         run_demo(tmp_path, {})
     f = tmp_path / "file"

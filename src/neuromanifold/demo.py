@@ -68,6 +68,9 @@ class DemoConfig:
         baseline: per-coordinate scan beside the scratch ViT's genuine singularities.
         grid: t-grid of every sweep (``None``: the read's per-direction default).
         seed: recipe seed; progress: rich progress bars.
+        workers: processes for training and reads (``1``: everything in this process).
+        threads: torch intra-op threads per process during the demo (restored afterwards):
+            the models are tiny, so one thread per process and one process per core is fastest.
     """
 
     probe: int = 64
@@ -80,10 +83,16 @@ class DemoConfig:
     grid: tuple[float, ...] | None = None
     seed: int = 0
     progress: bool = True
+    workers: int = 2
+    threads: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.probe, int) or self.probe < 1:
             raise ValueError(f"probe must be a positive int; got {self.probe!r}")
+        for name in ("workers", "threads"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int; got {v!r}")
         for name in ("steps", "sweep_steps", "max_directions"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or v < 1):
@@ -287,6 +296,106 @@ def _read_model(
     )
 
 
+def _train_job(recipe: str, config: DemoConfig) -> Any:
+    """Train or load one recipe (a top-level function: it runs in a worker process)."""
+    import torch
+
+    from neuromanifold.zoo.recipes import run_recipe
+
+    torch.set_num_threads(config.threads)
+    steps = config.sweep_steps if recipe == "optimizer-sweep" else config.steps
+    return run_recipe(
+        recipe, out=config.cache, steps=steps, seed=config.seed, progress=config.workers == 1
+    )
+
+
+def _read_job(
+    name: str, stage: str, path: str, cached: bool, config: DemoConfig, baseline: bool
+) -> ModelRead:
+    """Read one checkpoint (a top-level function: it runs in a worker process)."""
+    import torch
+
+    torch.set_num_threads(config.threads)
+    if config.workers > 1:
+        config = replace(config, progress=False)
+    return _read_model(name, stage, Path(path), cached, config, baseline=baseline)
+
+
+_RECIPES = ("vit-digits-scratch", "vit-digits-finetune", "optimizer-sweep")
+
+
+def _reads_of(recipe: str, res: Any, config: DemoConfig) -> list[tuple[Any, ...]]:
+    stages = list(res.checkpoints)
+    if recipe != "optimizer-sweep":
+        stages = stages[-1:]
+    baseline = config.baseline and recipe == "vit-digits-scratch"
+    return [(recipe, s, str(res.checkpoints[s]), s in res.cached, config, baseline) for s in stages]
+
+
+def _run_jobs(config: DemoConfig, timings: dict[str, float]) -> dict[tuple[str, str], ModelRead]:
+    """Train the three recipes and read their checkpoints, on ``config.workers`` processes.
+
+    Each read is submitted as soon as its recipe is trained; with one worker everything runs
+    here, in order.
+    """
+    reads: dict[tuple[str, str], ModelRead] = {}
+    if config.workers == 1:
+        for recipe in _RECIPES:
+            t0 = time.perf_counter()
+            res = _train_job(recipe, config)
+            timings[f"train {recipe}"] = time.perf_counter() - t0
+            for job in _reads_of(recipe, res, config):
+                t0 = time.perf_counter()
+                reads[(job[0], job[1])] = _read_job(*job)
+                timings[f"read {job[1]}"] = time.perf_counter() - t0
+        return reads
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    bar = _bar(config, 3 + 6)
+    started: dict[Any, tuple[str, str, float]] = {}
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=config.workers, mp_context=ctx) as pool:
+        for recipe in _RECIPES:
+            started[pool.submit(_train_job, recipe, config)] = (
+                "train",
+                recipe,
+                time.perf_counter(),
+            )
+        pending = set(started)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                kind, label, t0 = started[fut]
+                result = fut.result()  # a worker's exception propagates here
+                timings[f"{kind} {label}"] = time.perf_counter() - t0
+                if kind == "train":
+                    for job in _reads_of(label, result, config):
+                        f = pool.submit(_read_job, *job)
+                        started[f] = ("read", job[1], time.perf_counter())
+                        pending.add(f)
+                else:
+                    reads[(result.name, result.stage)] = result
+                if bar is not None:
+                    bar[0].update(bar[1], advance=1, description=f"demo: {kind} {label} done")
+    if bar is not None:
+        bar[0].stop()
+    return reads
+
+
+def _bar(config: DemoConfig, total: int) -> Any:
+    if not config.progress:
+        return None
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+    task = bar.add_task(
+        f"demo: training 3 recipes, then 6 reads on {config.workers} workers", total=total
+    )
+    bar.start()
+    return bar, task
+
+
 def _note(config: DemoConfig, message: str) -> None:
     if config.progress:
         from rich.console import Console
@@ -296,10 +405,11 @@ def _note(config: DemoConfig, message: str) -> None:
 
 def run_demo(out: str | Path, config: DemoConfig | None = None) -> DemoResult:
     """Run the demo (module docstring) and write its report into ``out``; return the result."""
+    import torch
+
     from neuromanifold.cells.registry import all_cells, get_cell
     from neuromanifold.cells.table import read_cells
     from neuromanifold.report.demo_report import write_demo_report
-    from neuromanifold.zoo.recipes import run_recipe
 
     config = DemoConfig() if config is None else config
     if not isinstance(config, DemoConfig):
@@ -309,55 +419,27 @@ def run_demo(out: str | Path, config: DemoConfig | None = None) -> DemoResult:
         raise ValueError(f"out must be a directory; {out} is a file")
     timings: dict[str, float] = {}
     start = time.perf_counter()
-
-    t0 = time.perf_counter()
-    if config.cells is None:
-        cells = all_cells(seed=config.seed)
-    else:
-        cells = [get_cell(n, seed=config.seed) for n in config.cells]
-    _note(config, f"reading {len(cells)} constructed cells")
-    cell_rows = [res.to_dict() for _, _, res in read_cells(cells)]
-    timings["cells"] = time.perf_counter() - t0
-
-    models: dict[str, ModelRead] = {}
-    for recipe, baseline in (
-        ("vit-digits-scratch", config.baseline),
-        ("vit-digits-finetune", False),
-    ):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config.threads)
+    try:
         t0 = time.perf_counter()
-        _note(config, f"training or loading {recipe}")
-        res = run_recipe(
-            recipe, out=config.cache, steps=config.steps, seed=config.seed, progress=config.progress
-        )
-        timings[f"train {recipe}"] = time.perf_counter() - t0
-        stage = list(res.checkpoints)[-1]
-        t0 = time.perf_counter()
-        _note(config, f"reading {stage}")
-        models[recipe] = _read_model(
-            recipe, stage, res.checkpoints[stage], stage in res.cached, config, baseline=baseline
-        )
-        timings[f"read {recipe}"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    _note(config, "training or loading optimizer-sweep")
-    sweep = run_recipe(
-        "optimizer-sweep",
-        out=config.cache,
-        steps=config.sweep_steps,
-        seed=config.seed,
-        progress=config.progress,
-    )
-    timings["train optimizer-sweep"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    optimizers = []
-    for stage, path in sweep.checkpoints.items():
-        _note(config, f"reading {stage}")
-        optimizers.append(
-            _read_model(
-                "optimizer-sweep", stage, path, stage in sweep.cached, config, baseline=False
-            )
-        )
-    timings["read optimizer-sweep"] = time.perf_counter() - t0
+        if config.cells is None:
+            cells = all_cells(seed=config.seed)
+        else:
+            cells = [get_cell(n, seed=config.seed) for n in config.cells]
+        _note(config, f"reading {len(cells)} constructed cells")
+        cell_rows = [res.to_dict() for _, _, res in read_cells(cells)]
+        timings["cells"] = time.perf_counter() - t0
+        reads = _run_jobs(config, timings)
+    finally:
+        torch.set_num_threads(threads)
+    models = {
+        r: next(m for (name, _), m in reads.items() if name == r)
+        for r in ("vit-digits-scratch", "vit-digits-finetune")
+    }
+    optimizers = [m for (name, _), m in sorted(reads.items()) if name == "optimizer-sweep"]
+    order = list(OPTIMIZER_STAGES)
+    optimizers.sort(key=lambda m: order.index(m.stage) if m.stage in order else len(order))
     rows = [optimizer_row(m) for m in optimizers]
     timings["total"] = time.perf_counter() - start
     result = DemoResult(

@@ -6,6 +6,8 @@ decide it, e.g. no records of the kind needed). Definitions:
 
 * **node death in an MLP block**: a record classed ``genuine_singularity`` with a readable window
   (``r² ≥ READABLE_R2``) touching a module whose name contains ``.mlp.``;
+* **evidence** beside the node-death check: the spread (`spread`) of the hidden-layer factors,
+  ``A`` of each ``fc2`` and ``G`` of each ``fc1`` — where a node death shows as a kernel;
 * **coordinate scan deviates**: the per-coordinate scan on that layer did not return the same
   genuine order (``best_k != k``; ``None`` — no genuine order found — counts as deviating);
 * **LayerNorm kernel flat in every consumer**: every ``ln-kernel`` record is classed
@@ -82,20 +84,25 @@ def node_death_findings(mr: Any, *, r2_min: float, expected_k: int = 2) -> list[
     deaths = _mlp_node_deaths(mr, r2_min)
     at_k = [r for r in deaths if r.k == expected_k]
     mlp_recs = [r for r in mr.reading.directions if any(".mlp." in x for x in r.layers)]
-    fc2 = {n: s for n, s in mr.spectra.items() if n.endswith("mlp.fc2")}
-    evidence = "; ".join(
-        f"{n} A: near-kernel {s['A_kernel']}, ratios < 1e-3: {spread(s['A'])['n_small']}, "
-        f"largest gap {spread(s['A'])['max_gap']:.2f} decades"
-        for n, s in fc2.items()
-    )
+    parts = []
+    for name, spec in mr.spectra.items():
+        side = "A" if name.endswith("mlp.fc2") else "G" if name.endswith("mlp.fc1") else None
+        if side is None:
+            continue
+        sp = spread(spec[side])
+        parts.append(
+            f"{name} {side}: {sp['n_small']} of {len(spec[side])} ratios < 1e-3, largest gap "
+            f"among them {sp['max_gap']:.2f} decades, near-kernel {spec[side + '_kernel']}"
+        )
+    evidence = "; ".join(parts)
     compressed = mr.metrics.get("mlp_compressed_units")
     observed = (
         f"{len(deaths)} readable genuine singularities touch MLP layers "
         f"(orders: {_counts([str(r.k) for r in deaths])}; detectors: "
         f"{_counts([r.detector for r in deaths])}), {len(at_k)} at k = {expected_k}. "
         f"All MLP records by class: {_counts([r.klass for r in mlp_recs])}. "
-        f"Spectra: {evidence or 'no fc2 blocks'}. Units compressed (< 1 % RMS contribution, "
-        f"zoo.mlp_usage): {compressed}."
+        f"Hidden-layer spectra (fc2 input A, fc1 output G): {evidence or 'no MLP blocks'}. "
+        f"Units compressed (< 1 % RMS contribution, zoo.mlp_usage): {compressed}."
     )
     out = [
         Finding(

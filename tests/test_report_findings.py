@@ -1,0 +1,136 @@
+"""Findings vs expectation follow the records (synthetic readings, no model needed)."""
+
+from __future__ import annotations
+
+import math
+
+from neuromanifold.demo import ModelRead, OptimizerRow
+from neuromanifold.report.findings import (
+    cell_finding,
+    gauge_findings,
+    node_death_findings,
+    optimizer_finding,
+)
+from neuromanifold.report.spectra import spread
+from neuromanifold.singular.reading import DirectionRecord, Reading
+
+R2_MIN = 0.95
+ATOL_LOG = 1e-12
+CLEAN = [1.0, 0.5, 0.2, 1e-9, 1e-10]  # a 8.3-decade gap before a two-dim kernel
+DIFFUSE = [1.0, 1e-1, 1e-2, 2e-3, 4e-4, 8e-5]  # ratio 5 per step through 1e-3
+
+
+def _rec(layers, detector, klass, k=None, r2=None, baseline=None):
+    return DirectionRecord(
+        layer=layers[0],
+        layers=tuple(layers),
+        detector=detector,
+        k=k,
+        k_hat=k,
+        slope=None,
+        r2=r2,
+        magnitude=None,
+        klass=klass,
+        window=None,
+        offset=0.0,
+        gauge_overlap=None,
+        ratio=None,
+        baseline=baseline,
+    )
+
+
+def _model(recs, name="vit-digits-scratch"):
+    spectra = {
+        "blocks.0.mlp.fc1": {"A": CLEAN, "G": DIFFUSE, "A_kernel": 2, "G_kernel": 0},
+        "blocks.0.mlp.fc2": {"A": DIFFUSE, "G": CLEAN, "A_kernel": 0, "G_kernel": 2},
+    }
+    return ModelRead(
+        name,
+        name,
+        "digits",
+        "x",
+        {"mlp_compressed_units": {"b0": 3}},
+        Reading(tuple(recs), (), {}),
+        spectra,
+        False,
+        0.0,
+    )
+
+
+def test_spread_of_clean_and_diffuse_spectra():
+    c = spread(CLEAN)
+    assert c["n_small"] == 2 and abs(c["max_gap"] - math.log10(0.2 / 1e-9)) < ATOL_LOG
+    d = spread(DIFFUSE)
+    assert d["n_small"] == 2 and abs(d["max_gap"] - math.log10(5.0)) < ATOL_LOG
+
+
+def test_node_death_found_and_scan_deviates():
+    death = _rec(
+        ["blocks.0.mlp.fc1", "blocks.0.mlp.fc2"],
+        "duality",
+        "genuine_singularity",
+        2,
+        0.999,
+        {"blocks.0.mlp.fc1": {"best_k": None, "classes": ["live"]}},
+    )
+    f = node_death_findings(_model([death]), r2_min=R2_MIN)
+    assert [x.holds for x in f] == [True, True]
+    assert "1 at k = 2" in f[0].observed
+    assert "blocks.0.mlp.fc2 A: 2 of 6 ratios < 1e-3" in f[0].observed
+
+
+def test_node_death_missing_or_unreadable_or_scan_agrees():
+    live = _rec(["blocks.0.mlp.fc2"], "kfac-G", "live", 1, 1.0)
+    assert node_death_findings(_model([live]), r2_min=R2_MIN)[0].holds is False
+    weak = _rec(["blocks.0.mlp.fc1"], "duality", "genuine_singularity", 2, 0.9)
+    assert node_death_findings(_model([weak]), r2_min=R2_MIN)[0].holds is False
+    agree = _rec(
+        ["blocks.0.mlp.fc1"],
+        "duality",
+        "genuine_singularity",
+        2,
+        0.99,
+        {"blocks.0.mlp.fc1": {"best_k": 2, "classes": ["genuine_singularity"]}},
+    )
+    assert [x.holds for x in node_death_findings(_model([agree]), r2_min=R2_MIN)] == [True, False]
+
+
+def test_gauge_findings():
+    ok = [
+        _rec(["blocks.0.attn.q_proj"], "ln-kernel", "flat_gauge"),
+        _rec(["blocks.0.attn.q_proj"], "qk-rotation", "curved_gauge", 2, 0.99),
+    ]
+    f = gauge_findings(_model(ok, "ft"), r2_min=R2_MIN, expect_no_deaths=True)
+    assert [x.holds for x in f] == [True, True, True]
+    bad = [
+        *ok,
+        _rec(["blocks.0.mlp.fc1"], "ln-kernel", "live", 1, 1.0),
+        _rec(["blocks.0.mlp.fc1"], "duality", "genuine_singularity", 2, 0.99),
+    ]
+    f = gauge_findings(_model(bad, "ft"), r2_min=R2_MIN, expect_no_deaths=True)
+    assert [x.holds for x in f] == [False, False, True]
+    assert "1 of 2 ln-kernel records flat" in f[1].observed
+    none = gauge_findings(_model([], "ft"), r2_min=R2_MIN, expect_no_deaths=False)
+    assert [x.holds for x in none] == [None, None]
+
+
+def _row(stage, frac):
+    return OptimizerRow(stage, stage, 0.1, 0.9, 4, 2, {}, 2, frac, 0, 0, 0.0)
+
+
+def test_optimizer_and_cell_findings():
+    rows = [
+        _row("sweep-adamw", 0.1),
+        _row("sweep-muon", 0.9),
+        _row("sweep-muon-polar-express", 0.2),
+        _row("sweep-muon-polar-svd", 0.3),
+    ]
+    assert optimizer_finding(rows).holds is True
+    rows[1] = _row("sweep-muon", 0.25)
+    assert optimizer_finding(rows).holds is False
+    rows[2] = _row("sweep-muon-polar-express", None)
+    assert optimizer_finding(rows).holds is None
+    cells = [{"name": "a", "passed": True}, {"name": "b", "passed": False}]
+    f = cell_finding(cells)
+    assert f.holds is False and "failing: b" in f.observed
+    assert cell_finding(cells[:1]).holds is True

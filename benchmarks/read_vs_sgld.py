@@ -44,20 +44,61 @@ factor pass) counts 1, and the forwards those backwards reuse count 1 more — a
 the read by one pass per factor batch. An SGLD pass touches 1000 samples, a read pass 256: per
 sample processed, the ratios below would be ×3.9 larger.
 
-devinterp itself is not installed (extra ``bench``); its hyperparameter practice is followed.
+Second table: devinterp's own estimator (``pip install devinterp==2.0.1``, the ``bench`` extra),
+``devinterp.slt.llc.llc`` — its documented one-call "sample and compute LLC" entry point — on the
+same model (a deep copy of the checkpoint), the same n = 1000 samples, the same loss and the same
+(ε, γ, nβ) per row:
 
-Run: ``OMP_NUM_THREADS=1 python benchmarks/read_vs_sgld.py`` (4–7 minutes on a
-shared 2-core machine; the run prints the load average it started under).
+* Data and loss: devinterp 2.0.1's API is language-model shaped (a HuggingFace ``Dataset`` with an
+  ``input_ids`` column and a per-token ``loss_fn(model, input_ids) -> (batch, seq − 1)``). Each
+  row of the dataset is ``[i, 0]``: the sample index i and a dummy second token; ``loss_fn``
+  returns ‖f(x_i) − y_i‖²/2 for those indices as a (batch, 1) tensor. devinterp averages it
+  over the batch, so its loss is exactly the library's ``gaussian_nll_loss`` (σ = 1).
+* Sampler: ``sampling_method="sgmcmc_sgld"`` (its default), whose update is
+  w ← w − (ε/2)(nβ ∇L_B(w) + γ(w − w*)) + N(0, ε): the library's SGLD step term for term
+  (same nβ, γ, ε; noise_level 1), so no conversion is applied. nβ = ``devinterp.utils.
+  default_nbeta(1000)`` = n/ln n (= the library's). Full batch (batch_size = n),
+  ``num_init_loss_batches = 1``, no burn-in steps, ``init_seed = seed``, ``device="cpu"``.
+* Calibration: devinterp ships no automatic calibration (its docs point to a notebook where a
+  person sweeps lr/localization and inspects loss traces), so (ε, γ) is the row's λ-free
+  ``calibrate_step`` choice above (same pilots, same ``*`` fallback); its pilots' passes are
+  devinterp's calibration cost too (``+calib``).
+* Budget: 3 chains × 2000 steps (its RRR test, spec §10). Passes: 3 · 2000 forward+backward
+  steps + 3 forward passes for L_n(w*) (devinterp evaluates it once per chain).
+* Columns: devinterp's own estimate (``llc_mean``: every draw averaged, step 0 at w* included,
+  no burn-in — what a user of ``llc`` gets); the same trace through the library's
+  ``running_llc`` with 20 % burn-in (the library's estimator, comparable to λ@3x2000); the
+  spread of its chains; settling (``settling_point`` on devinterp's ``loss_trace``, must settle
+  by step 1000 = half the run; passes to settle 3 T + 3); and z = (devinterp − library at
+  3×2000, both 20 % burn-in) / √(s²_dvi/3 + s²_lib/3), s = chain standard deviation.
+* Divergence: a chain that devinterp stops (non-finite loss; it warns "Chain failed") or whose
+  trace crosses the library's divergence rule (nβ(L − L_n(w*)) > 100 d) is reported as
+  diverged, with no number.
+* devinterp runs its chains one after another through a ``DataLoader`` and writes every step
+  to a zarr store (in a temporary directory, removed afterwards); its wall time includes that.
+  ``gc.freeze()`` is called once before the rows so that the ``gc.collect()`` devinterp runs
+  around each chain does not scan this script's own heap.
+
+When ``import devinterp`` fails, a note is printed and the second table is skipped. If the
+installed torchvision does not import (a build for another torch), it is hidden from
+transformers (``sys.modules["torchvision"] = None``) before devinterp is imported, with a note.
+
+Run: ``OMP_NUM_THREADS=1 python benchmarks/read_vs_sgld.py`` (6–8 minutes on a
+shared 2-core machine; the run prints the load average it started under). Development flags:
+``--rows rrr,node`` (run only rows whose name contains one of the comma-separated strings),
+``--skip-library-sgld`` (calibrate, but skip the library's long run), ``--skip-devinterp``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import time
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 
 import torch
 from torch import nn
@@ -70,6 +111,7 @@ from neuromanifold.singular.family import Gaussian
 from neuromanifold.singular.read import read
 from neuromanifold.singular.sgld import (
     BURNIN_FRACTION,
+    DIVERGENCE_FACTOR,
     SGLDConfig,
     calibrate_step,
     first_hit,
@@ -189,8 +231,8 @@ def relaxed_choice(cal) -> tuple[float, float] | None:
     return None
 
 
-def sgld_row(model: nn.Module, x, y, lam: float, read_passes: int, args) -> dict:
-    """Calibrate (no λ), run long, measure settling / first hit / default-budget estimate."""
+def calibrate_row(model: nn.Module, x, y, args) -> dict:
+    """The λ-free (ε, γ) choice of a row (``choice`` None: no stable step), shared by both SGLDs."""
     params = {k: v.detach().clone() for k, v in model.named_parameters()}
     loss = gaussian_nll_loss(model)
     t0 = time.perf_counter()
@@ -199,8 +241,17 @@ def sgld_row(model: nn.Module, x, y, lam: float, read_passes: int, args) -> dict
     choice, relaxed = (cal.lr, cal.gamma), False
     if cal.lr is None:
         choice, relaxed = relaxed_choice(cal), True
-        if choice is None:
-            return {**out, "status": "no stable step", "relaxed": True}
+    return {**out, "choice": choice, "relaxed": relaxed}
+
+
+def sgld_row(model: nn.Module, x, y, lam: float, read_passes: int, args, calib: dict) -> dict:
+    """Run long at the calibrated (ε, γ); settling / first hit / default-budget estimate."""
+    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    loss = gaussian_nll_loss(model)
+    out: dict = {"cal": calib["cal"], "wall_cal": calib["wall_cal"]}
+    choice, relaxed = calib["choice"], calib["relaxed"]
+    if choice is None:
+        return {**out, "status": "no stable step", "relaxed": True}
     draws = max(args.min_draws, 2 * math.ceil(DEADLINE_RATIO * read_passes / LONG_CHAINS))
     out.update(lr=choice[0], gamma=choice[1], relaxed=relaxed, draws=draws)
     cfg = SGLDConfig(
@@ -219,11 +270,16 @@ def sgld_row(model: nn.Module, x, y, lam: float, read_passes: int, args) -> dict
         settle = None
     hit = first_hit(est, lam, rtol=TOL)
     default = running_llc(trace[:DEFAULT_CHAINS, :DEFAULT_DRAWS], res.loss_init, res.nbeta)[-1]
+    per_chain = [
+        float(running_llc(trace[c : c + 1, :DEFAULT_DRAWS], res.loss_init, res.nbeta)[-1])
+        for c in range(DEFAULT_CHAINS)
+    ]
     return {
         **out,
         "status": "ok",
         "llc_long": float(est[-1]),
         "llc_default": float(default),
+        "llc_default_chains": per_chain,
         "passes_default": DEFAULT_CHAINS * (DEFAULT_DRAWS + 1) + 1,
         "settle": settle,
         "passes_settle": None if settle is None else LONG_CHAINS * (settle + 1) + 1,
@@ -289,17 +345,284 @@ def print_row(name: str, lam_cf: Fraction, rd: ReadOut, sg: dict) -> dict:
     }
 
 
+# --------------------------------------------------------------------------------------------
+# devinterp's estimator (second table)
+# --------------------------------------------------------------------------------------------
+
+DEVINTERP_VERSION = "2.0.1"
+
+
+@dataclass(frozen=True)
+class Devinterp:
+    """devinterp's entry points, loaded once (``version``: the installed one, ``note``: caveats)."""
+
+    llc: object
+    default_nbeta: object
+    Dataset: object
+    version: str
+    note: str
+
+
+def load_devinterp() -> tuple[Devinterp | None, str]:
+    """Import devinterp's ``llc`` (None and the reason when it cannot be imported)."""
+    import importlib.metadata
+    import sys
+
+    note = ""
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        pass  # not installed: transformers does not look for it
+    except Exception as e:  # a build for another torch: transformers' import would fail on it
+        sys.modules["torchvision"] = None
+        note = f"torchvision fails to import ({type(e).__name__}); hidden from transformers"
+    try:
+        from datasets import Dataset
+        from devinterp.slt.llc import llc
+        from devinterp.utils import default_nbeta
+    except Exception as e:
+        return None, f"devinterp unavailable ({type(e).__name__}: {str(e).splitlines()[0]})"
+    version = importlib.metadata.version("devinterp")
+    return Devinterp(llc, default_nbeta, Dataset, version, note), note
+
+
+def devinterp_loss(model: nn.Module, x, y):
+    """devinterp's per-token loss on index rows [i, 0]: ‖f(x_i) − y_i‖²/2 as (batch, 1)."""
+
+    def loss_fn(m: nn.Module, input_ids):
+        i = input_ids[:, 0]
+        out = m(x[i])
+        return ((out - y[i]) ** 2).reshape(i.shape[0], -1).sum(-1, keepdim=True) / 2
+
+    return loss_fn
+
+
+def devinterp_run(dvi: Devinterp, model: nn.Module, x, y, *, lr, gamma, chains, draws, seed):
+    """One ``devinterp.slt.llc.llc`` call, full batch; returns (result arrays, wall, failures)."""
+    import contextlib
+    import copy
+    import io
+    import tempfile
+    import warnings
+
+    n = x.shape[0]
+    ds = dvi.Dataset.from_dict({"input_ids": [[i, 0] for i in range(n)]}).with_format("torch")
+    model = copy.deepcopy(model)
+    for p in model.parameters():  # the cells ship frozen; devinterp samples what has grads
+        p.requires_grad_(True)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        warnings.catch_warnings(record=True) as caught,
+        contextlib.redirect_stderr(io.StringIO()),  # its per-chain progress bars
+    ):
+        warnings.simplefilter("always")
+        t0 = time.perf_counter()
+        res = dvi.llc(
+            model,
+            ds,
+            {},
+            lr=lr,
+            n_beta=float(dvi.default_nbeta(n)),
+            loss_fn=devinterp_loss(model, x, y),
+            localization=gamma,
+            num_chains=chains,
+            num_draws=draws,
+            batch_size=n,
+            num_burnin_steps=0,
+            num_init_loss_batches=1,
+            init_seed=seed,
+            device="cpu",
+            output_path=f"{tmp}/samples.zarr",
+        )
+        out = {
+            "llc_mean": float(res.llc_mean),
+            "loss_trace": torch.tensor(res.loss_trace.values, dtype=torch.float64),
+            "init_loss": float(res.init_loss),
+            "nbeta": float(dvi.default_nbeta(n)),
+        }
+        wall = time.perf_counter() - t0
+    failed = [str(w.message) for w in caught if "Chain failed" in str(w.message)]
+    return out, wall, failed
+
+
+def devinterp_row(dvi: Devinterp, model: nn.Module, x, y, lam: float, calib: dict, args) -> dict:
+    """devinterp at 3 × 2000 with the row's (ε, γ): estimates, passes, settling, divergence."""
+    if calib["choice"] is None:
+        return {"status": "no stable step"}
+    lr, gamma = calib["choice"]
+    chains, draws = DEFAULT_CHAINS, DEFAULT_DRAWS
+    out, wall, failed = devinterp_run(
+        dvi, model, x, y, lr=lr, gamma=gamma, chains=chains, draws=draws, seed=args.seed
+    )
+    base = {"lr": lr, "gamma": gamma, "relaxed": calib["relaxed"], "wall": wall}
+    base["passes"] = chains * draws + chains
+    trace, nbeta, init = out["loss_trace"], out["nbeta"], out["init_loss"]
+    d = sum(p.numel() for p in model.parameters())
+    bad = ~torch.isfinite(trace) | (nbeta * (trace - init) > DIVERGENCE_FACTOR * d)
+    if failed or bool(bad.any()):
+        where = bad.nonzero()
+        at = f" (chain {int(where[0, 0])}, step {int(where[0, 1])})" if where.numel() else ""
+        return {**base, "status": f"diverged{at}" + (f": {failed[0]}" if failed else "")}
+    est = running_llc(trace, init, nbeta)
+    settle = settling_point(est, lam, rtol=TOL)
+    if settle is not None and settle > SETTLE_BY * draws:
+        settle = None
+    per_chain = [float(running_llc(trace[c : c + 1], init, nbeta)[-1]) for c in range(chains)]
+    return {
+        **base,
+        "status": "ok",
+        "llc_devinterp": out["llc_mean"],
+        "llc_burnin": float(est[-1]),
+        "chains": per_chain,
+        "settle": settle,
+        "passes_settle": None if settle is None else chains * settle + chains,
+        "passes_budget": chains * int(SETTLE_BY * draws) + chains,
+    }
+
+
+DVI_HEAD = (
+    f"{'row':<13} {'λ_cf':>5} | {'ε':>6} {'γ':>4}  | {'λ_dvi':>6} {'err':>6} | "
+    f"{'λ_20%bi':>7} {'err':>6} {'sd':>5} | {'passes':>6} {'wall':>6} | {'settle':>11} "
+    f"{'ratio':>6} {'+calib':>6} | {'λ_lib':>6} {'z':>5}"
+)
+
+
+def _sd(v: list[float]) -> float:
+    m = sum(v) / len(v)
+    return math.sqrt(sum((a - m) ** 2 for a in v) / (len(v) - 1))
+
+
+def print_dvi_row(name: str, lam_cf: Fraction, rd: ReadOut, dv: dict, sg: dict, cal) -> dict:
+    lam = float(lam_cf)
+    left = f"{name:<13} {lam_cf!s:>5} | "
+    if "lr" in dv:
+        left += f"{dv['lr']:6.0e} {dv['gamma']:4.0f}{'*' if dv['relaxed'] else ' '} | "
+    if dv["status"] != "ok":
+        print(left + f"devinterp: {dv['status']}")
+        return {"name": name, "verdict": "failed"}
+    err_dvi = abs(dv["llc_devinterp"] - lam) / lam
+    err_bi = abs(dv["llc_burnin"] - lam) / lam
+    sd = _sd(dv["chains"])
+    if dv["passes_settle"] is not None:
+        p = dv["passes_settle"]
+        settle_s, ratio, ratio_cal = f"{p:11d}", f"{p / rd.passes:6.0f}", p + cal.n_passes
+        ratio_cal = f"{ratio_cal / rd.passes:6.0f}"
+    else:
+        p = dv["passes_budget"]
+        settle_s, ratio = f"{'not settled':>11}", f">{p / rd.passes:5.0f}"
+        ratio_cal = f">{(p + cal.n_passes) / rd.passes:5.0f}"
+    lib, z = f"{'-':>6}", f"{'-':>5}"
+    if sg.get("status") == "ok":
+        lib_sd = _sd(sg["llc_default_chains"])
+        se = math.sqrt((sd**2 + lib_sd**2) / DEFAULT_CHAINS)
+        lib = f"{sg['llc_default']:6.3f}"
+        z = f"{(dv['llc_burnin'] - sg['llc_default']) / se:5.1f}" if se > 0 else f"{'-':>5}"
+    print(
+        left + f"{dv['llc_devinterp']:6.3f} {err_dvi:6.1%} | {dv['llc_burnin']:7.3f} "
+        f"{err_bi:6.1%} {sd:5.2f} | {dv['passes']:6d} {dv['wall']:5.1f}s | {settle_s} {ratio} "
+        f"{ratio_cal} | {lib} {z}"
+    )
+    return {
+        "name": name,
+        "verdict": "settled" if dv["passes_settle"] is not None else "not settled",
+        "err_dvi": err_dvi,
+        "err_bi": err_bi,
+        "short": dv["passes_settle"] is not None and dv["passes_settle"] / rd.passes < 100,
+    }
+
+
+def _rrr_dims(rec, M, N, r):
+    return (M - r, N - r)
+
+
+def _chain_dims(rec, M, N, r):
+    return (1,) * len(rec.layers)
+
+
+def benchmark_rows(seed: int, wanted):
+    """Yield (name, λ closed form, model, x, y, read thunk) per row whose name is ``wanted``."""
+    for M, H, N, r in [(3, 2, 3, 1), (4, 3, 5, 2), (5, 3, 4, 2), (6, 4, 6, 3)]:
+        name = f"rrr {M}-{H}-{N} r{r}"
+        if not wanted(name):
+            continue
+        model = rrr_model(M, H, N, r, seed=seed)
+        x, y = data_for(model, M, N, N_TRAIN, seed)
+        probe = torch.randn(
+            N_PROBE, M, generator=torch.Generator().manual_seed(7), dtype=torch.float64
+        )
+        read_fn = partial(read_row, model, probe, Gaussian(sigma=1.0), _rrr_dims)
+        yield name, rrr(M, H, N, r).lam, model, x, y, read_fn
+
+    for depth in (2, 3, 4):
+        name = f"dln L{depth} w4"
+        if not wanted(name):
+            continue
+        net = planted_deep_linear(depth=depth, width=4, n=N_PROBE, seed=seed)
+        x, y = data_for(net.model, 4, 4, N_TRAIN, seed)
+        cf = deep_linear([4] * (depth + 1), 3)
+        read_fn = partial(read_row, net.model, net.data, net.family, _chain_dims)
+        yield name, cf.lam, net.model, x, y, read_fn
+
+    for act in ("relu", "gelu", "relu2"):
+        name = f"node {act}"
+        if not wanted(name):
+            continue
+        cell = get_cell(f"node_death_{act}")
+        g = torch.Generator().manual_seed(20_000 + seed)
+        x = torch.randn(N_TRAIN, 1, generator=g, dtype=torch.float64)
+        y = torch.randn(N_TRAIN, 1, generator=g, dtype=torch.float64)  # truth: the zero function
+        read_fn = partial(read_row, cell.model, cell.data, cell.family)
+        yield name, one_hidden_node(act).lam, cell.model, x, y, read_fn
+
+
+def _without_global_rng(fn):
+    """Run ``fn`` and restore torch's, numpy's and random's global RNG states (devinterp seeds
+    them), so that the rows after a devinterp run see the state they would see without it."""
+    import random
+
+    import numpy as np
+
+    states = (torch.random.get_rng_state(), np.random.get_state(), random.getstate())  # noqa: NPY002 (devinterp seeds the legacy global state)
+    try:
+        return fn()
+    finally:
+        torch.random.set_rng_state(states[0])
+        np.random.set_state(states[1])  # noqa: NPY002
+        random.setstate(states[2])
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
         "--min-draws", type=int, default=4000, help="least steps per chain of the long run"
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--rows",
+        default="",
+        help="comma-separated substrings; run only rows whose name contains one (default: all)",
+    )
+    p.add_argument(
+        "--skip-library-sgld",
+        action="store_true",
+        help="calibrate, but skip the library's long SGLD run (development)",
+    )
+    p.add_argument("--skip-devinterp", action="store_true", help="skip devinterp's table")
     args = p.parse_args()
     if args.min_draws < 2 * DEFAULT_DRAWS:
         p.error(f"--min-draws must be >= {2 * DEFAULT_DRAWS}")
+    filters = [f.strip() for f in args.rows.split(",") if f.strip()]
+
+    def wanted(name: str) -> bool:
+        return not filters or any(f in name for f in filters)
+
     t_start = time.perf_counter()
     print(f"load average at start (1 min): {os.getloadavg()[0]:.1f} (wall times depend on it)")
+    if args.skip_devinterp:
+        dvi, dvi_note = None, "devinterp skipped (--skip-devinterp)"
+    else:
+        dvi, dvi_note = load_devinterp()
+    gc.freeze()  # devinterp calls gc.collect() around every chain; keep this heap out of it
     nbeta = N_TRAIN / math.log(N_TRAIN)
     print(
         f"SGLD: n = {N_TRAIN}, full batch (1 pass = {N_TRAIN} samples), nβ = n/ln n = {nbeta:.1f}; "
@@ -311,45 +634,26 @@ def main() -> None:
     print(f"read: probe N = {N_PROBE} (1 pass = {N_PROBE} samples); tolerance ±{TOL:.0%}")
     print(HEAD)
     print("-" * len(HEAD))
-    results, cals = [], []
-
-    def rrr_dims(rec, M, N, r):
-        return (M - r, N - r)
-
-    def chain_dims(rec, M, N, r):
-        return (1,) * len(rec.layers)
-
-    for M, H, N, r in [(3, 2, 3, 1), (4, 3, 5, 2), (5, 3, 4, 2), (6, 4, 6, 3)]:
-        model = rrr_model(M, H, N, r, seed=args.seed)
-        x, y = data_for(model, M, N, N_TRAIN, args.seed)
-        probe = torch.randn(
-            N_PROBE, M, generator=torch.Generator().manual_seed(7), dtype=torch.float64
-        )
-        cf = rrr(M, H, N, r)
-        rd = read_row(model, probe, Gaussian(sigma=1.0), rrr_dims)
-        sg = sgld_row(model, x, y, cf.lam_float, rd.passes, args)
-        cals.append((f"rrr {M}-{H}-{N} r{r}", sg["cal"]))
-        results.append(print_row(f"rrr {M}-{H}-{N} r{r}", cf.lam, rd, sg))
-
-    for depth in (2, 3, 4):
-        net = planted_deep_linear(depth=depth, width=4, n=N_PROBE, seed=args.seed)
-        x, y = data_for(net.model, 4, 4, N_TRAIN, args.seed)
-        cf = deep_linear([4] * (depth + 1), 3)
-        rd = read_row(net.model, net.data, net.family, chain_dims)
-        sg = sgld_row(net.model, x, y, cf.lam_float, rd.passes, args)
-        cals.append((f"dln L{depth} w4", sg["cal"]))
-        results.append(print_row(f"dln L{depth} w4", cf.lam, rd, sg))
-
-    for act in ("relu", "gelu", "relu2"):
-        cell = get_cell(f"node_death_{act}")
-        cf = one_hidden_node(act)
-        rd = read_row(cell.model, cell.data, cell.family)
-        g = torch.Generator().manual_seed(20_000 + args.seed)
-        x = torch.randn(N_TRAIN, 1, generator=g, dtype=torch.float64)
-        y = torch.randn(N_TRAIN, 1, generator=g, dtype=torch.float64)  # truth: the zero function
-        sg = sgld_row(cell.model, x, y, cf.lam_float, rd.passes, args)
-        cals.append((f"node {act}", sg["cal"]))
-        results.append(print_row(f"node {act}", cf.lam, rd, sg))
+    results, cals, dvi_rows = [], [], []
+    for name, lam_cf, model, x, y, read_fn in benchmark_rows(args.seed, wanted):
+        rd = read_fn()
+        calib = calibrate_row(model, x, y, args)
+        if args.skip_library_sgld:
+            sg = {**calib, "status": "skipped (--skip-library-sgld)"}
+            if calib["choice"] is not None:
+                sg["lr"], sg["gamma"] = calib["choice"]
+        else:
+            sg = sgld_row(model, x, y, float(lam_cf), rd.passes, args, calib)
+        cals.append((name, sg["cal"]))
+        row = print_row(name, lam_cf, rd, sg)
+        if args.skip_library_sgld:
+            row["verdict"] = "skipped"
+        results.append(row)
+        if dvi is not None:
+            dv = _without_global_rng(
+                partial(devinterp_row, dvi, model, x, y, float(lam_cf), calib, args)
+            )
+            dvi_rows.append((name, lam_cf, rd, dv, sg, calib["cal"]))
 
     print("-" * len(HEAD))
     print(
@@ -381,19 +685,72 @@ def main() -> None:
         for v in ("ok", "short", "inconclusive", "sgld failed")
     }
     print(f"read error < 1%: {sum(r['err_read'] < 0.01 for r in results)}/{len(results)} rows")
-    n_def = sum(r.get("err_default", math.inf) <= TOL for r in results)
-    print(f"SGLD within ±{TOL:.0%} at the default budget: {n_def}/{len(results)} rows")
-    print(
-        f"read >= 100x fewer passes than SGLD settling within ±{TOL:.0%}: "
-        f"{len(by['ok'])}/{len(results)} rows (never-settled rows count when the settling "
-        f"deadline is >= 100x the read's passes; their ratio is a lower bound)"
-    )
-    print(f"SGLD settled within 100x the read's passes: {by['short'] or 'none'}")
-    n_cal = sum(r.get("with_cal", False) for r in results)
-    print(f"the same, counting the calibration pilots as SGLD cost: {n_cal}/{len(results)} rows")
-    print(f"not settled and deadline < 100x (inconclusive): {by['inconclusive'] or 'none'}")
-    print(f"SGLD failed (no stable step / diverged): {by['sgld failed'] or 'none'}")
+    if args.skip_library_sgld:
+        print("library SGLD long runs skipped (--skip-library-sgld)")
+    else:
+        n_def = sum(r.get("err_default", math.inf) <= TOL for r in results)
+        print(f"SGLD within ±{TOL:.0%} at the default budget: {n_def}/{len(results)} rows")
+        print(
+            f"read >= 100x fewer passes than SGLD settling within ±{TOL:.0%}: "
+            f"{len(by['ok'])}/{len(results)} rows (never-settled rows count when the settling "
+            f"deadline is >= 100x the read's passes; their ratio is a lower bound)"
+        )
+        print(f"SGLD settled within 100x the read's passes: {by['short'] or 'none'}")
+        n_cal = sum(r.get("with_cal", False) for r in results)
+        print(
+            f"the same, counting the calibration pilots as SGLD cost: {n_cal}/{len(results)} rows"
+        )
+        print(f"not settled and deadline < 100x (inconclusive): {by['inconclusive'] or 'none'}")
+        print(f"SGLD failed (no stable step / diverged): {by['sgld failed'] or 'none'}")
+    print_devinterp_table(dvi, dvi_note, dvi_rows)
     print(f"total wall time {time.perf_counter() - t_start:.0f}s")
+
+
+def print_devinterp_table(dvi: Devinterp | None, note: str, rows: list) -> None:
+    print()
+    if dvi is None:
+        print(
+            f"devinterp table skipped: {note} (install with pip install devinterp=="
+            f"{DEVINTERP_VERSION}, the bench extra)"
+        )
+        return
+    print(
+        f"devinterp {dvi.version} (devinterp.slt.llc.llc, sgmcmc_sgld), same model/data/loss, "
+        f"(ε, γ) from the row's calibration, nβ = default_nbeta(n), {DEFAULT_CHAINS} chains × "
+        f"{DEFAULT_DRAWS} steps" + (f"; note: {note}" if note else "")
+    )
+    if dvi.version != DEVINTERP_VERSION:
+        print(f"warning: written against devinterp {DEVINTERP_VERSION}, found {dvi.version}")
+    print(DVI_HEAD)
+    print("-" * len(DVI_HEAD))
+    out = [print_dvi_row(*r) for r in rows]
+    print("-" * len(DVI_HEAD))
+    print(
+        "columns: λ_dvi = devinterp's llc_mean (all draws, step 0 at w* included, no burn-in); "
+        "λ_20%bi = the library's running_llc (20 % burn-in) on devinterp's loss_trace; sd = "
+        "standard deviation of its per-chain λ_20%bi; passes = 3 × 2000 fwd+bwd + 3 fwd "
+        "(L_n(w*) per chain); wall includes its DataLoader and zarr writes; settle = passes "
+        f"after which λ_20%bi stays within ±{TOL:.0%} (must settle by step "
+        f"{int(SETTLE_BY * DEFAULT_DRAWS)}); ratio = settle / read passes ('>x': not settled, x "
+        "at the deadline); +calib adds the calibration pilots; λ_lib = the library's λ@3x2000; "
+        "z = (λ_20%bi − λ_lib) / √(sd²/3 + sd_lib²/3)"
+    )
+    n = len(out)
+    ok = [r for r in out if r["verdict"] != "failed"]
+    print(
+        f"devinterp within ±{TOL:.0%}: own estimate (λ_dvi) "
+        f"{sum(r['err_dvi'] <= TOL for r in ok)}/{n} rows, with 20 % burn-in "
+        f"{sum(r['err_bi'] <= TOL for r in ok)}/{n} rows"
+    )
+    print(
+        f"devinterp settled within ±{TOL:.0%} by step {int(SETTLE_BY * DEFAULT_DRAWS)}: "
+        f"{[r['name'] for r in out if r['verdict'] == 'settled'] or 'none'}; of those within "
+        f"100x the read's passes: {[r['name'] for r in out if r.get('short')] or 'none'}"
+    )
+    print(
+        f"devinterp failed (no stable step / diverged): "
+        f"{[r['name'] for r in out if r['verdict'] == 'failed'] or 'none'}"
+    )
 
 
 if __name__ == "__main__":

@@ -224,9 +224,9 @@ def _linear_cost(peak: Callable[[int], int], n: int) -> tuple[int, int]:
     Sizes 2 and 4 rather than 1 and 2: some kernels take a different path for a batch of one.
     """
     lo, hi = PROBE_SIZES if n >= PROBE_SIZES[1] else (1, n)
+    p_lo, p_hi = peak(lo), peak(hi)  # always two passes: under a process group they are collective
     if hi == lo:
-        return max(peak(lo), 1), 0
-    p_lo, p_hi = peak(lo), peak(hi)
+        return max(p_lo, 1), 0
     per = max(_ceil_div(p_hi - p_lo, hi - lo), 1)
     return per, max(p_lo - lo * per, 0)
 

@@ -10,7 +10,13 @@ its weights. ``architecture`` may be
 * ``"package.module:factory"`` — ``factory()`` is called with no arguments and must return an
   ``nn.Module``;
 * the path of a Hugging Face model directory on disk (``config.json`` inside; needs
-  ``transformers``, loaded lazily, weights from the directory unless ``checkpoint`` is given);
+  ``transformers``, loaded lazily, weights from the directory unless ``checkpoint`` is given).
+  The class is the config's ``architectures[0]`` (e.g. ``BertForSequenceClassification``, so the
+  task head is kept), else ``AutoModel``; attention is built with ``attn_implementation="eager"``
+  by default (explicit matmul–softmax–matmul; ``"sdpa"`` also reads correctly, since the read
+  routes SDPA through its math kernel, which has forward-mode derivatives). Hugging Face models
+  return a ``ModelOutput``: pass ``tensor_output=True`` (or wrap in :class:`TensorOutput`) to get
+  a module returning the ``logits`` (else ``last_hidden_state``) that `singular.read` accepts;
 * otherwise a timm model name (needs ``timm``, loaded lazily; built with ``pretrained=False``,
   nothing is downloaded);
 * ``None`` — only for a zoo checkpoint whose sidecar ``<checkpoint>.json`` sits beside it.
@@ -25,14 +31,23 @@ keys and shape mismatches are all listed in one ``ValueError``; unreadable or tr
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
+import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-__all__ = ["load_model", "load_state_dict_checked", "read_state_dict"]
+__all__ = [
+    "TensorOutput",
+    "import_transformers",
+    "load_model",
+    "load_state_dict_checked",
+    "read_state_dict",
+]
 
 _TORCH_SUFFIXES = (".pt", ".pth", ".bin")
 _EXTRA_HINT = "install the optional loaders with `pip install 'neuromanifold[loaders]'`"
@@ -135,17 +150,114 @@ def _from_factory(spec: str) -> nn.Module:
     return model
 
 
-def _from_huggingface(directory: Path, *, with_weights: bool) -> nn.Module:
+def _hide_broken_torchvision() -> None:
+    """Make a torchvision that is installed but fails to import invisible to ``transformers``.
+
+    ``transformers`` imports torchvision's image utilities whenever the package is installed; a
+    torchvision built against another torch (``RuntimeError: operator torchvision::nms does not
+    exist``) then breaks loading every model, text models included. When that import fails with
+    anything but ``ImportError``, its partial modules are dropped and ``sys.modules["torchvision"]``
+    is set to ``None`` (later imports raise ``ImportError``), with a warning. Must run before
+    ``transformers`` is first imported (it caches which packages are available).
+    """
+    if "transformers" in sys.modules or "torchvision" in sys.modules:
+        return
+    if importlib.util.find_spec("torchvision") is None:
+        return
     try:
-        transformers = importlib.import_module("transformers")
+        importlib.import_module("torchvision")
+    except ImportError:
+        return
+    except Exception as err:  # a broken binary build, not a missing package
+        for name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
+            del sys.modules[name]
+        sys.modules["torchvision"] = None  # type: ignore[assignment]
+        warnings.warn(
+            f"torchvision is installed but cannot be imported ({type(err).__name__}: {err}); it is "
+            "hidden from transformers so that models load without it",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def import_transformers(*, purpose: str = "loading Hugging Face models") -> Any:
+    """Import ``transformers`` (after hiding a broken torchvision from it, see
+    `_hide_broken_torchvision`); ImportError with the install hint when it is missing."""
+    _hide_broken_torchvision()
+    try:
+        return importlib.import_module("transformers")
     except ImportError as err:
-        raise ImportError(
-            f"loading the Hugging Face directory {directory} needs `transformers`; {_EXTRA_HINT}"
-        ) from err
-    if with_weights:
-        return transformers.AutoModel.from_pretrained(str(directory), local_files_only=True)
-    config = transformers.AutoConfig.from_pretrained(str(directory), local_files_only=True)
-    return transformers.AutoModel.from_config(config)
+        raise ImportError(f"{purpose} needs `transformers`; {_EXTRA_HINT}") from err
+
+
+def _from_huggingface(
+    directory: Path, *, with_weights: bool, attn_implementation: str | None
+) -> nn.Module:
+    """The directory's model: class ``config.architectures[0]`` if transformers has it, else
+    ``AutoModel``; weights from the directory when ``with_weights``, else freshly initialised."""
+    transformers = import_transformers(purpose=f"loading the Hugging Face directory {directory}")
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(directory), local_files_only=True)
+    except Exception as err:
+        raise ValueError(f"cannot read the Hugging Face config in {directory}: {err}") from err
+    archs = getattr(config, "architectures", None) or []
+    cls = getattr(transformers, archs[0], None) if archs else None
+    if cls is None or not hasattr(cls, "from_pretrained"):
+        cls = transformers.AutoModel
+    kwargs = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
+    try:
+        if with_weights:
+            return cls.from_pretrained(str(directory), local_files_only=True, **kwargs)
+        if cls is transformers.AutoModel:
+            return cls.from_config(config, **kwargs)
+        return cls._from_config(config, **kwargs)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"cannot load the Hugging Face model in {directory}: {err}") from err
+
+
+class TensorOutput(nn.Module):
+    """Wrap a model so that ``forward(x)`` returns one Tensor, as `singular.read` needs.
+
+    ``model(x)`` is called with ``x`` as its only positional argument (token ids for Hugging
+    Face text models, pixel values for vision models). From its output the wrapper returns:
+    ``out[key]`` (mapping) or ``out.key`` (attribute) when ``key`` is given; otherwise a Tensor
+    as it is, else the ``logits`` entry, else ``last_hidden_state``, else the first element of a
+    tuple or list. Parameter names gain the prefix ``model.``.
+
+    >>> net = TensorOutput(nn.Linear(2, 3))
+    >>> net(torch.zeros(4, 2)).shape
+    torch.Size([4, 3])
+    """
+
+    def __init__(self, model: nn.Module, *, key: str | None = None) -> None:
+        super().__init__()
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
+        self.model = model
+        self.key = key
+
+    def forward(self, x: Tensor) -> Tensor:
+        """The selected output Tensor (class docstring)."""
+        out = self.model(x)
+        if self.key is not None:
+            val = out.get(self.key) if hasattr(out, "get") else getattr(out, self.key, None)
+            if not isinstance(val, Tensor):
+                raise TypeError(
+                    f"model output {type(out).__name__} has no Tensor under key {self.key!r}"
+                )
+            return val
+        if isinstance(out, Tensor):
+            return out
+        for name in ("logits", "last_hidden_state"):
+            val = out.get(name) if hasattr(out, "get") else getattr(out, name, None)
+            if isinstance(val, Tensor):
+                return val
+        if isinstance(out, (tuple, list)) and out and isinstance(out[0], Tensor):
+            return out[0]
+        raise TypeError(
+            f"cannot pick a Tensor from model output of type {type(out).__name__}: expected a "
+            "Tensor, an output with 'logits' or 'last_hidden_state', or a tuple; pass key="
+        )
 
 
 def _from_timm(name: str) -> nn.Module:
@@ -165,7 +277,9 @@ def _from_timm(name: str) -> nn.Module:
         raise ValueError(f"timm cannot build model {name!r}: {err}") from err
 
 
-def _build(architecture: Any, checkpoint: Path | None) -> tuple[nn.Module, bool]:
+def _build(
+    architecture: Any, checkpoint: Path | None, attn_implementation: str | None = "eager"
+) -> tuple[nn.Module, bool]:
     """Return ``(model, has_weights)``."""
     from neuromanifold.zoo.models import (
         ZOO_ARCHITECTURES,
@@ -204,22 +318,37 @@ def _build(architecture: Any, checkpoint: Path | None) -> tuple[nn.Module, bool]
                 f"{path} is a directory without config.json; "
                 "expected a Hugging Face model directory"
             )
-        return _from_huggingface(path, with_weights=checkpoint is None), checkpoint is None
+        model = _from_huggingface(
+            path, with_weights=checkpoint is None, attn_implementation=attn_implementation
+        )
+        return model, checkpoint is None
     if ":" in architecture:
         return _from_factory(architecture), False
     return _from_timm(architecture), False
 
 
-def load_model(checkpoint: str | Path | None, *, architecture: Any = None) -> nn.Module:
+def load_model(
+    checkpoint: str | Path | None,
+    *,
+    architecture: Any = None,
+    tensor_output: bool = False,
+    attn_implementation: str | None = "eager",
+) -> nn.Module:
     """Build ``architecture`` (module docstring: accepted forms) and load ``checkpoint`` into it.
 
     Returns the module in eval mode. ``checkpoint=None`` returns the freshly built model (random
     initialisation for zoo/timm/factory architectures, the directory's weights for Hugging Face).
+    ``tensor_output=True`` wraps the result in :class:`TensorOutput` (for models returning a
+    ``ModelOutput`` or a tuple). ``attn_implementation`` is passed to Hugging Face models only
+    (``None``: the library's default).
     """
+    if not isinstance(tensor_output, bool):
+        raise TypeError(f"tensor_output must be a bool; got {type(tensor_output).__name__}")
     ckpt = Path(checkpoint) if checkpoint is not None else None
     if ckpt is not None and not ckpt.is_file():
         raise FileNotFoundError(f"checkpoint file {ckpt} does not exist")
-    model, _ = _build(architecture, ckpt)
+    model, _ = _build(architecture, ckpt, attn_implementation)
     if ckpt is not None:
         load_state_dict_checked(model, read_state_dict(ckpt), source=str(ckpt))
-    return model.eval()
+    model = model.eval()
+    return TensorOutput(model).eval() if tensor_output else model

@@ -6,6 +6,10 @@ Recognised layouts (`attention_layout`; heads from ``n_heads``/``num_heads``/
 * separate ``nn.Linear`` projections ``q_proj``/``k_proj``/``v_proj`` (or the BERT names
   ``query``/``key``/``value``) and an output ``out_proj``/``o_proj``/``proj``; BERT's self-attention
   has no output projection of its own, so only the QK rotation is proposed there;
+* the Hugging Face BERT wrapper (``BertAttention``): children ``self`` (a self-attention as above
+  without output projection) and ``output`` with an ``nn.Linear`` ``dense`` reading the
+  concatenated heads. It proposes the VO rescale across ``self.value`` and ``output.dense`` (the
+  QK rotation is left to ``self``, so it is not proposed twice);
 * a fused ``qkv`` Linear with rows ``[Q; K; V]`` and an output ``proj`` (timm layout);
 * ``nn.MultiheadAttention`` with packed ``in_proj_weight``/``in_proj_bias`` and ``out_proj``.
   Its ``out_proj`` (a Linear subclass used through the functional kernel, never called) is covered
@@ -48,6 +52,7 @@ class AttentionLayout:
     o: str | None
     layers: dict[str, str]
     qk_symmetric: bool = True
+    propose_qk: bool = True
 
 
 def _linear_keys(sub: str, module: nn.Module, offset: int) -> tuple[str, str | None, int]:
@@ -75,7 +80,7 @@ def attention_layout(module: nn.Module) -> AttentionLayout | None:
         (getattr(module, a) for a in _HEADS if isinstance(getattr(module, a, None), int)), None
     )
     if heads is None:
-        return None
+        return _wrapped_layout(module)
     kids = dict(module.named_children())
 
     def pick(*names: str) -> str | None:
@@ -112,6 +117,35 @@ def attention_layout(module: nn.Module) -> AttentionLayout | None:
     return None
 
 
+def _wrapped_layout(module: nn.Module) -> AttentionLayout | None:
+    """BERT-style wrapper: ``self`` (Q, K, V, no output) and ``output.dense`` (the output)."""
+    inner = getattr(module, "self", None)
+    outer = getattr(module, "output", None)
+    if not isinstance(inner, nn.Module) or not isinstance(outer, nn.Module):
+        return None
+    dense = getattr(outer, "dense", None)
+    lay = attention_layout(inner)
+    if lay is None or lay.o is not None or type(dense) is not nn.Linear:
+        return None
+    if dense.in_features != lay.embed:
+        return None
+
+    def sub(keys: tuple[str, str | None, int]) -> tuple[str, str | None, int]:
+        return (f"self.{keys[0]}", None if keys[1] is None else f"self.{keys[1]}", keys[2])
+
+    return AttentionLayout(
+        heads=lay.heads,
+        embed=lay.embed,
+        q=sub(lay.q),
+        k=sub(lay.k),
+        v=sub(lay.v),
+        o="output.dense.weight",
+        layers={**{r: f"self.{n}" for r, n in lay.layers.items() if n}, "o": "output.dense"},
+        qk_symmetric=lay.qk_symmetric,
+        propose_qk=False,
+    )
+
+
 def _skew(d: int, seed: int) -> Tensor:
     gen = torch.Generator().manual_seed(seed)
     m = torch.randn(d, d, generator=gen, dtype=torch.float64)
@@ -142,7 +176,7 @@ class AttentionDetector:
         dh = lay.embed // lay.heads
         out = []
         for h in range(lay.heads):
-            if lay.qk_symmetric and dh >= 2:
+            if lay.propose_qk and lay.qk_symmetric and dh >= 2:
                 out.append(self._qk(ctx, prefix, name, lay, h, dh))
             if lay.o is not None:
                 out.append(self._vo(ctx, prefix, name, lay, h, dh))

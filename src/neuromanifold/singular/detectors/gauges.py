@@ -5,11 +5,11 @@
   kernel direction for every ``ā``; proposed as ``Δb = 𝟙/√C`` (or ``ΔW = 𝟙 a_topᵀ`` without a
   bias). Only when that Linear's output *is* the model output.
 * **ReLU rescale** (``"relu-rescale"``, curved): a Linear/conv block followed (through one
-  positively homogeneous activation of degree p: ReLU and LeakyReLU p = 1, ``SquaredReLU``
-  p = 2) by a single consumer block. Unit ``j``'s orbit ``(w_in, b_in, w_out) →
-  (c w_in, c b_in, w_out/c^p)`` has tangent ``(W1[j], b1[j], −p·W2[:, j])``; one candidate, for the
-  unit with the largest ``‖W1[j]‖·‖W2[:, j]‖`` (a clearly live unit), to certify the curved-gauge
-  class.
+  positively homogeneous activation of degree p: ReLU and LeakyReLU p = 1, ``SquaredReLU`` and
+  Hugging Face's ``ReLUSquaredActivation`` p = 2) by a single consumer block. Unit ``j``'s orbit
+  ``(w_in, b_in, w_out) → (c w_in, c b_in, w_out/c^p)`` has tangent ``(W1[j], b1[j], −p·W2[:, j])``;
+  one candidate, for the unit with the largest ``‖W1[j]‖·‖W2[:, j]‖`` (a clearly live unit), to
+  certify the curved-gauge class.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from neuromanifold.singular.factors import is_supported_block
 
 __all__ = ["LogitShiftDetector", "ReLURescaleDetector"]
 
-_HOMOGENEOUS = {"ReLU": 1, "LeakyReLU": 1, "SquaredReLU": 2}
+_HOMOGENEOUS = {"ReLU": 1, "LeakyReLU": 1, "SquaredReLU": 2, "ReLUSquaredActivation": 2}
 """Positively homogeneous activations by class name and their degree p: ``φ(cz) = c^p φ(z)``."""
 
 

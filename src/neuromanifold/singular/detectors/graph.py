@@ -45,8 +45,25 @@ _SOURCES: tuple[type[nn.Module], ...] = (
 _SINKS: tuple[type[nn.Module], ...] = (*_SOURCES, nn.MultiheadAttention)
 
 
-ELEMENTWISE_NAMES: tuple[str, ...] = ("SquaredReLU",)
-"""Class names of elementwise modules defined outside torch (e.g. the cells' squared ReLU)."""
+ELEMENTWISE_NAMES: tuple[str, ...] = (
+    "SquaredReLU",
+    # Hugging Face transformers' activation modules (transformers.activations)
+    "GELUActivation",
+    "NewGELUActivation",
+    "FastGELUActivation",
+    "QuickGELUActivation",
+    "AccurateGELUActivation",
+    "ClippedGELUActivation",
+    "SiLUActivation",
+    "MishActivation",
+    "LinearActivation",
+    "ReLUSquaredActivation",
+    "LaplaceActivation",
+    "PytorchGELUTanh",
+    "GELUTanh",
+)
+"""Class names of elementwise modules defined outside torch (the cells' squared ReLU, Hugging
+Face's activation modules), matched by name so that no import is needed."""
 
 
 def _is_elementwise(mod: nn.Module) -> bool:

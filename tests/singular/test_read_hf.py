@@ -1,0 +1,249 @@
+"""Whole-model read of a Hugging Face BERT-style encoder loaded from a local directory.
+
+A tiny ``BertForSequenceClassification`` is built from a config (nothing is downloaded), saved
+with ``save_pretrained`` and loaded back through `neuromanifold.io.load_model`. The read must
+report, from the architecture alone: the LayerNorm-kernel flat gauge on every LayerNorm → Linear
+pair, the per-head QK rotation and VO rescale as curved gauges, the unseen embedding rows as flat,
+and a planted dead feed-forward unit at order 2; the model is never mutated.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from neuromanifold.io import TensorOutput, import_transformers, load_model
+from neuromanifold.singular.detectors.attention import AttentionDetector
+from neuromanifold.singular.detectors.layernorm import layernorm_kernel
+from neuromanifold.singular.family import Categorical
+from neuromanifold.singular.read import read
+
+try:
+    transformers = import_transformers()
+except ImportError:
+    pytest.skip("transformers is not installed", allow_module_level=True)
+
+COS_MIN = 0.9999  # |cos(a*, bottom eigenvector of the consumer's A)|, issue 5
+KERNEL_ATOL = 1e-12  # |⟨a*, ā⟩| relative to ‖ā‖ on every probe token (exact law, float64)
+EXACT = {"atol": 1e-12, "rtol": 0.0}  # float64 agreement of two exact computations
+K_HAT_TOL = 0.05
+R2_MIN = 0.99
+N_LAYERS, N_HEADS, HIDDEN, VOCAB, MAX_POS, SEQ, N = 2, 2, 16, 40, 12, 6, 24
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _bert(seed: int = 0) -> nn.Module:
+    """A tiny BERT classifier with LayerNorm parameters moved off their initial (1, 0)."""
+    torch.manual_seed(seed)
+    cfg = transformers.BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=N_LAYERS,
+        num_attention_heads=N_HEADS,
+        intermediate_size=2 * HIDDEN,
+        max_position_embeddings=MAX_POS,
+        type_vocab_size=1,
+        num_labels=3,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    model = transformers.BertForSequenceClassification(cfg)
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, nn.LayerNorm):  # distinct γ, β per norm, as after training
+                mod.weight.copy_(0.5 + torch.rand(mod.weight.shape, generator=gen))
+                mod.bias.copy_(0.2 * torch.randn(mod.bias.shape, generator=gen))
+    return model.eval()
+
+
+def _tokens(seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 30, (N, SEQ), generator=gen)  # ids ≥ 30 never occur
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> tuple[nn.Module, str]:
+    model = _bert()
+    path = tmp_path_factory.mktemp("bert")
+    model.save_pretrained(str(path))
+    return model, str(path)
+
+
+def _expected_ln_pairs() -> dict[str, str]:
+    """consumer → the LayerNorm whose output it reads (from BERT's architecture)."""
+    pre = "model.bert."
+    out = {}
+    for i in range(N_LAYERS):
+        layer = f"{pre}encoder.layer.{i}."
+        prev = (
+            f"{pre}embeddings.LayerNorm"
+            if i == 0
+            else f"{pre}encoder.layer.{i - 1}.output.LayerNorm"
+        )
+        for proj in ("query", "key", "value"):
+            out[f"{layer}attention.self.{proj}"] = prev
+        out[f"{layer}intermediate.dense"] = f"{layer}attention.output.LayerNorm"
+    out[f"{pre}pooler.dense"] = f"{pre}encoder.layer.{N_LAYERS - 1}.output.LayerNorm"
+    return out
+
+
+def test_directory_loads_through_io(saved, tmp_path) -> None:
+    model, path = saved
+    net = load_model(None, architecture=path, tensor_output=True)
+    assert isinstance(net, TensorOutput) and not net.training
+    inner = net.model
+    assert type(inner).__name__ == "BertForSequenceClassification"  # the head is kept
+    assert inner.config._attn_implementation == "eager"
+    ref = model.state_dict()
+    assert all(torch.equal(v, ref[k]) for k, v in inner.state_dict().items())
+    x = _tokens()
+    with torch.no_grad():  # eager (loaded) vs sdpa (saved): the same function, in float64
+        got = copy.deepcopy(net).double()(x)
+        torch.testing.assert_close(got, copy.deepcopy(model).double()(x).logits, **EXACT)
+    # weights given separately: built from the directory's config, loaded from the file
+    again = load_model(f"{path}/model.safetensors", architecture=path)
+    assert all(torch.equal(v, ref[k]) for k, v in again.state_dict().items())
+    sdpa = load_model(None, architecture=path, attn_implementation="sdpa")
+    assert sdpa.config._attn_implementation == "sdpa"
+    # a weights file of another model is refused with every problem listed
+    save_file({"weight": torch.zeros(2, 2)}, str(tmp_path / "other.safetensors"))
+    with pytest.raises(ValueError, match=r"does not fit BertForSequenceClassification: missing"):
+        load_model(tmp_path / "other.safetensors", architecture=path)
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="cannot read the Hugging Face config in"):
+        load_model(None, architecture=str(tmp_path))
+    with pytest.raises(TypeError, match="tensor_output must be a bool; got str"):
+        load_model(None, architecture=path, tensor_output="yes")
+
+
+def test_tensor_output_picks_and_errors(saved) -> None:
+    model, _ = saved
+    x = _tokens()
+    with torch.no_grad():
+        out = model(x, output_hidden_states=True)
+        hidden = TensorOutput(model.bert)(x)
+        torch.testing.assert_close(hidden, model.bert(x).last_hidden_state, atol=0, rtol=0)
+        torch.testing.assert_close(TensorOutput(model)(x), out.logits, atol=0, rtol=0)
+        keyed = TensorOutput(model.bert, key="pooler_output")(x)
+        torch.testing.assert_close(keyed, model.bert(x).pooler_output, atol=0, rtol=0)
+    with pytest.raises(TypeError, match="has no Tensor under key 'nope'"):
+        TensorOutput(model.bert, key="nope")(x)
+
+    class _Dict(nn.Module):
+        def forward(self, x: torch.Tensor) -> dict:
+            return {"a": x}
+
+    with pytest.raises(TypeError, match="cannot pick a Tensor from model output of type dict"):
+        TensorOutput(_Dict())(x)
+    with pytest.raises(TypeError, match=r"model must be a torch\.nn\.Module; got str"):
+        TensorOutput("bert")
+
+
+def test_bert_read_reports_the_architectural_gauges(saved) -> None:
+    _, path = saved
+    attn = "eager"
+    net = load_model(None, architecture=path, tensor_output=True, attn_implementation=attn)
+    x = _tokens()
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    reading = read(net, x, Categorical(), progress=False)
+
+    # the model is not mutated (values, dtype, mode, hooks, attention choice)
+    after = net.state_dict()
+    assert all(torch.equal(before[k], after[k]) and after[k].dtype == torch.float32 for k in after)
+    assert not net.training and net.model.config._attn_implementation == attn
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in net.modules())
+
+    # every LayerNorm → Linear pair: the LN-kernel flat gauge, aligned with the closed form
+    ln = {r.layers[0]: r for r in reading.directions if r.detector == "ln-kernel"}
+    expected = _expected_ln_pairs()
+    assert set(ln) == set(expected)
+    for consumer, norm in expected.items():
+        rec = ln[consumer]
+        assert rec.info["norm"] == norm and rec.klass == "flat_gauge"
+        assert rec.info["closed_form_cos"] >= COS_MIN
+    # the closed form itself, checked on the consumers' actual inputs in the caller's model
+    mods = dict(net.named_modules())
+    inputs: dict[str, torch.Tensor] = {}
+    hooks = [
+        mods[c].register_forward_pre_hook(lambda _m, a, c=c: inputs.setdefault(c, a[0]))
+        for c in expected
+    ]
+    with torch.no_grad():
+        net(x)
+    for h in hooks:
+        h.remove()
+    for consumer, norm in expected.items():
+        a_bar = inputs[consumer].double().reshape(-1, HIDDEN)
+        a_bar = torch.cat([a_bar, torch.ones(a_bar.shape[0], 1, dtype=torch.float64)], 1)
+        a_star = layernorm_kernel(mods[norm].weight.detach(), mods[norm].bias.detach())
+        # float32 forward: the law holds to float32 rounding on the caller's model
+        assert float((a_bar @ a_star).abs().max()) <= 1e-5 * float(a_bar.norm(dim=1).max())
+
+    # per-head QK rotation and VO rescale: curved gauges, one per head and layer
+    kinds = Counter((r.detector, r.klass) for r in reading.directions)
+    assert kinds[("qk-rotation", "curved_gauge")] == N_LAYERS * N_HEADS
+    assert kinds[("vo-rescale", "curved_gauge")] == N_LAYERS * N_HEADS
+    assert kinds[("ce-shift", "flat_gauge")] == 1
+    vo = next(r for r in reading.directions if r.detector == "vo-rescale")
+    assert vo.layers == (
+        "model.bert.encoder.layer.0.attention.self.value",
+        "model.bert.encoder.layer.0.attention.output.dense",
+    )
+
+    # embedding rows never indexed by the probe set
+    emb = {r.layers[0]: r for r in reading.directions if r.detector == "embedding-unseen"}
+    word = emb["model.bert.embeddings.word_embeddings"]
+    assert word.info["unseen_rows"] == VOCAB - int(torch.unique(x).numel())
+    assert emb["model.bert.embeddings.position_embeddings"].info["unseen_rows"] == MAX_POS - SEQ
+    assert all(r.klass == "flat_gauge" for r in emb.values())
+    assert "model.bert.embeddings.token_type_embeddings" not in emb  # its one row is used
+
+    assert reading.not_covered == ()  # every parameterised module has a detector
+    assert not [r for r in reading.directions if r.klass == "genuine_singularity"]
+
+
+def test_bert_planted_dead_ffn_unit_reads_order_two() -> None:
+    """A dead intermediate unit (row of intermediate.dense, column of output.dense) behind HF's
+    GELUActivation module: the duality chain spans both blocks and reads k = 2."""
+    model = _bert(seed=3)
+    layer = model.bert.encoder.layer[1]
+    j = 5
+    with torch.no_grad():
+        layer.intermediate.dense.weight[j] = 0.0
+        layer.intermediate.dense.bias[j] = 0.0
+        layer.output.dense.weight[:, j] = 0.0
+    net = TensorOutput(copy.deepcopy(model))
+    # the chain is the first candidate in reading order (eigenvalue ratio 0); gauges come last
+    reading = read(net, _tokens(seed=1), Categorical(), progress=False, max_directions=4)
+    (rec,) = [r for r in reading.directions if r.klass == "genuine_singularity"]
+    pre = "model.bert.encoder.layer.1."
+    assert rec.detector == "duality"
+    assert rec.layers == (f"{pre}intermediate.dense", f"{pre}output.dense")
+    assert rec.k == 2 and abs(rec.k_hat - 2) <= K_HAT_TOL and rec.r2 >= R2_MIN
+
+
+def test_sdpa_attention_reads_the_same_gauges(saved) -> None:
+    """With ``attn_implementation="sdpa"`` the forward-mode read runs through SDPA's math kernel
+    and gives the same attention gauges as the eager implementation."""
+    _, path = saved
+    x = _tokens()
+    got = {}
+    for attn in ("eager", "sdpa"):
+        net = load_model(None, architecture=path, tensor_output=True, attn_implementation=attn)
+        reading = read(net, x, Categorical(), detectors=[AttentionDetector()], progress=False)
+        got[attn] = [(r.detector, r.layers, r.k, r.klass) for r in reading.directions]
+    assert got["sdpa"] == got["eager"]
+    assert Counter(klass for *_, klass in got["sdpa"]) == {"curved_gauge": 2 * N_LAYERS * N_HEADS}

@@ -247,3 +247,48 @@ def test_sdpa_attention_reads_the_same_gauges(saved) -> None:
         got[attn] = [(r.detector, r.layers, r.k, r.klass) for r in reading.directions]
     assert got["sdpa"] == got["eager"]
     assert Counter(klass for *_, klass in got["sdpa"]) == {"curved_gauge": 2 * N_LAYERS * N_HEADS}
+
+
+def test_tied_decoder_is_read_on_the_shared_matrix() -> None:
+    """BertForMaskedLM ties its decoder to the word embeddings: candidates built on the decoder's
+    names are rewritten to the shared parameter and read as the tied model moves. Unseen word rows
+    still produce logits through the tied decoder, so they are not flat there; the head module
+    holding the (tied) output bias has no detector and is listed as not covered."""
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=1,
+        num_attention_heads=N_HEADS,
+        intermediate_size=2 * HIDDEN,
+        max_position_embeddings=MAX_POS,
+        type_vocab_size=1,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        attn_implementation="eager",
+    )
+    mlm = transformers.BertForMaskedLM(cfg).eval()
+    word = "model.bert.embeddings.word_embeddings.weight"
+    assert mlm.cls.predictions.decoder.weight is mlm.bert.embeddings.word_embeddings.weight
+    net = TensorOutput(mlm)
+
+    class _FirstToken(nn.Module):  # categorical family: logits (N, C) at the first position
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = net
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.net(x)[:, 0]
+
+    x = _tokens()
+    reading = read(_FirstToken(), x, Categorical(), progress=False)
+    tied = [r for r in reading.directions if "tied" in r.info]
+    assert tied and all(
+        r.info["tied"]["net.model.cls.predictions.decoder.weight"] == f"net.{word}" for r in tied
+    )
+    emb = {r.layers[0]: r for r in reading.directions if r.detector == "embedding-unseen"}
+    assert emb["net.model.bert.embeddings.word_embeddings"].klass == "live"
+    assert emb["net.model.bert.embeddings.position_embeddings"].klass == "flat_gauge"
+    assert [(n.name, n.type, n.n_params) for n in reading.not_covered] == [
+        ("net.model.cls.predictions", "BertLMPredictionHead", VOCAB)
+    ]

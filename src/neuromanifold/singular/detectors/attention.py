@@ -180,7 +180,7 @@ class AttentionDetector:
                 out.append(self._qk(ctx, prefix, name, lay, h, dh))
             if lay.o is not None:
                 out.append(self._vo(ctx, prefix, name, lay, h, dh))
-        return out
+        return ctx.canonical(out)
 
     @staticmethod
     def _qk(

@@ -13,12 +13,20 @@ To support a new layer type, write such a class and add it to a `DetectorRegistr
 vectors in the parameters they touch (``u: dict[str, Tensor]`` keyed like
 ``model.named_parameters()``, missing names = zero), with a provenance label and, for gauges, the
 closed-form generators of the orbit at θ0 (used by the classifier's curved-gauge test).
+
+Tied parameters (one ``nn.Parameter`` registered under several names, e.g. a language-model
+decoder sharing the word-embedding matrix) are keyed by their first name in
+``model.named_parameters()``, the only one the read knows. A detector builds keys from its own
+module's name and returns ``ctx.canonical(candidates)``, which rewrites alias keys to that name
+(summing, then renormalising, when one candidate touches both); ``ctx.params`` also answers alias
+keys. The read then measures the tied direction as it is: a move that is a gauge for the module
+alone need not be one when the same matrix is also used elsewhere.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
@@ -27,7 +35,14 @@ from torch import Tensor, nn
 from neuromanifold.singular.detectors.graph import ModelGraph
 from neuromanifold.singular.factors import Factors
 
-__all__ = ["Candidate", "DetectionContext", "Detector", "GaugeKind", "normalise"]
+__all__ = [
+    "Candidate",
+    "DetectionContext",
+    "Detector",
+    "GaugeKind",
+    "normalise",
+    "parameter_aliases",
+]
 
 GaugeKind = Literal["flat", "curved"]
 
@@ -75,9 +90,52 @@ class Candidate:
         return abs(float(sum((self.u[k] * other.u[k]).sum() for k in common)))
 
 
+def parameter_aliases(model: nn.Module) -> dict[str, str]:
+    """``{alias: name}`` for every parameter registered under more than one name (``name`` is the
+    first, the one ``model.named_parameters()`` reports).
+
+    >>> emb = nn.Embedding(4, 3)
+    >>> head = nn.Linear(3, 4, bias=False)
+    >>> head.weight = emb.weight
+    >>> parameter_aliases(nn.ModuleDict({"emb": emb, "head": head}))
+    {'head.weight': 'emb.weight'}
+    """
+    first: dict[int, str] = {}
+    out = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        canon = first.setdefault(id(p), name)
+        if canon != name:
+            out[name] = canon
+    return out
+
+
+class _AliasedParams(dict):
+    """A parameter dict that also answers the alias names of tied parameters."""
+
+    def __init__(self, params: Mapping[str, Tensor], aliases: Mapping[str, str]) -> None:
+        super().__init__(params)
+        self.aliases = dict(aliases)
+
+    def __missing__(self, key: str) -> Tensor:
+        if key in self.aliases:
+            return self[self.aliases[key]]
+        raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if dict.__contains__(self, key):
+            return dict.__getitem__(self, key)
+        if key in self.aliases:
+            return dict.get(self, self.aliases[key], default)
+        return default
+
+
 @dataclass(frozen=True, eq=False)
 class DetectionContext:
-    """What detectors read: float64 model copy and parameters, factors, graph, family, data."""
+    """What detectors read: float64 model copy and parameters, factors, graph, family, data.
+
+    ``aliases`` (filled from ``model``) maps alias names of tied parameters to their first name;
+    ``params`` then answers both (module docstring).
+    """
 
     model: nn.Module
     params: dict[str, Tensor]
@@ -86,6 +144,40 @@ class DetectionContext:
     family: Any
     data: Tensor
     cache: dict[str, Any] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        aliases = parameter_aliases(self.model)
+        object.__setattr__(self, "aliases", aliases)
+        if aliases:
+            object.__setattr__(self, "params", _AliasedParams(self.params, aliases))
+
+    def canonical(self, candidates: list[Candidate]) -> list[Candidate]:
+        """``candidates`` with alias keys rewritten to the first parameter names (directions
+        summed where two names of one tensor meet, ``u`` renormalised)."""
+        if not self.aliases:
+            return candidates
+        out = []
+        for c in candidates:
+            if not any(k in self.aliases for k in c.u) and not any(
+                k in self.aliases for g in (c.gauge_generators or ()) for k in g
+            ):
+                out.append(c)
+                continue
+            gens = None
+            if c.gauge_generators is not None:
+                gens = tuple(self._rekey(g) for g in c.gauge_generators)
+            aliased = sorted({k for k in c.u if k in self.aliases})
+            info = {**c.info, "tied": {k: self.aliases[k] for k in aliased}}
+            out.append(replace(c, u=normalise(self._rekey(c.u)), gauge_generators=gens, info=info))
+        return out
+
+    def _rekey(self, u: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        out: dict[str, Tensor] = {}
+        for k, v in u.items():
+            name = self.aliases.get(k, k)
+            out[name] = out[name] + v if name in out else v
+        return out
 
     def param(self, module_name: str, leaf: str) -> Tensor | None:
         """The float64 parameter ``<module_name>.<leaf>`` or ``None``."""

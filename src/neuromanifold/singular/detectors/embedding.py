@@ -40,12 +40,14 @@ class EmbeddingDetector:
         u = torch.randn(module.weight.shape, generator=gen, dtype=torch.float64)
         u[~unseen] = 0.0
         u = u.to(module.weight.device)
-        return [
-            Candidate(
-                layers=(name,),
-                detector="embedding-unseen",
-                u=normalise({key: u}),
-                gauge="flat",
-                info={"unseen_rows": int(unseen.sum())},
-            )
-        ]
+        return ctx.canonical(
+            [
+                Candidate(
+                    layers=(name,),
+                    detector="embedding-unseen",
+                    u=normalise({key: u}),
+                    gauge="flat",
+                    info={"unseen_rows": int(unseen.sum())},
+                )
+            ]
+        )

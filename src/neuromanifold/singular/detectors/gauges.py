@@ -50,7 +50,8 @@ class LogitShiftDetector:
             ones_in = torch.ones(module.in_features, dtype=torch.float64, device=dev)
             a = spec.a_top if spec is not None else ones_in
             u = lift(name, module, torch.ones(c, dtype=torch.float64, device=dev), a)
-        return [Candidate(layers=(name,), detector="ce-shift", u=normalise(u), gauge="flat")]
+        cand = Candidate(layers=(name,), detector="ce-shift", u=normalise(u), gauge="flat")
+        return ctx.canonical([cand])
 
 
 class ReLURescaleDetector:
@@ -96,13 +97,15 @@ class ReLURescaleDetector:
         d2 = torch.zeros_like(w2)
         d2[:, j] = -degree * w2[:, j]
         t[f"{pre_out}weight"] = d2
-        return [
-            Candidate(
-                layers=(name, c),
-                detector="relu-rescale",
-                u=normalise(t),
-                gauge="curved",
-                gauge_generators=(t,),
-                info={"unit": j, "degree": degree},
-            )
-        ]
+        return ctx.canonical(
+            [
+                Candidate(
+                    layers=(name, c),
+                    detector="relu-rescale",
+                    u=normalise(t),
+                    gauge="curved",
+                    gauge_generators=(t,),
+                    info={"unit": j, "degree": degree},
+                )
+            ]
+        )

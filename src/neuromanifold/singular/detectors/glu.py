@@ -91,4 +91,4 @@ class GLUDetector:
                     info={"module": name},
                 )
             )
-        return out
+        return ctx.canonical(out)

@@ -102,7 +102,7 @@ class LayerNormDetector:
                     info=info,
                 )
             )
-        return out
+        return ctx.canonical(out)
 
 
 def _packed_candidate(
@@ -178,21 +178,23 @@ class LayerNormReachDetector:
         if not matches:
             return []
         ln_name, a_star = matches[0]
-        return [
-            Candidate(
-                layers=(name, ln_name),
-                detector="ln-kernel",
-                u=normalise(lift(name, module, spec.g_top, a_star)),
-                gauge="flat",
-                info={
-                    "norm": ln_name,
-                    "consumer": name,
-                    "via": "factor-test",
-                    "matching_norms": [m[0] for m in matches],
-                    "closed_form_cos": float((spec.a_vecs[:, 0] @ a_star).abs()),
-                },
-            )
-        ]
+        return ctx.canonical(
+            [
+                Candidate(
+                    layers=(name, ln_name),
+                    detector="ln-kernel",
+                    u=normalise(lift(name, module, spec.g_top, a_star)),
+                    gauge="flat",
+                    info={
+                        "norm": ln_name,
+                        "consumer": name,
+                        "via": "factor-test",
+                        "matching_norms": [m[0] for m in matches],
+                        "closed_form_cos": float((spec.a_vecs[:, 0] @ a_star).abs()),
+                    },
+                )
+            ]
+        )
 
 
 class RMSNormDetector:

@@ -319,7 +319,7 @@ class LinearDetector:
                 u = normalise(lift(name, module, spec.g_vecs[:, 0], spec.a_vecs[:, 0]))
                 r = float(prods[0]) / (a_max * g_max)
                 out.append(Candidate(layers=(name,), detector="kfac-joint", u=u, ratio=r))
-        return out
+        return ctx.canonical(out)
 
     @staticmethod
     def _one_sided_a(

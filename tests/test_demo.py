@@ -50,6 +50,10 @@ def _check_report_directory(result, out):
     assert "## Optimizer comparison" in md
     assert [r.stage for r in result.rows] == list(STAGES)
     assert set(result.models) == {"vit-digits-scratch", "vit-digits-finetune"}
+    probes = result.models["vit-digits-scratch"].probes
+    assert [p["block"] for p in probes] == ["blocks.0.mlp", "blocks.1.mlp"]
+    assert result.models["vit-digits-finetune"].probes == ()
+    assert "read as a rotated node death" in md
 
 
 def _check_json_round_trip(result, out):

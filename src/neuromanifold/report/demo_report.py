@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from neuromanifold.report._atomic import atomic_write_text
-from neuromanifold.report.markdown import fmt, reading_markdown, table
+from neuromanifold.report.markdown import fmt, reading_markdown, scan_summary, table
 
 __all__ = ["demo_findings", "demo_markdown", "load_demo", "plot_optimizers", "write_demo_report"]
 
@@ -45,6 +45,12 @@ def demo_findings(result: Any) -> list[Any]:
     if result.rows:
         out.append(optimizer_finding(result.rows))
     return out
+
+
+def _probe_cell(d: dict[str, Any]) -> str:
+    if d["k"] is None:
+        return f"{d['class']}, no window"
+    return f"k={d['k']} (k̂ {d['k_hat']:.3f}, r² {d['r2']:.4f}), {d['class']}"
 
 
 def _verdict(holds: bool | None) -> str:
@@ -117,6 +123,32 @@ def demo_markdown(result: Any, figures: dict[str, str]) -> str:
             "",
         ]
         lines.append(reading_markdown(mr.reading, title=f"{title}: read", level=3))
+        if mr.probes:
+            lines += [
+                "### Weakest hidden direction per MLP block, read as a rotated node death",
+                "",
+                "Not a detector output (`neuromanifold.demo.hidden_probes`): v = the eigenvector "
+                "of the fc2 input factor A with the smallest eigenvalue, the direction "
+                "ΔW1 = v aᵀ, ΔW2 = g vᵀ; beside it the per-coordinate scan of fc1 and fc2.",
+                "",
+                table(
+                    ["block", "A ratio", "unsnapped", "snapped", "offset", "coord. scan"],
+                    [
+                        [
+                            p["block"],
+                            f"{p['ratio']:.1e}",
+                            _probe_cell(p["unsnapped"]),
+                            _probe_cell(p["snapped"]),
+                            f"{p['snapped']['offset']:.2g}",
+                            "; ".join(
+                                f"{layer}: {scan_summary(p['scan'], layer)}" for layer in p["scan"]
+                            ),
+                        ]
+                        for p in mr.probes
+                    ],
+                ),
+                "",
+            ]
         for fig in ("sweeps", "spectra", "classes"):
             name = f"{key}-{fig}"
             if name in figures:

@@ -66,6 +66,18 @@ def cell_finding(cells: Sequence[dict[str, Any]]) -> Finding:
     )
 
 
+def _probe(d: dict[str, Any]) -> str:
+    if d["k"] is None:
+        return f"{d['class']} (no window)"
+    return f"k = {d['k']} (k̂ {d['k_hat']:.3f}, r² {d['r2']:.4f}, {d['class']})"
+
+
+def _scan(b: dict[str, Any]) -> str:
+    if b.get("best_k") is not None:
+        return f"k = {b['best_k']}"
+    return "/".join(sorted(set(b.get("classes") or []))) or "—"
+
+
 def _mlp_node_deaths(mr: Any, r2_min: float) -> list[Any]:
     return [
         r
@@ -104,6 +116,16 @@ def node_death_findings(mr: Any, *, r2_min: float, expected_k: int = 2) -> list[
         f"Hidden-layer spectra (fc2 input A, fc1 output G): {evidence or 'no MLP blocks'}. "
         f"Units compressed (< 1 % RMS contribution, zoo.mlp_usage): {compressed}."
     )
+    probes = getattr(mr, "probes", ())
+    if probes:
+        observed += " Not named by a detector, the weakest hidden direction read as a rotated "
+        observed += "node death (`demo.hidden_probes`): " + "; ".join(
+            f"{p['block']} (A ratio {p['ratio']:.1e}): unsnapped {_probe(p['unsnapped'])}, "
+            f"snapped {_probe(p['snapped'])}, coordinate scan "
+            + ", ".join(f"{layer}: {_scan(b)}" for layer, b in p["scan"].items())
+            for p in probes
+        )
+        observed += "."
     out = [
         Finding(
             f"{mr.name}: node deaths",

@@ -114,22 +114,25 @@ def test_gauge_findings():
     assert [x.holds for x in none] == [None, None]
 
 
-def _row(stage, frac):
-    return OptimizerRow(stage, stage, 0.1, 0.9, 4, 2, {}, 2, frac, 0, 0, 0.0)
+def _row(stage, kernel, gap):
+    return OptimizerRow(stage, stage, 0.1, 0.9, 4, 2, {}, 2, 0.5, 3, kernel, gap)
 
 
 def test_optimizer_and_cell_findings():
     rows = [
-        _row("sweep-adamw", 0.1),
-        _row("sweep-muon", 0.9),
-        _row("sweep-muon-polar-express", 0.2),
-        _row("sweep-muon-polar-svd", 0.3),
+        _row("sweep-adamw", 0, 0.1),
+        _row("sweep-muon", 0, 0.3),
+        _row("sweep-muon-polar-express", 2, 5.0),
+        _row("sweep-muon-polar-svd", 1, 1.0),
     ]
     assert optimizer_finding(rows).holds is True
-    rows[1] = _row("sweep-muon", 0.25)
+    rows[1] = _row("sweep-muon", 3, 2.0)  # Muon clean too
     assert optimizer_finding(rows).holds is False
-    rows[2] = _row("sweep-muon-polar-express", None)
-    assert optimizer_finding(rows).holds is None
+    rows[1] = _row("sweep-muon", 3, 0.5)  # a kernel, but no decade gap: diffuse
+    assert optimizer_finding(rows).holds is True
+    rows[3] = _row("sweep-muon-polar-svd", 0, 3.0)  # no kernel named: not clean
+    assert optimizer_finding(rows).holds is False
+    assert optimizer_finding(rows[:2]).holds is None
     cells = [{"name": "a", "passed": True}, {"name": "b", "passed": False}]
     f = cell_finding(cells)
     assert f.holds is False and "failing: b" in f.observed

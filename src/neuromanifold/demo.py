@@ -188,7 +188,9 @@ def optimizer_row(mr: ModelRead) -> OptimizerRow:
     ``n_readable``: directions whose window fits with ``r² ≥ READABLE_R2``, counted by
     ``readable_kinds`` (``"class k=…"``). ``n_possible``: directions not proposed as gauges by
     construction (detectors not in `GAUGE_DETECTORS`), ``unreadable_fraction``: of
-    those, the fraction with no readable window. ``fc2_*``: the `spread` of ``A`` of every MLP
+    those, the fraction neither readable nor classed flat gauge (a flat gauge has no window by
+    definition: its magnitude sits at the floor, which decides its class). ``fc2_*``: the
+    `spread` of ``A`` of every MLP
     ``fc2`` (its hidden activations' second moment), summed (``n_small``, ``kernel``) or the
     largest (``max_gap``) over blocks.
     """
@@ -200,7 +202,9 @@ def optimizer_row(mr: ModelRead) -> OptimizerRow:
     for r in readable:
         kinds[_kind(r)] = kinds.get(_kind(r), 0) + 1
     possible = [r for r in recs if r.detector not in GAUGE_DETECTORS]
-    unread = [r for r in possible if r.r2 is None or r.r2 < READABLE_R2]
+    unread = [
+        r for r in possible if (r.r2 is None or r.r2 < READABLE_R2) and r.klass != "flat_gauge"
+    ]
     fc2 = [s for name, s in mr.spectra.items() if name.endswith("mlp.fc2")]
     spreads = [spread(s["A"]) for s in fc2]
     return OptimizerRow(

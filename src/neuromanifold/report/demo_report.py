@@ -158,7 +158,8 @@ def demo_markdown(result: Any, figures: dict[str, str]) -> str:
         lines.append(
             "Same initialisation and batches under each optimizer (recipe `optimizer-sweep`). "
             "*unreadable*: fraction of the possible dead directions (detectors other than the "
-            "closed-form gauges) with no readable window; *fc2 spectrum*: over the MLP `fc2` "
+            "closed-form gauges) neither readable nor classed flat gauge by magnitude; "
+            "*fc2 spectrum*: over the MLP `fc2` "
             "input factors A, the ratios α/α_max below 1e-3, the detector's near-kernel, and the "
             "largest drop between consecutive ratios in decades (≥ 1: a clean kernel; small: a "
             "diffuse one; `neuromanifold.report.spectra`)."

@@ -53,3 +53,16 @@ def test_read_on_the_requested_device_records_it_and_leaves_the_model_alone() ->
     assert [r.k for r in reading.directions if r.klass == "genuine_singularity"] == [3]
     for k, v in net.model.state_dict().items():
         assert v.device.type == "cpu" and torch.equal(v, before[k])
+
+
+def test_cli_device_and_budget_errors_exit_2() -> None:
+    from typer.testing import CliRunner
+
+    from neuromanifold.cli import app
+
+    runner = CliRunner()
+    bad = runner.invoke(app, ["read", "--model", "zoo:planted-mlp", "--max-memory", "2 parsecs"])
+    assert bad.exit_code == 2 and "is not a memory size" in bad.output
+    if not HAS_CUDA:
+        res = runner.invoke(app, ["read", "--model", "zoo:planted-mlp", "--device", "cuda"])
+        assert res.exit_code == 2 and "CUDA is not available" in res.output

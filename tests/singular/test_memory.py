@@ -150,3 +150,23 @@ def test_memory_errors() -> None:
         plan_memory(_mlp(), x, Gaussian(), max_memory=10_000)
     with pytest.raises(ValueError, match=r"data must hold at least one sample"):
         plan_memory(_mlp(), x[:0], Gaussian(), max_memory="1GB")
+
+
+def test_read_under_a_budget_equals_the_unbudgeted_read() -> None:
+    from neuromanifold.cells.planted import planted_mlp
+    from neuromanifold.singular.read import read
+
+    net = planted_mlp(activation="relu", n=128, seed=3)
+    free = read(net.model, net.data, net.family, progress=False)
+    capped = read(net.model, net.data, net.family, progress=False, max_memory="20kB")
+    plan = capped.meta["memory_plan"]
+    assert free.meta["memory_plan"] is None
+    assert plan["chunk_size"] < 128 and plan["max_memory"] == int(BUDGET_FRACTION * 20_000)
+    assert [(r.layers, r.k, r.klass, r.window) for r in capped.directions] == [
+        (r.layers, r.k, r.klass, r.window) for r in free.directions
+    ]
+    for a, b in zip(capped.directions, free.directions, strict=True):
+        for fa, fb in zip(a.sweep["F"], b.sweep["F"], strict=True):
+            assert abs(fa - fb) <= RTOL_CHUNKED * abs(fb)
+    with pytest.raises(ValueError, match=r"max_memory=1000 bytes .* is too small"):
+        read(net.model, net.data, net.family, progress=False, max_memory=1000)

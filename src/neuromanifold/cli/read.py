@@ -1,4 +1,10 @@
-"""`neuromanifold read`: the whole-model read of a checkpoint, as a per-layer table and JSON."""
+"""`neuromanifold read`: the whole-model read of a checkpoint, as a per-layer table and JSON.
+
+Data-parallel: ``torchrun --nproc_per_node W -m neuromanifold read ...`` initialises a process
+group from torchrun's environment (gloo on CPU, nccl with ``--device cuda``); every rank loads the
+model and the probe set, reads its contiguous shard (`neuromanifold.singular.distributed`), the
+sums are all-reduced, and only rank 0 prints and writes files. ``--resume`` is single-process.
+"""
 
 from __future__ import annotations
 
@@ -98,16 +104,45 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(
             False, "--resume", help="continue an interrupted read from DIR/read.jsonl (--out)"
         ),
+        device: str = typer.Option(
+            "cpu",
+            "--device",
+            help="cpu, cuda or cuda:N (the read runs in float64 there; under torchrun cuda means "
+            "cuda:LOCAL_RANK)",
+        ),
+        max_memory: str | None = typer.Option(
+            None,
+            "--max-memory",
+            help="memory budget for the read's passes, e.g. 2GB or 512MiB: probe samples, "
+            "t-values and factor batches are chunked to fit",
+        ),
     ) -> None:
         """Detect and read every dead direction of a model; print a per-layer table."""
         from rich.console import Console
         from rich.table import Table
 
+        from neuromanifold.singular import distributed as dp
         from neuromanifold.singular.family import Categorical, Gaussian
+        from neuromanifold.singular.memory import parse_memory
         from neuromanifold.singular.read import read
 
         if resume and out is None:
             raise typer.BadParameter("--resume needs --out DIR (the read log lives there)")
+        try:
+            dev = dp.resolve_device(device)
+            budget = None if max_memory is None else parse_memory(max_memory)
+        except (ValueError, TypeError) as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(code=2) from err
+        if dp.init_from_env(dev):
+            import atexit
+
+            import torch.distributed as dist
+
+            atexit.register(dist.destroy_process_group)
+        if resume and dp.world_size() > 1:
+            raise typer.BadParameter("--resume runs in a single process; launch without torchrun")
+        main_rank = dp.is_main_process()
         if checkpoint is not None:
             from neuromanifold.io import load_model
 
@@ -131,8 +166,16 @@ def register(app: typer.Typer) -> None:
             "snap": True if snap else "auto",
             "baseline": baseline,
         }
+        # only non-default values: the options are part of a resumable read's fingerprint
+        if dev.type != "cpu":
+            options["device"] = str(dev)
+        if budget is not None:
+            options["max_memory"] = budget
+        if not main_rank:
+            options["progress"] = False
         try:
-            if out is not None:
+            x = dp.shard_data(x)  # this rank's contiguous shard (everything without torchrun)
+            if out is not None and main_rank:
                 from neuromanifold.report.resume import LOG_NAME, resumable_read
 
                 reading = resumable_read(
@@ -143,6 +186,13 @@ def register(app: typer.Typer) -> None:
         except (ValueError, TypeError) as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(code=2) from err
+        factors = None
+        if out is not None:  # collective under torchrun: every rank takes part
+            from neuromanifold.singular.factors import kfac_factors
+
+            factors = kfac_factors(net, x, fam)
+        if not main_rank:
+            return
         table = Table(title=f"read: {model} ({reading.meta['n_samples']} samples)")
         cols = ["layer", "detector", "k", "k̂", "slope", "r²", "class", "magnitude"]
         for col in cols + (["coord. scan"] if baseline else []):
@@ -177,8 +227,6 @@ def register(app: typer.Typer) -> None:
             console.print(f"wrote {json_path}")
         if out is not None:
             from neuromanifold.report.write import write_report
-            from neuromanifold.singular.factors import kfac_factors
 
-            factors = kfac_factors(net, x, fam)
             files = write_report(reading, out, title=f"read: {model}", factors=factors)
             console.print(f"wrote {files.markdown}, {files.json} and {len(files.figures)} figures")

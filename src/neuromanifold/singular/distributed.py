@@ -29,7 +29,6 @@ scaling benchmark use it.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import importlib
 import json
@@ -215,10 +214,11 @@ def read_sharded(
 ):
     """`read` of this rank's contiguous shard of ``data`` (the whole probe set on every rank).
 
-    Moves a copy of the model and the shard to ``device`` (`resolve_device`), reads, and records
-    the global sample count and the process-group layout in ``meta`` (``n_samples`` is the global
-    N; ``n_samples_local``, ``world_size``, ``rank`` and ``shard`` describe this rank). Without a
-    process group this is `read` on the whole data. Every rank returns the same directions.
+    The read runs on ``device`` (`resolve_device`; `read` moves its working copy of the model and
+    the shard there, the caller's model stays where it is) and records the process-group layout in
+    ``meta`` (``n_samples`` is the global N; ``n_samples_local``, ``world_size``, ``rank`` and
+    ``shard`` describe this rank). Without a process group this is `read` on the whole data.
+    Every rank returns the same directions.
     """
     from neuromanifold.singular.read import read
 
@@ -227,11 +227,9 @@ def read_sharded(
     n_global = int(x.shape[0]) if isinstance(x, Tensor) and x.ndim > 0 else 0
     local = shard_data(data)
     sl = shard_slice(n_global, rank(), world_size())
-    on_device = all(p.device == dev for p in model.parameters())
-    net = model if on_device else copy.deepcopy(model).to(dev)  # never move the caller's module
     if not is_main_process():
         read_kwargs = {**read_kwargs, "progress": False}
-    reading = read(net, _move(local, dev), family, **read_kwargs)
+    reading = read(model, _move(local, dev), family, device=dev, **read_kwargs)
     meta = {
         **reading.meta,
         "n_samples": n_global,

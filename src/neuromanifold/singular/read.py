@@ -47,12 +47,14 @@ from neuromanifold.singular.detectors.base import Candidate, DetectionContext, D
 from neuromanifold.singular.detectors.graph import trace_graph
 from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
 from neuromanifold.singular.direction import read_direction
+from neuromanifold.singular.distributed import all_gather_union, resolve_device, world_size
 from neuromanifold.singular.factors import _forward, is_supported_block, kfac_factors
 from neuromanifold.singular.family import check_family
 from neuromanifold.singular.fisher import directional_fisher
+from neuromanifold.singular.memory import MemoryPlan, plan_memory
 from neuromanifold.singular.rate import fit_rate
 from neuromanifold.singular.reading import DirectionRecord, NotCovered, Reading
-from neuromanifold.singular.sweep import floor_from_scale
+from neuromanifold.singular.sweep import T_BATCH, floor_from_scale
 
 __all__ = ["DEDUP_OVERLAP", "MIN_RESIDUAL", "PROJECT_MIN_OVERLAP", "read"]
 
@@ -154,7 +156,13 @@ def _embedding_seen(model: nn.Module, x: Tensor, batch: int) -> tuple[dict[str, 
     finally:
         for h in hs:
             h.remove()
-    return {n: torch.unique(torch.cat(v)) for n, v in seen.items() if v}, passes
+    out = {}
+    for n, v in seen.items():  # same order on every rank: the union is a collective
+        local = torch.cat(v) if v else torch.zeros(0, dtype=torch.long, device=x.device)
+        union = all_gather_union(local)
+        if union.numel():
+            out[n] = union
+    return out, passes
 
 
 def read(
@@ -173,6 +181,8 @@ def read(
     progress: bool = True,
     on_direction: Callable[[int, DirectionRecord, int], None] | None = None,
     finished: Mapping[int, tuple[DirectionRecord, int]] | None = None,
+    max_memory: int | str | None = None,
+    device: str | torch.device | None = None,
 ) -> Reading:
     """Detect and read every dead direction of ``model`` on the probe set ``data``.
 
@@ -205,6 +215,19 @@ def read(
             they are not read again, their records are used as they are. A record whose layers or
             detector differ from candidate ``i`` raises ``ValueError`` (the log is from another
             read).
+        max_memory: memory budget in bytes (or ``"2GB"``-style string) for the read's passes:
+            sample chunks, t-values per ``vmap`` and factor batches are sized by `plan_memory`
+            (``ValueError`` naming the budget and the per-sample cost when one sample does not
+            fit); ``None`` = no chunking (all samples per pass, ``T_BATCH`` t-values per group).
+            ``meta["memory_plan"]`` records the plan.
+        device: where the read runs (``"cpu"``, ``"cuda"``, ``"cuda:1"``; validated by
+            `resolve_device`); the working copy of the model and the probe data are moved there.
+            ``None``: where the model's parameters are.
+
+    Data parallelism: under an initialised ``torch.distributed`` process group, pass each rank's
+    shard of the probe set (`neuromanifold.singular.distributed.read_sharded`); factor and Fisher
+    sums, the sample count and the embedding rows seen are combined over the ranks, so every rank
+    returns the same `Reading` and ``meta["n_samples"]`` is the global N.
 
     Returns:
         `Reading` (see `neuromanifold.singular.reading`).
@@ -221,11 +244,17 @@ def read(
     x = _inputs(data)
     registry = _registry(detectors)
     upcast = any(p.is_floating_point() and p.dtype != torch.float64 for p in model.parameters())
+    dev = resolve_device(device) if device is not None else None
     work = _working_copy(model)
+    if dev is not None:
+        work = work.to(dev)
     for name, p in work.named_parameters():
         if not torch.isfinite(p).all():
             raise ValueError(f"parameter {name!r} holds NaN or Inf values")
     xw = x.to(torch.float64) if x.is_floating_point() else x
+    if dev is not None:
+        xw = xw.to(dev)
+    labels = data[1].to(xw.device) if isinstance(data, (tuple, list)) else None
     with torch.no_grad():
         out = _forward(work, xw[:GRAPH_SAMPLES])
     if not isinstance(out, Tensor):
@@ -235,6 +264,12 @@ def read(
         )
     family.check_output(out)
     graph = trace_graph(work, xw[:GRAPH_SAMPLES])
+    plan: MemoryPlan | None = None
+    if max_memory is not None:
+        plan = plan_memory(work, xw, family, max_memory=max_memory, factor_batch=batch_size)
+        batch_size = plan.factor_batch
+    chunk = None if plan is None else plan.chunk_size
+    t_batch = T_BATCH if plan is None else plan.t_batch
     factors = kfac_factors(work, xw, family, batch_size=batch_size)
     seen, emb_passes = _embedding_seen(work, xw, batch_size)
     params = {k: v.detach().clone() for k, v in work.named_parameters()}
@@ -279,7 +314,7 @@ def read(
                     bar[0].advance(bar[1])
                 continue
             passes_before = n_sweep_passes
-            xd = (xw, data[1]) if isinstance(data, (tuple, list)) else xw
+            xd = (xw, labels) if labels is not None else xw
             gens = list(cand.gauge_generators) if cand.gauge_generators else None
             r = read_direction(
                 work,
@@ -290,13 +325,24 @@ def read(
                 grid=grid,
                 snap=snap is True,
                 gauge_generators=gens,
+                chunk_size=chunk,
+                t_batch=t_batch,
             )
             overlap, info, u_read = None, {}, cand.u
             if snap == "auto" and cand.gauge is None and not r.rate_visible:
                 n_sweep_passes += r.sweep.n_forward_passes
                 info = {"unsnapped": {"k": r.k, "k_hat": r.k_hat, "class": r.klass.value}}
                 r = read_direction(
-                    work, params, cand.u, xd, family, grid=grid, snap=True, gauge_generators=gens
+                    work,
+                    params,
+                    cand.u,
+                    xd,
+                    family,
+                    grid=grid,
+                    snap=True,
+                    gauge_generators=gens,
+                    chunk_size=chunk,
+                    t_batch=t_batch,
                 )
             if cand.gauge is None and gauges:
                 u_proj, overlap = _project_out_gauges(cand, gauges, params)
@@ -313,13 +359,25 @@ def read(
                         "unprojected": {"k": r.k, "class": r.klass.value},
                         "projected": True,
                     }
-                    r = read_direction(work, params, u_proj, xd, family, grid=grid, snap=r.snapped)
+                    r = read_direction(
+                        work,
+                        params,
+                        u_proj,
+                        xd,
+                        family,
+                        grid=grid,
+                        snap=r.snapped,
+                        chunk_size=chunk,
+                        t_batch=t_batch,
+                    )
                     u_read = u_proj
             n_sweep_passes += r.sweep.n_forward_passes
             if per_layer and cand.detector == "duality" and len(cand.layers) > 1:
                 info = {
                     **info,
-                    "per_layer": _per_layer_rates(work, params, cand, u_read, r, xw, family),
+                    "per_layer": _per_layer_rates(
+                        work, params, cand, u_read, r, xw, family, plan=plan
+                    ),
                 }
                 n_sweep_passes += len(r.sweep.ts)
             records.append(_record(cand, r, overlap, info))
@@ -351,7 +409,7 @@ def read(
             )
         ),
         "family": family.to_dict(),
-        "n_samples": int(x.shape[0]),
+        "n_samples": int(factors.n_samples),
         "dtype": str(next(model.parameters()).dtype)
         if any(True for _ in model.parameters())
         else "",
@@ -365,6 +423,9 @@ def read(
         "snap": snap if snap == "auto" else bool(snap),
         "n_baseline_reads": n_baseline,
         "dedup_overlap": DEDUP_OVERLAP,
+        "device": str(xw.device),
+        "world_size": world_size(),
+        "memory_plan": None if plan is None else plan.to_dict(),
     }
     return Reading(directions=tuple(records), not_covered=tuple(not_covered), meta=meta, note=note)
 
@@ -377,6 +438,8 @@ def _per_layer_rates(
     reading: Any,
     x: Tensor,
     family: Any,
+    *,
+    plan: MemoryPlan | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Block rates along a chain: ``F_ℓ(t) = u_ℓᵀ F(θ0 + t u) u_ℓ`` with ``u_ℓ`` = block ℓ of ``u``.
 
@@ -401,10 +464,11 @@ def _per_layer_rates(
         return {}
     ts = list(reading.sweep.ts)
     shift = reading.sweep.base_shift
+    chunk = None if plan is None else plan.chunk_for(len(parts))
     values = []
     for t in ts:
         point = {k: (v + (t + shift) * u[k] if k in u else v) for k, v in params.items()}
-        values.append(directional_fisher(model, point, parts, x, family))
+        values.append(directional_fisher(model, point, parts, x, family, chunk_size=chunk))
     table = torch.stack(values).T  # (n_layers, n_t)
     out = {}
     for layer, f in zip(layers, table, strict=True):

@@ -748,6 +748,11 @@ def print_devinterp_table(dvi: Devinterp | None, note: str, rows: list) -> None:
         f"100x the read's passes: {[r['name'] for r in out if r.get('short')] or 'none'}"
     )
     print(
+        f"note: devinterp's settling is judged inside its {DEFAULT_CHAINS} × {DEFAULT_DRAWS} run "
+        f"(inside the band from T to step {DEFAULT_DRAWS}, T ≤ {int(SETTLE_BY * DEFAULT_DRAWS)}), "
+        "a shorter stay than the library's long run asks (T ≤ D/2, D ≥ 4000 steps, 4 chains)"
+    )
+    print(
         f"devinterp failed (no stable step / diverged): "
         f"{[r['name'] for r in out if r['verdict'] == 'failed'] or 'none'}"
     )

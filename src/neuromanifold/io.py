@@ -15,8 +15,9 @@ its weights. ``architecture`` may be
   task head is kept), else ``AutoModel``; attention is built with ``attn_implementation="eager"``
   by default (explicit matmul–softmax–matmul; ``"sdpa"`` also reads correctly, since the read
   routes SDPA through its math kernel, which has forward-mode derivatives). Hugging Face models
-  return a ``ModelOutput``: pass ``tensor_output=True`` (or wrap in :class:`TensorOutput`) to get
-  a module returning the ``logits`` (else ``last_hidden_state``) that `singular.read` accepts;
+  return a ``ModelOutput``, so by default (``tensor_output="auto"``) they come wrapped in
+  :class:`TensorOutput`, a module returning the ``logits`` (else ``last_hidden_state``) that
+  `singular.read` accepts;
 * otherwise a timm model name (needs ``timm``, loaded lazily; built with ``pretrained=False``,
   nothing is downloaded);
 * ``None`` — only for a zoo checkpoint whose sidecar ``<checkpoint>.json`` sits beside it.
@@ -36,7 +37,7 @@ import json
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -96,9 +97,20 @@ def load_state_dict_checked(
     """Copy ``state`` into ``model`` after checking keys and shapes; returns ``model``.
 
     Raises ``ValueError`` listing every missing key, unexpected key and shape mismatch
-    (``name: expected (…), got (…)``) — nothing is copied when any check fails.
+    (``name: expected (…), got (…)``) — nothing is copied when any check fails. Tied parameters
+    (one tensor under several names, e.g. a decoder sharing the word embeddings) may be stored
+    under any one of their names, as ``save_pretrained`` and safetensors do.
     """
     expected = model.state_dict()
+    tied: dict[int, list[str]] = {}
+    for k, v in model.state_dict(keep_vars=True).items():
+        tied.setdefault(id(v), []).append(k)
+    state = dict(state)
+    for names in tied.values():
+        stored = [k for k in names if k in state]
+        for k in names:
+            if stored and k not in state:
+                state[k] = state[stored[0]]
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     mismatched = [
@@ -280,7 +292,7 @@ def _from_timm(name: str) -> nn.Module:
 def _build(
     architecture: Any, checkpoint: Path | None, attn_implementation: str | None = "eager"
 ) -> tuple[nn.Module, bool]:
-    """Return ``(model, has_weights)``."""
+    """Return ``(model, is_huggingface)``."""
     from neuromanifold.zoo.models import (
         ZOO_ARCHITECTURES,
         CNNConfig,
@@ -321,7 +333,7 @@ def _build(
         model = _from_huggingface(
             path, with_weights=checkpoint is None, attn_implementation=attn_implementation
         )
-        return model, checkpoint is None
+        return model, True
     if ":" in architecture:
         return _from_factory(architecture), False
     return _from_timm(architecture), False
@@ -331,24 +343,26 @@ def load_model(
     checkpoint: str | Path | None,
     *,
     architecture: Any = None,
-    tensor_output: bool = False,
+    tensor_output: bool | Literal["auto"] = "auto",
     attn_implementation: str | None = "eager",
 ) -> nn.Module:
     """Build ``architecture`` (module docstring: accepted forms) and load ``checkpoint`` into it.
 
     Returns the module in eval mode. ``checkpoint=None`` returns the freshly built model (random
     initialisation for zoo/timm/factory architectures, the directory's weights for Hugging Face).
-    ``tensor_output=True`` wraps the result in :class:`TensorOutput` (for models returning a
-    ``ModelOutput`` or a tuple). ``attn_implementation`` is passed to Hugging Face models only
-    (``None``: the library's default).
+    ``tensor_output``: ``True`` wraps the result in :class:`TensorOutput` (for models returning a
+    ``ModelOutput`` or a tuple), ``False`` never does, ``"auto"`` wraps Hugging Face directory
+    models only (their parameter names then start with ``model.``). ``attn_implementation`` is
+    passed to Hugging Face models only (``None``: the library's default).
     """
-    if not isinstance(tensor_output, bool):
-        raise TypeError(f"tensor_output must be a bool; got {type(tensor_output).__name__}")
+    if tensor_output not in (True, False, "auto"):
+        raise TypeError(f"tensor_output must be True, False or 'auto'; got {tensor_output!r}")
     ckpt = Path(checkpoint) if checkpoint is not None else None
     if ckpt is not None and not ckpt.is_file():
         raise FileNotFoundError(f"checkpoint file {ckpt} does not exist")
-    model, _ = _build(architecture, ckpt, attn_implementation)
+    model, is_hf = _build(architecture, ckpt, attn_implementation)
     if ckpt is not None:
         load_state_dict_checked(model, read_state_dict(ckpt), source=str(ckpt))
     model = model.eval()
-    return TensorOutput(model).eval() if tensor_output else model
+    wrap = tensor_output is True or (tensor_output == "auto" and is_hf)
+    return TensorOutput(model).eval() if wrap else model

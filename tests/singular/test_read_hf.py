@@ -102,7 +102,7 @@ def _expected_ln_pairs() -> dict[str, str]:
 
 def test_directory_loads_through_io(saved, tmp_path) -> None:
     model, path = saved
-    net = load_model(None, architecture=path, tensor_output=True)
+    net = load_model(None, architecture=path)  # tensor_output="auto" wraps HF models
     assert isinstance(net, TensorOutput) and not net.training
     inner = net.model
     assert type(inner).__name__ == "BertForSequenceClassification"  # the head is kept
@@ -114,19 +114,45 @@ def test_directory_loads_through_io(saved, tmp_path) -> None:
         got = copy.deepcopy(net).double()(x)
         torch.testing.assert_close(got, copy.deepcopy(model).double()(x).logits, **EXACT)
     # weights given separately: built from the directory's config, loaded from the file
-    again = load_model(f"{path}/model.safetensors", architecture=path)
+    again = load_model(f"{path}/model.safetensors", architecture=path, tensor_output=False)
+    assert type(again).__name__ == "BertForSequenceClassification"
     assert all(torch.equal(v, ref[k]) for k, v in again.state_dict().items())
     sdpa = load_model(None, architecture=path, attn_implementation="sdpa")
-    assert sdpa.config._attn_implementation == "sdpa"
+    assert sdpa.model.config._attn_implementation == "sdpa"
     # a weights file of another model is refused with every problem listed
     save_file({"weight": torch.zeros(2, 2)}, str(tmp_path / "other.safetensors"))
     with pytest.raises(ValueError, match=r"does not fit BertForSequenceClassification: missing"):
         load_model(tmp_path / "other.safetensors", architecture=path)
+    with pytest.raises(ValueError, match=r"is a directory without config\.json"):
+        load_model(None, architecture=str(tmp_path))
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ValueError, match="cannot read the Hugging Face config in"):
         load_model(None, architecture=str(tmp_path))
-    with pytest.raises(TypeError, match="tensor_output must be a bool; got str"):
+    with pytest.raises(TypeError, match="tensor_output must be True, False or 'auto'; got 'yes'"):
         load_model(None, architecture=path, tensor_output="yes")
+
+
+def test_tied_weights_stored_once_load_and_stay_tied(tmp_path) -> None:
+    """save_pretrained stores a tied decoder once (under the embedding's name); loading that file
+    into the directory's architecture fills the alias and keeps the tie."""
+    torch.manual_seed(1)
+    cfg = transformers.BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=1,
+        num_attention_heads=N_HEADS,
+        intermediate_size=2 * HIDDEN,
+        max_position_embeddings=MAX_POS,
+    )
+    mlm = transformers.BertForMaskedLM(cfg).eval()
+    mlm.save_pretrained(str(tmp_path))
+    from safetensors.torch import load_file
+
+    assert "cls.predictions.decoder.weight" not in load_file(str(tmp_path / "model.safetensors"))
+    back = load_model(tmp_path / "model.safetensors", architecture=str(tmp_path)).model
+    assert back.cls.predictions.decoder.weight is back.bert.embeddings.word_embeddings.weight
+    ref = mlm.state_dict()
+    assert all(torch.equal(v, ref[k]) for k, v in back.state_dict().items())
 
 
 def test_tensor_output_picks_and_errors(saved) -> None:
@@ -155,7 +181,7 @@ def test_tensor_output_picks_and_errors(saved) -> None:
 def test_bert_read_reports_the_architectural_gauges(saved) -> None:
     _, path = saved
     attn = "eager"
-    net = load_model(None, architecture=path, tensor_output=True, attn_implementation=attn)
+    net = load_model(None, architecture=path, attn_implementation=attn)
     x = _tokens()
     before = {k: v.clone() for k, v in net.state_dict().items()}
     reading = read(net, x, Categorical(), progress=False)
@@ -242,7 +268,7 @@ def test_sdpa_attention_reads_the_same_gauges(saved) -> None:
     x = _tokens()
     got = {}
     for attn in ("eager", "sdpa"):
-        net = load_model(None, architecture=path, tensor_output=True, attn_implementation=attn)
+        net = load_model(None, architecture=path, attn_implementation=attn)
         reading = read(net, x, Categorical(), detectors=[AttentionDetector()], progress=False)
         got[attn] = [(r.detector, r.layers, r.k, r.klass) for r in reading.directions]
     assert got["sdpa"] == got["eager"]

@@ -19,7 +19,7 @@ from torch import nn
 
 from neuromanifold.io import TensorOutput, import_transformers, load_model
 from neuromanifold.singular.detectors.attention import AttentionDetector
-from neuromanifold.singular.detectors.layernorm import layernorm_kernel
+from neuromanifold.singular.detectors.layernorm import LayerNormReachDetector, layernorm_kernel
 from neuromanifold.singular.family import Categorical
 from neuromanifold.singular.read import read
 
@@ -317,4 +317,34 @@ def test_tied_decoder_is_read_on_the_shared_matrix() -> None:
     assert emb["net.model.bert.embeddings.position_embeddings"].klass == "flat_gauge"
     assert [(n.name, n.type, n.n_params) for n in reading.not_covered] == [
         ("net.model.cls.predictions", "BertLMPredictionHead", VOCAB)
+    ]
+
+
+def test_equal_norms_at_initialisation_name_the_last_before_the_head(tmp_path) -> None:
+    """At initialisation every LayerNorm has γ = 1, β = 0: the factor test matches all of them on
+    the pooler (through the [CLS] selection); the last norm before it is named, all are listed."""
+    torch.manual_seed(2)
+    cfg = transformers.BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=1,
+        num_attention_heads=N_HEADS,
+        intermediate_size=2 * HIDDEN,
+        max_position_embeddings=MAX_POS,
+        type_vocab_size=1,
+        num_labels=3,
+    )
+    transformers.BertForSequenceClassification(cfg).save_pretrained(str(tmp_path))
+    net = load_model(None, architecture=str(tmp_path))
+    reading = read(
+        net, _tokens(), Categorical(), progress=False, detectors=[LayerNormReachDetector()]
+    )
+    (rec,) = reading.directions
+    pre = "model.bert."
+    assert rec.layers == (f"{pre}pooler.dense", f"{pre}encoder.layer.0.output.LayerNorm")
+    assert rec.klass == "flat_gauge" and rec.info["closed_form_cos"] >= COS_MIN
+    assert rec.info["matching_norms"] == [
+        f"{pre}embeddings.LayerNorm",
+        f"{pre}encoder.layer.0.attention.output.LayerNorm",
+        f"{pre}encoder.layer.0.output.LayerNorm",
     ]

@@ -140,9 +140,11 @@ class LayerNormReachDetector:
     (selection and averaging preserve ``⟨γ⁻¹, ·⟩ = ⟨γ⁻¹, β⟩``). For a Linear with bias that is no
     graph consumer of a LayerNorm, this detector tests every LayerNorm of matching width on the
     Linear's own factor: ``a*ᵀ A a* ≤ REACH_TOL · tr A`` (exact on the probe set). On success it
-    proposes the LN-kernel gauge once, naming the first matching norm and listing all matches in
-    ``info["matching_norms"]`` (norms with equal ``γ``, ``β`` — e.g. at initialisation — cannot be
-    told apart this way).
+    proposes the LN-kernel gauge once, listing all matches in ``info["matching_norms"]``. Norms
+    with equal ``γ``, ``β`` (e.g. at initialisation) cannot be told apart by the test; the one
+    named is then the last match registered before the Linear in ``named_modules()`` order (the
+    final norm before a head, in the usual layouts), else the first match. The direction is the
+    same for all of them.
     """
 
     name = "layernorm-reach"
@@ -177,7 +179,9 @@ class LayerNormReachDetector:
                 matches.append((ln_name, a_star))
         if not matches:
             return []
-        ln_name, a_star = matches[0]
+        order = {n: i for i, (n, _) in enumerate(ctx.model.named_modules())}
+        before = [m for m in matches if order[m[0]] < order[name]]
+        ln_name, a_star = before[-1] if before else matches[0]
         return ctx.canonical(
             [
                 Candidate(

@@ -13,6 +13,7 @@ PACKAGES = [
     "neuromanifold.singular.detectors",
     "neuromanifold.cells",
     "neuromanifold.zoo",
+    "neuromanifold.report",
 ]
 
 

@@ -14,6 +14,8 @@ output family, and the order k or class the directional-Fisher read must return.
 * Gauges: `ce_logit_shift` (flat), `relu_rescale` and `qk_rotation` (curved).
 * Residual: `residual_path` (order = shortest weighted path). Convolution: `conv_node_death`,
   `conv_chain`.
+* Planted networks for the whole-model read: `planted_mlp`, `planted_deep_linear`,
+  `planted_conv`, `planted_conv_chain`, `planted_transformer`, `planted_embedding` (`PlantedNet`).
 * Judging: `read_cell`, `read_cells`, `check_reading`, `CellResult`, `K_HAT_ATOL`, `R2_MIN`;
   plotting: `plot_reading`.
 """
@@ -38,6 +40,16 @@ from neuromanifold.cells.dense import (
 )
 from neuromanifold.cells.gauges import ce_logit_shift, relu_rescale
 from neuromanifold.cells.norms import layernorm_kernel, layernorm_kernel_vector, rmsnorm_no_kernel
+from neuromanifold.cells.planted import (
+    PlantedNet,
+    PlantedSelfAttention,
+    planted_conv,
+    planted_conv_chain,
+    planted_deep_linear,
+    planted_embedding,
+    planted_mlp,
+    planted_transformer,
+)
 from neuromanifold.cells.plot import plot_reading
 from neuromanifold.cells.registry import CELLS, all_cells, cell_names, get_cell
 from neuromanifold.cells.residual import residual_path
@@ -60,6 +72,8 @@ __all__ = [
     "R2_MIN",
     "Cell",
     "CellResult",
+    "PlantedNet",
+    "PlantedSelfAttention",
     "all_cells",
     "ce_logit_shift",
     "cell_names",
@@ -76,6 +90,12 @@ __all__ = [
     "mlp_node_death",
     "node_death",
     "node_death_offset",
+    "planted_conv",
+    "planted_conv_chain",
+    "planted_deep_linear",
+    "planted_embedding",
+    "planted_mlp",
+    "planted_transformer",
     "plot_reading",
     "qk_rotation",
     "read_cell",

@@ -9,7 +9,12 @@ dimensions, unseen embedding rows).
 """
 
 from neuromanifold.singular.detectors.attention import AttentionDetector, attention_layout
-from neuromanifold.singular.detectors.base import Candidate, DetectionContext, Detector
+from neuromanifold.singular.detectors.base import (
+    Candidate,
+    DetectionContext,
+    Detector,
+    parameter_aliases,
+)
 from neuromanifold.singular.detectors.embedding import EmbeddingDetector
 from neuromanifold.singular.detectors.gauges import LogitShiftDetector, ReLURescaleDetector
 from neuromanifold.singular.detectors.glu import GLUDetector, glu_layout
@@ -50,5 +55,6 @@ __all__ = [
     "glu_layout",
     "layernorm_kernel",
     "near_kernel",
+    "parameter_aliases",
     "trace_graph",
 ]

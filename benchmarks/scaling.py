@@ -1,0 +1,279 @@
+"""Scaling of the read: cost against parameter count and probe-set size, data parallelism, batching.
+
+Printed in one run (all times in seconds, float64, CPU, ``--threads`` intra-op threads, default 1):
+
+1. **Parameters.** Zoo MLPs (``64 → w → w → 10``, w = 64 … 3072, up to 1.0·10⁷ parameters)
+   and zoo ViTs (8×8 images, patch 2, depth 2, ``dim`` 16 to 128) up to ``--max-params``, on
+   ``--n`` probe samples (default 64). Three costs per model: ``sweep`` = one `read_direction`
+   along a pseudo-random unit direction touching every parameter (32 grid points + the floor
+   pass: the per-direction cost of the read), ``factor`` = the K-FAC/KFC factor pass
+   (`kfac_factors`, one backward per class), and ``read`` = the whole-model `read` with
+   ``max_directions=2``, ``snap=False`` (factor pass, detection with its eigendecompositions,
+   two sweeps; only up to ``--read-max-params``, default 1.2·10⁶). Detection is not linear in
+   the parameters: the linear detector enumerates the kernel of each input factor A, whose
+   dimension is ``width − rank(A) ≥ width − N`` when a layer is wider than the probe set. The
+   log–log slope of cost against parameter count is fitted by least squares over all sizes and
+   over the upper half (the asymptotic regime; small models are dominated by per-call overhead,
+   which flattens the slope).
+2. **Probe-set size.** The MLP with ``w = 256`` (about 10⁵ parameters), N from 64 to 1024; same
+   costs and fits (the whole read only up to ``--read-max-n``, default 256: at N = 512 the linear
+   detector's ``near_kernel`` did not finish within 5 minutes on 2026-11-30).
+3. **Peak memory.** The process's resident-set high-water mark (``ru_maxrss``) after each model,
+   which is monotone: with sizes increasing it is the peak of the largest model so far.
+4. **Data parallel.** The whole read of the ``w = 256`` MLP on 256 samples in 1, 2 and 4 spawned
+   gloo processes (`launch_local`, one thread each, contiguous shards), against the same read in
+   this process. The time is the slowest rank's read after a barrier (process start-up excluded).
+   On a machine with fewer cores than processes the ranks share cores: the 4-process row then
+   measures oversubscription, not scaling (the core count is printed).
+5. **Batching.** 16 directions on a small ViT (dim 32, depth 2, about 2.7·10⁴ parameters,
+   N = 256): one ``vmap``-batched `directional_fisher` call against 16 calls of one direction;
+   and a 32-point sweep with 8 t-values per ``vmap`` group against one t at a time.
+
+Run:  python benchmarks/scaling.py                       (≈ 6–8 minutes on a busy 2-core machine)
+      python benchmarks/scaling.py --only samples parallel batching
+      python benchmarks/scaling.py --quick               (smaller sizes)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import resource
+import sys
+import time
+
+import numpy as np
+import torch
+
+from neuromanifold.singular.direction import read_direction
+from neuromanifold.singular.distributed import launch_local, read_sharded
+from neuromanifold.singular.factors import kfac_factors
+from neuromanifold.singular.family import Categorical
+from neuromanifold.singular.fisher import directional_fisher
+from neuromanifold.singular.read import read
+from neuromanifold.singular.sweep import sweep
+from neuromanifold.zoo.models import MLPConfig, ViTConfig, build_model
+
+
+class Case:
+    """Model, probe inputs and family (the shape `launch_local` factories return)."""
+
+    def __init__(self, model: torch.nn.Module, data: torch.Tensor) -> None:
+        self.model = model.double().eval()
+        self.data = data
+        self.family = Categorical()
+
+
+def mlp_case(width: int = 256, n: int = 64, seed: int = 0) -> Case:
+    """Zoo MLP ``64 → width → width → 10`` on ``n`` Gaussian 8×8 inputs."""
+    model = build_model(MLPConfig(in_features=64, hidden=(width, width)), seed=seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    return Case(model, torch.randn(n, 1, 8, 8, generator=gen, dtype=torch.float64))
+
+
+def vit_case(dim: int = 32, n: int = 64, seed: int = 0) -> Case:
+    """Zoo ViT (8×8 images, patch 2, depth 2, 4 heads) of width ``dim``."""
+    model = build_model(ViTConfig(dim=dim, depth=2, heads=4), seed=seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    return Case(model, torch.randn(n, 1, 8, 8, generator=gen, dtype=torch.float64))
+
+
+def n_params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def random_direction(model: torch.nn.Module, seed: int = 0) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return {
+        k: torch.randn(v.shape, generator=gen, dtype=torch.float64)
+        for k, v in model.named_parameters()
+    }
+
+
+def timed(fn, repeats: int = 1) -> float:
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def costs(case: Case, with_read: bool = True) -> tuple[float, float, float]:
+    """(sweep seconds, factor-pass seconds, read seconds or nan) for one case."""
+    params = dict(case.model.named_parameters())
+    u = random_direction(case.model)
+    t_sweep = timed(lambda: read_direction(case.model, params, u, case.data, case.family))
+    t_fac = timed(lambda: kfac_factors(case.model, case.data, case.family))
+    if not with_read:
+        return t_sweep, t_fac, math.nan
+    t_read = timed(
+        lambda: read(
+            case.model,
+            case.data,
+            case.family,
+            max_directions=2,
+            snap=False,
+            per_layer=False,
+            progress=False,
+        )
+    )
+    return t_sweep, t_fac, t_read
+
+
+def slope(xs: list[float], ys: list[float]) -> float:
+    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
+
+
+def fit_line(label: str, xs: list[float], ys: list[float]) -> str:
+    half = len(xs) // 2
+    upper = slope(xs[half:], ys[half:]) if len(xs) - half >= 2 else float("nan")
+    return f"{label}: slope all = {slope(xs, ys):.3f}, upper half = {upper:.3f}"
+
+
+def series(name: str, cases: list[tuple[str, Case]], x_of, read_if) -> None:
+    print(f"\n== {name} ==")
+    head = f"{'model':<16}{'params':>10}{'N':>6}{'sweep s':>10}{'factor s':>10}{'read s':>10}"
+    print(head + f"{'RSS MB':>9}")
+    xs, sw, fa, rd = [], [], [], []
+    for label, case in cases:
+        read_direction(  # warm-up: kernels, first-call overhead
+            case.model,
+            dict(case.model.named_parameters()),
+            random_direction(case.model),
+            case.data[:2],
+            case.family,
+            grid=[0.1, 0.2],
+        )
+        p = n_params(case.model)
+        with_read = read_if(p, case.data.shape[0])
+        if with_read:
+            read(case.model, case.data[:4], case.family, max_directions=1, progress=False)
+        t_sweep, t_fac, t_read = costs(case, with_read=with_read)
+        n = case.data.shape[0]
+        xs.append(x_of(p, n))
+        sw.append(t_sweep)
+        fa.append(t_fac)
+        rd.append(t_read)
+        row = f"{label:<16}{p:>10}{n:>6}{t_sweep:>10.3f}{t_fac:>10.3f}{t_read:>10.3f}"
+        print(row + f"{rss_mb():>9.0f}", flush=True)
+    print(fit_line("  sweep  ", xs, sw))
+    print(fit_line("  factors", xs, fa))
+    keep = [i for i, t in enumerate(rd) if math.isfinite(t)]
+    if len(keep) >= 2:
+        print(fit_line("  read   ", [xs[i] for i in keep], [rd[i] for i in keep]))
+
+
+def data_parallel(width: int, n: int, worlds: list[int]) -> None:
+    print(f"\n== data-parallel read: MLP w={width}, N={n}, os.cpu_count()={os.cpu_count()} ==")
+    case = mlp_case(width, n)
+    kw = {"progress": False, "max_directions": 2, "snap": False, "per_layer": False}
+    read_sharded(case.model, case.data[:4], case.family, **kw)  # warm-up
+    t_single = timed(lambda: read_sharded(case.model, case.data, case.family, **kw))
+    print(f"single process (no group): {t_single:.3f} s")
+    for w in worlds:
+        t0 = time.perf_counter()
+        out = launch_local(
+            w,
+            "scaling:mlp_case",
+            factory_kwargs={"width": width, "n": n},
+            read_kwargs=kw,
+        )
+        wall = time.perf_counter() - t0
+        slowest = max(o["seconds"] for o in out)
+        ks = [(d["k"], d["class"]) for d in out[0]["reading"]["directions"]]
+        print(
+            f"{w} process(es): read {slowest:.3f} s (speed-up vs single "
+            f"{t_single / slowest:.2f}×), wall incl. spawn {wall:.1f} s, directions {ks}",
+            flush=True,
+        )
+
+
+def batching(n: int) -> None:
+    print("\n== batching on a small ViT (dim 32, depth 2) ==")
+    case = vit_case(32, n)
+    params = dict(case.model.named_parameters())
+    dirs = [random_direction(case.model, seed=s) for s in range(16)]
+    directional_fisher(case.model, params, dirs[:2], case.data[:4], case.family)  # warm-up
+    t_batched = timed(
+        lambda: directional_fisher(case.model, params, dirs, case.data, case.family), 3
+    )
+    t_loop = timed(
+        lambda: [directional_fisher(case.model, params, d, case.data, case.family) for d in dirs],
+        3,
+    )
+    vb = directional_fisher(case.model, params, dirs, case.data, case.family)
+    vl = torch.stack(
+        [directional_fisher(case.model, params, d, case.data, case.family) for d in dirs]
+    )
+    err = float(((vb - vl).abs() / vl.abs()).max())
+    print(
+        f"params {n_params(case.model)}, N {n}: 16 directions batched {t_batched:.3f} s, "
+        f"one at a time {t_loop:.3f} s, ratio {t_loop / t_batched:.2f}× (max rel. diff {err:.1e})"
+    )
+    grid = torch.logspace(-4, 0, 32, dtype=torch.float64).tolist()
+    t8 = timed(lambda: sweep(case.model, params, dirs[0], case.data, case.family, grid=grid), 2)
+    t1 = timed(
+        lambda: sweep(case.model, params, dirs[0], case.data, case.family, grid=grid, t_batch=1),
+        2,
+    )
+    print(f"32-point sweep: t_batch=8 {t8:.3f} s, t_batch=1 {t1:.3f} s, ratio {t1 / t8:.2f}×")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--n", type=int, default=64, help="probe samples for the parameter sweep")
+    ap.add_argument("--max-params", type=float, default=1.1e7, help="largest model (sweeps)")
+    ap.add_argument(
+        "--read-max-params", type=float, default=1.2e6, help="largest model for the whole read"
+    )
+    ap.add_argument(
+        "--read-max-n", type=int, default=256, help="largest probe set for the whole read"
+    )
+    ap.add_argument(
+        "--only",
+        choices=["params", "samples", "parallel", "batching"],
+        nargs="*",
+        default=None,
+        help="run only these sections",
+    )
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    t_start = time.perf_counter()
+    print(f"torch {torch.__version__}, threads {args.threads}, cores {os.cpu_count()}")
+    widths = [64, 128, 256, 512] if args.quick else [64, 128, 256, 512, 1024, 2048, 3072]
+    dims = [16, 32, 64] if args.quick else [16, 32, 64, 128]
+    mlps = [(f"mlp w={w}", mlp_case(w, args.n)) for w in widths]
+    vits = [(f"vit dim={d}", vit_case(d, args.n)) for d in dims]
+    mlps = [c for c in mlps if n_params(c[1].model) <= args.max_params]
+    vits = [c for c in vits if n_params(c[1].model) <= args.max_params]
+    only = set(args.only or ["params", "samples", "parallel", "batching"])
+    if "params" in only:
+        big = args.read_max_params
+        series("cost vs parameters: MLP", mlps, lambda p, n: p, lambda p, n: p <= big)
+        series("cost vs parameters: ViT", vits, lambda p, n: p, lambda p, n: p <= big)
+    sizes = [64, 128, 256, 512] if args.quick else [64, 128, 256, 512, 1024]
+    if "samples" in only:
+        series(
+            "cost vs probe samples: MLP w=256",
+            [(f"N={n}", mlp_case(256, n)) for n in sizes],
+            lambda p, n: n,
+            lambda p, n: n <= args.read_max_n,
+        )
+    if "parallel" in only:
+        data_parallel(256, 256, [1, 2, 4])
+    if "batching" in only:
+        batching(256)
+    print(f"\ntotal {time.perf_counter() - t_start:.0f} s; peak RSS {rss_mb():.0f} MB")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    main()

@@ -24,6 +24,7 @@ from neuromanifold.singular.detectors import (
     near_kernel,
     trace_graph,
 )
+from neuromanifold.singular.detectors.linear import near_kernel_reference
 from neuromanifold.singular.factors import kfac_factors
 from neuromanifold.singular.family import Categorical
 
@@ -71,6 +72,23 @@ def test_near_kernel_threshold_and_gap() -> None:
     # 2e-4 and 9e-4 are both below τ but only a decade above 9e-4 would make the set clean
     assert near_kernel(torch.tensor([2e-4, 9e-4, 2e-3, 1.0]), 1e-3) == []
     assert near_kernel(torch.zeros(3), 1e-3) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_near_kernel_matches_the_shrinking_reference(seed: int) -> None:
+    """Fast prefix selection against the one-at-a-time reference: ties, zeros, gaps, no gaps."""
+    g = torch.Generator().manual_seed(seed)
+    n = 40
+    logs = -12 * torch.rand(n, generator=g, dtype=torch.float64)
+    ev = 10.0**logs
+    ev[torch.randperm(n, generator=g)[:5]] = 0.0  # exact zeros
+    ev[torch.randperm(n, generator=g)[:6]] = float(ev[0])  # ties
+    ev[torch.randperm(n, generator=g)[:3]] = -1e-14  # tiny negatives (clamped)
+    for tau in (1e-1, 1e-3, 1e-6, 1e-9):
+        for gap in (1.0, 10.0, 1e3):
+            assert near_kernel(ev, tau, gap=gap) == near_kernel_reference(ev, tau, gap=gap)
+    dense = torch.linspace(1e-3, 1.0, 200, dtype=torch.float64)  # no decade gap anywhere
+    assert near_kernel(dense, 1e-1) == near_kernel_reference(dense, 1e-1) == []
 
 
 @pytest.mark.parametrize("depth", [2, 4])

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -53,6 +54,7 @@ __all__ = [
     "block_spectrum",
     "lift",
     "near_kernel",
+    "near_kernel_reference",
 ]
 
 TAU_A = 1e-3
@@ -68,6 +70,12 @@ LOGIT_SHIFT_COS = 0.9999
 def near_kernel(evals: Tensor, tau: float, *, gap: float = GAP) -> list[int]:
     """Indices (ascending eigenvalues) of the near-kernel: ratio ``< tau`` with a ``gap`` margin.
 
+    Same selection as `near_kernel_reference`, in ``O(n log n)``: with the ratios sorted stably
+    (``s_0 ≤ s_1 ≤ …``), the kept set is always a prefix of the sort order, so the smallest
+    rejected ratio is ``s_m`` for a prefix of length ``m``; the prefix shrinks from the count
+    below ``tau`` until ``s_{m-1} = 0`` or ``s_m ≥ gap · s_{m-1}``. Non-finite input falls back
+    to the reference (its order of NaNs is Python's).
+
     >>> near_kernel(torch.tensor([0.0, 1e-9, 0.5, 1.0]), 1e-3)
     [0, 1]
     >>> near_kernel(torch.tensor([1e-5, 5e-5, 1.0]), 1e-3)  # both below τ, a decade before 1.0
@@ -77,9 +85,36 @@ def near_kernel(evals: Tensor, tau: float, *, gap: float = GAP) -> list[int]:
     >>> near_kernel(torch.zeros(2), 1e-3)  # a vanishing factor (e.g. G above a dead layer)
     [0, 1]
     """
-    ev = evals.double().clamp_min(0.0)
+    ev = evals.detach().double().clamp_min(0.0).reshape(-1).cpu().numpy()
+    if not np.isfinite(ev).all():
+        return near_kernel_reference(evals, tau, gap=gap)
     top = float(ev.max())
     if top <= 0.0:  # a factor that vanishes identically: every direction is in its kernel
+        return list(range(ev.size))
+    ratios = ev / top
+    order = np.argsort(ratios, kind="stable")
+    s = ratios[order]
+    m = int(np.searchsorted(s, tau, side="left"))  # count of ratios < tau
+    if m == 0:
+        return []
+    largest = s[:m]
+    nxt = np.append(s[1:m], s[m] if m < s.size else np.inf)
+    ok = (largest == 0.0) | (nxt >= gap * largest)
+    hits = np.flatnonzero(ok)
+    if hits.size == 0:
+        return []
+    return order[: int(hits[-1]) + 1].tolist()
+
+
+def near_kernel_reference(evals: Tensor, tau: float, *, gap: float = GAP) -> list[int]:
+    """Brute-force oracle of `near_kernel`: shrink the kept list one index at a time.
+
+    >>> near_kernel_reference(torch.tensor([1e-5, 5e-4, 1e-3, 1.0]), 1e-3)
+    [0]
+    """
+    ev = evals.double().clamp_min(0.0)
+    top = float(ev.max())
+    if top <= 0.0:
         return list(range(ev.numel()))
     ratios = (ev / top).tolist()
     order = sorted(range(len(ratios)), key=lambda i: ratios[i])
@@ -116,8 +151,12 @@ class BlockSpectrum:
         return self.g_vecs[:, -1]
 
     def ker_a_basis(self) -> Tensor:
-        """Columns spanning the A-side near-kernel, shape ``(d_in(+1), k)``."""
-        return self.a_vecs[:, self.ker_a]
+        """Columns spanning the A-side near-kernel, shape ``(d_in(+1), k)`` (computed once)."""
+        basis = self.__dict__.get("_ker_a_basis")
+        if basis is None:
+            basis = self.a_vecs[:, self.ker_a]
+            object.__setattr__(self, "_ker_a_basis", basis)
+        return basis
 
 
 def block_spectrum(ctx: DetectionContext, name: str) -> BlockSpectrum | None:

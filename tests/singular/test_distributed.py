@@ -52,12 +52,31 @@ def test_two_gloo_processes_give_the_single_process_reading() -> None:
             assert _close(d["sweep"]["floor"], s["sweep"]["floor"], RTOL_SUMS)
             for f_dist, f_one in zip(d["sweep"]["F"], s["sweep"]["F"], strict=True):
                 assert _close(f_dist, f_one, RTOL_SUMS), (f_dist, f_one)
-    # every rank holds bitwise the same all-reduced values and decisions
+    # every rank holds the same decisions and the same all-reduced values; quantities each rank
+    # computes locally from identical inputs (e.g. a gauge direction's offset |uᵀθ0|) may differ in
+    # the last bit (observed: 0.8131602186959695 vs …697), since vectorised dot products need not
+    # sum in the same order in two processes
     strip = [
         {**r, "meta": {k: v for k, v in r["meta"].items() if k not in PER_RANK_META}}
         for r in per_rank
     ]
-    assert strip[0] == strip[1]
+    _assert_same(strip[0], strip[1], RTOL_SUMS)
+
+
+def _assert_same(a: object, b: object, rtol: float, path: str = "") -> None:
+    """Equal structure and non-float leaves; float leaves equal to ``rtol`` relative."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert a.keys() == b.keys(), path
+        for key in a:
+            _assert_same(a[key], b[key], rtol, f"{path}.{key}")
+    elif isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_same(x, y, rtol, f"{path}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert a == b or _close(a, b, rtol), (path, a, b)
+    else:
+        assert a == b, (path, a, b)
 
 
 @pytest.mark.parametrize(("n", "world"), [(10, 3), (7, 7), (256, 2), (5, 1)])

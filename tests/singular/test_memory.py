@@ -20,7 +20,7 @@ from neuromanifold.singular.memory import (
 )
 
 RTOL_CHUNKED = 1e-12  # chunked vs one-pass sums: summation order only
-BUDGET = 40_000_000  # bytes; the unbudgeted run below peaks several times higher
+BUDGET = 150_000_000  # bytes; the unbudgeted run below peaks several times higher
 
 _SCRIPT = r"""
 import json, sys, torch
@@ -35,7 +35,7 @@ torch.manual_seed(0)
 model = torch.nn.Sequential(
     torch.nn.Linear(16, 512), torch.nn.GELU(), torch.nn.Linear(512, 4)
 ).double()
-x = torch.randn(2048, 16, dtype=torch.float64, generator=gen)
+x = torch.randn(8192, 16, dtype=torch.float64, generator=gen)
 u = {"0.weight": torch.randn(512, 16, dtype=torch.float64, generator=gen)}
 p = dict(model.named_parameters())
 fam = Gaussian()
@@ -87,7 +87,7 @@ def test_peak_rss_stays_under_the_budget_and_the_values_do_not_change() -> None:
     cover. (The whole-process ``ru_maxrss`` was used before and read 0 B whenever an earlier,
     transient peak of the process exceeded the measured one.)"""
     budgeted, free = _run(BUDGET, None)
-    assert budgeted["chunk"] is not None and budgeted["chunk"] < 2048
+    assert budgeted["chunk"] is not None and budgeted["chunk"] < 8192
     assert budgeted["delta"] <= BUDGET, format_bytes(budgeted["delta"])
     assert free["delta"] > 2 * BUDGET, format_bytes(free["delta"])
     for a, b in zip(budgeted["F"], free["F"], strict=True):

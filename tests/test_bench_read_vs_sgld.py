@@ -1,0 +1,121 @@
+"""Checks of benchmarks/read_vs_sgld.py that need no sampler run: the read it times assembles
+the closed form with and without the per-layer diagnostic, its pass count is the documented
+sum, and the settling/pass helpers shared by both samplers agree with brute-force versions."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from neuromanifold.singular.read import read
+from neuromanifold.singular.sgld import running_llc_reference, settling_point_reference
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "read_vs_sgld.py"
+
+#: passes of one direction's sweep: the default 32-point grid + the floor's random direction.
+SWEEP_PASSES = 33
+#: structure passes of a read (output check + graph trace).
+STRUCTURE_PASSES = 2
+#: read rows checked here (fast; the L4 chain and the re-read rows are left to the benchmark).
+ROWS = ("rrr 3-2-3 r1", "rrr 5-3-4 r2", "dln L3 w4", "node relu", "node relu2")
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("read_vs_sgld", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["read_vs_sgld"] = mod
+    spec.loader.exec_module(mod)
+    yield mod
+    sys.modules.pop("read_vs_sgld", None)
+
+
+def _rows(bench):
+    return {name: row for name, *row in bench.benchmark_rows(0, lambda n: n in ROWS)}
+
+
+def test_read_without_per_layer_assembles_the_same_closed_form(bench, monkeypatch):
+    rows = _rows(bench)
+    assert sorted(rows) == sorted(ROWS)
+    fast = {name: row[-1]() for name, row in rows.items()}
+
+    def read_with_per_layer(*args, **kwargs):
+        return read(*args, **{**kwargs, "per_layer": True})
+
+    monkeypatch.setattr(bench, "read", read_with_per_layer)
+    full = {name: row[-1]() for name, row in rows.items()}
+    for name, (lam_cf, *_rest) in rows.items():
+        a, b = fast[name], full[name]
+        assert (a.lam, a.m, a.ks) == (b.lam, b.m, b.ks), name
+        assert a.lam == lam_cf, name
+        assert a.passes <= b.passes, name
+    # the per-layer rates cost one pass per t-value of each multi-layer chain direction
+    assert full["dln L3 w4"].passes - fast["dln L3 w4"].passes == SWEEP_PASSES - 1
+
+
+def test_read_passes_are_the_documented_sum(bench):
+    model, _x, _y, _read_fn = _rows(bench)["rrr 3-2-3 r1"][1:]
+    probe = torch.randn(
+        bench.N_PROBE, 3, generator=torch.Generator().manual_seed(7), dtype=torch.float64
+    )
+    reading = read(model, probe, bench.Gaussian(sigma=1.0), progress=False, per_layer=False)
+    n_out = model[-1].weight.shape[0]
+    re_reads = sum("unsnapped" in d.info or "unprojected" in d.info for d in reading.directions)
+    expected = STRUCTURE_PASSES + (1 + n_out) + SWEEP_PASSES * (len(reading.directions) + re_reads)
+    total = reading.meta["n_forward_passes"] + reading.meta["n_backward_passes"]
+    assert total == expected
+    assert bench.read_row(model, probe, bench.Gaussian(sigma=1.0), bench._rrr_dims).passes == total
+
+
+@pytest.mark.parametrize("read_passes", [1, 39, 172, 1000])
+def test_long_draws_puts_the_deadline_at_125x_the_read(bench, read_passes):
+    d = bench.long_draws(read_passes, 4000)
+    assert d % 2 == 0 and d >= 4000
+    assert bench.LONG_CHAINS * d // 2 >= bench.DEADLINE_RATIO * read_passes
+    assert d == 4000 or bench.LONG_CHAINS * (d // 2 - 1) < bench.DEADLINE_RATIO * read_passes
+
+
+def test_pass_counts_of_both_samplers(bench):
+    # library: ∇U at w* + one per draw, per chain, + L_n(w*); devinterp: one per draw + L_n(w*)
+    assert bench.library_passes(4, 10) == 4 * 11 + 1
+    assert bench.devinterp_passes(4, 10) == 4 * 10 + 4
+
+
+def _brute_settle(trace, init, nbeta, lam, by):
+    est = running_llc_reference(trace, init, nbeta)
+    t = settling_point_reference(est, lam, rtol=0.10)
+    return None if t is None or t > by else t
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_settle_steps_and_short_rule_match_brute_force(bench, seed):
+    g = torch.Generator().manual_seed(seed)
+    nbeta, lam, init = 10.0, 2.0, 1.0
+    draws = 2400
+    # approaches init + lam/nbeta with decaying noise: settles at a seed-dependent point
+    decay = torch.exp(-torch.arange(draws, dtype=torch.float64) / (200.0 * (seed + 1)))
+    trace = init + lam / nbeta * (1.0 + 0.6 * decay) + 0.05 * torch.randn(4, draws, generator=g)
+    for by in (draws // 2, draws):
+        got = bench.settle_steps(trace, init, nbeta, lam, by)
+        assert got == _brute_settle(trace, init, nbeta, lam, by)
+    head = trace[: bench.DEFAULT_CHAINS, : bench.DEFAULT_DRAWS]
+    assert bench.short_rule(trace, init, nbeta, lam) == _brute_settle(
+        head, init, nbeta, lam, bench.DEFAULT_DRAWS // 2
+    )
+
+
+def test_settle_steps_rejects_a_late_settling(bench):
+    nbeta, lam, init = 10.0, 2.0, 1.0
+    trace = torch.full((4, 200), init + lam / nbeta, dtype=torch.float64)
+    trace[:, :60] = init + 1.25 * lam / nbeta  # 25 % high first: the estimate enters the band late
+    late = bench.settle_steps(trace, init, nbeta, lam, 200)
+    assert late is not None and 50 < late == _brute_settle(trace, init, nbeta, lam, 200)
+    assert bench.settle_steps(trace, init, nbeta, lam, 50) is None
+    ok = torch.full((4, 100), init + lam / nbeta, dtype=torch.float64)
+    assert bench.settle_steps(ok, init, nbeta, lam, 50) == 1
+    assert math.isclose(float(running_llc_reference(ok, init, nbeta)[-1]), lam, rel_tol=1e-12)

@@ -48,14 +48,14 @@ error/settling columns, which are measurements, not tuning):
 Pass accounting (one pass = one evaluation of the batch at one parameter point): SGLD's
 forward+backward of the batch loss per chain step counts 1 (batch = all n = 1000 samples), + 1
 forward for L_n(w*). The read counts ``n_forward_passes + n_backward_passes`` of its Reading
-(probe batch N = 256 samples): 2 structure passes (output check and graph trace, on 16 samples,
-counted as full passes), the factor pass (1 forward + 1 backward per output Hessian column:
-the forward those backwards reuse counts 1 more, an over-count by one), and per read direction
-32 forward-mode JVP passes (one per t, also when ``vmap`` evaluates several t at once) + 1 for
-the floor's random direction, again for a snapped re-read. E.g. ``rrr 3-2-3``: 2 + (1 + 3) +
-33 = 39. A JVP pass (primal + tangent) is counted like an SGLD forward+backward. An SGLD pass
-touches 1000 samples, a read pass 256: per sample processed, the ratios below would be ×3.9
-larger.
+(probe batch N = 256 samples; the node cells' own probe set, 128): 2 structure passes (output
+check and graph trace, on 16 samples, counted as full passes), the factor pass (1 forward + 1
+backward per output Hessian column: the forward those backwards reuse counts 1 more, an
+over-count by one), and per read direction 32 forward-mode JVP passes (one per t, also when
+``vmap`` evaluates several t at once) + 1 for the floor's random direction, again for a snapped
+re-read. E.g. ``rrr 3-2-3``: 2 + (1 + 3) + 33 = 39. A JVP pass (primal + tangent) is counted
+like an SGLD forward+backward. An SGLD pass touches 1000 samples, a read pass 256 (128): per
+sample processed, the ratios below would be ×3.9 (×7.8) larger.
 
 Second table: devinterp's own estimator (``pip install devinterp==2.0.1``, the ``bench`` extra),
 ``devinterp.slt.llc.llc`` — its documented one-call "sample and compute LLC" entry point — on the
@@ -714,7 +714,10 @@ def main() -> None:
         f"{DEADLINE_RATIO}× read passes); burn-in {BURNIN_FRACTION:.0%} of each prefix; "
         f"default budget {DEFAULT_CHAINS} × {DEFAULT_DRAWS}"
     )
-    print(f"read: probe N = {N_PROBE} (1 pass = {N_PROBE} samples); tolerance ±{TOL:.0%}")
+    print(
+        f"read: probe N = {N_PROBE}, node rows the cell's own probe set (1 pass = N samples); "
+        f"tolerance ±{TOL:.0%}"
+    )
     print(HEAD)
     print("-" * len(HEAD))
     results, cals, dvi_rows, reads = [], [], [], []

@@ -143,7 +143,9 @@ class Sweep:
         empirical: empirical (observed-label) Fisher instead of the true Fisher.
         upcast: the model or data arrived in a dtype other than float64 and was up-cast.
         t_batched: the grid points were evaluated in ``vmap`` groups (False: one t at a time,
-            either requested or because the model could not be vmapped over its parameters).
+            requested, chosen by the lane policy because the probe set alone fills a pass, see
+            `neuromanifold.singular.fisher.line_lanes`, or because the model could not be
+            vmapped over its parameters).
     """
 
     ts: tuple[float, ...]
@@ -261,8 +263,11 @@ def sweep(
     ``u`` is normalised to unit norm; ``s = base_shift`` (default 0) moves the base point along
     ``u`` (``s = −uᵀθ0`` snaps it, see `neuromanifold.singular.direction`). ``grid`` defaults to
     `default_grid` (32 log-spaced points over ``[1e−4, 1]·ρ_W``). One JVP pass over the N samples
-    per grid point, plus one for the floor estimate; ``t_batch`` grid points share one ``vmap``
-    (memory: ``t_batch ×`` the activations of a chunk of ``chunk_size`` samples; 1 = no batching).
+    per grid point, plus one for the floor estimate; up to ``t_batch`` grid points share one
+    ``vmap`` (memory: ``t_batch ×`` the activations of a chunk of ``chunk_size`` samples; 1 = no
+    batching). Lanes only save per-call overhead, so fewer are used when the samples alone fill a
+    pass (`neuromanifold.singular.fisher.line_lanes`); the values do not depend on the grouping
+    beyond the order of float64 sums.
 
     Returns:
         `Sweep` with ``ts``, ``F``, ``floor`` and the pass count.

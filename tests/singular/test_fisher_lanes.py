@@ -1,0 +1,212 @@
+"""Lane policy of the batched directional Fisher: the activation probe, chunks, lanes, exactness.
+
+The policy only decides how samples and lanes (directions, t-values) are grouped into passes, so
+the tests check (a) the probe's byte count against closed forms, (b) the chunk/lane arithmetic,
+and (c) that every grouping gives the same values as one direction / one t at a time and as the
+per-sample-gradient oracle.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import neuromanifold.singular.fisher as fisher_mod
+from neuromanifold.singular import Categorical, Gaussian
+from neuromanifold.singular._validate import prepare
+from neuromanifold.singular.fisher import (
+    activation_bytes_per_sample,
+    directional_fisher,
+    directional_fisher_reference,
+    lane_chunk,
+    line_lanes,
+)
+from neuromanifold.singular.sweep import sweep
+from neuromanifold.zoo.models import ViTConfig, build_model
+
+RTOL_GROUPING = 1e-12  # regrouping samples/lanes changes only the order of float64 sums
+RTOL_ORACLE = 1e-10  # JVP vs per-sample gradients (as in test_fisher.py)
+ATOL_ORACLE = 1e-14
+
+D = torch.float64
+HIDDEN = 50
+BYTES_F64 = 8
+
+
+def wide_mlp() -> nn.Module:
+    """``4 → 50 → 3``: the widest activation is 50 float64 values per sample (400 bytes)."""
+    return nn.Sequential(nn.Linear(4, HIDDEN), nn.GELU(), nn.Linear(HIDDEN, 3)).to(D)
+
+
+class Tokens(nn.Module):
+    """Token-wise MLP on ``(N, T, 4)``, mean-pooled: the widest activation is ``T·50`` values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = wide_mlp()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x).mean(1)
+
+
+class BatchLoop(nn.Module):
+    """Calls a batch-size-dependent number of torch functions (a Python loop over samples)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, HIDDEN)
+        self.head = nn.Linear(HIDDEN, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        rows = [torch.tanh(h[i]) for i in range(x.shape[0])]
+        return self.head(torch.stack(rows))
+
+
+class FixedBatch(nn.Module):
+    """Refuses every batch size but 6 (so the 2- and 3-sample probe fails)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = wide_mlp()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] != 6:
+            raise RuntimeError(f"expected a batch of 6, got {x.shape[0]}")
+        return self.net(x)
+
+
+def directions(model: nn.Module, count: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(seed)
+    return [
+        {k: torch.randn(v.shape, generator=gen, dtype=D) for k, v in model.named_parameters()}
+        for _ in range(count)
+    ]
+
+
+def prep_of(model: nn.Module, x: torch.Tensor):
+    return prepare(model, dict(model.named_parameters()), x)
+
+
+def test_probe_counts_the_widest_activation() -> None:
+    model = wide_mlp()
+    assert activation_bytes_per_sample(model, prep_of(model, torch.randn(9, 4, dtype=D))) == (
+        HIDDEN * BYTES_F64
+    )
+
+
+def test_probe_scales_with_the_input_shape_and_is_cached_per_shape() -> None:
+    model = Tokens().to(D)
+    for t in (3, 7):
+        prep = prep_of(model, torch.randn(5, t, 4, dtype=D))
+        assert activation_bytes_per_sample(model, prep) == t * HIDDEN * BYTES_F64
+    cached = fisher_mod._ACTIVATION_CACHE[model]
+    assert sorted(key[0] for key in cached) == [(3, 4), (7, 4)]
+
+
+def test_probe_upper_bound_when_the_call_sequence_depends_on_the_batch() -> None:
+    """2 and 3 samples make 2 and 3 tanh calls: the bound ``max bytes₃ / 3`` is then used."""
+    model = BatchLoop().to(D)
+    got = activation_bytes_per_sample(model, prep_of(model, torch.randn(8, 4, dtype=D)))
+    assert got == HIDDEN * BYTES_F64  # the (3, 50) linear output over 3 samples
+
+
+def test_probe_failure_leaves_the_pass_unsplit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fisher_mod, "LANE_BYTES", 1)
+    model = FixedBatch().to(D)
+    x = torch.randn(6, 4, dtype=D)
+    prep = prep_of(model, x)
+    assert activation_bytes_per_sample(model, prep) is None
+    assert lane_chunk(model, prep, 4, None) is None
+    assert lane_chunk(model, prep, 4, 3) == 3
+    dirs = directions(model, 3)
+    batched = directional_fisher(model, dict(model.named_parameters()), dirs, x, Gaussian())
+    single = [
+        directional_fisher(model, dict(model.named_parameters()), d, x, Gaussian()) for d in dirs
+    ]
+    torch.testing.assert_close(batched, torch.stack(single), rtol=RTOL_GROUPING, atol=0.0)
+
+
+def test_single_sample_is_not_probed() -> None:
+    model = wide_mlp()
+    assert activation_bytes_per_sample(model, prep_of(model, torch.randn(1, 4, dtype=D))) is None
+
+
+def test_lane_chunk_arithmetic(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = wide_mlp()
+    prep = prep_of(model, torch.randn(40, 4, dtype=D))
+    s = HIDDEN * BYTES_F64
+    monkeypatch.setattr(fisher_mod, "LANE_BYTES", 5 * 4 * s)  # 20 sample-lanes per pass
+    assert lane_chunk(model, prep, 4, None) == 5
+    assert lane_chunk(model, prep, 4, 3) == 3  # a caller's chunk_size is never raised
+    assert lane_chunk(model, prep, 1, None) == 20
+    assert lane_chunk(model, prep, 100, None) == 1  # at least one sample
+    monkeypatch.setattr(fisher_mod, "LANE_BYTES", 40 * s)
+    assert lane_chunk(model, prep, 1, None) is None  # all 40 samples fit one pass
+
+
+def test_line_lanes_prefers_samples_over_t_lanes(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = wide_mlp()
+    prep = prep_of(model, torch.randn(40, 4, dtype=D))
+    s = HIDDEN * BYTES_F64
+    monkeypatch.setattr(fisher_mod, "LANE_BYTES", 8 * 40 * s)
+    assert line_lanes(model, prep, 8, None) == (8, None)  # 8 lanes of all samples fit
+    monkeypatch.setattr(fisher_mod, "LANE_BYTES", 3 * 40 * s)
+    assert line_lanes(model, prep, 8, None) == (3, None)
+    assert line_lanes(model, prep, 8, 10) == (8, 10)  # 8 lanes × 10 samples = 80 ≤ 120
+    monkeypatch.setattr(fisher_mod, "LANE_BYTES", 25 * s)
+    assert line_lanes(model, prep, 8, None) == (1, 25)
+    assert line_lanes(model, prep, 1, 7) == (1, 7)
+
+
+def test_error_bad_chunk_size_in_the_lane_policy() -> None:
+    model = wide_mlp()
+    prep = prep_of(model, torch.randn(4, 4, dtype=D))
+    with pytest.raises(ValueError, match="chunk_size must be a positive int or None; got 0"):
+        lane_chunk(model, prep, 2, 0)
+    with pytest.raises(ValueError, match="chunk_size must be a positive int or None; got 'a'"):
+        line_lanes(model, prep, 2, "a")  # type: ignore[arg-type]
+
+
+def small_vit() -> tuple[nn.Module, torch.Tensor]:
+    model = build_model(ViTConfig(dim=8, depth=1, heads=2, num_classes=4), seed=0).to(D).eval()
+    x = torch.randn(13, 1, 8, 8, generator=torch.Generator().manual_seed(3), dtype=D)
+    return model, x
+
+
+@pytest.mark.parametrize("lane_bytes", [1, 6 * 17 * 32 * BYTES_F64])
+def test_split_batched_directions_match_loop_and_oracle(
+    monkeypatch: pytest.MonkeyPatch, lane_bytes: int
+) -> None:
+    """Forced splits (1 sample per pass; 6 sample-lanes per pass) on a small zoo ViT."""
+    monkeypatch.setattr(fisher_mod, "LANE_BYTES", lane_bytes)
+    model, x = small_vit()
+    params = dict(model.named_parameters())
+    dirs = directions(model, 5, seed=1)
+    fam = Categorical()
+    batched = directional_fisher(model, params, dirs, x, fam)
+    single = torch.stack([directional_fisher(model, params, d, x, fam) for d in dirs])
+    torch.testing.assert_close(batched, single, rtol=RTOL_GROUPING, atol=0.0)
+    monkeypatch.setattr(fisher_mod, "LANE_BYTES", 2**62)
+    unsplit = directional_fisher(model, params, dirs, x, fam)
+    torch.testing.assert_close(batched, unsplit, rtol=RTOL_GROUPING, atol=0.0)
+    ref = directional_fisher_reference(model, params, dirs, x, fam, chunk_size=5)
+    torch.testing.assert_close(batched, ref, rtol=RTOL_ORACLE, atol=ATOL_ORACLE)
+
+
+def test_sweep_lanes_lowered_by_the_policy_keep_the_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, x = small_vit()
+    params = dict(model.named_parameters())
+    u = directions(model, 1, seed=2)[0]
+    grid = [0.01, 0.03, 0.1, 0.3, 1.0]
+    one = sweep(model, params, u, x, Categorical(), grid=grid, t_batch=1)
+    wide = sweep(model, params, u, x, Categorical(), grid=grid, t_batch=4)
+    assert wide.t_batched and not one.t_batched
+    s = activation_bytes_per_sample(model, prep_of(model, x))
+    monkeypatch.setattr(fisher_mod, "LANE_BYTES", 3 * s)  # a pass holds 3 samples: 1 lane
+    narrow = sweep(model, params, u, x, Categorical(), grid=grid, t_batch=4)
+    assert not narrow.t_batched
+    for other in (wide, narrow):
+        for a, b in zip(one.F, other.F, strict=True):
+            assert b == pytest.approx(a, rel=RTOL_GROUPING)

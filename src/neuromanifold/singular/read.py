@@ -487,12 +487,25 @@ def _per_layer_rates(
 _FUSED = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
 
 
+_TIE_FIRST = ("duality",)
+
+
 def _reading_order(candidates: list[Candidate]) -> list[Candidate]:
     """Candidates that may be dead directions first (smallest eigenvalue ratio first; closed-form
-    non-gauge candidates after them), then the closed-form gauges in registry order. Stable."""
+    non-gauge candidates after them), then the closed-form gauges in registry order. Stable.
+
+    Among equal ratios (typically exact zeros: null eigenvalues of the factors are reported as 0,
+    see `neuromanifold.singular.factors.factor_spectrum`) duality chains come first: a dead unit
+    seen in both factors is stronger evidence than a one-sided kernel vector."""
     dead = [c for c in candidates if c.gauge is None]
     gauges = [c for c in candidates if c.gauge is not None]
-    dead.sort(key=lambda c: (c.ratio is None, c.ratio if c.ratio is not None else 0.0))
+    dead.sort(
+        key=lambda c: (
+            c.ratio is None,
+            c.ratio if c.ratio is not None else 0.0,
+            c.detector not in _TIE_FIRST,
+        )
+    )
     return dead + gauges
 
 

@@ -39,9 +39,14 @@ import torch
 from torch import Tensor, nn
 
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
-from neuromanifold.singular.factors import is_supported_block
+from neuromanifold.singular.factors import (
+    factor_spectrum,
+    factor_spectrum_reference,
+    is_supported_block,
+)
 
 __all__ = [
+    "CLUSTER_TOL",
     "GAP",
     "MATCH_MIN",
     "MAX_CHAINS",
@@ -55,6 +60,8 @@ __all__ = [
     "lift",
     "near_kernel",
     "near_kernel_reference",
+    "one_sided_a",
+    "one_sided_a_reference",
 ]
 
 TAU_A = 1e-3
@@ -65,6 +72,12 @@ MATCH_MIN = 0.99
 MAX_ONE_SIDED = 2
 MAX_CHAINS = 4
 LOGIT_SHIFT_COS = 0.9999
+CLUSTER_TOL = 1e-8
+"""Singular values within this of the largest form one (degenerate) cluster in `one_sided_a`."""
+PROBE_SEED = 0
+REFERENCE = False
+"""Route the detector through its brute-force oracles (dense ``eigh``, one ``_match`` per vector,
+QR + SVD one-sided modes); tests set it to compare a whole read with the fast paths."""
 
 
 def near_kernel(evals: Tensor, tau: float, *, gap: float = GAP) -> list[int]:
@@ -131,7 +144,12 @@ def near_kernel_reference(evals: Tensor, tau: float, *, gap: float = GAP) -> lis
 
 @dataclass(frozen=True)
 class BlockSpectrum:
-    """Ascending eigenpairs of ``A`` and ``G`` with their near-kernel index lists."""
+    """Ascending eigenpairs of ``A`` and ``G`` with their near-kernel index lists.
+
+    The eigenpairs are canonical (`neuromanifold.singular.factors.FactorSpectrum`): null
+    eigenvalues are exactly 0 and come first, with a deterministic basis of the null space.
+    ``methods`` records how each factor was decomposed (``"dense"`` or ``"lowrank"``).
+    """
 
     alpha: Tensor
     a_vecs: Tensor
@@ -139,6 +157,7 @@ class BlockSpectrum:
     g_vecs: Tensor
     ker_a: list[int]
     ker_g: list[int]
+    methods: tuple[str, str] = ("dense", "dense")
 
     @property
     def a_top(self) -> Tensor:
@@ -154,13 +173,32 @@ class BlockSpectrum:
         """Columns spanning the A-side near-kernel, shape ``(d_in(+1), k)`` (computed once)."""
         basis = self.__dict__.get("_ker_a_basis")
         if basis is None:
-            basis = self.a_vecs[:, self.ker_a]
+            basis = _columns(self.a_vecs, self.ker_a)
             object.__setattr__(self, "_ker_a_basis", basis)
         return basis
 
+    def live_a_basis(self) -> Tensor:
+        """The other eigenvectors of ``A`` (its complement), shape ``(d_in(+1), d − k)``."""
+        basis = self.__dict__.get("_live_a_basis")
+        if basis is None:
+            kept = set(self.ker_a)
+            basis = _columns(self.a_vecs, [i for i in range(self.a_vecs.shape[1]) if i not in kept])
+            object.__setattr__(self, "_live_a_basis", basis)
+        return basis
+
+
+def _columns(vecs: Tensor, idx: list[int]) -> Tensor:
+    if idx and idx == list(range(idx[0], idx[0] + len(idx))):
+        return vecs[:, idx[0] : idx[0] + len(idx)]
+    return vecs[:, idx]
+
 
 def block_spectrum(ctx: DetectionContext, name: str) -> BlockSpectrum | None:
-    """Cached eigendecomposition of the factors of block ``name`` (``None`` without factors)."""
+    """Cached eigendecomposition of the factors of block ``name`` (``None`` without factors).
+
+    `factor_spectrum` with the factors' rank bounds (low-rank path when a layer is wider than the
+    probe set; `factor_spectrum_reference` when `REFERENCE` is set).
+    """
     cache = ctx.cache.setdefault("spectrum", {})
     if name in cache:
         return cache[name]
@@ -168,15 +206,19 @@ def block_spectrum(ctx: DetectionContext, name: str) -> BlockSpectrum | None:
     if bf is None:
         cache[name] = None
         return None
-    alpha, a_vecs = torch.linalg.eigh(0.5 * (bf.A + bf.A.T))
-    gamma, g_vecs = torch.linalg.eigh(0.5 * (bf.G + bf.G.T))
+    if REFERENCE:
+        sa, sg = factor_spectrum_reference(bf.A), factor_spectrum_reference(bf.G)
+    else:
+        sa = factor_spectrum(bf.A, rank_bound=getattr(bf, "a_rank_bound", None))
+        sg = factor_spectrum(bf.G, rank_bound=getattr(bf, "g_rank_bound", None))
     spec = BlockSpectrum(
-        alpha=alpha,
-        a_vecs=a_vecs,
-        gamma=gamma,
-        g_vecs=g_vecs,
-        ker_a=near_kernel(alpha, TAU_A),
-        ker_g=near_kernel(gamma, TAU_G),
+        alpha=sa.evals,
+        a_vecs=sa.vecs,
+        gamma=sg.evals,
+        g_vecs=sg.vecs,
+        ker_a=near_kernel(sa.evals, TAU_A),
+        ker_g=near_kernel(sg.evals, TAU_G),
+        methods=(sa.method, sg.method),
     )
     cache[name] = spec
     return spec
@@ -209,11 +251,46 @@ def _input_lift(consumer: nn.Module, g: Tensor) -> Tensor | None:
     return core / core.norm()
 
 
+def _input_lift_batch(consumer: nn.Module, gs: Tensor) -> Tensor | None:
+    """`_input_lift` of every column of ``gs`` at once, shape ``(d_in(+1), k)``."""
+    if isinstance(consumer, nn.Linear):
+        if consumer.in_features != gs.shape[0]:
+            return None
+        core = gs
+    else:
+        if consumer.in_channels != gs.shape[0]:
+            return None
+        taps = consumer.weight[0, 0].numel()
+        core = gs.repeat_interleave(taps, dim=0) / taps**0.5
+    if consumer.bias is not None:
+        core = torch.cat([core, core.new_zeros(1, core.shape[1])])
+    return core / core.norm(dim=0, keepdim=True)
+
+
 def _match(spec: BlockSpectrum, vec: Tensor) -> float:
+    """``‖P_{ker A} vec‖`` with the explicit kernel basis (oracle of `_match_batch`)."""
     basis = spec.ker_a_basis()
     if basis.shape[1] == 0:
         return 0.0
     return float((basis.T @ vec).norm())
+
+
+def _match_batch(spec: BlockSpectrum, vecs: Tensor) -> Tensor:
+    """``‖P_{ker A} v‖`` for every unit column ``v`` of ``vecs``.
+
+    With the kernel basis ``K`` and its complement ``L`` (together orthonormal),
+    ``‖Kᵀv‖² = ‖v‖² − ‖Lᵀv‖²``: the smaller of the two bases is used, so the cost is
+    ``O(d · min(k, d − k))`` per vector (the kernel of a layer wider than the probe set is large,
+    its complement small).
+    """
+    k = len(spec.ker_a)
+    d = spec.a_vecs.shape[0]
+    if k == 0:
+        return vecs.new_zeros(vecs.shape[1])
+    if k <= d - k:
+        return (spec.ker_a_basis().T @ vecs).norm(dim=0)
+    rest = (spec.live_a_basis().T @ vecs).pow(2).sum(0)
+    return (vecs.pow(2).sum(0) - rest).clamp_min(0.0).sqrt()
 
 
 def _tap_span(consumer: nn.Module, g: Tensor) -> Tensor:
@@ -256,20 +333,37 @@ class LinearDetector:
     def linked(self, ctx: DetectionContext, name: str) -> list[tuple[Tensor, str, Tensor]]:
         """G-kernel vectors of ``name`` whose lift lies in its consumer's A-kernel.
 
-        Returns ``[(g, consumer, lifted in-vector), …]`` in ascending-eigenvalue order (cached).
+        Returns ``[(g, consumer, lifted in-vector), …]`` in ascending-eigenvalue order (cached;
+        the indices of the linked columns of ``g_vecs`` are cached under ``"linked_idx"``). All
+        G-kernel vectors are lifted and matched in one batch (`_match_batch`); with `REFERENCE`
+        one at a time (`_match`).
         """
         cache = ctx.cache.setdefault("linked", {})
         if name in cache:
             return cache[name]
         spec = block_spectrum(ctx, name)
-        out = []
-        if spec is not None:
+        out, idx = [], []
+        if spec is not None and REFERENCE:
             for j in spec.ker_g:
                 g = spec.g_vecs[:, j]
                 link = self._downstream(ctx, name, g)
                 if link is not None:
                     out.append((g, link[0], link[1]))
+                    idx.append(j)
+        elif spec is not None and spec.ker_g:
+            c = ctx.graph.single_consumer(name)
+            cspec = block_spectrum(ctx, c) if c is not None and c in ctx.factors.blocks else None
+            if cspec is not None:
+                gs = _columns(spec.g_vecs, spec.ker_g)
+                vecs = _input_lift_batch(self._modules(ctx)[c], gs)
+                if vecs is not None:
+                    hits = (_match_batch(cspec, vecs) >= MATCH_MIN).tolist()
+                    for col, j in enumerate(spec.ker_g):
+                        if hits[col]:
+                            out.append((gs[:, col], c, vecs[:, col]))
+                            idx.append(j)
         cache[name] = out
+        ctx.cache.setdefault("linked_idx", {})[name] = set(idx)
         return out
 
     def _upstream(self, ctx: DetectionContext, name: str) -> list[Tensor]:
@@ -337,16 +431,22 @@ class LinearDetector:
                     )
                 )
         a_max, g_max = float(spec.alpha[-1]), float(spec.gamma[-1])
-        for vec, ratio in self._one_sided_a(spec, module, upstream):
+        one_sided = one_sided_a_reference if REFERENCE else one_sided_a
+        for vec, ratio in one_sided(spec, module, upstream):
             u = normalise(lift(name, module, spec.g_top, vec))
             out.append(Candidate(layers=(name,), detector="kfac-A", u=u, ratio=ratio))
-        linked_g = torch.stack([g for g, _, _ in links], 1) if links else None
+        linked_g = torch.stack([g for g, _, _ in links], 1) if links and REFERENCE else None
+        linked_idx = ctx.cache["linked_idx"][name]
         n_g = 0
         for j in spec.ker_g:
+            if n_g >= MAX_ONE_SIDED:
+                break
             g = spec.g_vecs[:, j]
-            if n_g >= MAX_ONE_SIDED or _is_logit_shift(ctx, name, g):
+            if _is_logit_shift(ctx, name, g):
                 continue
             if linked_g is not None and float((linked_g.T @ g).norm()) >= MATCH_MIN:
+                continue
+            if linked_g is None and j in linked_idx:  # orthonormal columns: norm 1 or 0
                 continue
             n_g += 1
             u = normalise(lift(name, module, g, spec.a_top))
@@ -360,25 +460,107 @@ class LinearDetector:
                 out.append(Candidate(layers=(name,), detector="kfac-joint", u=u, ratio=r))
         return ctx.canonical(out)
 
-    @staticmethod
-    def _one_sided_a(
-        spec: BlockSpectrum, module: nn.Module, upstream: list[Tensor]
-    ) -> list[tuple[Tensor, float]]:
-        """A-kernel directions outside the span of the upstream dead units' taps."""
-        if not spec.ker_a:
-            return []
-        a_max = float(spec.alpha[-1])
-        ratios = [_ratio(float(spec.alpha[i]), a_max) for i in spec.ker_a]
-        basis = spec.ker_a_basis()
-        if upstream:
-            span = torch.cat([_tap_span(module, g) for g in upstream], 1)
-            q, _ = torch.linalg.qr(span)
-            rest = basis - q @ (q.T @ basis)
-            left, sv, _ = torch.linalg.svd(rest, full_matrices=False)
-            keep = sv > 0.5  # mostly outside the explained span
-            vecs = [left[:, i] for i in range(int(keep.sum()))]
-            return [(v, max(ratios)) for v in vecs[:MAX_ONE_SIDED]]
+
+def _ker_ratios(spec: BlockSpectrum) -> list[float]:
+    a_max = float(spec.alpha[-1])
+    vals = spec.alpha[spec.ker_a].clamp_min(0.0)
+    return (vals / a_max).tolist() if a_max > 0 else [0.0] * len(spec.ker_a)
+
+
+def _probes(d: int, like: Tensor) -> Tensor:
+    gen = torch.Generator(device=like.device).manual_seed(PROBE_SEED)
+    return torch.randn(d, MAX_ONE_SIDED, generator=gen, dtype=like.dtype, device=like.device)
+
+
+def _cluster_vectors(project, probes: Tensor, dim: int) -> list[Tensor]:
+    """Canonical orthonormal vectors of a degenerate cluster: projected probes, Gram–Schmidt."""
+    out: list[Tensor] = []
+    for i in range(min(dim, probes.shape[1])):
+        v = project(probes[:, i])
+        for w in out:
+            v = v - (w @ v) * w
+        out.append(v / v.norm())
+    return [_sign_fixed(v) for v in out]
+
+
+def _sign_fixed(v: Tensor) -> Tensor:
+    from neuromanifold.singular.factors import _sign_fix
+
+    return _sign_fix(v.unsqueeze(1))[:, 0]
+
+
+def one_sided_a(
+    spec: BlockSpectrum, module: nn.Module, upstream: list[Tensor]
+) -> list[tuple[Tensor, float]]:
+    """A-kernel directions outside the span of the upstream dead units' taps (``kfac-A``).
+
+    Without upstream units: the first ``MAX_ONE_SIDED`` kernel eigenvectors with their ratios.
+    With them: the leading left singular vectors (singular value ``> 0.5``) of
+    ``rest = (I − SSᵀ) K``, ``K`` the kernel basis and ``S`` the (orthonormal) tap span, each with
+    the largest kernel ratio. Computed without ``K``: ``rest restᵀ = P − WWᵀ`` with
+    ``P = I − SSᵀ``, ``W = P L`` (``L`` the complement of ``K``), so the singular values are
+    ``√(1 − σ_i(W)²)`` on ``W``'s left singular vectors and 1 on ``(S + L)^⊥``; cost
+    ``O(d · |S| · |L|)``. The top cluster (singular values within `CLUSTER_TOL` of 1) is
+    degenerate whenever the kernel is wide; its vectors are the seeded probes projected onto it
+    and orthonormalised (`_cluster_vectors`), exactly as in `one_sided_a_reference`.
+    """
+    if not spec.ker_a:
+        return []
+    ratios = _ker_ratios(spec)
+    if not upstream:
+        return [(spec.a_vecs[:, i], ratios[n]) for n, i in enumerate(spec.ker_a[:MAX_ONE_SIDED])]
+    top = max(ratios)
+    span = torch.cat([_tap_span(module, g) for g in upstream], 1)
+    live = spec.live_a_basis()
+    d = span.shape[0]
+    w = live - span @ (span.T @ live)
+    uw, sw, _ = torch.linalg.svd(w, full_matrices=False)
+    nz = sw > sw.max() * 1e-12 if sw.numel() else sw > 0
+    n_one = d - span.shape[1] - int(nz.sum())  # dimension of (S + L)^⊥
+    sv = (1.0 - sw.pow(2)).clamp_min(0.0).sqrt()  # descending σ → ascending sv
+    in_cluster = nz & (sv >= 1.0 - CLUSTER_TOL)
+    u_nz, u_c = uw[:, nz], uw[:, in_cluster]
+
+    def project(x: Tensor) -> Tensor:
+        x = x - span @ (span.T @ x) - u_nz @ (u_nz.T @ x)
+        return x + u_c @ (u_c.T @ x)
+
+    dim = n_one + int(in_cluster.sum())
+    vecs = _cluster_vectors(project, _probes(d, live), dim)
+    order = [i for i in reversed(range(sw.numel())) if nz[i] and not in_cluster[i]]
+    for i in order:  # ascending σ(W) = descending singular value of rest
+        if len(vecs) >= MAX_ONE_SIDED or float(sv[i]) <= 0.5:
+            break
+        vecs.append(_sign_fixed(uw[:, i]))
+    return [(v, top) for v in vecs[:MAX_ONE_SIDED]]
+
+
+def one_sided_a_reference(
+    spec: BlockSpectrum, module: nn.Module, upstream: list[Tensor]
+) -> list[tuple[Tensor, float]]:
+    """Brute-force oracle of `one_sided_a`: QR of the tap span and the SVD of ``rest``.
+
+    The top cluster of singular values (within `CLUSTER_TOL` of the largest, which is 1 when the
+    cluster is degenerate) gets the same canonical vectors as the fast path.
+    """
+    if not spec.ker_a:
+        return []
+    ratios = _ker_ratios(spec)
+    basis = spec.ker_a_basis()
+    if not upstream:
         return [(basis[:, i], ratios[i]) for i in range(min(MAX_ONE_SIDED, basis.shape[1]))]
+    span = torch.cat([_tap_span(module, g) for g in upstream], 1)
+    q, _ = torch.linalg.qr(span)
+    rest = basis - q @ (q.T @ basis)
+    left, sv, _ = torch.linalg.svd(rest, full_matrices=False)
+    keep = sv > 0.5  # mostly outside the explained span
+    n_keep = int(keep.sum())
+    in_cluster = keep & (sv >= 1.0 - CLUSTER_TOL)
+    n_c = int(in_cluster.sum())
+    l_c = left[:, :n_c]
+    vecs = _cluster_vectors(lambda x: l_c @ (l_c.T @ x), _probes(rest.shape[0], rest), n_c)
+    vecs += [_sign_fixed(left[:, i]) for i in range(n_c, n_keep)]
+    return [(v, max(ratios)) for v in vecs[:MAX_ONE_SIDED]]
 
 
 def _ratio(value: float, top: float) -> float:

@@ -110,7 +110,7 @@ their long runs, settled by draw 1000, i.e. a stay of ≥ 1000 draws in the band
 that drifts out of the band later count as settled; the long rule is the criterion, the short
 one shows how much the verdict depends on the length of the stay asked for.
 
-Run: ``OMP_NUM_THREADS=1 python benchmarks/read_vs_sgld.py`` (about 10 minutes on a
+Run: ``OMP_NUM_THREADS=1 python benchmarks/read_vs_sgld.py`` (5–7 minutes on a
 shared 2-core machine; the run prints the load average it started under). Development flags:
 ``--rows rrr,node`` (run only rows whose name contains one of the comma-separated strings),
 ``--skip-library-sgld`` (calibrate, but skip the library's long run), ``--skip-devinterp``.

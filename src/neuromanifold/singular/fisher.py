@@ -14,16 +14,23 @@ initialised ``torch.distributed`` process group the sums and counts are all-redu
 rank passes its own shard of the probe set (`global_mean`).
 
 **Lanes and chunks.** A pass that carries ``L`` lanes under ``vmap`` (``L`` directions, or ``L``
-t-values of a sweep) holds every activation ``L`` times. Past a few MiB per tensor the elementwise
-work of the tangent (adds, activation derivatives, the layer-norm formula) runs from main memory
-instead of cache and the batched pass becomes slower per lane than ``L`` separate passes
-(measured on the zoo ViT, dim 32, 16 directions: 0.26 ms per sample-direction over 256 samples at
-once, 0.17 ms in chunks of 32). So samples are further split so that the largest tensor any
-operator returns holds at most ``LANE_BYTES`` (8 MiB): ``chunk = LANE_BYTES // (L · s)``, with
-``s`` the bytes per sample of the model's largest activation, measured once per model and input
-shape by a primal forward on 1 and 2 samples (`activation_bytes_per_sample`). This only ever
-lowers a caller's ``chunk_size``, so memory budgets still hold; chunking changes the order of the
+t-values of a sweep) holds every activation ``L`` times. Most of a tangent's work is elementwise
+(adds, activation derivatives, the layer-norm formula) and bound by memory traffic, and past a few
+MiB per tensor a batched pass became slower per lane than ``L`` separate passes (zoo ViT, dim 32,
+16 directions, one thread: 0.26 ms per sample-direction with 256 samples in one pass, 0.17 ms in
+passes of 32). So samples are further split so that the largest tensor any call returns holds at
+most ``LANE_BYTES`` (8 MiB, within 10 % of the best fixed split on the ViTs of dim 32 and 64 and
+the MLPs of width 256 and 1024 of ``benchmarks/scaling.py``): ``chunk = LANE_BYTES // (L·s)``,
+with ``s`` the bytes per sample of the model's largest activation, measured once per model and
+input shape by primal forwards on 2 and 3 samples (`activation_bytes_per_sample`). This only ever
+lowers a caller's ``chunk_size``, so memory budgets still hold; the split changes the order of the
 float64 sums only.
+
+What batching directions can gain is bounded: the lanes share the primal pass, but each lane's
+tangent costs about two primal passes (every linear map meets both a tangent input and a tangent
+weight), so with negligible call overhead L directions cost ``P + L·m`` against ``L·(P + m)`` one
+at a time: the gain tends to ``1 + P/m``, with ``m/P`` measured at 1.7–2.8 on the dim-32 ViT
+(so 1.4–1.6×). Larger gains come only where per-call overhead dominates (small probe sets).
 
 ``directional_fisher_reference`` is the brute-force oracle: explicit per-sample gradients of the
 log-likelihood (``vmap(grad)``) at a label set that integrates the expectation exactly — Gaussian:

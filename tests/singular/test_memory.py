@@ -30,6 +30,9 @@ from neuromanifold.singular.family import Gaussian
 from neuromanifold.singular.memory import plan_memory
 from neuromanifold.singular.sweep import sweep
 budget = None if sys.argv[1] == "none" else int(sys.argv[1])
+if budget is None:  # the control: lane policy off (it would split the passes without a budget)
+    import neuromanifold.singular.fisher as fisher
+    fisher.LANE_BYTES = 2**62
 gen = torch.Generator().manual_seed(0)
 torch.manual_seed(0)
 model = torch.nn.Sequential(
@@ -82,10 +85,12 @@ def test_peak_rss_stays_under_the_budget_and_the_values_do_not_change() -> None:
     """Peak resident set size of a fresh process over exactly the measured region: after the
     model, data and kernels are loaded, Linux's high-water mark ``VmHWM`` is reset to the current
     ``VmRSS`` (``/proc/self/clear_refs`` ← 5), and the peak is ``VmHWM`` after the sweep + factor
-    pass minus ``VmRSS`` before. The budgeted pass stays under ``BUDGET``, the unbudgeted one does
-    not (so the budget is what kept it down). RSS counts allocator slack, which the budget must
-    cover. (The whole-process ``ru_maxrss`` was used before and read 0 B whenever an earlier,
-    transient peak of the process exceeded the measured one.)"""
+    pass minus ``VmRSS`` before. The budgeted pass stays under ``BUDGET``, the unbudgeted one
+    (with the lane policy of `neuromanifold.singular.fisher` switched off, which would otherwise
+    split its passes by itself) does not (so the budget is what kept it down). RSS counts
+    allocator slack, which the budget must cover. (The whole-process ``ru_maxrss`` was used
+    before and read 0 B whenever an earlier, transient peak of the process exceeded the measured
+    one.)"""
     budgeted, free = _run(BUDGET, None)
     assert budgeted["chunk"] is not None and budgeted["chunk"] < 8192
     assert budgeted["delta"] <= BUDGET, format_bytes(budgeted["delta"])

@@ -9,15 +9,24 @@ Printed in one run (all times in seconds, float64, CPU, ``--threads`` intra-op t
    pass: the per-direction cost of the read), ``factor`` = the K-FAC/KFC factor pass
    (`kfac_factors`, one backward per class), and ``read`` = the whole-model `read` with
    ``max_directions=2``, ``snap=False`` (factor pass, detection with its eigendecompositions,
-   two sweeps; only up to ``--read-max-params``, default 1.2·10⁶). Detection is not linear in
-   the parameters: the linear detector enumerates the kernel of each input factor A, whose
-   dimension is ``width − rank(A) ≥ width − N`` when a layer is wider than the probe set. The
+   two sweeps; only up to ``--read-max-params``, default 1.1·10⁷, i.e. every size). When a layer
+   is wider than the probe set (N·positions rank-one terms, times the classes for ``G``) its
+   factors are rank-deficient; detection then works from their range (`factor_spectrum`: a
+   range finder and a canonical null basis, ``O(d²N)`` instead of the ``O(d³)`` of a dense
+   ``eigh``), matches the G-kernel lifts in one batch against the smaller of kernel and
+   complement, and builds the one-sided A modes from the complement, so no step of the read is
+   cubic in the layer width at a fixed probe set. Which candidates exist still depends on the
+   width: with N < width most of each factor is null space, and the two directions read are
+   the first in the reading order, not the same kind of direction at every size. The
    log–log slope of cost against parameter count is fitted by least squares over all sizes and
    over the upper half (the asymptotic regime; small models are dominated by per-call overhead,
    which flattens the slope).
 2. **Probe-set size.** The MLP with ``w = 256`` (about 10⁵ parameters), N from 64 to 1024; same
-   costs and fits (the whole read only up to ``--read-max-n``, default 256: at N = 512 the linear
-   detector's ``near_kernel`` did not finish within 5 minutes on 2026-11-30).
+   costs and fits (the whole read up to ``--read-max-n``, default 1024: on 2026-11-30 the whole
+   read took 0.21 s at N = 512 and 0.47 s at N = 1024, one thread). The read's workload changes
+   with N: below the width the factors have null spaces and two kfac-A directions are read
+   (7 candidates at N = 64, 4 at N = 256); from N = 512 on they have full rank and only the
+   CE-shift gauge is proposed, so the read's slope in N mixes cost and workload.
 3. **Peak memory.** The process's resident-set high-water mark (``ru_maxrss``) after each model,
    which is monotone: with sizes increasing it is the peak of the largest model so far.
 4. **Data parallel.** The whole read of the ``w = 256`` MLP on 256 samples in 1, 2 and 4 spawned
@@ -31,7 +40,7 @@ Printed in one run (all times in seconds, float64, CPU, ``--threads`` intra-op t
    Batching removes per-call overhead and shares the primal pass; the tangent work (about two
    thirds of a JVP) is not shared, so the ratio falls as N grows.
 
-Run:  python benchmarks/scaling.py                       (≈ 6–8 minutes on a busy 2-core machine)
+Run:  python benchmarks/scaling.py                       (≈ 10 minutes on a busy 2-core machine)
       python benchmarks/scaling.py --only samples parallel batching
       python benchmarks/scaling.py --quick               (smaller sizes)
 """
@@ -235,10 +244,10 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=64, help="probe samples for the parameter sweep")
     ap.add_argument("--max-params", type=float, default=1.1e7, help="largest model (sweeps)")
     ap.add_argument(
-        "--read-max-params", type=float, default=1.2e6, help="largest model for the whole read"
+        "--read-max-params", type=float, default=1.1e7, help="largest model for the whole read"
     )
     ap.add_argument(
-        "--read-max-n", type=int, default=256, help="largest probe set for the whole read"
+        "--read-max-n", type=int, default=1024, help="largest probe set for the whole read"
     )
     ap.add_argument(
         "--only",

@@ -287,3 +287,13 @@ def test_factor_spectrum_rejects_bad_input() -> None:
         factor_spectrum(torch.zeros(3, 3, dtype=torch.float64), rank_bound=-1)
     with pytest.raises(ValueError, match=r"rank_bound must be .* got 2\.0"):
         factor_spectrum(torch.zeros(3, 3, dtype=torch.float64), rank_bound=2.0)
+
+
+def test_tap_span_of_several_units_is_their_spans_side_by_side() -> None:
+    conv = nn.Conv1d(5, 2, 3).double()
+    gen = torch.Generator().manual_seed(11)
+    gs = torch.randn(5, 4, generator=gen, dtype=torch.float64)
+    batch = lin._tap_span(conv, gs)
+    single = torch.cat([lin._tap_span(conv, gs[:, i]) for i in range(4)], 1)
+    assert batch.shape == (5 * 3 + 1, 4 * 3)
+    torch.testing.assert_close(batch, single, atol=0, rtol=0)

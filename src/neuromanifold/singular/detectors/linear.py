@@ -294,12 +294,16 @@ def _match_batch(spec: BlockSpectrum, vecs: Tensor) -> Tensor:
 
 
 def _tap_span(consumer: nn.Module, g: Tensor) -> Tensor:
-    """Columns ``g ⊗ e_s`` (every kernel tap ``s``; bias coordinate 0) in the consumer's ``ā``."""
+    """Columns ``g ⊗ e_s`` (every kernel tap ``s``; bias coordinate 0) in the consumer's ``ā``.
+
+    ``g`` of shape ``(C,)`` gives ``(C·taps(+1), taps)``; ``(C, k)`` gives the ``k`` units'
+    columns side by side, unit-major (``kron(G, I_taps)``).
+    """
     taps = 1 if isinstance(consumer, nn.Linear) else consumer.weight[0, 0].numel()
     eye = torch.eye(taps, dtype=g.dtype, device=g.device)
-    cols = torch.kron(g.reshape(-1, 1), eye)  # (C·taps, taps)
+    cols = torch.kron(g.reshape(g.shape[0], -1), eye)  # (C·taps, k·taps)
     if consumer.bias is not None:
-        cols = torch.cat([cols, cols.new_zeros(1, taps)])
+        cols = torch.cat([cols, cols.new_zeros(1, cols.shape[1])])
     return cols
 
 
@@ -510,7 +514,7 @@ def one_sided_a(
     if not upstream:
         return [(spec.a_vecs[:, i], ratios[n]) for n, i in enumerate(spec.ker_a[:MAX_ONE_SIDED])]
     top = max(ratios)
-    span = torch.cat([_tap_span(module, g) for g in upstream], 1)
+    span = _tap_span(module, torch.stack(upstream, 1))  # all units at once: kron(G, I_taps)
     live = spec.live_a_basis()
     d = span.shape[0]
     w = live - span @ (span.T @ live)

@@ -380,9 +380,12 @@ def kfac_factors(
                     if not seen:
                         continue
                     gg = torch.cat([_gradient_positions(blocks[n], g) for g in seen], dim=1)
-                    contrib = torch.einsum("bpi,bpj->ij", gg, gg) * scale
-                    rows_g[n] += gg.shape[0] * gg.shape[1]
-                    sums_g[n] = contrib if sums_g[n] is None else sums_g[n] + contrib
+                    flat = gg.reshape(-1, gg.shape[-1])
+                    rows_g[n] += flat.shape[0]
+                    if sums_g[n] is None:
+                        sums_g[n] = (flat.T @ flat) * scale
+                    else:  # in place: no d_out × d_out temporary per backward column
+                        sums_g[n].addmm_(flat.T, flat, alpha=scale)
     finally:
         for h in handles + finite_handles:
             h.remove()

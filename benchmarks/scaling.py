@@ -9,7 +9,9 @@ Printed in one run (all times in seconds, float64, CPU, ``--threads`` intra-op t
    pass: the per-direction cost of the read), ``factor`` = the K-FAC/KFC factor pass
    (`kfac_factors`, one backward per class), and ``read`` = the whole-model `read` with
    ``max_directions=2``, ``snap=False`` (factor pass, detection with its eigendecompositions,
-   two sweeps; only up to ``--read-max-params``, default 1.1·10⁷, i.e. every size). When a layer
+   two sweeps; only up to ``--read-max-params``, default 1.1·10⁷, i.e. every size); ``detect`` =
+   the same read with ``max_directions=0`` (factor pass and detection, no sweep) and ``#cand``
+   the number of candidates the detectors propose. When a layer
    is wider than the probe set (N·positions rank-one terms, times the classes for ``G``) its
    factors are rank-deficient; detection then works from their range (`factor_spectrum`: a
    range finder and a canonical null basis, ``O(d²N)`` instead of the ``O(d³)`` of a dense
@@ -17,7 +19,9 @@ Printed in one run (all times in seconds, float64, CPU, ``--threads`` intra-op t
    complement, and builds the one-sided A modes from the complement, so no step of the read is
    cubic in the layer width at a fixed probe set. Which candidates exist still depends on the
    width: with N < width most of each factor is null space, and the two directions read are
-   the first in the reading order, not the same kind of direction at every size. The
+   the first in the reading order, not the same kind of direction at every size (one-sided
+   modes of the first layer at w ≤ 1024, duality chains through all three layers from w = 2048,
+   whose sweeps and candidate bookkeeping cost more per direction). The
    log–log slope of cost against parameter count is fitted by least squares over all sizes and
    over the upper half (the asymptotic regime; small models are dominated by per-call overhead,
    which flattens the slope).
@@ -115,26 +119,24 @@ def timed(fn, repeats: int = 1) -> float:
     return best
 
 
-def costs(case: Case, with_read: bool = True) -> tuple[float, float, float]:
-    """(sweep seconds, factor-pass seconds, read seconds or nan) for one case."""
+def costs(case: Case, with_read: bool = True) -> tuple[float, float, float, float]:
+    """(sweep, factor-pass, detect, read seconds; the last two nan without the read)."""
     params = dict(case.model.named_parameters())
     u = random_direction(case.model)
     t_sweep = timed(lambda: read_direction(case.model, params, u, case.data, case.family))
     t_fac = timed(lambda: kfac_factors(case.model, case.data, case.family))
     if not with_read:
-        return t_sweep, t_fac, math.nan
-    t_read = timed(
-        lambda: read(
-            case.model,
-            case.data,
-            case.family,
-            max_directions=2,
-            snap=False,
-            per_layer=False,
-            progress=False,
-        )
-    )
-    return t_sweep, t_fac, t_read
+        return t_sweep, t_fac, math.nan, math.nan
+    kw = {"snap": False, "per_layer": False, "progress": False}
+    t_detect = timed(lambda: read(case.model, case.data, case.family, max_directions=0, **kw))
+    t_read = timed(lambda: read(case.model, case.data, case.family, max_directions=2, **kw))
+    return t_sweep, t_fac, t_detect, t_read
+
+
+def n_candidates(case: Case) -> int:
+    """Candidates the detectors propose (the read's workload depends on them, not only on P)."""
+    r = read(case.model, case.data, case.family, max_directions=0, progress=False)
+    return int(r.meta["n_candidates"])
 
 
 def slope(xs: list[float], ys: list[float]) -> float:
@@ -149,9 +151,10 @@ def fit_line(label: str, xs: list[float], ys: list[float]) -> str:
 
 def series(name: str, cases: list[tuple[str, Case]], x_of, read_if) -> None:
     print(f"\n== {name} ==")
-    head = f"{'model':<16}{'params':>10}{'N':>6}{'sweep s':>10}{'factor s':>10}{'read s':>10}"
+    head = f"{'model':<16}{'params':>10}{'N':>6}{'sweep s':>10}{'factor s':>10}{'detect s':>10}"
+    head += f"{'read s':>10}{'#cand':>6}"
     print(head + f"{'RSS MB':>9}")
-    xs, sw, fa, rd = [], [], [], []
+    xs, sw, fa, de, rd = [], [], [], [], []
     for label, case in cases:
         read_direction(  # warm-up: kernels, first-call overhead
             case.model,
@@ -165,18 +168,22 @@ def series(name: str, cases: list[tuple[str, Case]], x_of, read_if) -> None:
         with_read = read_if(p, case.data.shape[0])
         if with_read:
             read(case.model, case.data[:4], case.family, max_directions=1, progress=False)
-        t_sweep, t_fac, t_read = costs(case, with_read=with_read)
+        t_sweep, t_fac, t_det, t_read = costs(case, with_read=with_read)
         n = case.data.shape[0]
         xs.append(x_of(p, n))
         sw.append(t_sweep)
         fa.append(t_fac)
+        de.append(t_det)
         rd.append(t_read)
-        row = f"{label:<16}{p:>10}{n:>6}{t_sweep:>10.3f}{t_fac:>10.3f}{t_read:>10.3f}"
+        n_cand = "" if not with_read else str(n_candidates(case))
+        row = f"{label:<16}{p:>10}{n:>6}{t_sweep:>10.3f}{t_fac:>10.3f}{t_det:>10.3f}{t_read:>10.3f}"
+        row += f"{n_cand:>6}"
         print(row + f"{rss_mb():>9.0f}", flush=True)
     print(fit_line("  sweep  ", xs, sw))
     print(fit_line("  factors", xs, fa))
     keep = [i for i, t in enumerate(rd) if math.isfinite(t)]
     if len(keep) >= 2:
+        print(fit_line("  detect ", [xs[i] for i in keep], [de[i] for i in keep]))
         print(fit_line("  read   ", [xs[i] for i in keep], [rd[i] for i in keep]))
 
 

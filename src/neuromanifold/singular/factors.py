@@ -638,7 +638,7 @@ def _null_basis(rng: Tensor) -> Tensor:
     nv = rng.new_zeros(d, sv.numel())  # N vhᵀ
     nv[pivots] = -(u * sv)
     nv[free] = vh.T
-    return n + (nv * shrink) @ vh
+    return n.addmm_(nv * shrink, vh)  # N (NᵀN)^{-1/2} = N + N V (D − I) Vᵀ, in place
 
 
 def _canonical(vals: Tensor, vecs: Tensor, d: int, method: str) -> FactorSpectrum:
@@ -710,10 +710,11 @@ def factor_spectrum(m: Tensor, *, rank_bound: int | None = None) -> FactorSpectr
     ):
         raise ValueError(f"rank_bound must be a non-negative int or None; got {rank_bound!r}")
     d = m.shape[0]
-    sym = 0.5 * (m + m.T)
     if rank_bound is not None and rank_bound + LOWRANK_OVERSAMPLE <= LOWRANK_MAX_FRACTION * d:
-        got = _range_eigenpairs(sym, rank_bound + LOWRANK_OVERSAMPLE)
+        # M is symmetric up to rounding (a sum of x xᵀ): the k × k projection is symmetrised
+        # instead of M itself (no d × d transpose pass)
+        got = _range_eigenpairs(m, rank_bound + LOWRANK_OVERSAMPLE)
         if got is not None:
             return _canonical(got[0], got[1], d, "lowrank")
-    vals, vecs = torch.linalg.eigh(sym)
+    vals, vecs = torch.linalg.eigh(0.5 * (m + m.T))
     return _canonical(vals, vecs, d, "dense")

@@ -544,8 +544,10 @@ def one_sided_a_reference(
 ) -> list[tuple[Tensor, float]]:
     """Brute-force oracle of `one_sided_a`: QR of the tap span and the SVD of ``rest``.
 
-    The top cluster of singular values (within `CLUSTER_TOL` of the largest, which is 1 when the
-    cluster is degenerate) gets the same canonical vectors as the fast path.
+    The top cluster (singular values within `CLUSTER_TOL` of 1: directions of the kernel
+    orthogonal to every upstream tap, degenerate whenever the kernel is wide) gets the same
+    canonical vectors as the fast path; below it the singular vectors are distinct and returned
+    sign-fixed.
     """
     if not spec.ker_a:
         return []

@@ -327,6 +327,7 @@ def kfac_factors(
         def fn(mod: nn.Module, inputs: tuple[Tensor, ...], output: Tensor) -> None:
             if output.requires_grad:
                 output.register_hook(lambda g: grads_seen[name].append(g.detach()))
+                outs_seen.append((output, output._version))
 
         return fn
 
@@ -336,6 +337,7 @@ def kfac_factors(
         handles.append(mod.register_forward_pre_hook(pre_hook(n)))
         handles.append(mod.register_forward_hook(fwd_hook(n)))
     weights = [mod.weight for mod in blocks.values()]
+    outs_seen: list[tuple[Tensor, int]] = []
     n_fwd = n_bwd = 0
     fisher_used = "exact"
     try:
@@ -344,6 +346,7 @@ def kfac_factors(
             xb = xb.to(torch.float64) if xb.is_floating_point() else xb
             for n in blocks:
                 inputs_seen[n].clear()
+            outs_seen.clear()
             with torch.enable_grad():
                 out = _forward(m, xb)
             n_fwd += 1
@@ -369,11 +372,15 @@ def kfac_factors(
                 scale = 1.0 / mc_samples
             if not weights or not out.requires_grad:
                 continue
+            # differentiate for the block outputs themselves (their hooks record g; no weight
+            # gradient is formed), unless an in-place op changed one after its block ran
+            intact = bool(outs_seen) and all(t._version == v for t, v in outs_seen)
+            targets = [t for t, _ in outs_seen] if intact else weights
             for j, col in enumerate(cols):
                 for n in blocks:
                     grads_seen[n].clear()
                 torch.autograd.grad(
-                    (out * col).sum(), weights, retain_graph=j < len(cols) - 1, allow_unused=True
+                    (out * col).sum(), targets, retain_graph=j < len(cols) - 1, allow_unused=True
                 )
                 n_bwd += 1
                 for n, seen in grads_seen.items():

@@ -358,6 +358,25 @@ def test_offset_checkpoint_is_re_read_snapped() -> None:
         read(p.model, p.data, p.family, snap="yes", progress=False)
 
 
+def test_offset_beyond_the_sweep_is_not_re_read_snapped() -> None:
+    """A candidate whose offset |uᵀθ0| reaches the sweep's largest t is read once, unsnapped
+    (the snapped point would lie outside the swept neighbourhood), and the record says so; the
+    pass count drops by one sweep per such candidate against ``snap=True`` re-reads."""
+    net = planted_deep_linear(depth=4, width=4, n=256, seed=0)
+    reading = read(net.model, net.data, net.family, progress=False, per_layer=False)
+    skipped = [d for d in reading.directions if "snap_skipped" in d.info]
+    assert skipped, "the planted chain's kfac candidates sit at offsets above ρ_W"
+    for d in skipped:
+        s = d.info["snap_skipped"]
+        assert "unsnapped" not in d.info and d.klass == "live"
+        assert s["offset"] == d.offset >= s["t_max"] == d.sweep["t"][-1]
+    (chain,) = _genuine(reading)
+    assert chain.k == 4 and chain.offset < chain.sweep["t"][-1]
+    sweeps = len(reading.directions) + sum("unsnapped" in d.info for d in reading.directions)
+    n_sweep = reading.meta["n_forward_passes"] - 2 - 1  # structure passes, factor forward
+    assert n_sweep == sweeps * (len(chain.sweep["t"]) + 1)
+
+
 def test_two_dead_units_give_two_chains() -> None:
     p = planted_mlp(activation="tanh", hidden=7, n=64, seed=6)
     j = p.dead["0"]

@@ -199,7 +199,11 @@ def read(
             rescale is proportional to θ0, so its offset is intrinsic) again snapped when the
             unsnapped rate is not visible
             (``DirectionReading.rate_visible``: window below ``10·|uᵀθ0|``), reporting the
-            snapped read with ``info["unsnapped"]`` keeping the first.
+            snapped read with ``info["unsnapped"]`` keeping the first. The re-read is skipped
+            when the offset ``|uᵀθ0|`` is at least the sweep's largest t (``ρ_W`` on the default
+            grid): the snap corrects dead weights that are small on the scale of the sweep
+            (spec §7.2 step 3), and a snapped point farther from θ0 than every point of the
+            sweep is not the checkpoint's neighbourhood; ``info["snap_skipped"]`` records it.
         project_gauges: project non-gauge candidates off curved-gauge spans (module docstring).
         per_layer: for duality chains, also fit each block's own rate (`_per_layer_rates`).
         baseline: beside every genuine singularity, run the per-coordinate scan
@@ -329,7 +333,11 @@ def read(
                 t_batch=t_batch,
             )
             overlap, info, u_read = None, {}, cand.u
-            if snap == "auto" and cand.gauge is None and not r.rate_visible:
+            re_snap = snap == "auto" and cand.gauge is None and not r.rate_visible
+            if re_snap and r.offset >= r.sweep.ts[-1]:  # beyond the swept neighbourhood
+                re_snap = False
+                info = {"snap_skipped": {"offset": r.offset, "t_max": r.sweep.ts[-1]}}
+            if re_snap:
                 n_sweep_passes += r.sweep.n_forward_passes
                 info = {"unsnapped": {"k": r.k, "k_hat": r.k_hat, "class": r.klass.value}}
                 r = read_direction(

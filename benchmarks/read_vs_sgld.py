@@ -12,9 +12,11 @@ Rows (all float64, Gaussian noise σ = 1, the checkpoint w* is the true paramete
   closed form (1/2, 2) or (1/4, 1).
 
 The read runs with its defaults (32-point grid, thresholds, ``snap="auto"``: a non-gauge
-candidate whose unsnapped rate is not visible is read again from the snapped base point, e.g.
-the two live kfac candidates of ``dln L4``; whether a candidate is live or genuine is only
-known after it is read, so those re-reads are part of the triple's cost) except
+candidate whose unsnapped rate is not visible is read again from the snapped base point when
+its offset lies inside the sweep's range; whether a candidate is live or genuine is only known
+after it is read, so such re-reads are part of the triple's cost; the two live kfac candidates
+of ``dln L4`` sit at offsets above ρ_W and are read once since the read skips those re-reads —
+172 passes before that change, 106 after) except
 ``per_layer=False``: the assembly (``assemble_from_reading`` and the component dimensions
 below) consumes each direction's order, class and layers, never ``info["per_layer"]``; the
 per-layer rates of a multi-layer chain direction are a diagnostic costing one more pass per

@@ -42,7 +42,10 @@ Printed in one run (all times in seconds, float64, CPU, ``--threads`` intra-op t
    N = 16, 64, 256): one ``vmap``-batched `directional_fisher` call against 16 calls of one
    direction; and a 32-point sweep with 8 t-values per ``vmap`` group against one t at a time.
    Batching removes per-call overhead and shares the primal pass; the tangent work (about two
-   thirds of a JVP) is not shared, so the ratio falls as N grows.
+   thirds of a JVP) is not shared, so the ratio falls as N grows. The ``floor`` line measures
+   why: the primal pass P, one single-direction call J and the marginal cost m of one more
+   batched direction (``J/m`` bounds the gain for any number of directions). Passes with many
+   lanes are split by the library's lane policy (`neuromanifold.singular.fisher.LANE_BYTES`).
 
 Run:  python benchmarks/scaling.py                       (≈ 10 minutes on a busy 2-core machine)
       python benchmarks/scaling.py --only samples parallel batching
@@ -212,6 +215,30 @@ def data_parallel(width: int, n: int, worlds: list[int]) -> None:
         )
 
 
+def batching_floor(case: Case, params: dict, dirs: list[dict]) -> tuple[float, float, float]:
+    """``(P, J, m)`` in seconds: the primal forward over the probe set (no autograd), one
+    single-direction `directional_fisher` call, and the marginal cost of one more direction in a
+    batched call, ``m = (B₁₆ − B₈)/8``. Batching L directions costs ``B_L ≈ c + L·m`` against
+    ``L·J`` one at a time, so its gain is below ``J/m`` for every L; a forward-mode tangent costs
+    about two primal passes (every linear map meets a tangent input and a tangent weight)."""
+    from torch.func import functional_call
+
+    from neuromanifold.singular._validate import prepare
+    from neuromanifold.singular.fisher import differentiable_kernels
+
+    prep = prepare(case.model, params, case.data)
+    with differentiable_kernels(), torch.no_grad():
+        p = timed(lambda: functional_call(case.model, (prep.params, prep.buffers), (prep.x,)), 5)
+    j = timed(lambda: directional_fisher(case.model, params, dirs[0], case.data, case.family), 3)
+
+    def lanes(k: int) -> float:
+        return timed(
+            lambda: directional_fisher(case.model, params, dirs[:k], case.data, case.family), 3
+        )
+
+    return p, j, (lanes(16) - lanes(8)) / 8
+
+
 def batching(sizes: list[int]) -> None:
     print("\n== batching on a small ViT (dim 32, depth 2) ==")
     for n in sizes:
@@ -235,6 +262,12 @@ def batching(sizes: list[int]) -> None:
             f"params {n_params(case.model)}, N {n}: 16 directions batched {t_batched:.3f} s, "
             f"one at a time {t_loop:.3f} s, ratio {t_loop / t_batched:.2f}× "
             f"(max rel. diff {err:.1e})"
+        )
+        p, j, m = batching_floor(case, params, dirs)
+        print(
+            f"  floor: primal pass P {p * 1e3:.1f} ms, one-direction call J {j * 1e3:.1f} ms, "
+            f"one more batched direction m {m * 1e3:.1f} ms (m/P {m / p:.2f}); any number of "
+            f"batched directions gains at most J/m = {j / m:.2f}×"
         )
         grid = torch.logspace(-4, 0, 32, dtype=torch.float64).tolist()
 

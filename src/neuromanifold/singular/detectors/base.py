@@ -85,9 +85,31 @@ class Candidate:
         return torch.cat([self.u[k].reshape(-1) for k in sorted(self.u)])
 
     def overlap(self, other: Candidate) -> float:
-        """``|⟨u, v⟩|`` over the union of keys (both are unit vectors)."""
-        common = set(self.u) & set(other.u)
-        return abs(float(sum((self.u[k] * other.u[k]).sum() for k in common)))
+        """``|⟨u, v⟩| = |Σ_k ⟨u_k, v_k⟩|`` over the keys both touch (both are unit vectors).
+
+        One dot product per shared tensor (``torch.dot`` of flattened views), summed in float64:
+        no temporary of the parameters' size is formed, so deduplicating ``n`` candidates costs
+        ``O(n² P)`` arithmetic and no allocation. Oracle: `overlap_reference`.
+        """
+        total = 0.0
+        for k in self.u.keys() & other.u.keys():
+            a, b = self.u[k], other.u[k]
+            if a.shape != b.shape:
+                raise ValueError(
+                    f"overlap: tensor {k!r} has shape {tuple(a.shape)} in one candidate and "
+                    f"{tuple(b.shape)} in the other; expected the same parameter shape"
+                )
+            total += float(torch.dot(a.reshape(-1).double(), b.reshape(-1).double()))
+        return abs(total)
+
+    def overlap_reference(self, other: Candidate) -> float:
+        """Brute-force oracle of `overlap`: both directions written out over the union of keys
+        (zeros where a candidate does not touch a tensor), then one dot product."""
+        keys = sorted(self.u.keys() | other.u.keys())
+        like = {k: (self.u[k] if k in self.u else other.u[k]).double() for k in keys}
+        x = [self.u.get(k, torch.zeros_like(like[k])).double().reshape(-1) for k in keys]
+        y = [other.u.get(k, torch.zeros_like(like[k])).double().reshape(-1) for k in keys]
+        return abs(float(torch.cat(x) @ torch.cat(y)))
 
 
 def parameter_aliases(model: nn.Module) -> dict[str, str]:

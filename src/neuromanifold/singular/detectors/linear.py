@@ -9,7 +9,25 @@ Per block (spec §6.1–6.3) with factors ``F ≈ A ⊗ G`` (`neuromanifold.sing
 2. **Duality join.** A dead unit of block ``p`` shows as a G-side kernel vector ``g`` of ``p`` and,
    in its single consumer ``c`` (through elementwise modules only), as an A-side kernel of ``c``
    containing the lift of ``g`` (Linear consumer: ``(g, 0)``; conv consumer: ``g ⊗ w`` with the
-   uniform spatial pattern ``w``, bias coordinate 0). Match: ``‖P_{ker A_c} lift(g)‖ ≥ MATCH_MIN``.
+   uniform spatial pattern ``w``, bias coordinate 0). **Link rule** (`link_energy_max`): with
+   ``v = lift(g)`` (unit), the consumer's A-kernel of dimension ``k`` in ``d`` coordinates and
+   its complement (live part) of rank ``r = d − k``, the out-of-kernel energy
+   ``e = ‖P_{live A_c} v‖² = 1 − ‖P_{ker A_c} v‖²`` must satisfy
+
+   ``e ≤ max(EXACT_DEAD_ENERGY, min(1 − MATCH_MIN², NULL_FRACTION · r/d))``.
+
+   A uniformly random unit vector has ``E[e] = r/d``; when the probe set is smaller than the
+   layer (``r ≤ N + 1 ≪ d``) the kernel is most of the space and a vector the probe set barely
+   excites already shows ``‖P_{ker} v‖ ≈ √(1 − r/d)`` (0.984 at ``d = 2048``, ``N = 64``), so a
+   fixed ``MATCH_MIN`` alone links it. The rule therefore asks for the out-of-kernel energy to be
+   at most ``NULL_FRACTION`` of its null expectation as well. When the kernel is small relative
+   to ``d`` (``r/d ≥ (1 − MATCH_MIN²)/NULL_FRACTION ≈ 1/2``, i.e. ``k ≤ d/2``) the second bound
+   is the looser one and the rule is the old ``‖P_{ker A_c} v‖ ≥ MATCH_MIN``; an exactly dead
+   unit (``e`` at rounding level, ``≤ EXACT_DEAD_ENERGY``) links whatever the kernel's size.
+   The units a small probe set barely excites are not random vectors: on the zoo MLPs at
+   ``N = 64`` their G-kernel lifts sit at ``e ≈ 0.3–0.6 · r/d`` (``d = 1025``–``2049``), on a
+   width-96 layer read on 8 samples at ``0.07 · r/d``; an exactly dead unit at ``10⁻³⁰``.
+   ``NULL_FRACTION`` sits below the former and keeps the small-kernel case unchanged.
    Links are followed both ways into a chain; the chain's first block takes the top input
    eigenvector of its ``A`` and the last the top eigenvector of its ``G``; each block gets the
    rank-one increment ``ΔW̄ = out inᵀ`` with equal norm ``1/√(#blocks)``. Provenance ``"duality"``;
@@ -47,10 +65,12 @@ from neuromanifold.singular.factors import (
 
 __all__ = [
     "CLUSTER_TOL",
+    "EXACT_DEAD_ENERGY",
     "GAP",
     "MATCH_MIN",
     "MAX_CHAINS",
     "MAX_ONE_SIDED",
+    "NULL_FRACTION",
     "TAU_A",
     "TAU_G",
     "TAU_JOINT",
@@ -58,6 +78,7 @@ __all__ = [
     "LinearDetector",
     "block_spectrum",
     "lift",
+    "link_energy_max",
     "near_kernel",
     "near_kernel_reference",
     "one_sided_a",
@@ -69,6 +90,12 @@ TAU_G = 1e-3
 TAU_JOINT = 1e-4
 GAP = 10.0
 MATCH_MIN = 0.99
+"""Smallest kernel projection ``‖P_{ker A_c} lift(g)‖`` of a duality link (link rule)."""
+NULL_FRACTION = 0.04
+"""A link's out-of-kernel energy must be at most this fraction of a random vector's ``r/d``
+(with ``(1 − MATCH_MIN²)/NULL_FRACTION ≈ 0.5``: the old rule holds unchanged while ``k ≤ d/2``)."""
+EXACT_DEAD_ENERGY = 1e-10
+"""Out-of-kernel energy at rounding level: an exactly dead unit, linked whatever ``r/d``."""
 MAX_ONE_SIDED = 2
 MAX_CHAINS = 4
 LOGIT_SHIFT_COS = 0.9999
@@ -76,8 +103,8 @@ CLUSTER_TOL = 1e-8
 """Singular values within this of the largest form one (degenerate) cluster in `one_sided_a`."""
 PROBE_SEED = 0
 REFERENCE = False
-"""Route the detector through its brute-force oracles (dense ``eigh``, one ``_match`` per vector,
-QR + SVD one-sided modes); tests set it to compare a whole read with the fast paths."""
+"""Route the detector through its brute-force oracles (dense ``eigh``, one ``_live_energy`` per
+vector, QR + SVD one-sided modes); tests set it to compare a whole read with the fast paths."""
 
 
 def near_kernel(evals: Tensor, tau: float, *, gap: float = GAP) -> list[int]:
@@ -267,6 +294,52 @@ def _input_lift_batch(consumer: nn.Module, gs: Tensor) -> Tensor | None:
     return core / core.norm(dim=0, keepdim=True)
 
 
+def link_energy_max(spec: BlockSpectrum) -> float:
+    """Largest out-of-kernel energy ``e`` of a duality link into the block of ``spec``.
+
+    ``max(EXACT_DEAD_ENERGY, min(1 − MATCH_MIN², NULL_FRACTION · r/d))`` with ``d`` the size of
+    ``A`` and ``r = d − k`` the size of its complement (``k`` = near-kernel dimension); a random
+    unit vector has ``E[e] = r/d`` (module docstring, link rule).
+
+    >>> ev = torch.cat([torch.zeros(3), torch.ones(97)])  # small kernel: the old rule
+    >>> spec = BlockSpectrum(ev, torch.eye(100), ev, torch.eye(100), [0, 1, 2], [0, 1, 2])
+    >>> round(link_energy_max(spec), 12) == round(1 - MATCH_MIN**2, 12)
+    True
+    >>> ev = torch.cat([torch.zeros(95), torch.ones(5)])  # kernel 95 of 100: 0.04 · 5/100
+    >>> spec = BlockSpectrum(ev, torch.eye(100), ev, torch.eye(100), list(range(95)), [])
+    >>> round(link_energy_max(spec), 12)
+    0.002
+    """
+    d = spec.a_vecs.shape[0]
+    r = d - len(spec.ker_a)
+    return max(EXACT_DEAD_ENERGY, min(1.0 - MATCH_MIN**2, NULL_FRACTION * r / d))
+
+
+def _live_energy(spec: BlockSpectrum, vec: Tensor) -> float:
+    """``‖P_{live A} vec‖²`` with the explicit complement basis (oracle of `_live_energy_batch`)."""
+    basis = spec.live_a_basis()
+    if basis.shape[1] == 0:
+        return 0.0
+    return float((basis.T @ vec).pow(2).sum())
+
+
+def _live_energy_batch(spec: BlockSpectrum, vecs: Tensor) -> Tensor:
+    """``‖P_{live A} v‖² = ‖v‖² − ‖P_{ker A} v‖²`` for every column ``v`` of ``vecs``.
+
+    The smaller of the kernel basis and its complement is used (as in `_match_batch`); through
+    the complement the energy is computed directly, so a small energy keeps its relative
+    precision instead of being the rounding residue of ``1 − ‖P_{ker} v‖²``.
+    """
+    k = len(spec.ker_a)
+    d = spec.a_vecs.shape[0]
+    if k == 0:
+        return vecs.pow(2).sum(0)
+    if k <= d - k:
+        kept = (spec.ker_a_basis().T @ vecs).pow(2).sum(0)
+        return (vecs.pow(2).sum(0) - kept).clamp_min(0.0)
+    return (spec.live_a_basis().T @ vecs).pow(2).sum(0)
+
+
 def _match(spec: BlockSpectrum, vec: Tensor) -> float:
     """``‖P_{ker A} vec‖`` with the explicit kernel basis (oracle of `_match_batch`)."""
     basis = spec.ker_a_basis()
@@ -330,7 +403,7 @@ class LinearDetector:
         mod = self._modules(ctx)[c]
         vec = _input_lift(mod, g)
         spec = block_spectrum(ctx, c)
-        if vec is None or spec is None or _match(spec, vec) < MATCH_MIN:
+        if vec is None or spec is None or _live_energy(spec, vec) > link_energy_max(spec):
             return None
         return c, vec
 
@@ -339,8 +412,8 @@ class LinearDetector:
 
         Returns ``[(g, consumer, lifted in-vector), …]`` in ascending-eigenvalue order (cached;
         the indices of the linked columns of ``g_vecs`` are cached under ``"linked_idx"``). All
-        G-kernel vectors are lifted and matched in one batch (`_match_batch`); with `REFERENCE`
-        one at a time (`_match`).
+        G-kernel vectors are lifted and matched in one batch against `link_energy_max`
+        (`_live_energy_batch`); with `REFERENCE` one at a time (`_live_energy`).
         """
         cache = ctx.cache.setdefault("linked", {})
         if name in cache:
@@ -361,7 +434,8 @@ class LinearDetector:
                 gs = _columns(spec.g_vecs, spec.ker_g)
                 vecs = _input_lift_batch(self._modules(ctx)[c], gs)
                 if vecs is not None:
-                    hits = (_match_batch(cspec, vecs) >= MATCH_MIN).tolist()
+                    e_max = link_energy_max(cspec)
+                    hits = (_live_energy_batch(cspec, vecs) <= e_max).tolist()
                     for col, j in enumerate(spec.ker_g):
                         if hits[col]:
                             out.append((gs[:, col], c, vecs[:, col]))

@@ -17,11 +17,12 @@ Printed in one run (all times in seconds, float64, CPU, ``--threads`` intra-op t
    range finder and a canonical null basis, ``O(d²N)`` instead of the ``O(d³)`` of a dense
    ``eigh``), matches the G-kernel lifts in one batch against the smaller of kernel and
    complement, and builds the one-sided A modes from the complement, so no step of the read is
-   cubic in the layer width at a fixed probe set. Which candidates exist still depends on the
-   width: with N < width most of each factor is null space, and the two directions read are
-   the first in the reading order, not the same kind of direction at every size (one-sided
-   modes of the first layer at w ≤ 1024, duality chains through all three layers from w = 2048,
-   whose sweeps and candidate bookkeeping cost more per direction). The
+   cubic in the layer width at a fixed probe set. With N < width most of each factor is null
+   space; a G-kernel lift links to its consumer only when its energy outside the consumer's
+   A-kernel is far below what a random vector shows (`link_energy_max`), so units the probe set
+   barely excites do not become duality chains, and the candidates and the two directions read
+   are of the same kind at every width (11 candidates from w = 1024 on, kfac-A and kfac-G of
+   the first layer; before that rule, spurious chains grew the count to 15 at w ≥ 2048). The
    log–log slope of cost against parameter count is fitted by least squares over all sizes and
    over the upper half (the asymptotic regime; small models are dominated by per-call overhead,
    which flattens the slope).

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from torch import nn
 
 import neuromanifold.singular.detectors.linear as lin
 from neuromanifold.cells.planted import planted_mlp
@@ -19,6 +20,8 @@ from neuromanifold.singular.detectors.linear import (
     link_energy_max,
 )
 from neuromanifold.singular.factors import kfac_factors
+from neuromanifold.singular.family import Gaussian
+from neuromanifold.singular.read import read
 
 ATOL_EXACT = 1e-12
 # energies of unit vectors in float64 after a d × r projection (d ≤ 2048): rounding of order ε·d
@@ -161,3 +164,40 @@ def test_overlap_rejects_mismatched_shapes() -> None:
     b = _candidate({"w": torch.ones(3, 2, dtype=torch.float64)})
     with pytest.raises(ValueError, match=r"tensor 'w' has shape \(2, 3\).*\(3, 2\)"):
         a.overlap(b)
+
+
+class _WideSwiGLU(nn.Module):
+    """SwiGLU ``8 → 128 → 2`` (hidden wider than the probe sets below)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(8, 128, bias=False)
+        self.up_proj = nn.Linear(8, 128, bias=False)
+        self.down_proj = nn.Linear(128, 2, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+@pytest.mark.parametrize(("n", "seed", "n_glu"), [(8, 1, 1), (8, 2, 1), (64, 0, 1)])
+def test_glu_detector_applies_the_link_rule_on_a_wide_hidden_layer(n, seed, n_glu) -> None:
+    """A planted dead hidden dimension (gate and up rows, down column zero) of a SwiGLU whose
+    hidden width 128 exceeds the probe set: the GLU detector proposes it, and with 8 samples
+    nothing else (the fixed ``‖P_ker v‖ ≥ MATCH_MIN`` test proposed 5–6 candidates here, the
+    hidden directions the 8 samples barely excite)."""
+    from neuromanifold.singular.detectors.glu import GLUDetector
+    from neuromanifold.singular.detectors.registry import DetectorRegistry
+
+    torch.manual_seed(seed)
+    model = _WideSwiGLU().double()
+    with torch.no_grad():
+        model.gate_proj.weight[2] = 0.0
+        model.up_proj.weight[2] = 0.0
+        model.down_proj.weight[:, 2] = 0.0
+    x = torch.randn(n, 8, dtype=torch.float64)
+    reading = read(
+        model, x, Gaussian(), detectors=DetectorRegistry([GLUDetector()]), progress=False
+    )
+    glu = [d for d in reading.directions if d.detector == "glu-dead-dimension"]
+    assert len(glu) == n_glu
+    assert glu[0].klass == "genuine_singularity" and glu[0].k == 3

@@ -4,7 +4,10 @@ Layout (`glu_layout`): a module with ``nn.Linear`` children gate ``w1``/``gate_p
 ``w3``/``up_proj`` and down ``w2``/``down_proj`` computing ``down(φ(gate(x)) ⊙ up(x))``. A dead
 hidden dimension ``v`` (gate and up rows and the down column along ``v`` zero) shows as a G-kernel
 vector of the gate that is also in the G-kernel of the up projection, and whose lift lies in the
-down projection's A-kernel (``MATCH_MIN`` as for the duality join). The candidate moves all three
+down projection's A-kernel, both judged by the duality join's link rule
+(`neuromanifold.singular.detectors.linear.link_energy_max`: the energy outside the kernel must be
+far below a random vector's when the kernel is most of the space, as it is for a hidden layer
+wider than the probe set; ``‖P_ker v‖ ≥ MATCH_MIN`` otherwise). The candidate moves all three
 blocks with equal norm: gate ``v a_gateᵀ``, up ``v a_upᵀ`` (top input eigenvectors), down
 ``c vᵀ`` (top output eigenvector ``c``); along it the output changes by
 ``t·c·φ(t·)·(t·) = O(t³)`` for ``φ(0) = 0``, ``φ'(0) ≠ 0``: order 3 (spec §6.6, SwiGLU dead
@@ -18,7 +21,13 @@ import torch
 from torch import Tensor, nn
 
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
-from neuromanifold.singular.detectors.linear import MATCH_MIN, block_spectrum, lift
+from neuromanifold.singular.detectors.linear import (
+    _live_energy,
+    block_spectrum,
+    lift,
+    link_energy_max,
+    null_energy_max,
+)
 
 __all__ = ["GLUDetector", "glu_layout"]
 
@@ -43,8 +52,10 @@ def glu_layout(module: nn.Module) -> tuple[str, str, str] | None:
     return gate, up, down
 
 
-def _in_span(basis: Tensor, vec: Tensor) -> float:
-    return float((basis.T @ vec).norm()) if basis.shape[1] else 0.0
+def _out_of_span_energy(basis: Tensor, vec: Tensor) -> float:
+    """``‖vec‖² − ‖basisᵀ vec‖²`` for an orthonormal ``basis`` (``‖vec‖²`` when it is empty)."""
+    kept = float((basis.T @ vec).pow(2).sum()) if basis.shape[1] else 0.0
+    return max(float(vec.pow(2).sum()) - kept, 0.0)
 
 
 class GLUDetector:
@@ -66,13 +77,15 @@ class GLUDetector:
             return []
         s_gate, s_up, s_down = specs
         ker_up = s_up.g_vecs[:, s_up.ker_g]
-        ker_down = s_down.ker_a_basis()
+        up_max = null_energy_max(ker_up.shape[0], ker_up.shape[1])
         down_mod = module.get_submodule(down)
         out = []
         for j in s_gate.ker_g:
             v = s_gate.g_vecs[:, j]
             lifted = v if down_mod.bias is None else torch.cat([v, v.new_zeros(1)])
-            if _in_span(ker_up, v) < MATCH_MIN or _in_span(ker_down, lifted) < MATCH_MIN:
+            if _out_of_span_energy(ker_up, v) > up_max:
+                continue
+            if _live_energy(s_down, lifted) > link_energy_max(s_down):
                 continue
             parts = [
                 lift(names[0], module.get_submodule(gate), v, s_gate.a_top),

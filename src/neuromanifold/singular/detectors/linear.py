@@ -81,6 +81,7 @@ __all__ = [
     "link_energy_max",
     "near_kernel",
     "near_kernel_reference",
+    "null_energy_max",
     "one_sided_a",
     "one_sided_a_reference",
 ]
@@ -310,9 +311,17 @@ def link_energy_max(spec: BlockSpectrum) -> float:
     >>> round(link_energy_max(spec), 12)
     0.002
     """
-    d = spec.a_vecs.shape[0]
-    r = d - len(spec.ker_a)
-    return max(EXACT_DEAD_ENERGY, min(1.0 - MATCH_MIN**2, NULL_FRACTION * r / d))
+    return null_energy_max(spec.a_vecs.shape[0], len(spec.ker_a))
+
+
+def null_energy_max(d: int, k: int) -> float:
+    """The link rule's bound for a kernel of dimension ``k`` in ``d`` coordinates:
+    ``max(EXACT_DEAD_ENERGY, min(1 − MATCH_MIN², NULL_FRACTION · (d − k)/d))``.
+
+    >>> null_energy_max(100, 95)
+    0.002
+    """
+    return max(EXACT_DEAD_ENERGY, min(1.0 - MATCH_MIN**2, NULL_FRACTION * (d - k) / d))
 
 
 def _live_energy(spec: BlockSpectrum, vec: Tensor) -> float:

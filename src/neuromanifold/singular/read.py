@@ -503,8 +503,8 @@ def _reading_order(candidates: list[Candidate]) -> list[Candidate]:
     non-gauge candidates after them), then the closed-form gauges in registry order. Stable.
 
     Among equal ratios (typically exact zeros: null eigenvalues of the factors are reported as 0,
-    see `neuromanifold.singular.factors.factor_spectrum`) duality chains come first: a dead unit
-    seen in both factors is stronger evidence than a one-sided kernel vector."""
+    see `neuromanifold.singular.factor_spectrum.factor_spectrum`) duality chains come first: a
+    dead unit seen in both factors is stronger evidence than a one-sided kernel vector."""
     dead = [c for c in candidates if c.gauge is None]
     gauges = [c for c in candidates if c.gauge is not None]
     dead.sort(

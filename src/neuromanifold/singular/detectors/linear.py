@@ -57,11 +57,8 @@ import torch
 from torch import Tensor, nn
 
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
-from neuromanifold.singular.factors import (
-    factor_spectrum,
-    factor_spectrum_reference,
-    is_supported_block,
-)
+from neuromanifold.singular.factor_spectrum import factor_spectrum, factor_spectrum_reference
+from neuromanifold.singular.factors import is_supported_block
 
 __all__ = [
     "CLUSTER_TOL",
@@ -174,7 +171,7 @@ def near_kernel_reference(evals: Tensor, tau: float, *, gap: float = GAP) -> lis
 class BlockSpectrum:
     """Ascending eigenpairs of ``A`` and ``G`` with their near-kernel index lists.
 
-    The eigenpairs are canonical (`neuromanifold.singular.factors.FactorSpectrum`): null
+    The eigenpairs are canonical (`neuromanifold.singular.factor_spectrum.FactorSpectrum`): null
     eigenvalues are exactly 0 and come first, with a deterministic basis of the null space.
     ``methods`` records how each factor was decomposed (``"dense"`` or ``"lowrank"``).
     """
@@ -571,7 +568,7 @@ def _cluster_vectors(project, probes: Tensor, dim: int) -> list[Tensor]:
 
 
 def _sign_fixed(v: Tensor) -> Tensor:
-    from neuromanifold.singular.factors import _sign_fix
+    from neuromanifold.singular.factor_spectrum import _sign_fix
 
     return _sign_fix(v.unsqueeze(1))[:, 0]
 

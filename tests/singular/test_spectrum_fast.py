@@ -35,14 +35,6 @@ RTOL_SWEEP = 1e-6
 ATOL_ORTHO = 1e-12
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _low_rank(d: int, rank: int, seed: int) -> torch.Tensor:
     """``XᵀX/rank`` with singular values spread over three decades (distinct eigenvalues)."""
     gen = torch.Generator().manual_seed(seed)

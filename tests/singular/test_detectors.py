@@ -34,15 +34,6 @@ ATOL_EIGVEC = 1e-10
 COS_LN = 0.9999  # spec §9.3: |cos| to the closed-form LayerNorm kernel
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: intra-op threads only add contention on a shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _context(p, n: int | None = None) -> DetectionContext:
     x = p.data if n is None else p.data[:n]
     model = copy.deepcopy(p.model).eval()

@@ -27,15 +27,6 @@ K_HAT_TOL = 0.05  # |k̂ − k| on planted cells (issue 4/5)
 R2_MIN = 0.99
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: intra-op threads only add contention on a shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _genuine(reading: Reading) -> list:
     return [r for r in reading.directions if r.klass == "genuine_singularity"]
 

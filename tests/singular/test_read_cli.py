@@ -5,22 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import torch
 from typer.testing import CliRunner
 
 from neuromanifold.cli import app
 
 KEYS = {"layer", "detector", "k", "class", "r2", "slope", "magnitude"}
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: intra-op threads only add contention on a shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def test_read_planted_mlp_writes_json(tmp_path: Path) -> None:

@@ -36,14 +36,6 @@ R2_MIN = 0.99
 N_LAYERS, N_HEADS, HIDDEN, VOCAB, MAX_POS, SEQ, N = 2, 2, 16, 40, 12, 6, 24
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _bert(seed: int = 0) -> nn.Module:
     """A tiny BERT classifier with LayerNorm parameters moved off their initial (1, 0)."""
     torch.manual_seed(seed)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 from collections import Counter
 
-import pytest
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
@@ -27,14 +26,6 @@ EXACT = {"atol": 1e-12, "rtol": 0.0}  # float64 invariance of the outputs under 
 K_HAT_TOL = 0.05
 R2_MIN = 0.99
 DIM, HEADS, DEPTH, N = 8, 2, 2, 24
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 class PatchEmbed(nn.Module):

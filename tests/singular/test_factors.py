@@ -44,8 +44,13 @@ def test_single_linear_gaussian_kfac_is_exact() -> None:
     torch.testing.assert_close(torch.kron(fac[""].A, fac[""].G), ref, atol=ATOL_EXACT, rtol=0)
 
 
-def test_factors_match_per_sample_scores_on_mlp() -> None:
-    """A = mean ā āᵀ and G = mean Σ_c g_c g_cᵀ with g_c = J_sᵀ S[:, c], computed literally."""
+@pytest.mark.parametrize("buffer_bytes", [1, 10**9])
+def test_factors_match_per_sample_scores_on_mlp(monkeypatch, buffer_bytes: int) -> None:
+    """A = mean ā āᵀ and G = mean Σ_c g_c g_cᵀ with g_c = J_sᵀ S[:, c], computed literally
+    (G folded after every backward column, or once per batch)."""
+    import neuromanifold.singular.factors as factors_mod
+
+    monkeypatch.setattr(factors_mod, "G_BUFFER_BYTES", buffer_bytes)
     model = _mlp()
     x = torch.randn(5, 4, dtype=torch.float64)
     fac = kfac_factors(model, x, Categorical(), batch_size=2)
@@ -61,6 +66,23 @@ def test_factors_match_per_sample_scores_on_mlp() -> None:
     torch.testing.assert_close(fac["0"].G, g_ref / 5, atol=ATOL_EXACT, rtol=0)
     assert fac.n_forward_passes == 3
     assert fac["0"].n_positions == 1
+
+
+def test_g_buffer_size_does_not_change_the_factors(monkeypatch) -> None:
+    """Folding the output-gradient rows into ``G`` after every backward column (a 1-byte buffer)
+    or once per batch gives the same factors (CNN: positions, several batches)."""
+    import neuromanifold.singular.factors as factors_mod
+
+    model = _cnn(3)
+    x = torch.randn(5, 2, 8, 8, dtype=torch.float64)
+    out = {}
+    for size in (1, 10**9):
+        monkeypatch.setattr(factors_mod, "G_BUFFER_BYTES", size)
+        out[size] = kfac_factors(model, x, Categorical(), batch_size=2)
+    for name in ("0", "2", "4"):
+        torch.testing.assert_close(out[1][name].G, out[10**9][name].G, atol=ATOL_EXACT, rtol=0)
+        torch.testing.assert_close(out[1][name].A, out[10**9][name].A, atol=0, rtol=0)
+        assert out[1][name].g_rank_bound == out[10**9][name].g_rank_bound
 
 
 def test_patches_order_reproduces_conv1d() -> None:

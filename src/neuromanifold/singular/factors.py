@@ -61,6 +61,13 @@ __all__ = [
 
 KRONECKER_CONVENTION = "column-major vec(W̄): vec(g āᵀ) = ā ⊗ g; F_block ≈ A ⊗ G"
 MAX_EXACT_CLASSES = 64
+G_BUFFER_BYTES = 32 * 2**20
+"""Output-gradient rows buffered over backward columns (all blocks together) before they are
+folded into the ``G`` sums by one ``addmm_`` per block: a rank-``rows`` update of a ``d × d`` sum
+is bound by its memory traffic when ``rows`` is one column's ``N·positions``, and by arithmetic
+once the columns of a batch are stacked (factor pass of the ``64 → w → w → 10`` MLP on 64
+samples, one thread: w = 2048 0.55 → 0.46 s, w = 3072 1.29 → 1.09 s). Rows are folded at the end
+of every batch, and earlier when the buffer exceeds this size."""
 """Categorical outputs with at most this many classes use the exact class expectation."""
 
 BlockKind = Literal["linear", "conv1d", "conv2d"]
@@ -331,6 +338,8 @@ def kfac_factors(
         handles.append(mod.register_forward_hook(fwd_hook(n)))
     weights = [mod.weight for mod in blocks.values()]
     outs_seen: list[tuple[Tensor, int]] = []
+    pending: dict[str, list[Tensor]] = {n: [] for n in blocks}  # G rows not yet folded in
+    pending_bytes = 0
     n_fwd = n_bwd = 0
     fisher_used = "exact"
     try:
@@ -382,10 +391,11 @@ def kfac_factors(
                     gg = torch.cat([_gradient_positions(blocks[n], g) for g in seen], dim=1)
                     flat = gg.reshape(-1, gg.shape[-1])
                     rows_g[n] += flat.shape[0]
-                    if sums_g[n] is None:
-                        sums_g[n] = (flat.T @ flat) * scale
-                    else:  # in place: no d_out × d_out temporary per backward column
-                        sums_g[n].addmm_(flat.T, flat, alpha=scale)
+                    pending[n].append(flat)
+                    pending_bytes += flat.numel() * flat.element_size()
+                if pending_bytes > G_BUFFER_BYTES:
+                    pending_bytes = _fold_g(pending, sums_g, scale)
+            pending_bytes = _fold_g(pending, sums_g, scale)
     finally:
         for h in handles + finite_handles:
             h.remove()
@@ -419,6 +429,23 @@ def kfac_factors(
         fisher=fisher_used,
         unsupported=leaf_unsupported,
     )
+
+
+def _fold_g(
+    pending: dict[str, list[Tensor]], sums_g: dict[str, Tensor | None], scale: float
+) -> int:
+    """``sums_g[n] += scale · RᵀR`` with ``R`` the buffered rows of block ``n`` stacked (one
+    GEMM per block); empties the buffers and returns the bytes now pending (0)."""
+    for n, rows in pending.items():
+        if not rows:
+            continue
+        r = rows[0] if len(rows) == 1 else torch.cat(rows, dim=0)
+        rows.clear()
+        if sums_g[n] is None:
+            sums_g[n] = (r.T @ r) * scale
+        else:  # in place: no d_out × d_out temporary
+            sums_g[n].addmm_(r.T, r, alpha=scale)
+    return 0
 
 
 def _all_reduce_sums(

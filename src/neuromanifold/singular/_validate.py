@@ -215,7 +215,6 @@ def check_direction(
             f"subset of {sorted(params)[:8]}"
         )
     out: Direction = {}
-    sq = 0.0
     for key, value in u.items():
         if not isinstance(value, Tensor):
             raise TypeError(
@@ -226,19 +225,24 @@ def check_direction(
                 f"direction {name}[{key!r}] has shape {_describe_shape(value)} but "
                 f"params[{key!r}] has shape {_describe_shape(params[key])}"
             )
-        v = value.detach().to(device=params[key].device, dtype=DTYPE)
-        if not bool(torch.isfinite(v).all()):
-            raise ValueError(f"direction {name}[{key!r}] contains non-finite values (nan or inf)")
-        out[key] = v
-        sq += float((v * v).sum())
-    norm = math.sqrt(sq)
-    if norm == 0.0:
-        raise ValueError(f"direction {name} has zero norm; expected a non-zero finite direction")
+        out[key] = value.detach().to(device=params[key].device, dtype=DTYPE)
+    # One fused norm per tensor (nan/inf entries make their tensor's norm non-finite); the
+    # per-tensor finiteness scan runs only to name the culprit when something is wrong.
+    values = list(out.values())
+    norms = torch.stack(torch._foreach_norm(values))
+    norm = float(torch.linalg.vector_norm(norms))
     if not math.isfinite(norm):
+        for key, v in out.items():
+            if not bool(torch.isfinite(v).all()):
+                raise ValueError(
+                    f"direction {name}[{key!r}] contains non-finite values (nan or inf)"
+                )
         raise ValueError(
             f"direction {name} has norm {norm} (overflow); expected a non-zero finite direction"
         )
-    return {k: v / norm for k, v in out.items()}, norm
+    if norm == 0.0:
+        raise ValueError(f"direction {name} has zero norm; expected a non-zero finite direction")
+    return dict(zip(out, torch._foreach_div(values, norm), strict=True)), norm
 
 
 def check_grid(grid: object) -> Tensor:

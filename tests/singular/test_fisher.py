@@ -261,6 +261,24 @@ def test_error_nonfinite_direction() -> None:
         directional_fisher(model, params, {"0.weight": bad}, x, Gaussian())
 
 
+def test_error_nonfinite_entry_is_named_among_several_tensors() -> None:
+    """An inf in the second tensor of a list's second direction is named by key and index."""
+    model, params, x = make("mlp")
+    good = {"0.weight": torch.ones(7, 5)}
+    bad = {"0.weight": torch.ones(7, 5), "0.bias": torch.zeros(7)}
+    bad["0.bias"][3] = float("inf")
+    with pytest.raises(ValueError, match=r"direction u\[1\]\['0.bias'\] contains non-finite"):
+        directional_fisher(model, params, [good, bad], x, Gaussian())
+
+
+def test_error_direction_norm_overflow() -> None:
+    """Finite entries whose squared norm overflows float64 are refused as an overflow."""
+    model, params, x = make("mlp")
+    huge = torch.full((7, 5), 1e200, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"direction u has norm inf \(overflow\)"):
+        directional_fisher(model, params, {"0.weight": huge}, x, Gaussian())
+
+
 def test_error_direction_unknown_key() -> None:
     model, params, x = make("mlp")
     with pytest.raises(

@@ -8,14 +8,23 @@ normalisation layers and embeddings; consumers are those and ``nn.MultiheadAtten
 input); functional calls (``F.relu`` inside a ``forward``), reshapes
 and residual additions break the chain, so no edge is drawn across them (the duality join and the
 LayerNorm lift are then not attempted, which is conservative).
+
+**Skip edges** are recorded separately: ``skips[p]`` lists the sinks whose first input is a sum in
+which the output of source ``p`` itself is one summand — ``c(z + f(z))`` with ``z = p(·)``, through
+any number of such additions (a residual stream), the direct producer excepted. A torch-function
+mode sees the additions (``+``, ``+=``, ``torch.add`` with ``alpha = 1``); anything else applied to
+the sum (a scale, an activation, a normalisation) ends the provenance. Skip edges let the linear
+detector follow a dead path through residual blocks (spec §6.6: skips cost nothing on the
+shortest weighted path).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 __all__ = ["ELEMENTWISE", "ELEMENTWISE_NAMES", "ModelGraph", "trace_graph"]
 
@@ -81,7 +90,8 @@ class ModelGraph:
     ``consumers[p]`` / ``producers[c]``: tuples of module names; ``via[(p, c)]``: the elementwise
     modules in between (their class names); ``output``: the source module whose output is the
     model output (``None`` if the output is not one, e.g. after a reshape or a mean);
-    ``called``: names of modules called during the traced forward.
+    ``called``: names of modules called during the traced forward; ``skips[p]``: the sinks that
+    receive ``p``'s output as one summand of a residual sum (module docstring).
     """
 
     consumers: dict[str, tuple[str, ...]]
@@ -89,6 +99,7 @@ class ModelGraph:
     via: dict[tuple[str, str], tuple[str, ...]]
     output: str | None
     called: frozenset[str]
+    skips: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def single_consumer(self, name: str) -> str | None:
         """The only consumer of ``name``, or ``None`` (none or several)."""
@@ -101,13 +112,48 @@ class ModelGraph:
         return p[0] if len(p) == 1 else None
 
 
+_ADDS = (torch.add, Tensor.add, Tensor.__add__, Tensor.__radd__, Tensor.__iadd__, Tensor.add_)
+
+
+class _Summands(TorchFunctionMode):
+    """Records, per sum tensor (by id), the sources whose raw output is one of its summands."""
+
+    def __init__(self, origin: dict[int, tuple[str, tuple[str, ...]]], keep: list[Tensor]):
+        super().__init__()
+        self.origin = origin
+        self.keep = keep
+        self.summands: dict[int, frozenset[str]] = {}
+
+    def _sources(self, t: object) -> frozenset[str]:
+        if not isinstance(t, Tensor):
+            return frozenset()
+        direct = self.origin.get(id(t))
+        own = frozenset([direct[0]]) if direct is not None and not direct[1] else frozenset()
+        return own | self.summands.get(id(t), frozenset())
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func not in _ADDS or len(args) != 2 or kwargs.get("alpha", 1) != 1:
+            return func(*args, **kwargs)
+        srcs = self._sources(args[0]) | self._sources(args[1])
+        out = func(*args, **kwargs)
+        if isinstance(out, Tensor):
+            self.origin.pop(id(out), None)  # ``z += f(z)``: z is no longer a raw output
+            if srcs:
+                self.summands[id(out)] = srcs
+                self.keep.append(out)
+        return out
+
+
 def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
     """Run ``model(x)`` once with hooks and return the `ModelGraph` (see the module docstring)."""
     origin: dict[int, tuple[str, tuple[str, ...]]] = {}
     keep: list[Tensor] = []  # keeps tensors alive so that ids are not reused
     edges: dict[tuple[str, str], tuple[str, ...]] = {}
+    skip_edges: dict[str, list[str]] = {}
     called: set[str] = set()
     handles = []
+    sums = _Summands(origin, keep)
 
     def pre(name: str, mod: nn.Module):
         def fn(_m: nn.Module, inputs: tuple) -> None:
@@ -117,6 +163,10 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
             src = origin.get(id(inputs[0]))
             if src is not None and isinstance(mod, _SINKS):
                 edges[(src[0], name)] = src[1]
+            if isinstance(mod, _SINKS):
+                for p in sorted(sums.summands.get(id(inputs[0]), ())):
+                    if p != name and name not in skip_edges.setdefault(p, []):
+                        skip_edges[p].append(name)
 
         return fn
 
@@ -141,7 +191,7 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
         handles.append(mod.register_forward_pre_hook(pre(name, mod)))
         handles.append(mod.register_forward_hook(post(name, mod)))
     try:
-        with torch.no_grad():
+        with torch.no_grad(), sums:
             out = model(x)
     finally:
         for h in handles:
@@ -160,4 +210,5 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
         via=dict(edges),
         output=output,
         called=frozenset(called),
+        skips={k: tuple(v) for k, v in skip_edges.items()},
     )

@@ -37,6 +37,11 @@ Per block (spec §6.1–6.3) with factors ``F ≈ A ⊗ G`` (`neuromanifold.sing
    ``g ⊗ e_s`` of a linked unit) are not proposed again one-sided. At most ``MAX_CHAINS`` chains
    start at one block. A factor that vanishes identically (``G`` under all-zero downstream
    weights, ``A`` above all-zero upstream weights) has every direction in its kernel.
+   **Skip links** (`LinearDetector.skip_linked`): the same join into the blocks that receive
+   ``p``'s output as one summand of a residual sum (``ModelGraph.skips``), so a dead path
+   continues past residual blocks (spec §6.6: skips are free on the shortest weighted path).
+   A chain that starts through a skip link is kept only if its last block has a live ``G``
+   (otherwise moving it changes nothing); same provenance ``"duality"``, ``info["skip"]``.
 3. **One-sided modes** (``"kfac-A"``: ``g_top a_kᵀ``; ``"kfac-G"``: ``g_k a_topᵀ``), at most
    ``MAX_ONE_SIDED`` per side (on the logits layer of a categorical model, G-kernel vectors with
    ``|cos(g, 𝟙)| ≥ LOGIT_SHIFT_COS`` are left to the CE-shift detector: spec §6.1 failure mode
@@ -450,12 +455,41 @@ class LinearDetector:
         ctx.cache.setdefault("linked_idx", {})[name] = set(idx)
         return out
 
+    def skip_linked(self, ctx: DetectionContext, name: str) -> list[tuple[Tensor, str, Tensor]]:
+        """G-kernel vectors of ``name`` whose lift lies in the A-kernel of a skip consumer.
+
+        Like `linked`, but into the blocks that receive ``name``'s output as one summand of a
+        residual sum (``ctx.graph.skips``), so a dead path can continue past residual blocks;
+        same link rule (`link_energy_max`). ``[(g, consumer, lifted in-vector), …]``, cached.
+        """
+        cache = ctx.cache.setdefault("skip_linked", {})
+        if name in cache:
+            return cache[name]
+        spec = block_spectrum(ctx, name)
+        out: list[tuple[Tensor, str, Tensor]] = []
+        skips = getattr(ctx.graph, "skips", {}).get(name, ())
+        if spec is not None and spec.ker_g and skips:
+            gs = _columns(spec.g_vecs, spec.ker_g)
+            for c in skips:
+                cspec = block_spectrum(ctx, c) if c in ctx.factors.blocks else None
+                vecs = _input_lift_batch(self._modules(ctx)[c], gs) if cspec else None
+                if vecs is None:
+                    continue
+                hits = (_live_energy_batch(cspec, vecs) <= link_energy_max(cspec)).tolist()
+                out.extend((gs[:, j], c, vecs[:, j]) for j, hit in enumerate(hits) if hit)
+        cache[name] = out
+        return out
+
     def _upstream(self, ctx: DetectionContext, name: str) -> list[Tensor]:
-        """Linked vectors of the single producer of ``name`` that land in ``name``."""
+        """Linked vectors that land in ``name``: from its single producer, and through skips."""
+        up: list[Tensor] = []
         p = ctx.graph.single_producer(name)
-        if p is None or p not in ctx.factors.blocks:
-            return []
-        return [g for g, c, _ in self.linked(ctx, p) if c == name]
+        if p is not None and p in ctx.factors.blocks:
+            up = [g for g, c, _ in self.linked(ctx, p) if c == name]
+        for q, consumers in getattr(ctx.graph, "skips", {}).items():
+            if name in consumers and q in ctx.factors.blocks:
+                up.extend(g for g, c, _ in self.skip_linked(ctx, q) if c == name)
+        return up
 
     def chain_from(
         self, ctx: DetectionContext, name: str, index: int = 0
@@ -470,10 +504,20 @@ class LinearDetector:
         links_here = self.linked(ctx, name)
         if spec is None or index >= len(links_here):
             return []
+        return self._walk(ctx, name, spec.a_top, links_here[index], index)
+
+    def _walk(
+        self,
+        ctx: DetectionContext,
+        name: str,
+        in_vec: Tensor,
+        step: tuple[Tensor, str, Tensor] | None,
+        index: int,
+    ) -> list[tuple[str, Tensor, Tensor]]:
+        """Follow ``step`` out of ``name``, then each block's linked vector ``index`` (or its
+        first) until a block has none; ``[]`` if the walk returns to a block."""
         chain = []
-        in_vec = spec.a_top
         cur, seen = name, {name}
-        step = links_here[index]
         while step is not None:
             g, nxt, nxt_in = step
             chain.append((cur, g, in_vec))
@@ -514,6 +558,7 @@ class LinearDetector:
                         info={"chain_length": len(chain), "chain_index": i},
                     )
                 )
+            out.extend(self._skip_chains(ctx, name, spec))
         a_max, g_max = float(spec.alpha[-1]), float(spec.gamma[-1])
         one_sided = one_sided_a_reference if REFERENCE else one_sided_a
         for vec, ratio in one_sided(spec, module, upstream):
@@ -543,6 +588,37 @@ class LinearDetector:
                 r = float(prods[0]) / (a_max * g_max)
                 out.append(Candidate(layers=(name,), detector="kfac-joint", u=u, ratio=r))
         return ctx.canonical(out)
+
+    def _skip_chains(self, ctx: DetectionContext, name: str, spec: BlockSpectrum) -> list:
+        """Duality chains that leave ``name`` through a skip link (`skip_linked`).
+
+        A chain is kept only when its last block's ``G`` is not all near-kernel: a path whose
+        end has no output gradient changes nothing when moved (``F ≡ 0``), and a residual
+        stream offers many such partial paths (into every later block of a dead stack).
+        """
+        mods = self._modules(ctx)
+        out: list[Candidate] = []
+        for step in self.skip_linked(ctx, name):
+            if len(out) >= MAX_CHAINS:
+                break
+            chain = self._walk(ctx, name, spec.a_top, step, 0)
+            end = block_spectrum(ctx, chain[-1][0]) if chain else None
+            if end is None or len(end.ker_g) >= end.gamma.numel():
+                continue
+            u: dict[str, Tensor] = {}
+            for blk, o, a in chain:
+                u.update(lift(blk, mods[blk], o, a))
+            u = normalise(_equalise(u, [(blk, mods[blk]) for blk, _, _ in chain]))
+            out.append(
+                Candidate(
+                    layers=tuple(b for b, _, _ in chain),
+                    detector="duality",
+                    u=u,
+                    ratio=_ratio(float(spec.gamma[spec.ker_g[0]]), float(spec.gamma[-1])),
+                    info={"chain_length": len(chain), "chain_index": len(out), "skip": True},
+                )
+            )
+        return out
 
 
 def _ker_ratios(spec: BlockSpectrum) -> list[float]:

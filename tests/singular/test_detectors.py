@@ -24,7 +24,7 @@ from neuromanifold.singular.detectors import (
     near_kernel,
     trace_graph,
 )
-from neuromanifold.singular.detectors.linear import near_kernel_reference
+from neuromanifold.singular.detectors.near_kernel import near_kernel_reference
 from neuromanifold.singular.factors import kfac_factors
 from neuromanifold.singular.family import Categorical
 

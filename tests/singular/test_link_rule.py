@@ -9,10 +9,11 @@ import torch
 from torch import nn
 
 import neuromanifold.singular.detectors.linear as lin
+import neuromanifold.singular.detectors.link as link
 from neuromanifold.cells.planted import planted_mlp
 from neuromanifold.singular.detectors import DetectionContext, default_registry, trace_graph
 from neuromanifold.singular.detectors.base import Candidate
-from neuromanifold.singular.detectors.linear import (
+from neuromanifold.singular.detectors.link import (
     EXACT_DEAD_ENERGY,
     MATCH_MIN,
     NULL_FRACTION,
@@ -68,12 +69,12 @@ def test_batched_live_energy_equals_one_vector_at_a_time(d: int, k: int) -> None
     vecs = torch.randn(d, 10, generator=gen, dtype=torch.float64)
     vecs = torch.cat([vecs, spec.ker_a_basis()[:, :2] + 1e-4 * vecs[:, :2]], 1)
     vecs = vecs / vecs.norm(dim=0)
-    batch = lin._live_energy_batch(spec, vecs)
-    one = [lin._live_energy(spec, vecs[:, i]) for i in range(vecs.shape[1])]
+    batch = link.live_energy_batch(spec, vecs)
+    one = [link.live_energy(spec, vecs[:, i]) for i in range(vecs.shape[1])]
     torch.testing.assert_close(
         batch, torch.tensor(one, dtype=torch.float64), atol=ATOL_ENERGY, rtol=0
     )
-    match = lin._match_batch(spec, vecs)
+    match = link.match_batch(spec, vecs)
     torch.testing.assert_close(batch, 1.0 - match.pow(2), atol=ATOL_ENERGY, rtol=0)
 
 
@@ -83,7 +84,7 @@ def test_random_vectors_have_energy_r_over_d_and_do_not_link() -> None:
     spec = _spectrum(d, d - r, seed=4)
     gen = torch.Generator().manual_seed(5)
     v = torch.randn(d, n_draws, generator=gen, dtype=torch.float64)
-    e = lin._live_energy_batch(spec, v / v.norm(dim=0))
+    e = link.live_energy_batch(spec, v / v.norm(dim=0))
     # e ~ Beta(r/2, (d−r)/2): variance (r/d)(1 − r/d)·2/(d + 2)
     p = r / d
     se = math.sqrt(p * (1 - p) * 2 / (d + 2) / n_draws)
@@ -99,12 +100,12 @@ def test_barely_excited_vector_links_only_when_the_kernel_is_small() -> None:
     small = _spectrum(64, 8, seed=7)  # r/d = 7/8: the old threshold 1 − 0.99² = 0.0199
     for spec, linked in ((wide, False), (small, True)):
         v = _with_energy(spec, e, seed=8)
-        assert float(lin._live_energy(spec, v)) == pytest.approx(e, abs=ATOL_ENERGY)
-        assert (lin._live_energy(spec, v) <= link_energy_max(spec)) is linked
-        assert (float(lin._match(spec, v)) >= MATCH_MIN) is True  # the old rule, for contrast
+        assert float(link.live_energy(spec, v)) == pytest.approx(e, abs=ATOL_ENERGY)
+        assert (link.live_energy(spec, v) <= link_energy_max(spec)) is linked
+        assert (float(link.match(spec, v)) >= MATCH_MIN) is True  # the old rule, for contrast
     for spec in (wide, small):  # an exactly dead unit links at any kernel size
         v = _with_energy(spec, 0.0, seed=9)
-        assert lin._live_energy(spec, v) <= EXACT_DEAD_ENERGY <= link_energy_max(spec)
+        assert link.live_energy(spec, v) <= EXACT_DEAD_ENERGY <= link_energy_max(spec)
 
 
 @pytest.mark.parametrize("reference", [False, True])

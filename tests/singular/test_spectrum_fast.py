@@ -9,15 +9,13 @@ import torch
 from torch import nn
 
 import neuromanifold.singular.detectors.linear as lin
+import neuromanifold.singular.detectors.link as link
 import neuromanifold.singular.factor_spectrum as spectrum_mod
 from neuromanifold.cells.planted import planted_mlp
 from neuromanifold.singular.detectors import DetectionContext, default_registry, trace_graph
-from neuromanifold.singular.detectors.linear import (
-    BlockSpectrum,
-    near_kernel,
-    one_sided_a,
-    one_sided_a_reference,
-)
+from neuromanifold.singular.detectors.link import BlockSpectrum
+from neuromanifold.singular.detectors.near_kernel import near_kernel
+from neuromanifold.singular.detectors.one_sided import one_sided_a, one_sided_a_reference
 from neuromanifold.singular.factor_spectrum import factor_spectrum, factor_spectrum_reference
 from neuromanifold.singular.factors import kfac_factors
 from neuromanifold.singular.family import Categorical
@@ -242,9 +240,9 @@ def test_batched_match_equals_one_vector_at_a_time(d: int, rank: int) -> None:
     vecs = torch.randn(d, 12, generator=gen, dtype=torch.float64)
     vecs = torch.cat([vecs, spec.ker_a_basis()[:, :3] + 1e-3 * vecs[:, :3]], 1)
     vecs = vecs / vecs.norm(dim=0)
-    batch = lin._match_batch(spec, vecs)
+    batch = link.match_batch(spec, vecs)
     one = torch.tensor(
-        [lin._match(spec, vecs[:, i]) for i in range(vecs.shape[1])], dtype=torch.float64
+        [link.match(spec, vecs[:, i]) for i in range(vecs.shape[1])], dtype=torch.float64
     )
     torch.testing.assert_close(batch, one, atol=ATOL_VECS, rtol=0)
 
@@ -284,7 +282,7 @@ def test_tap_span_of_several_units_is_their_spans_side_by_side() -> None:
     conv = nn.Conv1d(5, 2, 3).double()
     gen = torch.Generator().manual_seed(11)
     gs = torch.randn(5, 4, generator=gen, dtype=torch.float64)
-    batch = lin._tap_span(conv, gs)
-    single = torch.cat([lin._tap_span(conv, gs[:, i]) for i in range(4)], 1)
+    batch = link.tap_span(conv, gs)
+    single = torch.cat([link.tap_span(conv, gs[:, i]) for i in range(4)], 1)
     assert batch.shape == (5 * 3 + 1, 4 * 3)
     torch.testing.assert_close(batch, single, atol=0, rtol=0)

@@ -34,7 +34,7 @@ _TINY = 1e-300
 def _ratios(mat: Any) -> tuple[list[float], int, float]:
     import torch
 
-    from neuromanifold.singular.detectors.linear import GAP, near_kernel
+    from neuromanifold.singular.detectors.near_kernel import GAP, near_kernel
 
     ev = torch.linalg.eigvalsh(0.5 * (mat + mat.T).double()).clamp_min(0.0)
     top = float(ev.max())

@@ -25,12 +25,9 @@ from neuromanifold.singular.detectors.layernorm import (
     RMSNormDetector,
     layernorm_kernel,
 )
-from neuromanifold.singular.detectors.linear import (
-    BlockSpectrum,
-    LinearDetector,
-    block_spectrum,
-    near_kernel,
-)
+from neuromanifold.singular.detectors.linear import LinearDetector, block_spectrum
+from neuromanifold.singular.detectors.link import BlockSpectrum
+from neuromanifold.singular.detectors.near_kernel import near_kernel
 from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
 
 __all__ = [

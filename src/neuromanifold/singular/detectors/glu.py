@@ -21,13 +21,8 @@ import torch
 from torch import Tensor, nn
 
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
-from neuromanifold.singular.detectors.linear import (
-    _live_energy,
-    block_spectrum,
-    lift,
-    link_energy_max,
-    null_energy_max,
-)
+from neuromanifold.singular.detectors.linear import block_spectrum, lift
+from neuromanifold.singular.detectors.link import link_energy_max, live_energy, null_energy_max
 
 __all__ = ["GLUDetector", "glu_layout"]
 
@@ -85,7 +80,7 @@ class GLUDetector:
             lifted = v if down_mod.bias is None else torch.cat([v, v.new_zeros(1)])
             if _out_of_span_energy(ker_up, v) > up_max:
                 continue
-            if _live_energy(s_down, lifted) > link_energy_max(s_down):
+            if live_energy(s_down, lifted) > link_energy_max(s_down):
                 continue
             parts = [
                 lift(names[0], module.get_submodule(gate), v, s_gate.a_top),

@@ -1,0 +1,220 @@
+"""The duality link rule: does a producer's dead output direction land in a consumer's A-kernel?
+
+A dead unit ``g`` of block ``p`` (a G-side kernel vector) is lifted into the input coordinates
+``ā`` of a consumer ``c`` (`input_lift`: Linear ``(g, 0)``; convolution ``g ⊗ w`` with the uniform
+spatial pattern ``w``; bias coordinate 0) and linked when its out-of-kernel energy
+``e = ‖P_{live A_c} v‖²`` is at most `link_energy_max` (the rule and its calibration are in the
+docstring of `neuromanifold.singular.detectors.linear`). `BlockSpectrum` holds the canonical
+eigenpairs of a block's factors with their near-kernel index lists; the energies and kernel
+projections are computed through the smaller of the kernel basis and its complement
+(`live_energy_batch`, `match_batch`), with one-vector oracles (`live_energy`, `match`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "EXACT_DEAD_ENERGY",
+    "MATCH_MIN",
+    "NULL_FRACTION",
+    "BlockSpectrum",
+    "columns",
+    "input_lift",
+    "input_lift_batch",
+    "link_energy_max",
+    "live_energy",
+    "live_energy_batch",
+    "match",
+    "match_batch",
+    "null_energy_max",
+    "tap_span",
+]
+
+MATCH_MIN = 0.99
+"""Smallest kernel projection ``‖P_{ker A_c} lift(g)‖`` of a duality link (link rule)."""
+NULL_FRACTION = 0.04
+"""A link's out-of-kernel energy must be at most this fraction of a random vector's ``r/d``
+(with ``(1 − MATCH_MIN²)/NULL_FRACTION ≈ 0.5``: the old rule holds unchanged while ``k ≤ d/2``)."""
+EXACT_DEAD_ENERGY = 1e-10
+"""Out-of-kernel energy at rounding level: an exactly dead unit, linked whatever ``r/d``."""
+
+
+@dataclass(frozen=True)
+class BlockSpectrum:
+    """Ascending eigenpairs of ``A`` and ``G`` with their near-kernel index lists.
+
+    The eigenpairs are canonical (`neuromanifold.singular.factor_spectrum.FactorSpectrum`): null
+    eigenvalues are exactly 0 and come first, with a deterministic basis of the null space.
+    ``methods`` records how each factor was decomposed (``"dense"`` or ``"lowrank"``).
+    """
+
+    alpha: Tensor
+    a_vecs: Tensor
+    gamma: Tensor
+    g_vecs: Tensor
+    ker_a: list[int]
+    ker_g: list[int]
+    methods: tuple[str, str] = ("dense", "dense")
+
+    @property
+    def a_top(self) -> Tensor:
+        """Top eigenvector of ``A``."""
+        return self.a_vecs[:, -1]
+
+    @property
+    def g_top(self) -> Tensor:
+        """Top eigenvector of ``G``."""
+        return self.g_vecs[:, -1]
+
+    def ker_a_basis(self) -> Tensor:
+        """Columns spanning the A-side near-kernel, shape ``(d_in(+1), k)`` (computed once)."""
+        basis = self.__dict__.get("_ker_a_basis")
+        if basis is None:
+            basis = columns(self.a_vecs, self.ker_a)
+            object.__setattr__(self, "_ker_a_basis", basis)
+        return basis
+
+    def live_a_basis(self) -> Tensor:
+        """The other eigenvectors of ``A`` (its complement), shape ``(d_in(+1), d − k)``."""
+        basis = self.__dict__.get("_live_a_basis")
+        if basis is None:
+            kept = set(self.ker_a)
+            basis = columns(self.a_vecs, [i for i in range(self.a_vecs.shape[1]) if i not in kept])
+            object.__setattr__(self, "_live_a_basis", basis)
+        return basis
+
+
+def columns(vecs: Tensor, idx: list[int]) -> Tensor:
+    if idx and idx == list(range(idx[0], idx[0] + len(idx))):
+        return vecs[:, idx[0] : idx[0] + len(idx)]
+    return vecs[:, idx]
+
+
+def input_lift(consumer: nn.Module, g: Tensor) -> Tensor | None:
+    """Lift a channel vector ``g`` of the producer into the consumer's ``ā`` coordinates."""
+    if isinstance(consumer, nn.Linear):
+        if consumer.in_features != g.numel():
+            return None
+        core = g
+    else:
+        if consumer.in_channels != g.numel():
+            return None
+        taps = consumer.weight[0, 0].numel()
+        core = torch.kron(g, torch.ones(taps, dtype=g.dtype, device=g.device) / taps**0.5)
+    if consumer.bias is not None:
+        core = torch.cat([core, core.new_zeros(1)])
+    return core / core.norm()
+
+
+def input_lift_batch(consumer: nn.Module, gs: Tensor) -> Tensor | None:
+    """`input_lift` of every column of ``gs`` at once, shape ``(d_in(+1), k)``."""
+    if isinstance(consumer, nn.Linear):
+        if consumer.in_features != gs.shape[0]:
+            return None
+        core = gs
+    else:
+        if consumer.in_channels != gs.shape[0]:
+            return None
+        taps = consumer.weight[0, 0].numel()
+        core = gs.repeat_interleave(taps, dim=0) / taps**0.5
+    if consumer.bias is not None:
+        core = torch.cat([core, core.new_zeros(1, core.shape[1])])
+    return core / core.norm(dim=0, keepdim=True)
+
+
+def link_energy_max(spec: BlockSpectrum) -> float:
+    """Largest out-of-kernel energy ``e`` of a duality link into the block of ``spec``.
+
+    ``max(EXACT_DEAD_ENERGY, min(1 − MATCH_MIN², NULL_FRACTION · r/d))`` with ``d`` the size of
+    ``A`` and ``r = d − k`` the size of its complement (``k`` = near-kernel dimension); a random
+    unit vector has ``E[e] = r/d`` (the link rule in `neuromanifold.singular.detectors.linear`).
+
+    >>> ev = torch.cat([torch.zeros(3), torch.ones(97)])  # small kernel: the old rule
+    >>> spec = BlockSpectrum(ev, torch.eye(100), ev, torch.eye(100), [0, 1, 2], [0, 1, 2])
+    >>> round(link_energy_max(spec), 12) == round(1 - MATCH_MIN**2, 12)
+    True
+    >>> ev = torch.cat([torch.zeros(95), torch.ones(5)])  # kernel 95 of 100: 0.04 · 5/100
+    >>> spec = BlockSpectrum(ev, torch.eye(100), ev, torch.eye(100), list(range(95)), [])
+    >>> round(link_energy_max(spec), 12)
+    0.002
+    """
+    return null_energy_max(spec.a_vecs.shape[0], len(spec.ker_a))
+
+
+def null_energy_max(d: int, k: int) -> float:
+    """The link rule's bound for a kernel of dimension ``k`` in ``d`` coordinates:
+    ``max(EXACT_DEAD_ENERGY, min(1 − MATCH_MIN², NULL_FRACTION · (d − k)/d))``.
+
+    >>> null_energy_max(100, 95)
+    0.002
+    """
+    return max(EXACT_DEAD_ENERGY, min(1.0 - MATCH_MIN**2, NULL_FRACTION * (d - k) / d))
+
+
+def live_energy(spec: BlockSpectrum, vec: Tensor) -> float:
+    """``‖P_{live A} vec‖²`` with the explicit complement basis (oracle of `live_energy_batch`)."""
+    basis = spec.live_a_basis()
+    if basis.shape[1] == 0:
+        return 0.0
+    return float((basis.T @ vec).pow(2).sum())
+
+
+def live_energy_batch(spec: BlockSpectrum, vecs: Tensor) -> Tensor:
+    """``‖P_{live A} v‖² = ‖v‖² − ‖P_{ker A} v‖²`` for every column ``v`` of ``vecs``.
+
+    The smaller of the kernel basis and its complement is used (as in `match_batch`); through
+    the complement the energy is computed directly, so a small energy keeps its relative
+    precision instead of being the rounding residue of ``1 − ‖P_{ker} v‖²``.
+    """
+    k = len(spec.ker_a)
+    d = spec.a_vecs.shape[0]
+    if k == 0:
+        return vecs.pow(2).sum(0)
+    if k <= d - k:
+        kept = (spec.ker_a_basis().T @ vecs).pow(2).sum(0)
+        return (vecs.pow(2).sum(0) - kept).clamp_min(0.0)
+    return (spec.live_a_basis().T @ vecs).pow(2).sum(0)
+
+
+def match(spec: BlockSpectrum, vec: Tensor) -> float:
+    """``‖P_{ker A} vec‖`` with the explicit kernel basis (oracle of `match_batch`)."""
+    basis = spec.ker_a_basis()
+    if basis.shape[1] == 0:
+        return 0.0
+    return float((basis.T @ vec).norm())
+
+
+def match_batch(spec: BlockSpectrum, vecs: Tensor) -> Tensor:
+    """``‖P_{ker A} v‖`` for every unit column ``v`` of ``vecs``.
+
+    With the kernel basis ``K`` and its complement ``L`` (together orthonormal),
+    ``‖Kᵀv‖² = ‖v‖² − ‖Lᵀv‖²``: the smaller of the two bases is used, so the cost is
+    ``O(d · min(k, d − k))`` per vector (the kernel of a layer wider than the probe set is large,
+    its complement small).
+    """
+    k = len(spec.ker_a)
+    d = spec.a_vecs.shape[0]
+    if k == 0:
+        return vecs.new_zeros(vecs.shape[1])
+    if k <= d - k:
+        return (spec.ker_a_basis().T @ vecs).norm(dim=0)
+    rest = (spec.live_a_basis().T @ vecs).pow(2).sum(0)
+    return (vecs.pow(2).sum(0) - rest).clamp_min(0.0).sqrt()
+
+
+def tap_span(consumer: nn.Module, g: Tensor) -> Tensor:
+    """Columns ``g ⊗ e_s`` (every kernel tap ``s``; bias coordinate 0) in the consumer's ``ā``.
+
+    ``g`` of shape ``(C,)`` gives ``(C·taps(+1), taps)``; ``(C, k)`` gives the ``k`` units'
+    columns side by side, unit-major (``kron(G, I_taps)``).
+    """
+    taps = 1 if isinstance(consumer, nn.Linear) else consumer.weight[0, 0].numel()
+    eye = torch.eye(taps, dtype=g.dtype, device=g.device)
+    cols = torch.kron(g.reshape(g.shape[0], -1), eye)  # (C·taps, k·taps)
+    if consumer.bias is not None:
+        cols = torch.cat([cols, cols.new_zeros(1, cols.shape[1])])
+    return cols

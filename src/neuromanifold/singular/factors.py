@@ -61,6 +61,7 @@ __all__ = [
 
 KRONECKER_CONVENTION = "column-major vec(W̄): vec(g āᵀ) = ā ⊗ g; F_block ≈ A ⊗ G"
 MAX_EXACT_CLASSES = 64
+"""Categorical outputs with at most this many classes use the exact class expectation."""
 G_BUFFER_BYTES = 32 * 2**20
 """Output-gradient rows buffered over backward columns (all blocks together) before they are
 folded into the ``G`` sums by one ``addmm_`` per block: a rank-``rows`` update of a ``d × d`` sum
@@ -68,7 +69,6 @@ is bound by its memory traffic when ``rows`` is one column's ``N·positions``, a
 once the columns of a batch are stacked (factor pass of the ``64 → w → w → 10`` MLP on 64
 samples, one thread: w = 2048 0.55 → 0.46 s, w = 3072 1.29 → 1.09 s). Rows are folded at the end
 of every batch, and earlier when the buffer exceeds this size."""
-"""Categorical outputs with at most this many classes use the exact class expectation."""
 
 BlockKind = Literal["linear", "conv1d", "conv2d"]
 

@@ -6,12 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from neuromanifold.singular.factors import (
-    block_fisher_reference,
-    is_supported_block,
-    kfac_factors,
-    patches,
-)
+from neuromanifold.singular.blocks import is_supported_block, patches
+from neuromanifold.singular.factors import block_fisher_reference, kfac_factors
 from neuromanifold.singular.family import Categorical, Gaussian
 
 ATOL_EXACT = 1e-12

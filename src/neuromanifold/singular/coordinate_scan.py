@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from neuromanifold.singular.blocks import is_supported_block
 from neuromanifold.singular.direction import read_direction
-from neuromanifold.singular.factors import is_supported_block
 
 __all__ = ["CoordinateRecord", "CoordinateScan", "coordinate_scan"]
 

@@ -42,11 +42,19 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
+
+from neuromanifold.singular.blocks import (
+    BlockKind,
+    block_kind,
+    gradient_positions,
+    is_supported_block,
+    patches,
+)
 
 __all__ = [
     "KRONECKER_CONVENTION",
@@ -54,9 +62,7 @@ __all__ = [
     "BlockFactors",
     "Factors",
     "block_fisher_reference",
-    "is_supported_block",
     "kfac_factors",
-    "patches",
 ]
 
 KRONECKER_CONVENTION = "column-major vec(W̄): vec(g āᵀ) = ā ⊗ g; F_block ≈ A ⊗ G"
@@ -69,8 +75,6 @@ is bound by its memory traffic when ``rows`` is one column's ``N·positions``, a
 once the columns of a batch are stacked (factor pass of the ``64 → w → w → 10`` MLP on 64
 samples, one thread: w = 2048 0.55 → 0.46 s, w = 3072 1.29 → 1.09 s). Rows are folded at the end
 of every batch, and earlier when the buffer exceeds this size."""
-
-BlockKind = Literal["linear", "conv1d", "conv2d"]
 
 
 @dataclass(frozen=True)
@@ -146,62 +150,6 @@ class Factors(Mapping[str, BlockFactors]):
 
     def __len__(self) -> int:
         return len(self.blocks)
-
-
-def is_supported_block(module: nn.Module) -> bool:
-    """True for Linear, Conv1d, Conv2d with ``groups == 1`` and integer zero padding."""
-    if type(module) is nn.Linear:
-        return True
-    if type(module) in (nn.Conv1d, nn.Conv2d):
-        return (
-            module.groups == 1
-            and module.padding_mode == "zeros"
-            and not isinstance(module.padding, str)
-        )
-    return False
-
-
-def _kind(module: nn.Module) -> BlockKind:
-    if isinstance(module, nn.Conv2d):
-        return "conv2d"
-    if isinstance(module, nn.Conv1d):
-        return "conv1d"
-    return "linear"
-
-
-def patches(module: nn.Module, x: Tensor) -> Tensor:
-    """Per-position block inputs ``(B, P, d_in)`` (no bias column).
-
-    Linear: ``x`` of shape ``(B, ..., d_in)`` flattened to ``(B, P, d_in)``. Conv: im2col patches
-    of shape ``(B, P, C_in·k_h·k_w)`` ordered ``(C_in, k_h, k_w)`` row-major, so that
-    ``W.reshape(C_out, -1) @ patch`` is the cross-correlation output at that position.
-
-    >>> conv = nn.Conv2d(2, 3, kernel_size=2, bias=False).double()
-    >>> x = torch.randn(4, 2, 5, 5, dtype=torch.float64)
-    >>> y = patches(conv, x) @ conv.weight.reshape(3, -1).T
-    >>> bool(torch.allclose(y, conv(x).flatten(2).transpose(1, 2)))
-    True
-    """
-    if isinstance(module, nn.Linear):
-        return x.reshape(x.shape[0], -1, x.shape[-1])
-    if isinstance(module, nn.Conv1d):
-        x4 = x.unsqueeze(-2)
-        cols = F.unfold(
-            x4,
-            kernel_size=(1, module.kernel_size[0]),
-            dilation=(1, module.dilation[0]),
-            padding=(0, module.padding[0]),
-            stride=(1, module.stride[0]),
-        )
-    else:
-        cols = F.unfold(
-            x,
-            kernel_size=module.kernel_size,
-            dilation=module.dilation,
-            padding=module.padding,
-            stride=module.stride,
-        )
-    return cols.transpose(1, 2)
 
 
 def _output_scores(family: Any, out: Tensor, *, exact_limit: int) -> tuple[str, Tensor | None]:
@@ -388,7 +336,7 @@ def kfac_factors(
                 for n, seen in grads_seen.items():
                     if not seen:
                         continue
-                    gg = torch.cat([_gradient_positions(blocks[n], g) for g in seen], dim=1)
+                    gg = torch.cat([gradient_positions(blocks[n], g) for g in seen], dim=1)
                     flat = gg.reshape(-1, gg.shape[-1])
                     rows_g[n] += flat.shape[0]
                     pending[n].append(flat)
@@ -410,7 +358,7 @@ def kfac_factors(
             g_sum = torch.zeros(d_out, d_out, dtype=torch.float64, device=mod.weight.device)
         result[n] = BlockFactors(
             name=n,
-            kind=_kind(mod),
+            kind=block_kind(mod),
             A=(sums_a[n] / n_total).contiguous(),
             G=(g_sum / n_total).contiguous(),
             n_samples=n_total,
@@ -503,13 +451,6 @@ def _all_reduce_sums(
 
 def _has_params(mod: nn.Module) -> bool:
     return any(True for _ in mod.parameters(recurse=False))
-
-
-def _gradient_positions(module: nn.Module, g: Tensor) -> Tensor:
-    """Output-side gradients as ``(B, P, d_out)`` (conv: channels last)."""
-    if isinstance(module, nn.Linear):
-        return g.reshape(g.shape[0], -1, g.shape[-1])
-    return g.flatten(2).transpose(1, 2)
 
 
 def _install_finite_checks(model: nn.Module) -> list:

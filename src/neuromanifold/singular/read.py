@@ -42,13 +42,14 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from neuromanifold.singular.blocks import is_supported_block
 from neuromanifold.singular.coordinate_scan import coordinate_scan
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, Detector
 from neuromanifold.singular.detectors.graph import trace_graph
 from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
 from neuromanifold.singular.direction import read_direction
 from neuromanifold.singular.distributed import all_gather_union, resolve_device, world_size
-from neuromanifold.singular.factors import _forward, is_supported_block, kfac_factors
+from neuromanifold.singular.factors import _forward, kfac_factors
 from neuromanifold.singular.family import check_family
 from neuromanifold.singular.fisher import directional_fisher
 from neuromanifold.singular.memory import MemoryPlan, plan_memory

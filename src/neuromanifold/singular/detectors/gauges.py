@@ -17,9 +17,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from neuromanifold.singular.blocks import is_supported_block
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
 from neuromanifold.singular.detectors.linear import block_spectrum, lift
-from neuromanifold.singular.factors import is_supported_block
 
 __all__ = ["LogitShiftDetector", "ReLURescaleDetector"]
 

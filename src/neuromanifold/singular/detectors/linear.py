@@ -58,6 +58,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from neuromanifold.singular.blocks import is_supported_block
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
 from neuromanifold.singular.detectors.link import (
     MATCH_MIN,
@@ -76,7 +77,6 @@ from neuromanifold.singular.detectors.one_sided import (
     one_sided_a_reference,
 )
 from neuromanifold.singular.factor_spectrum import factor_spectrum, factor_spectrum_reference
-from neuromanifold.singular.factors import is_supported_block
 
 __all__ = [
     "MAX_CHAINS",
@@ -146,7 +146,7 @@ class LinearDetector:
     name = "linear"
 
     def applies_to(self, module: nn.Module) -> bool:
-        """Supported blocks of `neuromanifold.singular.factors.is_supported_block`."""
+        """Supported blocks of `neuromanifold.singular.blocks.is_supported_block`."""
         return is_supported_block(module)
 
     def _modules(self, ctx: DetectionContext) -> dict[str, nn.Module]:

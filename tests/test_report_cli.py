@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from neuromanifold.cli import app
 from neuromanifold.report.archive import load_reading
 from neuromanifold.report.resume import LOG_NAME
-from neuromanifold.singular import read as read_module
+from neuromanifold.singular import read_candidate as candidate_mod
 from neuromanifold.singular.family import Categorical
 from neuromanifold.singular.read import read
 from neuromanifold.zoo.checkpoint import CheckpointMeta, save_checkpoint
@@ -77,9 +77,9 @@ def test_resume_reads_no_finished_direction(zoo_files, tmp_path, monkeypatch):
     assert RUNNER.invoke(app, _args(ckpt, sidecar, data, "--out", str(out))).exit_code == 0
     first = load_reading(out / "report.json")
     calls = []
-    original = read_module.read_direction
+    original = candidate_mod.read_direction
     monkeypatch.setattr(
-        read_module, "read_direction", lambda *a, **k: calls.append(1) or original(*a, **k)
+        candidate_mod, "read_direction", lambda *a, **k: calls.append(1) or original(*a, **k)
     )
     res = RUNNER.invoke(app, _args(ckpt, sidecar, data, "--out", str(out), "--resume"))
     assert res.exit_code == 0, res.output

@@ -12,7 +12,7 @@ import torch
 
 from neuromanifold.cells.planted import planted_mlp
 from neuromanifold.report.resume import LOG_NAME, ReadLog, read_fingerprint, resumable_read
-from neuromanifold.singular import read as read_module
+from neuromanifold.singular import read_candidate as candidate_mod
 from neuromanifold.singular.read import read
 
 GRID = np.logspace(-3, 0, 14).tolist()
@@ -45,13 +45,13 @@ class _Stop(KeyboardInterrupt):
 
 def _count_reads(monkeypatch) -> list[int]:
     calls: list[int] = []
-    original = read_module.read_direction
+    original = candidate_mod.read_direction
 
     def counting(*args, **kwargs):
         calls.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(read_module, "read_direction", counting)
+    monkeypatch.setattr(candidate_mod, "read_direction", counting)
     return calls
 
 

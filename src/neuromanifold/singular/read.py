@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -47,21 +46,17 @@ from neuromanifold.singular.coordinate_scan import coordinate_scan
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, Detector
 from neuromanifold.singular.detectors.graph import trace_graph
 from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
-from neuromanifold.singular.direction import read_direction
 from neuromanifold.singular.distributed import all_gather_union, resolve_device, world_size
 from neuromanifold.singular.factors import _forward, kfac_factors
 from neuromanifold.singular.family import check_family
-from neuromanifold.singular.fisher import directional_fisher
 from neuromanifold.singular.memory import MemoryPlan, plan_memory
-from neuromanifold.singular.rate import fit_rate
+from neuromanifold.singular.read_candidate import MIN_RESIDUAL, PROJECT_MIN_OVERLAP, read_candidate
 from neuromanifold.singular.reading import DirectionRecord, NotCovered, Reading
-from neuromanifold.singular.sweep import T_BATCH, floor_from_scale
+from neuromanifold.singular.sweep import T_BATCH
 
 __all__ = ["DEDUP_OVERLAP", "MIN_RESIDUAL", "PROJECT_MIN_OVERLAP", "read"]
 
 DEDUP_OVERLAP = 0.999
-MIN_RESIDUAL = 0.1
-PROJECT_MIN_OVERLAP = 1e-3
 GRAPH_SAMPLES = 16
 
 
@@ -98,45 +93,6 @@ def _not_covered(
                 NotCovered(label, type(mod).__name__, own, "not called as a module on the data")
             )
     return out
-
-
-def _flatten(u: dict[str, Tensor], keys: Sequence[str], params: dict[str, Tensor]) -> Tensor:
-    return torch.cat(
-        [
-            u[k].reshape(-1)
-            if k in u
-            else torch.zeros(params[k].numel(), dtype=torch.float64, device=params[k].device)
-            for k in keys
-        ]
-    )
-
-
-def _project_out_gauges(
-    cand: Candidate, gauges: list[dict[str, Tensor]], params: dict[str, Tensor]
-) -> tuple[dict[str, Tensor], float | None]:
-    """Project ``cand.u`` off the span of the generators sharing its tensors."""
-    related = [g for g in gauges if set(g) & set(cand.u)]
-    if not related:
-        return cand.u, None
-    keys = sorted(set(cand.u).union(*(g.keys() for g in related)))
-    u = _flatten(cand.u, keys, params)
-    basis = torch.stack([_flatten(g, keys, params) for g in related], 1)
-    q, s, _ = torch.linalg.svd(basis, full_matrices=False)
-    q = q[:, s > s.max() * 1e-10]
-    proj = q @ (q.T @ u)
-    overlap = float(proj.norm() / u.norm())
-    rest = u - proj
-    if rest.norm() < MIN_RESIDUAL * u.norm() or overlap < 1e-12:
-        return cand.u, overlap
-    rest = rest / rest.norm()
-    out, pos = {}, 0
-    for k in keys:
-        n = params[k].numel()
-        piece = rest[pos : pos + n].reshape(params[k].shape)
-        pos += n
-        if k in cand.u or piece.abs().max() > 0:
-            out[k] = piece
-    return out, overlap
 
 
 def _embedding_seen(model: nn.Module, x: Tensor, batch: int) -> tuple[dict[str, Tensor], int]:
@@ -206,7 +162,8 @@ def read(
             (spec §7.2 step 3), and a snapped point farther from θ0 than every point of the
             sweep is not the checkpoint's neighbourhood; ``info["snap_skipped"]`` records it.
         project_gauges: project non-gauge candidates off curved-gauge spans (module docstring).
-        per_layer: for duality chains, also fit each block's own rate (`_per_layer_rates`).
+        per_layer: for duality chains, also fit each block's own rate
+            (`neuromanifold.singular.read_candidate.per_layer_rates`).
         baseline: beside every genuine singularity, run the per-coordinate scan
             (`coordinate_scan`, 2 smallest-|θ| axes per weight) on the blocks it touches and
             store ``{layer: {"best_k", "classes"}}`` in its record's ``baseline``.
@@ -318,80 +275,26 @@ def read(
                 if bar is not None:
                     bar[0].advance(bar[1])
                 continue
-            passes_before = n_sweep_passes
             xd = (xw, labels) if labels is not None else xw
-            gens = list(cand.gauge_generators) if cand.gauge_generators else None
-            r = read_direction(
+            rec, passes = read_candidate(
+                cand,
                 work,
                 params,
-                cand.u,
                 xd,
                 family,
                 grid=grid,
-                snap=snap is True,
-                gauge_generators=gens,
-                chunk_size=chunk,
+                snap=snap,
+                gauges=gauges,
+                project_gauges=project_gauges,
+                per_layer=per_layer,
+                chunk=chunk,
                 t_batch=t_batch,
+                plan=plan,
             )
-            overlap, info, u_read = None, {}, cand.u
-            re_snap = snap == "auto" and cand.gauge is None and not r.rate_visible
-            if re_snap and r.offset >= r.sweep.ts[-1]:  # beyond the swept neighbourhood
-                re_snap = False
-                info = {"snap_skipped": {"offset": r.offset, "t_max": r.sweep.ts[-1]}}
-            if re_snap:
-                n_sweep_passes += r.sweep.n_forward_passes
-                info = {"unsnapped": {"k": r.k, "k_hat": r.k_hat, "class": r.klass.value}}
-                r = read_direction(
-                    work,
-                    params,
-                    cand.u,
-                    xd,
-                    family,
-                    grid=grid,
-                    snap=True,
-                    gauge_generators=gens,
-                    chunk_size=chunk,
-                    t_batch=t_batch,
-                )
-            if cand.gauge is None and gauges:
-                u_proj, overlap = _project_out_gauges(cand, gauges, params)
-                if (
-                    project_gauges
-                    and r.klass.value == "genuine_singularity"
-                    and overlap is not None
-                    and overlap >= PROJECT_MIN_OVERLAP
-                    and u_proj is not cand.u
-                ):
-                    n_sweep_passes += r.sweep.n_forward_passes
-                    info = {
-                        **info,
-                        "unprojected": {"k": r.k, "class": r.klass.value},
-                        "projected": True,
-                    }
-                    r = read_direction(
-                        work,
-                        params,
-                        u_proj,
-                        xd,
-                        family,
-                        grid=grid,
-                        snap=r.snapped,
-                        chunk_size=chunk,
-                        t_batch=t_batch,
-                    )
-                    u_read = u_proj
-            n_sweep_passes += r.sweep.n_forward_passes
-            if per_layer and cand.detector == "duality" and len(cand.layers) > 1:
-                info = {
-                    **info,
-                    "per_layer": _per_layer_rates(
-                        work, params, cand, u_read, r, xw, family, plan=plan
-                    ),
-                }
-                n_sweep_passes += len(r.sweep.ts)
-            records.append(_record(cand, r, overlap, info))
+            n_sweep_passes += passes
+            records.append(rec)
             if on_direction is not None:
-                on_direction(i, records[-1], n_sweep_passes - passes_before)
+                on_direction(i, rec, passes)
             if bar is not None:
                 bar[0].advance(bar[1])
     finally:
@@ -437,60 +340,6 @@ def read(
         "memory_plan": None if plan is None else plan.to_dict(),
     }
     return Reading(directions=tuple(records), not_covered=tuple(not_covered), meta=meta, note=note)
-
-
-def _per_layer_rates(
-    model: nn.Module,
-    params: dict[str, Tensor],
-    cand: Candidate,
-    u: dict[str, Tensor],
-    reading: Any,
-    x: Tensor,
-    family: Any,
-    *,
-    plan: MemoryPlan | None = None,
-) -> dict[str, dict[str, Any]]:
-    """Block rates along a chain: ``F_ℓ(t) = u_ℓᵀ F(θ0 + t u) u_ℓ`` with ``u_ℓ`` = block ℓ of ``u``.
-
-    The sweep runs along the whole chain direction ``u`` (same t-grid as its read) and the Fisher
-    is evaluated along each block's unit part, batched in one JVP pass per t. By the A–G duality
-    every block of a depth-L linear dead path shows ``t^{2(L−1)}`` (spec §6.1), i.e. order L at
-    every layer the direction touches. Returns ``{layer: {"k", "k_hat", "slope", "r2"}}``.
-    """
-    parts, layers = [], []
-    for layer in cand.layers:
-        prefix = f"{layer}." if layer else ""
-        part = {
-            k: v
-            for k, v in u.items()
-            if k[len(prefix) :] in ("weight", "bias") and k.startswith(prefix)
-        }
-        norm = float(torch.sqrt(sum((v**2).sum() for v in part.values()))) if part else 0.0
-        if norm > 0.0:
-            parts.append({k: v / norm for k, v in part.items()})
-            layers.append(layer)
-    if not parts:
-        return {}
-    ts = list(reading.sweep.ts)
-    shift = reading.sweep.base_shift
-    chunk = None if plan is None else plan.chunk_for(len(parts))
-    values = []
-    for t in ts:
-        point = {k: (v + (t + shift) * u[k] if k in u else v) for k, v in params.items()}
-        values.append(directional_fisher(model, point, parts, x, family, chunk_size=chunk))
-    table = torch.stack(values).T  # (n_layers, n_t)
-    out = {}
-    for layer, f in zip(layers, table, strict=True):
-        fit = fit_rate(
-            ts, f.tolist(), floor=floor_from_scale(max(float(f.max()), reading.sweep.scale))
-        )
-        out[layer] = {
-            "k": fit.k,
-            "k_hat": _finite(fit.k_hat),
-            "slope": _finite(fit.slope),
-            "r2": _finite(fit.r2),
-        }
-    return out
 
 
 _FUSED = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
@@ -564,34 +413,6 @@ def _attach_baseline(
         base = {layer: cache[layer] for layer in rec.layers if layer in cache}
         out.append(dataclasses.replace(rec, baseline=base))
     return out, n_reads
-
-
-def _finite(v: float | None) -> float | None:
-    return None if v is None or not math.isfinite(v) else float(v)
-
-
-def _record(
-    cand: Candidate, r: Any, overlap: float | None, extra: dict[str, Any]
-) -> DirectionRecord:
-    fit = r.fit
-    return DirectionRecord(
-        layer=cand.layers[0],
-        layers=tuple(cand.layers),
-        detector=cand.detector,
-        k=fit.k,
-        k_hat=_finite(fit.k_hat),
-        slope=_finite(fit.slope),
-        r2=_finite(fit.r2),
-        magnitude=_finite(fit.magnitude),
-        klass=r.klass.value,
-        window=None if fit.t_window is None else (float(fit.t_window[0]), float(fit.t_window[1])),
-        offset=float(r.offset),
-        gauge_overlap=r.gauge_overlap if r.gauge_overlap is not None else overlap,
-        ratio=cand.ratio,
-        reason=r.reason,
-        info={**cand.info, **extra},
-        sweep={"t": list(r.sweep.ts), "F": list(r.sweep.F), "floor": r.sweep.floor},
-    )
 
 
 def _progress(enabled: bool, total: int):

@@ -1,0 +1,228 @@
+"""One candidate of `neuromanifold.singular.read.read`, read: the sweep and its follow-ups.
+
+`read_candidate` runs `read_direction` along the candidate, then, as `read` documents (its module
+docstring, steps 5–6): the snapped re-read when ``snap="auto"`` and the rate is not visible; the
+re-read off the span of the curved-gauge generators sharing the candidate's tensors
+(`project_out_gauges`) when it read genuine; and, for a duality chain, each block's own rate
+(`per_layer_rates`). `record` turns the result into a `DirectionRecord`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from neuromanifold.singular.detectors.base import Candidate
+from neuromanifold.singular.direction import read_direction
+from neuromanifold.singular.fisher import directional_fisher
+from neuromanifold.singular.memory import MemoryPlan
+from neuromanifold.singular.rate import fit_rate
+from neuromanifold.singular.reading import DirectionRecord
+from neuromanifold.singular.sweep import floor_from_scale
+
+__all__ = [
+    "MIN_RESIDUAL",
+    "PROJECT_MIN_OVERLAP",
+    "per_layer_rates",
+    "project_out_gauges",
+    "read_candidate",
+    "record",
+]
+
+MIN_RESIDUAL = 0.1
+PROJECT_MIN_OVERLAP = 1e-3
+
+
+def _flatten(u: dict[str, Tensor], keys: Sequence[str], params: dict[str, Tensor]) -> Tensor:
+    return torch.cat(
+        [
+            u[k].reshape(-1)
+            if k in u
+            else torch.zeros(params[k].numel(), dtype=torch.float64, device=params[k].device)
+            for k in keys
+        ]
+    )
+
+
+def project_out_gauges(
+    cand: Candidate, gauges: list[dict[str, Tensor]], params: dict[str, Tensor]
+) -> tuple[dict[str, Tensor], float | None]:
+    """Project ``cand.u`` off the span of the generators sharing its tensors."""
+    related = [g for g in gauges if set(g) & set(cand.u)]
+    if not related:
+        return cand.u, None
+    keys = sorted(set(cand.u).union(*(g.keys() for g in related)))
+    u = _flatten(cand.u, keys, params)
+    basis = torch.stack([_flatten(g, keys, params) for g in related], 1)
+    q, s, _ = torch.linalg.svd(basis, full_matrices=False)
+    q = q[:, s > s.max() * 1e-10]
+    proj = q @ (q.T @ u)
+    overlap = float(proj.norm() / u.norm())
+    rest = u - proj
+    if rest.norm() < MIN_RESIDUAL * u.norm() or overlap < 1e-12:
+        return cand.u, overlap
+    rest = rest / rest.norm()
+    out, pos = {}, 0
+    for k in keys:
+        n = params[k].numel()
+        piece = rest[pos : pos + n].reshape(params[k].shape)
+        pos += n
+        if k in cand.u or piece.abs().max() > 0:
+            out[k] = piece
+    return out, overlap
+
+
+def read_candidate(
+    cand: Candidate,
+    work: nn.Module,
+    params: dict[str, Tensor],
+    xd: Tensor | tuple[Tensor, Tensor],
+    family: Any,
+    *,
+    grid: Sequence[float] | Tensor | None,
+    snap: bool | Literal["auto"],
+    gauges: list[dict[str, Tensor]],
+    project_gauges: bool,
+    per_layer: bool,
+    chunk: int | None,
+    t_batch: int,
+    plan: MemoryPlan | None,
+) -> tuple[DirectionRecord, int]:
+    """Read one candidate as `read` documents it: the sweep, the snapped re-read (``snap="auto"``),
+    the re-read off curved-gauge spans, and per-block rates of a duality chain.
+
+    Returns ``(record, forward passes of its sweeps)``.
+    """
+    n_passes = 0
+    xw = xd[0] if isinstance(xd, tuple) else xd
+    gens = list(cand.gauge_generators) if cand.gauge_generators else None
+
+    def sweep_read(u: dict[str, Tensor], snapped: bool, generators) -> Any:
+        return read_direction(
+            work,
+            params,
+            u,
+            xd,
+            family,
+            grid=grid,
+            snap=snapped,
+            gauge_generators=generators,
+            chunk_size=chunk,
+            t_batch=t_batch,
+        )
+
+    r = sweep_read(cand.u, snap is True, gens)
+    overlap, info, u_read = None, {}, cand.u
+    re_snap = snap == "auto" and cand.gauge is None and not r.rate_visible
+    if re_snap and r.offset >= r.sweep.ts[-1]:  # beyond the swept neighbourhood
+        re_snap = False
+        info = {"snap_skipped": {"offset": r.offset, "t_max": r.sweep.ts[-1]}}
+    if re_snap:
+        n_passes += r.sweep.n_forward_passes
+        info = {"unsnapped": {"k": r.k, "k_hat": r.k_hat, "class": r.klass.value}}
+        r = sweep_read(cand.u, True, gens)
+    if cand.gauge is None and gauges:
+        u_proj, overlap = project_out_gauges(cand, gauges, params)
+        if (
+            project_gauges
+            and r.klass.value == "genuine_singularity"
+            and overlap is not None
+            and overlap >= PROJECT_MIN_OVERLAP
+            and u_proj is not cand.u
+        ):
+            n_passes += r.sweep.n_forward_passes
+            info = {**info, "unprojected": {"k": r.k, "class": r.klass.value}, "projected": True}
+            r = sweep_read(u_proj, r.snapped, None)
+            u_read = u_proj
+    n_passes += r.sweep.n_forward_passes
+    if per_layer and cand.detector == "duality" and len(cand.layers) > 1:
+        rates = per_layer_rates(work, params, cand, u_read, r, xw, family, plan=plan)
+        info = {**info, "per_layer": rates}
+        n_passes += len(r.sweep.ts)
+    return record(cand, r, overlap, info), n_passes
+
+
+def per_layer_rates(
+    model: nn.Module,
+    params: dict[str, Tensor],
+    cand: Candidate,
+    u: dict[str, Tensor],
+    reading: Any,
+    x: Tensor,
+    family: Any,
+    *,
+    plan: MemoryPlan | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Block rates along a chain: ``F_ℓ(t) = u_ℓᵀ F(θ0 + t u) u_ℓ`` with ``u_ℓ`` = block ℓ of ``u``.
+
+    The sweep runs along the whole chain direction ``u`` (same t-grid as its read) and the Fisher
+    is evaluated along each block's unit part, batched in one JVP pass per t. By the A–G duality
+    every block of a depth-L linear dead path shows ``t^{2(L−1)}`` (spec §6.1), i.e. order L at
+    every layer the direction touches. Returns ``{layer: {"k", "k_hat", "slope", "r2"}}``.
+    """
+    parts, layers = [], []
+    for layer in cand.layers:
+        prefix = f"{layer}." if layer else ""
+        part = {
+            k: v
+            for k, v in u.items()
+            if k[len(prefix) :] in ("weight", "bias") and k.startswith(prefix)
+        }
+        norm = float(torch.sqrt(sum((v**2).sum() for v in part.values()))) if part else 0.0
+        if norm > 0.0:
+            parts.append({k: v / norm for k, v in part.items()})
+            layers.append(layer)
+    if not parts:
+        return {}
+    ts = list(reading.sweep.ts)
+    shift = reading.sweep.base_shift
+    chunk = None if plan is None else plan.chunk_for(len(parts))
+    values = []
+    for t in ts:
+        point = {k: (v + (t + shift) * u[k] if k in u else v) for k, v in params.items()}
+        values.append(directional_fisher(model, point, parts, x, family, chunk_size=chunk))
+    table = torch.stack(values).T  # (n_layers, n_t)
+    out = {}
+    for layer, f in zip(layers, table, strict=True):
+        fit = fit_rate(
+            ts, f.tolist(), floor=floor_from_scale(max(float(f.max()), reading.sweep.scale))
+        )
+        out[layer] = {
+            "k": fit.k,
+            "k_hat": _finite(fit.k_hat),
+            "slope": _finite(fit.slope),
+            "r2": _finite(fit.r2),
+        }
+    return out
+
+
+def _finite(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) else float(v)
+
+
+def record(
+    cand: Candidate, r: Any, overlap: float | None, extra: dict[str, Any]
+) -> DirectionRecord:
+    fit = r.fit
+    return DirectionRecord(
+        layer=cand.layers[0],
+        layers=tuple(cand.layers),
+        detector=cand.detector,
+        k=fit.k,
+        k_hat=_finite(fit.k_hat),
+        slope=_finite(fit.slope),
+        r2=_finite(fit.r2),
+        magnitude=_finite(fit.magnitude),
+        klass=r.klass.value,
+        window=None if fit.t_window is None else (float(fit.t_window[0]), float(fit.t_window[1])),
+        offset=float(r.offset),
+        gauge_overlap=r.gauge_overlap if r.gauge_overlap is not None else overlap,
+        ratio=cand.ratio,
+        reason=r.reason,
+        info={**cand.info, **extra},
+        sweep={"t": list(r.sweep.ts), "F": list(r.sweep.F), "floor": r.sweep.floor},
+    )

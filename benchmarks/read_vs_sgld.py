@@ -137,16 +137,18 @@ from neuromanifold.cells.registry import get_cell
 from neuromanifold.singular.assembly import assemble_from_reading
 from neuromanifold.singular.closed_forms import deep_linear, one_hidden_node, rrr
 from neuromanifold.singular.family import Gaussian
-from neuromanifold.singular.read import read
-from neuromanifold.singular.sgld import (
+from neuromanifold.singular.llc_convergence import (
     BURNIN_FRACTION,
-    DIVERGENCE_FACTOR,
-    SGLDConfig,
     calibrate_step,
     first_hit,
-    gaussian_nll_loss,
     running_llc,
     settling_point,
+)
+from neuromanifold.singular.read import read
+from neuromanifold.singular.sgld import (
+    DIVERGENCE_FACTOR,
+    SGLDConfig,
+    gaussian_nll_loss,
     sgld_llc,
 )
 

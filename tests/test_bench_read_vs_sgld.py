@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from neuromanifold.singular.llc_convergence import (
+    running_llc_reference,
+    settling_point_reference,
+)
 from neuromanifold.singular.read import read
-from neuromanifold.singular.sgld import running_llc_reference, settling_point_reference
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "read_vs_sgld.py"
 

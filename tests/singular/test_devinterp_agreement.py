@@ -47,11 +47,11 @@ pytest.importorskip("devinterp")
 datasets = pytest.importorskip("datasets")
 dvi_llc = pytest.importorskip("devinterp.slt.llc")
 
+from neuromanifold.singular.llc_convergence import running_llc  # noqa: E402
 from neuromanifold.singular.sgld import (  # noqa: E402
     SGLDConfig,
     default_nbeta,
     gaussian_nll_loss,
-    running_llc,
     sgld_llc,
 )
 

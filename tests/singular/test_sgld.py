@@ -9,16 +9,18 @@ import torch
 from torch import nn
 
 from neuromanifold.singular.closed_forms import rrr
-from neuromanifold.singular.sgld import (
-    SGLDConfig,
+from neuromanifold.singular.llc_convergence import (
     calibrate_step,
-    default_nbeta,
     first_hit,
-    gaussian_nll_loss,
     running_llc,
     running_llc_reference,
     settling_point,
     settling_point_reference,
+)
+from neuromanifold.singular.sgld import (
+    SGLDConfig,
+    default_nbeta,
+    gaussian_nll_loss,
     sgld_llc,
     sgld_llc_reference,
 )

@@ -43,6 +43,11 @@ from neuromanifold.singular.factors import (
 )
 from neuromanifold.singular.family import Categorical, Gaussian, OutputFamily, family_from_dict
 from neuromanifold.singular.fisher import directional_fisher, directional_fisher_reference
+from neuromanifold.singular.llc_convergence import (
+    calibrate_step,
+    running_llc,
+    settling_point,
+)
 from neuromanifold.singular.memory import MemoryPlan, plan_memory
 from neuromanifold.singular.nu import lambda_dir, nu_quadrature
 from neuromanifold.singular.rate import RateFit, fit_rate, local_slopes
@@ -51,9 +56,6 @@ from neuromanifold.singular.realized_nu import RealizedNu, realized_nu
 from neuromanifold.singular.sgld import (
     SGLDConfig,
     SGLDResult,
-    calibrate_step,
-    running_llc,
-    settling_point,
     sgld_llc,
 )
 from neuromanifold.singular.sweep import Sweep, default_grid, floor_from_scale, sweep

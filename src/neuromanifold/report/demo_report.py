@@ -127,9 +127,10 @@ def demo_markdown(result: Any, figures: dict[str, str]) -> str:
             lines += [
                 "### Weakest hidden direction per MLP block, read as a rotated node death",
                 "",
-                "Not a detector output (`neuromanifold.demo.hidden_probes`): v = the eigenvector "
-                "of the fc2 input factor A with the smallest eigenvalue, the direction "
-                "ΔW1 = v aᵀ, ΔW2 = g vᵀ; beside it the per-coordinate scan of fc1 and fc2.",
+                "Not a detector output (`neuromanifold.singular.hidden_probe.hidden_probes`): "
+                "v = the eigenvector of the fc2 input factor A with the smallest eigenvalue, "
+                "the direction ΔW1 = v aᵀ, ΔW2 = g vᵀ; beside it the per-coordinate scan of "
+                "fc1 and fc2.",
                 "",
                 table(
                     ["block", "A ratio", "unsnapped", "snapped", "offset", "coord. scan"],

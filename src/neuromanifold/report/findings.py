@@ -126,7 +126,7 @@ def node_death_findings(mr: Any, *, r2_min: float, expected_k: int = 2) -> list[
     probes = getattr(mr, "probes", ())
     if probes:
         observed += " Not named by a detector, the weakest hidden direction read as a rotated "
-        observed += "node death (`demo.hidden_probes`): " + "; ".join(
+        observed += "node death (`singular.hidden_probe`): " + "; ".join(
             f"{p['block']} (A ratio {p['ratio']:.1e}): unsnapped {_probe(p['unsnapped'])}, "
             f"snapped {_probe(p['snapped'])}, coordinate scan "
             + ", ".join(f"{layer}: {_scan(b)}" for layer, b in p["scan"].items())

@@ -47,7 +47,7 @@ Printed in one run (all times in seconds, float64, CPU, ``--threads`` intra-op t
    why: the primal pass P, one single-direction call J and the line ``B_L ≈ c + L·m`` fitted
    to batched calls of 2 … 16 directions (``J/m`` is the limit of the gain for many
    directions). Passes with many lanes are split by the library's lane policy
-   (`neuromanifold.singular.fisher.LANE_BYTES`). ``--threads 2`` on a 2-core machine lets the
+   (`neuromanifold.singular.passes.LANE_BYTES`). ``--threads 2`` on a 2-core machine lets the
    lanes' large elementwise kernels use both cores while per-call overhead stays serial, which
    raises the gain at small N.
 
@@ -229,7 +229,7 @@ def batching_floor(case: Case, params: dict, dirs: list[dict]) -> tuple[float, f
     from torch.func import functional_call
 
     from neuromanifold.singular._validate import prepare
-    from neuromanifold.singular.fisher import differentiable_kernels
+    from neuromanifold.singular.passes import differentiable_kernels
 
     prep = prepare(case.model, params, case.data)
     with differentiable_kernels(), torch.no_grad():

@@ -12,16 +12,11 @@ import pytest
 import torch
 from torch import nn
 
-import neuromanifold.singular.fisher as fisher_mod
+import neuromanifold.singular.passes as passes_mod
 from neuromanifold.singular import Categorical, Gaussian
 from neuromanifold.singular._validate import prepare
-from neuromanifold.singular.fisher import (
-    activation_bytes_per_sample,
-    directional_fisher,
-    directional_fisher_reference,
-    lane_chunk,
-    line_lanes,
-)
+from neuromanifold.singular.fisher import directional_fisher, directional_fisher_reference
+from neuromanifold.singular.passes import activation_bytes_per_sample, lane_chunk, line_lanes
 from neuromanifold.singular.sweep import sweep
 from neuromanifold.zoo.models import ViTConfig, build_model
 
@@ -101,7 +96,7 @@ def test_probe_scales_with_the_input_shape_and_is_cached_per_shape() -> None:
     for t in (3, 7):
         prep = prep_of(model, torch.randn(5, t, 4, dtype=D))
         assert activation_bytes_per_sample(model, prep) == t * HIDDEN * BYTES_F64
-    cached = fisher_mod._ACTIVATION_CACHE[model]
+    cached = passes_mod._ACTIVATION_CACHE[model]
     assert sorted(key[0] for key in cached) == [(3, 4), (7, 4)]
 
 
@@ -113,7 +108,7 @@ def test_probe_upper_bound_when_the_call_sequence_depends_on_the_batch() -> None
 
 
 def test_probe_failure_leaves_the_pass_unsplit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fisher_mod, "LANE_BYTES", 1)
+    monkeypatch.setattr(passes_mod, "LANE_BYTES", 1)
     model = FixedBatch().to(D)
     x = torch.randn(6, 4, dtype=D)
     prep = prep_of(model, x)
@@ -137,12 +132,12 @@ def test_lane_chunk_arithmetic(monkeypatch: pytest.MonkeyPatch) -> None:
     model = wide_mlp()
     prep = prep_of(model, torch.randn(40, 4, dtype=D))
     s = HIDDEN * BYTES_F64
-    monkeypatch.setattr(fisher_mod, "LANE_BYTES", 5 * 4 * s)  # 20 sample-lanes per pass
+    monkeypatch.setattr(passes_mod, "LANE_BYTES", 5 * 4 * s)  # 20 sample-lanes per pass
     assert lane_chunk(model, prep, 4, None) == 5
     assert lane_chunk(model, prep, 4, 3) == 3  # a caller's chunk_size is never raised
     assert lane_chunk(model, prep, 1, None) == 20
     assert lane_chunk(model, prep, 100, None) == 1  # at least one sample
-    monkeypatch.setattr(fisher_mod, "LANE_BYTES", 40 * s)
+    monkeypatch.setattr(passes_mod, "LANE_BYTES", 40 * s)
     assert lane_chunk(model, prep, 1, None) is None  # all 40 samples fit one pass
 
 
@@ -150,12 +145,12 @@ def test_line_lanes_prefers_samples_over_t_lanes(monkeypatch: pytest.MonkeyPatch
     model = wide_mlp()
     prep = prep_of(model, torch.randn(40, 4, dtype=D))
     s = HIDDEN * BYTES_F64
-    monkeypatch.setattr(fisher_mod, "LANE_BYTES", 8 * 40 * s)
+    monkeypatch.setattr(passes_mod, "LANE_BYTES", 8 * 40 * s)
     assert line_lanes(model, prep, 8, None) == (8, None)  # 8 lanes of all samples fit
-    monkeypatch.setattr(fisher_mod, "LANE_BYTES", 3 * 40 * s)
+    monkeypatch.setattr(passes_mod, "LANE_BYTES", 3 * 40 * s)
     assert line_lanes(model, prep, 8, None) == (3, None)
     assert line_lanes(model, prep, 8, 10) == (8, 10)  # 8 lanes × 10 samples = 80 ≤ 120
-    monkeypatch.setattr(fisher_mod, "LANE_BYTES", 25 * s)
+    monkeypatch.setattr(passes_mod, "LANE_BYTES", 25 * s)
     assert line_lanes(model, prep, 8, None) == (1, 25)
     assert line_lanes(model, prep, 1, 7) == (1, 7)
 
@@ -180,7 +175,7 @@ def test_split_batched_directions_match_loop_and_oracle(
     monkeypatch: pytest.MonkeyPatch, lane_bytes: int
 ) -> None:
     """Forced splits (1 sample per pass; 6 sample-lanes per pass) on a small zoo ViT."""
-    monkeypatch.setattr(fisher_mod, "LANE_BYTES", lane_bytes)
+    monkeypatch.setattr(passes_mod, "LANE_BYTES", lane_bytes)
     model, x = small_vit()
     params = dict(model.named_parameters())
     dirs = directions(model, 5, seed=1)
@@ -188,7 +183,7 @@ def test_split_batched_directions_match_loop_and_oracle(
     batched = directional_fisher(model, params, dirs, x, fam)
     single = torch.stack([directional_fisher(model, params, d, x, fam) for d in dirs])
     torch.testing.assert_close(batched, single, rtol=RTOL_GROUPING, atol=0.0)
-    monkeypatch.setattr(fisher_mod, "LANE_BYTES", 2**62)
+    monkeypatch.setattr(passes_mod, "LANE_BYTES", 2**62)
     unsplit = directional_fisher(model, params, dirs, x, fam)
     torch.testing.assert_close(batched, unsplit, rtol=RTOL_GROUPING, atol=0.0)
     ref = directional_fisher_reference(model, params, dirs, x, fam, chunk_size=5)
@@ -204,7 +199,7 @@ def test_sweep_lanes_lowered_by_the_policy_keep_the_values(monkeypatch: pytest.M
     wide = sweep(model, params, u, x, Categorical(), grid=grid, t_batch=4)
     assert wide.t_batched and not one.t_batched
     s = activation_bytes_per_sample(model, prep_of(model, x))
-    monkeypatch.setattr(fisher_mod, "LANE_BYTES", 3 * s)  # a pass holds 3 samples: 1 lane
+    monkeypatch.setattr(passes_mod, "LANE_BYTES", 3 * s)  # a pass holds 3 samples: 1 lane
     narrow = sweep(model, params, u, x, Categorical(), grid=grid, t_batch=4)
     assert not narrow.t_batched
     for other in (wide, narrow):

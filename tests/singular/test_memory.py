@@ -31,8 +31,8 @@ from neuromanifold.singular.memory import plan_memory
 from neuromanifold.singular.sweep import sweep
 budget = None if sys.argv[1] == "none" else int(sys.argv[1])
 if budget is None:  # the control: lane policy off (it would split the passes without a budget)
-    import neuromanifold.singular.fisher as fisher
-    fisher.LANE_BYTES = 2**62
+    import neuromanifold.singular.passes as passes
+    passes.LANE_BYTES = 2**62
 gen = torch.Generator().manual_seed(0)
 torch.manual_seed(0)
 model = torch.nn.Sequential(

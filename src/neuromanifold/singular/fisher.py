@@ -13,18 +13,9 @@ d×d matrix is formed. Sums are accumulated over sample chunks and divided by N 
 initialised ``torch.distributed`` process group the sums and counts are all-reduced first, so each
 rank passes its own shard of the probe set (`global_mean`).
 
-**Lanes and chunks.** A pass that carries ``L`` lanes under ``vmap`` (``L`` directions, or ``L``
-t-values of a sweep) holds every activation ``L`` times. Most of a tangent's work is elementwise
-(adds, activation derivatives, the layer-norm formula) and bound by memory traffic, and past a few
-MiB per tensor a batched pass became slower per lane than ``L`` separate passes (zoo ViT, dim 32,
-16 directions, one thread: 0.26 ms per sample-direction with 256 samples in one pass, 0.17 ms in
-passes of 32). So samples are further split so that the largest tensor any call returns holds at
-most ``LANE_BYTES`` (8 MiB, within 10 % of the best fixed split on the ViTs of dim 32 and 64 and
-the MLPs of width 256 and 1024 of ``benchmarks/scaling.py``): ``chunk = LANE_BYTES // (L·s)``,
-with ``s`` the bytes per sample of the model's largest activation, measured once per model and
-input shape by primal forwards on 2 and 3 samples (`activation_bytes_per_sample`). This only ever
-lowers a caller's ``chunk_size``, so memory budgets still hold; the split changes the order of the
-float64 sums only.
+**Lanes and chunks.** Samples are split into chunks and directions or t-values grouped into
+``vmap`` lanes by the pass policy of `neuromanifold.singular.passes` (`lane_chunk`,
+`line_lanes`); only the order of the float64 sums depends on the grouping.
 
 What batching directions can gain is bounded: the lanes share the primal pass, but each lane's
 tangent costs about two primal passes (every linear map meets both a tangent input and a tangent
@@ -44,55 +35,23 @@ for ``F = E[Jᵀ H_out J]``; arXiv:2607.00603 for the forward-mode directional r
 
 from __future__ import annotations
 
-import contextlib
-import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.func import functional_call, grad, jvp, vmap
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_leaves
 
 from neuromanifold.singular._validate import DTYPE, Direction, Prepared, check_direction, prepare
 from neuromanifold.singular.family import OutputFamily, check_family
-
-__all__ = [
-    "LANE_BYTES",
-    "activation_bytes_per_sample",
-    "directional_fisher",
-    "directional_fisher_reference",
-    "lane_chunk",
-    "line_lanes",
-]
-
-LANE_BYTES = 8 * 2**20
-"""Target bytes of the largest tensor one operator returns in a (vmapped) JVP pass."""
-
-_PROBE_ERRORS = (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError)
-_ACTIVATION_CACHE: weakref.WeakKeyDictionary[nn.Module, dict[tuple, int | None]] = (
-    weakref.WeakKeyDictionary()
+from neuromanifold.singular.passes import (
+    chunks,
+    differentiable_kernels,
+    lane_chunk,
+    line_lanes,
 )
 
-
-@contextlib.contextmanager
-def differentiable_kernels() -> Iterator[None]:
-    """Route attention through kernels that have forward-mode derivatives.
-
-    Fused attention (flash / memory-efficient SDPA, and the inference fast path of
-    ``nn.MultiheadAttention`` / ``nn.TransformerEncoderLayer`` in eval mode) has no forward-mode
-    AD in torch. Inside this context SDPA uses its math backend and the MHA fast path is off
-    (the previous setting is restored on exit); both compute the same function, exactly in float64.
-    """
-    previous = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
-    try:
-        with sdpa_kernel([SDPBackend.MATH]):
-            yield
-    finally:
-        torch.backends.mha.set_fastpath_enabled(previous)
+__all__ = ["directional_fisher", "directional_fisher_reference"]
 
 
 def global_mean(total: Tensor, n: int) -> Tensor:
@@ -131,120 +90,6 @@ def _stack_tangents(dirs: Sequence[Direction], keys: Sequence[str], params: Mapp
         k: torch.stack([d[k] if k in d else torch.zeros_like(params[k]) for d in dirs])
         for k in keys
     }
-
-
-class _OutputBytes(TorchFunctionMode):
-    """Records, per torch function call in order, the bytes of the tensors it returns.
-
-    Views are skipped. A torch-function mode sees the calls the model makes from Python (modules,
-    ``torch.*``/``F.*`` functions, tensor methods), not the kernels inside a composite call.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sizes: list[int] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        self.sizes.append(
-            sum(
-                t.numel() * t.element_size()
-                for t in tree_leaves(out)
-                if isinstance(t, Tensor) and t._base is None
-            )
-        )
-        return out
-
-
-def activation_bytes_per_sample(model: nn.Module, prep: Prepared) -> int | None:
-    """Bytes per sample of the largest tensor an operator returns in the model's forward.
-
-    Two primal forwards (no autograd) on 2 and 3 copies of the first sample record the bytes each
-    torch call returns; ``s = max_call (bytes₃ − bytes₂)`` (weight-sized temporaries cancel; 1
-    sample is avoided because some kernels take other paths for a batch of one). If the two runs
-    make different call sequences, ``s = max_call bytes₃ / 3``, an upper bound. Intermediates
-    inside one composite call (e.g. the attention matrix inside
-    ``F.scaled_dot_product_attention``) are not seen, so ``s`` can be too small for long-sequence
-    attention; that makes chunks larger than intended (slower), never a different value. Cached
-    per model (weakly) and input shape, dtype and device: the value depends on shapes only.
-
-    Returns:
-        ``s`` in bytes (≥ 1), or ``None`` for a single sample (nothing to split) or when the probe
-        forward fails (the pass then runs unsplit and reports its own error).
-    """
-    if prep.n < 2:
-        return None
-    key = (tuple(prep.x.shape[1:]), prep.x.dtype, prep.x.device)
-    cache = _ACTIVATION_CACHE.setdefault(model, {})
-    if key in cache:
-        return cache[key]
-    runs: list[list[int]] = []
-    try:
-        for k in (2, 3):
-            rec = _OutputBytes()
-            xk = prep.x[:1].expand(k, *prep.x.shape[1:]).contiguous()
-            with torch.no_grad(), differentiable_kernels(), rec:
-                functional_call(model, (prep.params, prep.buffers), (xk,))
-            runs.append(rec.sizes)
-    except _PROBE_ERRORS:
-        cache[key] = None
-        return None
-    two, three = runs
-    if len(two) == len(three):
-        per = max((b - a for a, b in zip(two, three, strict=True)), default=0)
-    else:
-        per = max(three, default=0) // 3
-    cache[key] = max(int(per), 1)
-    return cache[key]
-
-
-def lane_chunk(model: nn.Module, prep: Prepared, lanes: int, chunk_size: int | None) -> int | None:
-    """Samples per pass for ``lanes`` vmap lanes: ``min(chunk_size, LANE_BYTES // (lanes·s))``.
-
-    ``s`` is `activation_bytes_per_sample`; at least 1 sample; ``None`` (= all samples) when the
-    whole probe set fits or ``s`` is unknown and no ``chunk_size`` was given.
-    """
-    _check_chunk_size(chunk_size)
-    s = activation_bytes_per_sample(model, prep)
-    if s is None:
-        return chunk_size
-    fit = max(1, LANE_BYTES // (max(lanes, 1) * s))
-    if chunk_size is None:
-        return None if fit >= prep.n else fit
-    return min(chunk_size, fit)
-
-
-def line_lanes(
-    model: nn.Module, prep: Prepared, t_batch: int, chunk_size: int | None
-) -> tuple[int, int | None]:
-    """``(lanes, chunk)`` for a sweep: t-values per ``vmap`` group and samples per pass.
-
-    Lanes only save per-call overhead, and a pass moves the same samples·lanes whether they are
-    more samples or more lanes, so samples come first: ``t_batch`` lanes are kept while a full
-    chunk of samples (``chunk_size``, default all N) still fits ``LANE_BYTES`` with them, fewer
-    lanes otherwise, down to 1 lane with the samples split by `lane_chunk`.
-    """
-    _check_chunk_size(chunk_size)
-    s = activation_bytes_per_sample(model, prep)
-    lanes = t_batch
-    if s is not None and t_batch > 1:
-        cap = prep.n if chunk_size is None else min(chunk_size, prep.n)
-        lanes = max(1, min(t_batch, LANE_BYTES // (cap * s)))
-    return lanes, lane_chunk(model, prep, lanes, chunk_size)
-
-
-def _check_chunk_size(chunk_size: object) -> None:
-    if chunk_size is None:
-        return
-    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int or None; got {chunk_size!r}")
-
-
-def _chunks(n: int, chunk_size: int | None) -> list[slice]:
-    _check_chunk_size(chunk_size)
-    if chunk_size is None:
-        return [slice(0, n)]
-    return [slice(i, min(i + chunk_size, n)) for i in range(0, n, chunk_size)]
 
 
 def _chunk_quadratic(
@@ -317,7 +162,7 @@ def fisher_along_line(
     all_batched = True
     for i in range(0, ts.numel(), t_batch):
         group = ts[i : i + t_batch].to(dev)
-        for sl in _chunks(prep.n, chunk_size):
+        for sl in chunks(prep.n, chunk_size):
             q_sum = _chunk_quadratic(model, prep, base, keys, family, sl, empirical=empirical)
 
             def at_t(t: Tensor, q_sum=q_sum) -> Tensor:
@@ -364,7 +209,7 @@ def fisher_prepared(
     tangents = _stack_tangents(dirs, keys, base)
     total = torch.zeros(len(dirs), dtype=DTYPE, device=_device(base))
     chunk_size = lane_chunk(model, prep, len(dirs), chunk_size)
-    for sl in _chunks(prep.n, chunk_size):
+    for sl in chunks(prep.n, chunk_size):
         q_sum = _chunk_quadratic(model, prep, base, keys, family, sl, empirical=empirical)
         with differentiable_kernels():
             if len(dirs) == 1:
@@ -456,7 +301,7 @@ def directional_fisher_reference(
     per_sample_grad = vmap(grad(loglik), in_dims=(None, 0, 0))
     dev = _device(prep.params)
     total = torch.zeros(len(dirs), dtype=DTYPE, device=dev)
-    for sl in _chunks(prep.n, chunk_size):
+    for sl in chunks(prep.n, chunk_size):
         xc = prep.x[sl]
         n = xc.shape[0]
         with torch.no_grad():

@@ -342,8 +342,10 @@ def kfac_factors(
                     pending[n].append(flat)
                     pending_bytes += flat.numel() * flat.element_size()
                 if pending_bytes > G_BUFFER_BYTES:
-                    pending_bytes = _fold_g(pending, sums_g, scale)
-            pending_bytes = _fold_g(pending, sums_g, scale)
+                    _fold_g(pending, sums_g, scale)
+                    pending_bytes = 0
+            _fold_g(pending, sums_g, scale)
+            pending_bytes = 0
     finally:
         for h in handles + finite_handles:
             h.remove()
@@ -381,9 +383,9 @@ def kfac_factors(
 
 def _fold_g(
     pending: dict[str, list[Tensor]], sums_g: dict[str, Tensor | None], scale: float
-) -> int:
+) -> None:
     """``sums_g[n] += scale · RᵀR`` with ``R`` the buffered rows of block ``n`` stacked (one
-    GEMM per block); empties the buffers and returns the bytes now pending (0)."""
+    GEMM per block, shape ``(d_out, d_out)``); empties the buffers."""
     for n, rows in pending.items():
         if not rows:
             continue
@@ -393,7 +395,6 @@ def _fold_g(
             sums_g[n] = (r.T @ r) * scale
         else:  # in place: no d_out × d_out temporary
             sums_g[n].addmm_(r.T, r, alpha=scale)
-    return 0
 
 
 def _all_reduce_sums(

@@ -216,7 +216,7 @@ class LinearDetector:
             return cache[name]
         spec = block_spectrum(ctx, name)
         out: list[tuple[Tensor, str, Tensor]] = []
-        skips = getattr(ctx.graph, "skips", {}).get(name, ())
+        skips = ctx.graph.skips.get(name, ())
         if spec is not None and spec.ker_g and skips:
             gs = columns(spec.g_vecs, spec.ker_g)
             for c in skips:
@@ -235,7 +235,7 @@ class LinearDetector:
         p = ctx.graph.single_producer(name)
         if p is not None and p in ctx.factors.blocks:
             up = [g for g, c, _ in self.linked(ctx, p) if c == name]
-        for q, consumers in getattr(ctx.graph, "skips", {}).items():
+        for q, consumers in ctx.graph.skips.items():
             if name in consumers and q in ctx.factors.blocks:
                 up.extend(g for g, c, _ in self.skip_linked(ctx, q) if c == name)
         return up

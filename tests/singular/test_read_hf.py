@@ -36,20 +36,24 @@ R2_MIN = 0.99
 N_LAYERS, N_HEADS, HIDDEN, VOCAB, MAX_POS, SEQ, N = 2, 2, 16, 40, 12, 6, 24
 
 
+def _config(layers: int = N_LAYERS, **extra):
+    """The tiny BERT configuration shared by every test here (``extra`` adds or overrides)."""
+    base = {
+        "vocab_size": VOCAB,
+        "hidden_size": HIDDEN,
+        "num_hidden_layers": layers,
+        "num_attention_heads": N_HEADS,
+        "intermediate_size": 2 * HIDDEN,
+        "max_position_embeddings": MAX_POS,
+    }
+    return transformers.BertConfig(**{**base, **extra})
+
+
 def _bert(seed: int = 0) -> nn.Module:
     """A tiny BERT classifier with LayerNorm parameters moved off their initial (1, 0)."""
     torch.manual_seed(seed)
-    cfg = transformers.BertConfig(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        num_hidden_layers=N_LAYERS,
-        num_attention_heads=N_HEADS,
-        intermediate_size=2 * HIDDEN,
-        max_position_embeddings=MAX_POS,
-        type_vocab_size=1,
-        num_labels=3,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
+    cfg = _config(
+        type_vocab_size=1, num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
     )
     model = transformers.BertForSequenceClassification(cfg)
     gen = torch.Generator().manual_seed(seed + 1)
@@ -128,14 +132,7 @@ def test_tied_weights_stored_once_load_and_stay_tied(tmp_path) -> None:
     """save_pretrained stores a tied decoder once (under the embedding's name); loading that file
     into the directory's architecture fills the alias and keeps the tie."""
     torch.manual_seed(1)
-    cfg = transformers.BertConfig(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        num_hidden_layers=1,
-        num_attention_heads=N_HEADS,
-        intermediate_size=2 * HIDDEN,
-        max_position_embeddings=MAX_POS,
-    )
+    cfg = _config(layers=1)
     mlm = transformers.BertForMaskedLM(cfg).eval()
     mlm.save_pretrained(str(tmp_path))
     from safetensors.torch import load_file
@@ -273,13 +270,8 @@ def test_tied_decoder_is_read_on_the_shared_matrix() -> None:
     still produce logits through the tied decoder, so they are not flat there; the head module
     holding the (tied) output bias has no detector and is listed as not covered."""
     torch.manual_seed(0)
-    cfg = transformers.BertConfig(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        num_hidden_layers=1,
-        num_attention_heads=N_HEADS,
-        intermediate_size=2 * HIDDEN,
-        max_position_embeddings=MAX_POS,
+    cfg = _config(
+        layers=1,
         type_vocab_size=1,
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
@@ -316,16 +308,7 @@ def test_equal_norms_at_initialisation_name_the_last_before_the_head(tmp_path) -
     """At initialisation every LayerNorm has γ = 1, β = 0: the factor test matches all of them on
     the pooler (through the [CLS] selection); the last norm before it is named, all are listed."""
     torch.manual_seed(2)
-    cfg = transformers.BertConfig(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        num_hidden_layers=1,
-        num_attention_heads=N_HEADS,
-        intermediate_size=2 * HIDDEN,
-        max_position_embeddings=MAX_POS,
-        type_vocab_size=1,
-        num_labels=3,
-    )
+    cfg = _config(layers=1, type_vocab_size=1, num_labels=3)
     transformers.BertForSequenceClassification(cfg).save_pretrained(str(tmp_path))
     net = load_model(None, architecture=str(tmp_path))
     reading = read(

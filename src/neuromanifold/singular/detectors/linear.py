@@ -285,28 +285,13 @@ class LinearDetector:
         if spec is None:
             return []
         out: list[Candidate] = []
-        mods = self._modules(ctx)
         upstream = self._upstream(ctx, name)
         links = self.linked(ctx, name)
         if not upstream:
             for i in range(min(len(links), MAX_CHAINS)):
                 chain = self.chain_from(ctx, name, i)
-                if not chain:
-                    continue
-                u: dict[str, Tensor] = {}
-                for blk, o, a in chain:
-                    u.update(lift(blk, mods[blk], o, a))
-                u = normalise(_equalise(u, [(blk, mods[blk]) for blk, _, _ in chain]))
-                g_ratio = _ratio(float(spec.gamma[spec.ker_g[0]]), float(spec.gamma[-1]))
-                out.append(
-                    Candidate(
-                        layers=tuple(b for b, _, _ in chain),
-                        detector="duality",
-                        u=u,
-                        ratio=g_ratio,
-                        info={"chain_length": len(chain), "chain_index": i},
-                    )
-                )
+                if chain:
+                    out.append(self._chain_candidate(ctx, chain, spec, {"chain_index": i}))
             out.extend(self._skip_chains(ctx, name, spec))
         a_max, g_max = float(spec.alpha[-1]), float(spec.gamma[-1])
         one_sided = one_sided_a_reference if REFERENCE else one_sided_a
@@ -345,7 +330,6 @@ class LinearDetector:
         end has no output gradient changes nothing when moved (``F ≡ 0``), and a residual
         stream offers many such partial paths (into every later block of a dead stack).
         """
-        mods = self._modules(ctx)
         out: list[Candidate] = []
         for step in self.skip_linked(ctx, name):
             if len(out) >= MAX_CHAINS:
@@ -354,20 +338,31 @@ class LinearDetector:
             end = block_spectrum(ctx, chain[-1][0]) if chain else None
             if end is None or len(end.ker_g) >= end.gamma.numel():
                 continue
-            u: dict[str, Tensor] = {}
-            for blk, o, a in chain:
-                u.update(lift(blk, mods[blk], o, a))
-            u = normalise(_equalise(u, [(blk, mods[blk]) for blk, _, _ in chain]))
-            out.append(
-                Candidate(
-                    layers=tuple(b for b, _, _ in chain),
-                    detector="duality",
-                    u=u,
-                    ratio=_ratio(float(spec.gamma[spec.ker_g[0]]), float(spec.gamma[-1])),
-                    info={"chain_length": len(chain), "chain_index": len(out), "skip": True},
-                )
-            )
+            info = {"chain_index": len(out), "skip": True}
+            out.append(self._chain_candidate(ctx, chain, spec, info))
         return out
+
+    def _chain_candidate(
+        self,
+        ctx: DetectionContext,
+        chain: list[tuple[str, Tensor, Tensor]],
+        spec: BlockSpectrum,
+        info: dict,
+    ) -> Candidate:
+        """``"duality"`` candidate of a chain: each block's rank-one lift ``out inᵀ``, every
+        block at equal norm; ratio = the first block's smallest G-kernel eigenvalue ratio."""
+        mods = self._modules(ctx)
+        u: dict[str, Tensor] = {}
+        for blk, o, a in chain:
+            u.update(lift(blk, mods[blk], o, a))
+        u = normalise(_equalise(u, [(blk, mods[blk]) for blk, _, _ in chain]))
+        return Candidate(
+            layers=tuple(b for b, _, _ in chain),
+            detector="duality",
+            u=u,
+            ratio=_ratio(float(spec.gamma[spec.ker_g[0]]), float(spec.gamma[-1])),
+            info={"chain_length": len(chain), **info},
+        )
 
 
 def _ratio(value: float, top: float) -> float:

@@ -189,17 +189,9 @@ class LinearDetector:
                     idx.append(j)
         elif spec is not None and spec.ker_g:
             c = ctx.graph.single_consumer(name)
-            cspec = block_spectrum(ctx, c) if c is not None and c in ctx.factors.blocks else None
-            if cspec is not None:
-                gs = columns(spec.g_vecs, spec.ker_g)
-                vecs = input_lift_batch(self._modules(ctx)[c], gs)
-                if vecs is not None:
-                    e_max = link_energy_max(cspec)
-                    hits = (live_energy_batch(cspec, vecs) <= e_max).tolist()
-                    for col, j in enumerate(spec.ker_g):
-                        if hits[col]:
-                            out.append((gs[:, col], c, vecs[:, col]))
-                            idx.append(j)
+            for col, link in self._links_into(ctx, spec, c):
+                out.append(link)
+                idx.append(spec.ker_g[col])
         cache[name] = out
         ctx.cache.setdefault("linked_idx", {})[name] = set(idx)
         return out
@@ -217,17 +209,26 @@ class LinearDetector:
         spec = block_spectrum(ctx, name)
         out: list[tuple[Tensor, str, Tensor]] = []
         skips = ctx.graph.skips.get(name, ())
-        if spec is not None and spec.ker_g and skips:
-            gs = columns(spec.g_vecs, spec.ker_g)
+        if spec is not None and spec.ker_g:
             for c in skips:
-                cspec = block_spectrum(ctx, c) if c in ctx.factors.blocks else None
-                vecs = input_lift_batch(self._modules(ctx)[c], gs) if cspec else None
-                if vecs is None:
-                    continue
-                hits = (live_energy_batch(cspec, vecs) <= link_energy_max(cspec)).tolist()
-                out.extend((gs[:, j], c, vecs[:, j]) for j, hit in enumerate(hits) if hit)
+                out.extend(link for _, link in self._links_into(ctx, spec, c))
         cache[name] = out
         return out
+
+    def _links_into(
+        self, ctx: DetectionContext, spec: BlockSpectrum, consumer: str | None
+    ) -> list[tuple[int, tuple[Tensor, str, Tensor]]]:
+        """The G-kernel columns of ``spec`` whose lift into ``consumer`` passes the link rule,
+        all matched in one batch: ``[(column in ker_g, (g, consumer, lifted in-vector)), …]``."""
+        if consumer is None or consumer not in ctx.factors.blocks:
+            return []
+        cspec = block_spectrum(ctx, consumer)
+        gs = columns(spec.g_vecs, spec.ker_g)
+        vecs = input_lift_batch(self._modules(ctx)[consumer], gs)
+        if cspec is None or vecs is None:
+            return []
+        hits = (live_energy_batch(cspec, vecs) <= link_energy_max(cspec)).tolist()
+        return [(j, (gs[:, j], consumer, vecs[:, j])) for j, hit in enumerate(hits) if hit]
 
     def _upstream(self, ctx: DetectionContext, name: str) -> list[Tensor]:
         """Linked vectors that land in ``name``: from its single producer, and through skips."""

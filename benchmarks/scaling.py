@@ -54,6 +54,7 @@ Printed in one run (all times in seconds, float64, CPU, ``--threads`` intra-op t
 Run:  python benchmarks/scaling.py                       (≈ 10 minutes on a busy 2-core machine)
       python benchmarks/scaling.py --only samples parallel batching
       python benchmarks/scaling.py --quick               (smaller sizes)
+      python benchmarks/scaling.py --only params samples --plot scaling.png   (log–log figure)
 """
 
 from __future__ import annotations
@@ -156,7 +157,7 @@ def fit_line(label: str, xs: list[float], ys: list[float]) -> str:
     return f"{label}: slope all = {slope(xs, ys):.3f}, upper half = {upper:.3f}"
 
 
-def series(name: str, cases: list[tuple[str, Case]], x_of, read_if) -> None:
+def series(name: str, cases: list[tuple[str, Case]], x_of, read_if) -> dict:
     print(f"\n== {name} ==")
     head = f"{'model':<16}{'params':>10}{'N':>6}{'sweep s':>10}{'factor s':>10}{'detect s':>10}"
     head += f"{'read s':>10}{'#cand':>6}"
@@ -192,6 +193,35 @@ def series(name: str, cases: list[tuple[str, Case]], x_of, read_if) -> None:
     if len(keep) >= 2:
         print(fit_line("  detect ", [xs[i] for i in keep], [de[i] for i in keep]))
         print(fit_line("  read   ", [xs[i] for i in keep], [rd[i] for i in keep]))
+    return {"name": name, "x": xs, "sweep": sw, "factors": fa, "detect": de, "read": rd}
+
+
+def plot_series(results: list[dict], path: str) -> None:
+    """One log–log panel per series: each cost against its x, with the fitted slope (all sizes)
+    in the legend and a dotted slope-1 guide through the first read point."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4), squeeze=False)
+    for ax, res in zip(axes[0], results, strict=True):
+        for key, marker in (("sweep", "o"), ("factors", "s"), ("detect", "^"), ("read", "D")):
+            pts = [(x, y) for x, y in zip(res["x"], res[key], strict=True) if math.isfinite(y)]
+            if len(pts) < 2:
+                continue
+            xs, ys = zip(*pts, strict=True)
+            ax.loglog(xs, ys, marker=marker, label=f"{key} (slope {slope(xs, ys):.2f})")
+        x0, y0 = res["x"][0], res["read"][0] if math.isfinite(res["read"][0]) else res["sweep"][0]
+        ax.loglog(res["x"], [y0 * x / x0 for x in res["x"]], "k:", lw=1, label="slope 1")
+        ax.set_title(res["name"])
+        ax.set_xlabel("samples" if "samples" in res["name"] else "parameters")
+        ax.set_ylabel("seconds")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"wrote {path}")
 
 
 def data_parallel(width: int, n: int, worlds: list[int]) -> None:
@@ -303,6 +333,7 @@ def main() -> None:
         help="run only these sections",
     )
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--plot", default=None, help="write the log-log cost curves to this PNG")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
@@ -314,18 +345,27 @@ def main() -> None:
     mlps = [c for c in mlps if n_params(c[1].model) <= args.max_params]
     vits = [c for c in vits if n_params(c[1].model) <= args.max_params]
     only = set(args.only or ["params", "samples", "parallel", "batching"])
+    results: list[dict] = []
     if "params" in only:
         big = args.read_max_params
-        series("cost vs parameters: MLP", mlps, lambda p, n: p, lambda p, n: p <= big)
-        series("cost vs parameters: ViT", vits, lambda p, n: p, lambda p, n: p <= big)
+        results.append(
+            series("cost vs parameters: MLP", mlps, lambda p, n: p, lambda p, n: p <= big)
+        )
+        results.append(
+            series("cost vs parameters: ViT", vits, lambda p, n: p, lambda p, n: p <= big)
+        )
     sizes = [64, 128, 256, 512] if args.quick else [64, 128, 256, 512, 1024]
     if "samples" in only:
-        series(
-            "cost vs probe samples: MLP w=256",
-            [(f"N={n}", mlp_case(256, n)) for n in sizes],
-            lambda p, n: n,
-            lambda p, n: n <= args.read_max_n,
+        results.append(
+            series(
+                "cost vs probe samples: MLP w=256",
+                [(f"N={n}", mlp_case(256, n)) for n in sizes],
+                lambda p, n: n,
+                lambda p, n: n <= args.read_max_n,
+            )
         )
+    if args.plot and results:
+        plot_series(results, args.plot)
     if "parallel" in only:
         data_parallel(256, 256, [1, 2, 4])
     if "batching" in only:

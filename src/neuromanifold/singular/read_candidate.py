@@ -34,7 +34,9 @@ __all__ = [
 ]
 
 MIN_RESIDUAL = 0.1
+"""No re-read off the gauge span when less than this fraction of the candidate's norm survives."""
 PROJECT_MIN_OVERLAP = 1e-3
+"""A genuine read is repeated off the curved-gauge span when its overlap is at least this."""
 
 
 def _flatten(u: dict[str, Tensor], keys: Sequence[str], params: dict[str, Tensor]) -> Tensor:

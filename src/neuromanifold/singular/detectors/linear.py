@@ -327,6 +327,10 @@ class LinearDetector:
     def _skip_chains(self, ctx: DetectionContext, name: str, spec: BlockSpectrum) -> list:
         """Duality chains that leave ``name`` through a skip link (`skip_linked`).
 
+        The chain takes one skip hop, from its first block: skips are free on the weighted path,
+        so the direct hop is the shortest way to any later block; past it the chain follows
+        direct links (`linked`) as usual.
+
         A chain is kept only when its last block's ``G`` is not all near-kernel: a path whose
         end has no output gradient changes nothing when moved (``F ≡ 0``), and a residual
         stream offers many such partial paths (into every later block of a dead stack).

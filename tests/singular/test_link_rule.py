@@ -27,6 +27,9 @@ from neuromanifold.singular.read import read
 ATOL_EXACT = 1e-12
 # energies of unit vectors in float64 after a d × r projection (d ≤ 2048): rounding of order ε·d
 ATOL_ENERGY = 1e-12
+# kernel projections ‖P_ker v‖ through the complement are √(1 − e): away from ‖P_ker v‖ = 0 (the
+# test vectors stay there) rounding stays far below this; near 0 the square root would amplify it
+ATOL_MATCH = 1e-9
 # sample mean of n_draws random energies: within this many standard errors of r/d
 MEAN_SIGMAS = 5.0
 
@@ -63,7 +66,8 @@ def test_threshold_closed_forms() -> None:
 
 @pytest.mark.parametrize(("d", "k"), [(40, 4), (40, 36)])
 def test_batched_live_energy_equals_one_vector_at_a_time(d: int, k: int) -> None:
-    """Explicit-kernel (small kernel) and complement (wide kernel) formulas against the oracle."""
+    """Explicit-kernel (small kernel) and complement (wide kernel) formulas against the oracles
+    (`live_energy`, `match`), and the two batched quantities against each other."""
     spec = _spectrum(d, k, seed=2)
     gen = torch.Generator().manual_seed(3)
     vecs = torch.randn(d, 10, generator=gen, dtype=torch.float64)
@@ -76,6 +80,10 @@ def test_batched_live_energy_equals_one_vector_at_a_time(d: int, k: int) -> None
     )
     match = link.match_batch(spec, vecs)
     torch.testing.assert_close(batch, 1.0 - match.pow(2), atol=ATOL_ENERGY, rtol=0)
+    one_match = [link.match(spec, vecs[:, i]) for i in range(vecs.shape[1])]
+    torch.testing.assert_close(
+        match, torch.tensor(one_match, dtype=torch.float64), atol=ATOL_MATCH, rtol=0
+    )
 
 
 def test_random_vectors_have_energy_r_over_d_and_do_not_link() -> None:

@@ -232,21 +232,6 @@ def test_whole_read_equals_reference_on_a_wide_layer(monkeypatch) -> None:
         torch.testing.assert_close(fa, fb, atol=RTOL_SWEEP * scale, rtol=0)
 
 
-@pytest.mark.parametrize(("d", "rank"), [(30, 3), (30, 27)])
-def test_batched_match_equals_one_vector_at_a_time(d: int, rank: int) -> None:
-    """Both the explicit-kernel (small kernel) and the complement (wide kernel) formulas."""
-    spec = _synthetic_spectrum(d, rank, seed=8)
-    gen = torch.Generator().manual_seed(9)
-    vecs = torch.randn(d, 12, generator=gen, dtype=torch.float64)
-    vecs = torch.cat([vecs, spec.ker_a_basis()[:, :3] + 1e-3 * vecs[:, :3]], 1)
-    vecs = vecs / vecs.norm(dim=0)
-    batch = link.match_batch(spec, vecs)
-    one = torch.tensor(
-        [link.match(spec, vecs[:, i]) for i in range(vecs.shape[1])], dtype=torch.float64
-    )
-    torch.testing.assert_close(batch, one, atol=ATOL_VECS, rtol=0)
-
-
 def test_reading_order_puts_duality_first_among_equal_ratios() -> None:
     from neuromanifold.singular.detectors.base import Candidate
     from neuromanifold.singular.read import _reading_order

@@ -287,7 +287,8 @@ def test_report_is_json_serialisable() -> None:
 
 def test_stride_one_flows_from_the_two_fiber_points_differ() -> None:
     """Spec §4.3: same (v, δ), different NTK ⇒ different function-space trajectories."""
-    from neuromanifold.linear.flow import QuadraticLoss, gradient_flow
+    from neuromanifold.linear.flow import gradient_flow
+    from neuromanifold.linear.losses import QuadraticLoss
 
     arch = LCN((2, 2), (1,))
     rep = lcn_fiber(arch, [1, 1, 0], [1])

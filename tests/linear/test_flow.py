@@ -19,8 +19,6 @@ from neuromanifold.linear import (
     ntk,
 )
 from neuromanifold.linear.flow import (
-    QuadraticLoss,
-    SquaredLoss,
     fc_balanced_flow,
     function_space_flow,
     gradient_descent,
@@ -28,6 +26,7 @@ from neuromanifold.linear.flow import (
     invariant_drift,
     param_grad,
 )
+from neuromanifold.linear.losses import QuadraticLoss, SquaredLoss
 
 ATOL_DRIFT_FLOW = 1e-8  # spec §7.3: δ drift along DOP853 at rtol = atol = 1e-12
 RTOL_VELOCITY = 1e-7  # spec §7.4: central differences vs −K∇ℓ, relative to |v̇|_∞

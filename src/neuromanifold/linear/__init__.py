@@ -22,9 +22,6 @@ from neuromanifold.linear.fiber_report import FiberReport
 from neuromanifold.linear.flow import (
     FlowResult,
     FunctionFlowResult,
-    FunctionLoss,
-    QuadraticLoss,
-    SquaredLoss,
     fc_balanced_flow,
     function_space_flow,
     gradient_descent,
@@ -35,6 +32,7 @@ from neuromanifold.linear.flow import (
 )
 from neuromanifold.linear.invariants import delta, fc_delta, sq_norms
 from neuromanifold.linear.locus import LocusReport, classify_locus
+from neuromanifold.linear.losses import FunctionLoss, QuadraticLoss, SquaredLoss
 from neuromanifold.linear.metric import (
     RTOL_RANK,
     SmoothPointReport,

@@ -29,8 +29,9 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from neuromanifold.linear.architecture import LCN, flatten_params, unflatten_params
-from neuromanifold.linear.flow import QuadraticLoss, param_grad
+from neuromanifold.linear.flow import param_grad
 from neuromanifold.linear.invariants import delta as lcn_delta
+from neuromanifold.linear.losses import QuadraticLoss
 from neuromanifold.linear.ntk import jacobian
 from neuromanifold.linear.polynomial import mu
 

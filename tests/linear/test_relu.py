@@ -9,16 +9,14 @@ from neuromanifold.linear.relu import (
     ReluCNN,
     ReluMLP,
     activation_pattern,
-    permutation_distance,
     random_relu_params,
-    region_dataset,
-    relu_fiber,
     relu_forward,
     relu_invariants,
     relu_jacobian,
     relu_ntk,
     relu_ntk_reference,
 )
+from neuromanifold.linear.relu_fiber import permutation_distance, region_dataset, relu_fiber
 
 ATOL_NTK = 1e-12  # structured vs jacrev NTK (entries of order 1-10)
 FD_STEP = 1e-6

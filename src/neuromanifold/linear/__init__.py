@@ -77,11 +77,11 @@ from neuromanifold.linear.reference import (
 from neuromanifold.linear.relu import (
     ReluCNN,
     ReluMLP,
-    relu_fiber,
     relu_invariants,
     relu_ntk,
     relu_ntk_reference,
 )
+from neuromanifold.linear.relu_fiber import relu_fiber
 from neuromanifold.linear.rescale import (
     fc_balanced_params,
     lemma_scalings,

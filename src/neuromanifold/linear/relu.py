@@ -15,7 +15,7 @@ Positive homogeneity gives one conserved quantity per neuron / channel under gra
 ``vec W`` then ``vec A``, row-major); it is a sum over samples' outer products, no averaging.
 
 Determinacy (is K a function of the function and the invariants?) depends on what counts as "the
-same function"; :func:`relu_fiber` computes both notions:
+same function"; :func:`neuromanifold.linear.relu_fiber.relu_fiber` computes both notions:
 
 * ``notion="dataset"`` — same outputs on ``X``, same invariants and the same activation pattern on
   ``X`` (inside one activation region the network is a linear network on the data);
@@ -29,28 +29,29 @@ G. Marcotte, R. Gribonval, G. Peyré, NeurIPS 2023 (conservation laws of ReLU ne
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
-from neuromanifold.linear import _lsq
-from neuromanifold.linear.fiber_report import (
-    FiberReport,
-    RouteSummary,
-    build_report,
-    dedupe_points,
-)
+__all__ = [
+    "ReluCNN",
+    "ReluMLP",
+    "ReluNet",
+    "activation_pattern",
+    "check_int",
+    "preactivations",
+    "random_relu_params",
+    "relu_forward",
+    "relu_invariants",
+    "relu_jacobian",
+    "relu_ntk",
+    "relu_ntk_reference",
+    "validate_relu_inputs",
+    "validate_relu_params",
+]
 
-#: A fiber point is accepted when ``‖Φ(θ) − Φ(θ0)‖₂ ≤ FIBER_RTOL · max(1, ‖Φ(θ0)‖₂)``.
-FIBER_RTOL = 1e-10
-#: Singular values below this fraction of the largest count as zero in the fiber dimension.
-RANK_RTOL = 1e-9
 
-Notion = Literal["dataset", "global"]
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
+def check_int(name: str, value: object, minimum: int) -> int:
+    """``value`` as an int; ``ValueError`` naming ``name`` unless it is an integer ≥ ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
@@ -65,9 +66,9 @@ class ReluMLP:
     d_out: int = 1
 
     def __post_init__(self) -> None:
-        _check_int("d_in", self.d_in, 1)
-        _check_int("width", self.width, 1)
-        _check_int("d_out", self.d_out, 1)
+        check_int("d_in", self.d_in, 1)
+        check_int("width", self.width, 1)
+        check_int("d_out", self.d_out, 1)
 
     @property
     def shapes(self) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -109,10 +110,10 @@ class ReluCNN:
     channels: int = 1
 
     def __post_init__(self) -> None:
-        _check_int("length", self.length, 1)
-        _check_int("filter_size", self.filter_size, 1)
-        _check_int("stride", self.stride, 1)
-        _check_int("channels", self.channels, 1)
+        check_int("length", self.length, 1)
+        check_int("filter_size", self.filter_size, 1)
+        check_int("stride", self.stride, 1)
+        check_int("channels", self.channels, 1)
         if self.filter_size > self.length:
             raise ValueError(
                 f"filter_size must be <= length, got filter_size={self.filter_size}, "
@@ -175,7 +176,8 @@ def validate_relu_params(net: ReluNet, theta: object) -> tuple[np.ndarray, np.nd
     return out[0], out[1]
 
 
-def _check_X(net: ReluNet, X: object) -> np.ndarray:
+def validate_relu_inputs(net: ReluNet, X: object) -> np.ndarray:
+    """``X`` as a float64 array of shape ``(N, net.input_dim)``; ``ValueError`` otherwise."""
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2 or X.shape[1] != net.input_dim:
         raise ValueError(f"X must have shape (N, {net.input_dim}), got {X.shape}")
@@ -190,7 +192,7 @@ def _patches(net: ReluCNN, X: np.ndarray) -> np.ndarray:
 def preactivations(net: ReluNet, theta: object, X: object) -> np.ndarray:
     """Pre-activations: MLP ``(N, width)``; CNN ``(N, channels, positions)``."""
     W, _ = validate_relu_params(net, theta)
-    X = _check_X(net, X)
+    X = validate_relu_inputs(net, X)
     if isinstance(net, ReluMLP):
         return X @ W.T
     return np.einsum("npk,ck->ncp", _patches(net, X), W)
@@ -233,7 +235,7 @@ def relu_invariants(net: ReluNet, theta: object) -> np.ndarray:
 def relu_jacobian(net: ReluNet, theta: object, X: object) -> np.ndarray:
     """Closed-form Jacobian ``∂ vec f(X) / ∂(vec W, vec A)``, shape ``(N·output_dim, n_params)``."""
     W, A = validate_relu_params(net, theta)
-    X = _check_X(net, X)
+    X = validate_relu_inputs(net, X)
     N = X.shape[0]
     if isinstance(net, ReluMLP):
         Z = X @ W.T  # (N, m)
@@ -262,7 +264,7 @@ def relu_ntk_reference(net: ReluNet, theta: object, X: object) -> np.ndarray:
     import torch
 
     W, A = validate_relu_params(net, theta)
-    Xt = torch.as_tensor(_check_X(net, X), dtype=torch.float64)
+    Xt = torch.as_tensor(validate_relu_inputs(net, X), dtype=torch.float64)
 
     def forward(Wt: torch.Tensor, At: torch.Tensor) -> torch.Tensor:
         if isinstance(net, ReluMLP):
@@ -280,189 +282,3 @@ def relu_ntk_reference(net: ReluNet, theta: object, X: object) -> np.ndarray:
 def random_relu_params(net: ReluNet, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Standard Gaussian ``(W, A)``."""
     return rng.standard_normal(net.shapes[0]), rng.standard_normal(net.shapes[1])
-
-
-def region_dataset(
-    net: ReluNet,
-    theta: object,
-    n: int,
-    rng: np.random.Generator,
-    *,
-    spread: float = 0.1,
-    require_all_active: bool = False,
-    max_tries: int = 2000,
-) -> np.ndarray:
-    """``n`` points ``x0 + spread·‖x0‖·ξ`` sharing the activation pattern of a random centre ``x0``.
-
-    With ``require_all_active`` the centre is redrawn until every neuron / position is active.
-    Raises RuntimeError when no such dataset is found within ``max_tries`` draws.
-    """
-    _check_int("n", n, 1)
-    d = net.input_dim
-    for _ in range(max_tries):
-        x0 = rng.standard_normal((1, d))
-        pat0 = activation_pattern(net, theta, x0)
-        if require_all_active and not pat0.all():
-            continue
-        pts = [x0[0]]
-        for _ in range(50 * n):
-            if len(pts) == n:
-                break
-            x = x0 + spread * np.linalg.norm(x0) * rng.standard_normal((1, d))
-            if np.array_equal(activation_pattern(net, theta, x), pat0):
-                pts.append(x[0])
-        if len(pts) == n:
-            return np.array(pts)
-    raise RuntimeError(f"no dataset within one activation region found in {max_tries} tries")
-
-
-def _unit_blocks(net: ReluNet, flat: np.ndarray) -> np.ndarray:
-    """Rows = units (neurons/channels), each row all the parameters of that unit."""
-    W, A = _unflatten(net, flat)
-    if isinstance(net, ReluMLP):
-        return np.concatenate([W, A.T], axis=1)
-    return np.concatenate([W, A], axis=1)
-
-
-def _flatten(theta: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    return np.concatenate([np.ravel(theta[0]), np.ravel(theta[1])])
-
-
-def _unflatten(net: ReluNet, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    (a, b), (c, d) = net.shapes
-    return x[: a * b].reshape(a, b), x[a * b :].reshape(c, d)
-
-
-def permutation_distance(net: ReluNet, x: np.ndarray, y: np.ndarray) -> float:
-    """Distance between flat parameter vectors modulo permutations of the hidden units."""
-    U, V = _unit_blocks(net, x), _unit_blocks(net, y)
-    cost = np.sum((U[:, None, :] - V[None, :, :]) ** 2, axis=2)
-    r, c = linear_sum_assignment(cost)
-    return float(np.sqrt(cost[r, c].sum()))
-
-
-def probe_set(net: ReluNet, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Gaussian probe inputs standing in for "all of input space" (``n × input_dim``)."""
-    return rng.standard_normal((n, net.input_dim))
-
-
-def relu_fiber(
-    net: ReluNet,
-    theta0: object,
-    X: object,
-    *,
-    notion: Notion = "dataset",
-    n_random: int = 12,
-    n_perturb: int = 12,
-    probe_size: int | None = None,
-    seed: int = 0,
-) -> FiberReport:
-    """Search the fiber of ``θ0`` (same function in the given ``notion``, same invariants).
-
-    Fiber equations ``Φ(θ) = (vec f_θ(Z), invariants(θ)) = Φ(θ0)`` with ``Z = X`` (dataset
-    notion; points must also keep θ0's activation pattern on ``X``) or ``Z = X ∪ probe`` with a
-    seeded Gaussian probe set of ``probe_size`` points (global notion; default
-    ``max(60, 10·n_params)``). Levenberg–Marquardt from ``n_random`` Gaussian starts and
-    ``n_perturb`` perturbations of θ0 (relative sizes 0.05–1; these sample a continuous fiber
-    around θ0). Converged points are de-duplicated modulo unit permutations; the NTK of each
-    on ``X`` (:func:`relu_ntk`) is reported. ``fiber_dimension = n_params − rank dΦ(θ0)``.
-    """
-    if notion not in ("dataset", "global"):
-        raise ValueError(f"notion must be 'dataset' or 'global', got {notion!r}")
-    W0, A0 = validate_relu_params(net, theta0)
-    X = _check_X(net, X)
-    rng = np.random.default_rng(seed)
-    if notion == "global":
-        size = probe_size if probe_size is not None else max(60, 10 * net.n_params)
-        Z = np.concatenate([X, probe_set(net, size, rng)], axis=0)
-    else:
-        Z = X
-    x0 = _flatten((W0, A0))
-    target = np.concatenate(
-        [relu_forward(net, (W0, A0), Z).ravel(), relu_invariants(net, (W0, A0))]
-    )
-    pattern0 = activation_pattern(net, (W0, A0), X)
-
-    def fun(x: np.ndarray) -> np.ndarray:
-        th = _unflatten(net, x)
-        return np.concatenate([relu_forward(net, th, Z).ravel(), relu_invariants(net, th)]) - target
-
-    def jac(x: np.ndarray) -> np.ndarray:
-        th = _unflatten(net, x)
-        W, A = th
-        if isinstance(net, ReluMLP):
-            dinv = np.concatenate(
-                [-2 * _block_rows(W, axis_rows=True), 2 * _block_rows(A, axis_rows=False)], axis=1
-            )
-        else:
-            dinv = np.concatenate(
-                [-2 * _block_rows(W, axis_rows=True), 2 * _block_rows(A, axis_rows=True)], axis=1
-            )
-        return np.concatenate([relu_jacobian(net, th, Z), dinv], axis=0)
-
-    scale = np.linalg.norm(x0) / np.sqrt(x0.size)
-    starts = [scale * rng.standard_normal(x0.size) for _ in range(n_random)]
-    rel = np.geomspace(0.05, 1.0, max(n_perturb, 1))
-    starts += [x0 + r * scale * rng.standard_normal(x0.size) for r in rel[:n_perturb]]
-    tol = FIBER_RTOL * max(1.0, float(np.linalg.norm(target)))
-    good, best, n_starts = _lsq.multistart(fun, jac, [x0, *starts], tol=tol)
-    if notion == "dataset":
-        good = [
-            g
-            for g in good
-            if np.array_equal(activation_pattern(net, _unflatten(net, g.x), X), pattern0)
-        ]
-    pts = [g.x for g in good]
-    keep = dedupe_points(pts, lambda a, b: permutation_distance(net, a, b))
-    points = [_unflatten(net, pts[i]) for i in keep]
-    ntks = [relu_ntk(net, p, X) for p in points]
-    fiber_dim = _lsq.null_dimension(jac(x0), rtol=RANK_RTOL)
-    route = RouteSummary(
-        name=f"numeric-{notion}",
-        applicable=True,
-        n_points=len(points),
-        n_distinct_ntks=0,
-        residual=max((good[i].residual for i in keep), default=best),
-        n_starts=n_starts,
-        n_converged=len(good),
-        note="same activation pattern on X required"
-        if notion == "dataset"
-        else f"global function represented on {Z.shape[0]} probe points",
-    )
-    report = build_report(
-        architecture=net.describe(),
-        v=relu_forward(net, (W0, A0), X),
-        delta=relu_invariants(net, (W0, A0)),
-        points=points,
-        ntks=ntks,
-        residuals=[good[i].residual for i in keep],
-        best_residual=best,
-        tolerance=tol,
-        routes=[route],
-        routes_agree=None,
-        fiber_dimension=fiber_dim,
-        notes=(f"fiber notion: {notion}",),
-    )
-    return _with_route_count(report)
-
-
-def _with_route_count(report: FiberReport) -> FiberReport:
-    from dataclasses import replace
-
-    routes = tuple(replace(r, n_distinct_ntks=report.n_distinct_ntks) for r in report.routes)
-    return replace(report, routes=routes)
-
-
-def _block_rows(M: np.ndarray, *, axis_rows: bool) -> np.ndarray:
-    """``∂(Σ_u M[u,·]² or Σ_u M[·,u]²)/∂ vec M`` halved: one row per unit, entries of M."""
-    if axis_rows:  # unit u owns row u of M
-        n_units, n_cols = M.shape
-        out = np.zeros((n_units, M.size))
-        for u in range(n_units):
-            out[u, u * n_cols : (u + 1) * n_cols] = M[u]
-        return out
-    _n_rows, n_units = M.shape  # unit u owns column u of M
-    out = np.zeros((n_units, M.size))
-    for u in range(n_units):
-        out[u, u::n_units] = M[:, u]
-    return out

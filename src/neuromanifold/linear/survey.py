@@ -40,9 +40,8 @@ from neuromanifold.linear.relu import (
     ReluCNN,
     ReluMLP,
     random_relu_params,
-    region_dataset,
-    relu_fiber,
 )
+from neuromanifold.linear.relu_fiber import region_dataset, relu_fiber
 from neuromanifold.linear.rescale import fc_balanced_params
 
 Verdict = Literal["independent", "dependent"]

@@ -1,0 +1,238 @@
+"""Fibers of shallow ReLU networks: same function (on a dataset or globally), same invariants.
+
+``Φ(θ) = (vec f_θ(Z), invariants(θ))``; the fiber of ``θ0`` is ``{θ : Φ(θ) = Φ(θ0)}`` with
+``Z = X`` (``notion="dataset"``: θ must also keep θ0's activation pattern on ``X``, so the network
+is one linear network on the data) or ``Z = X ∪ probe`` (``notion="global"``: a seeded Gaussian
+probe set stands in for all of input space). Points are found by Levenberg–Marquardt from many
+starts and compared modulo permutations of the hidden units; the NTK of each on ``X`` decides
+determinacy. Networks, forward maps, invariants and NTKs: :mod:`neuromanifold.linear.relu`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from neuromanifold.linear import _lsq
+from neuromanifold.linear.fiber_report import (
+    FiberReport,
+    RouteSummary,
+    build_report,
+    dedupe_points,
+)
+from neuromanifold.linear.relu import (
+    ReluMLP,
+    ReluNet,
+    activation_pattern,
+    check_int,
+    relu_forward,
+    relu_invariants,
+    relu_jacobian,
+    relu_ntk,
+    validate_relu_inputs,
+    validate_relu_params,
+)
+
+__all__ = [
+    "FIBER_RTOL",
+    "RANK_RTOL",
+    "permutation_distance",
+    "probe_set",
+    "region_dataset",
+    "relu_fiber",
+]
+
+#: A fiber point is accepted when ``‖Φ(θ) − Φ(θ0)‖₂ ≤ FIBER_RTOL · max(1, ‖Φ(θ0)‖₂)``.
+FIBER_RTOL = 1e-10
+#: Singular values below this fraction of the largest count as zero in the fiber dimension.
+RANK_RTOL = 1e-9
+
+Notion = Literal["dataset", "global"]
+
+
+def region_dataset(
+    net: ReluNet,
+    theta: object,
+    n: int,
+    rng: np.random.Generator,
+    *,
+    spread: float = 0.1,
+    require_all_active: bool = False,
+    max_tries: int = 2000,
+) -> np.ndarray:
+    """``n`` points ``x0 + spread·‖x0‖·ξ`` sharing the activation pattern of a random centre ``x0``.
+
+    With ``require_all_active`` the centre is redrawn until every neuron / position is active.
+    Raises RuntimeError when no such dataset is found within ``max_tries`` draws.
+    """
+    check_int("n", n, 1)
+    d = net.input_dim
+    for _ in range(max_tries):
+        x0 = rng.standard_normal((1, d))
+        pat0 = activation_pattern(net, theta, x0)
+        if require_all_active and not pat0.all():
+            continue
+        pts = [x0[0]]
+        for _ in range(50 * n):
+            if len(pts) == n:
+                break
+            x = x0 + spread * np.linalg.norm(x0) * rng.standard_normal((1, d))
+            if np.array_equal(activation_pattern(net, theta, x), pat0):
+                pts.append(x[0])
+        if len(pts) == n:
+            return np.array(pts)
+    raise RuntimeError(f"no dataset within one activation region found in {max_tries} tries")
+
+
+def _unit_blocks(net: ReluNet, flat: np.ndarray) -> np.ndarray:
+    """Rows = units (neurons/channels), each row all the parameters of that unit."""
+    W, A = _unflatten(net, flat)
+    if isinstance(net, ReluMLP):
+        return np.concatenate([W, A.T], axis=1)
+    return np.concatenate([W, A], axis=1)
+
+
+def _flatten(theta: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    return np.concatenate([np.ravel(theta[0]), np.ravel(theta[1])])
+
+
+def _unflatten(net: ReluNet, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    (a, b), (c, d) = net.shapes
+    return x[: a * b].reshape(a, b), x[a * b :].reshape(c, d)
+
+
+def permutation_distance(net: ReluNet, x: np.ndarray, y: np.ndarray) -> float:
+    """Distance between flat parameter vectors modulo permutations of the hidden units."""
+    U, V = _unit_blocks(net, x), _unit_blocks(net, y)
+    cost = np.sum((U[:, None, :] - V[None, :, :]) ** 2, axis=2)
+    r, c = linear_sum_assignment(cost)
+    return float(np.sqrt(cost[r, c].sum()))
+
+
+def probe_set(net: ReluNet, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Gaussian probe inputs standing in for "all of input space" (``n × input_dim``)."""
+    return rng.standard_normal((n, net.input_dim))
+
+
+def relu_fiber(
+    net: ReluNet,
+    theta0: object,
+    X: object,
+    *,
+    notion: Notion = "dataset",
+    n_random: int = 12,
+    n_perturb: int = 12,
+    probe_size: int | None = None,
+    seed: int = 0,
+) -> FiberReport:
+    """Search the fiber of ``θ0`` (same function in the given ``notion``, same invariants).
+
+    Fiber equations ``Φ(θ) = (vec f_θ(Z), invariants(θ)) = Φ(θ0)`` with ``Z = X`` (dataset
+    notion; points must also keep θ0's activation pattern on ``X``) or ``Z = X ∪ probe`` with a
+    seeded Gaussian probe set of ``probe_size`` points (global notion; default
+    ``max(60, 10·n_params)``). Levenberg–Marquardt from ``n_random`` Gaussian starts and
+    ``n_perturb`` perturbations of θ0 (relative sizes 0.05–1; these sample a continuous fiber
+    around θ0). Converged points are de-duplicated modulo unit permutations; the NTK of each
+    on ``X`` (:func:`relu_ntk`) is reported. ``fiber_dimension = n_params − rank dΦ(θ0)``.
+    """
+    if notion not in ("dataset", "global"):
+        raise ValueError(f"notion must be 'dataset' or 'global', got {notion!r}")
+    W0, A0 = validate_relu_params(net, theta0)
+    X = validate_relu_inputs(net, X)
+    rng = np.random.default_rng(seed)
+    if notion == "global":
+        size = probe_size if probe_size is not None else max(60, 10 * net.n_params)
+        Z = np.concatenate([X, probe_set(net, size, rng)], axis=0)
+    else:
+        Z = X
+    x0 = _flatten((W0, A0))
+    target = np.concatenate(
+        [relu_forward(net, (W0, A0), Z).ravel(), relu_invariants(net, (W0, A0))]
+    )
+    pattern0 = activation_pattern(net, (W0, A0), X)
+
+    def fun(x: np.ndarray) -> np.ndarray:
+        th = _unflatten(net, x)
+        return np.concatenate([relu_forward(net, th, Z).ravel(), relu_invariants(net, th)]) - target
+
+    def jac(x: np.ndarray) -> np.ndarray:
+        th = _unflatten(net, x)
+        W, A = th
+        if isinstance(net, ReluMLP):
+            dinv = np.concatenate(
+                [-2 * _block_rows(W, axis_rows=True), 2 * _block_rows(A, axis_rows=False)], axis=1
+            )
+        else:
+            dinv = np.concatenate(
+                [-2 * _block_rows(W, axis_rows=True), 2 * _block_rows(A, axis_rows=True)], axis=1
+            )
+        return np.concatenate([relu_jacobian(net, th, Z), dinv], axis=0)
+
+    scale = np.linalg.norm(x0) / np.sqrt(x0.size)
+    starts = [scale * rng.standard_normal(x0.size) for _ in range(n_random)]
+    rel = np.geomspace(0.05, 1.0, max(n_perturb, 1))
+    starts += [x0 + r * scale * rng.standard_normal(x0.size) for r in rel[:n_perturb]]
+    tol = FIBER_RTOL * max(1.0, float(np.linalg.norm(target)))
+    good, best, n_starts = _lsq.multistart(fun, jac, [x0, *starts], tol=tol)
+    if notion == "dataset":
+        good = [
+            g
+            for g in good
+            if np.array_equal(activation_pattern(net, _unflatten(net, g.x), X), pattern0)
+        ]
+    pts = [g.x for g in good]
+    keep = dedupe_points(pts, lambda a, b: permutation_distance(net, a, b))
+    points = [_unflatten(net, pts[i]) for i in keep]
+    ntks = [relu_ntk(net, p, X) for p in points]
+    fiber_dim = _lsq.null_dimension(jac(x0), rtol=RANK_RTOL)
+    route = RouteSummary(
+        name=f"numeric-{notion}",
+        applicable=True,
+        n_points=len(points),
+        n_distinct_ntks=0,
+        residual=max((good[i].residual for i in keep), default=best),
+        n_starts=n_starts,
+        n_converged=len(good),
+        note="same activation pattern on X required"
+        if notion == "dataset"
+        else f"global function represented on {Z.shape[0]} probe points",
+    )
+    report = build_report(
+        architecture=net.describe(),
+        v=relu_forward(net, (W0, A0), X),
+        delta=relu_invariants(net, (W0, A0)),
+        points=points,
+        ntks=ntks,
+        residuals=[good[i].residual for i in keep],
+        best_residual=best,
+        tolerance=tol,
+        routes=[route],
+        routes_agree=None,
+        fiber_dimension=fiber_dim,
+        notes=(f"fiber notion: {notion}",),
+    )
+    return _with_route_count(report)
+
+
+def _with_route_count(report: FiberReport) -> FiberReport:
+    from dataclasses import replace
+
+    routes = tuple(replace(r, n_distinct_ntks=report.n_distinct_ntks) for r in report.routes)
+    return replace(report, routes=routes)
+
+
+def _block_rows(M: np.ndarray, *, axis_rows: bool) -> np.ndarray:
+    """``∂(Σ_u M[u,·]² or Σ_u M[·,u]²)/∂ vec M`` halved: one row per unit, entries of M."""
+    if axis_rows:  # unit u owns row u of M
+        n_units, n_cols = M.shape
+        out = np.zeros((n_units, M.size))
+        for u in range(n_units):
+            out[u, u * n_cols : (u + 1) * n_cols] = M[u]
+        return out
+    _n_rows, n_units = M.shape  # unit u owns column u of M
+    out = np.zeros((n_units, M.size))
+    for u in range(n_units):
+        out[u, u::n_units] = M[:, u]
+    return out

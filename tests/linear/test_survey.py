@@ -13,11 +13,10 @@ from neuromanifold.linear.survey import (
     RowSpec,
     SurveyResult,
     default_rows,
-    plot_survey,
     run_row,
     run_survey,
-    to_markdown,
 )
+from neuromanifold.linear.survey_report import plot_survey, to_markdown
 
 ROW_KEYS = {
     "architecture",

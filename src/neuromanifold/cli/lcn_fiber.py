@@ -102,7 +102,8 @@ def survey_command(
     """Recompute the paper's NTK-determinacy table by sampling fibers (verdicts are computed)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from neuromanifold.linear.survey import default_rows, plot_survey, run_survey, to_markdown
+    from neuromanifold.linear.survey import default_rows, run_survey
+    from neuromanifold.linear.survey_report import plot_survey, to_markdown
 
     specs = default_rows()
     if rows is not None:

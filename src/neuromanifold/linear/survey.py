@@ -24,7 +24,6 @@ References: E. M. Achour, K. Kohn, H. Rauhut, arXiv:2507.06367 (summary table).
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -43,6 +42,18 @@ from neuromanifold.linear.relu import (
 )
 from neuromanifold.linear.relu_fiber import region_dataset, relu_fiber
 from neuromanifold.linear.rescale import fc_balanced_params
+
+__all__ = [
+    "NOTION_DATASET",
+    "NOTION_GLOBAL",
+    "NOTION_PARAMS",
+    "RowSpec",
+    "SurveyResult",
+    "SurveyRow",
+    "default_rows",
+    "run_row",
+    "run_survey",
+]
 
 Verdict = Literal["independent", "dependent"]
 
@@ -187,69 +198,70 @@ def _relu(
     return relu_fiber(net, theta, X, notion=notion, seed=int(rng.integers(2**31)))
 
 
-_DATASET = "same outputs on a dataset inside one activation region (all units active there)"
-_GLOBAL = "same global function (values on a seeded Gaussian probe set)"
-_PARAM = "same end-to-end map and invariants"
+#: The fiber notions a row states (its ``fiber_notion``).
+NOTION_DATASET = "same outputs on a dataset inside one activation region (all units active there)"
+NOTION_GLOBAL = "same global function (values on a seeded Gaussian probe set)"
+NOTION_PARAMS = "same end-to-end map and invariants"
 
 
 def default_rows() -> list[RowSpec]:
     """The survey's rows, in table order (paper's rows first)."""
     return [
-        RowSpec("fully connected", "balanced (Δ = 0)", _PARAM, "independent", _fc_balanced),
-        RowSpec("fully connected", "generic Δ ≠ 0", _PARAM, "dependent", _fc_generic),
+        RowSpec("fully connected", "balanced (Δ = 0)", NOTION_PARAMS, "independent", _fc_balanced),
+        RowSpec("fully connected", "generic Δ ≠ 0", NOTION_PARAMS, "dependent", _fc_generic),
         RowSpec(
             "1-D convolution",
             "all strides > 1",
-            _PARAM,
+            NOTION_PARAMS,
             "independent",
             lambda r: _lcn_1d(r, stride_one=False),
         ),
         RowSpec(
             "1-D convolution",
             "some stride = 1",
-            _PARAM,
+            NOTION_PARAMS,
             "dependent",
             lambda r: _lcn_1d(r, stride_one=True),
         ),
         RowSpec(
             "D-dim convolution (D = 2)",
             "any strides (shapes in {2,3}², strides in {1,2}², L ∈ {2,3})",
-            _PARAM,
+            NOTION_PARAMS,
             "independent",
             lambda r: _lcn_2d(r, equal_pair=False),
         ),
         RowSpec(
             "D-dim convolution (D = 2)",
             "two equal filter shapes, no stride between them",
-            _PARAM,
+            NOTION_PARAMS,
             "independent",
             lambda r: _lcn_2d(r, equal_pair=True),
         ),
         RowSpec(
             "shallow ReLU CNN",
             "one filter, stride > 1",
-            _DATASET,
+            NOTION_DATASET,
             "independent",
             lambda r: _relu(r, cnn=True, notion="dataset"),
         ),
         RowSpec(
             "shallow ReLU CNN",
             "one filter, stride > 1",
-            _GLOBAL,
+            NOTION_GLOBAL,
             "independent",
             lambda r: _relu(r, cnn=True, notion="global"),
         ),
         RowSpec(
             "shallow ReLU MLP",
             "generic weights",
-            _DATASET,
+            NOTION_DATASET,
             "dependent",
             lambda r: _relu(r, cnn=False, notion="dataset"),
         ),
         RowSpec(
             "shallow ReLU MLP",
             "generic weights",
-            _GLOBAL,
+            NOTION_GLOBAL,
             "dependent",
             lambda r: _relu(r, cnn=False, notion="global"),
         ),
@@ -364,84 +376,3 @@ def run_survey(
         "several NTKs (see tests/linear/test_relu.py); single-filter CNNs have one unit",
     )
     return SurveyResult(rows=out, samples=samples, seed=seed, notes=notes)
-
-
-def to_markdown(result: SurveyResult) -> str:
-    """A Markdown table of the rows, followed by the witnesses of disagreements."""
-    head = (
-        "| architecture | condition | fiber notion | samples | fraction dependent | "
-        "max spread | verdict | paper claim | agrees |\n|---|---|---|---|---|---|---|---|---|\n"
-    )
-    lines = []
-    for r in result.rows:
-        lines.append(
-            f"| {r.architecture} | {r.condition} | {r.fiber_notion} | {r.samples} | "
-            f"{r.fraction_dependent:.2f} | {r.max_spread:.3g} | {r.verdict} | "
-            f"{r.paper_claim or '—'} | {_yes_no(r.agrees)} |"
-        )
-    text = f"# NTK determinacy survey (samples={result.samples}, seed={result.seed})\n\n"
-    text += head + "\n".join(lines) + "\n"
-    wit = [r for r in result.rows if r.witness is not None]
-    if wit:
-        text += "\n## Disagreements with the paper's claim\n"
-        for r in wit:
-            w = r.witness or {}
-            text += f"\n* **{r.architecture} — {r.condition}** ({r.fiber_notion}): "
-            if "ntks" in w:
-                text += (
-                    f"{w['architecture']}: {w['n_distinct_ntks']} distinct NTKs on one fiber, "
-                    f"relative gap {w['max_ntk_diff_rel']:.3g} (points and NTKs in the JSON).\n"
-                )
-            else:
-                text += f"{w.get('note')}.\n"
-    text += "\n" + "\n".join(f"_{n}_  " for n in result.notes) + "\n"
-    return text
-
-
-def _yes_no(x: bool | None) -> str:
-    return "—" if x is None else ("yes" if x else "NO")
-
-
-def plot_survey(result: SurveyResult, path: str) -> None:
-    """Bar chart of the fraction of dependent samples per row, paper claims marked (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = result.rows
-    labels = [
-        "\n".join([r.architecture, *textwrap.wrap(r.condition, 30), f"[{_short(r.fiber_notion)}]"])
-        for r in rows
-    ]
-    y = np.arange(len(rows))
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 0.8 * len(rows) + 1.5), sharey=True)
-    ax1.barh(y, [r.fraction_dependent for r in rows], color="tab:blue")
-    for i, r in enumerate(rows):
-        if r.paper_claim is not None:
-            x = 1.0 if r.paper_claim == "dependent" else 0.0
-            ax1.plot([x], [i], marker="D", color="tab:red", ms=7)
-    ax1.set_xlim(-0.05, 1.05)
-    ax1.set_xlabel("fraction of samples with more than one NTK on the fiber")
-    ax1.set_yticks(y, labels, fontsize=7)
-    ax1.invert_yaxis()
-    ax1.set_title(
-        "computed (bars) vs paper claim (red ◆: 0 = independent, 1 = dependent)", fontsize=9
-    )
-    spreads = [max(r.max_spread, 1e-17) for r in rows]
-    ax2.barh(y, spreads, color="tab:orange")
-    ax2.set_xscale("log")
-    ax2.axvline(result.ntk_rtol, color="k", ls="--", lw=1)
-    ax2.set_xlabel("largest relative NTK spread on a fiber (dashed: threshold)")
-    fig.suptitle(f"NTK determinacy survey, samples={result.samples}, seed={result.seed}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def _short(notion: str) -> str:
-    if notion == _DATASET:
-        return "dataset, one region"
-    if notion == _GLOBAL:
-        return "global function"
-    return "(v, δ)"

@@ -39,14 +39,12 @@ convolution layers*, ICML 2016.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.nn import functional as F
 
 from neuromanifold.singular.blocks import (
     BlockKind,
@@ -55,6 +53,15 @@ from neuromanifold.singular.blocks import (
     is_supported_block,
     patches,
 )
+from neuromanifold.singular.factor_inputs import (
+    check_finite_params,
+    float64_copy,
+    forward_checked,
+    has_own_params,
+    install_finite_checks,
+    probe_inputs,
+)
+from neuromanifold.singular.output_scores import hessian_root, sampled_score
 
 __all__ = [
     "KRONECKER_CONVENTION",
@@ -152,79 +159,6 @@ class Factors(Mapping[str, BlockFactors]):
         return len(self.blocks)
 
 
-def _output_scores(family: Any, out: Tensor, *, exact_limit: int) -> tuple[str, Tensor | None]:
-    """Return ('exact', S) with ``S`` of shape ``(B, C, C)``, ``S Sᵀ = H_out``, or ('mc', None)."""
-    name = type(family).__name__.lower()
-    if out.ndim < 2:
-        raise ValueError(f"model output must have shape (N, ..., C); got {tuple(out.shape)}")
-    o = out.reshape(out.shape[0], -1)
-    if o.shape[1] > exact_limit:
-        return "mc", None
-    if "gauss" in name:
-        sigma = float(getattr(family, "sigma", 1.0))
-        eye = torch.eye(o.shape[1], dtype=o.dtype, device=o.device) / sigma
-        return "exact", eye.expand(o.shape[0], -1, -1)
-    if out.ndim != 2:
-        return "mc", None
-        return "mc", None
-    p = torch.softmax(o, dim=-1)
-    eye = torch.eye(o.shape[1], dtype=o.dtype, device=o.device)
-    # column c: sqrt(p_c) (e_c - p)
-    s = (eye.unsqueeze(0) - p.unsqueeze(1)) * p.sqrt().unsqueeze(-1)  # (B, c, C) rows = columns
-    return "exact", s.transpose(1, 2)
-
-
-def _sample_score(family: Any, out: Tensor, gen: torch.Generator) -> Tensor:
-    """∂ log p(y|out)/∂out at a label drawn from the model, shape of ``out``."""
-    name = type(family).__name__.lower()
-    if "gauss" in name:
-        sigma = float(getattr(family, "sigma", 1.0))
-        eps = torch.randn(out.shape, generator=gen, dtype=out.dtype, device=out.device)
-        return eps / sigma  # (y − f)/σ² with y = f + σ ε
-    p = torch.softmax(out, dim=-1)
-    flat = p.reshape(-1, p.shape[-1])
-    y = torch.multinomial(flat, 1, generator=gen).squeeze(-1)
-    onehot = F.one_hot(y, p.shape[-1]).to(out.dtype).reshape(p.shape)
-    return onehot - p
-
-
-def _as_inputs(data: Any) -> Tensor:
-    x = data[0] if isinstance(data, (tuple, list)) else data
-    if not isinstance(x, Tensor):
-        raise TypeError(f"data must be a Tensor or an (X, y) tuple; got {type(data).__name__}")
-    if x.shape[0] == 0:
-        raise ValueError(f"data must hold at least one sample; got shape {tuple(x.shape)}")
-    return x
-
-
-def _float64_copy(model: nn.Module, params: Mapping[str, Tensor] | None) -> nn.Module:
-    """A float64 deep copy of ``model`` (optionally with ``params`` loaded).
-
-    A model in training mode is switched to eval mode; a model already in eval mode keeps the modes
-    of its submodules (the whole-model read sets fused-attention modules to a dropout-free train
-    mode on purpose).
-    """
-    m = copy.deepcopy(model).to(torch.float64)
-    if model.training:
-        m.eval()
-    if params is not None:
-        named = dict(m.named_parameters())
-        with torch.no_grad():
-            for k, v in params.items():
-                if k not in named:
-                    raise ValueError(f"params key {k!r} is not a parameter of the model")
-                named[k].copy_(v.to(torch.float64))
-    for p in m.parameters():
-        p.requires_grad_(True)
-    return m
-
-
-def _check_finite_params(model: nn.Module) -> None:
-    for name, p in model.named_parameters():
-        if not torch.isfinite(p).all():
-            raise ValueError(f"parameter {name!r} holds NaN or Inf values")
-
-
 def kfac_factors(
     model: nn.Module,
     data: Any,
@@ -245,14 +179,14 @@ def kfac_factors(
     Raises ValueError when a parameter or an activation is non-finite (naming the parameter or the
     module), or when the data does not fit the model (naming the shapes).
     """
-    x_all = _as_inputs(data)
-    m = _float64_copy(model, params)
-    _check_finite_params(m)
+    x_all = probe_inputs(data)
+    m = float64_copy(model, params)
+    check_finite_params(m)
     blocks = {n: mod for n, mod in m.named_modules() if is_supported_block(mod)}
     leaf_unsupported = tuple(
         n
         for n, mod in m.named_modules()
-        if n and not list(mod.children()) and not is_supported_block(mod) and _has_params(mod)
+        if n and not list(mod.children()) and not is_supported_block(mod) and has_own_params(mod)
     )
     n_total = x_all.shape[0]
     sums_a: dict[str, Tensor | None] = {n: None for n in blocks}
@@ -279,7 +213,7 @@ def kfac_factors(
 
         return fn
 
-    finite_handles = _install_finite_checks(m)
+    finite_handles = install_finite_checks(m)
     handles = []
     for n, mod in blocks.items():
         handles.append(mod.register_forward_pre_hook(pre_hook(n)))
@@ -298,7 +232,7 @@ def kfac_factors(
                 inputs_seen[n].clear()
             outs_seen.clear()
             with torch.enable_grad():
-                out = _forward(m, xb)
+                out = forward_checked(m, xb)
             n_fwd += 1
             if not torch.isfinite(out).all():
                 raise ValueError("model output holds NaN or Inf values")
@@ -312,13 +246,13 @@ def kfac_factors(
                 rows_a[n] += pa.shape[0] * pa.shape[1]
                 contrib = torch.einsum("bpi,bpj->ij", pa, pa) / pa.shape[1]
                 sums_a[n] = contrib if sums_a[n] is None else sums_a[n] + contrib
-            mode, s = _output_scores(family, out.detach(), exact_limit=max_exact_classes)
+            mode, s = hessian_root(family, out.detach(), exact_limit=max_exact_classes)
             if mode == "exact":
                 cols = [s[:, :, c].reshape(out.shape) for c in range(s.shape[2])]
                 scale = 1.0
             else:
                 fisher_used = f"mc({mc_samples})"
-                cols = [_sample_score(family, out.detach(), gen) for _ in range(mc_samples)]
+                cols = [sampled_score(family, out.detach(), gen) for _ in range(mc_samples)]
                 scale = 1.0 / mc_samples
             if not weights or not out.requires_grad:
                 continue
@@ -450,50 +384,6 @@ def _all_reduce_sums(
     return int(count.item()), called
 
 
-def _has_params(mod: nn.Module) -> bool:
-    return any(True for _ in mod.parameters(recurse=False))
-
-
-def _install_finite_checks(model: nn.Module) -> list:
-    def hook(name: str):
-        def fn(mod: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
-            if isinstance(output, Tensor) and not torch.isfinite(output).all():
-                raise ValueError(
-                    f"activation of module {name!r} ({type(mod).__name__}) holds NaN or Inf values"
-                )
-
-        return fn
-
-    return [mod.register_forward_hook(hook(n)) for n, mod in model.named_modules() if n]
-
-
-def _forward(model: nn.Module, x: Tensor) -> Tensor:
-    try:
-        return model(x)
-    except (RuntimeError, IndexError) as err:
-        first = next(
-            (
-                (n, mod)
-                for n, mod in model.named_modules()
-                if isinstance(mod, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Embedding))
-            ),
-            None,
-        )
-        expect = ""
-        if first is not None:
-            n, mod = first
-            if isinstance(mod, nn.Linear):
-                expect = f"; first layer {n!r} (Linear) expects last dim {mod.in_features}"
-            elif isinstance(mod, nn.Embedding):
-                expect = f"; first layer {n!r} (Embedding) expects indices < {mod.num_embeddings}"
-            else:
-                expect = f"; first layer {n!r} ({type(mod).__name__}) expects {mod.in_channels} "
-                expect += "input channels"
-        raise ValueError(
-            f"data of shape {tuple(x.shape)} does not fit the model{expect}: {err}"
-        ) from err
-
-
 def block_fisher_reference(
     model: nn.Module,
     data: Any,
@@ -508,8 +398,8 @@ def block_fisher_reference(
     (brute-force oracle for :func:`kfac_factors`; outputs of shape ``(N, C)`` only).
     Shape ``(D, D)``, ``D = d_out · (d_in [+1])``.
     """
-    x = _as_inputs(data).to(torch.float64)
-    m = _float64_copy(model, params)
+    x = probe_inputs(data).to(torch.float64)
+    m = float64_copy(model, params)
     mod = m.get_submodule(block)
     base = {k: v.detach() for k, v in m.named_parameters()}
     prefix = f"{block}." if block else ""
@@ -530,7 +420,7 @@ def block_fisher_reference(
         jac = torch.func.jacrev(f)(wbar, x[i])  # (C, d_out, d_in+1)
         jac = jac.transpose(1, 2).reshape(jac.shape[0], -1)  # column-major vec
         out = f(wbar, x[i]).unsqueeze(0)
-        _, s = _output_scores(family, out, exact_limit=10**9)
+        _, s = hessian_root(family, out, exact_limit=10**9)
         h = s[0] @ s[0].T
         term = jac.T @ h @ jac
         total = term if total is None else total + term

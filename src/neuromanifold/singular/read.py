@@ -47,7 +47,8 @@ from neuromanifold.singular.detectors.base import Candidate, DetectionContext, D
 from neuromanifold.singular.detectors.graph import trace_graph
 from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
 from neuromanifold.singular.distributed import all_gather_union, resolve_device, world_size
-from neuromanifold.singular.factors import _forward, kfac_factors
+from neuromanifold.singular.factor_inputs import forward_checked
+from neuromanifold.singular.factors import kfac_factors
 from neuromanifold.singular.family import check_family
 from neuromanifold.singular.memory import MemoryPlan, plan_memory
 from neuromanifold.singular.read_candidate import MIN_RESIDUAL, PROJECT_MIN_OVERLAP, read_candidate
@@ -218,7 +219,7 @@ def read(
         xw = xw.to(dev)
     labels = data[1].to(xw.device) if isinstance(data, (tuple, list)) else None
     with torch.no_grad():
-        out = _forward(work, xw[:GRAPH_SAMPLES])
+        out = forward_checked(work, xw[:GRAPH_SAMPLES])
     if not isinstance(out, Tensor):
         raise TypeError(
             f"model output must be a Tensor (N, ...); got {type(out).__name__}: wrap the model so "

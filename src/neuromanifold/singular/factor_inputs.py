@@ -1,0 +1,113 @@
+"""Probe inputs, the float64 model copy and the finiteness checks of the factor pass.
+
+The factor pass works on a float64 deep copy of the caller's model (the caller's module and
+tensors are never touched), rejects non-finite parameters and activations with the name of the
+module that produced them, and turns a shape mismatch in the first layer into a ``ValueError``
+that says what that layer expects.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "check_finite_params",
+    "float64_copy",
+    "forward_checked",
+    "has_own_params",
+    "install_finite_checks",
+    "probe_inputs",
+]
+
+
+def probe_inputs(data: Any) -> Tensor:
+    """The input tensor of ``data`` (a Tensor, or the first entry of ``(X, y)``), non-empty."""
+    x = data[0] if isinstance(data, (tuple, list)) else data
+    if not isinstance(x, Tensor):
+        raise TypeError(f"data must be a Tensor or an (X, y) tuple; got {type(data).__name__}")
+    if x.shape[0] == 0:
+        raise ValueError(f"data must hold at least one sample; got shape {tuple(x.shape)}")
+    return x
+
+
+def float64_copy(model: nn.Module, params: Mapping[str, Tensor] | None) -> nn.Module:
+    """A float64 deep copy of ``model`` (optionally with ``params`` loaded).
+
+    A model in training mode is switched to eval mode; a model already in eval mode keeps the modes
+    of its submodules (the whole-model read sets fused-attention modules to a dropout-free train
+    mode on purpose).
+    """
+    m = copy.deepcopy(model).to(torch.float64)
+    if model.training:
+        m.eval()
+    if params is not None:
+        named = dict(m.named_parameters())
+        with torch.no_grad():
+            for k, v in params.items():
+                if k not in named:
+                    raise ValueError(f"params key {k!r} is not a parameter of the model")
+                named[k].copy_(v.to(torch.float64))
+    for p in m.parameters():
+        p.requires_grad_(True)
+    return m
+
+
+def check_finite_params(model: nn.Module) -> None:
+    """``ValueError`` naming the first parameter that holds NaN or Inf."""
+    for name, p in model.named_parameters():
+        if not torch.isfinite(p).all():
+            raise ValueError(f"parameter {name!r} holds NaN or Inf values")
+
+
+def has_own_params(mod: nn.Module) -> bool:
+    """Whether ``mod`` holds parameters itself (not only through its children)."""
+    return any(True for _ in mod.parameters(recurse=False))
+
+
+def install_finite_checks(model: nn.Module) -> list:
+    """Forward hooks on every submodule that raise ``ValueError`` naming the module whose output
+    holds NaN or Inf; returns the handles (the caller removes them)."""
+
+    def hook(name: str):
+        def fn(mod: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
+            if isinstance(output, Tensor) and not torch.isfinite(output).all():
+                raise ValueError(
+                    f"activation of module {name!r} ({type(mod).__name__}) holds NaN or Inf values"
+                )
+
+        return fn
+
+    return [mod.register_forward_hook(hook(n)) for n, mod in model.named_modules() if n]
+
+
+def forward_checked(model: nn.Module, x: Tensor) -> Tensor:
+    """``model(x)``; a shape error becomes a ``ValueError`` saying what the first layer expects."""
+    try:
+        return model(x)
+    except (RuntimeError, IndexError) as err:
+        first = next(
+            (
+                (n, mod)
+                for n, mod in model.named_modules()
+                if isinstance(mod, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Embedding))
+            ),
+            None,
+        )
+        expect = ""
+        if first is not None:
+            n, mod = first
+            if isinstance(mod, nn.Linear):
+                expect = f"; first layer {n!r} (Linear) expects last dim {mod.in_features}"
+            elif isinstance(mod, nn.Embedding):
+                expect = f"; first layer {n!r} (Embedding) expects indices < {mod.num_embeddings}"
+            else:
+                expect = f"; first layer {n!r} ({type(mod).__name__}) expects {mod.in_channels} "
+                expect += "input channels"
+        raise ValueError(
+            f"data of shape {tuple(x.shape)} does not fit the model{expect}: {err}"
+        ) from err

@@ -3,10 +3,10 @@
 For the cells below, ``singular.read.read`` — given only the model, the probe inputs and the
 family, not the cell's direction — reports a direction of the cell's expected class (and order).
 Cells left out: width-one or all-zero models (node deaths ``a·σ(bx)``, scalar/ReLU chains, the
-residual path, the offset cell), where every block's factors vanish and the detectors propose
-nothing; the SwiGLU dead dimension, whose dead direction spans three blocks and is not proposed
-(its single-block modes read flat); the Gaussian location (no module to detect); linear regression
-and RMSNorm (nothing dead: no candidate is the right answer).
+offset cell), where every block's factors vanish and the detectors propose nothing; the Gaussian
+location (no module to detect); linear regression and RMSNorm (nothing dead: no candidate is the
+right answer). The residual-path cells are also read in ``tests/singular/test_skip_links.py``,
+which checks the chain's layers and k̂ as well.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ NAMED_BY_DETECTORS = [
     "conv2d_node_death",
     "conv1d_chain_L3_rotated",
     "conv2d_chain_L2_rotated",
+    "swiglu_dead_dimension",
+    "residual_path_skip",
+    "residual_path_plain",
 ]
 
 

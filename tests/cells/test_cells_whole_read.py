@@ -2,11 +2,12 @@
 
 For the cells below, ``singular.read.read`` — given only the model, the probe inputs and the
 family, not the cell's direction — reports a direction of the cell's expected class (and order).
-Cells left out: width-one or all-zero models (node deaths ``a·σ(bx)``, scalar/ReLU chains, the
-offset cell), where every block's factors vanish and the detectors propose nothing; the Gaussian
-location (no module to detect); linear regression and RMSNorm (nothing dead: no candidate is the
-right answer). The residual-path cells are also read in ``tests/singular/test_skip_links.py``,
-which checks the chain's layers and k̂ as well.
+Cells left out: the Gaussian location (no module to detect); linear regression and RMSNorm (nothing
+dead: no candidate is the right answer); the offset node death, a width-one unit whose weights sit
+at 1e-3 instead of 0: its 1×1 factors have nothing to be small relative to, so no near-kernel rule
+can call the unit dead (a known limit of reading factors of width one; the cell's own probe
+direction reads k = 2 after the snap, ``tests/cells``). The residual-path cells are also read in
+``tests/singular/test_skip_links.py``, which checks the chain's layers and k̂ as well.
 """
 
 from __future__ import annotations
@@ -17,8 +18,28 @@ from neuromanifold.cells import get_cell
 from neuromanifold.singular.read import read
 
 NAMED_BY_DETECTORS = [
+    "node_death_relu",
+    "node_death_gelu",
+    "node_death_tanh",
+    "node_death_silu",
+    "node_death_relu2",
+    "swiglu_dead_dimension",
+    "scalar_chain_L2",
+    "scalar_chain_L3",
+    "scalar_chain_L4",
+    "scalar_chain_L5",
+    "scalar_chain_L6",
+    "relu_chain_L3",
+    "relu_chain_L4",
     "matrix_chain_L2",
+    "matrix_chain_L2_rotated",
+    "matrix_chain_L3",
+    "matrix_chain_L3_rotated",
+    "matrix_chain_L4",
     "matrix_chain_L4_rotated",
+    "matrix_chain_L5",
+    "matrix_chain_L5_rotated",
+    "matrix_chain_L6",
     "matrix_chain_L6_rotated",
     "mlp_node_death_gelu",
     "mlp_node_death_gelu_rotated",
@@ -26,13 +47,13 @@ NAMED_BY_DETECTORS = [
     "ce_logit_shift",
     "relu_rescale",
     "qk_rotation",
-    "conv1d_node_death",
-    "conv2d_node_death",
-    "conv1d_chain_L3_rotated",
-    "conv2d_chain_L2_rotated",
-    "swiglu_dead_dimension",
     "residual_path_skip",
     "residual_path_plain",
+    "conv1d_node_death",
+    "conv2d_node_death",
+    "conv1d_chain_L3",
+    "conv1d_chain_L3_rotated",
+    "conv2d_chain_L2_rotated",
 ]
 
 

@@ -6,8 +6,9 @@ Cells left out: the Gaussian location (no module to detect); linear regression a
 dead: no candidate is the right answer); the offset node death, a width-one unit whose weights sit
 at 1e-3 instead of 0: its 1×1 factors have nothing to be small relative to, so no near-kernel rule
 can call the unit dead (a known limit of reading factors of width one; the cell's own probe
-direction reads k = 2 after the snap, ``tests/cells``). The residual-path cells are also read in
-``tests/singular/test_skip_links.py``, which checks the chain's layers and k̂ as well.
+direction reads k = 2 after the snap, ``tests/cells/test_cells_read.py``). The residual-path
+cells are also read in ``tests/singular/test_skip_links.py``, which checks the chain's layers and
+k̂ as well.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from neuromanifold.demo import ModelRead, OptimizerRow
+from neuromanifold.demo_result import ModelRead, OptimizerRow
 from neuromanifold.report.findings import (
     cell_finding,
     gauge_findings,

@@ -24,7 +24,7 @@ _ORDER = {"genuine_singularity": 0, "unresolved": 1, "live": 2, "curved_gauge": 
 
 def demo_findings(result: Any) -> list[Any]:
     """All findings of a `DemoResult` (cells, scratch ViT, fine-tuned ViT, optimizers)."""
-    from neuromanifold.demo import READABLE_R2
+    from neuromanifold.demo_result import READABLE_R2
     from neuromanifold.report.findings import (
         cell_finding,
         gauge_findings,
@@ -59,7 +59,7 @@ def _verdict(holds: bool | None) -> str:
 
 def demo_markdown(result: Any, figures: dict[str, str]) -> str:
     """The demo's Markdown (module docstring); ``figures`` maps names to relative paths."""
-    from neuromanifold.demo import READABLE_R2
+    from neuromanifold.demo_result import READABLE_R2
 
     t = result.timings
     lines = [
@@ -271,7 +271,7 @@ def write_demo_report(result: Any, out: str | Path, *, figures: bool = True) -> 
 
 def load_demo(path: str | Path) -> Any:
     """Load ``report.json`` (or its directory) back into a `DemoResult`."""
-    from neuromanifold.demo import DemoResult
+    from neuromanifold.demo_result import DemoResult
 
     p = Path(path)
     if p.is_dir():

@@ -41,7 +41,9 @@ Printed in one run (all times in seconds, float64, CPU, ``--threads`` intra-op t
    measures oversubscription, not scaling (the core count is printed).
 5. **Batching.** 16 directions on a small ViT (dim 32, depth 2, about 2.7·10⁴ parameters,
    N = 16, 64, 256): one ``vmap``-batched `directional_fisher` call against 16 calls of one
-   direction; and a 32-point sweep with 8 t-values per ``vmap`` group against one t at a time.
+   direction; and a 32-point sweep asking for 8 t-values per ``vmap`` group against one t at a
+   time (on CPU the groups are capped by `neuromanifold.singular.passes.SWEEP_LANE_BYTES` per
+   thread, so from N ≈ 64 on the ViT runs one t per pass and the ratio is ≈ 1).
    Batching removes per-call overhead and shares the primal pass; the tangent work (about two
    thirds of a JVP) is not shared, so the ratio falls as N grows. The ``floor`` line measures
    why: the primal pass P, one single-direction call J and the line ``B_L ≈ c + L·m`` fitted

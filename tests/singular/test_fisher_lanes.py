@@ -145,6 +145,7 @@ def test_line_lanes_prefers_samples_over_t_lanes(monkeypatch: pytest.MonkeyPatch
     model = wide_mlp()
     prep = prep_of(model, torch.randn(40, 4, dtype=D))
     s = HIDDEN * BYTES_F64
+    monkeypatch.setattr(passes_mod, "SWEEP_LANE_BYTES", 2**62)  # the CPU cap: next test
     monkeypatch.setattr(passes_mod, "LANE_BYTES", 8 * 40 * s)
     assert line_lanes(model, prep, 8, None) == (8, None)  # 8 lanes of all samples fit
     monkeypatch.setattr(passes_mod, "LANE_BYTES", 3 * 40 * s)
@@ -153,6 +154,28 @@ def test_line_lanes_prefers_samples_over_t_lanes(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(passes_mod, "LANE_BYTES", 25 * s)
     assert line_lanes(model, prep, 8, None) == (1, 25)
     assert line_lanes(model, prep, 1, 7) == (1, 7)
+
+
+def test_line_lanes_cpu_cap_scales_with_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CPU a group of t-lanes holds at most ``SWEEP_LANE_BYTES`` per intra-op thread (never
+    more than ``LANE_BYTES``); other devices use ``LANE_BYTES`` alone."""
+    model = wide_mlp()
+    prep = prep_of(model, torch.randn(40, 4, dtype=D))
+    s = HIDDEN * BYTES_F64
+    monkeypatch.setattr(passes_mod, "LANE_BYTES", 8 * 40 * s)
+    monkeypatch.setattr(passes_mod, "SWEEP_LANE_BYTES", 2 * 40 * s)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert line_lanes(model, prep, 8, None) == (2, None)
+        torch.set_num_threads(2)
+        assert line_lanes(model, prep, 8, None) == (4, None)
+        monkeypatch.setattr(passes_mod, "SWEEP_LANE_BYTES", 5 * 40 * s)  # 2·5 > 8: LANE_BYTES
+        assert line_lanes(model, prep, 8, None) == (8, None)
+    finally:
+        torch.set_num_threads(threads)
+    off_cpu = type("P", (), {"x": torch.empty(1, device="meta")})()
+    assert passes_mod._line_budget(off_cpu) == passes_mod.LANE_BYTES
 
 
 def test_error_bad_chunk_size_in_the_lane_policy() -> None:

@@ -32,7 +32,7 @@ from neuromanifold.singular.sweep import sweep
 budget = None if sys.argv[1] == "none" else int(sys.argv[1])
 if budget is None:  # the control: lane policy off (it would split the passes without a budget)
     import neuromanifold.singular.passes as passes
-    passes.LANE_BYTES = 2**62
+    passes.LANE_BYTES = passes.SWEEP_LANE_BYTES = 2**62
 gen = torch.Generator().manual_seed(0)
 torch.manual_seed(0)
 model = torch.nn.Sequential(

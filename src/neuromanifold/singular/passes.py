@@ -14,6 +14,10 @@
   (`activation_bytes_per_sample`). This only ever lowers a caller's ``chunk_size``, so memory
   budgets still hold; the split changes the order of the float64 sums only (`lane_chunk` for
   directions, `line_lanes` for the t-values of a sweep).
+* **Lanes of a sweep.** The t-values of one sweep move the parameters to different points, so
+  their lanes share no primal work and only save per-call overhead. On CPU that pays while a
+  group's activations stay in cache and costs once they spill, so a group holds at most
+  ``SWEEP_LANE_BYTES`` per intra-op thread (`line_lanes`); on other devices ``LANE_BYTES``.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from neuromanifold.singular._validate import Prepared
 
 __all__ = [
     "LANE_BYTES",
+    "SWEEP_LANE_BYTES",
     "activation_bytes_per_sample",
     "check_chunk_size",
     "chunks",
@@ -43,6 +48,17 @@ __all__ = [
 
 LANE_BYTES = 8 * 2**20
 """Target bytes of the largest tensor one operator returns in a (vmapped) JVP pass."""
+SWEEP_LANE_BYTES = 3 * 2**19
+"""On CPU, per intra-op thread: the most bytes ``lanes · samples · s`` one group of t-values of a
+sweep may hold (1.5 MiB, below the 2 MiB L2 cache per core of the machine it was measured on).
+A 32-point sweep with the default 8 t-values per group against one t at a time, one thread,
+without → with this cap (2026-11-30): zoo ViT dim 32 at N = 16 / 64 / 128: 1.48 → 1.42,
+0.89 → 1.03, 0.76 → 1.01; dim 64 at N = 32 / 64: 0.82 → 0.99, 0.84 → 1.00; MLP
+64 → 256 → 256 → 10 at N = 64 / 128 / 256: 1.51 → 1.49, 0.96 → 1.34, 0.90 → 1.13. Two threads:
+ViT dim 32 at N = 128 0.81 → 1.09, dim 64 at N = 64 0.92 → 1.03, at N = 16 1.43 → 1.52. Groups
+holding more than about 2 MiB per thread were mostly slower than single t-values; the cap keeps
+the groups that gained and splits those that lost (`benchmarks/scaling.py --only batching`
+prints the sweep ratio)."""
 _PROBE_ERRORS = (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError)
 _ACTIVATION_CACHE: weakref.WeakKeyDictionary[nn.Module, dict[tuple, int | None]] = (
     weakref.WeakKeyDictionary()
@@ -155,16 +171,25 @@ def line_lanes(
 
     Lanes only save per-call overhead, and a pass moves the same samples·lanes whether they are
     more samples or more lanes, so samples come first: ``t_batch`` lanes are kept while a full
-    chunk of samples (``chunk_size``, default all N) still fits ``LANE_BYTES`` with them, fewer
-    lanes otherwise, down to 1 lane with the samples split by `lane_chunk`.
+    chunk of samples (``chunk_size``, default all N) still fits the lane budget with them, fewer
+    lanes otherwise, down to 1 lane with the samples split by `lane_chunk`. The budget is
+    ``LANE_BYTES``, and on CPU at most ``SWEEP_LANE_BYTES`` per intra-op thread (module
+    docstring).
     """
     check_chunk_size(chunk_size)
     s = activation_bytes_per_sample(model, prep)
     lanes = t_batch
     if s is not None and t_batch > 1:
         cap = prep.n if chunk_size is None else min(chunk_size, prep.n)
-        lanes = max(1, min(t_batch, LANE_BYTES // (cap * s)))
+        lanes = max(1, min(t_batch, _line_budget(prep) // (cap * s)))
     return lanes, lane_chunk(model, prep, lanes, chunk_size)
+
+
+def _line_budget(prep: Prepared) -> int:
+    """Bytes one group of t-lanes may hold: ``LANE_BYTES``, capped on CPU (`SWEEP_LANE_BYTES`)."""
+    if prep.x.device.type != "cpu":
+        return LANE_BYTES
+    return min(LANE_BYTES, SWEEP_LANE_BYTES * torch.get_num_threads())
 
 
 def check_chunk_size(chunk_size: object) -> None:

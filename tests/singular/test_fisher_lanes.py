@@ -12,11 +12,17 @@ import pytest
 import torch
 from torch import nn
 
+import neuromanifold.singular.fisher as fisher_mod
 import neuromanifold.singular.passes as passes_mod
 from neuromanifold.singular import Categorical, Gaussian
 from neuromanifold.singular._validate import prepare
 from neuromanifold.singular.fisher import directional_fisher, directional_fisher_reference
-from neuromanifold.singular.passes import activation_bytes_per_sample, lane_chunk, line_lanes
+from neuromanifold.singular.passes import (
+    activation_bytes_per_sample,
+    lane_chunk,
+    line_lanes,
+    tangent_keys,
+)
 from neuromanifold.singular.sweep import sweep
 from neuromanifold.zoo.models import ViTConfig, build_model
 
@@ -228,3 +234,34 @@ def test_sweep_lanes_lowered_by_the_policy_keep_the_values(monkeypatch: pytest.M
     for other in (wide, narrow):
         for a, b in zip(one.F, other.F, strict=True):
             assert b == pytest.approx(a, rel=RTOL_GROUPING)
+
+
+def test_zero_tangents_downstream_leave_the_values_unchanged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`tangent_keys` gives every parameter registered after the direction's first one a zero
+    tangent; Fisher values and sweeps equal those of a pass with tangents on the touched
+    parameters only (zero tangents add exact zeros; only the kernels differ)."""
+    model, x = small_vit()
+    params = dict(model.named_parameters())
+    names = list(params)
+    gen = torch.Generator().manual_seed(5)
+    a, b = names[len(names) // 2], names[len(names) // 2 + 3]
+    u = {a: torch.randn(params[a].shape, generator=gen, dtype=D)}
+    v = {b: torch.randn(params[b].shape, generator=gen, dtype=D)}
+    assert tangent_keys(prep_of(model, x).params, [b, a]) == names[names.index(a) :]
+    fam = Categorical()
+    grid = [0.01, 0.1, 1.0]
+    extended = directional_fisher(model, params, [u, v], x, fam)
+    line = sweep(model, params, u, x, fam, grid=grid, t_batch=2).F
+    monkeypatch.setattr(fisher_mod, "tangent_keys", lambda _p, touched: sorted(touched))
+    touched_only = directional_fisher(model, params, [u, v], x, fam)
+    line_touched = sweep(model, params, u, x, fam, grid=grid, t_batch=2).F
+    torch.testing.assert_close(extended, touched_only, rtol=RTOL_GROUPING, atol=0.0)
+    for p, q in zip(line, line_touched, strict=True):
+        assert p == pytest.approx(q, rel=RTOL_GROUPING)
+
+
+def test_error_tangent_keys_names_an_unknown_parameter() -> None:
+    with pytest.raises(KeyError, match=r"not a parameter: \['c'\]"):
+        tangent_keys({"a": None, "b": None}, ["b", "c"])

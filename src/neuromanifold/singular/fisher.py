@@ -49,6 +49,7 @@ from neuromanifold.singular.passes import (
     differentiable_kernels,
     lane_chunk,
     line_lanes,
+    tangent_keys,
 )
 
 __all__ = ["directional_fisher", "directional_fisher_reference"]
@@ -155,8 +156,9 @@ def fisher_along_line(
     if not isinstance(t_batch, int) or isinstance(t_batch, bool) or t_batch < 1:
         raise ValueError(f"t_batch must be a positive int; got {t_batch!r}")
     t_batch, chunk_size = line_lanes(model, prep, t_batch, chunk_size)
-    keys = sorted(u)
-    tangent = {k: u[k] for k in keys}
+    moved = sorted(u)
+    keys = tangent_keys(base, moved)
+    tangent = {k: u[k] if k in u else torch.zeros_like(base[k]) for k in keys}
     dev = _device(base)
     values = torch.zeros(ts.numel(), dtype=DTYPE, device=dev)
     all_batched = True
@@ -166,7 +168,9 @@ def fisher_along_line(
             q_sum = _chunk_quadratic(model, prep, base, keys, family, sl, empirical=empirical)
 
             def at_t(t: Tensor, q_sum=q_sum) -> Tensor:
-                return q_sum({k: base[k] + t * tangent[k] for k in keys}, tangent)
+                point = {k: base[k] for k in keys}  # zero-tangent keys stay un-batched
+                point.update({k: base[k] + t * u[k] for k in moved})
+                return q_sum(point, tangent)
 
             with differentiable_kernels():
                 part = None
@@ -204,7 +208,7 @@ def fisher_prepared(
     Several directions run as ``vmap`` lanes over the tangents with the primal point un-batched
     (one primal pass per chunk, shared by every lane); samples are split by `lane_chunk`.
     """
-    keys = sorted(set().union(*(d.keys() for d in dirs)))
+    keys = tangent_keys(base, set().union(*(d.keys() for d in dirs)))
     primal = {k: base[k] for k in keys}
     tangents = _stack_tangents(dirs, keys, base)
     total = torch.zeros(len(dirs), dtype=DTYPE, device=_device(base))

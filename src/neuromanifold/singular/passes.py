@@ -14,6 +14,14 @@
   (`activation_bytes_per_sample`). This only ever lowers a caller's ``chunk_size``, so memory
   budgets still hold; the split changes the order of the float64 sums only (`lane_chunk` for
   directions, `line_lanes` for the t-values of a sweep).
+* **Which parameters carry a tangent** (`tangent_keys`). Forward mode pays a Python-level
+  detour (torch's zero-tangent fallback through ``torch._refs``, about 0.2 ms per operator here)
+  whenever an operator meets one tensor with a tangent and one without, as every bias, norm
+  weight or residual branch downstream of the direction does. So besides the direction's own
+  parameters, every parameter registered after the first of them gets an explicit zero
+  tangent; those before it stay plain (nothing upstream of the direction has a tangent).
+  Registration order stands in for the order of use; where they differ only speed changes,
+  never a value (zero tangents add exact zeros).
 * **Lanes of a sweep.** The t-values of one sweep move the parameters to different points, so
   their lanes share no primal work and only save per-call overhead. On CPU that pays while a
   group's activations stay in cache and costs once they spill, so a group holds at most
@@ -24,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 import torch
 from torch import Tensor, nn
@@ -44,6 +52,7 @@ __all__ = [
     "differentiable_kernels",
     "lane_chunk",
     "line_lanes",
+    "tangent_keys",
 ]
 
 LANE_BYTES = 8 * 2**20
@@ -190,6 +199,31 @@ def _line_budget(prep: Prepared) -> int:
     if prep.x.device.type != "cpu":
         return LANE_BYTES
     return min(LANE_BYTES, SWEEP_LANE_BYTES * torch.get_num_threads())
+
+
+def tangent_keys(params: Mapping[str, Tensor], touched: Iterable[str]) -> list[str]:
+    """Parameters that carry a tangent in a pass along directions over ``touched`` (module
+    docstring): the touched names and every name registered after the first of them, in the
+    order of ``params`` (which follows ``model.named_parameters()``).
+
+    One JVP pass of the zoo ViT (dim 32, 64 samples, one thread) along a single-block
+    direction, touched names only → with this rule: patch embedding 23.9 → 17.0 ms, a block-0
+    attention bias 17.9 → 14.0 ms, a block-1 norm weight 14.3 → 12.0 ms, the head 5.8 → 5.5 ms
+    (every parameter with a tangent instead: 16.5, 15.2, 15.4, 16.4 ms).
+
+    >>> p = dict.fromkeys(["a", "b", "c", "d"])
+    >>> tangent_keys(p, ["c", "b"])
+    ['b', 'c', 'd']
+    """
+    order = list(params)
+    wanted = set(touched)
+    missing = wanted.difference(order)
+    if missing:
+        raise KeyError(f"not a parameter: {sorted(missing)}")
+    if not wanted:
+        return []
+    first = min(order.index(k) for k in wanted)
+    return order[first:]
 
 
 def check_chunk_size(chunk_size: object) -> None:

@@ -22,8 +22,10 @@ factor accumulators; the intercept). With ``M = BUDGET_FRACTION · max_memory`` 
 (``L ×`` the single-lane cost: under ``vmap`` every lane has its own tangent activations and, for
 t-batches, its own primal point). The JVP costs are the largest measured along three
 pseudo-random directions: one touching every parameter tensor, one on the first and one on the
-last weight matrix alone (a partial tangent takes other kernels: on a GELU MLP a direction on the
-first weight alone costs 1.4× per sample what a direction on every tensor costs). `plan_memory`
+last weight matrix alone (directions on different parameters run different kernels; before
+`neuromanifold.singular.passes.tangent_keys` gave downstream parameters zero tangents, a
+direction on the first weight of a GELU MLP cost 1.4× per sample what one on every tensor
+costs, and now costs the same). `plan_memory`
 keeps ``L`` at the requested ``t_batch`` when all samples then fit one chunk, otherwise lowers
 ``L`` (fixed costs are per lane, so one lane with a large chunk moves the most samples per byte),
 and raises ``ValueError`` naming the budget and the estimated per-sample cost when even one
@@ -272,8 +274,8 @@ def plan_memory(
     prep1 = prepare(model, dict(params or {}), _probe(x, 1))
     floating = sorted(k for k, v in prep1.params.items() if v.is_floating_point())
     param_bytes = 8 * sum(v.numel() for v in prep1.params.values())
-    # a tangent on every tensor and on single tensors take different kernels (e.g. a Linear
-    # whose bias has no tangent); the plan uses the costliest of these probe directions
+    # directions on every tensor and on single tensors run different kernels; the plan uses
+    # the costliest of these probe directions
     matrices = [k for k in floating if prep1.params[k].ndim >= 2]
     probes = [floating] + [[k] for k in dict.fromkeys(matrices[:1] + matrices[-1:])]
     directions = [_random_direction(prep1.params, keys) for keys in probes if keys]

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from neuromanifold.demo import DemoConfig, DemoResult, optimizer_row, run_demo
+from neuromanifold.demo import DemoConfig, DemoResult, run_demo
+from neuromanifold.demo_result import optimizer_row
 from neuromanifold.report.demo_report import demo_findings, load_demo
 
 TINY = DemoConfig(

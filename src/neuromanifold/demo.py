@@ -21,8 +21,8 @@
    `DemoResult.from_dict`), ``report.md`` (findings computed from the results against the spec's
    expectations) and ``figures/`` into ``out``, each file atomically.
 
-The configuration and result types live in :mod:`neuromanifold.demo_result` and are re-exported
-here.
+The configuration and result types live in :mod:`neuromanifold.demo_result`; `DemoConfig` and
+`DemoResult` are re-exported here.
 """
 
 from __future__ import annotations
@@ -33,27 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from neuromanifold.demo_result import (
-    GAUGE_DETECTORS,
     OPTIMIZER_STAGES,
-    READABLE_R2,
     DemoConfig,
     DemoResult,
     ModelRead,
-    OptimizerRow,
     optimizer_row,
 )
 
-__all__ = [
-    "GAUGE_DETECTORS",
-    "OPTIMIZER_STAGES",
-    "READABLE_R2",
-    "DemoConfig",
-    "DemoResult",
-    "ModelRead",
-    "OptimizerRow",
-    "optimizer_row",
-    "run_demo",
-]
+__all__ = ["DemoConfig", "DemoResult", "run_demo"]
 
 
 def _read_model(

@@ -89,7 +89,7 @@ def test_peak_rss_stays_under_the_budget_and_the_values_do_not_change() -> None:
     model, data and kernels are loaded, Linux's high-water mark ``VmHWM`` is reset to the current
     ``VmRSS`` (``/proc/self/clear_refs`` ← 5), and the peak is ``VmHWM`` after the sweep + factor
     pass minus ``VmRSS`` before. The budgeted pass stays under ``BUDGET``, the unbudgeted one
-    (with the lane policy of `neuromanifold.singular.fisher` switched off, which would otherwise
+    (with the lane policy of `neuromanifold.singular.passes` switched off, which would otherwise
     split its passes by itself) does not (so the budget is what kept it down). RSS counts
     allocator slack, which the budget must cover. (The whole-process ``ru_maxrss`` was used
     before and read 0 B whenever an earlier, transient peak of the process exceeded the measured

@@ -144,7 +144,7 @@ class Sweep:
         upcast: the model or data arrived in a dtype other than float64 and was up-cast.
         t_batched: the grid points were evaluated in ``vmap`` groups (False: one t at a time,
             requested, chosen by the lane policy because the probe set alone fills a pass, see
-            `neuromanifold.singular.fisher.line_lanes`, or because the model could not be
+            `neuromanifold.singular.passes.line_lanes`, or because the model could not be
             vmapped over its parameters).
     """
 
@@ -266,7 +266,7 @@ def sweep(
     per grid point, plus one for the floor estimate; up to ``t_batch`` grid points share one
     ``vmap`` (memory: ``t_batch ×`` the activations of a chunk of ``chunk_size`` samples; 1 = no
     batching). Lanes only save per-call overhead, so fewer are used when the samples alone fill a
-    pass (`neuromanifold.singular.fisher.line_lanes`); the values do not depend on the grouping
+    pass (`neuromanifold.singular.passes.line_lanes`); the values do not depend on the grouping
     beyond the order of float64 sums.
 
     Returns:

@@ -146,7 +146,9 @@ def fisher_along_line(
     removes per-call overhead on small models at the price of ``t_batch ×`` the activation memory
     of a sample chunk. Every lane computes its own primal and tangent, so lanes save overhead
     only: `line_lanes` lowers the group size (down to one t per pass) and splits samples so that
-    a pass stays within ``LANE_BYTES`` per tensor. If the model cannot be vmapped over its
+    a pass stays within its lane budget (``LANE_BYTES`` per tensor; on CPU a group of t-lanes at
+    most ``SWEEP_LANE_BYTES`` per thread). Parameters downstream of ``u`` carry zero tangents
+    (`tangent_keys`). If the model cannot be vmapped over its
     parameters (in-place updates, data-dependent control flow), the group is recomputed one t at
     a time.
 

@@ -262,6 +262,30 @@ def test_zero_tangents_downstream_leave_the_values_unchanged(
         assert p == pytest.approx(q, rel=RTOL_GROUPING)
 
 
+class IntScaled(nn.Module):
+    """``lin(x) · k`` with an integer parameter ``k`` registered after the Linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+        self.k = nn.Parameter(torch.tensor(3), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) * self.k
+
+
+def test_integer_parameters_downstream_get_no_tangent() -> None:
+    model = IntScaled().to(D)
+    x = torch.randn(5, 3, generator=torch.Generator().manual_seed(0), dtype=D)
+    params = dict(model.named_parameters())
+    assert tangent_keys(prep_of(model, x).params, ["lin.weight"]) == ["lin.weight", "lin.bias"]
+    u = {"lin.weight": torch.ones(2, 3, dtype=D)}
+    # F_u = (1/N) Σ_i ‖k · u x_i‖² / σ² with u = 𝟙/√6
+    want = (9.0 / 6.0) * float((x.sum(1) ** 2).mean()) * 2
+    got = directional_fisher(model, params, u, x, Gaussian())
+    assert float(got) == pytest.approx(want, rel=RTOL_ORACLE)
+
+
 def test_error_tangent_keys_names_an_unknown_parameter() -> None:
     with pytest.raises(KeyError, match=r"not a parameter: \['c'\]"):
-        tangent_keys({"a": None, "b": None}, ["b", "c"])
+        tangent_keys({"a": torch.zeros(1), "b": torch.zeros(1)}, ["b", "c"])

@@ -18,8 +18,9 @@
   detour (torch's zero-tangent fallback through ``torch._refs``, about 0.2 ms per operator here)
   whenever an operator meets one tensor with a tangent and one without, as every bias, norm
   weight or residual branch downstream of the direction does. So besides the direction's own
-  parameters, every parameter registered after the first of them gets an explicit zero
-  tangent; those before it stay plain (nothing upstream of the direction has a tangent).
+  parameters, every floating-point parameter registered after the first of them gets an
+  explicit zero tangent; those before it stay plain (nothing upstream of the direction has a
+  tangent).
   Registration order stands in for the order of use; where they differ only speed changes,
   never a value (zero tangents add exact zeros).
 * **Lanes of a sweep.** The t-values of one sweep move the parameters to different points, so

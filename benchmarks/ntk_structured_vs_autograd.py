@@ -14,6 +14,8 @@ time (``time.process_time``), which on a shared machine is less disturbed by wai
 Column ``J Jᵀ s`` times the dense product ``J Jᵀ`` of the structured Jacobian alone: the jacrev
 path and ``ntk`` both end with this ``Θ(n_v² Σ_l k_l)`` product, so for large ``v`` it bounds the
 attainable ratio of ``ntk``.
+The headline also times allocating and filling a fresh ``n_v × n_v`` array (the ``memory floor``):
+no method that returns K as a dense matrix can be faster than that.
 Column ``J-only ratio`` compares the Jacobians alone (``jacobian`` vs ``jacobian_reference``).
 Timings are the best of ``--repeats`` rounds (at least ``FAST_REPEATS`` for millisecond cases,
 garbage collector off); each round runs every timed function once, in an
@@ -33,6 +35,18 @@ import time
 
 FAST_S = 0.05  # a case whose warm-up (all timed functions once) is faster than this ...
 FAST_REPEATS = 15  # ... gets at least this many rounds
+
+
+def _fresh_fill_seconds(n: int, repeats: int) -> float:
+    """Best time to allocate an ``n × n`` float64 array and write every entry once."""
+    import numpy as np
+
+    best = float("inf")
+    for _ in range(max(repeats, 3)):
+        t0 = time.perf_counter()
+        np.empty((n, n)).fill(1.0)
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def _parse() -> argparse.Namespace:
@@ -149,6 +163,13 @@ def main() -> int:
             f"{t_r / t_c:.1f}); J Jᵀ alone {t_g:.4f} s (ntk and jacrev both end with this "
             f"product); the Jacobians alone: structured is {j_ratio:.0f}x faster than jacrev; "
             f"in CPU time jacrev/structured = {cpu_s:.1f}, jacrev/recursion = {cpu_c:.1f}"
+        )
+        fill = _fresh_fill_seconds(n, args.repeats)
+        print(
+            f"memory floor: allocating and writing a fresh {n}x{n} float64 K "
+            f"({8 * n * n / 1e6:.0f} MB) alone takes {fill:.4f} s, so a method that returns a "
+            f"dense K is at most "
+            f"{t_r / fill:.0f}x faster than jacrev here; 20x needs the whole K in {t_r / 20:.4f} s"
         )
     big = arr[arr[:, 3] >= 100]
     if len(big) >= 3:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
+from torch import nn
 
 
 @pytest.fixture(autouse=True)
@@ -15,3 +18,34 @@ def _one_torch_thread() -> None:
     thread per core oversubscribes the machine and makes small float64 kernels several times slower.
     """
     torch.set_num_threads(1)
+
+
+class HFSwiGLU(nn.Module):
+    """SwiGLU ``down(SiLU(gate(x)) ⊙ up(x))`` with Hugging Face child names, no biases."""
+
+    def __init__(self, d: int, hidden: int, d_out: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(d, hidden, bias=False)
+        self.up_proj = nn.Linear(d, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, d_out, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+@pytest.fixture
+def dead_swiglu() -> Callable[..., HFSwiGLU]:
+    """Builder ``(d, hidden, d_out, seed=…, dead=2)``: a float64 `HFSwiGLU` initialised after
+    ``torch.manual_seed(seed)``, with hidden unit ``dead`` dead (gate and up rows, down column
+    zero). The global generator then continues from the initialisation, as the tests expect."""
+
+    def build(d: int, hidden: int, d_out: int, *, seed: int, dead: int = 2) -> HFSwiGLU:
+        torch.manual_seed(seed)
+        model = HFSwiGLU(d, hidden, d_out).double()
+        with torch.no_grad():
+            model.gate_proj.weight[dead] = 0.0
+            model.up_proj.weight[dead] = 0.0
+            model.down_proj.weight[:, dead] = 0.0
+        return model
+
+    return build

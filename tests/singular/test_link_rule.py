@@ -6,7 +6,6 @@ import math
 
 import pytest
 import torch
-from torch import nn
 
 import neuromanifold.singular.detectors.linear as lin
 import neuromanifold.singular.detectors.link as link
@@ -175,21 +174,10 @@ def test_overlap_rejects_mismatched_shapes() -> None:
         a.overlap(b)
 
 
-class _WideSwiGLU(nn.Module):
-    """SwiGLU ``8 → 128 → 2`` (hidden wider than the probe sets below)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(8, 128, bias=False)
-        self.up_proj = nn.Linear(8, 128, bias=False)
-        self.down_proj = nn.Linear(128, 2, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
 @pytest.mark.parametrize(("n", "seed", "n_glu"), [(8, 1, 1), (8, 2, 1), (64, 0, 1)])
-def test_glu_detector_applies_the_link_rule_on_a_wide_hidden_layer(n, seed, n_glu) -> None:
+def test_glu_detector_applies_the_link_rule_on_a_wide_hidden_layer(
+    n, seed, n_glu, dead_swiglu
+) -> None:
     """A planted dead hidden dimension (gate and up rows, down column zero) of a SwiGLU whose
     hidden width 128 exceeds the probe set: the GLU detector proposes it, and with 8 samples
     nothing else (the fixed ``‖P_ker v‖ ≥ MATCH_MIN`` test proposed 5–6 candidates here, the
@@ -197,12 +185,7 @@ def test_glu_detector_applies_the_link_rule_on_a_wide_hidden_layer(n, seed, n_gl
     from neuromanifold.singular.detectors.glu import GLUDetector
     from neuromanifold.singular.detectors.registry import DetectorRegistry
 
-    torch.manual_seed(seed)
-    model = _WideSwiGLU().double()
-    with torch.no_grad():
-        model.gate_proj.weight[2] = 0.0
-        model.up_proj.weight[2] = 0.0
-        model.down_proj.weight[:, 2] = 0.0
+    model = dead_swiglu(8, 128, 2, seed=seed)  # hidden wider than the probe sets
     x = torch.randn(n, 8, dtype=torch.float64)
     reading = read(
         model, x, Gaussian(), detectors=DetectorRegistry([GLUDetector()]), progress=False

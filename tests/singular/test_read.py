@@ -396,24 +396,8 @@ def test_all_zero_width_one_node_death(activation: str, k: int) -> None:
     _check_order(read(model, x, Gaussian(), progress=False), k, ("0", "2"))
 
 
-class _SwiGLU(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(3, 5, bias=False)
-        self.up_proj = nn.Linear(3, 5, bias=False)
-        self.down_proj = nn.Linear(5, 2, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-def test_swiglu_dead_dimension_reads_order_three() -> None:
-    torch.manual_seed(3)
-    model = _SwiGLU().double()
-    with torch.no_grad():
-        model.gate_proj.weight[2] = 0.0
-        model.up_proj.weight[2] = 0.0
-        model.down_proj.weight[:, 2] = 0.0
+def test_swiglu_dead_dimension_reads_order_three(dead_swiglu) -> None:
+    model = dead_swiglu(3, 5, 2, seed=3)
     x = torch.randn(64, 3, dtype=torch.float64)
     reading = read(model, x, Gaussian(), progress=False)
     (rec,) = _genuine(reading)

@@ -184,6 +184,42 @@ def test_line_lanes_cpu_cap_scales_with_threads(monkeypatch: pytest.MonkeyPatch)
     assert passes_mod._line_budget(off_cpu) == passes_mod.LANE_BYTES
 
 
+def fake_cache_tree(root, entries: list[tuple[str, str, str | None]]) -> str:
+    """A sysfs-like ``cache`` folder, an ``indexI`` per ``(level, type, size)`` (None: no size)."""
+    for i, (level, kind, size) in enumerate(entries):
+        d = root / f"index{i}"
+        d.mkdir()
+        (d / "level").write_text(level + "\n")
+        (d / "type").write_text(kind + "\n")
+        if size is not None:
+            (d / "size").write_text(size + "\n")
+    return str(root)
+
+
+@pytest.mark.parametrize(
+    ("entries", "expected"),
+    [
+        ([("1", "Data", "48K"), ("1", "Instruction", "64K"), ("2", "Unified", "2048K")], 2**21),
+        ([("1", "Data", "32K"), ("2", "Unified", "1M"), ("3", "Unified", "480M")], 2**20),
+        ([("2", "Data", "512K")], 2**19),
+        ([("2", "Instruction", "1M")], None),  # no data cache at level 2
+        ([("1", "Data", "48K"), ("3", "Unified", "32M")], None),  # no level 2 at all
+        ([("2", "Unified", None)], None),  # size unreadable
+        ([("2", "Unified", "large")], None),  # size not a number
+        ([("2", "Unified", "0K")], None),
+    ],
+)
+def test_l2_bytes_per_core_reads_the_level_two_data_cache(tmp_path, entries, expected) -> None:
+    assert passes_mod.l2_bytes_per_core(fake_cache_tree(tmp_path, entries)) == expected
+
+
+def test_sweep_cap_is_a_share_of_the_l2_cache() -> None:
+    """The import-time cap: ``L2_FRACTION`` of this machine's L2 (or of the default size)."""
+    l2 = passes_mod.l2_bytes_per_core() or passes_mod.DEFAULT_L2_BYTES
+    assert passes_mod.SWEEP_LANE_BYTES == int(passes_mod.L2_FRACTION * l2)
+    assert 0 < passes_mod.SWEEP_LANE_BYTES < l2
+
+
 def test_error_bad_chunk_size_in_the_lane_policy() -> None:
     model = wide_mlp()
     prep = prep_of(model, torch.randn(4, 4, dtype=D))

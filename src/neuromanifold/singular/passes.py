@@ -26,14 +26,17 @@
 * **Lanes of a sweep.** The t-values of one sweep move the parameters to different points, so
   their lanes share no primal work and only save per-call overhead. On CPU that pays while a
   group's activations stay in cache and costs once they spill, so a group holds at most
-  ``SWEEP_LANE_BYTES`` per intra-op thread (`line_lanes`); on other devices ``LANE_BYTES``.
+  ``SWEEP_LANE_BYTES`` (three quarters of a core's L2 cache) per intra-op thread (`line_lanes`);
+  on other devices ``LANE_BYTES``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -45,12 +48,15 @@ from torch.utils._pytree import tree_leaves
 from neuromanifold.singular._validate import Prepared
 
 __all__ = [
+    "DEFAULT_L2_BYTES",
+    "L2_FRACTION",
     "LANE_BYTES",
     "SWEEP_LANE_BYTES",
     "activation_bytes_per_sample",
     "check_chunk_size",
     "chunks",
     "differentiable_kernels",
+    "l2_bytes_per_core",
     "lane_chunk",
     "line_lanes",
     "tangent_keys",
@@ -58,17 +64,53 @@ __all__ = [
 
 LANE_BYTES = 8 * 2**20
 """Target bytes of the largest tensor one operator returns in a (vmapped) JVP pass."""
-SWEEP_LANE_BYTES = 3 * 2**19
+L2_FRACTION = 0.75
+"""Share of one core's L2 cache that a sweep's group of t-lanes may fill per intra-op thread."""
+DEFAULT_L2_BYTES = 2 * 2**20
+"""L2 size assumed where the cache size cannot be read (the machine the cap was measured on)."""
+
+
+def l2_bytes_per_core(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
+    """Size in bytes of the level-2 data (or unified) cache of CPU 0, read from Linux sysfs
+    (``index*/level`` = 2, ``index*/type`` ≠ Instruction, ``index*/size`` like ``2048K``);
+    ``None`` where it cannot be read (another OS, a container hiding sysfs).
+
+    >>> l2_bytes_per_core("/nonexistent") is None
+    True
+    """
+    base = Path(root)
+    try:
+        entries = sorted(base.glob("index*"))
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            level = (entry / "level").read_text().strip()
+            kind = (entry / "type").read_text().strip()
+            size = (entry / "size").read_text().strip()
+        except OSError:
+            continue
+        match = re.fullmatch(r"(\d+)\s*([KMG]?)B?", size, flags=re.IGNORECASE)
+        if level != "2" or kind.lower() == "instruction" or match is None:
+            continue
+        scale = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[match.group(2).upper()]
+        return int(match.group(1)) * scale or None
+    return None
+
+
+SWEEP_LANE_BYTES = int(L2_FRACTION * (l2_bytes_per_core() or DEFAULT_L2_BYTES))
 """On CPU, per intra-op thread: the most bytes ``lanes · samples · s`` one group of t-values of a
-sweep may hold (1.5 MiB, below the 2 MiB L2 cache per core of the machine it was measured on).
-A 32-point sweep with the default 8 t-values per group against one t at a time, one thread,
-without → with this cap (2026-11-30): zoo ViT dim 32 at N = 16 / 64 / 128: 1.48 → 1.42,
+sweep may hold: ``L2_FRACTION`` of one core's L2 cache, read once at import (`l2_bytes_per_core`;
+``DEFAULT_L2_BYTES`` where unreadable). Measured on a machine with 2 MiB of L2 per core (cap
+1.5 MiB): a 32-point sweep with the default 8 t-values per group against one t at a time, one
+thread, without → with the cap (2026-11-30): zoo ViT dim 32 at N = 16 / 64 / 128: 1.48 → 1.42,
 0.89 → 1.03, 0.76 → 1.01; dim 64 at N = 32 / 64: 0.82 → 0.99, 0.84 → 1.00; MLP
 64 → 256 → 256 → 10 at N = 64 / 128 / 256: 1.51 → 1.49, 0.96 → 1.34, 0.90 → 1.13. Two threads:
 ViT dim 32 at N = 128 0.81 → 1.09, dim 64 at N = 64 0.92 → 1.03, at N = 16 1.43 → 1.52. Groups
-holding more than about 2 MiB per thread were mostly slower than single t-values; the cap keeps
-the groups that gained and splits those that lost (`benchmarks/scaling.py --only batching`
-prints the sweep ratio)."""
+holding more than about 2 MiB per thread (the L2 size) were mostly slower than single t-values;
+the cap keeps the groups that gained and splits those that lost (`benchmarks/scaling.py --only
+batching` prints the sweep ratio). Scaling the cap with the L2 size on other machines is this
+project's assumption, not a measurement."""
 _PROBE_ERRORS = (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError)
 _ACTIVATION_CACHE: weakref.WeakKeyDictionary[nn.Module, dict[tuple, int | None]] = (
     weakref.WeakKeyDictionary()

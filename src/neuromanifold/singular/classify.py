@@ -8,8 +8,10 @@ The rule (spec §7.2 step 8; thresholds are design choices documented here and i
    logit shift, exact linear symmetries). No order.
 2. **unresolved** — no window passes the rate rule (`fit_rate` gives ``k = None``): the read does
    not support a class.
-3. **live** — ``k = 1`` (slope ≈ 0) and the window's median F is at least ``live_threshold``
-   (default ``LIVE_FLOOR_FACTOR·F_floor`` with ``LIVE_FLOOR_FACTOR = 1e4``; the whole-model read
+3. **live** — ``k = 1`` (slope ≈ 0) and the fit's magnitude (the window's median F) is at least
+   ``live_threshold`` (default ``LIVE_REL·F_scale`` with ``LIVE_REL = 1e−10`` and ``F_scale`` the
+   block's typical Fisher, `Sweep.scale`; when ``scale`` is omitted it is recovered from the floor
+   as ``F_floor / (1e3·ε_64)²``, so the default is ``≈ 2e15·F_floor``; the whole-model read
    should pass the spec's ``1e−3 ×`` median live-direction Fisher). A slope-0 plateau below that
    threshold is classed **flat gauge** (magnitude at the noise level).
 4. **curved gauge** — ``k ≥ 2`` and ``u`` lies mostly in the span of supplied gauge generators:

@@ -8,6 +8,10 @@ per-sample-gradient oracle.
 
 from __future__ import annotations
 
+import sys
+import types
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -213,11 +217,38 @@ def test_l2_bytes_per_core_reads_the_level_two_data_cache(tmp_path, entries, exp
     assert passes_mod.l2_bytes_per_core(fake_cache_tree(tmp_path, entries)) == expected
 
 
-def test_sweep_cap_is_a_share_of_the_l2_cache() -> None:
-    """The import-time cap: ``L2_FRACTION`` of this machine's L2 (or of the default size)."""
-    l2 = passes_mod.l2_bytes_per_core() or passes_mod.DEFAULT_L2_BYTES
-    assert passes_mod.SWEEP_LANE_BYTES == int(passes_mod.L2_FRACTION * l2)
-    assert 0 < passes_mod.SWEEP_LANE_BYTES < l2
+SYSFS_CACHE = "/sys/devices/system/cpu/cpu0/cache"
+
+
+def passes_reimported(monkeypatch: pytest.MonkeyPatch, root: str) -> types.ModuleType:
+    """A fresh copy of `neuromanifold.singular.passes` whose import reads ``root`` for sysfs."""
+    path = Path(passes_mod.__file__)
+    source = path.read_text()
+    assert source.count(SYSFS_CACHE) == 1  # the one sysfs path the import reads
+    module = types.ModuleType("_passes_fake_sysfs")
+    module.__file__ = str(path)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(source.replace(SYSFS_CACHE, root), str(path), "exec"), module.__dict__)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("entries", "cap"),
+    [
+        ([("1", "Data", "32K"), ("2", "Unified", "1M")], 3 * 2**18),  # ¾ of 1 MiB
+        ([("2", "Data", "4096K")], 3 * 2**20),  # ¾ of 4 MiB
+        ([("2", "Instruction", "1M")], 3 * 2**19),  # unreadable: ¾ of the 2 MiB default
+    ],
+)
+def test_sweep_cap_is_a_share_of_the_l2_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path, entries, cap: int
+) -> None:
+    """The import-time cap through a fake sysfs tree: three quarters of the L2 size it holds, or
+    of 2 MiB where no L2 size is found."""
+    fresh = passes_reimported(monkeypatch, fake_cache_tree(tmp_path, entries))
+    assert fresh.SWEEP_LANE_BYTES == cap
+    here = passes_mod.l2_bytes_per_core() or passes_mod.DEFAULT_L2_BYTES
+    assert 0 < passes_mod.SWEEP_LANE_BYTES < here  # this machine's cap: a share of its L2
 
 
 def test_error_bad_chunk_size_in_the_lane_policy() -> None:
@@ -235,17 +266,30 @@ def small_vit() -> tuple[nn.Module, torch.Tensor]:
     return model, x
 
 
-@pytest.mark.parametrize("lane_bytes", [1, 6 * 17 * 32 * BYTES_F64])
+@pytest.mark.parametrize("samples_per_pass", [1, 3])
 def test_split_batched_directions_match_loop_and_oracle(
-    monkeypatch: pytest.MonkeyPatch, lane_bytes: int
+    monkeypatch: pytest.MonkeyPatch, samples_per_pass: int
 ) -> None:
-    """Forced splits (1 sample per pass; 6 sample-lanes per pass) on a small zoo ViT."""
-    monkeypatch.setattr(passes_mod, "LANE_BYTES", lane_bytes)
+    """Forced splits of 5 direction lanes on a small zoo ViT (13 samples): 1 sample per pass
+    (a 1-byte budget), and 3 samples per pass (a budget of exactly ``5·3·s`` bytes)."""
     model, x = small_vit()
+    s = activation_bytes_per_sample(model, prep_of(model, x))
+    assert s is not None
+    lane_bytes = 1 if samples_per_pass == 1 else 5 * samples_per_pass * s
+    monkeypatch.setattr(passes_mod, "LANE_BYTES", lane_bytes)
+    assert lane_chunk(model, prep_of(model, x), 5, None) == samples_per_pass
+    chunks: list[int | None] = []
+
+    def spy(*args, **kwargs):
+        chunks.append(lane_chunk(*args, **kwargs))
+        return chunks[-1]
+
+    monkeypatch.setattr(fisher_mod, "lane_chunk", spy)
     params = dict(model.named_parameters())
     dirs = directions(model, 5, seed=1)
     fam = Categorical()
     batched = directional_fisher(model, params, dirs, x, fam)
+    assert chunks == [samples_per_pass]  # the batched call split its samples as planned
     single = torch.stack([directional_fisher(model, params, d, x, fam) for d in dirs])
     torch.testing.assert_close(batched, single, rtol=RTOL_GROUPING, atol=0.0)
     monkeypatch.setattr(passes_mod, "LANE_BYTES", 2**62)

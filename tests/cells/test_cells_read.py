@@ -37,6 +37,13 @@ JV_ROUNDING = 1e-13
 # k̂ of two presentations: equal up to the rounding above (far inside K_HAT_ATOL).
 K_HAT_SAME = 1e-4
 SLOPE_ATOL = 0.1  # |slope − 2(k − 1)| accepted on a sub-window of a sweep (= 2·K_HAT_ATOL)
+# A curved gauge's probe overlaps its supplied generator exactly (unit vectors; measured
+# |overlap − 1| ≤ 4.4e-16).
+ATOL_GAUGE_OVERLAP = 1e-12
+# A live direction's Fisher sits many decades above the read's rounding floor (rmsnorm cell:
+# min F / floor ≈ 2e25); this only asks for six.
+LIVE_OVER_FLOOR = 1e6
+RTOL_OFFSET = 1e-12  # the snapped read's offset vs the constructed one (measured: equal)
 
 
 @pytest.mark.parametrize("name", list(CELLS), ids=list(CELLS))
@@ -116,7 +123,7 @@ def test_flat_gauges_need_no_generator_curved_gauges_are_recognised_by_theirs() 
         cell = get_cell(name)
         assert len(cell.gauge_generators) == 1
         reading = read_cell(cell)
-        assert reading.gauge_overlap == pytest.approx(1.0, abs=1e-9)
+        assert reading.gauge_overlap == pytest.approx(1.0, abs=ATOL_GAUGE_OVERLAP)
         assert reading.k == 2  # the straight probe's apparent order
 
 
@@ -124,7 +131,7 @@ def test_rmsnorm_analogue_is_live_not_a_gauge() -> None:
     reading = read_cell(get_cell("rmsnorm_no_kernel"))
     assert reading.klass.value == CLASS_LIVE
     assert reading.k == 1
-    assert min(reading.sweep.F) > 1e6 * reading.sweep.floor
+    assert min(reading.sweep.F) > LIVE_OVER_FLOOR * reading.sweep.floor
 
 
 def test_offset_cell_rate_is_visible_only_above_the_offset() -> None:
@@ -149,7 +156,7 @@ def test_offset_cell_rate_is_visible_only_above_the_offset() -> None:
     # The snapped read recovers the order.
     snapped = read_cell(cell)
     assert snapped.snapped
-    assert snapped.offset == pytest.approx(delta, rel=1e-12)
+    assert snapped.offset == pytest.approx(delta, rel=RTOL_OFFSET)
     assert check_reading(cell, snapped).passed
 
 

@@ -7,8 +7,9 @@ all x: the increment ``ΔW = g a*ᵀ`` (weight ``g γ⁻¹ᵀ``, bias ``−g⟨�
 for every g and every t. The directional Fisher is identically zero: a flat gauge.
 
 RMSNorm ``γ ⊙ x/√(mean x² + ε)`` subtracts no mean, so the analogous increment
-``(g γ⁻¹ᵀ, 0)`` changes the output by ``t·g·Σ_i x_i/rms(x)``, which is not zero on generic data:
-a live direction (k = 1), not a gauge.
+``(g γ⁻¹ᵀ, 0)``, normalised to the unit probe ``(g γ⁻¹ᵀ, 0)/‖γ⁻¹‖`` (g a unit vector), changes
+the output by ``t·g·Σ_i x_i/(rms(x)·‖γ⁻¹‖)`` with ``rms(x) = √(mean x² + ε)``, which is not zero
+on generic data: a live direction (k = 1), not a gauge.
 
 Spec: ``dead_directions.md`` §6.4, §9.1 (LN-kernel row), §9.3.
 """
@@ -106,8 +107,9 @@ def layernorm_kernel(*, seed: int = 0, n: int = 128, d: int = 6, d_out: int = 3)
 def rmsnorm_no_kernel(*, seed: int = 0, n: int = 128, d: int = 6, d_out: int = 3) -> Cell:
     """``RMSNorm(d) → Linear(d, d_out)`` along the LayerNorm-analogue ``(g γ⁻¹ᵀ, 0)``: live, k = 1.
 
-    RMSNorm has no β and no mean subtraction; the same construction gives a direction whose
-    output change ``t·g·Σ_i x_i/rms(x)`` is linear in t and non-zero: constant F_u > 0.
+    RMSNorm has no β and no mean subtraction; the same construction, normalised to the unit
+    probe ``(g γ⁻¹ᵀ, 0)/‖γ⁻¹‖``, gives a direction whose output change
+    ``t·g·Σ_i x_i/(rms(x)·‖γ⁻¹‖)`` is linear in t and non-zero: constant F_u > 0.
     """
     gen = generator(seed)
     raw = _norm_cell_params(d, d_out, gen)

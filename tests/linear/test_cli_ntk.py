@@ -36,9 +36,11 @@ def test_readme_example_json(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     data = json.loads(out.read_text())
     assert {"v", "delta", "ntk", "rank", "dim_M", "smooth"} <= set(data)
-    np.testing.assert_allclose(data["v"], [1, 1, -2], atol=ATOL_EXACT)
-    np.testing.assert_allclose(data["delta"], [-3], atol=ATOL_EXACT)
-    np.testing.assert_allclose(data["ntk"], [[2, 1, 0], [1, 7, 1], [0, 1, 5]], atol=ATOL_EXACT)
+    np.testing.assert_allclose(data["v"], [1, 1, -2], rtol=0, atol=ATOL_EXACT)
+    np.testing.assert_allclose(data["delta"], [-3], rtol=0, atol=ATOL_EXACT)
+    np.testing.assert_allclose(
+        data["ntk"], [[2, 1, 0], [1, 7, 1], [0, 1, 5]], rtol=0, atol=ATOL_EXACT
+    )
     assert data["rank"] == data["dim_M"] == 3 and data["smooth"] is True
     assert "v = [ 1.  1. -2.]" in res.output and "dim M = 3" in res.output
 
@@ -67,8 +69,8 @@ def test_two_dimensional(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     arch = LCN(((2, 2), (3, 3)), ((2, 1),), dim=2)
     th = [np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([1.0, 0, 1, 0, 1, 0, 1, 0, 2]).reshape(3, 3)]
-    np.testing.assert_allclose(data["v"], mu(arch, th), atol=ATOL_EXACT)
-    np.testing.assert_allclose(data["ntk"], ntk(arch, th), atol=ATOL_EXACT)
+    np.testing.assert_allclose(data["v"], mu(arch, th), rtol=0, atol=ATOL_EXACT)
+    np.testing.assert_allclose(data["ntk"], ntk(arch, th), rtol=0, atol=ATOL_EXACT)
     assert data["dim_M"] == 12
 
 

@@ -54,8 +54,8 @@ def test_stride_one_counterexample_exact_ntks() -> None:
     x_p = flatten_params(arch, theta_p)
     found = [flatten_params(arch, p) for p in rep.point_arrays()]
     assert min(sign_distance(arch, x, x_p) for x in found) <= ATOL_EXACT
-    np.testing.assert_allclose(np.linalg.eigvalsh(K), [1.7956, 4.6356, 7.5688], atol=1e-4)
-    np.testing.assert_allclose(np.linalg.eigvalsh(Kp), [2.0741, 3.6865, 8.2394], atol=1e-4)
+    np.testing.assert_allclose(np.linalg.eigvalsh(K), [1.7956, 4.6356, 7.5688], rtol=0, atol=1e-4)
+    np.testing.assert_allclose(np.linalg.eigvalsh(Kp), [2.0741, 3.6865, 8.2394], rtol=0, atol=1e-4)
 
 
 def test_stride_one_simple_variant_exact_ntks() -> None:
@@ -75,11 +75,11 @@ def test_two_layer_swap_formula() -> None:
     theta = [w1, w2]
     A, B = float(w1 @ w1), float(w2 @ w2)
     swapped = [np.sqrt(A / B) * w2, np.sqrt(B / A) * w1]
-    np.testing.assert_allclose(mu(arch, swapped), mu(arch, theta), atol=ATOL_EXACT)
-    np.testing.assert_allclose(delta(swapped), delta(theta), atol=ATOL_EXACT)
+    np.testing.assert_allclose(mu(arch, swapped), mu(arch, theta), rtol=0, atol=ATOL_EXACT)
+    np.testing.assert_allclose(delta(swapped), delta(theta), rtol=0, atol=ATOL_EXACT)
     G_w2, G_w1 = gram_blocks(arch, theta)  # J_1 multiplies by w2, J_2 by w1
     predicted = (B - A) * (G_w1 / A - G_w2 / B)
-    np.testing.assert_allclose(ntk(arch, swapped) - ntk(arch, theta), predicted, atol=1e-11)
+    np.testing.assert_allclose(ntk(arch, swapped) - ntk(arch, theta), predicted, rtol=0, atol=1e-11)
     rep = fiber_of_params(arch, theta)
     assert _contains(rep.ntk_arrays(), ntk(arch, swapped), 1e-10)
 
@@ -93,7 +93,7 @@ def test_strides_above_one_single_ntk(filters: tuple, strides: tuple, seed: int)
     assert rep.on_manifold
     assert rep.n_points == 1 and rep.n_distinct_ntks == 1
     K = ntk(arch, theta)
-    np.testing.assert_allclose(rep.ntk_arrays()[0], K, atol=RTOL_NTK * np.max(np.abs(K)))
+    np.testing.assert_allclose(rep.ntk_arrays()[0], K, rtol=0, atol=RTOL_NTK * np.max(np.abs(K)))
     assert rep.jacobian_ranks == (arch.dim_M,)
     assert rep.fiber_dimension == 0
     assert len(rep.point_residuals) == 1 and rep.point_residuals[0] <= rep.tolerance
@@ -104,9 +104,9 @@ def test_sign_flips_leave_v_delta_ntk_unchanged() -> None:
     theta = _gaussian(arch, 5)
     for c in sign_patterns(arch.L):
         flipped = [ci * w for ci, w in zip(c, theta, strict=True)]
-        np.testing.assert_allclose(mu(arch, flipped), mu(arch, theta), atol=ATOL_EXACT)
-        np.testing.assert_allclose(delta(flipped), delta(theta), atol=ATOL_EXACT)
-        np.testing.assert_allclose(ntk(arch, flipped), ntk(arch, theta), atol=ATOL_EXACT)
+        np.testing.assert_allclose(mu(arch, flipped), mu(arch, theta), rtol=0, atol=ATOL_EXACT)
+        np.testing.assert_allclose(delta(flipped), delta(theta), rtol=0, atol=ATOL_EXACT)
+        np.testing.assert_allclose(ntk(arch, flipped), ntk(arch, theta), rtol=0, atol=ATOL_EXACT)
 
 
 def test_interior_stride_one_gives_two_ntks() -> None:
@@ -187,11 +187,11 @@ def test_fc_identity_counterexample() -> None:
     W1p = np.array([[0.0, -2.0], [1.0, 0.0]])
     theta_p = [W1p, np.linalg.inv(W1p)]
     for th in (theta, theta_p):
-        np.testing.assert_allclose(fc_mu(arch, th), np.eye(2), atol=ATOL_EXACT)
-        np.testing.assert_allclose(fc_delta(th)[0], np.diag([-3.75, 0.0]), atol=ATOL_EXACT)
+        np.testing.assert_allclose(fc_mu(arch, th), np.eye(2), rtol=0, atol=ATOL_EXACT)
+        np.testing.assert_allclose(fc_delta(th)[0], np.diag([-3.75, 0.0]), rtol=0, atol=ATOL_EXACT)
     E11 = np.array([[1.0, 0.0], [0.0, 0.0]])
-    np.testing.assert_allclose(fc_ntk_apply(arch, theta, E11), 4.25 * E11, atol=ATOL_EXACT)
-    np.testing.assert_allclose(fc_ntk_apply(arch, theta_p, E11), 2.0 * E11, atol=ATOL_EXACT)
+    np.testing.assert_allclose(fc_ntk_apply(arch, theta, E11), 4.25 * E11, rtol=0, atol=ATOL_EXACT)
+    np.testing.assert_allclose(fc_ntk_apply(arch, theta_p, E11), 2.0 * E11, rtol=0, atol=ATOL_EXACT)
     rep = fc_fiber(arch, np.eye(2), [np.diag([-3.75, 0.0])], theta_guess=theta)
     assert rep.n_distinct_ntks > 1 and rep.fiber_dimension >= 1
 
@@ -220,7 +220,7 @@ def test_fc_delta_scaled_identity_single_ntk() -> None:
     arch = FC((2, 2, 2, 2))
     theta = _scaled_identity_params(2, 3, [0.7, -0.4], seed=6)
     for D, k in zip(fc_delta(theta), [0.7, -0.4], strict=True):
-        np.testing.assert_allclose(D, k * np.eye(2), atol=ATOL_EXACT)
+        np.testing.assert_allclose(D, k * np.eye(2), rtol=0, atol=ATOL_EXACT)
     rep = fiber_of_params(arch, theta)
     assert rep.n_points >= 10 and rep.fiber_dimension >= 1
     assert rep.n_distinct_ntks == 1
@@ -273,7 +273,7 @@ def test_bad_route_and_fc_targets() -> None:
 def test_roots_with_infinity_and_zero_v() -> None:
     r = roots_with_infinity(np.array([0.0, 2.0, -2.0, 0.0, 0.0]))
     assert r[0] == 0 and np.isinf(r[-1].real) and np.isinf(r[-2].real)
-    np.testing.assert_allclose(r[1], 1.0, atol=ATOL_EXACT)
+    np.testing.assert_allclose(r[1], 1.0, rtol=0, atol=ATOL_EXACT)
     with pytest.raises(ValueError, match="zero polynomial"):
         roots_with_infinity(np.zeros(3))
 

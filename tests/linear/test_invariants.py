@@ -33,18 +33,20 @@ def test_fc_delta_definition_and_conjugation() -> None:
     arch = FC((3, 2, 4))
     W1, W2 = (rng.standard_normal(s) for s in arch.param_shapes)
     (D,) = fc_delta([W1, W2])
-    np.testing.assert_allclose(D, W2.T @ W2 - W1 @ W1.T, atol=ATOL_EXACT)
+    np.testing.assert_allclose(D, W2.T @ W2 - W1 @ W1.T, rtol=0, atol=ATOL_EXACT)
     # a hidden rotation O keeps W_2 W_1 and conjugates Δ: Δ ↦ O Δ Oᵀ
     O, _ = np.linalg.qr(rng.standard_normal((2, 2)))
     W1r, W2r = O @ W1, W2 @ O.T
-    np.testing.assert_allclose(fc_mu(arch, [W1r, W2r]), fc_mu(arch, [W1, W2]), atol=ATOL_EXACT)
+    np.testing.assert_allclose(
+        fc_mu(arch, [W1r, W2r]), fc_mu(arch, [W1, W2]), rtol=0, atol=ATOL_EXACT
+    )
     (Dr,) = fc_delta([W1r, W2r])
-    np.testing.assert_allclose(Dr, O @ D @ O.T, atol=ATOL_EXACT)
+    np.testing.assert_allclose(Dr, O @ D @ O.T, rtol=0, atol=ATOL_EXACT)
 
 
 def test_fc_delta_spec_example() -> None:
     (D,) = fc_delta([np.array([[0.0, -2.0], [1.0, 0.0]]), np.array([[0.0, 1.0], [-0.5, 0.0]])])
-    np.testing.assert_allclose(D, np.diag([-3.75, 0.0]), atol=ATOL_EXACT)
+    np.testing.assert_allclose(D, np.diag([-3.75, 0.0]), rtol=0, atol=ATOL_EXACT)
 
 
 def test_error_paths() -> None:

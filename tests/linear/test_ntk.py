@@ -87,7 +87,9 @@ def test_structured_matches_jacrev(arch: LCN) -> None:
     np.testing.assert_allclose(J, Jr, rtol=0, atol=RTOL_STRUCTURED * np.max(np.abs(Jr)))
     K, Kr = ntk(arch, theta), ntk_reference(arch, theta)
     np.testing.assert_allclose(K, Kr, rtol=0, atol=RTOL_STRUCTURED * np.max(np.abs(Kr)))
-    np.testing.assert_allclose(sum(gram_blocks(arch, theta)), K, atol=ATOL_EXACT * np.max(K))
+    np.testing.assert_allclose(
+        sum(gram_blocks(arch, theta)), K, rtol=0, atol=ATOL_EXACT * np.max(K)
+    )
 
 
 @pytest.mark.parametrize("arch", ARCHS, ids=IDS)
@@ -136,7 +138,7 @@ def test_complement_products_are_the_other_layers() -> None:
     R = complement_products(arch, theta)
     # R_2 = w_1(z) w_3(z^4)
     expected = np.convolve(theta[0], np.array([theta[2][0], 0, 0, 0, theta[2][1]]))
-    np.testing.assert_allclose(R[1], expected, atol=ATOL_EXACT)
+    np.testing.assert_allclose(R[1], expected, rtol=0, atol=ATOL_EXACT)
 
 
 def test_stride_one_closed_forms() -> None:
@@ -145,22 +147,24 @@ def test_stride_one_closed_forms() -> None:
     theta = [np.array([1.0, 2.0]), np.array([1.0, -1.0])]
     np.testing.assert_array_equal(ntk(arch, theta), [[2, 1, 0], [1, 7, 1], [0, 1, 5]])
     swapped = [np.sqrt(5 / 2) * np.array([1.0, -1.0]), np.sqrt(2 / 5) * np.array([1.0, 2.0])]
-    np.testing.assert_allclose(mu(arch, swapped), [1, 1, -2], atol=ATOL_EXACT)
-    np.testing.assert_allclose(delta(swapped), [-3.0], atol=ATOL_EXACT)
+    np.testing.assert_allclose(mu(arch, swapped), [1, 1, -2], rtol=0, atol=ATOL_EXACT)
+    np.testing.assert_allclose(delta(swapped), [-3.0], rtol=0, atol=ATOL_EXACT)
     K2 = ntk(arch, swapped)
     np.testing.assert_allclose(
-        K2, [[2.9, -1.7, 0], [-1.7, 7, -1.7], [0, -1.7, 4.1]], atol=ATOL_EXACT
+        K2, [[2.9, -1.7, 0], [-1.7, 7, -1.7], [0, -1.7, 4.1]], rtol=0, atol=ATOL_EXACT
     )
     # general two-layer swap: K' − K = (B − A)(G(w_1)/A − G(w_2)/B)
     A, B = 5.0, 2.0
     G1, G2 = gram_blocks(arch, [theta[0], theta[1]])  # G_l = J_l J_lᵀ, J_1 = T(w_2) etc.
     # T(w) is the product matrix of w; G(w_1) = T(w_1)T(w_1)ᵀ is the Gram block of layer 2
-    np.testing.assert_allclose(K2 - ntk(arch, theta), (B - A) * (G2 / A - G1 / B), atol=ATOL_EXACT)
+    np.testing.assert_allclose(
+        K2 - ntk(arch, theta), (B - A) * (G2 / A - G1 / B), rtol=0, atol=ATOL_EXACT
+    )
     simple = [np.array([1.0, 0.0]), np.array([1.0, 1.0])]
     np.testing.assert_array_equal(ntk(arch, simple), [[2, 1, 0], [1, 3, 1], [0, 1, 1]])
     simple2 = [np.array([1.0, 1.0]) / np.sqrt(2), np.sqrt(2) * np.array([1.0, 0.0])]
     np.testing.assert_allclose(
-        ntk(arch, simple2), [[2.5, 0.5, 0], [0.5, 3, 0.5], [0, 0.5, 0.5]], atol=ATOL_EXACT
+        ntk(arch, simple2), [[2.5, 0.5, 0], [0.5, 3, 0.5], [0, 0.5, 0.5]], rtol=0, atol=ATOL_EXACT
     )
 
 
@@ -182,7 +186,9 @@ def test_rescaling_law() -> None:
     c = np.array([2.0, -0.25, 2.0])
     scaled = [ci * w for ci, w in zip(c, theta, strict=True)]
     expected = sum(G / ci**2 for G, ci in zip(gram_blocks(arch, theta), c, strict=True))
-    np.testing.assert_allclose(ntk(arch, scaled), expected, atol=ATOL_EXACT * np.max(expected))
+    np.testing.assert_allclose(
+        ntk(arch, scaled), expected, rtol=0, atol=ATOL_EXACT * np.max(expected)
+    )
 
 
 def test_fc_ntk_matches_jacrev_and_operator() -> None:
@@ -193,11 +199,14 @@ def test_fc_ntk_matches_jacrev_and_operator() -> None:
         K, Kr = fc_ntk(arch, Ws), fc_ntk_reference(arch, Ws)
         np.testing.assert_allclose(K, Kr, rtol=0, atol=RTOL_STRUCTURED * np.max(np.abs(Kr)))
         Jr = fc_jacobian_reference(arch, Ws)
-        np.testing.assert_allclose(fc_jacobian(arch, Ws), Jr, atol=RTOL_STRUCTURED * np.max(Jr))
+        np.testing.assert_allclose(
+            fc_jacobian(arch, Ws), Jr, rtol=0, atol=RTOL_STRUCTURED * np.max(Jr)
+        )
         Z = rng.standard_normal(arch.out_shape)
         np.testing.assert_allclose(
             fc_ntk_apply(arch, Ws, Z).ravel(),
             K @ Z.ravel(),
+            rtol=0,
             atol=RTOL_STRUCTURED * np.max(np.abs(K)) * np.sum(np.abs(Z)),
         )
 
@@ -208,9 +217,9 @@ def test_fc_counterexample_of_section_4_5() -> None:
     E11 = np.array([[1.0, 0.0], [0.0, 0.0]])
     a = [np.diag([2.0, 1.0]), np.diag([0.5, 1.0])]
     b = [np.array([[0.0, -2.0], [1.0, 0.0]]), np.array([[0.0, 1.0], [-0.5, 0.0]])]
-    np.testing.assert_allclose(fc_mu(arch, b), np.eye(2), atol=ATOL_EXACT)
-    np.testing.assert_allclose(fc_ntk_apply(arch, a, E11), 4.25 * E11, atol=ATOL_EXACT)
-    np.testing.assert_allclose(fc_ntk_apply(arch, b, E11), 2.0 * E11, atol=ATOL_EXACT)
+    np.testing.assert_allclose(fc_mu(arch, b), np.eye(2), rtol=0, atol=ATOL_EXACT)
+    np.testing.assert_allclose(fc_ntk_apply(arch, a, E11), 4.25 * E11, rtol=0, atol=ATOL_EXACT)
+    np.testing.assert_allclose(fc_ntk_apply(arch, b, E11), 2.0 * E11, rtol=0, atol=ATOL_EXACT)
 
 
 def test_balanced_operator_equals_fc_ntk_at_balanced_point() -> None:
@@ -222,7 +231,7 @@ def test_balanced_operator_equals_fc_ntk_at_balanced_point() -> None:
         Z = rng.standard_normal(arch.out_shape)
         K = fc_ntk_apply(arch, Ws, Z)
         np.testing.assert_allclose(
-            fc_balanced_operator(W, Z, depth=3), K, atol=RTOL_STRUCTURED * np.max(np.abs(K))
+            fc_balanced_operator(W, Z, depth=3), K, rtol=0, atol=RTOL_STRUCTURED * np.max(np.abs(K))
         )
 
 

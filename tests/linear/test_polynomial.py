@@ -78,7 +78,7 @@ def test_last_stride_does_not_change_v() -> None:
     for s_last in (1, 2, 7):
         np.testing.assert_array_equal(mu(LCN((3, 2, 4), (2, 3, s_last)), theta), base)
         np.testing.assert_allclose(
-            mu_reference(LCN((3, 2, 4), (2, 3, s_last)), theta), base, atol=ATOL_EXACT
+            mu_reference(LCN((3, 2, 4), (2, 3, s_last)), theta), base, rtol=0, atol=ATOL_EXACT
         )
 
 
@@ -98,7 +98,7 @@ def test_mu_closed_forms() -> None:
     np.testing.assert_array_equal(mu(LCN((2, 2), (2,)), [[1, 2], [3, 1]]), [3, 6, 1, 2])
     # crossing example of §4.2: (z² − 1/4)(z² − 9/4)
     v = mu(LCN((3, 2), (2,)), [[-0.25, 0, 1], [-2.25, 1]])
-    np.testing.assert_allclose(v, [0.5625, 0, -2.5, 0, 1], atol=ATOL_EXACT)
+    np.testing.assert_allclose(v, [0.5625, 0, -2.5, 0, 1], rtol=0, atol=ATOL_EXACT)
     # 2-D: w1(x, y) = 1 + x, w2 = 1 + y at dilation (1, 1) gives 1 + x + y + xy
     v2 = mu(LCN(((2, 1), (1, 2)), ((1, 1),), dim=2), [[[1.0], [1.0]], [[1.0, 1.0]]])
     np.testing.assert_array_equal(v2, [[1, 1], [1, 1]])
@@ -112,14 +112,14 @@ def test_mu_is_multilinear() -> None:
     other = rng.standard_normal(2)
     mixed = [theta[0], a * theta[1] + b * other, theta[2]]
     expected = a * mu(arch, theta) + b * mu(arch, [theta[0], other, theta[2]])
-    np.testing.assert_allclose(mu(arch, mixed), expected, atol=ATOL_EXACT)
+    np.testing.assert_allclose(mu(arch, mixed), expected, rtol=0, atol=ATOL_EXACT)
 
 
 def test_fc_mu_is_the_product() -> None:
     rng = np.random.default_rng(4)
     arch = FC((3, 2, 4, 2))
     Ws = [rng.standard_normal(s) for s in arch.param_shapes]
-    np.testing.assert_allclose(fc_mu(arch, Ws), Ws[2] @ Ws[1] @ Ws[0], atol=ATOL_EXACT)
+    np.testing.assert_allclose(fc_mu(arch, Ws), Ws[2] @ Ws[1] @ Ws[0], rtol=0, atol=ATOL_EXACT)
 
 
 def test_dilate_and_poly_mul() -> None:
@@ -137,12 +137,12 @@ def test_mul_dilated_equals_product_with_dilated_factor(b_len: int) -> None:
     for S in (1, 2, 5):
         a, b = rng.standard_normal(11), rng.standard_normal(b_len)
         np.testing.assert_allclose(
-            mul_dilated(a, b, (S,)), poly_mul(a, dilate(b, (S,))), atol=ATOL_EXACT * b_len
+            mul_dilated(a, b, (S,)), poly_mul(a, dilate(b, (S,))), rtol=0, atol=ATOL_EXACT * b_len
         )
     a2, b2 = rng.standard_normal((4, 3)), rng.standard_normal((9, 8))  # 72 > 64: polyphase
     for S in ((1, 1), (2, 3), (3, 1)):
         np.testing.assert_allclose(
-            mul_dilated(a2, b2, S), poly_mul(a2, dilate(b2, S)), atol=ATOL_EXACT * 100
+            mul_dilated(a2, b2, S), poly_mul(a2, dilate(b2, S)), rtol=0, atol=ATOL_EXACT * 100
         )
 
 

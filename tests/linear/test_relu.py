@@ -32,7 +32,7 @@ def test_ntk_matches_jacrev(net: ReluMLP | ReluCNN) -> None:
     theta = random_relu_params(net, rng)
     X = rng.standard_normal((5, net.input_dim))
     np.testing.assert_allclose(
-        relu_ntk(net, theta, X), relu_ntk_reference(net, theta, X), atol=ATOL_NTK
+        relu_ntk(net, theta, X), relu_ntk_reference(net, theta, X), rtol=0, atol=ATOL_NTK
     )
 
 
@@ -52,7 +52,7 @@ def test_jacobian_matches_finite_differences(net: ReluMLP | ReluCNN) -> None:
             return relu_forward(net, (y[:nW].reshape(W.shape), y[nW:].reshape(A.shape)), X)
 
         fd = (f(x + e) - f(x - e)).ravel() / (2 * FD_STEP)
-        np.testing.assert_allclose(J[:, i], fd, atol=ATOL_FD)
+        np.testing.assert_allclose(J[:, i], fd, rtol=0, atol=ATOL_FD)
 
 
 @pytest.mark.parametrize("net", NETS, ids=lambda n: n.describe())
@@ -90,7 +90,7 @@ def test_global_notion_single_channel_cnn_is_determined() -> None:
     rep = relu_fiber(net, theta, X, notion="global", seed=1)
     assert rep.fiber_dimension == 0
     assert rep.n_points >= 1 and rep.n_distinct_ntks == 1
-    np.testing.assert_allclose(rep.ntk_arrays()[0], relu_ntk(net, theta, X), atol=1e-8)
+    np.testing.assert_allclose(rep.ntk_arrays()[0], relu_ntk(net, theta, X), rtol=0, atol=1e-8)
 
 
 def test_dataset_notion_mlp_in_one_region_is_a_continuous_family() -> None:
@@ -121,10 +121,10 @@ def test_global_notion_mlp_invariant_matching_gives_several_ntks() -> None:
         s = (dj + np.sqrt(dj**2 + 4 * a2 * w2)) / (2 * a2)
         swapped_A[0, j] = np.sqrt(s) * A[0, j]
         swapped_W[j] = W[j] / np.sqrt(s)
-        np.testing.assert_allclose(swapped_A[0, j] * swapped_W[j], p, atol=1e-12)
+        np.testing.assert_allclose(swapped_A[0, j] * swapped_W[j], p, rtol=0, atol=1e-12)
     # relabel the units so that the invariant vector is δ again: (p_1, δ_0), (p_0, δ_1)
     theta2 = (swapped_W[::-1].copy(), swapped_A[:, ::-1].copy())
-    np.testing.assert_allclose(relu_invariants(net, theta2), d, atol=1e-12)
+    np.testing.assert_allclose(relu_invariants(net, theta2), d, rtol=0, atol=1e-12)
     probe = np.random.default_rng(5).standard_normal((50, 2))
     np.testing.assert_allclose(relu_forward(net, theta2, probe), relu_forward(net, theta, probe))
     assert (

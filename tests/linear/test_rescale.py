@@ -28,16 +28,18 @@ def test_exact_example() -> None:
     x = lemma_squared_norms([1.0, 2.0, 3.0], [1.0, -2.0])
     np.testing.assert_allclose(x, [2.0, 3.0, 1.0], rtol=0, atol=ATOL_EXACT)
     lam = lemma_scalings([1.0, 2.0, 3.0], [1.0, -2.0])
-    np.testing.assert_allclose(lam, [np.sqrt(2), np.sqrt(1.5), 1 / np.sqrt(3)], atol=ATOL_EXACT)
+    np.testing.assert_allclose(
+        lam, [np.sqrt(2), np.sqrt(1.5), 1 / np.sqrt(3)], rtol=0, atol=ATOL_EXACT
+    )
 
 
 def test_reference_values_section6() -> None:
     # ‖w‖² = (5, 10) with δ = 5 is already consistent: x = (5, 10); δ = 0 gives x = √50 twice
     np.testing.assert_allclose(
-        lemma_squared_norms([5.0, 10.0], [5.0]), [5.0, 10.0], atol=ATOL_EXACT
+        lemma_squared_norms([5.0, 10.0], [5.0]), [5.0, 10.0], rtol=0, atol=ATOL_EXACT
     )
     np.testing.assert_allclose(
-        lemma_squared_norms([5.0, 10.0], [0.0]), [np.sqrt(50)] * 2, atol=ATOL_EXACT
+        lemma_squared_norms([5.0, 10.0], [0.0]), [np.sqrt(50)] * 2, rtol=0, atol=ATOL_EXACT
     )
 
 
@@ -57,7 +59,7 @@ def test_random_cases(seed: int) -> None:
 
 def test_balanced_gives_equal_norms() -> None:
     x = lemma_squared_norms([0.5, 3.0, 7.0, 2.0], np.zeros(3))
-    np.testing.assert_allclose(x, np.full(4, (0.5 * 3 * 7 * 2) ** 0.25), atol=ATOL_EXACT)
+    np.testing.assert_allclose(x, np.full(4, (0.5 * 3 * 7 * 2) ** 0.25), rtol=0, atol=ATOL_EXACT)
 
 
 def test_single_layer() -> None:
@@ -103,8 +105,8 @@ def test_rescale_to_delta_keeps_mu() -> None:
     theta = [rng.standard_normal(f) for f in arch.filters]
     target = np.array([4.0, -1.5])
     new = rescale_to_delta(theta, target)
-    np.testing.assert_allclose(mu(arch, new), mu(arch, theta), atol=ATOL_EXACT)
-    np.testing.assert_allclose(delta(new), target, atol=ATOL_INVARIANT)
+    np.testing.assert_allclose(mu(arch, new), mu(arch, theta), rtol=0, atol=ATOL_EXACT)
+    np.testing.assert_allclose(delta(new), target, rtol=0, atol=ATOL_INVARIANT)
     assert np.prod(sq_norms(new)) == pytest.approx(np.prod(sq_norms(theta)), rel=1e-12)
 
 
@@ -114,9 +116,9 @@ def test_fc_balanced_params() -> None:
     W = rng.standard_normal((5, 2)) @ rng.standard_normal((2, 4))
     for gen in (None, rng):
         Ws = fc_balanced_params(arch, W, rng=gen)
-        np.testing.assert_allclose(fc_mu(arch, Ws), W, atol=ATOL_EXACT * np.max(np.abs(W)))
+        np.testing.assert_allclose(fc_mu(arch, Ws), W, rtol=0, atol=ATOL_EXACT * np.max(np.abs(W)))
         for D in fc_delta(Ws):
-            np.testing.assert_allclose(D, 0.0, atol=ATOL_EXACT * np.max(np.abs(W)))
+            np.testing.assert_allclose(D, 0.0, rtol=0, atol=ATOL_EXACT * np.max(np.abs(W)))
 
 
 @pytest.mark.parametrize(

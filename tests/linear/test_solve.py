@@ -69,7 +69,7 @@ def test_sign_flips_leave_v_delta_K_unchanged() -> None:
         flipped = [s * w for s, w in zip(signs, theta, strict=True)]
         np.testing.assert_array_equal(mu(arch, flipped), mu(arch, theta))
         np.testing.assert_array_equal(delta(flipped), delta(theta))
-        np.testing.assert_allclose(ntk(arch, flipped), ntk(arch, theta), atol=ATOL_EXACT)
+        np.testing.assert_allclose(ntk(arch, flipped), ntk(arch, theta), rtol=0, atol=ATOL_EXACT)
 
 
 def test_closed_form_depends_on_delta() -> None:
@@ -77,10 +77,12 @@ def test_closed_form_depends_on_delta() -> None:
     arch = LCN((2, 2), (2,))
     u = [np.array([1.0, 2.0]), np.array([3.0, 1.0])]
     K5 = ntk_closed_form(arch, u, [5.0])
-    np.testing.assert_allclose(K5, ntk(arch, u), atol=ATOL_EXACT)
+    np.testing.assert_allclose(K5, ntk(arch, u), rtol=0, atol=ATOL_EXACT)
     K0 = ntk_closed_form(arch, u, [0.0])
-    np.testing.assert_allclose(np.diag(K0), [7.778, 12.021, 2.121, 6.364], atol=ATOL_PRINTED)
-    np.testing.assert_allclose(K0, ntk(arch, rescale_to_delta(u, [0.0])), atol=ATOL_EXACT)
+    np.testing.assert_allclose(
+        np.diag(K0), [7.778, 12.021, 2.121, 6.364], rtol=0, atol=ATOL_PRINTED
+    )
+    np.testing.assert_allclose(K0, ntk(arch, rescale_to_delta(u, [0.0])), rtol=0, atol=ATOL_EXACT)
 
 
 def test_fiber_newton_from_a_perturbed_point() -> None:
@@ -92,7 +94,9 @@ def test_fiber_newton_from_a_perturbed_point() -> None:
     res = fiber_newton(arch, v, d, start)
     assert res.converged and res.residual <= res.tolerance
     assert res.iterations <= 10  # quadratic convergence near a regular point
-    np.testing.assert_allclose(mu(arch, res.theta), v, atol=1e-12 * max(1, np.max(np.abs(v))))
+    np.testing.assert_allclose(
+        mu(arch, res.theta), v, rtol=0, atol=1e-12 * max(1, np.max(np.abs(v)))
+    )
     assert res.to_dict()["converged"] is True
 
 

@@ -25,6 +25,12 @@ from neuromanifold.cells import (
     swiglu_dead_dimension,
 )
 from neuromanifold.cells._cell import load, normalise, symmetric_normal
+from neuromanifold.cells.planted import (
+    PlantedSelfAttention,
+    planted_deep_linear,
+    planted_mlp,
+    planted_transformer,
+)
 
 
 def test_get_cell_unknown_name_lists_the_valid_names() -> None:
@@ -156,3 +162,23 @@ def test_helper_errors() -> None:
         load(lin, {"weight": torch.zeros(1, 2)})
     with pytest.raises(ValueError, match=r"params\['bias'\] has shape \(2,\); expected \(1,\)"):
         load(lin, {"weight": torch.zeros(1, 2), "bias": torch.zeros(2)})
+
+
+@pytest.mark.parametrize(
+    ("make", "pattern"),
+    [
+        (
+            lambda: planted_mlp(activation="sigmoid"),
+            r"activation must be one of \['gelu', 'relu', 'relu2', 'tanh'\]; got 'sigmoid'",
+        ),
+        (lambda: planted_deep_linear(depth=1), r"depth must be at least 2; got 1"),
+        (lambda: PlantedSelfAttention(6, 4), r"d_model 6 is not a multiple of n_heads 4"),
+        (
+            lambda: planted_transformer(norm="batch"),
+            r"norm must be 'layernorm' or 'rmsnorm'; got 'batch'",
+        ),
+    ],
+)
+def test_planted_net_errors(make, pattern: str) -> None:
+    with pytest.raises(ValueError, match=pattern):
+        make()

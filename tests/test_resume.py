@@ -145,6 +145,13 @@ def test_bad_header_raises(tmp_path):
         ReadLog(path, "x").load()
 
 
+def test_header_that_is_not_json_raises(tmp_path):
+    path = tmp_path / LOG_NAME
+    path.write_text("not json\n")
+    with pytest.raises(ValueError, match="line 1 is not a read-log header: Expecting value"):
+        ReadLog(path, "x").load()
+
+
 def test_finished_record_of_another_candidate_raises(net, uninterrupted):
     m, x, fam = net
     rec = uninterrupted.directions[0]
@@ -157,3 +164,15 @@ def test_resumable_read_rejects_hook_options(net, tmp_path):
     m, x, fam = net
     with pytest.raises(TypeError, match="sets 'finished' itself"):
         resumable_read(m, x, fam, log_path=tmp_path / LOG_NAME, finished={})
+    with pytest.raises(TypeError, match="sets 'on_direction' itself"):
+        resumable_read(m, x, fam, log_path=tmp_path / LOG_NAME, on_direction=print)
+
+
+def test_resumable_read_rejects_options_that_are_not_json(net, tmp_path):
+    m, x, fam = net
+    with pytest.raises(
+        TypeError,
+        match=r"read options must be JSON-serialisable to fingerprint them: .*object",
+    ):
+        resumable_read(m, x, fam, log_path=tmp_path / LOG_NAME, grid=object())
+    assert not (tmp_path / LOG_NAME).exists()  # rejected before any log is written

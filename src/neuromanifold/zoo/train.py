@@ -5,10 +5,12 @@ a fresh permutation of the training set, cut into batches of ``batch_size`` (the
 of an epoch is dropped). Zoo models have no dropout, so the loop uses no other randomness and never
 touches the global RNG; the same model initialisation, data and config give bit-identical weights.
 
-Learning rate at step ``s`` (0-based) of ``S``: linear warm-up over ``warmup_steps``, then either
-``constant`` (the base rate) or ``cosine``: ``base · (f + (1 − f)(1 + cos(π·r))/2)`` with
-``r = (s − warmup)/(S − warmup)`` and ``f = final_lr_fraction``. Every parameter group is scaled
-by the same factor (AdamW's and Muon's base rates keep their ratio).
+Learning rate at step ``s`` (0-based) of ``S``: linear warm-up ``base · (s + 1)/warmup`` for
+``s < warmup`` (``warmup = warmup_steps``), then either ``constant`` (the base rate) or ``cosine``:
+``base · (f + (1 − f)(1 + cos(π·r))/2)`` with ``r = min(1, (s − warmup)/max(1, S − 1 − warmup))``
+and ``f = final_lr_fraction`` (when ``S − 1 > warmup`` the last step ``s = S − 1`` runs at
+``f · base``). Every parameter group is scaled by the same factor (AdamW's and Muon's base rates
+keep their ratio).
 
 Loss: mean cross-entropy over the batch. Evaluation (:func:`evaluate`): mean cross-entropy and
 accuracy over the whole validation set, in batches, under ``torch.no_grad``.

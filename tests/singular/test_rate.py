@@ -9,9 +9,14 @@ import numpy as np
 import pytest
 
 from neuromanifold.singular import RateFit, fit_rate, local_slopes
+from neuromanifold.singular.rate import MIN_DECADES, MIN_POINTS, R2_TIE
 
 K_TOL = 0.05  # |k̂ − k| on the selected window (spec §9.1 "Slope estimator")
-EXACT = 1e-9  # exact power laws: k̂ and c_k to rounding of log/OLS
+EXACT = 1e-12  # exact power laws: k̂, c_k, slope and r² to rounding of log/OLS (measured ≤ 1.8e-15)
+LOCAL_SLOPE_TOL = 0.01  # local slope a factor 30 past a crossover (deviation ≈ 2/901 for δ² + t²)
+RTOL_LOCAL_SLOPE = 1e-12  # finite-difference log–log slopes of t^p (measured ≤ 6.3e-15 relative)
+RTOL_MID = 1e-15  # t_mid is √(t_i t_{i+1}) computed the same way: equal to rounding
+PLATEAU_JITTER = 1e-3  # relative jitter of the synthetic floor plateau (well under R2_TSS_FLOOR)
 NOISE_SIGMA = 0.05  # multiplicative noise level of the noisy-power-law test (5 % in F)
 
 
@@ -43,18 +48,26 @@ def test_preference_is_the_shortest_small_t_window_on_an_exact_law() -> None:
 
 @pytest.mark.parametrize("p", [2, 4, 6])
 def test_floor_drops_points_and_the_read_survives(p: int) -> None:
-    """Below the floor F is rounding noise; the window must sit above 10·floor."""
+    """Below the floor F is a rounding plateau (flat to 0.1 %); the window must sit above
+    10·floor. The floor is set relative to the grid so that the first 12 points are replaced,
+    and without it the plateau (slope 0, r² ≈ 1 under the TSS floor) is the small-t window."""
     rng = np.random.default_rng(p)
-    t, floor = grid(), 1e-20
+    t = grid()
+    floor = t[11] ** p
     clean = t**p
-    f = np.where(clean > floor, clean, floor * rng.uniform(0.1, 3.0, t.size))
+    f = np.where(clean > floor, clean, floor * (1 + PLATEAU_JITTER * rng.uniform(-1, 1, t.size)))
+    assert int(np.sum(clean <= floor)) == 12
     fit = fit_rate(t, f, floor=floor)
     assert fit.k == 1 + p // 2
     assert abs(fit.k_hat - (1 + p / 2)) <= EXACT
     i0, i1 = fit.window
     assert np.all(f[i0 : i1 + 1] >= 10 * floor)
-    # Without the floor the noisy plateau can be selected (slope ≈ 0 at the small-t end).
     assert fit.n_above_floor == int(np.sum(f >= 10 * floor))
+    # Without the floor the plateau is selected: a wrong order 1 read on points below 10·floor.
+    blind = fit_rate(t, f)
+    assert blind.k == 1
+    j0, j1 = blind.window
+    assert np.all(f[j0 : j1 + 1] < 10 * floor)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -84,7 +97,7 @@ def test_crossover_constant_plus_t2_reads_the_asymptotic_constant() -> None:
     assert abs(fit.k_hat - 1) <= K_TOL
     assert fit.t_window[1] <= delta
     s_t, s = local_slopes(t, delta**2 + t**2)
-    assert np.all(np.abs(s[s_t >= 30 * delta] - 2) <= 0.01)
+    assert np.all(np.abs(s[s_t >= 30 * delta] - 2) <= LOCAL_SLOPE_TOL)
 
 
 def test_crossover_t2_plus_t4_reads_the_small_t_order() -> None:
@@ -110,7 +123,7 @@ def test_order3_behind_a_constant_leak_reads_the_leak() -> None:
     assert fit.k == 1
     assert fit.t_window[1] <= s**0.5
     mid, slopes = local_slopes(t, f)
-    assert np.all(np.abs(slopes[mid >= 30 * s**0.5] - 4) <= 0.01)
+    assert np.all(np.abs(slopes[mid >= 30 * s**0.5] - 4) <= LOCAL_SLOPE_TOL)
 
 
 @pytest.mark.parametrize("k", [2, 3, 4])
@@ -143,7 +156,60 @@ def test_half_slope_check_rejects_a_kinked_window() -> None:
     # The same curve with single-branch windows allowed reads the small-t branch (slope 1.8).
     fit = fit_rate(t, f, min_decades=0.5)
     assert fit.k == 2
-    assert abs(fit.slope - 1.8) <= 1e-9
+    assert abs(fit.slope - 1.8) <= EXACT
+
+
+# An uneven grid (two significant digits) on which the smallest geometric centre and the
+# smallest index sum pick different windows of F = t² + t⁴/s².
+UNEVEN_T = [
+    0.00012,
+    0.00029,
+    0.0029,
+    0.0044,
+    0.017,
+    0.021,
+    0.029,
+    0.031,
+    0.057,
+    0.12,
+    0.16,
+    0.43,
+    0.72,
+]
+UNEVEN_S = 0.0125
+
+
+def _passing_windows(t: np.ndarray, f: np.ndarray) -> list[tuple[int, int, float]]:
+    """Brute force: every candidate window, fitted alone (it is the only candidate of its
+    sub-grid when min_points is its length), with its r² when it passes."""
+    lt, out = np.log(t), []
+    for i0 in range(t.size):
+        for i1 in range(i0 + MIN_POINTS - 1, t.size):
+            if (lt[i1] - lt[i0]) / math.log(10) >= MIN_DECADES - 1e-9:
+                one = fit_rate(t[i0 : i1 + 1], f[i0 : i1 + 1], min_points=i1 - i0 + 1)
+                assert one.n_candidates == 1
+                if one.ok:
+                    out.append((i0, i1, one.r2))
+    return out
+
+
+def test_preference_is_the_smallest_geometric_centre_on_an_uneven_grid() -> None:
+    """Step 5 of the rule on a grid that is not log-even: among the r²-tier the window with the
+    smallest √(t_i0 t_i1) is read, not the one with the smallest i0 + i1."""
+    t = np.array(UNEVEN_T)
+    f = t**2 + t**4 / UNEVEN_S**2
+    passing = _passing_windows(t, f)
+    best = max(r2 for _, _, r2 in passing)
+    tier = [(i0, i1) for i0, i1, r2 in passing if r2 >= best - R2_TIE]
+    centre = {w: t[w[0]] * t[w[1]] for w in tier}
+    lowest = min(centre.values())
+    expected = max((w for w in tier if centre[w] == lowest), key=lambda w: w[1] - w[0])
+    by_index = min(tier, key=lambda w: (w[0] + w[1], w[0]))
+    assert by_index != expected  # the grid does separate the two keys
+    assert centre[by_index] > centre[expected]
+    fit = fit_rate(t, f)
+    assert fit.window == expected
+    assert fit.t_window == (t[expected[0]], t[expected[1]])
 
 
 def test_r2_tss_floor_makes_a_flat_law_a_perfect_fit() -> None:
@@ -151,7 +217,7 @@ def test_r2_tss_floor_makes_a_flat_law_a_perfect_fit() -> None:
     rng = np.random.default_rng(0)
     f = 0.3 * (1 + 1e-14 * rng.standard_normal(t.size))
     fit = fit_rate(t, f)
-    assert fit.k == 1 and fit.r2 >= 1 - 1e-9
+    assert fit.k == 1 and fit.r2 >= 1 - EXACT
 
 
 def test_too_few_points_above_floor() -> None:
@@ -174,8 +240,8 @@ def test_zero_values_split_runs() -> None:
 def test_local_slopes_of_a_power_law() -> None:
     t = grid(n=9)
     mid, s = local_slopes(t, t**6)
-    np.testing.assert_allclose(mid, np.sqrt(t[1:] * t[:-1]), rtol=1e-15)
-    np.testing.assert_allclose(s, 6.0, rtol=1e-12)
+    np.testing.assert_allclose(mid, np.sqrt(t[1:] * t[:-1]), rtol=RTOL_MID)
+    np.testing.assert_allclose(s, 6.0, rtol=RTOL_LOCAL_SLOPE)
 
 
 def test_ratefit_json_round_trip() -> None:

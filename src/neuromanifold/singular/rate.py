@@ -20,7 +20,9 @@ the power law holds and reads it. The rule (spec §7.2 steps 5–6, made precise
 5. **Prefer.** Let ``r²_best`` be the best r² of the passing windows. Among passing windows with
    ``r² ≥ r²_best − r2_tie`` (``r2_tie = 0.005``: equally good fits), take the one whose geometric
    centre ``√(t_{i0} t_{i1})`` is smallest — the asymptotic small-t end — and among windows with the
-   same centre the longest.
+   same centre (``log t_{i0} + log t_{i1}`` equal to within ``CENTRE_TIE = 1e-9``, so that rounding
+   in a log-even grid does not break the tie) the longest. On a log-evenly spaced grid this is the
+   window with the smallest index sum ``i0 + i1``; on an uneven grid it can differ.
 6. **Read.** ``k̂ = 1 + slope/2``, ``k = round(k̂)``, residual ``|k̂ − k|``, ``λ_dir = 1/(2k)``, and
    the magnitude ``c_k = median_{window} F/t^{2(k−1)}``.
 
@@ -38,6 +40,7 @@ import numpy as np
 from neuromanifold.singular._validate import check_grid
 
 __all__ = [
+    "CENTRE_TIE",
     "HALF_TOL",
     "MIN_DECADES",
     "MIN_POINTS",
@@ -58,6 +61,7 @@ HALF_TOL = 0.3
 R2_TIE = 0.005
 R2_TSS_FLOOR = 0.01
 FLOOR_MARGIN_DEFAULT = 10.0
+CENTRE_TIE = 1e-9
 
 
 @dataclass(frozen=True)
@@ -279,7 +283,12 @@ def fit_rate(
         )
     best = max(p[4] for p in passing)
     tier = [p for p in passing if p[4] >= best - r2_tie]
-    i0, i1, slope, intercept, r2, s_lo, s_hi = min(tier, key=lambda p: (p[0] + p[1], p[0]))
+    centre = {p[:2]: float(lt[p[0]] + lt[p[1]]) for p in tier}
+    lowest = min(centre.values())
+    near = [p for p in tier if centre[p[:2]] <= lowest + CENTRE_TIE]
+    i0, i1, slope, intercept, r2, s_lo, s_hi = min(
+        near, key=lambda p: (-(p[1] - p[0]), centre[p[:2]])
+    )
     k_hat = 1.0 + slope / 2.0
     k = round(k_hat)
     window_t, window_f = t[i0 : i1 + 1], f[i0 : i1 + 1]

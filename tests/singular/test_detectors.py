@@ -19,19 +19,25 @@ from neuromanifold.singular.detectors import (
     DetectionContext,
     DetectorRegistry,
     LinearDetector,
+    block_spectrum,
     default_registry,
     layernorm_kernel,
     near_kernel,
     trace_graph,
 )
+from neuromanifold.singular.detectors.base import normalise
+from neuromanifold.singular.detectors.linear import TAU_A
 from neuromanifold.singular.detectors.near_kernel import near_kernel_reference
 from neuromanifold.singular.factors import kfac_factors
-from neuromanifold.singular.family import Categorical
+from neuromanifold.singular.family import Categorical, Gaussian
 
 ATOL_EXACT = 1e-12
 # eigenvectors from eigh carry an error of order ε·‖A‖/gap (a few 1e-12 for these factors)
 ATOL_EIGVEC = 1e-10
 COS_LN = 0.9999  # spec §9.3: |cos| to the closed-form LayerNorm kernel
+# |⟨u_one-sided, u_chain⟩| of a one-sided mode left beside a duality chain: orthogonal eigenvectors
+# of one factor (measured ≤ 1.4e-17 on the depth-4 chain)
+OVERLAP_EXPLAINED = 1e-12
 
 
 def _context(p, n: int | None = None) -> DetectionContext:
@@ -99,10 +105,25 @@ def test_duality_chain_spans_every_layer_in_the_kernels(depth: int) -> None:
             assert float((ws[ell + 1] @ block).abs().max()) < ATOL_EIGVEC
         if ell > 0:  # the read direction is never written by the previous layer
             assert float((block @ ws[ell - 1]).abs().max()) < ATOL_EIGVEC
+        # the rank-one block's out / in vectors lie in the near-kernels of this block's G / A
+        out_vecs, sv, in_vecs = torch.linalg.svd(block)
+        assert float(sv[1]) < ATOL_EIGVEC * float(sv[0])
+        spec = block_spectrum(ctx, str(ell))
+        if ell + 1 < depth:
+            ker_g = spec.g_vecs[:, spec.ker_g]
+            assert float((ker_g.T @ out_vecs[:, 0]).norm()) == pytest.approx(1.0, abs=ATOL_EIGVEC)
+        if ell > 0:
+            ker_a = spec.a_vecs[:, spec.ker_a]
+            assert float((ker_a.T @ in_vecs[0]).norm()) == pytest.approx(1.0, abs=ATOL_EIGVEC)
     # kernel directions explained by the chain are not proposed again one-sided
     one_sided = [x for x in _propose(ctx) if x.detector in ("kfac-A", "kfac-G")]
-    # (random products of square matrices also have small, live singular values: those remain)
-    assert all(x.overlap(c) < 0.5 for x in one_sided)
+    if depth == 2:  # ker G of block 0 and ker A of block 1 are the chain's one vector: no others
+        assert [len(block_spectrum(ctx, b).ker_g) for b in ("0", "1")] == [1, 0]
+        assert [len(block_spectrum(ctx, b).ker_a) for b in ("0", "1")] == [0, 1]
+        assert one_sided == []
+    else:  # random products of square matrices also have small, live singular values: those remain
+        assert one_sided
+        assert all(x.overlap(c) < OVERLAP_EXPLAINED for x in one_sided)
 
 
 def test_mlp_node_death_chain_touches_the_dead_unit() -> None:
@@ -130,6 +151,27 @@ def test_layernorm_kernel_matches_measured_bottom_direction() -> None:
     assert float((aug @ a_star).abs().max()) < ATOL_EXACT
 
 
+@pytest.mark.parametrize(
+    ("gamma", "beta"),
+    [((0.0, 2.0, 4.0), (0.3, 0.5, 0.5)), ((0.0, 2.0, 0.0), (0.3, 0.5, -0.7))],
+)
+def test_layernorm_kernel_with_zero_gains(gamma, beta) -> None:
+    """Where some ``γ_i = 0`` the outputs ``LN(x)_i = β_i`` are constants: the kernel is
+    ``a* ∝ (Σ_{γ_i=0} e_i, −Σ_{γ_i=0} β_i)`` (the ``γ⁻¹`` entries of the others are dropped)."""
+    ln = nn.LayerNorm(3).double()
+    with torch.no_grad():
+        ln.weight.copy_(torch.tensor(gamma))
+        ln.bias.copy_(torch.tensor(beta))
+    a_star = layernorm_kernel(ln.weight.detach(), ln.bias.detach())
+    zero = torch.tensor(gamma, dtype=torch.float64) == 0
+    want = torch.cat([zero.double(), -(zero.double() * torch.tensor(beta)).sum().reshape(1)])
+    torch.testing.assert_close(a_star, want / want.norm(), atol=ATOL_EXACT, rtol=0)
+    x = torch.randn(20, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    out = ln(x).detach()
+    aug = torch.cat([out, torch.ones(out.shape[0], 1, dtype=out.dtype)], 1)
+    assert float((aug @ a_star).abs().max()) < ATOL_EXACT
+
+
 def test_every_layernorm_linear_pair_gets_the_kernel_and_rmsnorm_none() -> None:
     ctx = _context(planted_transformer(n=16, seq=3))
     ln = [c for c in _propose(ctx) if c.detector == "ln-kernel"]
@@ -145,7 +187,9 @@ def test_every_layernorm_linear_pair_gets_the_kernel_and_rmsnorm_none() -> None:
     assert not [c for c in _propose(ctx_rms) if c.detector == "ln-kernel"]
     out = ctx_rms.model.ln1(ctx_rms.data).reshape(-1, 8).detach()
     ev = torch.linalg.eigvalsh(torch.cov(out.T))
-    assert float(ev[0] / ev[-1]) > 1e-6  # no kernel direction after RMSNorm
+    # no kernel direction after RMSNorm: the smallest eigenvalue is not even near-kernel for the
+    # one-sided rule (relative size 0.2-0.25 over seeds 0-3; after LayerNorm ≈ 1e-16)
+    assert float(ev[0] / ev[-1]) > TAU_A
 
 
 def test_qk_rotation_leaves_scores_invariant_to_first_order() -> None:
@@ -221,9 +265,22 @@ def test_graph_records_elementwise_paths_and_output() -> None:
     assert g.via[("0", "2")] == ("SquaredReLU",)
 
 
-def test_categorical_family_is_used_for_the_shift() -> None:
-    p = planted_mlp(activation="tanh", categorical=True)
-    assert isinstance(p.family, Categorical)
+@pytest.mark.parametrize("categorical", [True, False])
+def test_categorical_family_is_used_for_the_shift(categorical: bool) -> None:
+    """The CE logit shift ``Δb = 𝟙`` on the last layer is proposed for a categorical read only
+    (under a Gaussian likelihood shifting every output changes the fit)."""
+    p = planted_mlp(activation="tanh", categorical=categorical)
+    assert isinstance(p.family, Categorical if categorical else Gaussian)
+    shifts = [c for c in _propose(_context(p)) if c.detector == "ce-shift"]
+    if not categorical:
+        assert shifts == []
+        return
+    (shift,) = shifts
+    assert shift.layers == ("2",) and set(shift.u) == {"2.bias"}
+    c = shift.u["2.bias"].numel()
+    torch.testing.assert_close(
+        shift.u["2.bias"], torch.full((c,), c**-0.5, dtype=torch.float64), atol=ATOL_EXACT, rtol=0
+    )
 
 
 def test_squared_relu_rescale_has_degree_two() -> None:
@@ -235,7 +292,10 @@ def test_squared_relu_rescale_has_degree_two() -> None:
     # tangent: (W1[j], b1[j], −2·W2[:, j]) up to the common normalisation
     scale = float(rescale.u["0.weight"][j].norm() / ctx.params["0.weight"][j].norm())
     torch.testing.assert_close(
-        rescale.u["2.weight"][:, j], -2.0 * scale * ctx.params["2.weight"][:, j], atol=1e-12, rtol=0
+        rescale.u["2.weight"][:, j],
+        -2.0 * scale * ctx.params["2.weight"][:, j],
+        atol=ATOL_EXACT,
+        rtol=0,
     )
     m = copy.deepcopy(p.model)
     with torch.no_grad():
@@ -243,3 +303,17 @@ def test_squared_relu_rescale_has_degree_two() -> None:
         m[0].bias[j] *= 3.0
         m[2].weight[:, j] /= 9.0
     torch.testing.assert_close(m(p.data), p.model(p.data), atol=ATOL_EXACT, rtol=0)
+
+
+def test_error_normalise_a_zero_direction() -> None:
+    with pytest.raises(ValueError, match="candidate direction is zero"):
+        normalise({"w": torch.zeros(2, 3, dtype=torch.float64), "b": torch.zeros(2)})
+
+
+def test_error_overlap_of_candidates_with_mismatched_shapes() -> None:
+    a = Candidate(layers=("0",), detector="kfac-A", u={"0.weight": torch.ones(2, 3) / 6**0.5})
+    b = Candidate(layers=("0",), detector="kfac-G", u={"0.weight": torch.ones(3, 2) / 6**0.5})
+    with pytest.raises(
+        ValueError, match=r"tensor '0.weight' has shape \(2, 3\) in one candidate and \(3, 2\)"
+    ):
+        a.overlap(b)

@@ -3,7 +3,9 @@
 ``LN(x) = γ ⊙ n(x) + β`` with ``𝟙ᵀn(x) = 0`` gives ``⟨γ⁻¹, LN(x)⟩ = ⟨γ⁻¹, β⟩`` for every input, so
 for a consumer Linear with bias ``a* = (γ⁻¹, −⟨γ⁻¹, β⟩)`` satisfies ``⟨a*, ā⟩ = 0`` identically and
 ``ΔW̄ = g a*ᵀ`` changes nothing for any ``g``: an exact linear (flat) gauge, read from the
-parameters alone. Coordinates with ``γ_i = 0`` contribute ``e_i`` instead. ``g`` is the top
+parameters alone. If any ``γ_i = 0``, the outputs ``LN(x)_i = β_i`` of those coordinates are
+constants and ``a* ∝ (Σ_{γ_i=0} e_i, −Σ_{γ_i=0} β_i)`` is used instead (no ``γ⁻¹`` entries of
+the other coordinates). ``g`` is the top
 eigenvector of the consumer's ``G`` when factors exist (else ``e_0``). The candidate records
 ``closed_form_cos = |cos(a*, bottom eigenvector of the consumer's A)|`` when factors exist.
 RMSNorm has no mean subtraction and hence no such direction: its detector proposes nothing.
@@ -35,7 +37,8 @@ REACH_TOL = 1e-12
 
 
 def layernorm_kernel(gamma: Tensor, beta: Tensor | None) -> Tensor:
-    """Unit ``a* ∝ (γ⁻¹, −⟨γ⁻¹, β⟩)`` (with ``e_i`` for ``γ_i = 0``), length ``d + 1``.
+    """Unit ``a* ∝ (γ⁻¹, −⟨γ⁻¹, β⟩)``, length ``d + 1``; if any ``γ_i = 0``, instead
+    ``a* ∝ (Σ_{γ_i=0} e_i, −Σ_{γ_i=0} β_i)`` (every ``γ⁻¹`` entry dropped).
 
     >>> ln = nn.LayerNorm(3).double()
     >>> with torch.no_grad():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -16,6 +17,10 @@ from neuromanifold.zoo.checkpoint import (
 from neuromanifold.zoo.compression import mlp_usage
 from neuromanifold.zoo.models import MLPConfig, ViTConfig, build_model
 from neuromanifold.zoo.recipes import RECIPES, run_recipe
+
+RTOL_USAGE = (
+    1e-12  # float64 contributions and participation ratio vs closed forms (measured 5.5e-15)
+)
 
 
 def test_round_trip_weights_outputs_and_sidecar(tmp_path) -> None:
@@ -59,6 +64,10 @@ def test_checkpoint_errors(tmp_path) -> None:
     (tmp_path / "m.json").write_text("{not json")
     with pytest.raises(ValueError, match="cannot read checkpoint sidecar"):
         load_checkpoint(tmp_path / "m.safetensors")
+    with pytest.raises(ValueError, match="sidecar must be a JSON object with an 'architecture'"):
+        CheckpointMeta.from_dict({})
+    with pytest.raises(ValueError, match="sidecar must be a JSON object with an 'architecture'"):
+        CheckpointMeta.from_dict([1])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"sidecar has unknown fields \['colour'\]"):
         CheckpointMeta.from_dict({"architecture": {}, "colour": 1})
 
@@ -97,7 +106,6 @@ def test_mlp_usage_counts_killed_units_and_errors() -> None:
     assert [u.layer for u in usage] == ["blocks.0.mlp", "blocks.1.mlp"]
     assert usage[1].compressed >= 7 and usage[1].hidden == 32
     assert all(usage[1].relative_contribution[j] == 0.0 for j in range(7))
-    # participation ratio: equal contributions give H
     assert 0 < usage[0].participation_ratio <= usage[0].hidden
     with pytest.raises(ValueError, match=r"threshold must lie in \(0, 1\), got 2"):
         mlp_usage(model, torch.rand(2, 1, 8, 8), threshold=2)
@@ -105,6 +113,51 @@ def test_mlp_usage_counts_killed_units_and_errors() -> None:
         from neuromanifold.zoo.models import CNNConfig
 
         mlp_usage(build_model(CNNConfig()), torch.rand(2, 1, 8, 8))
+
+
+def _gelu(v: float) -> float:
+    return 0.5 * v * (1.0 + math.erf(v / math.sqrt(2.0)))
+
+
+def _usage_with_constant_hidden(bias: torch.Tensor, w2: torch.Tensor):
+    """ViT MLP with fc1.weight = 0: every token's hidden unit j is GELU(bias_j), float64."""
+    model = build_model(ViTConfig(dim=8, heads=2, depth=1), seed=0).double()
+    mlp = model.blocks[0].mlp
+    with torch.no_grad():
+        mlp.fc1.weight.zero_()
+        mlp.fc1.bias.copy_(bias)
+        mlp.fc2.weight.copy_(w2)
+    x = torch.rand(5, 1, 8, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    return mlp_usage(model, x, threshold=0.5)[0]
+
+
+def test_mlp_usage_matches_closed_form_contributions() -> None:
+    """c_j = RMS(h_j)·‖W₂[:, j]‖ = |GELU(b_j)|·‖W₂[:, j]‖; PR = (Σc²)²/Σc⁴ (H when all equal)."""
+    gen = torch.Generator().manual_seed(0)
+    hidden = 32
+    bias = torch.randn(hidden, generator=gen, dtype=torch.float64)
+    w2 = torch.randn(8, hidden, generator=gen, dtype=torch.float64)
+    usage = _usage_with_constant_hidden(bias, w2)
+    c = [abs(_gelu(float(bias[j]))) * float(w2[:, j].norm()) for j in range(hidden)]
+    peak = max(c)
+    assert usage.hidden == hidden
+    for j in range(hidden):
+        assert usage.relative_contribution[j] == pytest.approx(c[j] / peak, rel=RTOL_USAGE), j
+    pr = sum(v**2 for v in c) ** 2 / sum(v**4 for v in c)
+    assert usage.participation_ratio == pytest.approx(pr, rel=RTOL_USAGE)
+    assert usage.compressed == sum(v / peak < 0.5 for v in c)
+    # equal contributions: same bias everywhere, unit-norm columns of W₂ -> PR = H, none compressed
+    unit = w2 / w2.norm(dim=0, keepdim=True)
+    equal = _usage_with_constant_hidden(torch.full((hidden,), 0.7, dtype=torch.float64), unit)
+    assert equal.participation_ratio == pytest.approx(hidden, rel=RTOL_USAGE)
+    assert equal.compressed == 0
+    assert all(r == pytest.approx(1.0, rel=RTOL_USAGE) for r in equal.relative_contribution)
+    # one unit alone carries output: PR = 1 and the other H − 1 units are compressed
+    lone = unit.clone()
+    lone[:, 1:] = 0.0
+    one = _usage_with_constant_hidden(torch.full((hidden,), 0.7, dtype=torch.float64), lone)
+    assert one.participation_ratio == pytest.approx(1.0, rel=RTOL_USAGE)
+    assert one.compressed == hidden - 1
 
 
 def test_cli_train_runs_recipe_and_reports(tmp_path) -> None:

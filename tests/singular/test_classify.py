@@ -18,6 +18,7 @@ from neuromanifold.singular import (
     floor_from_scale,
     gauge_overlap,
 )
+from neuromanifold.singular.classify import FLOOR_MARGIN
 
 EXACT = 1e-12
 T = np.logspace(-4, 0, 32)
@@ -42,7 +43,7 @@ def test_slope_zero_below_live_threshold_is_flat() -> None:
     scale = 2.0
     floor = floor_from_scale(scale)
     f = np.full(T.size, 0.5 * LIVE_REL * scale)
-    assert f[0] > 1e6 * floor
+    assert f.min() > FLOOR_MARGIN * floor  # above the flat cut of rule 1: the magnitude decides
     fit = fit_rate(T, f, floor=floor)
     assert fit.k == 1
     klass, reason = classify_with_reason(fit, F=f, floor=floor, scale=scale)
@@ -115,3 +116,15 @@ def test_error_zero_generators() -> None:
 def test_error_generator_shape() -> None:
     with pytest.raises(ValueError, match=r"gauge generator entry 'a' has shape \(3,\)"):
         gauge_overlap({"a": torch.ones(2)}, [{"a": torch.ones(3)}])
+
+
+def test_error_zero_direction() -> None:
+    with pytest.raises(ValueError, match="direction u has zero norm"):
+        gauge_overlap({"a": torch.zeros(2)}, [{"a": torch.ones(2)}])
+
+
+def test_error_non_finite_generators() -> None:
+    with pytest.raises(
+        ValueError, match=r"gauge generators contain non-finite values \(nan or inf\)"
+    ):
+        gauge_overlap({"a": torch.ones(2)}, [{"a": torch.tensor([1.0, float("nan")])}])

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from neuromanifold.demo import DemoConfig, DemoResult, run_demo
-from neuromanifold.demo_result import optimizer_row
+from neuromanifold.demo_result import READABLE_R2, ModelRead, OptimizerRow, optimizer_row
 from neuromanifold.report.demo_report import demo_findings, load_demo
+from neuromanifold.singular.reading import DirectionRecord, Reading
 
 TINY = DemoConfig(
     probe=6,
@@ -66,6 +68,8 @@ def _check_json_round_trip(result, out):
 
 
 def _check_rows(result):
+    # The stored rows are those of the stored reads, in order (the values of each field are
+    # checked against hand-derived ones on a built read in test_optimizer_row_fields).
     for mr, row in zip(result.optimizers, result.rows, strict=True):
         assert row == optimizer_row(mr)
         readable = [r for r in mr.reading.directions if r.r2 is not None and r.r2 >= 0.95]
@@ -96,6 +100,90 @@ def _check_second_run_loads_the_cache_on_two_workers(result, out):
     assert again.rows == result.rows
 
 
+def _rec(detector, klass, k=None, r2=None):
+    return DirectionRecord(
+        layer="blocks.0.mlp.fc1",
+        layers=("blocks.0.mlp.fc1",),
+        detector=detector,
+        k=k,
+        k_hat=k,
+        slope=None,
+        r2=r2,
+        magnitude=None,
+        klass=klass,
+        window=None,
+        offset=0.0,
+        gauge_overlap=None,
+        ratio=None,
+    )
+
+
+def _model_read(recs, spectra, *, stage="sweep-muon", metrics=None):
+    return ModelRead(
+        stage,
+        stage,
+        "digits",
+        "x",
+        metrics or {},
+        Reading(tuple(recs), (), {}),
+        spectra,
+        False,
+        0.0,
+    )
+
+
+CLEAN = [1.0, 0.5, 0.2, 1e-9, 1e-10]  # 2 ratios below 1e-3 after a log10(0.2/1e-9) gap
+DIFFUSE = [1.0, 1e-1, 1e-2, 2e-3, 4e-4, 8e-5]  # 2 ratios below 1e-3, largest gap log10(5)
+ATOL_LOG = 1e-12  # log10 of float64 ratios, O(1) values
+
+
+def test_optimizer_row_fields():
+    """Each field of `optimizer_row` against counts derived by hand from a built read."""
+    recs = [
+        _rec("duality", "genuine_singularity", 2, 0.99),  # readable, possible
+        _rec("kfac-A", "live", 1, READABLE_R2),  # readable (r² at the threshold), possible
+        _rec("duality", "genuine_singularity", 2, 0.9),  # possible, unreadable
+        _rec("kfac-G", "flat_gauge"),  # possible, no window, but a flat gauge: not unreadable
+        _rec("kfac-A", "live"),  # possible, no window: unreadable
+        _rec("ln-kernel", "flat_gauge"),  # a gauge detector: not possible
+        _rec("qk-rotation", "curved_gauge", 2, 0.99),  # readable, not possible
+    ]
+    spectra = {
+        "blocks.0.mlp.fc2": {"A": CLEAN, "G": DIFFUSE, "A_kernel": 2, "G_kernel": 0},
+        "blocks.1.mlp.fc2": {"A": DIFFUSE, "G": CLEAN, "A_kernel": 1, "G_kernel": 2},
+        # not an fc2: its many small ratios and kernel must not count
+        "blocks.0.mlp.fc1": {"A": [1.0, 0.0, 0.0, 0.0], "G": [1.0], "A_kernel": 3, "G_kernel": 0},
+    }
+    metrics = {"val_loss": 0.25, "val_accuracy": 0.875}
+    row = optimizer_row(_model_read(recs, spectra, metrics=metrics))
+    assert (row.stage, row.optimizer) == ("sweep-muon", "Muon (Newton–Schulz)")
+    assert (row.val_loss, row.val_accuracy) == (0.25, 0.875)
+    assert row.n_read == 7
+    assert row.n_readable == 3
+    assert row.readable_kinds == {
+        "curved_gauge k=2": 1,
+        "genuine_singularity k=2": 1,
+        "live k=1": 1,
+    }
+    assert list(row.readable_kinds) == sorted(row.readable_kinds)
+    assert row.n_possible == 5
+    assert row.unreadable_fraction == 2 / 5
+    assert row.fc2_n_small == 2 + 2
+    assert row.fc2_kernel == 2 + 1
+    assert abs(row.fc2_max_gap - math.log10(0.2 / 1e-9)) < ATOL_LOG
+    assert OptimizerRow.from_dict(json.loads(json.dumps(row.to_dict()))) == row
+
+
+def test_optimizer_row_of_an_empty_read():
+    """No possible direction: no unreadable fraction; no fc2 block: zero spread; no metrics: NaN."""
+    row = optimizer_row(_model_read([_rec("ce-shift", "flat_gauge")], {}, stage="custom"))
+    assert (row.stage, row.optimizer) == ("custom", "custom")
+    assert math.isnan(row.val_loss) and math.isnan(row.val_accuracy)
+    assert (row.n_read, row.n_readable, row.readable_kinds, row.n_possible) == (1, 0, {}, 0)
+    assert row.unreadable_fraction is None
+    assert (row.fc2_n_small, row.fc2_kernel, row.fc2_max_gap) == (0, 0, 0.0)
+
+
 def test_errors(tmp_path):
     with pytest.raises(ValueError, match="probe must be a positive int; got 0"):
         DemoConfig(probe=0)
@@ -113,6 +201,12 @@ def test_errors(tmp_path):
     bad.write_text('{"kind": "other"}')
     with pytest.raises(ValueError, match="not a demo result"):
         load_demo(tmp_path)
+    bad.write_text("{")
+    with pytest.raises(ValueError, match=r"report\.json does not hold a demo result: JSONDecode"):
+        load_demo(tmp_path)
+    bad.write_text('{"kind": "neuromanifold-demo"}')
+    with pytest.raises(ValueError, match=r"does not hold a demo result: KeyError\('config'\)"):
+        load_demo(bad)
 
 
 def test_cli_demo_rejects_a_file_as_out(tmp_path):

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
 
 from neuromanifold.demo_result import ModelRead, OptimizerRow
 from neuromanifold.report.findings import (
@@ -11,11 +17,16 @@ from neuromanifold.report.findings import (
     node_death_findings,
     optimizer_finding,
 )
-from neuromanifold.report.spectra import spread
+from neuromanifold.report.spectra import block_spectra, spread
 from neuromanifold.singular.reading import DirectionRecord, Reading
 
 R2_MIN = 0.95
 ATOL_LOG = 1e-12
+# block_spectra of Q diag(λ) Qᵀ (random orthogonal Q): ratios to λ_max agree with λ_i/λ_max up
+# to eigensolver rounding (measured ≤ 7.8e-16 absolute over 20 seeds, O(1) ratios); λ_max
+# relative (measured ≤ 8.9e-16).
+ATOL_RATIO = 1e-13
+RTOL_MAX = 1e-13
 CLEAN = [1.0, 0.5, 0.2, 1e-9, 1e-10]  # a 8.3-decade gap before a two-dim kernel
 DIFFUSE = [1.0, 1e-1, 1e-2, 2e-3, 4e-4, 8e-5]  # ratio 5 per step through 1e-3
 
@@ -62,6 +73,39 @@ def test_spread_of_clean_and_diffuse_spectra():
     assert c["n_small"] == 2 and abs(c["max_gap"] - math.log10(0.2 / 1e-9)) < ATOL_LOG
     d = spread(DIFFUSE)
     assert d["n_small"] == 2 and abs(d["max_gap"] - math.log10(5.0)) < ATOL_LOG
+
+
+def _sym(evals, seed):
+    """``Q diag(evals) Qᵀ`` with a random orthogonal Q: a factor with known eigenvalues."""
+    gen = torch.Generator().manual_seed(seed)
+    n = len(evals)
+    q, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
+    return q @ torch.diag(torch.tensor(evals, dtype=torch.float64)) @ q.T
+
+
+def test_block_spectra_of_hand_built_factors():
+    """Ratios, near-kernel sizes and maxima of factors with known eigenvalues."""
+    a_ev = [0.0, 4.0, 4e-9, 2.0]  # ratios 1, 0.5, 1e-9, 0: two tiny ones a decade below the rest
+    g_ev = [2e-4, 1.0, 5e-4, 2e-3]  # smooth decay through 1e-3: two small ratios, no gap
+    factors = {
+        "fc": SimpleNamespace(A=_sym(a_ev, 0), G=_sym(g_ev, 1)),
+        "dead": SimpleNamespace(A=_sym([3.0, 1.0], 2), G=torch.zeros(2, 2, dtype=torch.float64)),
+    }
+    out = block_spectra(factors)
+    assert list(out) == ["fc", "dead"]
+    fc = out["fc"]
+    assert set(fc) == {"A", "G", "A_kernel", "G_kernel", "A_max", "G_max"}
+    np.testing.assert_allclose(fc["A"], [1.0, 0.5, 1e-9, 0.0], rtol=0, atol=ATOL_RATIO)
+    np.testing.assert_allclose(fc["G"], [1.0, 2e-3, 5e-4, 2e-4], rtol=0, atol=ATOL_RATIO)
+    assert fc["A_kernel"] == 2 and fc["G_kernel"] == 0
+    assert fc["A_max"] == pytest.approx(4.0, rel=RTOL_MAX)
+    assert fc["G_max"] == pytest.approx(1.0, rel=RTOL_MAX)
+    assert spread(fc["G"])["n_small"] == 2  # small, but not a kernel the detector names
+    dead = out["dead"]  # a vanishing factor: all ratios 0, every direction in its kernel
+    assert dead["G"] == [0.0, 0.0] and dead["G_kernel"] == 2 and dead["G_max"] == 0.0
+    np.testing.assert_allclose(dead["A"], [1.0, 1.0 / 3.0], rtol=0, atol=ATOL_RATIO)
+    assert dead["A_kernel"] == 0
+    json.dumps(out)  # plain floats and ints (stored in report.json)
 
 
 def test_node_death_found_and_scan_deviates():

@@ -5,12 +5,14 @@ of ``G`` (descending) and the size of the detector's near-kernel (`near_kernel`:
 ``TAU_A``/``TAU_G`` with a one-decade gap to the rest). `read` does not return its factors; they
 are recomputed with `kfac_factors` on the same model and probe set (deterministic: same sums).
 
-**Diffuseness** of one spectrum (`spread`), used to compare optimizers:
+**Diffuseness** of one spectrum, used to compare optimizers: `spread` returns
 
 * ``n_small`` — ratios below ``tau`` (1e-3): how many directions are nearly dead;
-* ``kernel`` — the detector's near-kernel size (those it will name as candidates);
 * ``max_gap`` — the largest drop ``log10(r_i/r_{i+1})`` (decades) between consecutive ratios
-  where ``r_{i+1} < tau``, 0 when no ratio is below ``tau``.
+  where ``r_{i+1} < tau``, 0 when no ratio is below ``tau``;
+
+The third number, ``kernel``, does not come from `spread`: it is the detector's near-kernel size
+(the directions it will name as candidates), `block_spectra`'s ``A_kernel``/``G_kernel``.
 
 A clean dead structure is a block of tiny ratios separated from the live ones by a gap of one
 decade or more (``kernel = n_small``, ``max_gap ≥ 1``). A diffuse one decays smoothly through

@@ -11,7 +11,7 @@ from neuromanifold.zoo.models import ViTConfig, build_model
 from neuromanifold.zoo.optim import Muon, OptimizerConfig, build_optimizer, split_parameters
 from neuromanifold.zoo.polar import newton_schulz, polar_svd
 
-ATOL_MATCH_TORCH_MUON = 1e-6  # float32 params, identical op order (observed: exact)
+ATOL_SVD_STEP = 1e-13  # one float64 Muon step vs its closed form (measured max 4.4e-16)
 
 
 @pytest.mark.parametrize("shape", [(16, 8), (8, 16)])
@@ -28,7 +28,9 @@ def test_muon_with_bf16_newton_schulz_matches_torch_muon(shape, nesterov) -> Non
         a.grad, b.grad = g.clone(), g.clone()
         ref.step()
         ours.step()
-    torch.testing.assert_close(b.detach(), a.detach(), atol=ATOL_MATCH_TORCH_MUON, rtol=0)
+    # identical float32/bf16 operations in the same order: bit-identical parameters (measured
+    # on 4 shapes × 4 seeds × both Nesterov settings, 1 and 2 threads)
+    assert torch.equal(b.detach(), a.detach())
     assert not torch.equal(a.detach(), w)  # the parameters moved
 
 
@@ -42,7 +44,7 @@ def test_muon_step_with_svd_is_exact_formula() -> None:
     Muon([p], lr=0.1, weight_decay=0.5, momentum=0.9, nesterov=True, orthogonalizer="svd").step()
     # m = 0.1 g; Nesterov u = 0.1 g + 0.9·0.1 g = 0.19 g; polar is scale-invariant
     expected = w * (1 - 0.1 * 0.5) - 0.1 * (12 / 4) ** 0.5 * polar_svd(g)
-    torch.testing.assert_close(p.detach(), expected, atol=1e-12, rtol=0)
+    torch.testing.assert_close(p.detach(), expected, atol=ATOL_SVD_STEP, rtol=0)
 
 
 def test_split_parameters_on_vit() -> None:

@@ -10,6 +10,8 @@ from torch import nn
 
 from neuromanifold.singular.closed_forms import rrr
 from neuromanifold.singular.llc_convergence import (
+    MAX_RHAT,
+    MIN_MALA_ACCEPTANCE,
     calibrate_step,
     first_hit,
     running_llc,
@@ -27,8 +29,9 @@ from neuromanifold.singular.sgld import (
 
 #: spec §9.3 / §10: devinterp's RRR test passes if |λ̂ − λ|/λ < 0.3.
 RTOL_LLC = 0.3
-#: vmapped chains versus the one-chain-at-a-time oracle (same draws; float64 round-off only).
-ATOL_ORACLE = 1e-9
+#: vmapped chains versus the one-chain-at-a-time oracle (same draws; float64 round-off only;
+#: measured ≤ 1.2e-15 on O(1) losses over 3 seeds, with and without minibatches).
+ATOL_ORACLE = 1e-12
 #: Monte Carlo tolerance for 4 chains × 500 draws of a 3-d Gaussian (≈ 3 standard errors).
 RTOL_MC_GAUSSIAN = 0.1
 #: cumulative-sum running estimate versus the direct per-prefix mean (float64 round-off).
@@ -56,8 +59,8 @@ def test_rrr_llc_within_tolerance() -> None:
     assert not res.diverged and res.llc is not None
     assert abs(res.llc - lam) / lam < RTOL_LLC, (res.llc, lam)
     assert res.nbeta == pytest.approx(1000 / math.log(1000))
-    assert res.rhat is not None and res.rhat < 1.1
-    assert all(0.5 < a <= 1.0 for a in res.mala_acceptance)
+    assert res.rhat is not None and res.rhat < MAX_RHAT
+    assert all(MIN_MALA_ACCEPTANCE <= a <= 1.0 for a in res.mala_acceptance)
     assert res.n_passes == 1 + 4 * (1 + 500)
     assert len(res.loss_trace) == 4 and len(res.loss_trace[0]) == 500
 
@@ -113,7 +116,9 @@ def test_regular_gaussian_mean_matches_exact_stationary_value() -> None:
     a = nbeta + cfg.gamma
     expected = nbeta * (d / 2) / (a * (1 - cfg.lr * a / 4))
     assert res.llc == pytest.approx(expected, rel=RTOL_MC_GAUSSIAN)
-    assert expected == pytest.approx(d / 2, rel=0.2)  # the discretisation bias is visible
+    # The discretisation bias is visible: the estimate lies above d/2 by more than the Monte
+    # Carlo tolerance (λ̂ 1.74 here; 1.65–1.80 over seeds 0–7, bound 1.65, exact mean 1.727).
+    assert res.llc > (d / 2) * (1 + RTOL_MC_GAUSSIAN)
 
 
 def test_errors() -> None:
@@ -195,7 +200,7 @@ def test_calibration_rejects_unstable_steps_and_picks_largest_stable() -> None:
     # ε nβ ≈ 2.4: a valid chain but a poor Langevin discretisation, rejected on acceptance
     assert not by_lr[3e-2].diverged and by_lr[3e-2].reason.startswith("MALA acceptance")
     assert cal.lr == 1e-3 and cal.gamma == 1.0 and by_lr[1e-3].accepted
-    assert by_lr[1e-3].mala_acceptance >= 0.9
+    assert by_lr[1e-3].mala_acceptance >= MIN_MALA_ACCEPTANCE
     assert cal.n_passes == sum(t.n_passes for t in cal.trials)
     assert [t.lr for t in cal.trials] == [1.0, 3e-2, 1e-3]
     assert cal.to_dict()["trials"][2]["accepted"] is True

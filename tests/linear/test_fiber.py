@@ -19,6 +19,12 @@ from neuromanifold.linear.rescale import fc_balanced_params
 ATOL_EXACT = 1e-12  # closed-form matrices, entries of order 1-10
 RTOL_ROUTES = 1e-9  # the two fiber routes must give the same NTKs to this (relative)
 RTOL_NTK = 1e-9  # NTK of a found point vs the NTK of the generating θ (relative)
+# the spec's 4-decimal values (eigenvalues, flow end points): half a unit in the last printed digit
+ATOL_PRINTED_4 = 5e-5
+# "different NTKs": the largest entry gap exceeds this fraction of the largest entry
+# (measured gaps in the cases below: 0.28 and 0.48)
+NTK_GAP_MIN = 1e-3
+FLOW_GAP_MIN = 0.1  # the two stride-one flows end farther apart than this (spec values: 0.41)
 
 STRIDED_1D = [((3, 2), (2,)), ((2, 2, 2), (2, 2)), ((3, 3), (2,)), ((2, 3, 2), (2, 3))]
 ALL_1D = [
@@ -54,8 +60,10 @@ def test_stride_one_counterexample_exact_ntks() -> None:
     x_p = flatten_params(arch, theta_p)
     found = [flatten_params(arch, p) for p in rep.point_arrays()]
     assert min(sign_distance(arch, x, x_p) for x in found) <= ATOL_EXACT
-    np.testing.assert_allclose(np.linalg.eigvalsh(K), [1.7956, 4.6356, 7.5688], rtol=0, atol=1e-4)
-    np.testing.assert_allclose(np.linalg.eigvalsh(Kp), [2.0741, 3.6865, 8.2394], rtol=0, atol=1e-4)
+    # the spec's eigenvalues, matched against the spectra of the NTKs the search returned
+    spectra = [np.linalg.eigvalsh(k) for k in ntks]
+    for printed in ([1.7956, 4.6356, 7.5688], [2.0741, 3.6865, 8.2394]):
+        assert min(np.max(np.abs(e - printed)) for e in spectra) <= ATOL_PRINTED_4
 
 
 def test_stride_one_simple_variant_exact_ntks() -> None:
@@ -79,9 +87,12 @@ def test_two_layer_swap_formula() -> None:
     np.testing.assert_allclose(delta(swapped), delta(theta), rtol=0, atol=ATOL_EXACT)
     G_w2, G_w1 = gram_blocks(arch, theta)  # J_1 multiplies by w2, J_2 by w1
     predicted = (B - A) * (G_w1 / A - G_w2 / B)
-    np.testing.assert_allclose(ntk(arch, swapped) - ntk(arch, theta), predicted, rtol=0, atol=1e-11)
+    np.testing.assert_allclose(
+        ntk(arch, swapped) - ntk(arch, theta), predicted, rtol=0, atol=ATOL_EXACT
+    )
     rep = fiber_of_params(arch, theta)
-    assert _contains(rep.ntk_arrays(), ntk(arch, swapped), 1e-10)
+    K_swapped = ntk(arch, swapped)
+    assert _contains(rep.ntk_arrays(), K_swapped, RTOL_NTK * np.max(np.abs(K_swapped)))
 
 
 @pytest.mark.parametrize(("filters", "strides"), STRIDED_1D)
@@ -113,7 +124,7 @@ def test_interior_stride_one_gives_two_ntks() -> None:
     arch = LCN((2, 2, 2), (2, 1))
     rep = fiber_of_params(arch, _gaussian(arch, 3))
     assert rep.n_distinct_ntks == 2
-    assert rep.max_ntk_diff_rel > 1e-3
+    assert rep.max_ntk_diff_rel > NTK_GAP_MIN
 
 
 def test_stride_one_sheet_counts() -> None:
@@ -131,17 +142,24 @@ def test_stride_one_sheet_counts() -> None:
 @pytest.mark.parametrize(("filters", "strides"), ALL_1D)
 @pytest.mark.parametrize("seed", [10, 11])
 def test_routes_agree_on_1d(filters: tuple, strides: tuple, seed: int) -> None:
+    """Each route run alone; their NTKs compared directly (measured gap ≤ 7e-16 relative).
+
+    (The library's own ``routes_agree`` verdict is checked in the stride-one and 2-D tests.)
+    """
     arch = LCN(filters, strides)
     theta = _gaussian(arch, seed)
-    rep = lcn_fiber(arch, mu(arch, theta), delta(theta))  # θ itself is not handed to the routes
-    alg, num = rep.routes
+    v, d = mu(arch, theta), delta(theta)  # θ itself is not handed to the routes
+    rep_alg = lcn_fiber(arch, v, d, routes=("algebraic",))
+    rep_num = lcn_fiber(arch, v, d, routes=("numeric",))
+    (alg,), (num,) = rep_alg.routes, rep_num.routes
     assert alg.applicable and alg.n_points >= 1
-    assert alg.n_points == num.n_points
-    assert rep.routes_agree is True  # includes NTKs matched to RTOL_ROUTES
-    assert rep.residual <= rep.tolerance
-    from neuromanifold.linear.fiber import ROUTE_AGREE_RTOL
-
-    assert ROUTE_AGREE_RTOL <= RTOL_ROUTES
+    assert alg.n_points == num.n_points == rep_alg.n_points == rep_num.n_points
+    assert rep_alg.residual <= rep_alg.tolerance and rep_num.residual <= rep_num.tolerance
+    ks_alg, ks_num = rep_alg.ntk_arrays(), rep_num.ntk_arrays()
+    scale = max(float(np.max(np.abs(k))) for k in ks_alg + ks_num)
+    for xs, ys in ((ks_alg, ks_num), (ks_num, ks_alg)):
+        for x in xs:  # every NTK of one route is an NTK of the other
+            assert _contains(ys, x, RTOL_ROUTES * scale)
 
 
 def _int_filters(arch: LCN, seed: int) -> list[np.ndarray]:
@@ -231,7 +249,7 @@ def test_fc_generic_delta_dependent() -> None:
     rng = np.random.default_rng(8)
     rep = fiber_of_params(arch, [rng.standard_normal(s) for s in arch.param_shapes])
     assert rep.fiber_dimension == 1  # spec §2.6: 8 parameters, rank dΦ = 7
-    assert rep.n_distinct_ntks > 1 and rep.max_ntk_diff_rel > 1e-3
+    assert rep.n_distinct_ntks > 1 and rep.max_ntk_diff_rel > NTK_GAP_MIN
 
 
 def test_off_manifold_v_is_reported_not_silent() -> None:
@@ -268,6 +286,12 @@ def test_bad_route_and_fc_targets() -> None:
         fc_fiber(arch, np.eye(2), [np.zeros((3, 3))])
     with pytest.raises(TypeError, match="expected an LCN"):
         lcn_fiber(arch, [1.0], [])
+    with pytest.raises(TypeError, match="expected an FC architecture"):
+        fc_fiber(LCN((2, 2), (1,)), np.eye(2), [np.zeros((2, 2))])
+    with pytest.raises(ValueError, match="W and Delta must be finite"):
+        fc_fiber(arch, np.array([[1.0, np.nan], [0.0, 1.0]]), [np.zeros((2, 2))])
+    with pytest.raises(ValueError, match="W and Delta must be finite"):
+        fc_fiber(arch, np.eye(2), [np.array([[np.inf, 0.0], [0.0, 1.0]])])
 
 
 def test_roots_with_infinity_and_zero_v() -> None:
@@ -299,5 +323,5 @@ def test_stride_one_flows_from_the_two_fiber_points_differ() -> None:
         ends.append(flow.v[-1])
     expected = [np.array([0.3018, 0.2211, 0.0195]), np.array([0.5473, -0.1912, 0.0152])]
     for e in expected:  # the spec's 4-digit values, matched in either order
-        assert min(np.max(np.abs(v - e)) for v in ends) < 1e-4
-    assert np.max(np.abs(ends[0] - ends[1])) > 0.1
+        assert min(np.max(np.abs(v - e)) for v in ends) <= ATOL_PRINTED_4
+    assert np.max(np.abs(ends[0] - ends[1])) > FLOW_GAP_MIN

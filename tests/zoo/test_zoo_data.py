@@ -97,6 +97,41 @@ def test_split_and_task_errors() -> None:
         split_arrays(x, y, val_fraction=1.5)
     with pytest.raises(ValueError, match="task must be one of"):
         digits("mnist")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"data: 2 samples are too few for val_fraction=0\.9"):
+        split_arrays(torch.zeros(2, 2), torch.arange(2), val_fraction=0.9)
+    with pytest.raises(TypeError, match="x and y must be tensors, got ndarray, Tensor"):
+        split_arrays(np.zeros((3, 2)), torch.arange(3))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"y must have shape \(N,\), got \(3, 1\)"):
+        split_arrays(torch.zeros(3, 2), torch.zeros(3, 1, dtype=torch.int64))
+    with pytest.raises(ValueError, match="class labels must be >= 0, got min -1"):
+        split_arrays(torch.zeros(3, 2), torch.tensor([0, -1, 2]))
+
+
+def test_pt_triple_and_class_folder_errors(tmp_path) -> None:
+    x, y = torch.zeros(3, 1, 2, 2), torch.arange(3)
+    torch.save((x, y, y), tmp_path / "triple.pt")
+    with pytest.raises(
+        ValueError, match=r"expected a dict with keys 'x'/'y' or a pair \(x, y\), got tuple"
+    ):
+        load_arrays(tmp_path / "triple.pt")
+    bad = tmp_path / "bad"
+    (bad / "a").mkdir(parents=True)
+    (bad / "a" / "0.png").write_bytes(b"not a png")
+    with pytest.raises(ValueError, match=r"cannot read image file .*0\.png"):
+        load_arrays(bad)
+    text = tmp_path / "text"
+    (text / "a").mkdir(parents=True)
+    (text / "a" / "0.txt").write_text("1 2 3")
+    with pytest.raises(ValueError, match=r"no \.npy or \.png files under its class directories"):
+        load_arrays(text)
+    mixed = tmp_path / "mixed"
+    for cls, side in (("a", 4), ("b", 5)):
+        (mixed / cls).mkdir(parents=True)
+        np.save(mixed / cls / "0.npy", np.zeros((side, side), dtype=np.float32))
+    with pytest.raises(
+        ValueError, match=r"images have different shapes \[\(4, 4\), \(5, 5\)\]; expected one"
+    ):
+        load_arrays(mixed)
 
 
 def test_class_folder_of_png(tmp_path) -> None:

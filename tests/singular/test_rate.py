@@ -285,3 +285,8 @@ def test_error_negative_floor() -> None:
 def test_error_min_points() -> None:
     with pytest.raises(ValueError, match="min_points must be an int ≥ 4"):
         fit_rate(grid(), grid(), min_points=2)
+
+
+def test_error_local_slopes_length_mismatch() -> None:
+    with pytest.raises(ValueError, match="F has 2 values but ts has 3; expected one F per t"):
+        local_slopes([1.0, 2.0, 3.0], [1.0, 1.0])

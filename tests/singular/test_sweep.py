@@ -14,6 +14,8 @@ from neuromanifold.singular.sweep import EPS64, FLOOR_EPS_MULTIPLE, weight_scale
 
 D = torch.float64
 RTOL_EXACT = 1e-12
+# the floor is the same product the module evaluates, reordered at most: equal to a few ulps
+RTOL_SAME_PRODUCT = 1e-15
 
 
 class Power(nn.Module):
@@ -42,7 +44,9 @@ def test_default_grid_scaled_by_rms_of_touched_blocks() -> None:
     assert float(g[0]) == pytest.approx(1e-4 * rho, rel=RTOL_EXACT)
     assert float(g[-1]) == pytest.approx(rho, rel=RTOL_EXACT)
     ratios = g[1:] / g[:-1]
-    torch.testing.assert_close(ratios, torch.full_like(ratios, 10 ** (4 / 31)), rtol=1e-12, atol=0)
+    torch.testing.assert_close(
+        ratios, torch.full_like(ratios, 10 ** (4 / 31)), rtol=RTOL_EXACT, atol=0
+    )
 
 
 def test_default_grid_falls_back_to_one_for_zero_weights() -> None:
@@ -97,7 +101,9 @@ def test_floor_is_eps_scaled_and_a_flat_direction_sits_below_it() -> None:
     )
     assert sw.random_fisher > 0
     assert sw.scale == max(sw.random_fisher, max(sw.F))
-    assert sw.floor == pytest.approx((FLOOR_EPS_MULTIPLE * EPS64) ** 2 * sw.scale, rel=1e-15)
+    assert sw.floor == pytest.approx(
+        (FLOOR_EPS_MULTIPLE * EPS64) ** 2 * sw.scale, rel=RTOL_SAME_PRODUCT
+    )
     assert max(sw.F) <= 10 * sw.floor
 
 
@@ -240,3 +246,61 @@ def test_error_bad_t_batch() -> None:
             Gaussian(),
             t_batch=0,
         )
+
+
+def _power_sweep(*, params=None, u=None, data=None) -> Sweep:
+    model = Power(2)
+    return sweep(
+        model,
+        dict(model.named_parameters()) if params is None else params,
+        {"theta": torch.tensor(1.0)} if u is None else u,
+        torch.ones(2, 1, dtype=D) if data is None else data,
+        Gaussian(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"params": [1.0]}, TypeError, r"params must be a dict\[str, Tensor\] .* got list"),
+        ({"params": {"theta": 1.0}}, TypeError, r"params\['theta'\] must be a Tensor; got float"),
+        (
+            {"params": {"theta": torch.zeros(2, dtype=D)}},
+            ValueError,
+            r"params\['theta'\] has shape \(2,\) but the model's parameter has shape \(\)",
+        ),
+        (
+            {"data": (torch.ones(2, 1), torch.ones(2), torch.ones(2))},
+            TypeError,
+            r"data must be a Tensor of inputs or a pair \(x, y\); got a sequence of length 3",
+        ),
+        (
+            {"data": (torch.ones(2, 1), [0.0, 1.0])},
+            TypeError,
+            "data labels y must be a Tensor; got list",
+        ),
+        (
+            {"data": ([[1.0], [2.0]], torch.ones(2))},
+            TypeError,
+            "data inputs must be a Tensor with a leading sample dimension; got list",
+        ),
+        (
+            {"data": torch.tensor([[1.0], [math.nan]], dtype=D)},
+            ValueError,
+            r"data inputs contain non-finite values \(nan or inf\)",
+        ),
+        (
+            {"u": {"theta": 1.0}},
+            TypeError,
+            r"direction u\['theta'\] must be a Tensor; got float",
+        ),
+    ],
+)
+def test_error_bad_params_data_or_direction(kwargs: dict, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        _power_sweep(**kwargs)
+
+
+def test_error_default_grid_unknown_key() -> None:
+    with pytest.raises(ValueError, match="direction u has key 'b' that is not in params"):
+        default_grid({"w": torch.ones(2, dtype=D)}, {"b": torch.ones(2, dtype=D)})

@@ -24,6 +24,8 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "read_vs_sgld.py"
 SWEEP_PASSES = 33
 #: structure passes of a read (output check + graph trace).
 STRUCTURE_PASSES = 2
+#: running LLC of a constant trace vs λ, float64 (measured 2.2e-16 at the end, 1.3e-15 at worst).
+RTOL_RUNNING_LLC = 1e-12
 #: read rows checked here (fast; the L4 chain and the re-read rows are left to the benchmark).
 ROWS = ("rrr 3-2-3 r1", "rrr 5-3-4 r2", "dln L3 w4", "node relu", "node relu2")
 
@@ -121,4 +123,6 @@ def test_settle_steps_rejects_a_late_settling(bench):
     assert bench.settle_steps(trace, init, nbeta, lam, 50) is None
     ok = torch.full((4, 100), init + lam / nbeta, dtype=torch.float64)
     assert bench.settle_steps(ok, init, nbeta, lam, 50) == 1
-    assert math.isclose(float(running_llc_reference(ok, init, nbeta)[-1]), lam, rel_tol=1e-12)
+    assert math.isclose(
+        float(running_llc_reference(ok, init, nbeta)[-1]), lam, rel_tol=RTOL_RUNNING_LLC
+    )

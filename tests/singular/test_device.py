@@ -1,7 +1,8 @@
 """Device handling: validation of ``--device`` and a CPU read through the device path.
 
 No GPU exists on the test machine: CUDA runs are not exercised here; the CUDA error paths are
-(when CUDA is absent) and the index check is (when it is present).
+(when CUDA is absent), and the index check is, on a faked one-device CUDA and on the real
+devices when present.
 """
 
 from __future__ import annotations
@@ -10,7 +11,12 @@ import pytest
 import torch
 
 from neuromanifold.cells.planted import planted_deep_linear
-from neuromanifold.singular.distributed import backend_for, read_sharded, resolve_device
+from neuromanifold.singular.distributed import (
+    TORCHRUN_ENV,
+    backend_for,
+    read_sharded,
+    resolve_device,
+)
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -34,6 +40,22 @@ def test_cuda_index_out_of_range() -> None:
     with pytest.raises(ValueError, match=rf"resolves to cuda:{n} but this machine has {n}"):
         resolve_device(f"cuda:{n}")
     assert backend_for(resolve_device("cuda")) == "nccl"
+
+
+def test_cuda_index_out_of_range_on_a_one_gpu_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index check with a faked one-device CUDA (runs with or without a GPU): an explicit
+    index and torchrun's ``LOCAL_RANK`` are both checked against the device count."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(
+        ValueError, match=r"'cuda:1' resolves to cuda:1 but this machine has 1 CUDA"
+    ):
+        resolve_device("cuda:1")
+    assert resolve_device("cuda:0") == torch.device("cuda", 0)
+    for key, value in {**{k: "0" for k in TORCHRUN_ENV}, "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ValueError, match=r"'cuda' resolves to cuda:1 but this machine has 1 CUDA"):
+        resolve_device("cuda")
 
 
 def test_device_errors() -> None:

@@ -118,7 +118,10 @@ def test_plan_fits_the_budget_and_chunked_reads_agree() -> None:
     assert plan.jvp_cost(plan.chunk_size, plan.t_batch) <= plan.max_memory
     assert plan.factor_fixed + plan.factor_batch * plan.factor_per_sample <= plan.max_memory
     assert plan.jvp_cost(plan.chunk_size + 1, plan.t_batch) > plan.max_memory
-    assert plan.chunk_for(2) <= plan.chunk_size and plan.lanes_for(plan.chunk_size) >= 1
+    assert plan.chunk_for(2) <= plan.chunk_size
+    lanes = plan.lanes_for(plan.chunk_size)  # the most lanes of this chunk within the budget
+    assert plan.jvp_cost(plan.chunk_size, lanes) <= plan.max_memory
+    assert plan.jvp_cost(plan.chunk_size, lanes + 1) > plan.max_memory
     big = plan_memory(model, x, Gaussian(), max_memory="1GB", t_batch=8)
     assert (big.chunk_size, big.t_batch) == (500, 8)  # everything fits: keep the t-batch
     p = dict(model.named_parameters())

@@ -37,7 +37,8 @@ read's float64 working copy of the parameters is (``2 ×`` the float64 parameter
 both fixed costs). Not seen by the tracker: scratch memory that kernels allocate internally
 (BLAS, convolution workspaces), the allocator's caching and fragmentation, and Python objects.
 ``tests/singular/test_memory.py`` checks the bound against the peak resident set size of a fresh
-process (``ru_maxrss``), which includes all of these.
+process, which includes all of these: Linux's high-water mark ``VmHWM`` is reset to ``VmRSS`` once
+the model and data are loaded, and the read's peak is ``VmHWM`` after it minus ``VmRSS`` before.
 """
 
 from __future__ import annotations
@@ -251,8 +252,10 @@ def plan_memory(
 ) -> MemoryPlan:
     """Measure the per-sample costs of ``model`` on ``data`` and size the chunks to ``max_memory``.
 
-    Runs one JVP pass and one factor pass on 2 and on 4 samples under `peak_allocated`
-    (under a process group these passes are collective: call on every rank).
+    Measures, under `peak_allocated`, a JVP pass on 2 and on 4 samples for each of up to three
+    probe directions (one on every floating tensor, one on the first and one on the last matrix
+    parameter; the plan takes the costliest) and a factor pass on 2 and on 4 samples (1 and N
+    when N < 4). Under a process group these passes are collective: call on every rank.
 
     Raises:
         ValueError: one sample on one lane does not fit (the message names the budget and the

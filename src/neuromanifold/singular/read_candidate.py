@@ -159,9 +159,12 @@ def per_layer_rates(
     *,
     plan: MemoryPlan | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Block rates along a chain: ``F_ℓ(t) = u_ℓᵀ F(θ0 + t u) u_ℓ`` with ``u_ℓ`` = block ℓ of ``u``.
+    """Block rates along a chain: ``F_ℓ(t) = u_ℓᵀ F(θ0 + (t + s) u) u_ℓ``, ``u_ℓ`` = block ℓ of ``u``.
 
-    The sweep runs along the whole chain direction ``u`` (same t-grid as its read) and the Fisher
+    ``s`` is the base shift of the chain's own read (``reading.sweep.base_shift``: 0 for an
+    unsnapped read, ``−uᵀθ0`` when the read was snapped), so the block sweeps start from the same
+    base point as the chain's sweep. The sweep runs along the whole chain direction ``u`` (same
+    t-grid as its read) and the Fisher
     is evaluated along each block's unit part, batched in one JVP pass per t. By the A–G duality
     every block of a depth-L linear dead path shows ``t^{2(L−1)}`` (spec §6.1), i.e. order L at
     every layer the direction touches. Returns ``{layer: {"k", "k_hat", "slope", "r2"}}``.

@@ -34,7 +34,10 @@ from neuromanifold.linear.architecture import validate_params
 
 RTOL_STRUCTURED = 1e-12  # structured vs jacrev, relative to the largest entry
 ATOL_EXACT = 1e-12  # closed forms with O(1) entries
-RTOL_FD = 1e-7  # central differences, step 1e-5, relative to the largest entry
+# central differences, step 1e-5, relative to the largest entry: μ is multilinear, so they are
+# exact up to rounding (measured ≤ 2.1e-11 over seeds 0-9 of the FD architectures)
+RTOL_FD = 5e-9
+RTOL_RANK_CUT = 1e-10  # singular values of K below this fraction of the largest count as zero
 FD_STEP = 1e-5
 
 ARCHS = [
@@ -176,7 +179,7 @@ def test_reference_values_section6() -> None:
     K3 = ntk(arch3, _theta(arch3, 4))
     assert K3.shape == (17, 17)
     s = np.linalg.svd(K3, compute_uv=False)
-    assert int(np.sum(s > 1e-10 * s[0])) == 6 == arch3.dim_M
+    assert int(np.sum(s > RTOL_RANK_CUT * s[0])) == 6 == arch3.dim_M
 
 
 def test_rescaling_law() -> None:
@@ -200,7 +203,7 @@ def test_fc_ntk_matches_jacrev_and_operator() -> None:
         np.testing.assert_allclose(K, Kr, rtol=0, atol=RTOL_STRUCTURED * np.max(np.abs(Kr)))
         Jr = fc_jacobian_reference(arch, Ws)
         np.testing.assert_allclose(
-            fc_jacobian(arch, Ws), Jr, rtol=0, atol=RTOL_STRUCTURED * np.max(Jr)
+            fc_jacobian(arch, Ws), Jr, rtol=0, atol=RTOL_STRUCTURED * np.max(np.abs(Jr))
         )
         Z = rng.standard_normal(arch.out_shape)
         np.testing.assert_allclose(

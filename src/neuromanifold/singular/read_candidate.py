@@ -159,7 +159,7 @@ def per_layer_rates(
     *,
     plan: MemoryPlan | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Block rates along a chain: ``F_ℓ(t) = u_ℓᵀ F(θ0 + (t + s) u) u_ℓ``, ``u_ℓ`` = block ℓ of ``u``.
+    """Block rates along a chain: ``F_ℓ(t) = u_ℓᵀ F(θ0 + (t + s)u) u_ℓ``, u_ℓ = block ℓ of ``u``.
 
     ``s`` is the base shift of the chain's own read (``reading.sweep.base_shift``: 0 for an
     unsnapped read, ``−uᵀθ0`` when the read was snapped), so the block sweeps start from the same

@@ -24,6 +24,8 @@ from neuromanifold.singular.family import Gaussian
 from neuromanifold.singular.read import read
 
 ATOL_EXACT = 1e-12
+# batched vs one-vector input lift of unit vectors: measured ≤ 2.3e-16
+ATOL_LIFT = 1e-13
 # energies of unit vectors in float64 after a d × r projection (d ≤ 2048): rounding of order ε·d
 ATOL_ENERGY = 1e-12
 # kernel projections ‖P_ker v‖ through the complement are √(1 − e): away from ‖P_ker v‖ = 0 (the
@@ -193,3 +195,28 @@ def test_glu_detector_applies_the_link_rule_on_a_wide_hidden_layer(
     glu = [d for d in reading.directions if d.detector == "glu-dead-dimension"]
     assert len(glu) == n_glu
     assert glu[0].klass == "genuine_singularity" and glu[0].k == 3
+
+
+@pytest.mark.parametrize(
+    "consumer",
+    [
+        lambda bias: torch.nn.Linear(5, 3, bias=bias),
+        lambda bias: torch.nn.Conv1d(5, 3, 3, bias=bias),
+        lambda bias: torch.nn.Conv2d(5, 3, (2, 3), bias=bias),
+    ],
+    ids=["linear", "conv1d", "conv2d"],
+)
+@pytest.mark.parametrize("bias", [True, False])
+def test_input_lift_batch_equals_input_lift_column_by_column(consumer, bias: bool) -> None:
+    """The batched lift (kron over taps as repeat_interleave) against the one-vector lift."""
+    module = consumer(bias).double()
+    gs = torch.randn(5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    batch = link.input_lift_batch(module, gs)
+    single = torch.stack([link.input_lift(module, gs[:, i]) for i in range(4)], 1)
+    taps = module.weight[0, 0].numel()
+    assert batch.shape == (5 * taps + bias, 4)
+    torch.testing.assert_close(batch, single, atol=ATOL_LIFT, rtol=0)
+    # wrong channel count: both decline
+    assert (
+        link.input_lift_batch(module, gs[:4]) is None and link.input_lift(module, gs[:4, 0]) is None
+    )

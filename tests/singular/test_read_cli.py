@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+import types
 from pathlib import Path
 
 import torch
@@ -62,3 +64,34 @@ def test_read_cli_errors(tmp_path: Path) -> None:
     torch.save({"x": torch.randn(4, 9, dtype=torch.float64)}, bad)
     r = runner.invoke(app, ["read", "--model", "zoo:planted-mlp", "--data", str(bad)])
     assert r.exit_code == 2 and "does not fit the model" in r.output
+
+
+def _flat(text: str) -> str:
+    """The error box of the CLI may wrap a long message: join it back into one line."""
+    return " ".join(line.strip(" │╭╮╰╯─") for line in text.splitlines())
+
+
+def test_read_cli_errors_on_model_import_and_data_files(tmp_path: Path, monkeypatch) -> None:
+    runner = CliRunner()
+    env = {"COLUMNS": "200"}
+    r = runner.invoke(app, ["read", "--model", "neuromanifold.no_such_module:f"], env=env)
+    assert r.exit_code == 2 and "cannot import 'neuromanifold.no_such_module:f'" in _flat(r.output)
+    from safetensors.torch import save_file
+
+    st = tmp_path / "probe.safetensors"
+    save_file({"inputs": torch.randn(4, 5, dtype=torch.float64)}, str(st))
+    r = runner.invoke(app, ["read", "--model", "zoo:planted-mlp", "--data", str(st)], env=env)
+    assert r.exit_code == 2
+    assert "holds ['inputs']; expected a tensor named 'x'" in _flat(r.output)
+    pt = tmp_path / "probe.pt"
+    torch.save({"inputs": torch.randn(4, 5, dtype=torch.float64)}, pt)
+    r = runner.invoke(app, ["read", "--model", "zoo:planted-mlp", "--data", str(pt)], env=env)
+    assert r.exit_code == 2 and "holds keys ['inputs']; expected a key 'x'" in _flat(r.output)
+    # a factory that returns a bare module (no probe set) needs --data
+    fake = types.ModuleType("_nm_fake_models")
+    fake.bare = lambda: torch.nn.Linear(4, 2).double()
+    monkeypatch.setitem(sys.modules, "_nm_fake_models", fake)
+    r = runner.invoke(app, ["read", "--model", "_nm_fake_models:bare"], env=env)
+    assert r.exit_code == 2 and "this model ships no probe data: pass --data PATH" in _flat(
+        r.output
+    )

@@ -19,7 +19,10 @@ from neuromanifold.linear.metric import (
 )
 
 ATOL_EXACT = 1e-12
-RTOL_IDENTITY = 1e-10  # metric identities involve K⁺, relative to the condition number scale
+# metric identities involve K⁺: error relative to the condition number scale
+# (measured over 10 seeds: ≤ 1.7e-16 · cond for GK = P, ≤ 1.0e-16 · cond · max K for KGK = K,
+# ≤ 2.9e-16 · ‖∇ℓ‖ · cond for the Riemannian-gradient identity)
+RTOL_IDENTITY = 1e-13
 RTOL_SUBSPACE = 1e-10  # distance between orthogonal projectors
 
 REGULAR = [

@@ -29,7 +29,6 @@ __all__ = [
     "mu",
     "mul_dilated",
     "poly_mul",
-    "prefix_suffix_products",
 ]
 
 
@@ -108,26 +107,6 @@ def dilated_factors(arch: LCN, theta: Sequence[Any]) -> list[np.ndarray]:
     """``[w_l(z^{S_{l−1}})]_l``: each layer's filter dilated by its ``S_{l−1}``."""
     th = validate_params(arch, theta)
     return [dilate(w, S) for w, S in zip(th, arch.dilations, strict=True)]
-
-
-def prefix_suffix_products(
-    factors: Sequence[np.ndarray],
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Prefix products ``P_l = Π_{m<l} f_m`` and suffix products ``Q_l = Π_{m>l} f_m``.
-
-    Both lists have one entry per factor (the empty product is the constant 1 array). Then
-    ``Π_{m≠l} f_m = P_l · Q_l`` for every ``l``, using ``O(L)`` polynomial products in all.
-    """
-    ndim = factors[0].ndim
-    one = np.ones((1,) * ndim)
-    pre = [one]
-    for f in factors[:-1]:
-        pre.append(poly_mul(pre[-1], f))
-    suf = [one]
-    for f in reversed(factors[1:]):
-        suf.append(poly_mul(f, suf[-1]))
-    suf.reverse()
-    return pre, suf
 
 
 def mu(arch: LCN, theta: Sequence[Any]) -> np.ndarray:

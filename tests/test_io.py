@@ -10,7 +10,6 @@ import types
 
 import pytest
 import torch
-from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from neuromanifold.io import (
@@ -167,12 +166,6 @@ def test_hf_directory_without_weights_is_value_error(tmp_path) -> None:
     assert type(model.model).__name__ == "BertModel" and _same(model.model, state)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=SafetensorError,
-    reason="io._from_huggingface converts only OSError/ValueError; the SafetensorError raised for "
-    "a corrupt model.safetensors inside the directory escapes unconverted (io.py finding)",
-)
 def test_hf_directory_with_corrupt_weights_is_value_error(tmp_path) -> None:
     transformers = _transformers_or_skip()
     _tiny_bert_config(transformers).save_pretrained(str(tmp_path))

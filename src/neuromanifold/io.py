@@ -217,13 +217,15 @@ def _from_huggingface(
     if cls is None or not hasattr(cls, "from_pretrained"):
         cls = transformers.AutoModel
     kwargs = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
+    from safetensors import SafetensorError  # a corrupt model.safetensors in the directory
+
     try:
         if with_weights:
             return cls.from_pretrained(str(directory), local_files_only=True, **kwargs)
         if cls is transformers.AutoModel:
             return cls.from_config(config, **kwargs)
         return cls._from_config(config, **kwargs)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, SafetensorError) as err:
         raise ValueError(f"cannot load the Hugging Face model in {directory}: {err}") from err
 
 

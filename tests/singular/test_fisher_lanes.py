@@ -313,7 +313,7 @@ def test_sweep_lanes_lowered_by_the_policy_keep_the_values(monkeypatch: pytest.M
     assert not narrow.t_batched
     for other in (wide, narrow):
         for a, b in zip(one.F, other.F, strict=True):
-            assert b == pytest.approx(a, rel=RTOL_GROUPING)
+            assert b == pytest.approx(a, rel=RTOL_GROUPING, abs=0.0)
 
 
 def test_zero_tangents_downstream_leave_the_values_unchanged(
@@ -339,7 +339,7 @@ def test_zero_tangents_downstream_leave_the_values_unchanged(
     line_touched = sweep(model, params, u, x, fam, grid=grid, t_batch=2).F
     torch.testing.assert_close(extended, touched_only, rtol=RTOL_GROUPING, atol=0.0)
     for p, q in zip(line, line_touched, strict=True):
-        assert p == pytest.approx(q, rel=RTOL_GROUPING)
+        assert p == pytest.approx(q, rel=RTOL_GROUPING, abs=0.0)
 
 
 class IntScaled(nn.Module):
@@ -363,7 +363,7 @@ def test_integer_parameters_downstream_get_no_tangent() -> None:
     # F_u = (1/N) Σ_i ‖k · u x_i‖² / σ² with u = 𝟙/√6
     want = (9.0 / 6.0) * float((x.sum(1) ** 2).mean()) * 2
     got = directional_fisher(model, params, u, x, Gaussian())
-    assert float(got) == pytest.approx(want, rel=RTOL_ORACLE)
+    assert float(got) == pytest.approx(want, rel=RTOL_ORACLE, abs=0.0)
 
 
 def test_error_tangent_keys_names_an_unknown_parameter() -> None:

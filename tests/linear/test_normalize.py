@@ -41,15 +41,20 @@ def test_normal_architecture_unchanged_and_ntk_differs_when_reduced() -> None:
     arch = LCN((3, 2), (2,))
     assert not reduce_lcn(arch).changed
     assert reduce_lcn(LCN((3, 2), (2, 4))).changed  # only s_L differs
-    # a scalar layer contributes its own column v / c to J, so the NTK changes: K = K_red + v vᵀ/c²
+    # a scalar layer c scales the other layers' Jacobian blocks by c and contributes its own
+    # column v / c to J, so the NTK changes: K = c²·K_red + v vᵀ/c² (here c = 2)
     with_scalar = LCN((3, 1, 2), (2, 1))
     red = reduce_lcn(with_scalar)
     theta = [np.array([1.0, -0.5, 2.0]), np.array([2.0]), np.array([0.5, 1.0])]
     kept, scale = reduce_params(red, theta)
     v = mu(with_scalar, theta)
-    K_red = scale**2 * ntk(red.reduced, kept)  # the scalar rescales every other block by c²
+    assert scale == 2.0
+    K = ntk(with_scalar, theta)
     np.testing.assert_allclose(
-        ntk(with_scalar, theta), K_red + np.outer(v, v) / 4.0, rtol=0, atol=ATOL_EXACT * 100
+        K,
+        scale**2 * ntk(red.reduced, kept) + np.outer(v, v) / scale**2,
+        rtol=0,
+        atol=ATOL_EXACT * np.max(np.abs(K)),
     )
 
 

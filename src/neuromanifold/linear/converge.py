@@ -2,10 +2,11 @@
 
 Loss ``ℓ(v) = ½‖A v − b‖²`` (one random tall ``A``, ``b`` per experiment), parameter flow
 ``θ̇ = −Jμ(θ)ᵀ Aᵀ(Aμ(θ) − b)`` from several random initialisations. Each run is integrated with
-LSODA (``rtol = 1e-11``; stiff phases switch to BDF, whose Jacobian is the central-difference
-Hessian of L) until ``‖∇L(θ)‖ ≤ grad_tol`` (a terminal event) or ``t_max``. At the end point the
-run records the gradient norm, ``rank Jμ`` against ``dim M`` (singular values above
-``RANK_RTOL · σ_max``), ``‖v‖``, ``ℓ(v)`` next to ``ℓ(0) = ½‖b‖²``, and the largest drift
+LSODA (``rtol = 1e-11``; stiff phases switch to BDF, whose Jacobian is that of the right-hand side
+``−∇L``, i.e. minus the central-difference Hessian of L) until ``‖∇L(θ)‖ ≤ grad_tol`` (a terminal
+event) or ``t_max``. At the end point the run records the gradient norm, ``rank Jμ`` against
+``dim M`` (singular values above ``RANK_RTOL · σ_max``), ``‖v‖``, ``ℓ(v)`` next to
+``ℓ(0) = ½‖b‖²``, and the largest drift
 ``max_t ‖δ(θ(t)) − δ(θ(0))‖_∞`` of the conserved invariants over the solver's steps.
 
 For 1-D LCNs the gradient is evaluated by a fast path (prefix/suffix polynomial products and one

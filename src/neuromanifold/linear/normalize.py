@@ -9,8 +9,10 @@ strides are ``S^{(j_{i+1})} / S^{(j_i)}`` and
 ``μ(θ) = (Π_{scalar layers} c_l) · dilate(μ_red(θ_kept), S^{(j_1)})``,
 
 i.e. ``v`` is the reduced filter, dilated by the dilation of the first kept layer and scaled.
-The reduction preserves ``μ`` (up to this fixed embedding), **not** the NTK: a scalar layer has its
-own Jacobian column ``v / c`` and so adds ``v vᵀ / c²`` to ``K``. Geometry computed on the reduced
+The reduction preserves ``μ`` (up to this fixed embedding), **not** the NTK: a scalar layer ``c``
+multiplies the Jacobian blocks of all other layers by ``c`` and has its own Jacobian column
+``v / c``: with one scalar layer, ``K = c²·K_red + v vᵀ / c²`` (``K_red`` the NTK of the network
+without that layer, embedded like ``v``). Geometry computed on the reduced
 architecture is the geometry of the network the paper studies, and the report says which
 layers were dropped.
 """

@@ -13,13 +13,13 @@ import torch
 
 from neuromanifold.singular.coordinate_scan import coordinate_scan
 from neuromanifold.singular.direction import read_direction
-from neuromanifold.singular.family import Categorical
+from neuromanifold.singular.family import Categorical, check_family
 
 __all__ = ["hidden_probes"]
 
 
 def hidden_probes(
-    model: Any, x: Any, factors: Any, *, grid: Any = None, index: int = 0
+    model: Any, x: Any, factors: Any, *, grid: Any = None, index: int = 0, family: Any = None
 ) -> list[dict[str, Any]]:
     """Read the hidden layer's weakest direction of each MLP block as a node-death probe.
 
@@ -31,7 +31,15 @@ def hidden_probes(
     and read the rotated node-death direction ``ΔW₁ = v aᵀ`` (with ``Δb₁ = v a_bias``),
     ``ΔW₂ = g vᵀ`` (equal halves, unit norm) unsnapped and snapped, beside the coordinate scan
     of ``fc1`` and ``fc2``. Returns one JSON-safe dict per block.
+
+    ``family`` is the output family of the reads and must be the one ``factors`` were computed
+    with (``G₂`` depends on it); ``None`` means `Categorical` (the demo's classifiers).
+    Blocks are modules with ``fc1`` and ``fc2`` children, both in ``factors``, ``fc1`` with a bias.
+
+    Raises:
+        TypeError: ``family`` is not an output family.
     """
+    family = Categorical() if family is None else check_family(family)
     work = copy.deepcopy(model).double().eval()
     params = {k: v.detach() for k, v in work.named_parameters()}
     xd = x.double()
@@ -60,7 +68,7 @@ def hidden_probes(
         }
         g_list = None if grid is None else list(grid)
         for snap in (False, True):
-            r = read_direction(work, params, u, xd, Categorical(), grid=g_list, snap=snap)
+            r = read_direction(work, params, u, xd, family, grid=g_list, snap=snap)
             entry["snapped" if snap else "unsnapped"] = {
                 "k": r.k,
                 "k_hat": r.k_hat,
@@ -68,7 +76,7 @@ def hidden_probes(
                 "class": r.klass.value,
                 "offset": r.offset,
             }
-        scan = coordinate_scan(work, xd, Categorical(), layers=[p1, p2], grid=g_list)
+        scan = coordinate_scan(work, xd, family, layers=[p1, p2], grid=g_list)
         entry["scan"] = {
             layer: {"best_k": scan.best_k(layer), "classes": scan.classes(layer)}
             for layer in (p1, p2)

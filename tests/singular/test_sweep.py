@@ -38,11 +38,11 @@ def test_default_grid_scaled_by_rms_of_touched_blocks() -> None:
     }
     u = {"a": torch.tensor([1.0, 0.0]), "b": torch.tensor([0.0, 1.0]), "c": torch.zeros(5)}
     rho = math.sqrt((9 + 16) / 4)
-    assert weight_scale(params, u) == pytest.approx(rho, rel=RTOL_EXACT)
+    assert weight_scale(params, u) == pytest.approx(rho, rel=RTOL_EXACT, abs=0)
     g = default_grid(params, u)
     assert g.shape == (32,) and g.dtype == D
-    assert float(g[0]) == pytest.approx(1e-4 * rho, rel=RTOL_EXACT)
-    assert float(g[-1]) == pytest.approx(rho, rel=RTOL_EXACT)
+    assert float(g[0]) == pytest.approx(1e-4 * rho, rel=RTOL_EXACT, abs=0)
+    assert float(g[-1]) == pytest.approx(rho, rel=RTOL_EXACT, abs=0)
     ratios = g[1:] / g[:-1]
     torch.testing.assert_close(
         ratios, torch.full_like(ratios, 10 ** (4 / 31)), rtol=RTOL_EXACT, atol=0
@@ -84,7 +84,7 @@ def test_base_shift_moves_the_base_point() -> None:
         base_shift=s,
     )
     for t, f in zip(sw.ts, sw.F, strict=True):
-        assert f == pytest.approx(4 * (s + t) ** 2, rel=RTOL_EXACT)
+        assert f == pytest.approx(4 * (s + t) ** 2, rel=RTOL_EXACT, abs=0)
     assert sw.base_shift == s
 
 
@@ -102,7 +102,7 @@ def test_floor_is_eps_scaled_and_a_flat_direction_sits_below_it() -> None:
     assert sw.random_fisher > 0
     assert sw.scale == max(sw.random_fisher, max(sw.F))
     assert sw.floor == pytest.approx(
-        (FLOOR_EPS_MULTIPLE * EPS64) ** 2 * sw.scale, rel=RTOL_SAME_PRODUCT
+        (FLOOR_EPS_MULTIPLE * EPS64) ** 2 * sw.scale, rel=RTOL_SAME_PRODUCT, abs=0
     )
     assert max(sw.F) <= 10 * sw.floor
 
@@ -220,7 +220,7 @@ def test_t_batching_and_chunking_do_not_change_values() -> None:
         other = sweep(model, p, u, x, Categorical(), **kwargs)
         assert other.t_batched
         for a, b in zip(one.F, other.F, strict=True):
-            assert b == pytest.approx(a, rel=RTOL_BATCHING)
+            assert b == pytest.approx(a, rel=RTOL_BATCHING, abs=0)
 
 
 def test_t_batching_falls_back_when_the_model_cannot_be_vmapped() -> None:

@@ -142,21 +142,23 @@ def test_mlp_usage_matches_closed_form_contributions() -> None:
     peak = max(c)
     assert usage.hidden == hidden
     for j in range(hidden):
-        assert usage.relative_contribution[j] == pytest.approx(c[j] / peak, rel=RTOL_USAGE), j
+        assert usage.relative_contribution[j] == pytest.approx(
+            c[j] / peak, rel=RTOL_USAGE, abs=0
+        ), j
     pr = sum(v**2 for v in c) ** 2 / sum(v**4 for v in c)
-    assert usage.participation_ratio == pytest.approx(pr, rel=RTOL_USAGE)
+    assert usage.participation_ratio == pytest.approx(pr, rel=RTOL_USAGE, abs=0)
     assert usage.compressed == sum(v / peak < 0.5 for v in c)
     # equal contributions: same bias everywhere, unit-norm columns of W₂ -> PR = H, none compressed
     unit = w2 / w2.norm(dim=0, keepdim=True)
     equal = _usage_with_constant_hidden(torch.full((hidden,), 0.7, dtype=torch.float64), unit)
-    assert equal.participation_ratio == pytest.approx(hidden, rel=RTOL_USAGE)
+    assert equal.participation_ratio == pytest.approx(hidden, rel=RTOL_USAGE, abs=0)
     assert equal.compressed == 0
-    assert all(r == pytest.approx(1.0, rel=RTOL_USAGE) for r in equal.relative_contribution)
+    assert all(r == pytest.approx(1.0, rel=RTOL_USAGE, abs=0) for r in equal.relative_contribution)
     # one unit alone carries output: PR = 1 and the other H − 1 units are compressed
     lone = unit.clone()
     lone[:, 1:] = 0.0
     one = _usage_with_constant_hidden(torch.full((hidden,), 0.7, dtype=torch.float64), lone)
-    assert one.participation_ratio == pytest.approx(1.0, rel=RTOL_USAGE)
+    assert one.participation_ratio == pytest.approx(1.0, rel=RTOL_USAGE, abs=0)
     assert one.compressed == hidden - 1
 
 

@@ -71,18 +71,18 @@ def test_lr_schedule_shape() -> None:
     """Warm-up (s + 1)/W for s < W, then f + (1 − f)(1 + cos(π·(s − W)/(S − 1 − W)))/2."""
     cfg = TrainConfig(steps=110, warmup_steps=10, final_lr_fraction=0.1)
     f, w, span = 0.1, 10, 110 - 1 - 10
-    assert lr_factor(0, cfg) == pytest.approx(0.1, rel=RTOL_SCHEDULE)
-    assert lr_factor(9, cfg) == pytest.approx(1.0, rel=RTOL_SCHEDULE)
-    assert lr_factor(10, cfg) == pytest.approx(1.0, rel=RTOL_SCHEDULE)
-    assert lr_factor(109, cfg) == pytest.approx(0.1, rel=RTOL_SCHEDULE)
+    assert lr_factor(0, cfg) == pytest.approx(0.1, rel=RTOL_SCHEDULE, abs=0)
+    assert lr_factor(9, cfg) == pytest.approx(1.0, rel=RTOL_SCHEDULE, abs=0)
+    assert lr_factor(10, cfg) == pytest.approx(1.0, rel=RTOL_SCHEDULE, abs=0)
+    assert lr_factor(109, cfg) == pytest.approx(0.1, rel=RTOL_SCHEDULE, abs=0)
     mid = lr_factor(10 + 99 // 2, cfg)  # r = 49/99
     assert mid == pytest.approx(
         f + (1 - f) * (1 + math.cos(math.pi * 49 / 99)) / 2, rel=RTOL_SCHEDULE
     )
     for s in range(110):
         law = (s + 1) / w if s < w else f + (1 - f) * (1 + math.cos(math.pi * (s - w) / span)) / 2
-        assert lr_factor(s, cfg) == pytest.approx(law, rel=RTOL_SCHEDULE), s
-    assert lr_factor(500, cfg) == pytest.approx(f, rel=RTOL_SCHEDULE)  # r is capped at 1
+        assert lr_factor(s, cfg) == pytest.approx(law, rel=RTOL_SCHEDULE, abs=0), s
+    assert lr_factor(500, cfg) == pytest.approx(f, rel=RTOL_SCHEDULE, abs=0)  # r is capped at 1
     const = TrainConfig(steps=50, warmup_steps=0, schedule="constant")
     assert {lr_factor(s, const) for s in range(50)} == {1.0}
 

@@ -70,7 +70,9 @@ def test_node_death(activation: str) -> None:
     ]
     a, cf = assemble(loci), one_hidden_node(activation)
     assert (a.lam, a.m) == (cf.lam, cf.m)
-    assert a.dominant_order == p and a.nu_universal == nu(p)
+    # spec §5: the diagonal of the crossing {a = 0} ∩ {b = 0} has order 1 + p, and ν is ν(1 + p)
+    assert a.dominant_order == 1 + p and a.nu_universal == nu(1 + p)
+    assert a.dominant_block == "unit" and a.blocks[0].diagonal_order == 1 + p
 
 
 @pytest.mark.parametrize("depth", [2, 3, 4, 5, 6])
@@ -78,6 +80,7 @@ def test_width_one_chain(depth: int) -> None:
     loci = [Locus(f"w{i}", "genuine", orders=(1,), block="chain") for i in range(depth)]
     a = assemble(loci)
     assert (a.lam, a.m) == (width_one_chain(depth).lam, width_one_chain(depth).m)
+    assert a.dominant_order == depth and a.nu_universal == nu(depth)
     cf = deep_linear([1] * (depth + 1), 0)
     assert (a.lam, a.m) == (cf.lam, cf.m)
 
@@ -127,7 +130,9 @@ def test_rules_additive_crossing_regular_gauge() -> None:
     ]
     a = assemble(loci)
     assert (a.lam, a.m) == (additive([2, 3], regular_dims=2).lam, 1)
+    # dominant block: the smallest λ_block (y: 1/6 < x: 1/4), diagonal order 3
     assert a.regular_dims == 2 and a.gauge == ("shift",) and a.dominant_order == 3
+    assert a.dominant_block == "y" and a.nu_universal == nu(3)
     # Crossing: components in one block; two crossings of multiplicity 2 and 3 add.
     b = assemble(
         [
@@ -137,7 +142,49 @@ def test_rules_additive_crossing_regular_gauge() -> None:
     )
     assert b.lam == normal_crossing([1, 1]).lam + normal_crossing([2, 2, 1]).lam
     assert b.m == 1 + (2 - 1) + (2 - 1)
-    assert assemble([]).lam == 0 and assemble([]).m == 1 and assemble([]).nu_universal == 0.5
+    # c2 (λ = 1/4) dominates c1 (λ = 1/2); its diagonal order is 2 + 2 + 1
+    assert b.dominant_block == "c2" and b.dominant_order == 5 and b.nu_universal == nu(5)
+    empty = assemble([])
+    assert (empty.lam, empty.m, empty.dominant_order, empty.nu_universal) == (0, 1, 1, 0.5)
+    assert empty.dominant_block is None
+
+
+def test_dominant_block_with_component_dims() -> None:
+    # (k, d) = (2, 3), (1, 1): slices 3/4 and 1/2, λ = 1/2 from the order-1 component; the
+    # dominant order is the diagonal order 2 + 1 = 3, not the largest component order.
+    a = assemble([Locus("x", "genuine", orders=(2, 1), dims=(3, 1), block="u")])
+    assert (a.lam, a.m) == (Fraction(1, 2), 1)
+    assert a.dominant_order == 3 and a.nu_universal == nu(3)
+    # A wide block with a large order loses to a scalar block with a smaller λ.
+    wide = Locus("wide", "genuine", orders=(4, 1), dims=(6, 5), block="wide")  # λ = 3/4
+    node = Locus("node", "genuine", orders=(1, 1), block="node")  # λ = 1/2, k_diag = 2
+    a = assemble([wide, node])
+    assert a.lam == Fraction(3, 4) + Fraction(1, 2) and a.m == 1 + 0 + 1
+    assert a.dominant_block == "node" and a.dominant_order == 2 and a.nu_universal == nu(2)
+
+
+def test_dominant_block_ties_take_the_largest_diagonal_order() -> None:
+    # λ_block = 1/2 for both; the width-one chain of depth 3 has the larger diagonal order.
+    loci = [
+        Locus("node", "genuine", orders=(1, 1), block="node"),
+        Locus("chain", "genuine", orders=(1, 1, 1), block="chain"),
+        Locus("reg", "regular", dim=3),
+    ]
+    a = assemble(loci)
+    assert a.lam == Fraction(1, 2) + Fraction(1, 2) + Fraction(3, 2)
+    assert a.dominant_block == "chain" and a.dominant_order == 3 and a.nu_universal == nu(3)
+    # equal λ and equal diagonal order: the first listed block
+    twins = assemble([Locus(f"n{j}", "genuine", orders=(1, 1), block=f"n{j}") for j in (0, 1)])
+    assert twins.dominant_block == "n0" and twins.dominant_order == 2
+
+
+def test_nu_not_computed_beyond_k_max() -> None:
+    from neuromanifold.singular.nu import K_MAX
+
+    a = assemble([Locus("deep", "genuine", orders=(1,) * (K_MAX + 1), block="chain")])
+    assert a.dominant_order == K_MAX + 1 and a.nu_universal is None
+    assert any(f"> K_MAX = {K_MAX}" in n for n in a.notes)
+    assert a.to_dict()["nu_universal"] is None
 
 
 def test_result_fields_and_json() -> None:
@@ -146,6 +193,8 @@ def test_result_fields_and_json() -> None:
     d = a.to_dict()
     assert d["lambda"] == "1/4" and d["lambda_float"] == 0.25 and d["m"] == 1
     assert d["blocks"][0]["orders"] == [1, 2] and "single-locus" in d["assumption"]
+    assert d["blocks"][0]["diagonal_order"] == 3 and d["dominant_order"] == 3
+    assert d["dominant_block"] == "u" and d["nu_universal"] == nu(3)
     loc = Locus("a", "genuine", orders=(1, 2), dims=(3, 1), block="u")
     assert Locus.from_dict(loc.to_dict()) == loc
 
@@ -195,7 +244,9 @@ def test_loci_from_stand_in_records() -> None:
     a = assemble_from_reading(records)  # the live record counts 1/2
     assert a.lam == expected + Fraction(1, 2)
     assert a.m == 1 + (2 - 1) + 0 + (3 - 1)
-    assert a.dominant_order == 2 and "skipped" in a.notes[0]
+    # dominant: the squared-ReLU death (λ = 1/4), read order 3 = its diagonal order 1 + 2
+    assert a.dominant_order == 3 and a.nu_universal == nu(3) and "skipped" in a.notes[0]
+    assert [blk.diagonal_order for blk in a.blocks] == [2, 3, 3]  # the read orders k
     b = assemble_from_reading(records, regular_dims=4)  # the caller's count replaces it
     assert b.lam == expected + Fraction(4, 2) and any("live direction" in n for n in b.notes)
     with pytest.raises(ValueError, match="regular_dims must be an int >= 0 or None"):
@@ -207,6 +258,7 @@ def test_component_dims_give_rrr_single_dead_unit() -> None:
     rec = [_rec("genuine_singularity", 2, ("0", "1"))]
     a = assemble_from_reading(rec, regular_dims=2 * (5 + 4 - 2), component_dims={0: (3, 2)})
     assert (a.lam, a.m) == (rrr(5, 3, 4, 2).lam, rrr(5, 3, 4, 2).m)
+    assert a.dominant_order == 2 and a.nu_universal == nu(2)  # the read order, not max k_i = 1
     with pytest.raises(ValueError, match=r"component_dims\[0\] must have 2 entries"):
         assemble_from_reading(rec, component_dims={0: (3,)})
     with pytest.raises(TypeError, match="reading must be a Reading"):
@@ -235,9 +287,12 @@ def test_assembly_from_real_direction_read_equals_closed_form(name: str) -> None
     a = assemble_from_reading([r])
     if name.startswith("node_death"):
         cf = one_hidden_node(name.removeprefix("node_death_"))
+        k_diag = 3 if name.endswith("relu2") else 2  # 1 + p
     else:
-        cf = width_one_chain(int(name.removeprefix("scalar_chain_L")))
+        k_diag = int(name.removeprefix("scalar_chain_L"))
+        cf = width_one_chain(k_diag)
     assert (a.lam, a.m) == (cf.lam, cf.m), (r.k, r.klass)
+    assert a.dominant_order == k_diag == r.k and a.nu_universal == nu(k_diag)
 
 
 @pytest.mark.parametrize("depth", [2, 3, 4])
@@ -253,6 +308,7 @@ def test_assembly_from_whole_model_read_equals_deep_linear_closed_form(depth: in
     cf = deep_linear([width] * (depth + 1), r)
     assert a.lam == cf.lam
     assert a.m == depth  # the dead path is a crossing of `depth` order-1 components
+    assert a.dominant_order == depth and a.nu_universal == nu(depth)  # read along the diagonal
     if depth == 2:
         assert a.m == cf.m
 
@@ -276,3 +332,5 @@ def test_assembly_from_whole_model_read_of_node_death_equals_closed_form(activat
     reading = read(cell.model, cell.data, cell.family, progress=False)
     a, cf = assemble_from_reading(reading), one_hidden_node(activation)
     assert (a.lam, a.m) == (cf.lam, cf.m)
+    k_diag = 3 if activation == "relu2" else 2
+    assert a.dominant_order == k_diag and a.nu_universal == nu(k_diag)

@@ -85,14 +85,39 @@ def test_read_from_saved_reading(tmp_path: Path) -> None:
     res = runner.invoke(app, ["triple", "read", "--reading", str(path), "--json", "-"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
-    assert (data["lambda"], data["m"], data["dominant_order"]) == ("1/4", 1, 2)
+    # squared-ReLU node death read at k = 3: components (1, 2), λ = 1/4, ν of the read order 3
+    assert (data["lambda"], data["m"], data["dominant_order"]) == ("1/4", 1, 3)
+    assert data["nu_universal"] == nu(3) and data["blocks"][0]["diagonal_order"] == 3
     res = runner.invoke(app, ["triple", "read", "--reading", str(path), "--regular-dims", "3"])
     assert res.exit_code == 0 and "λ = 7/4" in res.output and "single-locus" in res.output
+    assert f"diagonal order k = Σ k_i = 3, ν(k) = {nu(3):.6f}" in res.output
     res = runner.invoke(app, ["triple", "read", "--reading", str(path), "--regular-dims", "-1"])
     assert res.exit_code != 0 and "--regular-dims must be >= 0" in " ".join(res.output.split())
+    live = tmp_path / "live.json"
+    live.write_text(json.dumps({**reading, "directions": reading["directions"][1:]}))
+    res = runner.invoke(app, ["triple", "read", "--reading", str(live)])
+    assert res.exit_code == 0 and "no genuine block: ν = 0.500000 (regular)" in res.output
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
     res = runner.invoke(app, ["triple", "read", "--reading", str(bad)])
     assert res.exit_code != 0 and "directions" in res.output
     res = runner.invoke(app, ["triple", "read", "--reading", str(tmp_path / "missing.json")])
     assert res.exit_code != 0 and "readable Reading JSON" in " ".join(res.output.split())
+
+
+def test_read_node_death_reports_nu_of_the_read_order(tmp_path: Path) -> None:
+    # σ'(0) ≠ 0 node death read at k = 2 across two layers: λ = 1/2, m = 2 and ν(2), not ν(1).
+    reading = {
+        "directions": [
+            {"class": "genuine_singularity", "k": 2, "layer": "fc1", "layers": ["fc1", "fc2"]}
+        ],
+        "not_covered": [],
+        "meta": {},
+    }
+    path = tmp_path / "node.json"
+    path.write_text(json.dumps(reading))
+    res = runner.invoke(app, ["triple", "read", "--reading", str(path)])
+    assert res.exit_code == 0, res.output
+    assert "λ = 1/2 (0.5), m = 2" in res.output
+    assert f"diagonal order k = Σ k_i = 2, ν(k) = {nu(2):.6f}" in res.output
+    assert "orders (1, 1), dims (1, 1) -> λ = 1/2, m = 2, diagonal order 2" in res.output

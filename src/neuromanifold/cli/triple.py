@@ -6,7 +6,9 @@ JSON outputs (``--json PATH``; ``-`` writes to stdout):
 * ``triple rrr`` / ``triple dln``: ``{"lambda": "13/2", "lambda_float": 6.5, "m": 2, "model": …,
   "case": …, "m_restated": …, "caveat": …}`` — ``lambda`` is the exact fraction as a string,
   ``lambda_float`` its float value.
-* ``triple read``: the :class:`~neuromanifold.singular.assembly.Assembly` JSON of a saved Reading.
+* ``triple read``: the :class:`~neuromanifold.singular.assembly.Assembly` JSON of a saved Reading
+  (``dominant_order`` is the diagonal order Σ k_i of the smallest-λ genuine block, ``nu_universal``
+  ν of that order; see docs/triple.md).
 """
 
 from __future__ import annotations
@@ -158,12 +160,20 @@ def read_cmd(
         raise typer.BadParameter(f"--regular-dims must be >= 0, got {regular_dims}")
     result = assemble_from_reading(data, regular_dims=regular_dims)
     if json_path != "-":
-        typer.echo(
-            f"λ = {result.lam} ({float(result.lam):.6g}), m = {result.m}, dominant order "
-            f"k = {result.dominant_order}, ν(k) = {result.nu_universal:.6f}"
-        )
+        nu_text = "not computed" if result.nu_universal is None else f"{result.nu_universal:.6f}"
+        typer.echo(f"λ = {result.lam} ({float(result.lam):.6g}), m = {result.m}")
+        if result.dominant_block is None:
+            typer.echo(f"no genuine block: ν = {nu_text} (regular)")
+        else:
+            typer.echo(
+                f"dominant block {result.dominant_block} (smallest λ_block): diagonal order "
+                f"k = Σ k_i = {result.dominant_order}, ν(k) = {nu_text} (universal upper reference)"
+            )
         for b in result.blocks:
-            typer.echo(f"  block {b.block}: orders {b.orders} -> λ = {b.lam}, m = {b.m}")
+            typer.echo(
+                f"  block {b.block}: orders {b.orders}, dims {b.dims} -> λ = {b.lam}, m = {b.m}, "
+                f"diagonal order {b.diagonal_order}"
+            )
         for note in result.notes:
             typer.echo(f"  note: {note}")
         typer.echo(result.assumption)

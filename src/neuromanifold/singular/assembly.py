@@ -19,15 +19,26 @@ Rules (spec §5; Watanabe's volume laws, with the crossing rule's Jacobian weigh
 
 Single-locus assumption: m is read from the enumerated structure as if each block were one
 crossing through θ* (no further loci meeting it); the result states this in ``assumption``.
-``nu_universal`` is ν(k) of the dominant order k (the largest component order), the universal
-upper reference for the fluctuation of that direction, not the realized value.
+
+Dominant order and ν (spec §0 "k fixes the universal ν(k)", §5 operational reading): the
+*dominant block* is the genuine block with the smallest λ_block (ties: the largest diagonal
+order, then the first listed). Its *diagonal order* k_diag = Σ_i k_i is the order a read along
+the block's diagonal measures (a node death a·σ(b·) with σ of leading order p: components
+(1, p), k_diag = 1 + p; a width-one chain of depth L: k_diag = L). ``dominant_order`` is that
+k_diag and ``nu_universal`` = ν(k_diag), the universal upper reference for the fluctuation of
+the dominant dead direction, not the realized value (see
+:mod:`neuromanifold.singular.realized_nu`). Note that k_diag is not the order entering λ: the
+crossing's λ_block = min_i d_i/(2k_i) uses the component orders. With no genuine block,
+``dominant_order`` = 1 and ν = 1/2 (regular); when k_diag exceeds
+:data:`~neuromanifold.singular.nu.K_MAX`, ν is not computed (``None``, with a note).
 
 References: S. Watanabe, Algebraic Geometry and Statistical Learning Theory (2009);
 T. P. Shirodkar, arXiv:2606.05957 (volume laws), arXiv:2607.00603 (assembly from orders).
 
 >>> node = Locus("unit0", "genuine", orders=(1, 1), block="unit0")
->>> assemble([node]).lam, assemble([node]).m
-(Fraction(1, 2), 2)
+>>> a = assemble([node])
+>>> a.lam, a.m, a.dominant_order, round(a.nu_universal, 6)
+(Fraction(1, 2), 2, 2, 0.172973)
 """
 
 from __future__ import annotations
@@ -37,7 +48,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
-from neuromanifold.singular.nu import nu
+from neuromanifold.singular.nu import K_MAX, nu
 
 __all__ = [
     "SINGLE_LOCUS_ASSUMPTION",
@@ -131,7 +142,11 @@ class Locus:
 
 @dataclass(frozen=True)
 class BlockTriple:
-    """One crossing block: its components (k_i, d_i), λ_block, m_block and the loci in it."""
+    """One crossing block: its components (k_i, d_i), λ_block, m_block and the loci in it.
+
+    ``diagonal_order`` (derived) is k_diag = Σ_i k_i, the order of the block's diagonal
+    direction (the order a read along it measures).
+    """
 
     block: str
     orders: tuple[int, ...]
@@ -140,12 +155,18 @@ class BlockTriple:
     m: int
     loci: tuple[str, ...]
 
+    @property
+    def diagonal_order(self) -> int:
+        """k_diag = Σ_i k_i (spec §5: the diagonal of a crossing has the summed order)."""
+        return sum(self.orders)
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON form (λ as a string fraction and a float)."""
+        """JSON form (λ as a string fraction and a float; ``diagonal_order`` = Σ k_i)."""
         return {
             "block": self.block,
             "orders": list(self.orders),
             "dims": list(self.dims),
+            "diagonal_order": self.diagonal_order,
             "lambda": str(self.lam),
             "lambda_float": float(self.lam),
             "m": self.m,
@@ -158,19 +179,23 @@ class Assembly:
     """Global (λ, m) assembled from typed loci, plus ν(k) of the dominant order.
 
     ``lam`` exact; ``regular_dims`` the regular directions counted at 1/2 each; ``gauge`` the
-    gauge loci ignored; ``dominant_order`` the largest component order (1 if none);
-    ``nu_universal`` = ν(dominant_order); ``assumption`` the single-locus statement.
+    gauge loci ignored; ``dominant_block`` the id of the genuine block with the smallest λ_block
+    (ties: the largest diagonal order, then the first listed; ``None`` if no genuine block);
+    ``dominant_order`` its diagonal order k_diag = Σ_i k_i (1 if none); ``nu_universal`` =
+    ν(dominant_order), the universal upper reference (``None`` when k_diag > ``K_MAX``);
+    ``assumption`` the single-locus statement.
     """
 
     lam: Fraction
     m: int
     dominant_order: int
-    nu_universal: float
+    nu_universal: float | None
     blocks: tuple[BlockTriple, ...]
     regular_dims: int
     gauge: tuple[str, ...]
     assumption: str = SINGLE_LOCUS_ASSUMPTION
     notes: tuple[str, ...] = field(default_factory=tuple)
+    dominant_block: str | None = None
 
     @property
     def lam_float(self) -> float:
@@ -183,6 +208,7 @@ class Assembly:
             "lambda": str(self.lam),
             "lambda_float": float(self.lam),
             "m": self.m,
+            "dominant_block": self.dominant_block,
             "dominant_order": self.dominant_order,
             "nu_universal": self.nu_universal,
             "blocks": [b.to_dict() for b in self.blocks],
@@ -237,17 +263,34 @@ def assemble(loci: Iterable[Locus], *, notes: Sequence[str] = ()) -> Assembly:
         )
     lam = sum((b.lam for b in blocks), Fraction(regular_dims, 2))
     m = 1 + sum(b.m - 1 for b in blocks)
-    dominant = max((k for b in blocks for k in b.orders), default=1)
+    notes = list(notes)
+    dom = _dominant(blocks)
+    k_diag = 1 if dom is None else dom.diagonal_order
+    if k_diag <= K_MAX:
+        nu_k: float | None = nu(k_diag)
+    else:
+        nu_k = None
+        notes.append(f"ν(k) not computed: dominant diagonal order {k_diag} > K_MAX = {K_MAX}")
     return Assembly(
         lam=lam,
         m=m,
-        dominant_order=dominant,
-        nu_universal=nu(dominant),
+        dominant_order=k_diag,
+        nu_universal=nu_k,
         blocks=tuple(blocks),
         regular_dims=regular_dims,
         gauge=tuple(gauge),
         notes=tuple(notes),
+        dominant_block=None if dom is None else dom.block,
     )
+
+
+def _dominant(blocks: Sequence[BlockTriple]) -> BlockTriple | None:
+    """The genuine block with the smallest λ_block; ties: largest k_diag, then first listed."""
+    best: BlockTriple | None = None
+    for b in blocks:
+        if best is None or (b.lam, -b.diagonal_order) < (best.lam, -best.diagonal_order):
+            best = b
+    return best
 
 
 _GENUINE = "genuine_singularity"
@@ -301,7 +344,9 @@ def loci_from_reading(
     tensors is a crossing of n components, one per tensor, whose orders add up to the diagonal
     order (spec §5: k_diag = Σ k_i): n − 1 linear factors of order 1 and one factor carrying the
     rest, orders (1, …, 1, k − n + 1) — a node death a·σ(b·) (n = 2, k = 1 + p) gives (1, p),
-    a depth-L linear chain (n = L = k) gives (1, …, 1). Each genuine direction is its own block
+    a depth-L linear chain (n = L = k) gives (1, …, 1). Either way the block's diagonal order
+    Σ_i k_i is the read order k, so the assembly's ``dominant_order`` and ν are those of the
+    order the read measured. Each genuine direction is its own block
     (distinct dead units are independent coordinates). A direction inside one tensor (n = 1) is a
     1-D normal form (k). Live directions are regular (1/2 each) when ``count_live`` (otherwise
     they are only named in the notes); flat and curved gauges contribute nothing. Records with

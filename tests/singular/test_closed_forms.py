@@ -18,7 +18,7 @@ from neuromanifold.singular.closed_forms import (
     width_one_chain,
 )
 
-MAX_WIDTH_DLN_VS_RRR = 6
+MAX_WIDTH_DLN_VS_RRR = 8  # spec §8: the two λ (and m) agree for M, H, N ≤ 8
 
 
 @pytest.mark.parametrize(
@@ -76,9 +76,8 @@ def test_deep_linear_equals_rrr_for_all_three_width_shapes() -> None:
                     a, b = rrr(M, H, N, r), deep_linear([M, H, N], r)
                     assert (a.lam, a.m) == (b.lam, b.m), (M, H, N, r)
                     checked += 1
-    assert checked == sum(
-        min(M, H, N) + 1 for M in range(1, 7) for H in range(1, 7) for N in range(1, 7)
-    )
+    widths = range(1, MAX_WIDTH_DLN_VS_RRR + 1)
+    assert checked == sum(min(M, H, N) + 1 for M in widths for H in widths for N in widths)
 
 
 def test_normal_forms_crossings_additive_regular() -> None:

@@ -9,6 +9,8 @@ import numpy as np
 from typer.testing import CliRunner
 
 from neuromanifold.cli import app
+from neuromanifold.linear import LCN
+from neuromanifold.linear.normalize import normal_form_note
 
 ATOL_EXACT = 1e-12
 runner = CliRunner()
@@ -24,6 +26,21 @@ def test_fiber_command_stride_one_example(tmp_path: Path) -> None:
     assert d["n_points"] == 2 and d["n_distinct_ntks"] == 2
     K = np.array([[2, 1, 0], [1, 7, 1], [0, 1, 5]], dtype=float)
     assert any(np.max(np.abs(np.array(k) - K)) <= ATOL_EXACT for k in d["ntks"])
+
+
+def test_fiber_command_prints_normal_form_note(tmp_path: Path) -> None:
+    # scalar middle layer c = 1.5 and s_L = 5: used as given, and the output says so
+    out = tmp_path / "fiber.json"
+    args = ["lcn", "fiber", "--filters", "2,1,2", "--strides", "2,3,5", "--starts", "4"]
+    res = runner.invoke(
+        app, [*args, "--v", "3,1,0,0,0,0,6,2", "--delta", "1,1", "--json", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    note = normal_form_note(LCN((2, 1, 2), (2, 3, 5)))
+    assert note is not None and f"note: {note}" in " ".join(res.output.split())
+    assert json.loads(out.read_text())["notes"] == [note]
+    res = runner.invoke(app, ["lcn", "fiber", "--filters", "2,2", "--v", "1,1,-2", "--delta", "-3"])
+    assert res.exit_code == 0 and "normal form" not in res.output
 
 
 def test_fiber_command_two_dimensional() -> None:

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from neuromanifold.cli import app
 from neuromanifold.linear import LCN, mu, ntk
+from neuromanifold.linear.normalize import normal_form_note
 
 ATOL_EXACT = 1e-12
 runner = CliRunner()
@@ -94,7 +95,31 @@ def test_critical_point_reported_not_smooth(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     data = json.loads(out.read_text())
     assert data["rank"] == 3 and data["dim_M"] == 4 and data["smooth"] is False
-    assert "smooth point: no" in res.output
+    assert "smooth point (rank Jμ = dim M at θ): no" in res.output
+
+
+def test_crossing_label_says_what_is_checked(tmp_path: Path) -> None:
+    # spec §4.2 crossing: θ is a regular parameter (rank 4 = dim M) although v is a singular
+    # point of M; the label says the check is at θ only and points to `lcn fiber`
+    out = tmp_path / "o.json"
+    args = ["lcn", "ntk", "--filters", "3,2", "--strides", "2", "--theta", "-0.25,0,1;-2.25,1"]
+    res = runner.invoke(app, [*args, "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert data["rank"] == data["dim_M"] == 4 and data["smooth"] is True and data["notes"] == []
+    assert "smooth point (rank Jμ = dim M at θ): yes" in res.output
+    assert "crossings of several fiber components need `lcn fiber`" in res.output
+    assert "normal form" not in res.output
+
+
+def test_not_normal_form_note_printed(tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    args = ["lcn", "ntk", "--filters", "2,1,2", "--strides", "2,3,5", "--theta", "1,2;1.5;3,1"]
+    res = runner.invoke(app, [*args, "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    note = normal_form_note(LCN((2, 1, 2), (2, 3, 5)))
+    assert note is not None and f"note: {note}" in " ".join(res.output.split())
+    assert json.loads(out.read_text())["notes"] == [note]
 
 
 @pytest.mark.parametrize(

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
-from neuromanifold.linear import LCN, dilate, mu, ntk
-from neuromanifold.linear.normalize import reduce_lcn, reduce_params
+from neuromanifold.linear import FC, LCN, dilate, mu, ntk
+from neuromanifold.linear.fiber import fiber_of_params, lcn_fiber
+from neuromanifold.linear.locus import classify_locus
+from neuromanifold.linear.normalize import normal_form_note, reduce_lcn, reduce_params
 
 ATOL_EXACT = 1e-12
 
@@ -64,3 +68,45 @@ def test_error_paths() -> None:
     red = reduce_lcn(LCN((2, 1), (1,)))
     with pytest.raises(ValueError, match=r"theta\[1\] has shape"):
         reduce_params(red, [np.ones(2), np.ones(2)])
+
+
+# --- the normal-form note (spec §1.2: computations use the network as given, reports say so) ---
+
+
+def test_normal_form_note_names_scalar_layers_and_last_stride() -> None:
+    note = normal_form_note(LCN((2, 1, 3, 1), (2, 3, 1)))
+    assert note is not None
+    assert "layers 2, 4 are scalar" in note and "≠ 1" not in note
+    assert "reduce_lcn" in note and "filters [2, 3], strides [6, 1]" in note
+    note = normal_form_note(LCN((3, 2), (2, 4)))
+    assert note is not None
+    assert "s_L = 4 ≠ 1" in note and "scalar" not in note
+    note = normal_form_note(LCN(((2, 2), (3, 2)), ((1, 2), (2, 3)), dim=2))
+    assert note is not None and "s_L = 2x3 ≠ 1" in note
+    assert normal_form_note(LCN((3, 2), (2,))) is None
+    assert normal_form_note(LCN((2, 2, 3), (1, 2, 1))) is None
+    with pytest.raises(TypeError, match="expected an LCN"):
+        normal_form_note((2, 2))  # type: ignore[arg-type]
+
+
+def test_fiber_and_locus_reports_carry_the_note() -> None:
+    # the audit's example: the scalar middle layer and s_L = 5 were silently unmentioned
+    arch = LCN((2, 1, 2), (2, 3, 5))
+    rep = fiber_of_params(arch, [[1, 2], [1.5], [3, 1]], n_starts=4)
+    assert rep.on_manifold and rep.notes[0] == normal_form_note(arch)
+    assert json.loads(json.dumps(rep.to_dict()))["notes"][0] == normal_form_note(arch)
+    loc = classify_locus(arch, theta=[[1, 2], [1.5], [3, 1]], n_starts=4)
+    assert loc.notes[0] == normal_form_note(arch)
+    assert json.loads(json.dumps(loc.to_dict()))["notes"][0] == normal_form_note(arch)
+    zero = classify_locus(arch, v=np.zeros(arch.n_v))
+    assert zero.classification == "zero" and zero.notes == (normal_form_note(arch), "v = 0")
+    # s_L ≠ 1 alone
+    arch = LCN((2, 2), (1, 3))
+    rep = lcn_fiber(arch, [1, 1, -2], [-3], n_starts=4)
+    assert rep.notes[0] == normal_form_note(arch) and "s_L = 3" in rep.notes[0]
+    # normal form: no such note (on or off the manifold), and the FC path is untouched
+    arch = LCN((2, 2), (1,))
+    assert not any("normal form" in n for n in lcn_fiber(arch, [1, 1, -2], [-3]).notes)
+    assert not any("normal form" in n for n in classify_locus(arch, v=[1, 1, -2]).notes)
+    fc = fiber_of_params(FC((2, 2, 2)), [np.eye(2), np.eye(2)], n_starts=2, n_perturb=2)
+    assert not any("normal form" in n for n in fc.notes)

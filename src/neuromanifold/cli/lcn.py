@@ -100,11 +100,18 @@ def ntk_command(
     dim: int = typer.Option(1, "--dim", min=1, help="Signal dimension D."),
     json_path: Path | None = typer.Option(None, "--json", help="Also write the result as JSON."),
 ) -> None:
-    """Print v = μ(θ), δ, the NTK K = Jμ Jμᵀ, rank, dim M and whether θ is a smooth point."""
+    """Print v = μ(θ), δ, the NTK K = Jμ Jμᵀ, rank, dim M and whether θ is a regular parameter.
+
+    "smooth point" checks rank Jμ(θ) = dim M at θ only (the JSON key ``smooth``): a crossing of
+    several fiber components (spec §4.2) passes that check; `lcn fiber` finds the other
+    components. The network is used as given; a note says when it is not in the paper's normal
+    form (scalar layers, s_L ≠ 1).
+    """
     import numpy as np
 
     from neuromanifold.linear import LCN, delta, mu, ntk
     from neuromanifold.linear.metric import is_smooth_point
+    from neuromanifold.linear.normalize import normal_form_note
 
     shapes = parse_filters(filters, dim)
     try:
@@ -116,6 +123,7 @@ def ntk_command(
     d = delta(th)
     K = ntk(arch, th)
     report = is_smooth_point(arch, th)
+    note = normal_form_note(arch)
     with np.printoptions(precision=6, suppress=True, linewidth=120):
         typer.echo(f"architecture: filters {arch.filters}, strides {arch.strides}, D = {arch.D}")
         typer.echo(f"v = {np.array2string(v)}")
@@ -123,10 +131,13 @@ def ntk_command(
         typer.echo(f"K ({K.shape[0]}x{K.shape[1]}) =\n{np.array2string(K)}")
     typer.echo(f"rank J = {report.rank}, dim M = {report.dim_M}")
     typer.echo(
-        f"smooth point: {'yes' if report.smooth else 'no'} (sigma_dimM = {report.sigma_dim:.3e},"
-        f" sigma_next = {report.sigma_next:.3e}, rtol = {report.rtol:.0e}, "
-        f"min |w_l| = {report.min_filter_norm:.3e})"
+        f"smooth point (rank Jμ = dim M at θ): {'yes' if report.smooth else 'no'} "
+        f"(sigma_dimM = {report.sigma_dim:.3e}, sigma_next = {report.sigma_next:.3e}, "
+        f"rtol = {report.rtol:.0e}, min |w_l| = {report.min_filter_norm:.3e})"
     )
+    typer.echo("  (a check at θ only: crossings of several fiber components need `lcn fiber`)")
+    if note:
+        typer.echo(f"note: {note}")
     if json_path is not None:
         payload = {
             "v": v.tolist(),
@@ -137,6 +148,7 @@ def ntk_command(
             "smooth": report.smooth,
             "architecture": arch.to_dict(),
             "smooth_report": report.to_dict(),
+            "notes": [note] if note else [],
         }
         json_path.write_text(json.dumps(payload, indent=2))
         typer.echo(f"wrote {json_path}")

@@ -37,7 +37,9 @@ def fiber_command(
     """All parameters with μ(θ) = v and δ(θ) = δ (modulo signs), their NTKs, route agreement.
 
     Exit status 1 when no parameters realise (v, δ) (v off the neuromanifold); the report and
-    its best residual are still printed (and written with --json).
+    its best residual are still printed (and written with --json). The report's notes are
+    printed, among them whether the network is not in the paper's normal form (it is used as
+    given).
     """
     import numpy as np
 
@@ -62,6 +64,8 @@ def fiber_command(
                 f"route {r.name}: {r.n_points} point(s), {r.n_distinct_ntks} distinct NTK(s), "
                 f"{r.n_converged}/{r.n_starts} converged{status}"
             )
+        for note in rep.notes:
+            typer.echo(f"note: {note}")
         if not rep.on_manifold:
             typer.echo(
                 f"NOT ON THE NEUROMANIFOLD: no parameters give (v, δ); best residual "

@@ -44,7 +44,12 @@ from neuromanifold.linear.metric import (
     tangent_basis,
     tangent_condition_number,
 )
-from neuromanifold.linear.normalize import LCNReduction, reduce_lcn, reduce_params
+from neuromanifold.linear.normalize import (
+    LCNReduction,
+    normal_form_note,
+    reduce_lcn,
+    reduce_params,
+)
 from neuromanifold.linear.ntk import (
     complement_products,
     fc_balanced_operator,
@@ -107,6 +112,7 @@ __all__ = [  # noqa: RUF022
     "validate_params",
     # reductions of spec §1.2
     "LCNReduction",
+    "normal_form_note",
     "reduce_lcn",
     "reduce_params",
     # parametrisation map

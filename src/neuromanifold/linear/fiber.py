@@ -39,6 +39,7 @@ from neuromanifold.linear.fiber_report import (
 )
 from neuromanifold.linear.invariants import delta as lcn_delta
 from neuromanifold.linear.invariants import fc_delta
+from neuromanifold.linear.normalize import normal_form_note
 from neuromanifold.linear.ntk import fc_jacobian, fc_ntk, jacobian, ntk
 from neuromanifold.linear.polynomial import fc_mu, mu
 
@@ -101,6 +102,9 @@ def lcn_fiber(
 ) -> FiberReport:
     """All ``θ`` with ``μ(θ) = v``, ``δ(θ) = δ`` modulo signs, by the requested routes.
 
+    The network is used as given; when it is not in the paper's normal form (a scalar layer,
+    ``s_L ≠ 1``) the report's first note says so (:func:`~.normalize.normal_form_note`).
+
     Args:
         arch: the LCN (any D; the last stride is irrelevant and is ignored by μ).
         v: end-to-end filter, shape ``arch.out_shape`` (or flat in C order).
@@ -124,7 +128,8 @@ def lcn_fiber(
     per_route_ntks: dict[str, list[np.ndarray]] = {}
     best = float("inf")
     tol = float("nan")
-    notes: list[str] = []
+    note = normal_form_note(arch)
+    notes: list[str] = [note] if note else []
     if "algebraic" in routes:
         alg = algebraic_fiber(arch, v, d)
         pts = [p for p, r in zip(alg.points, alg.residuals, strict=True) if np.isfinite(r)]

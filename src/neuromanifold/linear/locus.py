@@ -31,6 +31,7 @@ from neuromanifold.linear.architecture import LCN, validate_params
 from neuromanifold.linear.fiber import check_lcn_target, lcn_fiber
 from neuromanifold.linear.fiber_algebraic import roots_with_infinity
 from neuromanifold.linear.invariants import delta as lcn_delta
+from neuromanifold.linear.normalize import normal_form_note
 from neuromanifold.linear.ntk import jacobian
 from neuromanifold.linear.polynomial import mu
 
@@ -129,6 +130,8 @@ def classify_locus(
     """Classify ``v`` (or ``μ(θ)``) as smooth / crossing / critical / zero / off-manifold.
 
     Exactly one of ``v`` and ``theta`` must be given. ``delta`` defaults to ``δ(θ)`` or to 0.
+    The network is used as given; when it is not in the paper's normal form the notes say so
+    (:func:`~.normalize.normal_form_note`).
     """
     if (v is None) == (theta is None):
         raise ValueError("give exactly one of v= and theta= (got both or neither)")
@@ -144,8 +147,11 @@ def classify_locus(
     v, d = check_lcn_target(arch, v, delta)
     m = arch.dim_M
     gap = min_root_gap(v) if arch.D == 1 and np.any(v) else None
+    form = normal_form_note(arch)
+    notes: list[str] = [form] if form else []
     if not np.any(v):
-        return LocusReport("zero", m, (), (), (), RANK_RTOL, 0, 0.0, gap, 0.0, ("v = 0",))
+        notes.append("v = 0")
+        return LocusReport("zero", m, (), (), (), RANK_RTOL, 0, 0.0, gap, 0.0, tuple(notes))
     rep = lcn_fiber(arch, v, d, n_starts=n_starts, seed=seed, theta_guess=th)
     pts = rep.point_arrays()
     Js = ([jacobian(arch, th)] if th is not None else []) + [jacobian(arch, p) for p in pts]
@@ -153,7 +159,6 @@ def classify_locus(
     ranks = [_rank(s) for s in svals]
     fiber_J = Js[1:] if th is not None else Js
     pair_ranks = [_rank(_svals(np.hstack([a, b]))) for a, b in itertools.combinations(fiber_J, 2)]
-    notes: list[str] = []
     if not pts and th is None:
         cls: Classification = "off_manifold"
         notes.append(f"no fiber point over v (best residual {rep.residual:.3g})")

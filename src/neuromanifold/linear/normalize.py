@@ -12,9 +12,12 @@ i.e. ``v`` is the reduced filter, dilated by the dilation of the first kept laye
 The reduction preserves ``μ`` (up to this fixed embedding), **not** the NTK: a scalar layer ``c``
 multiplies the Jacobian blocks of all other layers by ``c`` and has its own Jacobian column
 ``v / c``: with one scalar layer, ``K = c²·K_red + v vᵀ / c²`` (``K_red`` the NTK of the network
-without that layer, embedded like ``v``). Geometry computed on the reduced
-architecture is the geometry of the network the paper studies, and the report says which
-layers were dropped.
+without that layer, embedded like ``v``), and it changes ``δ`` and the fiber dimension.
+
+The library therefore does **not** reduce silently: every fiber / locus computation uses the
+network as given, and its report (and the ``lcn ntk`` / ``lcn fiber`` output) carries
+:func:`normal_form_note` when the architecture is not in the paper's normal form — which layers
+are scalar, whether ``s_L ≠ 1`` — pointing to :func:`reduce_lcn` for the normal form.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import numpy as np
 
 from neuromanifold.linear.architecture import LCN, Params, validate_params
 
-__all__ = ["LCNReduction", "reduce_lcn", "reduce_params"]
+__all__ = ["LCNReduction", "normal_form_note", "reduce_lcn", "reduce_params"]
 
 
 @dataclass(frozen=True)
@@ -99,3 +102,50 @@ def reduce_params(reduction: LCNReduction, theta: Sequence[Any]) -> tuple[Params
     kept = set(reduction.kept_layers)
     scale = math.prod(float(np.ravel(w)[0]) for i, w in enumerate(th) if i not in kept)
     return tuple(th[i] for i in reduction.kept_layers), scale
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape))
+
+
+def normal_form_note(arch: LCN) -> str | None:
+    """A remark saying how ``arch`` departs from the paper's normal form, or None if it does not.
+
+    The normal form has every ``k_l ≥ 2`` and ``s_L = 1`` (spec §1.2). Layers are numbered from
+    1. Computations elsewhere use ``arch`` as given; the note names the scalar layers, a last
+    stride ``≠ 1`` and the architecture :func:`reduce_lcn` returns.
+
+    >>> normal_form_note(LCN((3, 2), (2,))) is None
+    True
+    >>> print(normal_form_note(LCN((2, 1, 2), (2, 3, 5))))  # doctest: +NORMALIZE_WHITESPACE
+    not in the paper's normal form (k_l ≥ 2, s_L = 1): layer 2 is scalar (k_l = 1); s_L = 5 ≠ 1
+    (it only subsamples the output). Computed on the network as given (scalar layers change the
+    NTK, e.g. K = c²·K_red + v vᵀ/c² for one layer c, and δ); reduce_lcn gives the normal form:
+    filters [2, 2], strides [6, 1].
+    """
+    red = reduce_lcn(arch)
+    if not red.changed:
+        return None
+    parts = []
+    scalar = [i + 1 for i, k in enumerate(arch.layer_sizes) if k == 1]
+    if scalar:
+        which = ", ".join(map(str, scalar))
+        parts.append(
+            f"layer {which} is scalar (k_l = 1)"
+            if len(scalar) == 1
+            else f"layers {which} are scalar (k_l = 1)"
+        )
+    if any(s != 1 for s in red.last_stride):
+        parts.append(f"s_L = {_shape_text(red.last_stride)} ≠ 1 (it only subsamples the output)")
+    caveat = (
+        " (scalar layers change the NTK, e.g. K = c²·K_red + v vᵀ/c² for one layer c, and δ)"
+        if scalar
+        else ""
+    )
+    f = ", ".join(_shape_text(x) for x in red.reduced.filters)
+    s = ", ".join(_shape_text(x) for x in red.reduced.strides)
+    return (
+        f"not in the paper's normal form (k_l ≥ 2, s_L = 1): {'; '.join(parts)}. Computed on "
+        f"the network as given{caveat}; reduce_lcn gives the normal form: filters "
+        f"[{f}], strides [{s}]."
+    )

@@ -1,6 +1,8 @@
-"""Checks of benchmarks/read_vs_sgld.py that need no sampler run: the read it times assembles
-the closed form with and without the per-layer diagnostic, its pass count is the documented
-sum, and the settling/pass helpers shared by both samplers agree with brute-force versions."""
+"""Checks of benchmarks/read_vs_sgld.py that need no sampler run: the read it times, assembled
+with the architecture's dimensions, gives the closed form with and without the per-layer
+diagnostic; its two columns (read + architecture dims, the read alone) are the assemblies they
+are documented to be; its pass count is the documented sum; and the settling/pass helpers shared
+by both samplers agree with brute-force versions."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from neuromanifold.singular.assembly import assemble_from_reading
+from neuromanifold.singular.closed_forms import rrr
 from neuromanifold.singular.llc_convergence import (
     running_llc_reference,
     settling_point_reference,
@@ -56,11 +60,44 @@ def test_read_without_per_layer_assembles_the_same_closed_form(bench, monkeypatc
     full = {name: row[-1]() for name, row in rows.items()}
     for name, (lam_cf, *_rest) in rows.items():
         a, b = fast[name], full[name]
-        assert (a.lam, a.m, a.ks) == (b.lam, b.m, b.ks), name
-        assert a.lam == lam_cf, name
+        assert (a.lam_arch, a.m_arch, a.ks) == (b.lam_arch, b.m_arch, b.ks), name
+        assert (a.lam_read, a.m_read) == (b.lam_read, b.m_read), name
+        assert a.lam_arch == lam_cf, name
         assert a.passes <= b.passes, name
+        if name.startswith("node"):
+            # no architecture dims passed: both columns are the same assembly of the read
+            assert (a.lam_read, a.m_read) == (a.lam_arch, a.m_arch), name
+        else:
+            # the read alone leaves out the live part r(M + N − r) / 2: it is not λ
+            assert a.lam_read < lam_cf, name
     # the per-layer rates cost one pass per t-value of each multi-layer chain direction
     assert full["dln L3 w4"].passes - fast["dln L3 w4"].passes == SWEEP_PASSES - 1
+
+
+def test_read_columns_are_the_documented_assemblies(bench):
+    # rrr 3-2-3 r1: λ_rd+arch adds the regular dims r(M + N − r) of the end-to-end rank and the
+    # dead unit's component dims (M − r, N − r); λ_rd is assemble_from_reading on the read alone
+    M, H, N, r = 3, 2, 3, 1
+    model = bench.rrr_model(M, H, N, r, seed=0)
+    probe = torch.randn(
+        bench.N_PROBE, M, generator=torch.Generator().manual_seed(7), dtype=torch.float64
+    )
+    family = bench.Gaussian(sigma=1.0)
+    out = bench.read_row(model, probe, family, bench._rrr_dims)
+    reading = read(model, probe, family, progress=False, per_layer=False)
+    rank = int(torch.linalg.matrix_rank(model[1].weight @ model[0].weight).item())
+    assert rank == r == bench.numerical_rank(model)
+    genuine = [i for i, d in enumerate(reading.directions) if d.klass == "genuine_singularity"]
+    assert out.ks == tuple(reading.directions[i].k for i in genuine)
+    with_arch = assemble_from_reading(
+        reading, regular_dims=r * (M + N - r), component_dims={i: (M - r, N - r) for i in genuine}
+    )
+    alone = assemble_from_reading(reading)
+    assert (out.lam_arch, out.m_arch) == (with_arch.lam, with_arch.m)
+    assert (out.lam_read, out.m_read) == (alone.lam, alone.m)
+    cf = rrr(M, H, N, r)
+    assert (out.lam_arch, out.m_arch) == (cf.lam, cf.m)
+    assert out.lam_read != cf.lam
 
 
 def test_read_passes_are_the_documented_sum(bench):

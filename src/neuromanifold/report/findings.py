@@ -1,4 +1,17 @@
-"""Findings vs expectation: the spec's claims (dead_directions.md §0, §11) checked on the demo.
+"""Findings vs expectation: some of the spec's claims (dead_directions.md §0, §11) on the demo.
+
+Checked here (one function each): the constructed cells read their expected order or gauge class
+(`cell_finding`, from the demo's per-cell pass/fail); the scratch ViT has readable node deaths
+in its MLP blocks at the activation's order, and the per-coordinate scan deviates from the read
+order on them (`node_death_findings`); the fine-tuned model has no genuine singularity, its
+LayerNorm-kernel records are flat gauges and its QK-rotation records curved gauges
+(`gauge_findings`); vanilla Muon's MLP dead structure is diffuse and both polar-scaled
+variants' is clean (`optimizer_finding`).
+
+Not checked here (no function of this module judges them): that the realized ν falls below
+ν(k); that the assembled (λ, m) matches a closed form where the structure enumerates (and m
+under the single-locus assumption); that λ_dir = 1/(2k) for a read order; the cost against
+posterior sampling (benchmarks/read_vs_sgld.py measures that, outside the demo).
 
 Every `Finding` states the expectation, what the results show (numbers computed from the
 readings, never fixed text) and whether the expectation holds (``None`` when the results cannot

@@ -4,15 +4,30 @@ A `Reading` lists one `DirectionRecord` per read candidate (layer, detector, ord
 numbers, offset, gauge overlap, the sweep itself, an optional coordinate-scan baseline), the
 modules no detector covers (``not_covered``, each with a reason) and ``meta`` (model summary,
 family, sample count, dtype up-cast note, pass counts, thresholds).
+
+Each record also reports, derived from its order k (spec §7.2 step 7), the per-direction
+learning coefficient ``lambda_dir`` = 1/(2k) and the universal singular fluctuation ``nu_k`` =
+ν(k) (:func:`neuromanifold.singular.nu.nu`, an upper reference, not the realized value). They
+are properties, written by ``to_dict`` and ignored by ``from_dict``. The global (λ, m, ν) is not
+a per-record quantity: it is assembled from the records by
+:func:`neuromanifold.singular.assembly.assemble_from_reading` (``neuromanifold triple read``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from numbers import Integral
 from typing import Any
 
-__all__ = ["DirectionRecord", "NotCovered", "Reading"]
+__all__ = ["DERIVED_KEYS", "ORDERED_CLASSES", "DirectionRecord", "NotCovered", "Reading"]
+
+#: Classes whose order k is a KL order of the direction: a genuine singularity (k ≥ 2) and a
+#: live direction (k = 1, regular). A curved gauge's k is an artefact of the straight probe
+#: leaving the orbit and a flat gauge has none, so their λ_dir and ν(k) are ``None``.
+ORDERED_CLASSES = ("genuine_singularity", "live")
+#: Keys ``DirectionRecord.to_dict`` adds from properties; ``from_dict`` drops them.
+DERIVED_KEYS = ("lambda_dir", "nu_k")
 
 
 @dataclass(frozen=True)
@@ -24,7 +39,16 @@ class DirectionRecord:
     fit (``None`` when no window passed); ``klass`` the class string; ``offset`` ``|uᵀθ0|``;
     ``gauge_overlap`` the overlap with the closed-form gauge span (``None`` if none applies);
     ``ratio`` the detector's eigenvalue ratio; ``sweep`` ``{"t": [...], "F": [...], "floor": x}``;
-    ``baseline`` the coordinate-scan result on the same layer when computed.
+    ``baseline`` the coordinate-scan result on the same layer when computed. Derived (not
+    stored): ``lambda_dir`` = 1/(2k) and ``nu_k`` = ν(k) for a genuine or live record with an
+    order, else ``None``.
+
+    >>> rec = DirectionRecord("fc1", ("fc1", "fc2"), "duality", 3, 3.0, 4.0, 1.0, 1.0,
+    ...                       "genuine_singularity", (0.01, 1.0), 0.0, None, None)
+    >>> rec.lambda_dir, round(rec.nu_k, 6)
+    (0.16666666666666666, 0.278366)
+    >>> DirectionRecord.from_dict(rec.to_dict()) == rec
+    True
     """
 
     layer: str
@@ -45,18 +69,44 @@ class DirectionRecord:
     sweep: dict[str, Any] = field(default_factory=dict)
     baseline: dict[str, Any] | None = None
 
+    def _order(self) -> int | None:
+        k = self.k
+        if self.klass not in ORDERED_CLASSES or isinstance(k, bool):
+            return None
+        if not isinstance(k, Integral) or k < 1:
+            return None
+        return int(k)
+
+    @property
+    def lambda_dir(self) -> float | None:
+        """λ_dir = 1/(2k), the slice RLCT of t^{2k} (genuine or live record with an order)."""
+        k = self._order()
+        return None if k is None else 1.0 / (2 * k)
+
+    @property
+    def nu_k(self) -> float | None:
+        """ν(k), the universal upper reference (genuine or live with k ≤ ``K_MAX``, else None)."""
+        from neuromanifold.singular.nu import K_MAX, nu
+
+        k = self._order()
+        return None if k is None or k > K_MAX else nu(k)
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict; the class is under the key ``"class"``."""
+        """JSON-safe dict; the class is under the key ``"class"``; the derived ``DERIVED_KEYS``
+        (``lambda_dir``, ``nu_k``) follow the fields."""
         d = asdict(self)
         d["class"] = d.pop("klass")
         d["layers"] = list(self.layers)
         d["window"] = None if self.window is None else list(self.window)
+        d["lambda_dir"] = self.lambda_dir
+        d["nu_k"] = self.nu_k
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> DirectionRecord:
-        """Inverse of `to_dict`."""
-        d = dict(d)
+        """Inverse of `to_dict` (the derived keys, if present, are dropped: JSON written before
+        they existed reads back the same)."""
+        d = {key: v for key, v in d.items() if key not in DERIVED_KEYS}
         d["klass"] = d.pop("class")
         d["layers"] = tuple(d["layers"])
         d["window"] = None if d["window"] is None else tuple(d["window"])

@@ -18,6 +18,7 @@ from neuromanifold.linear import (
     rescale_to_delta,
     solve_fiber_point,
 )
+from neuromanifold.linear.fiber import lcn_fiber
 
 RTOL_REBUILD = 1e-9  # spec §7.6, relative to the largest entry of K
 ATOL_EXACT = 1e-12
@@ -158,3 +159,46 @@ def test_error_paths() -> None:
         fiber_newton(arch, np.ones(4), [0.0], [np.ones(2), np.ones(3)])
     with pytest.raises(ValueError, match="zero filter"):
         ntk_closed_form(arch, [np.zeros(2), np.ones(2)], [0.0])
+
+
+def test_spec_2_5_example_width_one_fc_form() -> None:
+    """Spec §2.5, k = (2, 2), s = 2: V = w_2 w_1ᵀ (v_{i+2j} = V_{ji}) and
+    K_δ(V)Z = x_2 (VVᵀ/‖V‖²) Z + x_1 Z (VᵀV/‖V‖²), x_{2,1} = (±δ + √(δ² + 4‖V‖²))/2."""
+    arch = LCN((2, 2), (2,))
+    rng = np.random.default_rng(4)
+    for _ in range(2):
+        u = [rng.standard_normal(2), rng.standard_normal(2)]
+        V = mu(arch, u).reshape(2, 2)  # C order: row j, column i
+        np.testing.assert_allclose(V, np.outer(u[1], u[0]), rtol=0, atol=ATOL_EXACT)
+        n2 = float(np.sum(V**2))
+        for d in (0.0, 5.0, -3.0):
+            x2 = (d + np.sqrt(d**2 + 4 * n2)) / 2
+            x1 = (-d + np.sqrt(d**2 + 4 * n2)) / 2
+            cols = []
+            for e in np.eye(4):
+                Z = e.reshape(2, 2)
+                cols.append((x2 * (V @ V.T) @ Z / n2 + x1 * Z @ (V.T @ V) / n2).ravel())
+            K_formula = np.array(cols).T
+            K = ntk_closed_form(arch, u, [d])
+            np.testing.assert_allclose(K, K_formula, rtol=0, atol=ATOL_EXACT * np.max(np.abs(K)))
+
+
+def test_crossing_gives_start_dependent_ntk() -> None:
+    """Spec §4.2: with all strides > 1, K is a function of (v, δ) only on the smooth locus.
+
+    At the crossing v = (0.5625, 0, −2.5, 0, 1), δ = 5 the fiber holds two points whose NTKs
+    differ (largest entry gap 80/17); ntk_from_function returns one or the other by start.
+    """
+    arch = LCN((3, 2), (2,))
+    v, d = [0.5625, 0.0, -2.5, 0.0, 1.0], [5.0]
+    both = lcn_fiber(arch, v, d, n_starts=8).ntk_arrays()
+    assert len(both) == 2
+    scale = max(np.max(np.abs(K)) for K in both)
+    assert abs(np.max(np.abs(both[0] - both[1])) - 80 / 17) <= RTOL_REBUILD * scale
+    hit = set()
+    for seed in range(4):
+        K = ntk_from_function(arch, v, d, seed=seed)
+        gaps = [np.max(np.abs(K - Kf)) for Kf in both]
+        assert min(gaps) <= RTOL_REBUILD * scale
+        hit.add(int(np.argmin(gaps)))
+    assert hit == {0, 1}

@@ -274,7 +274,9 @@ def function_space_flow(
     At every RHS call :func:`~neuromanifold.linear.solve.fiber_newton` moves the previous fiber
     point (initially ``theta_guess``, which need only be close to the ``(v0, δ)``-fiber) onto the
     ``(v, δ)``-fiber (least squares for stage points slightly off ``M``) and ``K_δ(v) = K(θ)``.
-    Meaningful where ``K`` is single-valued on the fiber (1-D with all strides > 1; see spec §4).
+    Meaningful where ``K`` is single-valued on the fiber: 1-D with all strides > 1, **on the
+    smooth locus** (spec §4.1); crossings such as spec §4.2 carry several NTKs, and which one the
+    flow uses depends on the fiber point the solver tracks.
     """
     v0, d = _check_target(arch, v0, delta)
     span = _check_span(t_span)

@@ -10,8 +10,11 @@ to the nearest least-squares point, i.e. it also projects onto ``M``.
 
 ``K_δ(v)`` (spec §2.5) is the NTK at any fiber point; equivalently, for any factorisation ``u`` of
 ``v``: ``K_δ(v) = N(v) Σ_l G_l(û) / x_l`` with ``N = Π_l ‖u_l‖²``, ``û_l = u_l/‖u_l‖`` and ``x`` the
-Lemma's squared norms (:func:`ntk_closed_form`). Where the fiber carries several NTKs (stride one
-in 1-D, equal-shape swaps in D-D) the result depends on which point the solver reaches.
+Lemma's squared norms (:func:`ntk_closed_form`). With all strides > 1 in 1-D, ``K`` is a
+function of ``(v, δ)`` on the smooth locus only (spec §4.1). Where the fiber carries several
+NTKs (stride one in 1-D, equal-shape swaps in D-D, and crossings such as spec §4.2 even with all
+strides ``> 1``) the result depends on which point the solver reaches (e.g. on ``seed``);
+:func:`~.fiber.lcn_fiber` lists all of them.
 
 References: Achour, Kohn, Rauhut, arXiv:2507.06367, §2.5 of the library's spec.
 """
@@ -210,7 +213,9 @@ def ntk_from_function(
     """``K_δ(v)``: the NTK at a fiber point found from ``(v, δ)`` alone, shape ``(n_v, n_v)``.
 
     Uses :func:`solve_fiber_point`; raises ``RuntimeError`` (with the best residual) if no start
-    converged.
+    converged. Only one fiber point is found: where the fiber carries several NTKs (stride one,
+    or a crossing such as spec §4.2 with strides > 1) the NTK returned depends on the start (use
+    :func:`~.fiber.lcn_fiber` to see them all).
     """
     res = solve_fiber_point(
         arch, v, delta, theta_guess=theta_guess, n_starts=n_starts, seed=seed, tol=tol

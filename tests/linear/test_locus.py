@@ -10,6 +10,7 @@ import pytest
 from neuromanifold.linear.architecture import LCN
 from neuromanifold.linear.fiber import lcn_fiber
 from neuromanifold.linear.locus import classify_locus, min_root_gap
+from neuromanifold.linear.metric import is_smooth_point, jacobian_rank
 from neuromanifold.linear.polynomial import mu
 
 ATOL_EXACT = 1e-12
@@ -88,3 +89,34 @@ def test_bad_arguments() -> None:
 
 def test_min_root_gap_closed_form() -> None:
     assert abs(min_root_gap(np.array([-2.0, 1.0, 1.0])) - 1.5) <= ATOL_EXACT  # roots 1, −2
+
+
+@pytest.mark.parametrize(
+    ("filters", "r"), [((2, 2), -0.7), ((2, 2), 2.0), ((3, 2), 0.3), ((2, 3), 1.5), ((3, 3), -1.2)]
+)
+def test_stride_one_common_root_is_critical(filters: tuple, r: float) -> None:
+    """Spec §4.6: with stride one, w_1 and w_2 sharing a root r is a critical point of μ."""
+    arch = LCN(filters, (1,))
+    rng = np.random.default_rng(5)
+    P = np.polynomial.polynomial
+    others = [rng.uniform(-2, 2, k - 2) for k in filters]  # k − 2 more real roots per factor
+    scales = rng.uniform(0.5, 2.0, len(filters))
+    common = [c * P.polyfromroots([r, *o]) for c, o in zip(scales, others, strict=True)]
+    assert jacobian_rank(arch, common) < arch.dim_M
+    assert not is_smooth_point(arch, common).smooth
+    rep = classify_locus(arch, theta=common, n_starts=4)
+    assert rep.classification == "critical" and rep.ranks[0] < arch.dim_M
+    # moving the shared root of the last factor off r restores full rank
+    apart = [*common[:-1], scales[-1] * P.polyfromroots([r + 0.5, *others[-1]])]
+    assert jacobian_rank(arch, apart) == arch.dim_M
+
+
+def test_stride_one_two_by_two_image_is_real_rooted_quadratics() -> None:
+    """Spec §1.1: k = (2, 2), stride one: M is the set of real-rooted quadratics (dim M = 3)."""
+    arch = LCN((2, 2), (1,))
+    assert arch.dim_M == arch.n_v == 3
+    for d in (0.0, -3.0):
+        off = lcn_fiber(arch, [1.0, 0.0, 1.0], [d], n_starts=6)  # 1 + z²: roots ±i
+        assert not off.on_manifold and off.n_points == 0 and off.residual > OFF_RESIDUAL_MIN
+        on = lcn_fiber(arch, [1.0, 0.0, -1.0], [d], n_starts=6)  # 1 − z² = (1 − z)(1 + z)
+        assert on.on_manifold and on.n_points >= 1

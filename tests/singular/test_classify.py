@@ -59,16 +59,38 @@ def test_slope_zero_below_live_threshold_is_flat() -> None:
 
 
 @pytest.mark.parametrize("p", [2, 4, 6])
-def test_genuine_without_gauge_and_curved_with_it(p: int) -> None:
+def test_genuine_without_gauge_or_outside_its_span(p: int) -> None:
     f = T**p
     fit = fit_rate(T, f, floor=FLOOR)
+    assert fit.k == 1 + p // 2
     assert classify(fit, F=f, floor=FLOOR) is DirectionClass.GENUINE_SINGULARITY
     assert classify(fit, F=f, floor=FLOOR, gauge_overlap=0.5) is (
         DirectionClass.GENUINE_SINGULARITY
     )
-    assert classify(fit, F=f, floor=FLOOR, gauge_overlap=GAUGE_OVERLAP_MIN) is (
-        DirectionClass.CURVED_GAUGE
+
+
+def test_apparent_order_two_in_a_gauge_span_is_curved_gauge() -> None:
+    f = T**2
+    fit = fit_rate(T, f, floor=FLOOR)
+    klass, reason = classify_with_reason(fit, F=f, floor=FLOOR, gauge_overlap=GAUGE_OVERLAP_MIN)
+    assert klass is DirectionClass.CURVED_GAUGE
+    assert "straight probe of a gauge orbit" in reason
+    below = math.nextafter(GAUGE_OVERLAP_MIN, 0.0)
+    assert classify(fit, F=f, floor=FLOOR, gauge_overlap=below) is (
+        DirectionClass.GENUINE_SINGULARITY
     )
+
+
+@pytest.mark.parametrize("p", [4, 6])
+def test_order_three_or_more_in_a_gauge_span_stays_genuine(p: int) -> None:
+    """Spec §7.2 step 8: a curved gauge is the apparent order 2 (slope ≈ 2) of a straight probe;
+    a higher order is not that mimic, whatever the overlap."""
+    f = T**p
+    fit = fit_rate(T, f, floor=FLOOR)
+    for overlap in (GAUGE_OVERLAP_MIN, 1.0):
+        klass, reason = classify_with_reason(fit, F=f, floor=FLOOR, gauge_overlap=overlap)
+        assert klass is DirectionClass.GENUINE_SINGULARITY
+        assert f"order {fit.k} ≠ 2" in reason
 
 
 def test_unresolved_when_no_window() -> None:

@@ -268,6 +268,46 @@ def test_bad_input_errors() -> None:
         read(p.model, p.data[:0], p.family, progress=False)
 
 
+@pytest.mark.parametrize("bad", [0.0, -1e-3, float("nan"), float("inf")])
+def test_live_threshold_must_be_positive_and_finite(bad: float) -> None:
+    p = planted_mlp(n=8)
+    with pytest.raises(ValueError, match=r"live_threshold must be a positive finite float"):
+        read(p.model, p.data, p.family, live_threshold=bad, progress=False)
+
+
+@pytest.mark.parametrize("bad", ["1e-3", True, [1e-3]])
+def test_live_threshold_must_be_a_number(bad: object) -> None:
+    p = planted_mlp(n=8)
+    with pytest.raises(TypeError, match=r"live_threshold must be a positive finite float or None"):
+        read(p.model, p.data, p.family, live_threshold=bad, progress=False)
+
+
+def test_live_threshold_reaches_every_candidate() -> None:
+    """The spec's τ_live (§7.2 step 8) through the whole-model read: a slope-0 read is live
+    exactly when its magnitude reaches τ, for every candidate; other classes are unchanged."""
+    p = planted_mlp(activation="relu", n=64, seed=4)
+    default = read(p.model, p.data, p.family, progress=False)
+    assert default.meta["live_threshold"] is None
+    (live,) = [r for r in default.directions if r.klass == "live"]
+    seen = []
+    for tau in (0.5 * live.magnitude, 2.0 * live.magnitude):
+        reading = read(p.model, p.data, p.family, live_threshold=tau, progress=False)
+        assert reading.meta["live_threshold"] == tau
+        for before, after in zip(default.directions, reading.directions, strict=True):
+            assert (after.detector, after.layers, after.k) == (
+                before.detector,
+                before.layers,
+                before.k,
+            )
+            if before.klass == "live":
+                assert after.klass == ("live" if after.magnitude >= tau else "flat_gauge")
+                seen.append(after.klass)
+                assert f"live threshold {tau:.3g}" in after.reason
+            else:
+                assert after.klass == before.klass
+    assert seen == ["live", "flat_gauge"]  # τ below, then above its magnitude
+
+
 def test_torch_transformer_encoder_layer_gauges() -> None:
     """nn.TransformerEncoderLayer (packed MultiheadAttention, pre-norm): LN kernels, QK, VO."""
     torch.manual_seed(0)

@@ -11,18 +11,24 @@ The rule (spec §7.2 step 8; thresholds are design choices documented here and i
 3. **live** — ``k = 1`` (slope ≈ 0) and the fit's magnitude (the window's median F) is at least
    ``live_threshold`` (default ``LIVE_REL·F_scale`` with ``LIVE_REL = 1e−10`` and ``F_scale`` the
    block's typical Fisher, `Sweep.scale`; when ``scale`` is omitted it is recovered from the floor
-   as ``F_floor / (1e3·ε_64)²``, so the default is ``≈ 2e15·F_floor``; the whole-model read
-   should pass the spec's ``1e−3 ×`` median live-direction Fisher). A slope-0 plateau below that
-   threshold is classed **flat gauge** (magnitude at the noise level).
-4. **curved gauge** — ``k ≥ 2`` and ``u`` lies mostly in the span of supplied gauge generators:
+   as ``F_floor / (1e3·ε_64)²``, so the default is ``≈ 2e15·F_floor``). The spec's ``τ_live``
+   (``≈ 1e−3 ×`` the median live-direction Fisher) is not derived here: a caller that knows it
+   passes it, e.g. ``read(..., live_threshold=τ)`` or ``neuromanifold read --live-threshold τ``,
+   which hand it to every candidate's classification. A slope-0 plateau below the threshold is
+   classed **flat gauge** (magnitude at the noise level).
+4. **curved gauge** — ``k = 2`` and ``u`` lies mostly in the span of supplied gauge generators:
    ``gauge_overlap = ‖P_G u‖ ≥ GAUGE_OVERLAP_MIN = 0.9`` (``P_G`` the orthogonal projector on their
    span). A straight probe of a curved orbit (ReLU rescale, QK rotation, LN scale) leaves the orbit
-   quadratically and mimics order 2; it is excluded from (λ, m).
+   quadratically and mimics order 2 (spec: "slope ≈ 2"); it is excluded from (λ, m). An order
+   ``k ≥ 3`` is not that mimic (the probe does not show the orbit's ``t²`` departure), so it stays
+   genuine whatever its overlap; the reason then states the overlap.
 5. **genuine singularity** — ``k ≥ 2`` otherwise.
 
 Criterion implemented for curved gauges: the generator-span overlap. The paper's "magnitude
 criterion" is not specified and is not implemented; without generators a curved-gauge probe reads
-as order 2 and is classed genuine (the caller must supply the closed-form generators).
+as order 2 and is classed genuine (the caller must supply the closed-form generators). The
+whole-model read (`neuromanifold.singular.read.read`) supplies, for every candidate, the
+generators of the curved gauges found that share its tensors.
 """
 
 from __future__ import annotations
@@ -143,16 +149,21 @@ def classify_with_reason(
             f"slope {fit.slope:.3f} ≈ 0 but F ≈ {fit.magnitude:.3g} < live threshold "
             f"{threshold:.3g} (magnitude at noise level)"
         )
-    if gauge_overlap is not None and gauge_overlap >= overlap_min:
+    in_span = gauge_overlap is not None and gauge_overlap >= overlap_min
+    if in_span and fit.k == 2:
         return DirectionClass.CURVED_GAUGE, (
-            f"apparent order {fit.k} (slope {fit.slope:.3f}) with gauge overlap "
+            f"apparent order 2 (slope {fit.slope:.3f}) with gauge overlap "
             f"{gauge_overlap:.3f} ≥ {overlap_min:g}: straight probe of a gauge orbit"
         )
-    overlap_txt = (
-        "no gauge generators"
-        if gauge_overlap is None
-        else (f"gauge overlap {gauge_overlap:.3f} < {overlap_min:g}")
-    )
+    if gauge_overlap is None:
+        overlap_txt = "no gauge generators"
+    elif in_span:
+        overlap_txt = (
+            f"gauge overlap {gauge_overlap:.3f} ≥ {overlap_min:g} but order {fit.k} ≠ 2: not the "
+            "apparent order 2 of a straight probe of a gauge orbit"
+        )
+    else:
+        overlap_txt = f"gauge overlap {gauge_overlap:.3f} < {overlap_min:g}"
     return DirectionClass.GENUINE_SINGULARITY, (
         f"order k = {fit.k} (slope {fit.slope:.3f}, r² {fit.r2:.4f}); {overlap_txt}"
     )

@@ -16,8 +16,12 @@ Pipeline (spec §7.2):
    applies to. They are read in `_reading_order` (possible dead directions first, by eigenvalue
    ratio; gauges last), which is also the order ``max_directions`` truncates.
    Duplicates (``|⟨u, v⟩| ≥ DEDUP_OVERLAP``) are dropped, keeping the first (closed forms first).
-5. Read each candidate with `read_direction` (gauge candidates with their generators, so a
-   straight probe of a curved orbit is classed curved gauge), up to ``max_directions``.
+5. Read each candidate with `read_direction`, up to ``max_directions``: a gauge candidate with
+   its own generators, a non-gauge candidate with the generators of every curved gauge found
+   (collected before ``max_directions`` truncates) that shares a tensor with it. So a straight
+   probe lying mostly in a curved-gauge span (overlap ``≥ GAUGE_OVERLAP_MIN``, apparent order 2)
+   is classed curved gauge whichever detector proposed it (`neuromanifold.singular.classify`).
+   ``live_threshold``, when given, is every candidate's live threshold.
 6. Gauge hygiene (spec §6.5(b,c)): for a non-gauge candidate the overlap with the span of the
    curved-gauge generators sharing its tensors is recorded as ``gauge_overlap``. If it read as a
    genuine singularity and that overlap is at least ``PROJECT_MIN_OVERLAP``, it is re-read after
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -55,7 +60,7 @@ from neuromanifold.singular.read_candidate import MIN_RESIDUAL, PROJECT_MIN_OVER
 from neuromanifold.singular.reading import DirectionRecord, NotCovered, Reading
 from neuromanifold.singular.sweep import T_BATCH
 
-__all__ = ["DEDUP_OVERLAP", "MIN_RESIDUAL", "PROJECT_MIN_OVERLAP", "read"]
+__all__ = ["DEDUP_OVERLAP", "MIN_RESIDUAL", "PROJECT_MIN_OVERLAP", "check_live_threshold", "read"]
 
 DEDUP_OVERLAP = 0.999
 GRAPH_SAMPLES = 16
@@ -141,6 +146,7 @@ def read(
     finished: Mapping[int, tuple[DirectionRecord, int]] | None = None,
     max_memory: int | str | None = None,
     device: str | torch.device | None = None,
+    live_threshold: float | None = None,
 ) -> Reading:
     """Detect and read every dead direction of ``model`` on the probe set ``data``.
 
@@ -151,7 +157,8 @@ def read(
         detectors: a `DetectorRegistry` or detectors (default: `default_registry`).
         grid: t-grid for every sweep (default: `read_direction`'s per-direction policy).
         max_directions: read at most this many candidates, in `_reading_order` (possible dead
-            directions by ascending eigenvalue ratio, then gauges).
+            directions by ascending eigenvalue ratio, then gauges). The curved-gauge generators
+            of every candidate found are still used for the gauge tests of those read.
         snap: ``True``: read from the snapped base point ``θ0 − (uᵀθ0)u``; ``False``: from θ0;
             ``"auto"``: from θ0, and for non-gauge candidates (a gauge tangent such as the ReLU
             rescale is proportional to θ0, so its offset is intrinsic) again snapped when the
@@ -186,6 +193,12 @@ def read(
         device: where the read runs (``"cpu"``, ``"cuda"``, ``"cuda:1"``; validated by
             `resolve_device`); the working copy of the model and the probe data are moved there.
             ``None``: where the model's parameters are.
+        live_threshold: the Fisher magnitude a slope-0 read must reach to be classed live
+            (below it: flat gauge), for every candidate; e.g. the spec's ``τ_live ≈ 1e−3 ×``
+            the median Fisher of known live directions. A positive finite float (``TypeError``
+            / ``ValueError`` otherwise); ``None`` (default): each read's own
+            ``LIVE_REL·F_scale`` (`neuromanifold.singular.classify`). Recorded in
+            ``meta["live_threshold"]``.
 
     Data parallelism: under an initialised ``torch.distributed`` process group, pass each rank's
     shard of the probe set (`neuromanifold.singular.distributed.read_sharded`); factor and Fisher
@@ -204,6 +217,7 @@ def read(
         )
     if snap not in (True, False, "auto"):
         raise ValueError(f"snap must be True, False or 'auto'; got {snap!r}")
+    live_threshold = check_live_threshold(live_threshold)
     x = _inputs(data)
     registry = _registry(detectors)
     upcast = any(p.is_floating_point() and p.dtype != torch.float64 for p in model.parameters())
@@ -254,9 +268,11 @@ def read(
                     candidates.append(cand)
     n_found = len(candidates)
     candidates = _reading_order(candidates)
+    # the generators of every curved gauge found, collected before ``max_directions`` truncates:
+    # gauges are read last, and a truncated read must still test its candidates against them
+    gauges = [g for c in candidates if c.gauge == "curved" for g in (c.gauge_generators or ())]
     if max_directions is not None:
         candidates = candidates[:max_directions]
-    gauges = [g for c in candidates if c.gauge == "curved" for g in (c.gauge_generators or ())]
 
     records: list[DirectionRecord] = []
     n_sweep_passes = 0
@@ -291,6 +307,7 @@ def read(
                 chunk=chunk,
                 t_batch=t_batch,
                 plan=plan,
+                live_threshold=live_threshold,
             )
             n_sweep_passes += passes
             records.append(rec)
@@ -339,8 +356,27 @@ def read(
         "device": str(xw.device),
         "world_size": world_size(),
         "memory_plan": None if plan is None else plan.to_dict(),
+        "live_threshold": live_threshold,
     }
     return Reading(directions=tuple(records), not_covered=tuple(not_covered), meta=meta, note=note)
+
+
+def check_live_threshold(value: Any) -> float | None:
+    """``None`` or a positive finite number (returned as ``float``) for ``live_threshold``.
+
+    >>> check_live_threshold(1e-6), check_live_threshold(None)
+    (1e-06, None)
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"live_threshold must be a positive finite float or None; got {type(value).__name__} "
+            f"{value!r}"
+        )
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"live_threshold must be a positive finite float or None; got {value!r}")
+    return float(value)
 
 
 _FUSED = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)

@@ -31,6 +31,7 @@ __all__ = [
     "project_out_gauges",
     "read_candidate",
     "record",
+    "related_generators",
 ]
 
 MIN_RESIDUAL = 0.1
@@ -50,11 +51,22 @@ def _flatten(u: dict[str, Tensor], keys: Sequence[str], params: dict[str, Tensor
     )
 
 
+def related_generators(cand: Candidate, gauges: list[dict[str, Tensor]]) -> list[dict[str, Tensor]]:
+    """The curved-gauge generators that share at least one tensor with ``cand.u``."""
+    return [g for g in gauges if set(g) & set(cand.u)]
+
+
 def project_out_gauges(
     cand: Candidate, gauges: list[dict[str, Tensor]], params: dict[str, Tensor]
 ) -> tuple[dict[str, Tensor], float | None]:
-    """Project ``cand.u`` off the span of the generators sharing its tensors."""
-    related = [g for g in gauges if set(g) & set(cand.u)]
+    """Project ``cand.u`` off the span of the generators sharing its tensors.
+
+    Returns ``(u_proj, overlap)``: ``overlap = ‖P_G û‖`` (``None`` when no generator shares a
+    tensor with ``u``) and ``u_proj`` the unit residual ``(û − P_G û)/‖û − P_G û‖`` over the union
+    of the tensors; ``u_proj`` is ``cand.u`` itself (no re-read possible) when less than
+    ``MIN_RESIDUAL`` of the norm survives or the overlap is below 1e-12.
+    """
+    related = related_generators(cand, gauges)
     if not related:
         return cand.u, None
     keys = sorted(set(cand.u).union(*(g.keys() for g in related)))
@@ -93,6 +105,7 @@ def read_candidate(
     chunk: int | None,
     t_batch: int,
     plan: MemoryPlan | None,
+    live_threshold: float | None = None,
 ) -> tuple[DirectionRecord, int]:
     """Read one candidate as `read` documents it: the sweep, the snapped re-read (``snap="auto"``),
     the re-read off curved-gauge spans, and per-block rates of a duality chain.
@@ -101,7 +114,10 @@ def read_candidate(
     """
     n_passes = 0
     xw = xd[0] if isinstance(xd, tuple) else xd
-    gens = list(cand.gauge_generators) if cand.gauge_generators else None
+    if cand.gauge_generators:
+        gens = list(cand.gauge_generators)
+    else:  # a non-gauge candidate is tested against the curved gauges sharing its tensors
+        gens = (related_generators(cand, gauges) or None) if cand.gauge is None else None
 
     def sweep_read(u: dict[str, Tensor], snapped: bool, generators) -> Any:
         return read_direction(
@@ -114,6 +130,7 @@ def read_candidate(
             snap=snapped,
             gauge_generators=generators,
             chunk_size=chunk,
+            live_threshold=live_threshold,
             t_batch=t_batch,
         )
 

@@ -34,19 +34,35 @@ Per block (spec §6.1–6.3) with factors ``F ≈ A ⊗ G`` (`neuromanifold.sing
    a chain is proposed once, from its first block; each linked G-kernel vector of the first block
    starts its own chain (parallel dead units or paths give distinct directions). Kernel
    directions explained by a chain (the linked G vectors; on the consumer side every tap
-   ``g ⊗ e_s`` of a linked unit) are not proposed again one-sided. At most ``MAX_CHAINS`` chains
-   start at one block. A factor that vanishes identically (``G`` under all-zero downstream
-   weights, ``A`` above all-zero upstream weights) has every direction in its kernel.
+   ``g ⊗ e_s`` of a linked unit) are not proposed again one-sided. At most ``max_chains``
+   (default `MAX_CHAINS`) chains start at one block, and as many skip chains. A factor that
+   vanishes identically (``G`` under all-zero downstream weights, ``A`` above all-zero upstream
+   weights) has every direction in its kernel.
    **Skip links** (`LinearDetector.skip_linked`): the same join into the blocks that receive
    ``p``'s output as one summand of a residual sum (``ModelGraph.skips``), so a dead path
    continues past residual blocks (spec §6.6: skips are free on the shortest weighted path).
    A chain that starts through a skip link is kept only if its last block has a live ``G``
    (otherwise moving it changes nothing); same provenance ``"duality"``, ``info["skip"]``.
 3. **One-sided modes** (``"kfac-A"``: ``g_top a_kᵀ``; ``"kfac-G"``: ``g_k a_topᵀ``), at most
-   ``MAX_ONE_SIDED`` per side (on the logits layer of a categorical model, G-kernel vectors with
-   ``|cos(g, 𝟙)| ≥ LOGIT_SHIFT_COS`` are left to the CE-shift detector: spec §6.1 failure mode
-   (iii)), and the **joint mode** ``g_min a_minᵀ`` (``"kfac-joint"``) when
-   ``α_min γ_min/(α_max γ_max) < TAU_JOINT`` with a decade gap to the next product.
+   ``max_one_sided`` (default `MAX_ONE_SIDED`) per side (on the logits layer of a categorical
+   model, G-kernel vectors with ``|cos(g, 𝟙)| ≥ LOGIT_SHIFT_COS`` are left to the CE-shift
+   detector: spec §6.1 failure mode (iii)).
+4. **Joint modes** ``g_i a_jᵀ`` (``"kfac-joint"``), only for a block where neither factor has a
+   near-kernel (``ker_A`` and ``ker_G`` both empty; otherwise the one-sided modes already cover
+   the small products): the products ``γ_i α_j/(γ_max α_max)`` (all ``n_G · n_A`` of them) go
+   through the near-kernel rule with ``τ = TAU_JOINT`` (`near_kernel`: below ``τ``, with a
+   decade gap between the largest kept and the smallest rejected product), and every kept
+   product gives one candidate, in ascending order, at most ``max_joint`` (default
+   `MAX_JOINT`) of them.
+
+**Caps.** Each cap is a keyword of `LinearDetector`. When a cap cuts candidates of one kind
+(duality chains, skip chains, ``kfac-A``, ``kfac-G``, ``kfac-joint``) at a block, every candidate
+of that kind the block does return carries ``info["truncated"] = {"cap": c, "found": n, "kept":
+c}`` (``n`` directions qualified); `read` copies ``Candidate.info`` into the
+`DirectionRecord`'s ``info``, so the record appears in the reading and its JSON. The dead-space
+dimension at the dominant order (spec §0, §11) is the count of directions read at that order,
+so a reading with such a record undercounts it: raise the cap (``read(...,
+detectors=[..., LinearDetector(max_chains=…)])``) to read them all.
 
 Vectors live in the column-major vec convention of the factors: ``in`` is indexed like ``ā``
 (im2col order ``(C_in, k_h, k_w)`` for convolutions, trailing bias coordinate), ``out`` like the
@@ -73,13 +89,15 @@ from neuromanifold.singular.detectors.link import (
 from neuromanifold.singular.detectors.near_kernel import near_kernel
 from neuromanifold.singular.detectors.one_sided import (
     MAX_ONE_SIDED,
-    one_sided_a,
-    one_sided_a_reference,
+    check_cap,
+    one_sided_a_modes,
+    one_sided_a_modes_reference,
 )
 from neuromanifold.singular.factor_spectrum import factor_spectrum, factor_spectrum_reference
 
 __all__ = [
     "MAX_CHAINS",
+    "MAX_JOINT",
     "TAU_A",
     "TAU_G",
     "TAU_JOINT",
@@ -92,6 +110,9 @@ TAU_A = 1e-3
 TAU_G = 1e-3
 TAU_JOINT = 1e-4
 MAX_CHAINS = 4
+"""Default cap on the duality chains (and, separately, skip chains) starting at one block."""
+MAX_JOINT = 2
+"""Default cap on the joint modes (``kfac-joint``) of one block."""
 LOGIT_SHIFT_COS = 0.9999
 REFERENCE = False
 """Route the detector through its brute-force oracles (dense ``eigh``, one ``live_energy`` per
@@ -144,6 +165,18 @@ class LinearDetector:
     """K-FAC / KFC detector for ``nn.Linear``, ``nn.Conv1d``, ``nn.Conv2d`` (module docstring)."""
 
     name = "linear"
+
+    def __init__(
+        self,
+        *,
+        max_chains: int = MAX_CHAINS,
+        max_one_sided: int = MAX_ONE_SIDED,
+        max_joint: int = MAX_JOINT,
+    ) -> None:
+        """Caps on the candidates proposed per block (module docstring, **Caps**): ints ``≥ 1``."""
+        self.max_chains = check_cap("max_chains", max_chains)
+        self.max_one_sided = check_cap("max_one_sided", max_one_sided)
+        self.max_joint = check_cap("max_joint", max_joint)
 
     def applies_to(self, module: nn.Module) -> bool:
         """Supported blocks of `neuromanifold.singular.blocks.is_supported_block`."""
@@ -289,22 +322,25 @@ class LinearDetector:
         upstream = self._upstream(ctx, name)
         links = self.linked(ctx, name)
         if not upstream:
-            for i in range(min(len(links), MAX_CHAINS)):
-                chain = self.chain_from(ctx, name, i)
-                if chain:
-                    out.append(self._chain_candidate(ctx, chain, spec, {"chain_index": i}))
+            chains = [(i, c) for i in range(len(links)) if (c := self.chain_from(ctx, name, i))]
+            trunc = _truncation(self.max_chains, len(chains))
+            for i, chain in chains[: self.max_chains]:
+                info = {"chain_index": i, **trunc}
+                out.append(self._chain_candidate(ctx, chain, spec, info))
             out.extend(self._skip_chains(ctx, name, spec))
         a_max, g_max = float(spec.alpha[-1]), float(spec.gamma[-1])
-        one_sided = one_sided_a_reference if REFERENCE else one_sided_a
-        for vec, ratio in one_sided(spec, module, upstream):
+        one_sided = one_sided_a_modes_reference if REFERENCE else one_sided_a_modes
+        modes, n_a = one_sided(spec, module, upstream, max_modes=self.max_one_sided)
+        trunc = _truncation(self.max_one_sided, n_a)
+        for vec, ratio in modes:
             u = normalise(lift(name, module, spec.g_top, vec))
-            out.append(Candidate(layers=(name,), detector="kfac-A", u=u, ratio=ratio))
+            out.append(
+                Candidate(layers=(name,), detector="kfac-A", u=u, ratio=ratio, info=dict(trunc))
+            )
         linked_g = torch.stack([g for g, _, _ in links], 1) if links and REFERENCE else None
         linked_idx = ctx.cache["linked_idx"][name]
-        n_g = 0
+        g_side = []
         for j in spec.ker_g:
-            if n_g >= MAX_ONE_SIDED:
-                break
             g = spec.g_vecs[:, j]
             if _is_logit_shift(ctx, name, g):
                 continue
@@ -312,17 +348,32 @@ class LinearDetector:
                 continue
             if linked_g is None and j in linked_idx:  # orthonormal columns: norm 1 or 0
                 continue
-            n_g += 1
-            u = normalise(lift(name, module, g, spec.a_top))
+            g_side.append(j)
+        trunc = _truncation(self.max_one_sided, len(g_side))
+        for j in g_side[: self.max_one_sided]:
+            u = normalise(lift(name, module, spec.g_vecs[:, j], spec.a_top))
             r = _ratio(float(spec.gamma[j]), g_max)
-            out.append(Candidate(layers=(name,), detector="kfac-G", u=u, ratio=r))
+            out.append(Candidate(layers=(name,), detector="kfac-G", u=u, ratio=r, info=dict(trunc)))
         if not spec.ker_a and not spec.ker_g and a_max > 0 and g_max > 0:
-            prods = torch.outer(spec.gamma.clamp_min(0), spec.alpha.clamp_min(0)).reshape(-1)
-            if near_kernel(prods, TAU_JOINT)[:1] == [0]:
-                u = normalise(lift(name, module, spec.g_vecs[:, 0], spec.a_vecs[:, 0]))
-                r = float(prods[0]) / (a_max * g_max)
-                out.append(Candidate(layers=(name,), detector="kfac-joint", u=u, ratio=r))
+            out.extend(self._joint_modes(name, module, spec))
         return ctx.canonical(out)
+
+    def _joint_modes(self, name: str, module: nn.Module, spec: BlockSpectrum) -> list[Candidate]:
+        """``g_i a_jᵀ`` for every product ``γ_i α_j`` the near-kernel rule keeps (τ = `TAU_JOINT`),
+        ascending, at most ``max_joint`` (module docstring, step 4)."""
+        a_max, g_max = float(spec.alpha[-1]), float(spec.gamma[-1])
+        prods = torch.outer(spec.gamma.clamp_min(0), spec.alpha.clamp_min(0)).reshape(-1)
+        kept = near_kernel(prods, TAU_JOINT)
+        trunc = _truncation(self.max_joint, len(kept))
+        n_a = spec.alpha.numel()
+        out = []
+        for p in kept[: self.max_joint]:
+            i, j = divmod(p, n_a)
+            u = normalise(lift(name, module, spec.g_vecs[:, i], spec.a_vecs[:, j]))
+            r = float(prods[p]) / (a_max * g_max)
+            info = {"gamma_index": i, "alpha_index": j, **trunc}
+            out.append(Candidate(layers=(name,), detector="kfac-joint", u=u, ratio=r, info=info))
+        return out
 
     def _skip_chains(self, ctx: DetectionContext, name: str, spec: BlockSpectrum) -> list:
         """Duality chains that leave ``name`` through a skip link (`skip_linked`).
@@ -335,17 +386,18 @@ class LinearDetector:
         end has no output gradient changes nothing when moved (``F ≡ 0``), and a residual
         stream offers many such partial paths (into every later block of a dead stack).
         """
-        out: list[Candidate] = []
+        chains = []
         for step in self.skip_linked(ctx, name):
-            if len(out) >= MAX_CHAINS:
-                break
             chain = self._walk(ctx, name, spec.a_top, step, 0)
             end = block_spectrum(ctx, chain[-1][0]) if chain else None
             if end is None or len(end.ker_g) >= end.gamma.numel():
                 continue
-            info = {"chain_index": len(out), "skip": True}
-            out.append(self._chain_candidate(ctx, chain, spec, info))
-        return out
+            chains.append(chain)
+        trunc = _truncation(self.max_chains, len(chains))
+        return [
+            self._chain_candidate(ctx, chain, spec, {"chain_index": i, "skip": True, **trunc})
+            for i, chain in enumerate(chains[: self.max_chains])
+        ]
 
     def _chain_candidate(
         self,
@@ -368,6 +420,14 @@ class LinearDetector:
             ratio=_ratio(float(spec.gamma[spec.ker_g[0]]), float(spec.gamma[-1])),
             info={"chain_length": len(chain), **info},
         )
+
+
+def _truncation(cap: int, found: int) -> dict:
+    """``{"truncated": {"cap", "found", "kept"}}`` when ``found > cap`` directions qualified, else
+    ``{}`` (merged into the ``info`` of the candidates that are kept)."""
+    if found <= cap:
+        return {}
+    return {"truncated": {"cap": cap, "found": found, "kept": cap}}
 
 
 def _ratio(value: float, top: float) -> float:

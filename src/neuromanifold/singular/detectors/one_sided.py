@@ -2,7 +2,10 @@
 
 `one_sided_a` (fast, through the kernel's complement) and its oracle `one_sided_a_reference` (QR
 of the upstream taps, SVD of the projected kernel basis) return the same canonical vectors,
-including inside degenerate clusters (seeded probes projected and orthonormalised).
+including inside degenerate clusters (seeded probes projected and orthonormalised). Both keep at
+most ``max_modes`` vectors (default `MAX_ONE_SIDED`); `one_sided_a_modes` and
+`one_sided_a_modes_reference` also return how many qualified before that cap, so the detector can
+record a truncation (`neuromanifold.singular.detectors.linear`).
 """
 
 from __future__ import annotations
@@ -12,9 +15,18 @@ from torch import Tensor, nn
 
 from neuromanifold.singular.detectors.link import BlockSpectrum, tap_span
 
-__all__ = ["CLUSTER_TOL", "MAX_ONE_SIDED", "one_sided_a", "one_sided_a_reference"]
+__all__ = [
+    "CLUSTER_TOL",
+    "MAX_ONE_SIDED",
+    "check_cap",
+    "one_sided_a",
+    "one_sided_a_modes",
+    "one_sided_a_modes_reference",
+    "one_sided_a_reference",
+]
 
 MAX_ONE_SIDED = 2
+"""Default cap on the one-sided modes proposed per side of one block (``kfac-A``, ``kfac-G``)."""
 CLUSTER_TOL = 1e-8
 """Singular values within this of the largest form one (degenerate) cluster in `one_sided_a`."""
 PROBE_SEED = 0
@@ -26,9 +38,16 @@ def _ker_ratios(spec: BlockSpectrum) -> list[float]:
     return (vals / a_max).tolist() if a_max > 0 else [0.0] * len(spec.ker_a)
 
 
-def _probes(d: int, like: Tensor) -> Tensor:
+def check_cap(name: str, value: object) -> int:
+    """``value`` as a cap on proposed directions (an int ``≥ 1``); ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1; got {value!r}")
+    return value
+
+
+def _probes(d: int, like: Tensor, n: int) -> Tensor:
     gen = torch.Generator(device=like.device).manual_seed(PROBE_SEED)
-    return torch.randn(d, MAX_ONE_SIDED, generator=gen, dtype=like.dtype, device=like.device)
+    return torch.randn(d, n, generator=gen, dtype=like.dtype, device=like.device)
 
 
 def _cluster_vectors(project, probes: Tensor, dim: int) -> list[Tensor]:
@@ -49,14 +68,34 @@ def _sign_fixed(v: Tensor) -> Tensor:
 
 
 def one_sided_a(
-    spec: BlockSpectrum, module: nn.Module, upstream: list[Tensor]
+    spec: BlockSpectrum,
+    module: nn.Module,
+    upstream: list[Tensor],
+    *,
+    max_modes: int = MAX_ONE_SIDED,
 ) -> list[tuple[Tensor, float]]:
+    """The first ``max_modes`` directions of `one_sided_a_modes` (without the count)."""
+    return one_sided_a_modes(spec, module, upstream, max_modes=max_modes)[0]
+
+
+def one_sided_a_modes(
+    spec: BlockSpectrum,
+    module: nn.Module,
+    upstream: list[Tensor],
+    *,
+    max_modes: int = MAX_ONE_SIDED,
+) -> tuple[list[tuple[Tensor, float]], int]:
     """A-kernel directions outside the span of the upstream dead units' taps (``kfac-A``).
 
-    Without upstream units: the first ``MAX_ONE_SIDED`` kernel eigenvectors with their ratios.
+    Returns ``(modes, n_found)``: at most ``max_modes`` ``(vector, ratio)`` pairs and the number
+    of directions that qualify before the cap (``n_found > len(modes)`` means it cut some).
+
+    Without upstream units: the first ``max_modes`` kernel eigenvectors with their ratios
+    (``n_found`` = the kernel's dimension).
     With them: the leading left singular vectors (singular value ``> 0.5``) of
     ``rest = (I − SSᵀ) K``, ``K`` the kernel basis and ``S`` the (orthonormal) tap span, each with
-    the largest kernel ratio. Computed without ``K``: ``rest restᵀ = P − WWᵀ`` with
+    the largest kernel ratio (``n_found`` = the number of such singular values). Computed
+    without ``K``: ``rest restᵀ = P − WWᵀ`` with
     ``P = I − SSᵀ``, ``W = P L`` (``L`` the complement of ``K``), so the singular values are
     ``√(1 − σ_i(W)²)`` on ``W``'s left singular vectors and 1 on ``(S + L)^⊥``; cost
     ``O(d · |S| · |L|)``. The top cluster (singular values within `CLUSTER_TOL` of 1) is
@@ -64,10 +103,11 @@ def one_sided_a(
     and orthonormalised (`_cluster_vectors`), exactly as in `one_sided_a_reference`.
     """
     if not spec.ker_a:
-        return []
+        return [], 0
     ratios = _ker_ratios(spec)
     if not upstream:
-        return [(spec.a_vecs[:, i], ratios[n]) for n, i in enumerate(spec.ker_a[:MAX_ONE_SIDED])]
+        kept = spec.ker_a[:max_modes]
+        return [(spec.a_vecs[:, i], ratios[n]) for n, i in enumerate(kept)], len(spec.ker_a)
     top = max(ratios)
     span = tap_span(module, torch.stack(upstream, 1))  # all units at once: kron(G, I_taps)
     live = spec.live_a_basis()
@@ -85,19 +125,32 @@ def one_sided_a(
         return x + u_c @ (u_c.T @ x)
 
     dim = n_one + int(in_cluster.sum())
-    vecs = _cluster_vectors(project, _probes(d, live), dim)
+    vecs = _cluster_vectors(project, _probes(d, live, max_modes), dim)
     order = [i for i in reversed(range(sw.numel())) if nz[i] and not in_cluster[i]]
-    for i in order:  # ascending σ(W) = descending singular value of rest
-        if len(vecs) >= MAX_ONE_SIDED or float(sv[i]) <= 0.5:
-            break
-        vecs.append(_sign_fixed(uw[:, i]))
-    return [(v, top) for v in vecs[:MAX_ONE_SIDED]]
+    below = [i for i in order if float(sv[i]) > 0.5]  # ascending σ(W) = descending sv of rest
+    vecs += [_sign_fixed(uw[:, i]) for i in below[: max(max_modes - len(vecs), 0)]]
+    return [(v, top) for v in vecs[:max_modes]], dim + len(below)
 
 
 def one_sided_a_reference(
-    spec: BlockSpectrum, module: nn.Module, upstream: list[Tensor]
+    spec: BlockSpectrum,
+    module: nn.Module,
+    upstream: list[Tensor],
+    *,
+    max_modes: int = MAX_ONE_SIDED,
 ) -> list[tuple[Tensor, float]]:
-    """Brute-force oracle of `one_sided_a`: QR of the tap span and the SVD of ``rest``.
+    """The first ``max_modes`` directions of `one_sided_a_modes_reference`."""
+    return one_sided_a_modes_reference(spec, module, upstream, max_modes=max_modes)[0]
+
+
+def one_sided_a_modes_reference(
+    spec: BlockSpectrum,
+    module: nn.Module,
+    upstream: list[Tensor],
+    *,
+    max_modes: int = MAX_ONE_SIDED,
+) -> tuple[list[tuple[Tensor, float]], int]:
+    """Brute-force oracle of `one_sided_a_modes`: QR of the tap span and the SVD of ``rest``.
 
     The top cluster (singular values within `CLUSTER_TOL` of 1: directions of the kernel
     orthogonal to every upstream tap, degenerate whenever the kernel is wide) gets the same
@@ -105,11 +158,12 @@ def one_sided_a_reference(
     sign-fixed.
     """
     if not spec.ker_a:
-        return []
+        return [], 0
     ratios = _ker_ratios(spec)
     basis = spec.ker_a_basis()
     if not upstream:
-        return [(basis[:, i], ratios[i]) for i in range(min(MAX_ONE_SIDED, basis.shape[1]))]
+        kept = range(min(max_modes, basis.shape[1]))
+        return [(basis[:, i], ratios[i]) for i in kept], basis.shape[1]
     span = torch.cat([tap_span(module, g) for g in upstream], 1)
     q, _ = torch.linalg.qr(span)
     rest = basis - q @ (q.T @ basis)
@@ -119,6 +173,7 @@ def one_sided_a_reference(
     in_cluster = keep & (sv >= 1.0 - CLUSTER_TOL)
     n_c = int(in_cluster.sum())
     l_c = left[:, :n_c]
-    vecs = _cluster_vectors(lambda x: l_c @ (l_c.T @ x), _probes(rest.shape[0], rest), n_c)
+    probes = _probes(rest.shape[0], rest, max_modes)
+    vecs = _cluster_vectors(lambda x: l_c @ (l_c.T @ x), probes, n_c)
     vecs += [_sign_fixed(left[:, i]) for i in range(n_c, n_keep)]
-    return [(v, max(ratios)) for v in vecs[:MAX_ONE_SIDED]]
+    return [(v, max(ratios)) for v in vecs[:max_modes]], n_keep

@@ -95,3 +95,55 @@ def test_read_cli_errors_on_model_import_and_data_files(tmp_path: Path, monkeypa
     assert r.exit_code == 2 and "this model ships no probe data: pass --data PATH" in _flat(
         r.output
     )
+
+
+def _live_mlp(monkeypatch) -> str:
+    """A factory module whose planted MLP has a live K-FAC read beside its node death."""
+    from neuromanifold.cells.planted import planted_mlp
+
+    fake = types.ModuleType("_nm_live_models")
+    fake.mlp = lambda: planted_mlp(activation="relu", n=64, seed=4)
+    monkeypatch.setitem(sys.modules, "_nm_live_models", fake)
+    return "_nm_live_models:mlp"
+
+
+def test_read_cli_live_threshold_reaches_the_read(tmp_path: Path, monkeypatch) -> None:
+    spec = _live_mlp(monkeypatch)
+    runner = CliRunner()
+    base, high = tmp_path / "base.json", tmp_path / "high.json"
+    r = runner.invoke(app, ["read", "--model", spec, "--json", str(base)])
+    assert r.exit_code == 0, r.output
+    d = json.loads(base.read_text())
+    assert d["meta"]["live_threshold"] is None
+    (live,) = [rec for rec in d["directions"] if rec["class"] == "live"]
+    tau = 2.0 * live["magnitude"]  # above the live read's magnitude: it becomes flat
+    r = runner.invoke(
+        app, ["read", "--model", spec, "--json", str(high), "--live-threshold", repr(tau)]
+    )
+    assert r.exit_code == 0, r.output
+    e = json.loads(high.read_text())
+    assert e["meta"]["live_threshold"] == tau
+    (was_live,) = [
+        rec
+        for rec in e["directions"]
+        if (rec["detector"], rec["layers"]) == (live["detector"], live["layers"])
+    ]
+    assert was_live["class"] == "flat_gauge" and was_live["k"] == 1
+    others = [rec["class"] for rec in d["directions"] if rec is not live]
+    assert [rec["class"] for rec in e["directions"] if rec is not was_live] == others
+
+
+def test_read_cli_live_threshold_errors() -> None:
+    runner = CliRunner()
+    env = {"COLUMNS": "200"}
+    for bad in ("0", "-1e-3", "nan", "inf"):
+        r = runner.invoke(
+            app, ["read", "--model", "zoo:planted-mlp", "--live-threshold", bad], env=env
+        )
+        assert r.exit_code == 2
+        assert "--live-threshold: live_threshold must be a positive finite float" in _flat(r.output)
+    r = runner.invoke(
+        app, ["read", "--model", "zoo:planted-mlp", "--live-threshold", "tiny"], env=env
+    )
+    msg = _flat(r.output)
+    assert r.exit_code == 2 and "Invalid value for '--live-threshold'" in msg

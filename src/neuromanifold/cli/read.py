@@ -116,6 +116,14 @@ def register(app: typer.Typer) -> None:
             help="memory budget for the read's passes, e.g. 2GB or 512MiB: probe samples, "
             "t-values and factor batches are chunked to fit",
         ),
+        live_threshold: float | None = typer.Option(
+            None,
+            "--live-threshold",
+            help="Fisher magnitude a slope-0 read must reach to be classed live (below: flat "
+            "gauge), e.g. 1e-3 x the median Fisher of known live directions (the spec's tau_live); "
+            "a positive finite number (default: each read's own 1e-10 x its block's typical "
+            "Fisher)",
+        ),
     ) -> None:
         """Detect and read every dead direction of a model; print a per-layer table."""
         from rich.console import Console
@@ -124,7 +132,7 @@ def register(app: typer.Typer) -> None:
         from neuromanifold.singular import distributed as dp
         from neuromanifold.singular.family import Categorical, Gaussian
         from neuromanifold.singular.memory import parse_memory
-        from neuromanifold.singular.read import read
+        from neuromanifold.singular.read import check_live_threshold, read
 
         if resume and out is None:
             raise typer.BadParameter("--resume needs --out DIR (the read log lives there)")
@@ -133,6 +141,11 @@ def register(app: typer.Typer) -> None:
             budget = None if max_memory is None else parse_memory(max_memory)
         except (ValueError, TypeError) as err:
             typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(code=2) from err
+        try:
+            live_threshold = check_live_threshold(live_threshold)
+        except (ValueError, TypeError) as err:
+            typer.echo(f"error: --live-threshold: {err}", err=True)
             raise typer.Exit(code=2) from err
         if dp.init_from_env(dev):
             import atexit
@@ -171,6 +184,8 @@ def register(app: typer.Typer) -> None:
             options["device"] = str(dev)
         if budget is not None:
             options["max_memory"] = budget
+        if live_threshold is not None:
+            options["live_threshold"] = live_threshold
         if not main_rank:
             options["progress"] = False
         try:

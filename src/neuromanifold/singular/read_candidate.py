@@ -1,10 +1,12 @@
 """One candidate of `neuromanifold.singular.read.read`, read: the sweep and its follow-ups.
 
-`read_candidate` runs `read_direction` along the candidate, then, as `read` documents (its module
-docstring, steps 5–6): the snapped re-read when ``snap="auto"`` and the rate is not visible; the
-re-read off the span of the curved-gauge generators sharing the candidate's tensors
-(`project_out_gauges`) when it read genuine; and, for a duality chain, each block's own rate
-(`per_layer_rates`). `record` turns the result into a `DirectionRecord`.
+`read_candidate` runs `read_direction` along the candidate (a gauge candidate with its own
+generators, any other with the curved-gauge generators sharing its tensors, `related_generators`,
+so that its class follows the overlap rule of `neuromanifold.singular.classify`), then, as `read`
+documents (its module docstring, steps 5–6): the snapped re-read when ``snap="auto"`` and the
+rate is not visible; the re-read off the span of those generators (`project_out_gauges`) when it
+read genuine; and, for a duality chain, each block's own rate (`per_layer_rates`). `record`
+turns the result into a `DirectionRecord`.
 """
 
 from __future__ import annotations
@@ -109,6 +111,10 @@ def read_candidate(
 ) -> tuple[DirectionRecord, int]:
     """Read one candidate as `read` documents it: the sweep, the snapped re-read (``snap="auto"``),
     the re-read off curved-gauge spans, and per-block rates of a duality chain.
+
+    ``gauges``: the generators of every curved gauge of the read; those sharing a tensor with a
+    non-gauge candidate are passed to its sweeps' classification. ``live_threshold``: passed to
+    every sweep's classification (``None``: each read's default).
 
     Returns ``(record, forward passes of its sweeps)``.
     """

@@ -8,10 +8,13 @@ import numpy as np
 import pytest
 
 from neuromanifold.linear.architecture import LCN
+from neuromanifold.linear.converge import RANK_RTOL as CONVERGE_RANK_RTOL
 from neuromanifold.linear.fiber import lcn_fiber
+from neuromanifold.linear.fiber_numeric import RANK_RTOL as FIBER_RANK_RTOL
 from neuromanifold.linear.locus import classify_locus, min_root_gap
-from neuromanifold.linear.metric import is_smooth_point, jacobian_rank
+from neuromanifold.linear.metric import RTOL_RANK, is_smooth_point, jacobian_rank
 from neuromanifold.linear.polynomial import mu
+from neuromanifold.linear.relu_fiber import RANK_RTOL as RELU_RANK_RTOL
 
 ATOL_EXACT = 1e-12
 # np.roots splits a double root by O(√eps · scale) ≈ 1e-8 (measured 4.6e-9 here)
@@ -120,3 +123,16 @@ def test_stride_one_two_by_two_image_is_real_rooted_quadratics() -> None:
         assert not off.on_manifold and off.n_points == 0 and off.residual > OFF_RESIDUAL_MIN
         on = lcn_fiber(arch, [1.0, 0.0, -1.0], [d], n_starts=6)  # 1 − z² = (1 − z)(1 + z)
         assert on.on_manifold and on.n_points >= 1
+
+
+@pytest.mark.parametrize("eps", [1e-8, 3e-9, 1e-9, 3e-10])
+def test_locus_and_smooth_point_share_the_rank_threshold(eps: float) -> None:
+    """Near the §4.6 critical point (common root 0.7 moved by ε) both verdicts use RTOL_RANK."""
+    arch = LCN((3, 2), (2,))
+    theta = [np.array([-0.49, 0.0, 1.0]), np.array([-0.49 + eps, 1.0])]
+    sp = is_smooth_point(arch, theta)
+    loc = classify_locus(arch, theta=theta, n_starts=4)
+    assert loc.rank_rtol == sp.rtol == RTOL_RANK
+    assert loc.ranks[0] == sp.rank == jacobian_rank(arch, theta)
+    assert (loc.classification == "critical") == (not sp.smooth)
+    assert FIBER_RANK_RTOL == CONVERGE_RANK_RTOL == RELU_RANK_RTOL == RTOL_RANK

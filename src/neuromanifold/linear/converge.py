@@ -33,6 +33,7 @@ from neuromanifold.linear.architecture import LCN, flatten_params, unflatten_par
 from neuromanifold.linear.flow import param_grad
 from neuromanifold.linear.invariants import delta as lcn_delta
 from neuromanifold.linear.losses import QuadraticLoss
+from neuromanifold.linear.metric import RTOL_RANK
 from neuromanifold.linear.ntk import jacobian
 from neuromanifold.linear.polynomial import mu
 
@@ -41,8 +42,9 @@ GRAD_TOL = 1e-10
 #: Relative/absolute tolerances of the LSODA integration.
 RTOL = 1e-11
 ATOL = 1e-13
-#: Singular values of Jμ above RANK_RTOL · σ_max count towards the rank.
-RANK_RTOL = 1e-9
+#: Singular values of Jμ above RANK_RTOL · σ_max count towards the rank (the package's shared
+#: threshold :data:`~neuromanifold.linear.metric.RTOL_RANK`).
+RANK_RTOL = RTOL_RANK
 #: Step of the central-difference Hessian handed to the stiff solver.
 FD_STEP = 1e-6
 

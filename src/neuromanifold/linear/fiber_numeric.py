@@ -27,14 +27,16 @@ from neuromanifold.linear import _lsq
 from neuromanifold.linear.architecture import FC, LCN, flatten_params, unflatten_params
 from neuromanifold.linear.invariants import delta as lcn_delta
 from neuromanifold.linear.invariants import fc_delta
+from neuromanifold.linear.metric import RTOL_RANK
 from neuromanifold.linear.ntk import fc_jacobian, jacobian
 from neuromanifold.linear.polynomial import fc_mu, mu
 from neuromanifold.linear.rescale import rescale_to_delta
 
 #: Converged when the fiber residual is at most this fraction of ``max(1, ‖(v, δ)‖₂)``.
 FIBER_RTOL = 1e-10
-#: Singular values below this fraction of the largest count as zero (ranks, fiber dimension).
-RANK_RTOL = 1e-9
+#: Singular values below this fraction of the largest count as zero (ranks, fiber dimension):
+#: the package's shared threshold :data:`~neuromanifold.linear.metric.RTOL_RANK`.
+RANK_RTOL = RTOL_RANK
 
 
 @dataclass(frozen=True)

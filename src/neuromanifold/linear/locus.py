@@ -31,12 +31,14 @@ from neuromanifold.linear.architecture import LCN, validate_params
 from neuromanifold.linear.fiber import check_lcn_target, lcn_fiber
 from neuromanifold.linear.fiber_algebraic import roots_with_infinity
 from neuromanifold.linear.invariants import delta as lcn_delta
+from neuromanifold.linear.metric import RTOL_RANK
 from neuromanifold.linear.normalize import normal_form_note
 from neuromanifold.linear.ntk import jacobian
 from neuromanifold.linear.polynomial import mu
 
-#: Singular values above ``RANK_RTOL · σ_max`` count towards a rank.
-RANK_RTOL = 1e-9
+#: Singular values above ``RANK_RTOL · σ_max`` count towards a rank (the package's shared
+#: threshold :data:`~neuromanifold.linear.metric.RTOL_RANK`, so is_smooth_point agrees).
+RANK_RTOL = RTOL_RANK
 
 Classification = Literal["smooth", "crossing", "critical", "zero", "off_manifold"]
 

@@ -22,6 +22,7 @@ from neuromanifold.linear.fiber_report import (
     build_report,
     dedupe_points,
 )
+from neuromanifold.linear.metric import RTOL_RANK
 from neuromanifold.linear.relu import (
     ReluMLP,
     ReluNet,
@@ -46,8 +47,9 @@ __all__ = [
 
 #: A fiber point is accepted when ``‖Φ(θ) − Φ(θ0)‖₂ ≤ FIBER_RTOL · max(1, ‖Φ(θ0)‖₂)``.
 FIBER_RTOL = 1e-10
-#: Singular values below this fraction of the largest count as zero in the fiber dimension.
-RANK_RTOL = 1e-9
+#: Singular values below this fraction of the largest count as zero in the fiber dimension
+#: (the package's shared threshold :data:`~neuromanifold.linear.metric.RTOL_RANK`).
+RANK_RTOL = RTOL_RANK
 
 Notion = Literal["dataset", "global"]
 

@@ -14,6 +14,7 @@ from neuromanifold.cells.planted import (
     planted_mlp,
     planted_transformer,
 )
+from neuromanifold.singular.classify import gauge_overlap
 from neuromanifold.singular.detectors import (
     Candidate,
     DetectionContext,
@@ -26,8 +27,11 @@ from neuromanifold.singular.detectors import (
     trace_graph,
 )
 from neuromanifold.singular.detectors.base import normalise
+from neuromanifold.singular.detectors.gauges import ReLURescaleDetector
+from neuromanifold.singular.detectors.layernorm import kernel_cos, kernel_cos_reference
 from neuromanifold.singular.detectors.linear import TAU_A
 from neuromanifold.singular.detectors.near_kernel import near_kernel_reference
+from neuromanifold.singular.direction import read_direction
 from neuromanifold.singular.factors import kfac_factors
 from neuromanifold.singular.family import Categorical, Gaussian
 
@@ -38,6 +42,8 @@ COS_LN = 0.9999  # spec §9.3: |cos| to the closed-form LayerNorm kernel
 # |⟨u_one-sided, u_chain⟩| of a one-sided mode left beside a duality chain: orthogonal eigenvectors
 # of one factor (measured ≤ 1.4e-17 on the depth-4 chain)
 OVERLAP_EXPLAINED = 1e-12
+# ‖P_span t̂‖ of a unit tangent that is itself one of the generators: 1 up to the SVD's rounding
+ATOL_SPAN = 1e-12
 
 
 def _context(p, n: int | None = None) -> DetectionContext:
@@ -317,3 +323,112 @@ def test_error_overlap_of_candidates_with_mismatched_shapes() -> None:
         ValueError, match=r"tensor '0.weight' has shape \(2, 3\) in one candidate and \(3, 2\)"
     ):
         a.overlap(b)
+
+
+class PlantedStub:
+    """The fields `_context` reads from a planted net."""
+
+    def __init__(self, model: nn.Module, data: torch.Tensor, family) -> None:
+        self.model, self.data, self.family = model, data, family
+
+
+def _relu_mlp(seed: int = 0) -> tuple[nn.Module, torch.Tensor]:
+    """3→5→2 ReLU MLP, all units live (Gaussian weights, probes in general position)."""
+    gen = torch.Generator().manual_seed(seed)
+    model = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2)).double()
+    with torch.no_grad():
+        for prm in model.parameters():
+            prm.copy_(torch.randn(prm.shape, generator=gen, dtype=torch.float64))
+    return model, torch.randn(64, 3, generator=gen, dtype=torch.float64)
+
+
+def _unit_tangent(model: nn.Module, j: int) -> dict[str, torch.Tensor]:
+    """Closed form ``(W1[j], b1[j], −W2[:, j])`` of unit ``j``'s rescaling orbit (degree 1)."""
+    w1, b1, w2 = (model[0].weight.detach(), model[0].bias.detach(), model[2].weight.detach())
+    t = {k: torch.zeros_like(v) for k, v in (("0.weight", w1), ("0.bias", b1), ("2.weight", w2))}
+    t["0.weight"][j], t["0.bias"][j], t["2.weight"][:, j] = w1[j], b1[j], -w2[:, j]
+    return t
+
+
+def test_relu_rescale_generators_span_every_units_tangent() -> None:
+    """Spec §6.5(a)(b): the gauge span holds each unit's orbit tangent, not only the read unit's;
+    a non-strongest unit's exact tangent lies in it and reads as a curved gauge with them."""
+    model, x = _relu_mlp()
+    fam = Gaussian(sigma=1.0)
+    ctx = _context(PlantedStub(model, x, fam))
+    (c,) = [c for c in _propose(ctx) if c.detector == "relu-rescale"]
+    j = c.info["unit"]
+    assert len(c.gauge_generators) == 5 and c.info["generator_units"][0] == j
+    assert "truncated" not in c.info
+    others = [i for i in range(5) if i != j]
+    for i in others:
+        t = _unit_tangent(model, i)
+        assert gauge_overlap(t, c.gauge_generators) == pytest.approx(1.0, abs=ATOL_SPAN)
+        # the tangent is exact: the orbit (c·w_in, c·b_in, w_out/c) leaves the outputs unchanged
+        m = copy.deepcopy(model)
+        with torch.no_grad():
+            m[0].weight[i] *= 3.0
+            m[0].bias[i] *= 3.0
+            m[2].weight[:, i] /= 3.0
+        torch.testing.assert_close(m(x), model(x), atol=ATOL_EXACT, rtol=0)
+    i = others[0]
+    r = read_direction(
+        ctx.model, ctx.params, _unit_tangent(model, i), x, fam, gauge_generators=c.gauge_generators
+    )
+    assert r.klass.value == "curved_gauge"
+    capped = ReLURescaleDetector(max_units=2).propose("0", ctx.model[0], ctx)
+    (c2,) = capped
+    assert len(c2.gauge_generators) == 2
+    assert c2.info["truncated"] == {"cap": 2, "found": 5, "kept": 2}
+
+
+def _ln_net(*, n: int, ln_bias: bool, head_bias: bool, beta: str = "random"):
+    """Linear(4→16) → LayerNorm(16) → Linear(16→3) on ``n`` probes (γ ∈ [0.5, 2])."""
+    gen = torch.Generator().manual_seed(n)
+    net = nn.Sequential(
+        nn.Linear(4, 16), nn.LayerNorm(16, bias=ln_bias), nn.Linear(16, 3, bias=head_bias)
+    ).double()
+    with torch.no_grad():
+        net[1].weight.copy_(0.5 + 1.5 * torch.rand(16, generator=gen, dtype=torch.float64))
+        if ln_bias:
+            b = torch.randn(16, generator=gen, dtype=torch.float64)
+            net[1].bias.copy_(b if beta == "random" else torch.zeros(16))
+    x = torch.randn(n, 4, generator=gen, dtype=torch.float64)
+    return PlantedStub(net, x, Gaussian(sigma=1.0))
+
+
+@pytest.mark.parametrize("n", [8, 64])
+def test_layernorm_cos_is_the_projection_on_a_degenerate_kernel(n: int) -> None:
+    """With more LN outputs than the probes span, ker A of the consumer is wide; ``a*`` lies in
+    it (``closed_form_cos = ‖P_K a*‖ ≈ 1``) though it is no single eigenvector."""
+    ctx = _context(_ln_net(n=n, ln_bias=True, head_bias=True))
+    (c,) = [c for c in _propose(ctx) if c.detector == "ln-kernel"]
+    spec = block_spectrum(ctx, "2")
+    assert c.info["kernel_dim"] == len(spec.ker_a) > 1
+    assert c.info["closed_form_cos"] >= COS_LN
+    a_star = layernorm_kernel(ctx.params["1.weight"], ctx.params["1.bias"])
+    cos, dim = kernel_cos_reference(a_star, spec)
+    assert c.info["closed_form_cos"] == pytest.approx(cos, abs=ATOL_EXACT)
+    assert (cos, dim) == pytest.approx(kernel_cos(a_star, spec), abs=ATOL_EXACT)
+    # no single kernel eigenvector carries a* (the former measure was arbitrary here)
+    assert float((spec.a_vecs[:, spec.ker_a].T @ a_star).abs().max()) < COS_LN
+
+
+@pytest.mark.parametrize(("ln_bias", "beta"), [(False, "none"), (True, "zero")])
+def test_layernorm_kernel_on_a_consumer_without_bias(ln_bias: bool, beta: str) -> None:
+    """``⟨γ⁻¹, LN(x)⟩ = ⟨γ⁻¹, β⟩ = 0`` without β (or with β = 0): ``ΔW = g γ⁻¹ᵀ`` changes no
+    output of a bias-free consumer."""
+    p = _ln_net(n=64, ln_bias=ln_bias, head_bias=False, beta=beta)
+    ctx = _context(p)
+    (c,) = [c for c in _propose(ctx) if c.detector == "ln-kernel"]
+    assert set(c.u) == {"2.weight"} and c.gauge == "flat"
+    assert c.info["closed_form_cos"] >= COS_LN
+    h = p.model[1](p.model[0](p.data)).detach()
+    assert float((h @ c.u["2.weight"].T).abs().max()) < ATOL_EXACT
+
+
+def test_layernorm_kernel_skips_a_bias_free_consumer_when_beta_breaks_it() -> None:
+    p = _ln_net(n=64, ln_bias=True, head_bias=False, beta="random")
+    a_star = layernorm_kernel(p.model[1].weight.detach(), p.model[1].bias.detach())
+    assert abs(float(a_star[-1])) > 1e-3  # ⟨γ⁻¹, β⟩ ≠ 0: no exact kernel without a bias
+    assert not [c for c in _propose(_context(p)) if c.detector == "ln-kernel"]

@@ -5,13 +5,23 @@ for a consumer Linear with bias ``a* = (γ⁻¹, −⟨γ⁻¹, β⟩)`` satisfi
 ``ΔW̄ = g a*ᵀ`` changes nothing for any ``g``: an exact linear (flat) gauge, read from the
 parameters alone. If any ``γ_i = 0``, the outputs ``LN(x)_i = β_i`` of those coordinates are
 constants and ``a* ∝ (Σ_{γ_i=0} e_i, −Σ_{γ_i=0} β_i)`` is used instead (no ``γ⁻¹`` entries of
-the other coordinates). ``g`` is the top
-eigenvector of the consumer's ``G`` when factors exist (else ``e_0``). The candidate records
-``closed_form_cos = |cos(a*, bottom eigenvector of the consumer's A)|`` when factors exist.
-RMSNorm has no mean subtraction and hence no such direction: its detector proposes nothing.
-Consumers without a bias are skipped (the kernel then needs ``⟨γ⁻¹, β⟩ = 0``). A consuming
-``nn.MultiheadAttention`` gets the lift on its packed ``in_proj`` (self-attention assumed; the
-read's flat class confirms it).
+the other coordinates). A consumer Linear without a bias (``ā = LN(x)``, no constant coordinate)
+has the kernel exactly when that constant vanishes: always for a norm without ``β``, else when
+the unit ``a*``'s constant coordinate is at most ``NO_BIAS_TOL`` in size (e.g. ``β = 0`` at
+initialisation); its lift is ``a*`` without the constant coordinate, renormalised.
+``g`` is the top eigenvector of the consumer's ``G`` when factors exist (else ``e_0``).
+
+When factors exist the candidate records ``closed_form_cos = ‖P_K a*‖`` (`kernel_cos`): the
+cosine between the unit ``a*`` (in the consumer's ``ā`` coordinates) and its projection onto the
+near-kernel ``K`` of the consumer's ``A`` (the eigenvectors `near_kernel` keeps), and
+``kernel_dim = dim K``. When ``K`` has dimension 1 this is ``|cos(a*, bottom eigenvector of
+A)|``; when the probe set spans fewer directions than the layer is wide, ``K`` is degenerate and
+any single basis vector of it is arbitrary, but ``‖P_K a*‖`` is not. With an empty near-kernel
+the bottom eigenvector stands in for ``K`` (``kernel_dim = 0``).
+
+RMSNorm has no mean subtraction and hence no such direction: its detector proposes nothing. A
+consuming ``nn.MultiheadAttention`` gets the lift on its packed ``in_proj`` (self-attention
+assumed; the read's flat class confirms it).
 
 References: Shirodkar & Narayanan, arXiv:2606.19491 (LayerNorm kernel diagnostic).
 """
@@ -23,17 +33,56 @@ from torch import Tensor, nn
 
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
 from neuromanifold.singular.detectors.linear import block_spectrum, lift
+from neuromanifold.singular.detectors.link import BlockSpectrum
 
 __all__ = [
+    "NO_BIAS_TOL",
     "REACH_TOL",
     "LayerNormDetector",
     "LayerNormReachDetector",
     "RMSNormDetector",
+    "kernel_cos",
+    "kernel_cos_reference",
     "layernorm_kernel",
 ]
 
 REACH_TOL = 1e-12
 """Factor test: ``a*ᵀ A a* ≤ REACH_TOL · tr A`` means ``⟨a*, ā⟩ = 0`` on every probe input."""
+NO_BIAS_TOL = 1e-12
+"""A bias-free consumer takes the kernel when the unit ``a*``'s constant coordinate
+``|a*_d| ∝ |⟨γ⁻¹, β⟩|`` is at most this (exactly 0 without ``β`` or with ``β = 0``)."""
+
+
+def kernel_cos(a_star: Tensor, spec: BlockSpectrum) -> tuple[float, int]:
+    """``(‖P_K â‖, dim K)`` for ``â = a*/‖a*‖`` and ``K`` the near-kernel of ``A`` (``spec.ker_a``).
+
+    ``‖P_K â‖ = ‖Kᵀ â‖`` for the orthonormal kernel columns ``K``; with ``spec.ker_a`` empty,
+    ``K`` is the bottom eigenvector (``dim K`` reported as 0). Oracle: `kernel_cos_reference`.
+    """
+    a = a_star.double() / a_star.double().norm()
+    basis = spec.ker_a_basis() if spec.ker_a else spec.a_vecs[:, :1]
+    return float((basis.T @ a).norm()), len(spec.ker_a)
+
+
+def kernel_cos_reference(a_star: Tensor, spec: BlockSpectrum) -> tuple[float, int]:
+    """Brute-force oracle of `kernel_cos`: the projector ``P = K Kᵀ`` formed densely, then
+    ``‖P â‖``."""
+    a = a_star.double() / a_star.double().norm()
+    idx = spec.ker_a if spec.ker_a else [0]
+    basis = spec.a_vecs[:, idx]
+    proj = basis @ basis.T
+    return float(torch.linalg.vector_norm(proj @ a)), len(spec.ker_a)
+
+
+def _consumer_kernel(a_star: Tensor, cons: nn.Linear) -> Tensor | None:
+    """``a*`` in ``cons``'s input coordinates: as is with a bias; without one, its first ``d``
+    coordinates renormalised if ``|a*_d| ≤ NO_BIAS_TOL``, else ``None`` (no exact kernel)."""
+    if cons.bias is not None:
+        return a_star
+    if abs(float(a_star[-1])) > NO_BIAS_TOL:
+        return None
+    head = a_star[:-1]
+    return head / head.norm()
 
 
 def layernorm_kernel(gamma: Tensor, beta: Tensor | None) -> Tensor:
@@ -62,7 +111,8 @@ def layernorm_kernel(gamma: Tensor, beta: Tensor | None) -> Tensor:
 
 
 class LayerNormDetector:
-    """The LN-kernel gauge on every LayerNorm → Linear (with bias) pair."""
+    """The LN-kernel gauge on every LayerNorm → Linear pair (bias-free consumers when
+    ``⟨γ⁻¹, β⟩ = 0``; module docstring)."""
 
     name = "layernorm"
 
@@ -71,7 +121,7 @@ class LayerNormDetector:
         return isinstance(module, nn.LayerNorm) and len(module.normalized_shape) == 1
 
     def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
-        """One flat-gauge candidate per consumer Linear with bias."""
+        """One flat-gauge candidate per consumer Linear that has the kernel (module docstring)."""
         d = module.normalized_shape[0]
         gamma = ctx.param(name, "weight")
         beta = ctx.param(name, "bias")
@@ -87,7 +137,10 @@ class LayerNormDetector:
                 if cand is not None:
                     out.append(cand)
                 continue
-            if not isinstance(cons, nn.Linear) or cons.bias is None or cons.in_features != d:
+            if not isinstance(cons, nn.Linear) or cons.in_features != d:
+                continue
+            a_c = _consumer_kernel(a_star, cons)
+            if a_c is None:
                 continue
             spec = block_spectrum(ctx, c)
             g = torch.zeros(cons.out_features, dtype=torch.float64, device=a_star.device)
@@ -95,12 +148,12 @@ class LayerNormDetector:
             g = spec.g_top if spec is not None else g
             info = {"norm": name, "consumer": c}
             if spec is not None:
-                info["closed_form_cos"] = float((spec.a_vecs[:, 0] @ a_star).abs())
+                info["closed_form_cos"], info["kernel_dim"] = kernel_cos(a_c, spec)
             out.append(
                 Candidate(
                     layers=(c, name),
                     detector="ln-kernel",
-                    u=normalise(lift(c, cons, g, a_star)),
+                    u=normalise(lift(c, cons, g, a_c)),
                     gauge="flat",
                     info=info,
                 )
@@ -185,6 +238,7 @@ class LayerNormReachDetector:
         order = {n: i for i, (n, _) in enumerate(ctx.model.named_modules())}
         before = [m for m in matches if order[m[0]] < order[name]]
         ln_name, a_star = before[-1] if before else matches[0]
+        cos, kdim = kernel_cos(a_star, spec)
         return ctx.canonical(
             [
                 Candidate(
@@ -197,7 +251,8 @@ class LayerNormReachDetector:
                         "consumer": name,
                         "via": "factor-test",
                         "matching_norms": [m[0] for m in matches],
-                        "closed_form_cos": float((spec.a_vecs[:, 0] @ a_star).abs()),
+                        "closed_form_cos": cos,
+                        "kernel_dim": kdim,
                     },
                 )
             ]

@@ -30,7 +30,10 @@ from neuromanifold.linear.losses import QuadraticLoss, SquaredLoss
 
 ATOL_DRIFT_FLOW = 1e-8  # spec §7.3: δ drift along DOP853 at rtol = atol = 1e-12
 RTOL_VELOCITY = 1e-7  # spec §7.4: central differences vs −K∇ℓ, relative to |v̇|_∞
-RTOL_TRACK = 1e-9  # spec §7.7 / issue: function-space flow vs μ(θ(t)), relative to |v|_∞
+# spec §7.7 (~1e-10): function-space flow vs μ(θ(t)), relative to |v|_∞. This is DOP853's error
+# at rtol = atol = 1e-12 (not rounding), so a ~10× margin suffices: measured 1.04e-11 on this case
+# (identical with 1 and 2 threads; other seeds 3e-13 … 5.4e-11); loss values agree to 7.5e-14.
+RTOL_TRACK = 1e-10
 RTOL_BALANCED = 1e-9  # spec §7.11: balanced FC flow vs the A_W flow, relative to |W|_∞
 RATIO_BAND = (1.8, 2.2)  # GD drift over a fixed horizon at η vs η/2: ratio → 2 as η → 0
 # finite-difference gradient checks of the (quadratic) losses, step 1e-6: exact up to rounding

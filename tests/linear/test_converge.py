@@ -10,6 +10,7 @@ import pytest
 
 from neuromanifold.linear.architecture import LCN, flatten_params
 from neuromanifold.linear.converge import (
+    GRAD_TOL,
     convergence_experiment,
     lcn_grad_fast,
     plot_convergence,
@@ -18,8 +19,14 @@ from neuromanifold.linear.converge import (
 from neuromanifold.linear.flow import param_grad
 
 ATOL_GRAD_ORACLE = 1e-12  # fast gradient vs Jμᵀ∇ℓ (entries of order 1-100)
-GRAD_NORM_MAX = 1e-8  # ‖∇L‖ at the limit
-DRIFT_MAX = 1e-7  # max_t |δ(t) − δ(0)|
+# The flow stops at the event ‖∇L‖ = GRAD_TOL (LSODA's root finding on its dense output): the
+# final ‖∇L‖ / GRAD_TOL − 1 measured within ±7.3e-7 over both tests' 23 runs (1 and 2 threads)
+GRAD_EVENT_RTOL = 1e-4
+# max_t |δ(t) − δ(0)|: LSODA at rtol 1e-11 / atol 1e-13, accumulated over t ≤ 300 (strides > 1)
+# or t ≤ 16 (stride one); ≥ 10× the measured maxima 5.3e-9 (20 strided runs) and 2.0e-10 (3
+# stride-one runs), identical with 1 and 2 threads
+DRIFT_MAX_STRIDED = 6e-8
+DRIFT_MAX_STRIDE_ONE = 3e-9
 V_NORM_MIN = 1e-2  # ‖v‖ at the limit, for data of unit scale
 N_SEEDS = 20
 
@@ -42,11 +49,11 @@ def test_strided_limits_are_smooth_nonzero_critical_points() -> None:
     rep = convergence_experiment(arch, n_runs=N_SEEDS, seed=0)
     assert len(rep.runs) == N_SEEDS
     for run in rep.runs:
-        assert run.grad_norm < GRAD_NORM_MAX
+        assert run.reached_tol and run.grad_norm <= GRAD_TOL * (1 + GRAD_EVENT_RTOL)
         assert run.jacobian_rank == arch.dim_M
         assert run.v_norm > V_NORM_MIN
         assert run.loss_final < run.loss_at_zero  # below the saddle at v = 0
-        assert run.max_invariant_drift < DRIFT_MAX
+        assert run.max_invariant_drift < DRIFT_MAX_STRIDED
     json.dumps(rep.to_dict())
 
 
@@ -56,7 +63,9 @@ def test_stride_one_runs_are_reported(tmp_path: Path) -> None:
     rep = convergence_experiment(arch, n_runs=3, seed=1)
     s = rep.summary()
     assert set(s) >= {"full_rank", "min_sigma_ratio", "critical_values", "max_invariant_drift"}
-    assert s["max_invariant_drift"] < DRIFT_MAX  # conservation holds for any stride
+    assert s["max_invariant_drift"] < DRIFT_MAX_STRIDE_ONE  # conservation holds for any stride
+    for run in rep.runs:  # the flow reaches the stopping gradient for any stride
+        assert run.reached_tol and run.grad_norm <= GRAD_TOL * (1 + GRAD_EVENT_RTOL)
     out = tmp_path / "converge.png"
     plot_convergence([rep], str(out))
     assert out.read_bytes()[:4] == b"\x89PNG"

@@ -69,7 +69,11 @@ class Candidate:
             ``None`` for closed-form candidates.
         gauge: ``"flat"``/``"curved"`` when the candidate is a known gauge by construction.
         gauge_generators: closed-form orbit tangents at θ0 (curved gauges), else ``None``.
-        info: JSON-safe extras (e.g. ``closed_form_cos`` of the LN kernel).
+        info: JSON-safe extras, copied by `read` into the `DirectionRecord`'s ``info`` (e.g.
+            ``closed_form_cos`` and ``kernel_dim`` of the LN kernel). A detector whose cap cut
+            candidates of this kind at this block sets ``"truncated": {"cap": c, "found": n,
+            "kept": c}`` (``n`` qualified, ``c`` proposed): the reading then lists fewer
+            directions of that kind than the detector found.
     """
 
     layers: tuple[str, ...]

@@ -12,7 +12,8 @@ i.e. ``v`` is the reduced filter, dilated by the dilation of the first kept laye
 The reduction preserves ``μ`` (up to this fixed embedding), **not** the NTK: a scalar layer ``c``
 multiplies the Jacobian blocks of all other layers by ``c`` and has its own Jacobian column
 ``v / c``: with one scalar layer, ``K = c²·K_red + v vᵀ / c²`` (``K_red`` the NTK of the network
-without that layer, embedded like ``v``), and it changes ``δ`` and the fiber dimension.
+without that layer, embedded like ``v``); each scalar layer also adds an invariant ``δ_l`` (the
+vector ``δ`` is longer than the reduced network's).
 
 The library therefore does **not** reduce silently: every fiber / locus computation uses the
 network as given, and its report (and the ``lcn ntk`` / ``lcn fiber`` output) carries

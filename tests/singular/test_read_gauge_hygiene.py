@@ -161,3 +161,35 @@ def test_max_directions_records_the_overlap_of_a_genuine_read() -> None:
     assert first.detector == "duality" and first.klass == ref.klass == "genuine_singularity"
     assert first.gauge_overlap is not None
     assert first.gauge_overlap == pytest.approx(ref.gauge_overlap, rel=0, abs=ATOL_OVERLAP)
+
+
+def test_one_vector_carries_the_span_overlap() -> None:
+    """The sweeps classify a candidate against ``P_G û`` alone; oracle: the overlap with the
+    whole span of the related generators (`gauge_overlap`), and the residual's orthogonality."""
+    from neuromanifold.singular.classify import gauge_overlap
+    from neuromanifold.singular.read_candidate import _gauge_split, project_out_gauges
+
+    g = torch.Generator().manual_seed(3)
+    params = {
+        "a": torch.randn(4, 3, generator=g, dtype=torch.float64),
+        "b": torch.randn(5, generator=g, dtype=torch.float64),
+        "c": torch.randn(2, 2, generator=g, dtype=torch.float64),
+    }
+    u = {"a": torch.randn(4, 3, generator=g, dtype=torch.float64)}
+    u["b"] = torch.randn(5, generator=g, dtype=torch.float64)
+    gens = [
+        {"a": torch.randn(4, 3, generator=g, dtype=torch.float64)},
+        {
+            "b": torch.randn(5, generator=g, dtype=torch.float64),
+            "c": torch.ones(2, 2, dtype=torch.float64),
+        },
+        {"c": torch.randn(2, 2, generator=g, dtype=torch.float64)},  # shares no tensor: unused
+    ]
+    cand = Candidate(layers=("x",), detector="kfac-joint", u=normalise(u), ratio=0.0)
+    u_proj, overlap, line = _gauge_split(cand, gens, params)
+    span = gauge_overlap(cand.u, gens[:2])
+    assert 0.0 < span < 1.0
+    assert overlap == pytest.approx(span, rel=0, abs=ATOL_OVERLAP)
+    assert gauge_overlap(cand.u, [line]) == pytest.approx(span, rel=0, abs=ATOL_OVERLAP)
+    assert project_out_gauges(cand, gens, params)[1] == overlap
+    assert gauge_overlap(u_proj, gens[:2]) == pytest.approx(0.0, rel=0, abs=ATOL_OVERLAP)

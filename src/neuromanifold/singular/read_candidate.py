@@ -1,8 +1,9 @@
 """One candidate of `neuromanifold.singular.read.read`, read: the sweep and its follow-ups.
 
 `read_candidate` runs `read_direction` along the candidate (a gauge candidate with its own
-generators, any other with the curved-gauge generators sharing its tensors, `related_generators`,
-so that its class follows the overlap rule of `neuromanifold.singular.classify`), then, as `read`
+generators, any other against the span of the curved-gauge generators sharing its tensors,
+`related_generators`, so that its class follows the overlap rule of
+`neuromanifold.singular.classify`), then, as `read`
 documents (its module docstring, steps 5–6): the snapped re-read when ``snap="auto"`` and the
 rate is not visible; the re-read off the span of those generators (`project_out_gauges`) when it
 read genuine; and, for a duality chain, each block's own rate (`per_layer_rates`). `record`
@@ -68,28 +69,50 @@ def project_out_gauges(
     of the tensors; ``u_proj`` is ``cand.u`` itself (no re-read possible) when less than
     ``MIN_RESIDUAL`` of the norm survives or the overlap is below 1e-12.
     """
+    u_proj, overlap, _ = _gauge_split(cand, gauges, params)
+    return u_proj, overlap
+
+
+def _gauge_split(
+    cand: Candidate, gauges: list[dict[str, Tensor]], params: dict[str, Tensor]
+) -> tuple[dict[str, Tensor], float | None, dict[str, Tensor] | None]:
+    """`project_out_gauges` and the projection ``P_G û`` itself (``None`` when it is zero or no
+    generator shares a tensor), from one SVD of the related generators.
+
+    ``P_G û`` spans a line on which ``û`` has the same overlap as on the whole span
+    (``⟨û, P_G û⟩/‖P_G û‖ = ‖P_G û‖``), so the sweeps classify against that single vector
+    instead of orthonormalising every generator again.
+    """
     related = related_generators(cand, gauges)
     if not related:
-        return cand.u, None
+        return cand.u, None, None
     keys = sorted(set(cand.u).union(*(g.keys() for g in related)))
     u = _flatten(cand.u, keys, params)
+    u = u / u.norm()
     basis = torch.stack([_flatten(g, keys, params) for g in related], 1)
     q, s, _ = torch.linalg.svd(basis, full_matrices=False)
     q = q[:, s > s.max() * 1e-10]
     proj = q @ (q.T @ u)
-    overlap = float(proj.norm() / u.norm())
+    overlap = float(proj.norm())
+    line = _unflatten(proj, keys, params, keep=set(keys)) if overlap > 0.0 else None
     rest = u - proj
-    if rest.norm() < MIN_RESIDUAL * u.norm() or overlap < 1e-12:
-        return cand.u, overlap
-    rest = rest / rest.norm()
+    if rest.norm() < MIN_RESIDUAL or overlap < 1e-12:
+        return cand.u, overlap, line
+    return _unflatten(rest / rest.norm(), keys, params, keep=set(cand.u)), overlap, line
+
+
+def _unflatten(
+    v: Tensor, keys: Sequence[str], params: dict[str, Tensor], *, keep: set[str]
+) -> dict[str, Tensor]:
+    """``v`` cut into the tensors ``keys``; kept where in ``keep`` or not identically zero."""
     out, pos = {}, 0
     for k in keys:
         n = params[k].numel()
-        piece = rest[pos : pos + n].reshape(params[k].shape)
+        piece = v[pos : pos + n].reshape(params[k].shape)
         pos += n
-        if k in cand.u or piece.abs().max() > 0:
+        if k in keep or piece.abs().max() > 0:
             out[k] = piece
-    return out, overlap
+    return out
 
 
 def read_candidate(
@@ -112,18 +135,22 @@ def read_candidate(
     """Read one candidate as `read` documents it: the sweep, the snapped re-read (``snap="auto"``),
     the re-read off curved-gauge spans, and per-block rates of a duality chain.
 
-    ``gauges``: the generators of every curved gauge of the read; those sharing a tensor with a
-    non-gauge candidate are passed to its sweeps' classification. ``live_threshold``: passed to
+    ``gauges``: the generators of every curved gauge of the read; a non-gauge candidate's sweeps
+    are classified against the span of those sharing a tensor with it (passed as the single
+    vector ``P_G û``, which gives the same overlap). ``live_threshold``: passed to
     every sweep's classification (``None``: each read's default).
 
     Returns ``(record, forward passes of its sweeps)``.
     """
     n_passes = 0
     xw = xd[0] if isinstance(xd, tuple) else xd
-    if cand.gauge_generators:
-        gens = list(cand.gauge_generators)
-    else:  # a non-gauge candidate is tested against the curved gauges sharing its tensors
-        gens = (related_generators(cand, gauges) or None) if cand.gauge is None else None
+    gens = list(cand.gauge_generators) if cand.gauge_generators else None
+    overlap, u_proj = None, cand.u
+    if cand.gauge is None and gauges:
+        # a non-gauge candidate is classified against the curved gauges sharing its tensors,
+        # through the projection of u on their span (same overlap, one SVD per candidate)
+        u_proj, overlap, line = _gauge_split(cand, gauges, params)
+        gens = None if line is None else [line]
 
     def sweep_read(u: dict[str, Tensor], snapped: bool, generators) -> Any:
         return read_direction(
@@ -141,7 +168,7 @@ def read_candidate(
         )
 
     r = sweep_read(cand.u, snap is True, gens)
-    overlap, info, u_read = None, {}, cand.u
+    info, u_read = {}, cand.u
     re_snap = snap == "auto" and cand.gauge is None and not r.rate_visible
     if re_snap and r.offset >= r.sweep.ts[-1]:  # beyond the swept neighbourhood
         re_snap = False
@@ -150,19 +177,17 @@ def read_candidate(
         n_passes += r.sweep.n_forward_passes
         info = {"unsnapped": {"k": r.k, "k_hat": r.k_hat, "class": r.klass.value}}
         r = sweep_read(cand.u, True, gens)
-    if cand.gauge is None and gauges:
-        u_proj, overlap = project_out_gauges(cand, gauges, params)
-        if (
-            project_gauges
-            and r.klass.value == "genuine_singularity"
-            and overlap is not None
-            and overlap >= PROJECT_MIN_OVERLAP
-            and u_proj is not cand.u
-        ):
-            n_passes += r.sweep.n_forward_passes
-            info = {**info, "unprojected": {"k": r.k, "class": r.klass.value}, "projected": True}
-            r = sweep_read(u_proj, r.snapped, None)
-            u_read = u_proj
+    if (
+        project_gauges
+        and r.klass.value == "genuine_singularity"
+        and overlap is not None
+        and overlap >= PROJECT_MIN_OVERLAP
+        and u_proj is not cand.u
+    ):
+        n_passes += r.sweep.n_forward_passes
+        info = {**info, "unprojected": {"k": r.k, "class": r.klass.value}, "projected": True}
+        r = sweep_read(u_proj, r.snapped, None)
+        u_read = u_proj
     n_passes += r.sweep.n_forward_passes
     if per_layer and cand.detector == "duality" and len(cand.layers) > 1:
         rates = per_layer_rates(work, params, cand, u_read, r, xw, family, plan=plan)

@@ -179,7 +179,8 @@ def _train(
             idx = next(batches)
             loss = F.cross_entropy(model(data.x_train[idx]), data.y_train[idx])
             if not torch.isfinite(loss):
-                raise FloatingPointError(f"{description}: loss became {float(loss.detach())} at step {step}")
+                value = float(loss.detach())
+                raise FloatingPointError(f"{description}: loss became {value} at step {step}")
             opt.zero_grad()
             loss.backward()
             opt.step()

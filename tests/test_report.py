@@ -18,11 +18,13 @@ from neuromanifold.report import (
     write_report,
 )
 from neuromanifold.singular.factors import kfac_factors
+from neuromanifold.singular.nu import nu
 from neuromanifold.singular.read import read
 from neuromanifold.singular.reading import Reading
 
 GRID = np.logspace(-3, 0, 14).tolist()
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+RTOL_PRINTED = 1e-3  # a value printed with four significant digits
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +53,9 @@ def test_markdown_has_a_table_per_layer_with_the_scan(planted):
     row = next(line for line in md.splitlines() if line.startswith("| duality"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1:4] == ["genuine_singularity", str(p.expected_k), f"{rec.k_hat:.3f}"]
+    # λ_dir = 1/(2k) and ν(k) of the read order (spec §7.2 step 7; ν(2) = 0.172973, spec §4)
+    assert float(cells[4]) == pytest.approx(1 / (2 * p.expected_k), rel=RTOL_PRINTED, abs=0)
+    assert cells[5] == f"{nu(p.expected_k):.6f}"
     assert cells[-1] != "—"  # coordinate scan beside the direction
     assert "\n### Not covered\n" in md
 

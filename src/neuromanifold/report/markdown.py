@@ -1,6 +1,7 @@
 """A `Reading` as Markdown: one table per layer, the modules not covered, the read's summary.
 
-Table columns: detector, class, k, k̂ = 1 + slope/2, slope, r² (of the selected window),
+Table columns: detector, class, k, k̂ = 1 + slope/2, λ_dir = 1/(2k) and the universal ν(k) (an
+upper reference; genuine and live records with an order), slope, r² (of the selected window),
 magnitude ``c_k = median F/t^{2(k−1)}`` over the window, window ``[t₀, t₁]``, offset ``|uᵀθ₀|``
 and — when the read ran with ``baseline=True`` — what the per-coordinate scan read on that layer
 (``k = …`` for the largest genuine order it found, else the classes it returned). A chain that
@@ -76,7 +77,8 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
     if reading.note:
         out.append(f"Note: {reading.note}.")
     has_scan = any(r.baseline for r in reading.directions)
-    header = ["detector", "class", "k", "k̂", "slope", "r²", "magnitude", "window", "offset"]
+    header = ["detector", "class", "k", "k̂", "λ_dir", "ν(k)", "slope", "r²", "magnitude"]
+    header += ["window", "offset"]
     if has_scan:
         header.append("coord. scan")
     for layer, recs in reading.by_layer().items():
@@ -88,6 +90,8 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
                 r.klass,
                 fmt(r.k),
                 fmt(r.k_hat, ".3f"),
+                fmt(r.lambda_dir, ".4g"),
+                fmt(r.nu_k, ".6f"),
                 fmt(r.slope, ".3f"),
                 fmt(r.r2, ".4f"),
                 fmt(r.magnitude, ".3g"),

@@ -1,11 +1,11 @@
 """One-sided A modes (``kfac-A``): A-kernel directions that no upstream dead unit explains.
 
-`one_sided_a` (fast, through the kernel's complement) and its oracle `one_sided_a_reference` (QR
-of the upstream taps, SVD of the projected kernel basis) return the same canonical vectors,
-including inside degenerate clusters (seeded probes projected and orthonormalised). Both keep at
-most ``max_modes`` vectors (default `MAX_ONE_SIDED`); `one_sided_a_modes` and
-`one_sided_a_modes_reference` also return how many qualified before that cap, so the detector can
-record a truncation (`neuromanifold.singular.detectors.linear`).
+`one_sided_a_modes` (fast, through the kernel's complement) and its oracle
+`one_sided_a_modes_reference` (QR of the upstream taps, SVD of the projected kernel basis) return
+the same canonical vectors, including inside degenerate clusters (seeded probes projected and
+orthonormalised). Both keep at most ``max_modes`` vectors (default `MAX_ONE_SIDED`) and also
+return how many qualified before that cap, so the detector can record a truncation
+(`neuromanifold.singular.detectors.linear`).
 """
 
 from __future__ import annotations
@@ -19,16 +19,14 @@ __all__ = [
     "CLUSTER_TOL",
     "MAX_ONE_SIDED",
     "check_cap",
-    "one_sided_a",
     "one_sided_a_modes",
     "one_sided_a_modes_reference",
-    "one_sided_a_reference",
 ]
 
 MAX_ONE_SIDED = 2
 """Default cap on the one-sided modes proposed per side of one block (``kfac-A``, ``kfac-G``)."""
 CLUSTER_TOL = 1e-8
-"""Singular values within this of the largest form one (degenerate) cluster in `one_sided_a`."""
+"""Singular values within this of the largest form one degenerate cluster (`one_sided_a_modes`)."""
 PROBE_SEED = 0
 
 
@@ -67,17 +65,6 @@ def _sign_fixed(v: Tensor) -> Tensor:
     return _sign_fix(v.unsqueeze(1))[:, 0]
 
 
-def one_sided_a(
-    spec: BlockSpectrum,
-    module: nn.Module,
-    upstream: list[Tensor],
-    *,
-    max_modes: int = MAX_ONE_SIDED,
-) -> list[tuple[Tensor, float]]:
-    """The first ``max_modes`` directions of `one_sided_a_modes` (without the count)."""
-    return one_sided_a_modes(spec, module, upstream, max_modes=max_modes)[0]
-
-
 def one_sided_a_modes(
     spec: BlockSpectrum,
     module: nn.Module,
@@ -100,7 +87,7 @@ def one_sided_a_modes(
     ``√(1 − σ_i(W)²)`` on ``W``'s left singular vectors and 1 on ``(S + L)^⊥``; cost
     ``O(d · |S| · |L|)``. The top cluster (singular values within `CLUSTER_TOL` of 1) is
     degenerate whenever the kernel is wide; its vectors are the seeded probes projected onto it
-    and orthonormalised (`_cluster_vectors`), exactly as in `one_sided_a_reference`.
+    and orthonormalised (`_cluster_vectors`), exactly as in `one_sided_a_modes_reference`.
     """
     if not spec.ker_a:
         return [], 0
@@ -130,17 +117,6 @@ def one_sided_a_modes(
     below = [i for i in order if float(sv[i]) > 0.5]  # ascending σ(W) = descending sv of rest
     vecs += [_sign_fixed(uw[:, i]) for i in below[: max(max_modes - len(vecs), 0)]]
     return [(v, top) for v in vecs[:max_modes]], dim + len(below)
-
-
-def one_sided_a_reference(
-    spec: BlockSpectrum,
-    module: nn.Module,
-    upstream: list[Tensor],
-    *,
-    max_modes: int = MAX_ONE_SIDED,
-) -> list[tuple[Tensor, float]]:
-    """The first ``max_modes`` directions of `one_sided_a_modes_reference`."""
-    return one_sided_a_modes_reference(spec, module, upstream, max_modes=max_modes)[0]
 
 
 def one_sided_a_modes_reference(

@@ -128,7 +128,9 @@ def test_read_cli_live_threshold_reaches_the_read(tmp_path: Path, monkeypatch) -
         for rec in e["directions"]
         if (rec["detector"], rec["layers"]) == (live["detector"], live["layers"])
     ]
-    assert was_live["class"] == "flat_gauge" and was_live["k"] == 1
+    # a flat gauge reports no order; the slope-0 fit stays visible in k̂
+    assert was_live["class"] == "flat_gauge" and was_live["k"] is None
+    assert was_live["k_hat"] == live["k_hat"]
     others = [rec["class"] for rec in d["directions"] if rec is not live]
     assert [rec["class"] for rec in e["directions"] if rec is not was_live] == others
 

@@ -77,7 +77,16 @@ class DirectionReading:
 
     @property
     def k(self) -> int | None:
-        """Integer order (``None`` when no window passed)."""
+        """Integer order: the fit's ``k``; ``None`` when no window passed and for a flat gauge.
+
+        A flat gauge has no order (its F sits at the noise level, spec §3: infinite order): a
+        slope-0 plateau classed flat gauge because its magnitude is below the live threshold
+        keeps its slope and ``k̂`` in the fit, but reports no ``k``, exactly like a sweep that
+        stayed under the floor. So whether noise-level F happens to clear ``10×floor`` (it
+        differs between a single-process and a sharded read) does not change the reported order.
+        """
+        if self.klass is DirectionClass.FLAT_GAUGE:
+            return None
         return self.fit.k
 
     @property
@@ -97,8 +106,8 @@ class DirectionReading:
 
     @property
     def lambda_dir(self) -> float | None:
-        """``1/(2k)``."""
-        return self.fit.lambda_dir
+        """``1/(2k)`` for the reported order ``k`` (``None`` when there is none)."""
+        return None if self.k is None else self.fit.lambda_dir
 
     @property
     def rate_visible(self) -> bool:

@@ -265,7 +265,7 @@ def record(
         layer=cand.layers[0],
         layers=tuple(cand.layers),
         detector=cand.detector,
-        k=fit.k,
+        k=r.k,  # None for a flat gauge (`DirectionReading.k`)
         k_hat=_finite(fit.k_hat),
         slope=_finite(fit.slope),
         r2=_finite(fit.r2),

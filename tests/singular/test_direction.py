@@ -105,6 +105,23 @@ def test_regular_regression_is_live_order_one() -> None:
     assert r.klass is DirectionClass.LIVE
 
 
+def test_a_flat_gauge_reports_no_order_whatever_path_classed_it() -> None:
+    """A slope-0 read below the live threshold is a flat gauge with no order (``k`` None, as for a
+    sweep under the floor); its fit keeps k = 1, k̂ and the slope. The same regression read live
+    keeps k = 1. So noise-level F that happens to clear 10×floor does not report an order."""
+    torch.manual_seed(0)
+    lin = nn.Linear(5, 2).to(D)
+    u, x = {"weight": torch.randn(2, 5, dtype=D)}, torch.randn(64, 5, dtype=D)
+    live = read_direction(lin, params_of(lin), u, x, Gaussian())
+    assert live.klass is DirectionClass.LIVE and live.k == 1 and live.lambda_dir == 0.5
+    tau = 2.0 * live.fit.magnitude
+    flat = read_direction(lin, params_of(lin), u, x, Gaussian(), live_threshold=tau)
+    assert flat.klass is DirectionClass.FLAT_GAUGE
+    assert flat.k is None and flat.lambda_dir is None
+    assert flat.fit.k == 1 and flat.k_hat == live.k_hat and flat.slope == live.slope
+    assert DirectionReading.from_dict(json.loads(json.dumps(flat.to_dict()))).k is None
+
+
 @pytest.mark.parametrize(
     ("name", "act", "k"),
     [
@@ -282,6 +299,18 @@ def test_error_read_direction_bad_grid() -> None:
             torch.ones(2, 1, dtype=D),
             Gaussian(),
             grid=[0.2, 0.1],
+        )
+
+
+@pytest.mark.parametrize(
+    ("bad", "err"), [(-1.0, ValueError), (float("nan"), ValueError), ("1e-3", TypeError)]
+)
+def test_error_read_direction_bad_live_threshold(bad: object, err: type) -> None:
+    lin = nn.Linear(2, 1).to(D)
+    u = {"bias": torch.ones(1, dtype=D)}
+    with pytest.raises(err, match=r"live_threshold must be a positive finite float"):
+        read_direction(
+            lin, params_of(lin), u, torch.randn(8, 2, dtype=D), Gaussian(), live_threshold=bad
         )
 
 

@@ -34,7 +34,9 @@ generators of the curved gauges found that share its tensors.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -48,6 +50,7 @@ __all__ = [
     "GAUGE_OVERLAP_MIN",
     "LIVE_REL",
     "DirectionClass",
+    "check_live_threshold",
     "classify",
     "classify_with_reason",
     "gauge_overlap",
@@ -115,6 +118,24 @@ def gauge_overlap(u: Mapping[str, Tensor], generators: Sequence[Mapping[str, Ten
     return float((basis.T @ (uv / un)).norm())
 
 
+def check_live_threshold(value: Any) -> float | None:
+    """``None`` or a positive finite number (returned as ``float``) for ``live_threshold``.
+
+    >>> check_live_threshold(1e-6), check_live_threshold(None)
+    (1e-06, None)
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"live_threshold must be a positive finite float or None; got {type(value).__name__} "
+            f"{value!r}"
+        )
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"live_threshold must be a positive finite float or None; got {value!r}")
+    return float(value)
+
+
 def classify_with_reason(
     fit: RateFit,
     *,
@@ -125,7 +146,12 @@ def classify_with_reason(
     live_threshold: float | None = None,
     overlap_min: float = GAUGE_OVERLAP_MIN,
 ) -> tuple[DirectionClass, str]:
-    """`classify` and a one-line reason stating the numbers that decided it."""
+    """`classify` and a one-line reason stating the numbers that decided it.
+
+    Raises:
+        TypeError, ValueError: ``live_threshold`` is not ``None`` or a positive finite number.
+    """
+    live_threshold = check_live_threshold(live_threshold)
     f = np.asarray(F, dtype=np.float64)
     cut = FLOOR_MARGIN * float(floor)
     if np.all(f <= cut):

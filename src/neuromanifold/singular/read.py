@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -47,6 +46,7 @@ import torch
 from torch import Tensor, nn
 
 from neuromanifold.singular.blocks import is_supported_block
+from neuromanifold.singular.classify import check_live_threshold
 from neuromanifold.singular.coordinate_scan import coordinate_scan
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, Detector
 from neuromanifold.singular.detectors.graph import trace_graph
@@ -359,24 +359,6 @@ def read(
         "live_threshold": live_threshold,
     }
     return Reading(directions=tuple(records), not_covered=tuple(not_covered), meta=meta, note=note)
-
-
-def check_live_threshold(value: Any) -> float | None:
-    """``None`` or a positive finite number (returned as ``float``) for ``live_threshold``.
-
-    >>> check_live_threshold(1e-6), check_live_threshold(None)
-    (1e-06, None)
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(
-            f"live_threshold must be a positive finite float or None; got {type(value).__name__} "
-            f"{value!r}"
-        )
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"live_threshold must be a positive finite float or None; got {value!r}")
-    return float(value)
 
 
 _FUSED = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)

@@ -3,7 +3,9 @@
 Three ways to compute the same number (true Fisher, categorical head, labels integrated exactly):
 
 * ``jvp``  — `neuromanifold.singular.directional_fisher`: ``torch.func.jvp`` over the N samples
-  in chunks of ``JVP_CHUNK`` samples; ``jvp*`` is the same without chunking (all N at once).
+  in chunks of ``JVP_CHUNK`` samples; ``jvp*`` is the same with ``chunk_size=None``: no chunk of
+  its own, but the library still splits passes so that no tensor exceeds ``passes.LANE_BYTES``
+  (`lane_chunk`): one pass of all N samples for the MLP, passes of 256 for the ViT.
 * ``psg``  — `directional_fisher_reference`: per-sample gradients ``vmap(grad)`` of ``log p_c`` for
   every (sample, class) pair, contracted with u, in chunks of ``PSG_CHUNK`` samples (its memory
   grows as chunk × classes × #params, so the chunk must stay small for a 1M-parameter model).
@@ -210,8 +212,9 @@ def main() -> None:
         return
     print(
         f"one directional-Fisher evaluation, categorical ({N_CLASSES} classes), N = {N_SAMPLES}, "
-        f"float64, {args.threads} thread(s); jvp: chunks of {JVP_CHUNK} samples, jvp*: all at "
-        f"once; per-sample-gradient chunk {PSG_CHUNK}; peak = RSS high-water increase"
+        f"float64, {args.threads} thread(s); jvp: chunks of {JVP_CHUNK} samples, jvp*: "
+        f"chunk_size=None (split only by LANE_BYTES); per-sample-gradient chunk {PSG_CHUNK}; "
+        "peak = RSS high-water increase"
     )
     for model_name in args.models.split(","):
         methods = ("jvp", "jvp*", "psg", "loop")

@@ -24,7 +24,10 @@ def fiber_command(
     filters: str = typer.Option(..., "--filters", help="Filter shapes, e.g. 2,2 or 2x2,3x3."),
     v: str = typer.Option(..., "--v", help="End-to-end filter v (ascending; D-D in C order)."),
     delta: str = typer.Option(
-        "", "--delta", help="Invariants δ_l = ‖w_(l+1)‖² − ‖w_l‖², L − 1 comma-separated values."
+        "",
+        "--delta",
+        help="Invariants δ_l = ‖w_(l+1)‖² − ‖w_l‖², L − 1 comma-separated values "
+        "(required unless L = 1).",
     ),
     strides: str | None = typer.Option(
         None, "--strides", help="Strides s_1..s_{L-1} (or s_1..s_L), e.g. 1 or 2,3 or 1x1."

@@ -121,8 +121,8 @@ def register(app: typer.Typer) -> None:
             "--live-threshold",
             help="Fisher magnitude a slope-0 read must reach to be classed live (below: flat "
             "gauge), e.g. 1e-3 x the median Fisher of known live directions (the spec's tau_live); "
-            "a positive finite number (default: each read's own 1e-10 x its block's typical "
-            "Fisher)",
+            "a positive finite number (default: each read's own 1e-10 x F_scale, the larger of "
+            "its block's typical Fisher and the sweep's largest F)",
         ),
     ) -> None:
         """Detect and read every dead direction of a model; print a per-layer table."""

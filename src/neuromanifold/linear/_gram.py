@@ -24,10 +24,10 @@ The products are done by ``torch.matmul`` on zero-copy views of the numpy buffer
 
 Measured (``benchmarks/ntk_structured_vs_autograd.py``, one thread, L = 8, k = 16, s = 2,
 ``n_v = 3826``): about 3× fewer multiply-adds than ``J Jᵀ`` (``Q_m + k_L = 31`` per entry against
-``Σ k_l = 128``), but only about 10–15 % less CPU time, because the ``s = 128`` small products per
-step run far below BLAS peak and both paths pay the same ~20 ms of page faults for the fresh
-117 MB ``K``. With several torch threads the many small products are much slower than the single
-BLAS call. Hence :func:`neuromanifold.linear.ntk` keeps the dense product; this is an exact
+``Σ k_l = 128``), but only about 10–30 % less CPU time (it varies between runs), because the
+``s = 128`` small products per step run far below BLAS peak and both paths pay the same ~20 ms
+of page faults for the fresh 117 MB ``K``. With several torch threads the many small products
+are much slower than the single BLAS call. Hence :func:`neuromanifold.linear.ntk` keeps the dense product; this is an exact
 alternative, tested against it and against ``jacrev``.
 """
 

@@ -131,8 +131,9 @@ class SGLDConfig:
 class SGLDResult:
     """Outcome of :func:`sgld_llc`; ``llc`` is None when a chain diverged.
 
-    ``loss_trace[c][t]``: minibatch loss of chain c at draw t (after burn-in; truncated at a
-    divergence). ``rhat``: Gelman–Rubin R̂ of the loss traces (None for one chain).
+    ``loss_trace[c][t]``: minibatch loss of chain c at step t, burn-in steps included (the
+    estimate uses the steps after ``burnin``; truncated at a divergence). ``rhat``: Gelman–Rubin
+    R̂ of the loss traces (None for one chain).
     ``mala_acceptance[c]``: mean MALA acceptance probability of chain c's steps.
     """
 

@@ -27,8 +27,8 @@ Measured (``benchmarks/ntk_structured_vs_autograd.py``, one thread, L = 8, k = 1
 ``Σ k_l = 128``), but only about 10–30 % less CPU time (it varies between runs), because the
 ``s = 128`` small products per step run far below BLAS peak and both paths pay the same ~20 ms
 of page faults for the fresh 117 MB ``K``. With several torch threads the many small products
-are much slower than the single BLAS call. Hence :func:`neuromanifold.linear.ntk` keeps the dense product; this is an exact
-alternative, tested against it and against ``jacrev``.
+are much slower than the single BLAS call. Hence :func:`neuromanifold.linear.ntk` keeps the dense
+product; this is an exact alternative, tested against it and against ``jacrev``.
 """
 
 from __future__ import annotations

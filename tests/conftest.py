@@ -8,6 +8,8 @@ import pytest
 import torch
 from torch import nn
 
+from neuromanifold.singular.reading import DirectionRecord
+
 
 @pytest.fixture(autouse=True)
 def _one_torch_thread() -> None:
@@ -49,3 +51,29 @@ def dead_swiglu() -> Callable[..., HFSwiGLU]:
         return model
 
     return build
+
+
+def _record(layers, detector, klass, k=None, r2=None, baseline=None) -> DirectionRecord:
+    return DirectionRecord(
+        layer=layers[0],
+        layers=tuple(layers),
+        detector=detector,
+        k=k,
+        k_hat=k,
+        slope=None,
+        r2=r2,
+        magnitude=None,
+        klass=klass,
+        window=None,
+        offset=0.0,
+        gauge_overlap=None,
+        ratio=None,
+        baseline=baseline,
+    )
+
+
+@pytest.fixture
+def record_of() -> Callable[..., DirectionRecord]:
+    """Builder ``(layers, detector, klass, k=None, r2=None, baseline=None)`` of a hand-made
+    `DirectionRecord` (``k̂ = k``, no sweep, no window) for report and demo-row tests."""
+    return _record

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from neuromanifold.demo import DemoConfig, DemoResult, run_demo
 from neuromanifold.demo_result import READABLE_R2, ModelRead, OptimizerRow, optimizer_row
 from neuromanifold.report.demo_report import demo_findings, load_demo
-from neuromanifold.singular.reading import DirectionRecord, Reading
+from neuromanifold.singular.reading import Reading
 
 TINY = DemoConfig(
     probe=6,
@@ -100,22 +100,7 @@ def _check_second_run_loads_the_cache_on_two_workers(result, out):
     assert again.rows == result.rows
 
 
-def _rec(detector, klass, k=None, r2=None):
-    return DirectionRecord(
-        layer="blocks.0.mlp.fc1",
-        layers=("blocks.0.mlp.fc1",),
-        detector=detector,
-        k=k,
-        k_hat=k,
-        slope=None,
-        r2=r2,
-        magnitude=None,
-        klass=klass,
-        window=None,
-        offset=0.0,
-        gauge_overlap=None,
-        ratio=None,
-    )
+FC1 = ["blocks.0.mlp.fc1"]
 
 
 def _model_read(recs, spectra, *, stage="sweep-muon", metrics=None):
@@ -137,16 +122,20 @@ DIFFUSE = [1.0, 1e-1, 1e-2, 2e-3, 4e-4, 8e-5]  # 2 ratios below 1e-3, largest ga
 ATOL_LOG = 1e-12  # log10 of float64 ratios, O(1) values
 
 
-def test_optimizer_row_fields():
+def test_optimizer_row_fields(record_of):
     """Each field of `optimizer_row` against counts derived by hand from a built read."""
     recs = [
-        _rec("duality", "genuine_singularity", 2, 0.99),  # readable, possible
-        _rec("kfac-A", "live", 1, READABLE_R2),  # readable (r² at the threshold), possible
-        _rec("duality", "genuine_singularity", 2, 0.9),  # possible, unreadable
-        _rec("kfac-G", "flat_gauge"),  # possible, no window, but a flat gauge: not unreadable
-        _rec("kfac-A", "live"),  # possible, no window: unreadable
-        _rec("ln-kernel", "flat_gauge"),  # a gauge detector: not possible
-        _rec("qk-rotation", "curved_gauge", 2, 0.99),  # readable, not possible
+        record_of(FC1, "duality", "genuine_singularity", 2, 0.99),  # readable, possible
+        record_of(
+            FC1, "kfac-A", "live", 1, READABLE_R2
+        ),  # readable (r² at the threshold), possible
+        record_of(FC1, "duality", "genuine_singularity", 2, 0.9),  # possible, unreadable
+        record_of(
+            FC1, "kfac-G", "flat_gauge"
+        ),  # possible, no window, but a flat gauge: not unreadable
+        record_of(FC1, "kfac-A", "live"),  # possible, no window: unreadable
+        record_of(FC1, "ln-kernel", "flat_gauge"),  # a gauge detector: not possible
+        record_of(FC1, "qk-rotation", "curved_gauge", 2, 0.99),  # readable, not possible
     ]
     spectra = {
         "blocks.0.mlp.fc2": {"A": CLEAN, "G": DIFFUSE, "A_kernel": 2, "G_kernel": 0},
@@ -174,9 +163,9 @@ def test_optimizer_row_fields():
     assert OptimizerRow.from_dict(json.loads(json.dumps(row.to_dict()))) == row
 
 
-def test_optimizer_row_of_an_empty_read():
+def test_optimizer_row_of_an_empty_read(record_of):
     """No possible direction: no unreadable fraction; no fc2 block: zero spread; no metrics: NaN."""
-    row = optimizer_row(_model_read([_rec("ce-shift", "flat_gauge")], {}, stage="custom"))
+    row = optimizer_row(_model_read([record_of(FC1, "ce-shift", "flat_gauge")], {}, stage="custom"))
     assert (row.stage, row.optimizer) == ("custom", "custom")
     assert math.isnan(row.val_loss) and math.isnan(row.val_accuracy)
     assert (row.n_read, row.n_readable, row.readable_kinds, row.n_possible) == (1, 0, {}, 0)

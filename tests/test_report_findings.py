@@ -18,7 +18,7 @@ from neuromanifold.report.findings import (
     optimizer_finding,
 )
 from neuromanifold.report.spectra import block_spectra, spread
-from neuromanifold.singular.reading import DirectionRecord, Reading
+from neuromanifold.singular.reading import Reading
 
 R2_MIN = 0.95
 ATOL_LOG = 1e-12
@@ -29,25 +29,6 @@ ATOL_RATIO = 1e-13
 RTOL_MAX = 1e-13
 CLEAN = [1.0, 0.5, 0.2, 1e-9, 1e-10]  # a 8.3-decade gap before a two-dim kernel
 DIFFUSE = [1.0, 1e-1, 1e-2, 2e-3, 4e-4, 8e-5]  # ratio 5 per step through 1e-3
-
-
-def _rec(layers, detector, klass, k=None, r2=None, baseline=None):
-    return DirectionRecord(
-        layer=layers[0],
-        layers=tuple(layers),
-        detector=detector,
-        k=k,
-        k_hat=k,
-        slope=None,
-        r2=r2,
-        magnitude=None,
-        klass=klass,
-        window=None,
-        offset=0.0,
-        gauge_overlap=None,
-        ratio=None,
-        baseline=baseline,
-    )
 
 
 def _model(recs, name="vit-digits-scratch"):
@@ -108,8 +89,8 @@ def test_block_spectra_of_hand_built_factors():
     json.dumps(out)  # plain floats and ints (stored in report.json)
 
 
-def test_node_death_found_and_scan_deviates():
-    death = _rec(
+def test_node_death_found_and_scan_deviates(record_of):
+    death = record_of(
         ["blocks.0.mlp.fc1", "blocks.0.mlp.fc2"],
         "duality",
         "genuine_singularity",
@@ -123,12 +104,12 @@ def test_node_death_found_and_scan_deviates():
     assert "blocks.0.mlp.fc2 A: 2 of 6 ratios < 1e-3" in f[0].observed
 
 
-def test_node_death_missing_or_unreadable_or_scan_agrees():
-    live = _rec(["blocks.0.mlp.fc2"], "kfac-G", "live", 1, 1.0)
+def test_node_death_missing_or_unreadable_or_scan_agrees(record_of):
+    live = record_of(["blocks.0.mlp.fc2"], "kfac-G", "live", 1, 1.0)
     assert node_death_findings(_model([live]), r2_min=R2_MIN)[0].holds is False
-    weak = _rec(["blocks.0.mlp.fc1"], "duality", "genuine_singularity", 2, 0.9)
+    weak = record_of(["blocks.0.mlp.fc1"], "duality", "genuine_singularity", 2, 0.9)
     assert node_death_findings(_model([weak]), r2_min=R2_MIN)[0].holds is False
-    agree = _rec(
+    agree = record_of(
         ["blocks.0.mlp.fc1"],
         "duality",
         "genuine_singularity",
@@ -139,17 +120,17 @@ def test_node_death_missing_or_unreadable_or_scan_agrees():
     assert [x.holds for x in node_death_findings(_model([agree]), r2_min=R2_MIN)] == [True, False]
 
 
-def test_gauge_findings():
+def test_gauge_findings(record_of):
     ok = [
-        _rec(["blocks.0.attn.q_proj"], "ln-kernel", "flat_gauge"),
-        _rec(["blocks.0.attn.q_proj"], "qk-rotation", "curved_gauge", 2, 0.99),
+        record_of(["blocks.0.attn.q_proj"], "ln-kernel", "flat_gauge"),
+        record_of(["blocks.0.attn.q_proj"], "qk-rotation", "curved_gauge", 2, 0.99),
     ]
     f = gauge_findings(_model(ok, "ft"), r2_min=R2_MIN, expect_no_deaths=True)
     assert [x.holds for x in f] == [True, True, True]
     bad = [
         *ok,
-        _rec(["blocks.0.mlp.fc1"], "ln-kernel", "live", 1, 1.0),
-        _rec(["blocks.0.mlp.fc1"], "duality", "genuine_singularity", 2, 0.99),
+        record_of(["blocks.0.mlp.fc1"], "ln-kernel", "live", 1, 1.0),
+        record_of(["blocks.0.mlp.fc1"], "duality", "genuine_singularity", 2, 0.99),
     ]
     f = gauge_findings(_model(bad, "ft"), r2_min=R2_MIN, expect_no_deaths=True)
     assert [x.holds for x in f] == [False, False, True]

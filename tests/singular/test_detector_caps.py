@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from neuromanifold.cells.planted import planted_mlp
+from neuromanifold.report import reading_markdown
 from neuromanifold.singular.detectors import (
     DetectionContext,
     DetectorRegistry,
@@ -101,6 +102,16 @@ def test_the_truncation_record_reaches_the_reading_and_its_json() -> None:
     want = {"cap": MAX_CHAINS, "found": N_DEAD, "kept": MAX_CHAINS}
     assert all(d.info["truncated"] == want for d in chains)
     assert json.loads(json.dumps(chains[0].to_dict()))["info"]["truncated"] == want
+    # the reading's meta lists the cut once per block and kind, from the proposals themselves:
+    # the same when max_directions reads only one of the four chains
+    entry = {"layers": ["0", "2"], "detector": "duality", **want}
+    assert entry in reading.meta["truncated"]
+    cut_short = read(
+        p.model, p.data, p.family, grid=grid, progress=False, per_layer=False, max_directions=1
+    )
+    assert entry in cut_short.meta["truncated"]
+    assert cut_short.meta["truncated"] == reading.meta["truncated"]
+    assert "found 6 directions and kept 4 (cap 4)" in reading_markdown(reading)
     reg = DetectorRegistry(
         [
             LinearDetector(max_chains=8) if isinstance(d, LinearDetector) else d
@@ -113,6 +124,7 @@ def test_the_truncation_record_reaches_the_reading_and_its_json() -> None:
     chains = [d for d in full.directions if d.detector == "duality"]
     assert len(chains) == N_DEAD
     assert all("truncated" not in d.info for d in full.directions)
+    assert not any(t["detector"] == "duality" for t in full.meta["truncated"])
     assert all(d.k == 2 and d.klass == "genuine_singularity" for d in chains)
 
 

@@ -76,6 +76,12 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
         out.append(f"Note: {meta['upcast_note']}.")
     if reading.note:
         out.append(f"Note: {reading.note}.")
+    for cut in meta.get("truncated") or ():
+        out.append(
+            f"Note: `{cut['detector']}` on {', '.join(f'`{x}`' for x in cut['layers'])} found "
+            f"{cut['found']} directions and kept {cut['kept']} (cap {cut['cap']}): the dead "
+            "space there is larger than what was read."
+        )
     has_scan = any(r.baseline for r in reading.directions)
     header = ["detector", "class", "k", "k̂", "λ_dir", "ν(k)", "slope", "r²", "magnitude"]
     header += ["window", "offset"]

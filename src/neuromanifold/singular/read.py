@@ -206,7 +206,10 @@ def read(
     returns the same `Reading` and ``meta["n_samples"]`` is the global N.
 
     Returns:
-        `Reading` (see `neuromanifold.singular.reading`).
+        `Reading` (see `neuromanifold.singular.reading`). ``meta["truncated"]`` lists every
+        detector cap that cut candidates (``{"layers", "detector", "cap", "found", "kept"}``, one
+        per block and kind): the dead space there is larger than what was read (raise the cap,
+        e.g. ``detectors=[..., LinearDetector(max_chains=…)]``).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
@@ -258,12 +261,14 @@ def read(
     n_supported = sum(1 for _, m in work.named_modules() if registry.covers(m))
 
     candidates: list[Candidate] = []
+    truncated: dict[tuple, dict[str, Any]] = {}
     modules = list(work.named_modules())
     for det in registry:  # registry order first: closed forms win the deduplication
         for name, mod in modules:
             if not det.applies_to(mod):
                 continue
             for cand in det.propose(name, mod, ctx):
+                _note_truncation(truncated, cand)
                 if all(cand.overlap(c) < DEDUP_OVERLAP for c in candidates):
                     candidates.append(cand)
     n_found = len(candidates)
@@ -357,8 +362,19 @@ def read(
         "world_size": world_size(),
         "memory_plan": None if plan is None else plan.to_dict(),
         "live_threshold": live_threshold,
+        "truncated": list(truncated.values()),
     }
     return Reading(directions=tuple(records), not_covered=tuple(not_covered), meta=meta, note=note)
+
+
+def _note_truncation(truncated: dict[tuple, dict[str, Any]], cand: Candidate) -> None:
+    """Record a detector cap that cut candidates (``cand.info["truncated"]``) once per
+    ``(layers, detector)``, as proposed: kept in ``meta["truncated"]`` even when deduplication or
+    ``max_directions`` later drops every candidate that carried it."""
+    cut = cand.info.get("truncated") if cand.info else None
+    if cut:
+        key = (tuple(cand.layers), cand.detector)
+        truncated.setdefault(key, {"layers": list(cand.layers), "detector": cand.detector, **cut})
 
 
 _FUSED = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)

@@ -208,8 +208,9 @@ def read(
     Returns:
         `Reading` (see `neuromanifold.singular.reading`). ``meta["truncated"]`` lists every
         detector cap that cut candidates (``{"layers", "detector", "cap", "found", "kept"}``, one
-        per block and kind): the dead space there is larger than what was read (raise the cap,
-        e.g. ``detectors=[..., LinearDetector(max_chains=…)]``).
+        per block and kind): more directions qualified there than were read, so a count of dead
+        directions from this reading is a lower bound (raise the cap, e.g.
+        ``detectors=[..., LinearDetector(max_chains=…)]``).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")

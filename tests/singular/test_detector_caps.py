@@ -30,10 +30,7 @@ from neuromanifold.singular.detectors.link import BlockSpectrum
 from neuromanifold.singular.detectors.near_kernel import near_kernel, near_kernel_reference
 from neuromanifold.singular.detectors.one_sided import (
     MAX_ONE_SIDED,
-    one_sided_a_modes,
-    one_sided_a_modes_reference,
 )
-from neuromanifold.singular.factor_spectrum import factor_spectrum, factor_spectrum_reference
 from neuromanifold.singular.factors import kfac_factors
 from neuromanifold.singular.family import Gaussian
 from neuromanifold.singular.read import read
@@ -205,38 +202,6 @@ def test_no_joint_mode_without_a_gap_or_beside_a_factor_kernel() -> None:
     assert spec.ker_g == [0]
     kinds = [c.detector for c in LinearDetector().propose("0", model[0], ctx)]
     assert "kfac-joint" not in kinds and "kfac-G" in kinds
-
-
-def _synthetic_a(d: int, rank: int, seed: int) -> BlockSpectrum:
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(rank, d, generator=gen, dtype=torch.float64)
-    s = factor_spectrum(x.T @ x / rank, rank_bound=rank)
-    g = factor_spectrum_reference(torch.eye(3, dtype=torch.float64))
-    return BlockSpectrum(
-        alpha=s.evals,
-        a_vecs=s.vecs,
-        gamma=g.evals,
-        g_vecs=g.vecs,
-        ker_a=near_kernel(s.evals, 1e-3),
-        ker_g=[],
-    )
-
-
-@pytest.mark.parametrize("n_up", [0, 3])
-def test_one_sided_a_counts_and_cap_match_the_reference(n_up: int) -> None:
-    """``(modes, n_found)`` fast vs brute force, at the default cap and a raised one."""
-    spec = _synthetic_a(24, 6, seed=4)
-    module = nn.Linear(24, 3, bias=False).double()
-    upstream = [spec.ker_a_basis()[:, i] for i in range(n_up)]
-    n_ker = len(spec.ker_a)
-    for cap in (MAX_ONE_SIDED, 5):
-        fast, n_fast = one_sided_a_modes(spec, module, upstream, max_modes=cap)
-        ref, n_ref = one_sided_a_modes_reference(spec, module, upstream, max_modes=cap)
-        assert n_fast == n_ref == n_ker - n_up
-        assert len(fast) == len(ref) == cap
-        for (v, r), (w, q) in zip(fast, ref, strict=True):
-            assert r == pytest.approx(q, abs=ATOL_EXACT)
-            torch.testing.assert_close(v, w, atol=ATOL_VECS, rtol=0)
 
 
 def test_one_sided_cap_marks_kfac_modes_and_a_raised_cap_lists_them_all() -> None:

@@ -16,6 +16,7 @@ from neuromanifold.singular.detectors import DetectionContext, default_registry,
 from neuromanifold.singular.detectors.link import BlockSpectrum
 from neuromanifold.singular.detectors.near_kernel import near_kernel
 from neuromanifold.singular.detectors.one_sided import (
+    MAX_ONE_SIDED,
     one_sided_a_modes,
     one_sided_a_modes_reference,
 )
@@ -169,6 +170,21 @@ def test_one_sided_a_equals_reference_with_tilted_upstream() -> None:
     ref, n_ref = one_sided_a_modes_reference(spec, module, upstream)
     assert len(fast) == 2 and n_fast == n_ref
     _pairs_close(fast, ref)
+
+
+@pytest.mark.parametrize("n_up", [0, 3])
+def test_one_sided_a_counts_and_cap_match_the_reference(n_up: int) -> None:
+    """``(modes, n_found)`` fast vs brute force, at the default cap and a raised one."""
+    spec = _synthetic_spectrum(24, 6, seed=4)
+    module = nn.Linear(24, 3, bias=False).double()
+    upstream = [spec.ker_a_basis()[:, i] for i in range(n_up)]
+    n_ker = len(spec.ker_a)
+    for cap in (MAX_ONE_SIDED, 5):
+        fast, n_fast = one_sided_a_modes(spec, module, upstream, max_modes=cap)
+        ref, n_ref = one_sided_a_modes_reference(spec, module, upstream, max_modes=cap)
+        assert n_fast == n_ref == n_ker - n_up
+        assert len(fast) == len(ref) == cap
+        _pairs_close(fast, ref)
 
 
 def _context(model: nn.Module, x: torch.Tensor) -> DetectionContext:

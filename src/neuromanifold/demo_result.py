@@ -207,6 +207,8 @@ GAUGE_DETECTORS = (
     "vo-rescale",
     "ce-shift",
     "relu-rescale",
+    "norm-scale",
+    "glu-rescale",
     "embedding-unseen",
 )
 """Detectors that propose closed-form gauge directions (not possible dead directions)."""

@@ -24,13 +24,13 @@ from neuromanifold.singular.detectors import (
     trace_graph,
 )
 from neuromanifold.singular.detectors.base import normalise
-from neuromanifold.singular.detectors.gauges import ReLURescaleDetector
 from neuromanifold.singular.detectors.linear import MAX_CHAINS, MAX_JOINT, TAU_JOINT, lift
 from neuromanifold.singular.detectors.link import BlockSpectrum
 from neuromanifold.singular.detectors.near_kernel import near_kernel, near_kernel_reference
 from neuromanifold.singular.detectors.one_sided import (
     MAX_ONE_SIDED,
 )
+from neuromanifold.singular.detectors.rescale import ReLURescaleDetector
 from neuromanifold.singular.factors import kfac_factors
 from neuromanifold.singular.family import Gaussian
 from neuromanifold.singular.read import read

@@ -4,8 +4,8 @@ A detector is one class (`Detector` protocol: ``name``, ``applies_to(module)``,
 ``propose(name, module, ctx)``) returning `Candidate` directions with a provenance label; see
 `neuromanifold.singular.detectors.base` for how to add one and `default_registry` for the
 built-ins (K-FAC/KFC linear and conv with the A–G duality join, LayerNorm kernel, RMSNorm,
-attention QK rotation and VO rescale, CE logit shift, ReLU rescale, gated feed-forward dead
-dimensions, unseen embedding rows).
+attention QK rotation and VO rescale, CE logit shift, ReLU rescale, LayerNorm/RMSNorm scale,
+gated feed-forward dead dimensions and up-projection rescale, unseen embedding rows).
 """
 
 from neuromanifold.singular.detectors.attention import AttentionDetector, attention_layout
@@ -16,7 +16,7 @@ from neuromanifold.singular.detectors.base import (
     parameter_aliases,
 )
 from neuromanifold.singular.detectors.embedding import EmbeddingDetector
-from neuromanifold.singular.detectors.gauges import LogitShiftDetector, ReLURescaleDetector
+from neuromanifold.singular.detectors.gauges import LogitShiftDetector
 from neuromanifold.singular.detectors.glu import GLUDetector, glu_layout
 from neuromanifold.singular.detectors.graph import ModelGraph, trace_graph
 from neuromanifold.singular.detectors.layernorm import (
@@ -29,6 +29,12 @@ from neuromanifold.singular.detectors.linear import LinearDetector, block_spectr
 from neuromanifold.singular.detectors.link import BlockSpectrum
 from neuromanifold.singular.detectors.near_kernel import near_kernel
 from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
+from neuromanifold.singular.detectors.rescale import (
+    GLURescaleDetector,
+    NormScaleDetector,
+    ReLURescaleDetector,
+    UnitRescale,
+)
 
 __all__ = [
     "AttentionDetector",
@@ -39,13 +45,16 @@ __all__ = [
     "DetectorRegistry",
     "EmbeddingDetector",
     "GLUDetector",
+    "GLURescaleDetector",
     "LayerNormDetector",
     "LayerNormReachDetector",
     "LinearDetector",
     "LogitShiftDetector",
     "ModelGraph",
+    "NormScaleDetector",
     "RMSNormDetector",
     "ReLURescaleDetector",
+    "UnitRescale",
     "attention_layout",
     "block_spectrum",
     "default_registry",

@@ -3,8 +3,8 @@
 `default_registry` holds, in priority order (closed forms first, so that a K-FAC candidate
 duplicating a closed-form one is dropped in favour of the closed form): LayerNorm (graph
 consumers, then consumers reached through token selection/pooling by the factor test), RMSNorm,
-attention, CE logit shift, ReLU rescale, gated feed-forward dead dimension, embedding,
-linear/conv K-FAC.
+attention, CE logit shift, ReLU rescale, norm scale, gated feed-forward dead dimension, gated
+up-projection rescale, embedding, linear/conv K-FAC.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from torch import nn
 from neuromanifold.singular.detectors.attention import AttentionDetector
 from neuromanifold.singular.detectors.base import Detector
 from neuromanifold.singular.detectors.embedding import EmbeddingDetector
-from neuromanifold.singular.detectors.gauges import LogitShiftDetector, ReLURescaleDetector
+from neuromanifold.singular.detectors.gauges import LogitShiftDetector
 from neuromanifold.singular.detectors.glu import GLUDetector
 from neuromanifold.singular.detectors.layernorm import (
     LayerNormDetector,
@@ -24,6 +24,11 @@ from neuromanifold.singular.detectors.layernorm import (
     RMSNormDetector,
 )
 from neuromanifold.singular.detectors.linear import LinearDetector
+from neuromanifold.singular.detectors.rescale import (
+    GLURescaleDetector,
+    NormScaleDetector,
+    ReLURescaleDetector,
+)
 
 __all__ = ["DetectorRegistry", "default_registry"]
 
@@ -70,7 +75,9 @@ def default_registry() -> DetectorRegistry:
             AttentionDetector(),
             LogitShiftDetector(),
             ReLURescaleDetector(),
+            NormScaleDetector(),
             GLUDetector(),
+            GLURescaleDetector(),
             EmbeddingDetector(),
             LinearDetector(),
         ]

@@ -1,0 +1,299 @@
+"""Per-unit rescaling gauges (spec §6.5): ReLU rescale, LayerNorm/RMSNorm scale, GLU up projection.
+
+Laws checked: the group action leaves the model function unchanged for arbitrary positive factors
+(not only the powers of two `certify` uses); the closed-form tangent equals the derivative of the
+action (forward-mode oracle); a straight probe along a tangent reads an apparent order 2 that is
+classed curved gauge only through the generators; layouts that break the symmetry (a ReLU or norm
+output that also enters a residual sum, a "GLU" whose up projection is added, not multiplied)
+are not proposed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from neuromanifold.cells.planted import planted_transformer
+from neuromanifold.singular.detectors import (
+    DetectionContext,
+    GLURescaleDetector,
+    NormScaleDetector,
+    ReLURescaleDetector,
+    UnitRescale,
+    trace_graph,
+)
+from neuromanifold.singular.detectors.rescale import CERTIFY_RTOL, certify
+from neuromanifold.singular.direction import read_direction
+from neuromanifold.singular.factors import kfac_factors
+from neuromanifold.singular.family import Gaussian
+from neuromanifold.singular.read import read
+
+# outputs of a float64 model at two points of one orbit (random factors in [0.5, 2]): rounding
+RTOL_INVARIANT = 1e-12
+# closed-form tangent vs forward-mode derivative of the action: the same products, rounding only
+ATOL_TANGENT = 1e-14
+# a broken orbit moves the output by O(1) relative; this is far above CERTIFY_RTOL
+BROKEN_MIN = 1e-3
+N = 32
+
+
+class _HFSwiGLU(nn.Module):
+    """``down(SiLU(gate(x)) ⊙ up(x))`` with Hugging Face child names and an up-projection bias."""
+
+    def __init__(self, d: int, hidden: int, d_out: int, *, additive: bool = False) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(d, hidden, bias=False)
+        self.up_proj = nn.Linear(d, hidden)
+        self.down_proj = nn.Linear(hidden, d_out, bias=False)
+        self.additive = additive
+
+    def forward(self, x: Tensor) -> Tensor:
+        g = nn.functional.silu(self.gate_proj(x))
+        h = g + self.up_proj(x) if self.additive else g * self.up_proj(x)
+        return self.down_proj(h)
+
+
+class _ResidualReLU(nn.Module):
+    """``fc2(relu(fc1 x)) + Σ relu(fc1 x)``: the ReLU output is also summed outside ``fc2``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(3, 4)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(4, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.act(self.fc1(x))
+        return self.fc2(h) + h.sum(-1, keepdim=True)
+
+
+def _ctx(model: nn.Module, x: Tensor) -> DetectionContext:
+    model = model.double().eval()
+    return DetectionContext(
+        model=model,
+        params={k: v.detach() for k, v in model.named_parameters()},
+        factors=kfac_factors(model, x, Gaussian()),
+        graph=trace_graph(model, x[:8]),
+        family=Gaussian(),
+        data=x,
+    )
+
+
+def _relu_mlp() -> tuple[nn.Module, Tensor]:
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2))
+    return m, torch.randn(N, 3, dtype=torch.float64)
+
+
+def _prenorm(norm: type[nn.Module]) -> tuple[nn.Module, Tensor]:
+    """One pre-norm block: ``norm`` (random scale and shift) read by two Linears."""
+    torch.manual_seed(1)
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln = norm(6)
+            self.a = nn.Linear(6, 4)
+            self.b = nn.Linear(6, 4, bias=False)
+
+        def forward(self, x: Tensor) -> Tensor:
+            h = self.ln(x)
+            return self.a(h) * self.b(h)
+
+    m = Block()
+    with torch.no_grad():
+        m.ln.weight.uniform_(0.5, 1.5)
+        if getattr(m.ln, "bias", None) is not None:
+            m.ln.bias.uniform_(-0.5, 0.5)
+    return m, torch.randn(N, 6, dtype=torch.float64)
+
+
+def _swiglu(additive: bool = False) -> tuple[nn.Module, Tensor]:
+    torch.manual_seed(2)
+    return _HFSwiGLU(3, 5, 2, additive=additive), torch.randn(N, 3, dtype=torch.float64)
+
+
+CASES = {
+    "relu": (_relu_mlp, ReLURescaleDetector(), "0"),
+    "layernorm": (lambda: _prenorm(nn.LayerNorm), NormScaleDetector(), "ln"),
+    "rmsnorm": (lambda: _prenorm(nn.RMSNorm), NormScaleDetector(), "ln"),
+    "glu": (_swiglu, GLURescaleDetector(), ""),
+}
+
+
+def _proposal(case: str):
+    build, det, name = CASES[case]
+    model, x = build()
+    ctx = _ctx(model, x)
+    return ctx, det.propose(name, ctx.model.get_submodule(name), ctx)
+
+
+def _orbit(case: str) -> UnitRescale:
+    return {
+        "relu": UnitRescale(("0.weight", "0.bias"), ("2.weight",)),
+        "layernorm": UnitRescale(("ln.weight", "ln.bias"), ("a.weight", "b.weight")),
+        "rmsnorm": UnitRescale(("ln.weight",), ("a.weight", "b.weight")),
+        "glu": UnitRescale(("up_proj.weight", "up_proj.bias"), ("down_proj.weight",)),
+    }[case]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_action_leaves_the_function_unchanged(case: str) -> None:
+    ctx, _ = _proposal(case)
+    orbit = _orbit(case)
+    gen = torch.Generator().manual_seed(5)
+    c = 0.5 + 1.5 * torch.rand(orbit.n_units(ctx.params), generator=gen, dtype=torch.float64)
+    acted = orbit.act(ctx.params, c)
+    half = {k: v for k, v in acted.items() if k in orbit.producers}  # no compensation
+    with torch.no_grad():
+        base = ctx.model(ctx.data)
+        moved = functional_call(ctx.model, {**ctx.params, **acted}, (ctx.data,))
+        uncompensated = functional_call(ctx.model, {**ctx.params, **half}, (ctx.data,))
+    scale = float(base.abs().max())
+    assert float((moved - base).abs().max()) <= RTOL_INVARIANT * scale
+    assert float((uncompensated - base).abs().max()) > BROKEN_MIN * scale
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_tangent_is_the_derivative_of_the_action(case: str) -> None:
+    ctx, _ = _proposal(case)
+    orbit = _orbit(case)
+    for j in range(orbit.n_units(ctx.params)):
+        fast, ref = orbit.tangent(ctx.params, j), orbit.tangent_reference(ctx.params, j)
+        assert fast.keys() == ref.keys()
+        for k in fast:
+            torch.testing.assert_close(fast[k], ref[k], rtol=0, atol=ATOL_TANGENT)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_candidate_is_a_certified_curved_gauge(case: str) -> None:
+    ctx, cands = _proposal(case)
+    (cand,) = cands
+    orbit = _orbit(case)
+    assert cand.gauge == "curved" and cand.detector == CASES[case][1].name
+    assert cand.info["certified"] <= CERTIFY_RTOL
+    units = orbit.n_units(ctx.params)
+    assert len(cand.gauge_generators) == units == len(cand.info["generator_units"])
+    j = cand.info["unit"]
+    strength = orbit.strength(ctx.params)
+    assert float(strength[j]) == float(strength.max())
+    t = orbit.tangent(ctx.params, j)
+    norm = torch.sqrt(sum(v.pow(2).sum() for v in t.values()))
+    for k in t:
+        torch.testing.assert_close(cand.u[k], t[k] / norm, rtol=0, atol=ATOL_TANGENT)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_straight_probe_reads_order_two_and_the_generators_make_it_a_gauge(case: str) -> None:
+    ctx, (cand,) = _proposal(case)
+    with_gens = read_direction(
+        ctx.model, ctx.params, cand.u, ctx.data, Gaussian(), gauge_generators=cand.gauge_generators
+    )
+    assert with_gens.k == 2 and with_gens.klass.value == "curved_gauge"
+    without = read_direction(ctx.model, ctx.params, cand.u, ctx.data, Gaussian())
+    assert without.k == 2 and without.klass.value == "genuine_singularity"  # the mimic
+
+
+def test_residual_use_of_the_relu_output_breaks_the_orbit() -> None:
+    torch.manual_seed(3)
+    ctx = _ctx(_ResidualReLU(), torch.randn(N, 3, dtype=torch.float64))
+    assert ctx.graph.single_consumer("fc1") == "fc2"  # the layout alone looks like a rescale pair
+    orbit = UnitRescale(("fc1.weight", "fc1.bias"), ("fc2.weight",))
+    assert certify(ctx, orbit) > BROKEN_MIN
+    assert ReLURescaleDetector().propose("fc1", ctx.model.fc1, ctx) == []
+
+
+def test_additive_glu_is_not_a_rescale() -> None:
+    ctx = _ctx(*_swiglu(additive=True))
+    orbit = UnitRescale(("up_proj.weight", "up_proj.bias"), ("down_proj.weight",))
+    assert certify(ctx, orbit) > BROKEN_MIN
+    assert GLURescaleDetector().propose("", ctx.model, ctx) == []
+
+
+def test_post_norm_block_proposes_no_norm_scale() -> None:
+    """Post-norm: ``norm1``'s output feeds ``linear1`` and the residual sum."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, batch_first=True)
+    model = nn.Sequential(layer, nn.Flatten(), nn.Linear(24, 2))
+    ctx = _ctx(model, torch.randn(12, 3, 8, dtype=torch.float64))
+    assert ctx.graph.consumers["0.norm1"] == ("0.linear1",)
+    orbit = UnitRescale(("0.norm1.weight", "0.norm1.bias"), ("0.linear1.weight",))
+    assert certify(ctx, orbit) > BROKEN_MIN
+    assert NormScaleDetector().propose("0.norm1", ctx.model[0].norm1, ctx) == []
+
+
+def test_pre_norm_attention_in_projection_is_a_consumer() -> None:
+    """Pre-norm ``nn.TransformerEncoderLayer``: norm1 → packed in-projection, norm2 → linear1."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, batch_first=True, norm_first=True)
+    model = nn.Sequential(layer, nn.Flatten(), nn.Linear(24, 2))
+    ctx = _ctx(model, torch.randn(12, 3, 8, dtype=torch.float64))
+    (c1,) = NormScaleDetector().propose("0.norm1", ctx.model[0].norm1, ctx)
+    (c2,) = NormScaleDetector().propose("0.norm2", ctx.model[0].norm2, ctx)
+    assert set(c1.u) == {"0.norm1.weight", "0.norm1.bias", "0.self_attn.in_proj_weight"}
+    assert set(c2.u) == {"0.norm2.weight", "0.norm2.bias", "0.linear1.weight"}
+
+
+def test_output_without_a_float_tensor_is_not_certified() -> None:
+    class Argmax(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+
+        def forward(self, x: Tensor) -> Tensor:
+            return self.body(x).argmax(-1)
+
+    torch.manual_seed(4)
+    model = Argmax().double()
+    x = torch.randn(8, 3, dtype=torch.float64)
+    ctx = DetectionContext(
+        model=model,
+        params={k: v.detach() for k, v in model.named_parameters()},
+        factors=kfac_factors(model.body, x, Gaussian()),
+        graph=trace_graph(model, x),
+        family=Gaussian(),
+        data=x,
+    )
+    orbit = UnitRescale(("body.0.weight", "body.0.bias"), ("body.2.weight",))
+    assert certify(ctx, orbit) == float("inf")
+    assert ReLURescaleDetector().propose("body.0", model.body[0], ctx) == []
+
+
+def test_cap_records_the_truncation() -> None:
+    ctx, _ = _proposal("layernorm")
+    (cand,) = NormScaleDetector(max_units=2).propose("ln", ctx.model.ln, ctx)
+    assert len(cand.gauge_generators) == 2
+    assert cand.info["truncated"] == {"cap": 2, "found": 6, "kept": 2}
+
+
+@pytest.mark.parametrize("det", [NormScaleDetector, GLURescaleDetector, ReLURescaleDetector])
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "4", True])
+def test_max_units_must_be_a_positive_int(det, bad) -> None:
+    with pytest.raises(ValueError, match="max_units"):
+        det(max_units=bad)
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_whole_read_of_a_planted_transformer_finds_both_norm_scales(norm: str) -> None:
+    p = planted_transformer(norm=norm, n=12, seq=3)
+    reading = read(p.model, p.data, p.family, progress=False)
+    recs = [r for r in reading.directions if r.detector == "norm-scale"]
+    assert Counter(r.layers for r in recs) == Counter(
+        [("ln1", "attn.q_proj", "attn.k_proj", "attn.v_proj"), ("ln2", "fc1")]
+    )
+    assert all(r.klass == "curved_gauge" and r.k == 2 for r in recs)
+
+
+def test_whole_read_of_a_swiglu_with_a_dead_dimension(dead_swiglu) -> None:
+    model = dead_swiglu(3, 5, 2, seed=3)
+    x = torch.randn(64, 3, dtype=torch.float64)
+    reading = read(model, x, Gaussian(), progress=False)
+    kinds = Counter((r.detector, r.klass, r.k) for r in reading.directions)
+    assert kinds[("glu-rescale", "curved_gauge", 2)] == 1
+    assert kinds[("glu-dead-dimension", "genuine_singularity", 3)] == 1
+    (rec,) = [r for r in reading.directions if r.detector == "glu-rescale"]
+    assert 2 not in rec.info["generator_units"]  # the dead unit has no tangent

@@ -154,6 +154,97 @@ def ntk_command(
         typer.echo(f"wrote {json_path}")
 
 
+@lcn_app.command("compare")
+def compare_command(
+    filters: str = typer.Option(..., "--filters", help="Filter shapes, e.g. 2,2 or 2x2,3x3."),
+    v: str = typer.Option(..., "--v", help="End-to-end filter v (ascending; D-D in C order)."),
+    delta: list[str] = typer.Option(
+        ...,
+        "--delta",
+        help="One invariant vector δ (L − 1 comma-separated values); repeat --delta for each "
+        "(at least 2).",
+    ),
+    strides: str | None = typer.Option(
+        None, "--strides", help="Strides s_1..s_{L-1} (or s_1..s_L), e.g. 1 or 2,3 or 1x1."
+    ),
+    dim: int = typer.Option(1, "--dim", min=1, help="Signal dimension D."),
+    theta: str | None = typer.Option(
+        None, "--theta", help="Optional factorisation of v (layers ';'): picks the sheet."
+    ),
+    starts: int = typer.Option(20, "--starts", min=1, help="Random starts for the first δ."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the random starts."),
+    json_path: Path | None = typer.Option(None, "--json", help="Also write the result as JSON."),
+) -> None:
+    """Compare the metrics g = K_δ(v)⁺ on T_vM at one v for several δ (pencil, distance).
+
+    Per δ: the fiber point's squared layer norms, Gauss–Newton residual, rank Jμ / dim M and the
+    condition of K on T_vM. Per pair: ‖K_i − K_j‖_F relative, the extreme generalized eigenvalues
+    λ of K_i ξ = λ K_j ξ on T_vM (all 1 iff the metrics agree) and the affine-invariant distance
+    √Σ log² λ. Exit status 1 when v has no fiber point (off the neuromanifold).
+    """
+    import numpy as np
+
+    from neuromanifold.cli.lcn_fiber import _floats
+    from neuromanifold.linear.architecture import LCN
+    from neuromanifold.linear.metric_compare import compare_metrics
+
+    shapes = parse_filters(filters, dim)
+    try:
+        arch = LCN(shapes, parse_strides(strides, len(shapes), dim), dim=dim)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    th = None if theta is None else parse_theta(theta, arch.filters)
+    deltas = [_floats(d, what="--delta") for d in delta]
+    try:
+        res = compare_metrics(
+            arch, _floats(v, what="--v"), deltas, theta=th, n_starts=starts, seed=seed
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    except RuntimeError as exc:
+        typer.echo(f"NOT ON THE NEUROMANIFOLD: {exc}")
+        raise typer.Exit(code=1) from None
+    fmt = {"float_kind": lambda x: f"{x:.6g}"}
+    with np.printoptions(formatter=fmt, linewidth=120):
+        typer.echo(f"architecture: filters {arch.filters}, strides {arch.strides}, D = {arch.D}")
+        typer.echo(f"v = {np.array(res.v)}   dim M = {res.dim_M}\nroute: {res.route}")
+        typer.echo(
+            f"\n{'i':>2}  {'delta':<16} {'|w_l|^2':<24} {'residual':>9}  {'rank J':>6}  "
+            f"{'smooth':>6}  {'s_dimM/s_max':>12}  {'cond K|T':>9}"
+        )
+        for i, p in enumerate(res.per_delta):
+            sm = p.smooth
+            cond = "inf" if p.tangent_condition is None else f"{p.tangent_condition:.4g}"
+            typer.echo(
+                f"{i:>2}  {np.array2string(np.array(p.delta)):<16} "
+                f"{np.array2string(np.array(p.sq_norms)):<24} {p.residual:>9.2e}  "
+                f"{sm.rank:>3}/{sm.dim_M:<2}  {'yes' if sm.smooth else 'no':>6}  "
+                f"{sm.sigma_dim / sm.sigma_max:>12.3e}  {cond:>9}"
+            )
+    typer.echo(
+        f"\npairs: λ = generalized eigenvalues of K_i ξ = λ K_j ξ on T_vM, d = √Σ log² λ, "
+        f"agree iff max|log λ| ≤ {res.agree_tol:g}"
+    )
+    typer.echo(
+        f"{'i':>2} {'j':>2}  {'|dK|_F rel':>10}  {'λ_min':>9}  {'λ_max':>9}  {'d':>9}  "
+        f"{'sin T':>8}  agree"
+    )
+    for q in res.pairs:
+        if not q.defined:
+            typer.echo(f"{q.i:>2} {q.j:>2}  {q.k_rel_frobenius:>10.4g}  undefined (K singular)")
+            continue
+        typer.echo(
+            f"{q.i:>2} {q.j:>2}  {q.k_rel_frobenius:>10.4g}  {q.lambda_min:>9.6g}  "
+            f"{q.lambda_max:>9.6g}  {q.affine_invariant_distance:>9.6g}  {q.tangent_sin:>8.1e}  "
+            f"{'yes' if q.agree else 'no'}"
+        )
+    for note in res.notes:
+        typer.echo(f"note: {note}")
+    if json_path is not None:
+        json_path.write_text(json.dumps(res.to_dict(), indent=2))
+        typer.echo(f"wrote {json_path}")
+
+
 def register(app: typer.Typer) -> None:
     """Attach the `lcn` command group to the top-level app."""
     lcn_fiber.register(lcn_app)

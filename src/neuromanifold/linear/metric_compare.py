@@ -1,0 +1,582 @@
+"""How different are the metrics ``g = K_δ(v)⁺`` of several invariant values ``δ`` at one ``v``?
+
+The NTK of an LCN at a point of the ``(v, δ)``-fiber depends on the initialisation through ``δ``
+(spec §2.5: ``K_δ(v) = N(v) Σ_l G_l(û) / x_l(v, δ)``), so one end-to-end filter carries one
+metric ``g_v = K_δ(v)⁺|_{T_vM}`` per ``δ`` (spec §2.4, §6: same ``v``, different metric).
+:func:`compare_metrics` builds ``K_{δ⁽ⁱ⁾}(v)`` for ``m ≥ 2`` invariant vectors and reports, per
+pair ``(i, j)``, with ``Q`` an orthonormal basis of ``T_vM`` (``(n_v, dim M)``; the leading left
+singular vectors of ``Jμ`` at the first fiber point) and ``A = Qᵀ K_i Q``, ``B = Qᵀ K_j Q``
+(``(dim M, dim M)``, positive definite at a regular point):
+
+* ``k_rel_frobenius = ‖K_i − K_j‖_F / max(‖K_i‖_F, ‖K_j‖_F)``; ``metric_rel_frobenius`` the same
+  for ``g_i = K_i⁺``, ``g_j = K_j⁺`` (pseudo-inverses truncated at rank ``dim M``);
+* the generalized eigenvalues ``λ_1 ≤ … ≤ λ_{dim M}`` of the pencil ``A ξ = λ B ξ``. They are also
+  those of ``(g_j, g_i)`` on ``T_vM``, so ``λ_1 ≤ g_j(ξ, ξ) / g_i(ξ, ξ) ≤ λ_{dim M}`` for every
+  ``ξ ∈ T_vM``: all ``λ = 1`` iff the two metrics agree. ``pencil_condition = λ_max / λ_min``;
+* the affine-invariant (Riemannian SPD) distance ``d(A, B) = ‖log(B^{-1/2} A B^{-1/2})‖_F =
+  √(Σ_k log² λ_k)``. It does not depend on the basis ``Q`` of ``T_vM`` and ``d(A, B) =
+  d(A⁻¹, B⁻¹)``, so it is the distance of the metrics themselves; it is symmetric and satisfies
+  the triangle inequality. ``max_abs_log = max_k |log λ_k|`` (the Thompson distance) decides
+  ``agree`` against ``agree_tol``.
+
+**Route.** Each ``K_{δ⁽ⁱ⁾}(v)`` is the NTK ``Jμ Jμᵀ`` at a fiber point found by the Gauss–Newton
+route of spec §5(b) (:func:`~.solve.solve_fiber_point`): the first point from ``theta`` (rescaled
+by the Lemma to ``δ⁽¹⁾``) or random starts, every later one from the Lemma's rescaling of that
+point (or of ``theta``) to ``δ⁽ⁱ⁾`` (:func:`~.rescale.rescale_to_delta`), i.e. on the same
+sheet. The route works for any strides and any ``D`` whenever ``v ∈ M``; ``K_δ(v)`` is *the*
+NTK of every initialisation with invariants ``δ`` only where the fiber is one sign orbit: 1-D
+with all ``s_1..s_{L−1} > 1`` on the smooth locus (spec §4.1). With a stride one (spec §4.3), in
+``D ≥ 2`` with equal-shape swaps (§4.4) or at a crossing (§4.2) other sheets carry other NTKs;
+the numbers then compare the metrics on the one sheet reached (``notes`` says so;
+:func:`~.fiber.lcn_fiber` lists all sheets). The metric needs ``rank K = dim M``: each point's
+regularity report is included and pairs with a singular ``K|_{T_vM}`` have ``defined = False``.
+
+References: E. M. Achour, K. Kohn, H. Rauhut, arXiv:2507.06367 (the metric depends on the
+initialisation through δ); the affine-invariant metric on SPD matrices (e.g. Bhatia, *Positive
+Definite Matrices*, 2007, ch. 6).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from neuromanifold.linear.architecture import LCN, validate_params
+from neuromanifold.linear.fiber import check_lcn_target
+from neuromanifold.linear.invariants import sq_norms
+from neuromanifold.linear.metric import (
+    RTOL_RANK,
+    SmoothPointReport,
+    is_smooth_point,
+    metric_tensor,
+    tangent_basis,
+    tangent_condition_number,
+)
+from neuromanifold.linear.normalize import normal_form_note
+from neuromanifold.linear.ntk import ntk
+from neuromanifold.linear.rescale import rescale_to_delta
+from neuromanifold.linear.solve import solve_fiber_point
+
+__all__ = [
+    "METRIC_AGREE_TOL",
+    "TANGENT_SIN_TOL",
+    "DeltaMetric",
+    "MetricComparison",
+    "MetricPair",
+    "compare_metrics",
+    "metric_pair",
+    "metric_pair_reference",
+]
+
+METRIC_AGREE_TOL = 1e-8
+"""Two metrics agree when ``max_k |log λ_k| ≤ METRIC_AGREE_TOL`` (``λ`` the pencil eigenvalues).
+
+Fiber points are solved to ``1e-13`` (relative), so equal metrics give ``|log λ|`` of order
+``1e-13 · cond(K|_{T_vM})``; ``1e-8`` leaves room for conditions up to about ``1e5``.
+"""
+
+TANGENT_SIN_TOL = 1e-8
+"""Two fiber points share ``T_vM`` when the largest principal-angle sine of their tangent spaces
+(ranges of ``Jμ``) is at most this; points on one rescaling orbit give round-off (``~1e-15``)."""
+
+
+def _tup(x: Any) -> Any:
+    """Nested tuples of Python floats from an array / nested lists (hashable, JSON-friendly)."""
+    if isinstance(x, (list, tuple, np.ndarray)):
+        return tuple(_tup(y) for y in x)
+    return float(x)
+
+
+def _lists(x: Any) -> Any:
+    """Tuples to lists, recursively (also inside dicts)."""
+    if isinstance(x, (tuple, list)):
+        return [_lists(y) for y in x]
+    if isinstance(x, dict):
+        return {k: _lists(y) for k, y in x.items()}
+    return x
+
+
+def _finite_or_none(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class MetricPair:
+    """How far apart the metrics of ``δ⁽ⁱ⁾`` and ``δ⁽ʲ⁾`` are (formulas: module docstring).
+
+    Attributes:
+        i, j: indices into the ``deltas`` (0-based).
+        k_rel_frobenius: ``‖K_i − K_j‖_F / max(‖K_i‖_F, ‖K_j‖_F)``.
+        metric_rel_frobenius: the same for ``g = K⁺`` (rank ``dim M``); None if undefined.
+        pencil_eigenvalues: ascending ``λ`` with ``Qᵀ K_i Q ξ = λ Qᵀ K_j Q ξ`` (``dim M`` values;
+            empty when undefined).
+        lambda_min, lambda_max, pencil_condition: ``λ_1``, ``λ_{dim M}``, their ratio.
+        affine_invariant_distance: ``√(Σ_k log² λ_k)``.
+        max_abs_log: ``max_k |log λ_k|``.
+        tangent_sin: largest principal-angle sine between the ranges of ``Jμ`` at the two points.
+        defined: both ``K``'s are positive definite on ``T_vM`` (rank test at ``RTOL_RANK``).
+        agree: ``defined`` and ``max_abs_log ≤ agree_tol``.
+        agree_tol: the threshold used for ``agree``.
+    """
+
+    i: int
+    j: int
+    k_rel_frobenius: float
+    metric_rel_frobenius: float | None
+    pencil_eigenvalues: tuple[float, ...]
+    lambda_min: float | None
+    lambda_max: float | None
+    pencil_condition: float | None
+    affine_invariant_distance: float | None
+    max_abs_log: float | None
+    tangent_sin: float
+    defined: bool
+    agree: bool
+    agree_tol: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form (round-trips through :meth:`from_dict`)."""
+        return _lists(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MetricPair:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**{**d, "pencil_eigenvalues": tuple(d["pencil_eigenvalues"])})
+
+
+def _pd(M: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Eigenpairs of a symmetric ``M`` if it is positive definite at ``RTOL_RANK``, else None."""
+    w, V = np.linalg.eigh(0.5 * (M + M.T))
+    if w[-1] <= 0 or w[0] <= RTOL_RANK * w[-1]:
+        return None
+    return w, V
+
+
+def _rel_fro(a: np.ndarray, b: np.ndarray) -> float:
+    scale = max(float(np.linalg.norm(a)), float(np.linalg.norm(b)))
+    return float(np.linalg.norm(a - b)) / scale if scale > 0 else 0.0
+
+
+def _sin_max(U: np.ndarray, W: np.ndarray) -> float:
+    """``‖(I − U Uᵀ) W‖_2`` for orthonormal ``U``, ``W`` of equal width."""
+    return float(np.linalg.norm(W - U @ (U.T @ W), 2)) if U.size else 0.0
+
+
+def _pair_from_eigenvalues(
+    i: int,
+    j: int,
+    lam: np.ndarray | None,
+    *,
+    k_rel: float,
+    g_rel: float | None,
+    tangent_sin: float,
+    agree_tol: float,
+) -> MetricPair:
+    """Assemble a :class:`MetricPair` from ascending pencil eigenvalues (None: undefined)."""
+    num: dict[str, Any] = dict.fromkeys(
+        ("lambda_min", "lambda_max", "pencil_condition", "affine_invariant_distance", "max_abs_log")
+    )
+    if lam is not None:
+        logs = np.log(lam)
+        num = {
+            "lambda_min": float(lam[0]),
+            "lambda_max": float(lam[-1]),
+            "pencil_condition": float(lam[-1] / lam[0]),
+            "affine_invariant_distance": float(np.sqrt(np.sum(logs**2))),
+            "max_abs_log": float(np.max(np.abs(logs))),
+        }
+    return MetricPair(
+        i=i,
+        j=j,
+        k_rel_frobenius=k_rel,
+        metric_rel_frobenius=g_rel,
+        pencil_eigenvalues=() if lam is None else tuple(float(x) for x in lam),
+        tangent_sin=tangent_sin,
+        defined=lam is not None,
+        agree=lam is not None and num["max_abs_log"] <= agree_tol,
+        agree_tol=float(agree_tol),
+        **num,
+    )
+
+
+def metric_pair(
+    K_i: Any,
+    K_j: Any,
+    basis: Any,
+    *,
+    i: int = 0,
+    j: int = 1,
+    tangent_i: Any = None,
+    tangent_j: Any = None,
+    agree_tol: float = METRIC_AGREE_TOL,
+) -> MetricPair:
+    """Pair numbers of ``K_i``, ``K_j`` (``(n_v, n_v)``) on ``T_vM = range(basis)``.
+
+    ``basis`` is an orthonormal ``(n_v, dim M)`` matrix. With ``A = Qᵀ K_i Q`` and the
+    eigendecomposition ``B = Qᵀ K_j Q = V diag(μ) Vᵀ``, ``λ = eig(W ᵀ A W)`` with
+    ``W = V diag(μ^{-1/2})``. ``tangent_i`` / ``tangent_j`` (orthonormal bases of the two points'
+    tangent spaces) give ``tangent_sin``; both default to ``basis``. The brute-force oracle is
+    :func:`metric_pair_reference`.
+
+    >>> p = metric_pair(np.diag([4.0, 1.0, 0.0]), np.diag([1.0, 1.0, 0.0]), np.eye(3, 2))
+    >>> p.pencil_eigenvalues, abs(p.affine_invariant_distance - float(np.log(4))) < 1e-15
+    ((1.0, 4.0), True)
+    """
+    Ki, Kj = np.asarray(K_i, dtype=np.float64), np.asarray(K_j, dtype=np.float64)
+    Q = np.asarray(basis, dtype=np.float64)
+    m = Q.shape[1]
+    Ui = Q if tangent_i is None else np.asarray(tangent_i, dtype=np.float64)
+    Uj = Q if tangent_j is None else np.asarray(tangent_j, dtype=np.float64)
+    k_rel = _rel_fro(Ki, Kj)
+    eb, ea = _pd(Q.T @ Kj @ Q), _pd(Q.T @ Ki @ Q)
+    lam, g_rel = None, None
+    if ea is not None and eb is not None:
+        W = eb[1] / np.sqrt(eb[0])
+        lam = np.linalg.eigvalsh(W.T @ (Q.T @ Ki @ Q) @ W)
+        g_rel = _rel_fro(metric_tensor(Ki, m), metric_tensor(Kj, m))
+    return _pair_from_eigenvalues(
+        i, j, lam, k_rel=k_rel, g_rel=g_rel, tangent_sin=_sin_max(Ui, Uj), agree_tol=agree_tol
+    )
+
+
+def metric_pair_reference(
+    K_i: Any,
+    K_j: Any,
+    dim_M: int,
+    *,
+    i: int = 0,
+    j: int = 1,
+    agree_tol: float = METRIC_AGREE_TOL,
+) -> MetricPair:
+    """Brute-force oracle of :func:`metric_pair`, by dense scipy routines from the ``K``'s alone.
+
+    ``T_vM``: the top-``dim_M`` eigenvectors of ``K_i + K_j`` (``scipy.linalg.eigh``; equal to
+    ``range K_i = range K_j`` when both points share the tangent space); ``λ`` by
+    ``scipy.linalg.eigh(A, B)``; the distance as ``‖logm(S⁻¹ A S⁻¹)‖_F`` with ``S = sqrtm(B)``;
+    ``g = Σ_{k ≤ dim M} u_k u_kᵀ / λ_k`` from ``scipy.linalg.eigh`` of each ``K``.
+    """
+    import scipy.linalg as sla
+
+    Ki, Kj = np.asarray(K_i, dtype=np.float64), np.asarray(K_j, dtype=np.float64)
+    n = Ki.shape[0]
+    top = [n - dim_M, n - 1]
+    _, Q = sla.eigh(Ki + Kj, subset_by_index=top)
+    wi, Ui = sla.eigh(Ki, subset_by_index=top)
+    wj, Uj = sla.eigh(Kj, subset_by_index=top)
+    tangent_sin = float(sla.svdvals(Uj - Ui @ (Ui.T @ Uj))[0])
+    k_rel = float(sla.norm(Ki - Kj)) / max(float(sla.norm(Ki)), float(sla.norm(Kj)))
+    A, B = Q.T @ Ki @ Q, Q.T @ Kj @ Q
+    if min(wi[0] / wi[-1], wj[0] / wj[-1]) <= RTOL_RANK:
+        return _pair_from_eigenvalues(
+            i, j, None, k_rel=k_rel, g_rel=None, tangent_sin=tangent_sin, agree_tol=agree_tol
+        )
+    lam = sla.eigh(A, B, eigvals_only=True)
+    S_inv = np.linalg.inv(np.real(sla.sqrtm(B)))
+    dist = float(sla.norm(np.real(sla.logm(S_inv @ A @ S_inv)), "fro"))
+    gi, gj = (Ui / wi) @ Ui.T, (Uj / wj) @ Uj.T
+    g_rel = float(sla.norm(gi - gj)) / max(float(sla.norm(gi)), float(sla.norm(gj)))
+    pair = _pair_from_eigenvalues(
+        i, j, lam, k_rel=k_rel, g_rel=g_rel, tangent_sin=tangent_sin, agree_tol=agree_tol
+    )
+    return MetricPair(**{**pair.__dict__, "affine_invariant_distance": dist})
+
+
+@dataclass(frozen=True)
+class DeltaMetric:
+    """The fiber point and NTK ``K_δ(v)`` for one ``δ``, with the regularity numbers behind it.
+
+    Attributes:
+        delta: the invariants ``δ_l = ‖w_{l+1}‖² − ‖w_l‖²`` (``L − 1`` values).
+        theta: the fiber point (per-layer filters as nested tuples).
+        ntk: ``K_δ(v) = Jμ Jμᵀ`` there, ``(n_v, n_v)`` (v flattened in C order).
+        sq_norms: ``‖w_l‖²`` at the point (the Lemma's ``x_l``).
+        residual, tolerance: Gauss–Newton residual ``‖(μ(θ) − v, δ(θ) − δ)‖_∞`` and threshold.
+        smooth: :func:`~.metric.is_smooth_point` at ``theta`` (rank of ``Jμ``, ``σ_dimM``,
+            ``σ_{dimM+1}``, ``rtol``; a self-crossing passes it, spec §4.2).
+        rank_K: eigenvalues of ``K`` above ``RTOL_RANK · λ_max`` (the metric uses rank ``dim M``).
+        tangent_condition: ``λ_1 / λ_{dim M}`` of ``K`` (None if ``K`` is singular there).
+    """
+
+    delta: tuple[float, ...]
+    theta: tuple[Any, ...]
+    ntk: tuple[tuple[float, ...], ...]
+    sq_norms: tuple[float, ...]
+    residual: float
+    tolerance: float
+    smooth: SmoothPointReport
+    rank_K: int
+    tangent_condition: float | None
+
+    def ntk_array(self) -> np.ndarray:
+        """``K`` as a float64 array."""
+        return np.array(self.ntk, dtype=np.float64)
+
+    def theta_arrays(self) -> tuple[np.ndarray, ...]:
+        """The fiber point as float64 arrays."""
+        return tuple(np.array(w, dtype=np.float64) for w in self.theta)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form (round-trips through :meth:`from_dict`)."""
+        return _lists(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DeltaMetric:
+        """Inverse of :meth:`to_dict`."""
+        nested = ("delta", "theta", "ntk", "sq_norms")
+        return cls(
+            **{k: (_tup(x) if k in nested else x) for k, x in d.items() if k != "smooth"},
+            smooth=SmoothPointReport(**d["smooth"]),
+        )
+
+
+@dataclass(frozen=True)
+class MetricComparison:
+    """Result of :func:`compare_metrics`: a :class:`DeltaMetric` per ``δ``, a pair per ``i < j``.
+
+    Attributes:
+        architecture: ``arch.to_dict()``.
+        v: the end-to-end filter (flattened in C order).
+        dim_M: the rank at which ``K⁺`` is truncated (``Σ k_l − (L − 1)``).
+        route: how the ``K``'s were built (module docstring).
+        per_delta: one entry per ``δ⁽ⁱ⁾``, in the given order.
+        pairs: one :class:`MetricPair` per ``i < j`` (lexicographic).
+        rtol_rank, agree_tol, tangent_tol: the thresholds used.
+        notes: which spec statement applies (determinacy of ``K_δ(v)``), normal-form remarks.
+    """
+
+    architecture: dict[str, Any]
+    v: tuple[float, ...]
+    dim_M: int
+    route: str
+    per_delta: tuple[DeltaMetric, ...]
+    pairs: tuple[MetricPair, ...]
+    rtol_rank: float
+    agree_tol: float
+    tangent_tol: float
+    notes: tuple[str, ...]
+
+    def pair(self, i: int, j: int) -> MetricPair:
+        """The pair ``{i, j}`` (either order; numbers are those of ``(min, max)``)."""
+        a, b = min(i, j), max(i, j)
+        for p in self.pairs:
+            if (p.i, p.j) == (a, b):
+                return p
+        raise ValueError(
+            f"(i, j) = ({i}, {j}): expected two distinct indices in 0..{len(self.per_delta) - 1}"
+        )
+
+    def distance_matrix(self) -> np.ndarray:
+        """Symmetric ``(m, m)`` matrix of affine-invariant distances (NaN where undefined)."""
+        m = len(self.per_delta)
+        D = np.zeros((m, m))
+        for p in self.pairs:
+            d = p.affine_invariant_distance
+            D[p.i, p.j] = D[p.j, p.i] = np.nan if d is None else d
+        return D
+
+    @property
+    def same_tangent_space(self) -> bool:
+        """All pairs have ``tangent_sin ≤ tangent_tol``."""
+        return all(p.tangent_sin <= self.tangent_tol for p in self.pairs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form (round-trips through :meth:`from_dict`)."""
+        return {
+            **_lists(dataclasses.asdict(self)),
+            "same_tangent_space": self.same_tangent_space,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MetricComparison:
+        """Inverse of :meth:`to_dict`."""
+        plain = {
+            k: x for k, x in d.items() if k not in ("same_tangent_space", "per_delta", "pairs")
+        }
+        return cls(
+            **{k: (tuple(x) if isinstance(x, list) else x) for k, x in plain.items()},
+            per_delta=tuple(DeltaMetric.from_dict(x) for x in d["per_delta"]),
+            pairs=tuple(MetricPair.from_dict(x) for x in d["pairs"]),
+        )
+
+
+def _check_deltas(arch: LCN, deltas: Any) -> list[np.ndarray]:
+    if isinstance(deltas, np.ndarray) and deltas.ndim >= 1:
+        deltas = list(deltas)  # rows (or scalars when L = 2)
+    if isinstance(deltas, str) or not isinstance(deltas, Sequence):
+        raise ValueError(
+            f"deltas = {deltas!r}: expected a sequence of at least 2 invariant vectors, each of "
+            f"L − 1 = {arch.L - 1} values"
+        )
+    if len(deltas) < 2:
+        raise ValueError(
+            f"deltas has {len(deltas)} entr{'y' if len(deltas) == 1 else 'ies'}: expected at "
+            f"least 2 invariant vectors to compare"
+        )
+    out = []
+    for i, d in enumerate(deltas):
+        try:
+            a = np.atleast_1d(np.asarray(d, dtype=np.float64))
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"deltas[{i}] = {d!r}: expected L − 1 = {arch.L - 1} numbers"
+            ) from None
+        if a.ndim != 1 or a.size != arch.L - 1:
+            raise ValueError(
+                f"deltas[{i}] has shape {a.shape}: expected L − 1 = {arch.L - 1} invariants "
+                "δ_l = ‖w_(l+1)‖² − ‖w_l‖²"
+            )
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"deltas[{i}] = {a.tolist()}: entries must be finite")
+        out.append(a)
+    return out
+
+
+def _check_tol(name: str, value: Any) -> float:
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1):
+        raise ValueError(f"{name} = {value!r}: expected a float in (0, 1)")
+    return float(value)
+
+
+def _regime_note(arch: LCN) -> str:
+    if arch.L == 1:
+        return "L = 1: there are no invariants, so K does not depend on δ."
+    inner = arch.strides[:-1]
+    if arch.D == 1 and all(s[0] > 1 for s in inner):
+        return (
+            "D = 1, all strides s_1..s_(L-1) > 1: on the smooth locus the (v, δ)-fiber is one sign "
+            "orbit (spec §4.1), so each K_δ(v) is the NTK of every initialisation with that δ; a "
+            "self-crossing v (spec §4.2) has other sheets this comparison does not see "
+            "(classify_locus / lcn_fiber find them)."
+        )
+    if arch.D == 1:
+        ones = [i + 1 for i, s in enumerate(inner) if s[0] == 1]
+        return (
+            f"D = 1 with stride one (s_l = 1 for l = {', '.join(map(str, ones))}): K is not a "
+            "function of (v, δ) (spec §4.3); the fiber has other sheets (regrouped roots) with "
+            "other NTKs. The metrics compared here are those of one sheet: the first fiber point "
+            "and its Lemma rescalings. lcn_fiber lists all sheets."
+        )
+    return (
+        f"D = {arch.D}: determinacy of K_δ(v) is not asserted from the architecture (spec §4.4: "
+        "layers of equal shape and dilation can swap factors, giving other NTKs). The metrics "
+        "compared here are those of one sheet: the first fiber point and its Lemma rescalings."
+    )
+
+
+def compare_metrics(
+    arch: LCN,
+    v: Any,
+    deltas: Sequence[Any],
+    *,
+    theta: Sequence[Any] | None = None,
+    n_starts: int = 20,
+    seed: int = 0,
+    tol: float = 1e-13,
+    agree_tol: float = METRIC_AGREE_TOL,
+    tangent_tol: float = TANGENT_SIN_TOL,
+) -> MetricComparison:
+    """Compare the metrics ``g = K_{δ⁽ⁱ⁾}(v)⁺`` on ``T_vM`` for ``m ≥ 2`` invariant vectors.
+
+    Args:
+        arch: the LCN (any D; used as given, ``notes`` says when it is not in normal form).
+        v: the end-to-end filter, shape ``arch.out_shape`` (or flat in C order), non-zero.
+        deltas: ``m ≥ 2`` invariant vectors, each of ``L − 1`` values (a number when ``L = 2``).
+        theta: optional factorisation of ``v`` (any invariants): the fiber points start from its
+            Lemma rescalings (this picks the sheet where there are several). Otherwise the first
+            point comes from ``n_starts`` random starts (``seed``).
+        tol: Gauss–Newton tolerance (relative to ``max(1, ‖v‖_∞, ‖δ‖_∞)``).
+        agree_tol: threshold on ``max |log λ|`` for a pair's ``agree``.
+        tangent_tol: threshold on ``tangent_sin`` for :attr:`MetricComparison.same_tangent_space`.
+
+    Raises ``RuntimeError`` if no fiber point is found (``v`` off the neuromanifold).
+
+    Spec §6: ``k = (2, 2)``, ``s = 2``, ``v = (3, 6, 1, 2)``: ``δ = 5`` gives ``x = (5, 10)``,
+    ``δ = 0`` gives ``x_1 = x_2 = √50``, and the two metrics differ.
+
+    >>> r = compare_metrics(LCN((2, 2), (2,)), [3, 6, 1, 2], [[5.0], [0.0]])
+    >>> [round(x, 9) for x in r.per_delta[0].sq_norms], r.pair(0, 1).agree
+    ([5.0, 10.0], False)
+    """
+    if not isinstance(arch, LCN):
+        raise TypeError(f"arch = {arch!r}: expected an LCN")
+    ds = _check_deltas(arch, deltas)
+    v_arr, _ = check_lcn_target(arch, v, ds[0])
+    if not np.any(v_arr):
+        raise ValueError("v = 0: the zero filter is a singular point of M; the metric is undefined")
+    agree_tol = _check_tol("agree_tol", agree_tol)
+    tangent_tol = _check_tol("tangent_tol", tangent_tol)
+    ref = None if theta is None else validate_params(arch, theta)
+    start = (
+        "the Lemma rescalings of the given theta"
+        if ref is not None
+        else (
+            f"random starts (n_starts = {n_starts}, seed = {seed}) for δ⁽¹⁾, then the Lemma "
+            "rescalings of that point"
+        )
+    )
+    route = (
+        f"Gauss–Newton fiber points (solve_fiber_point, tol = {tol:g}) started from {start} "
+        "(one sheet); K = Jμ Jμᵀ at each point; T_vM = range Jμ at the first point"
+    )
+    m = arch.dim_M
+    per: list[DeltaMetric] = []
+    bases: list[np.ndarray] = []
+    for idx, d in enumerate(ds):
+        guess = None if ref is None else rescale_to_delta(ref, d)
+        res = solve_fiber_point(
+            arch, v_arr, d, theta_guess=guess, n_starts=n_starts, seed=seed, tol=tol
+        )
+        if not res.converged:
+            raise RuntimeError(
+                f"no fiber point for deltas[{idx}] = {d.tolist()}: best residual "
+                f"{res.residual:.3e} > tolerance {res.tolerance:.3e} (v off the neuromanifold?)"
+            )
+        if ref is None:
+            ref = res.theta
+        K = ntk(arch, res.theta)
+        lam = np.linalg.eigvalsh(K)
+        per.append(
+            DeltaMetric(
+                delta=_tup(d),
+                theta=tuple(_tup(w) for w in res.theta),
+                ntk=_tup(K),
+                sq_norms=_tup(sq_norms(res.theta)),
+                residual=res.residual,
+                tolerance=res.tolerance,
+                smooth=is_smooth_point(arch, res.theta),
+                rank_K=int(np.sum(lam > RTOL_RANK * lam[-1])) if lam[-1] > 0 else 0,
+                tangent_condition=_finite_or_none(tangent_condition_number(K, m)),
+            )
+        )
+        bases.append(tangent_basis(arch, res.theta))
+    pairs = tuple(
+        metric_pair(
+            per[i].ntk_array(),
+            per[j].ntk_array(),
+            bases[0],
+            i=i,
+            j=j,
+            tangent_i=bases[i],
+            tangent_j=bases[j],
+            agree_tol=agree_tol,
+        )
+        for i, j in itertools.combinations(range(len(per)), 2)
+    )
+    note = normal_form_note(arch)
+    return MetricComparison(
+        architecture=arch.to_dict(),
+        v=tuple(float(x) for x in v_arr.ravel()),
+        dim_M=m,
+        route=route,
+        per_delta=tuple(per),
+        pairs=pairs,
+        rtol_rank=RTOL_RANK,
+        agree_tol=agree_tol,
+        tangent_tol=tangent_tol,
+        notes=(_regime_note(arch), *([note] if note else [])),
+    )

@@ -248,3 +248,41 @@ def test_cli_compare_spec_example(tmp_path: Path) -> None:
         [*args[:-1], "1,0,0,1", "--delta", "0", "--delta", "1", "--starts", "2"],
     )
     assert off.exit_code == 1 and "NOT ON THE NEUROMANIFOLD" in off.output
+
+
+I3 = np.eye(3)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        ((I3, I3, np.ones((3, 2))), {}, r"basis: expected orthonormal columns"),
+        ((np.eye(2), I3, np.eye(3, 2)), {}, r"basis has shape \(3, 2\): expected \(n_v, dim M\)"),
+        ((np.ones((3, 2)), I3, np.eye(3, 2)), {}, r"K_i: K has shape \(3, 2\): expected a square"),
+        ((I3, np.triu(np.ones((3, 3))), np.eye(3, 2)), {}, r"K_j: K: expected a symmetric"),
+        ((I3, np.eye(4), np.eye(3, 2)), {}, r"K_i has shape \(3, 3\), K_j \(4, 4\): expected one"),
+        ((I3, I3, np.eye(3, 2)), {"tangent_i": I3}, r"tangent_i \(3, 3\), tangent_j \(3, 2\)"),
+    ],
+)
+def test_metric_pair_errors(args: tuple, kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        metric_pair(*args, **kwargs)
+
+
+def test_metric_pair_reference_errors() -> None:
+    with pytest.raises(ValueError, match=r"K_i: dim_M = 5: expected an int in \[1, 3\]"):
+        metric_pair_reference(I3, I3, 5)
+    with pytest.raises(ValueError, match=r"K_j: K: entries must be finite"):
+        metric_pair_reference(I3, np.full((3, 3), np.nan), 2)
+
+
+def test_stride_one_without_theta_stays_on_one_sheet() -> None:
+    """Random starts pick a sheet for δ⁽¹⁾; every later K is the NTK of that point rescaled."""
+    v = mu(STRIDE_ONE, THETA_ONE)
+    deltas = [[-3.0], [1.0], [4.0]]
+    res = compare_metrics(STRIDE_ONE, v, deltas, seed=2)
+    first = res.per_delta[0].theta_arrays()
+    for p, K in zip(res.per_delta, _brute_force_ntks(STRIDE_ONE, first, deltas), strict=True):
+        np.testing.assert_allclose(p.ntk_array(), K, rtol=0, atol=RTOL_K * float(np.max(K)))
+        np.testing.assert_allclose(mu(STRIDE_ONE, p.theta_arrays()), v, rtol=0, atol=RTOL_K)
+        np.testing.assert_allclose(delta(p.theta_arrays()), p.delta, rtol=0, atol=RTOL_K)

@@ -20,14 +20,14 @@ singular vectors of ``Jμ`` at the first fiber point) and ``A = Qᵀ K_i Q``, ``
   ``agree`` against ``agree_tol``.
 
 **Route.** Each ``K_{δ⁽ⁱ⁾}(v)`` is the NTK ``Jμ Jμᵀ`` at a fiber point found by the Gauss–Newton
-route of spec §5(b) (:func:`~.solve.solve_fiber_point`): the first point from ``theta`` (rescaled
-by the Lemma to ``δ⁽¹⁾``) or random starts, every later one from the Lemma's rescaling of that
-point (or of ``theta``) to ``δ⁽ⁱ⁾`` (:func:`~.rescale.rescale_to_delta`), i.e. on the same
-sheet. The route works for any strides and any ``D`` whenever ``v ∈ M``; ``K_δ(v)`` is *the*
-NTK of every initialisation with invariants ``δ`` only where the fiber is one sign orbit: 1-D
-with all ``s_1..s_{L−1} > 1`` on the smooth locus (spec §4.1). With a stride one (spec §4.3), in
-``D ≥ 2`` with equal-shape swaps (§4.4) or at a crossing (§4.2) other sheets carry other NTKs;
-the numbers then compare the metrics on the one sheet reached (``notes`` says so;
+route of spec §5(b) (:func:`~.solve.solve_fiber_point`): the first point from ``theta`` (rescaled by
+the Lemma to ``δ⁽¹⁾``) or random starts, every later one from the Lemma's rescaling of that first
+point to ``δ⁽ⁱ⁾`` alone (:func:`~.rescale.rescale_to_delta`; it is on the fiber up to round-off),
+i.e. on the same sheet. The route works for any strides and any ``D`` whenever ``v ∈ M``; ``K_δ(v)``
+is *the* NTK of every initialisation with invariants ``δ`` only where the fiber is one sign orbit:
+1-D with all ``s_1..s_{L−1} > 1`` on the smooth locus (spec §4.1). With a stride one (spec §4.3), in
+``D ≥ 2`` with equal-shape swaps (§4.4) or at a crossing (§4.2) other sheets carry other NTKs; the
+numbers then compare the metrics on the one sheet reached (``notes`` says so;
 :func:`~.fiber.lcn_fiber` lists all sheets). The metric needs ``rank K = dim M``: each point's
 regularity report is included and pairs with a singular ``K|_{T_vM}`` have ``defined = False``.
 
@@ -52,6 +52,7 @@ from neuromanifold.linear.invariants import sq_norms
 from neuromanifold.linear.metric import (
     RTOL_RANK,
     SmoothPointReport,
+    _check_K,
     is_smooth_point,
     metric_tensor,
     tangent_basis,
@@ -204,6 +205,38 @@ def _pair_from_eigenvalues(
     )
 
 
+#: ``basis`` counts as orthonormal when ``‖QᵀQ − I‖_max`` is at most this.
+_ORTHONORMAL_ATOL = 1e-8
+
+
+def _check_pair(K_i: Any, K_j: Any, dim_M: int) -> tuple[np.ndarray, np.ndarray]:
+    """Both ``K``'s square, finite, symmetric, of one shape ``(n_v, n_v)``, ``1 ≤ dim_M ≤ n_v``."""
+    out = []
+    for name, K in (("K_i", K_i), ("K_j", K_j)):
+        try:
+            out.append(_check_K(K, dim_M))
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+    if out[0].shape != out[1].shape:
+        raise ValueError(
+            f"K_i has shape {out[0].shape}, K_j {out[1].shape}: expected one (n_v, n_v) shape"
+        )
+    return out[0], out[1]
+
+
+def _check_basis(name: str, basis: Any, n_v: int) -> np.ndarray:
+    Q = np.asarray(basis, dtype=np.float64)
+    if Q.ndim != 2 or Q.shape[0] != n_v or not 1 <= Q.shape[1] <= n_v:
+        raise ValueError(f"{name} has shape {Q.shape}: expected (n_v, dim M) with n_v = {n_v}")
+    err = float(np.max(np.abs(Q.T @ Q - np.eye(Q.shape[1]))))
+    if not err <= _ORTHONORMAL_ATOL:
+        raise ValueError(
+            f"{name}: expected orthonormal columns (‖QᵀQ − I‖_max = {err:.3g} > "
+            f"{_ORTHONORMAL_ATOL:g})"
+        )
+    return Q
+
+
 def metric_pair(
     K_i: Any,
     K_j: Any,
@@ -227,11 +260,16 @@ def metric_pair(
     >>> p.pencil_eigenvalues, abs(p.affine_invariant_distance - float(np.log(4))) < 1e-15
     ((1.0, 4.0), True)
     """
-    Ki, Kj = np.asarray(K_i, dtype=np.float64), np.asarray(K_j, dtype=np.float64)
-    Q = np.asarray(basis, dtype=np.float64)
+    n_v = np.shape(K_i)[0] if np.ndim(K_i) == 2 else -1
+    Q = _check_basis("basis", basis, n_v) if n_v > 0 else np.zeros((0, 0))
+    Ki, Kj = _check_pair(K_i, K_j, Q.shape[1])
     m = Q.shape[1]
-    Ui = Q if tangent_i is None else np.asarray(tangent_i, dtype=np.float64)
-    Uj = Q if tangent_j is None else np.asarray(tangent_j, dtype=np.float64)
+    Ui = Q if tangent_i is None else _check_basis("tangent_i", tangent_i, n_v)
+    Uj = Q if tangent_j is None else _check_basis("tangent_j", tangent_j, n_v)
+    if Ui.shape != Q.shape or Uj.shape != Q.shape:
+        raise ValueError(
+            f"tangent_i {Ui.shape}, tangent_j {Uj.shape}: expected the shape of basis {Q.shape}"
+        )
     k_rel = _rel_fro(Ki, Kj)
     eb, ea = _pd(Q.T @ Kj @ Q), _pd(Q.T @ Ki @ Q)
     lam, g_rel = None, None
@@ -262,7 +300,7 @@ def metric_pair_reference(
     """
     import scipy.linalg as sla
 
-    Ki, Kj = np.asarray(K_i, dtype=np.float64), np.asarray(K_j, dtype=np.float64)
+    Ki, Kj = _check_pair(K_i, K_j, dim_M)
     n = Ki.shape[0]
     top = [n - dim_M, n - 1]
     _, Q = sla.eigh(Ki + Kj, subset_by_index=top)
@@ -511,32 +549,29 @@ def compare_metrics(
     agree_tol = _check_tol("agree_tol", agree_tol)
     tangent_tol = _check_tol("tangent_tol", tangent_tol)
     ref = None if theta is None else validate_params(arch, theta)
-    start = (
-        "the Lemma rescalings of the given theta"
-        if ref is not None
-        else (
-            f"random starts (n_starts = {n_starts}, seed = {seed}) for δ⁽¹⁾, then the Lemma "
-            "rescalings of that point"
-        )
-    )
+    first = "the given theta rescaled by the Lemma to δ⁽¹⁾ (random starts if that fails)"
     route = (
-        f"Gauss–Newton fiber points (solve_fiber_point, tol = {tol:g}) started from {start} "
-        "(one sheet); K = Jμ Jμᵀ at each point; T_vM = range Jμ at the first point"
+        f"Gauss–Newton fiber points (solve_fiber_point, tol = {tol:g}): δ⁽¹⁾ from "
+        f"{first if ref is not None else 'random starts'} (n_starts = {n_starts}, seed = {seed}), "
+        "every later δ from that point rescaled by the Lemma (one sheet); K = Jμ Jμᵀ at each "
+        "point; T_vM = range Jμ at the first point"
     )
     m = arch.dim_M
     per: list[DeltaMetric] = []
     bases: list[np.ndarray] = []
     for idx, d in enumerate(ds):
         guess = None if ref is None else rescale_to_delta(ref, d)
+        # later δ: only the rescaled first point (on the fiber up to round-off), so one sheet
+        starts = n_starts if idx == 0 else 0
         res = solve_fiber_point(
-            arch, v_arr, d, theta_guess=guess, n_starts=n_starts, seed=seed, tol=tol
+            arch, v_arr, d, theta_guess=guess, n_starts=starts, seed=seed, tol=tol
         )
         if not res.converged:
             raise RuntimeError(
                 f"no fiber point for deltas[{idx}] = {d.tolist()}: best residual "
                 f"{res.residual:.3e} > tolerance {res.tolerance:.3e} (v off the neuromanifold?)"
             )
-        if ref is None:
+        if idx == 0:
             ref = res.theta
         K = ntk(arch, res.theta)
         lam = np.linalg.eigvalsh(K)

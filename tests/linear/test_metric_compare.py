@@ -241,6 +241,8 @@ def test_cli_compare_spec_example(tmp_path: Path) -> None:
     p, r = data.pair(0, 1), 50**0.5
     np.testing.assert_allclose(p.pencil_eigenvalues, [5 / r, 15 / (2 * r), 10 / r], rtol=RTOL_K)
     assert f"{p.affine_invariant_distance:.6g}" in res.output and "agree" in res.output
+    loc = runner.invoke(app, [*args, "--delta", "5", "--delta", "0", "--locus"])
+    assert loc.exit_code == 0 and "deltas[1] smooth, 1 point(s)" in loc.output, loc.output
     bad = runner.invoke(app, [*args, "--delta", "5"])
     assert bad.exit_code != 0 and "expected at least 2" in bad.output
     off = runner.invoke(
@@ -286,3 +288,23 @@ def test_stride_one_without_theta_stays_on_one_sheet() -> None:
         np.testing.assert_allclose(p.ntk_array(), K, rtol=0, atol=RTOL_K * float(np.max(K)))
         np.testing.assert_allclose(mu(STRIDE_ONE, p.theta_arrays()), v, rtol=0, atol=RTOL_K)
         np.testing.assert_allclose(delta(p.theta_arrays()), p.delta, rtol=0, atol=RTOL_K)
+
+
+def test_locus_sees_the_other_sheets() -> None:
+    """locus=True searches the whole fiber at each δ: spec §4.3 gap K' − K ∝ δ; §4.2 crossing."""
+    v = mu(STRIDE_ONE, THETA_ONE)
+    res = compare_metrics(STRIDE_ONE, v, [[-3.0], [0.0]], theta=THETA_ONE, locus=True)
+    at_m3, at_0 = (p.locus for p in res.per_delta)
+    assert at_m3.n_fiber_points == at_0.n_fiber_points == 2
+    K = np.array([[2, 1, 0], [1, 7, 1], [0, 1, 5]], dtype=float)
+    K_swap = np.array([[2.9, -1.7, 0], [-1.7, 7, -1.7], [0, -1.7, 4.1]])
+    assert abs(at_m3.ntk_gap - np.max(np.abs(K - K_swap))) <= RTOL_K * 7
+    assert at_0.ntk_gap <= ATOL_SAME * 7  # balanced: the swap formula vanishes
+    assert MetricComparison.from_dict(json.loads(json.dumps(res.to_dict()))) == res
+    crossing = [0.5625, 0.0, -2.5, 0.0, 1.0]  # (z² − 1/4)(z² − 9/4), two factorisations
+    res = compare_metrics(STRIDED, crossing, [[5.0], [0.0]], locus=True)
+    at_5 = res.per_delta[0].locus
+    assert at_5.classification == "crossing" and at_5.max_pair_rank == 5
+    assert abs(at_5.ntk_gap - 80 / 17) <= RTOL_K * 80 / 17
+    assert res.per_delta[0].smooth.smooth  # the check at θ alone passes a crossing
+    assert "crossing" in res.notes[-1]

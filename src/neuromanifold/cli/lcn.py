@@ -173,6 +173,9 @@ def compare_command(
     ),
     starts: int = typer.Option(20, "--starts", min=1, help="Random starts for the first δ."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the random starts."),
+    locus: bool = typer.Option(
+        False, "--locus", help="Also classify v at each δ (all fiber points: crossings, sheets)."
+    ),
     json_path: Path | None = typer.Option(None, "--json", help="Also write the result as JSON."),
 ) -> None:
     """Compare the metrics g = K_δ(v)⁺ on T_vM at one v for several δ (pencil, distance).
@@ -180,7 +183,9 @@ def compare_command(
     Per δ: the fiber point's squared layer norms, Gauss–Newton residual, rank Jμ / dim M and the
     condition of K on T_vM. Per pair: ‖K_i − K_j‖_F relative, the extreme generalized eigenvalues
     λ of K_i ξ = λ K_j ξ on T_vM (all 1 iff the metrics agree) and the affine-invariant distance
-    √Σ log² λ. Exit status 1 when v has no fiber point (off the neuromanifold).
+    √Σ log² λ. All points lie on one sheet of the fiber; --locus searches the whole fiber at
+    each δ (smooth / crossing, NTK gap between sheets). Exit status 1 when v has no fiber point
+    (off the neuromanifold).
     """
     import numpy as np
 
@@ -197,7 +202,7 @@ def compare_command(
     deltas = [_floats(d, what="--delta") for d in delta]
     try:
         res = compare_metrics(
-            arch, _floats(v, what="--v"), deltas, theta=th, n_starts=starts, seed=seed
+            arch, _floats(v, what="--v"), deltas, theta=th, n_starts=starts, seed=seed, locus=locus
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None

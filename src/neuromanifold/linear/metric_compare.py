@@ -49,6 +49,7 @@ import numpy as np
 from neuromanifold.linear.architecture import LCN, validate_params
 from neuromanifold.linear.fiber import check_lcn_target
 from neuromanifold.linear.invariants import sq_norms
+from neuromanifold.linear.locus import LocusReport, classify_locus
 from neuromanifold.linear.metric import (
     RTOL_RANK,
     SmoothPointReport,
@@ -324,6 +325,14 @@ def metric_pair_reference(
     return MetricPair(**{**pair.__dict__, "affine_invariant_distance": dist})
 
 
+def _locus_from_dict(d: dict[str, Any]) -> LocusReport:
+    """Inverse of :meth:`~.locus.LocusReport.to_dict` (drops the derived ``max_pair_rank``)."""
+    nested = ("ranks", "singular_values", "pair_ranks", "notes")
+    return LocusReport(
+        **{k: (_tup(x) if k in nested else x) for k, x in d.items() if k != "max_pair_rank"}
+    )
+
+
 @dataclass(frozen=True)
 class DeltaMetric:
     """The fiber point and NTK ``K_δ(v)`` for one ``δ``, with the regularity numbers behind it.
@@ -338,6 +347,9 @@ class DeltaMetric:
             ``σ_{dimM+1}``, ``rtol``; a self-crossing passes it, spec §4.2).
         rank_K: eigenvalues of ``K`` above ``RTOL_RANK · λ_max`` (the metric uses rank ``dim M``).
         tangent_condition: ``λ_1 / λ_{dim M}`` of ``K`` (None if ``K`` is singular there).
+        locus: with ``locus=True``, :func:`~.locus.classify_locus` of ``v`` at this ``δ`` (both
+            fiber routes: smooth / crossing / critical, the number of fiber points and the NTK
+            gap between them, i.e. whether ``K_δ(v)`` is single-valued at this ``δ``); else None.
     """
 
     delta: tuple[float, ...]
@@ -349,6 +361,7 @@ class DeltaMetric:
     smooth: SmoothPointReport
     rank_K: int
     tangent_condition: float | None
+    locus: LocusReport | None = None
 
     def ntk_array(self) -> np.ndarray:
         """``K`` as a float64 array."""
@@ -365,10 +378,11 @@ class DeltaMetric:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DeltaMetric:
         """Inverse of :meth:`to_dict`."""
-        nested = ("delta", "theta", "ntk", "sq_norms")
+        nested, sub = ("delta", "theta", "ntk", "sq_norms"), ("smooth", "locus")
         return cls(
-            **{k: (_tup(x) if k in nested else x) for k, x in d.items() if k != "smooth"},
+            **{k: (_tup(x) if k in nested else x) for k, x in d.items() if k not in sub},
             smooth=SmoothPointReport(**d["smooth"]),
+            locus=None if d.get("locus") is None else _locus_from_dict(d["locus"]),
         )
 
 
@@ -517,6 +531,7 @@ def compare_metrics(
     tol: float = 1e-13,
     agree_tol: float = METRIC_AGREE_TOL,
     tangent_tol: float = TANGENT_SIN_TOL,
+    locus: bool = False,
 ) -> MetricComparison:
     """Compare the metrics ``g = K_{δ⁽ⁱ⁾}(v)⁺`` on ``T_vM`` for ``m ≥ 2`` invariant vectors.
 
@@ -530,6 +545,9 @@ def compare_metrics(
         tol: Gauss–Newton tolerance (relative to ``max(1, ‖v‖_∞, ‖δ‖_∞)``).
         agree_tol: threshold on ``max |log λ|`` for a pair's ``agree``.
         tangent_tol: threshold on ``tangent_sin`` for :attr:`MetricComparison.same_tangent_space`.
+        locus: also classify ``v`` at every ``δ`` (:func:`~.locus.classify_locus`: a full fiber
+            search by both routes, ``n_starts`` and ``seed``): finds crossings and the other
+            sheets (their NTK gap) that the comparison itself does not see.
 
     Raises ``RuntimeError`` if no fiber point is found (``v`` off the neuromanifold).
 
@@ -586,6 +604,11 @@ def compare_metrics(
                 smooth=is_smooth_point(arch, res.theta),
                 rank_K=int(np.sum(lam > RTOL_RANK * lam[-1])) if lam[-1] > 0 else 0,
                 tangent_condition=_finite_or_none(tangent_condition_number(K, m)),
+                locus=(
+                    classify_locus(arch, v=v_arr, delta=d, n_starts=n_starts, seed=seed)
+                    if locus
+                    else None
+                ),
             )
         )
         bases.append(tangent_basis(arch, res.theta))
@@ -602,6 +625,17 @@ def compare_metrics(
         )
         for i, j in itertools.combinations(range(len(per)), 2)
     )
+    notes = [_regime_note(arch)]
+    if locus:
+        notes.append(
+            "classify_locus per δ (all fiber points, not only this sheet): "
+            + "; ".join(
+                f"deltas[{i}] {p.locus.classification}, {p.locus.n_fiber_points} point(s), "
+                f"NTK gap {p.locus.ntk_gap:.3g}"
+                for i, p in enumerate(per)
+                if p.locus is not None
+            )
+        )
     note = normal_form_note(arch)
     return MetricComparison(
         architecture=arch.to_dict(),
@@ -613,5 +647,5 @@ def compare_metrics(
         rtol_rank=RTOL_RANK,
         agree_tol=agree_tol,
         tangent_tol=tangent_tol,
-        notes=(_regime_note(arch), *([note] if note else [])),
+        notes=(*notes, *([note] if note else [])),
     )

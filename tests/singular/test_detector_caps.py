@@ -227,5 +227,6 @@ def test_error_caps_must_be_positive_ints(bad) -> None:
     for kw in ("max_chains", "max_one_sided", "max_joint"):
         with pytest.raises(ValueError, match=rf"{kw} must be an int >= 1; got {bad!r}"):
             LinearDetector(**{kw: bad})
-    with pytest.raises(ValueError, match=rf"max_units must be an int >= 1; got {bad!r}"):
-        ReLURescaleDetector(max_units=bad)
+    if bad is not None:  # ``max_units=None`` is the entry budget
+        with pytest.raises(ValueError, match=rf"max_units must be an int >= 1; got {bad!r}"):
+            ReLURescaleDetector(max_units=bad)

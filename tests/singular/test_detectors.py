@@ -379,7 +379,7 @@ def test_relu_rescale_generators_span_every_units_tangent() -> None:
     capped = ReLURescaleDetector(max_units=2).propose("0", ctx.model[0], ctx)
     (c2,) = capped
     assert len(c2.gauge_generators) == 2
-    assert c2.info["truncated"] == {"cap": 2, "found": 5, "kept": 2}
+    assert c2.info["truncated"] == {"cap": 2, "found": 5, "kept": 2, "of": "generators"}
 
 
 def _ln_net(*, n: int, ln_bias: bool, head_bias: bool, beta: str = "random"):

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from neuromanifold.cells.planted import planted_transformer
+from neuromanifold.report import reading_markdown
 from neuromanifold.singular.detectors import (
     DetectionContext,
     GLURescaleDetector,
@@ -26,7 +27,12 @@ from neuromanifold.singular.detectors import (
     UnitRescale,
     trace_graph,
 )
-from neuromanifold.singular.detectors.rescale import CERTIFY_RTOL, certify
+from neuromanifold.singular.detectors.rescale import (
+    CERTIFY_RTOL,
+    MAX_GENERATOR_ENTRIES,
+    certify,
+    units_cap,
+)
 from neuromanifold.singular.direction import read_direction
 from neuromanifold.singular.factors import kfac_factors
 from neuromanifold.singular.family import Gaussian
@@ -267,7 +273,20 @@ def test_cap_records_the_truncation() -> None:
     ctx, _ = _proposal("layernorm")
     (cand,) = NormScaleDetector(max_units=2).propose("ln", ctx.model.ln, ctx)
     assert len(cand.gauge_generators) == 2
-    assert cand.info["truncated"] == {"cap": 2, "found": 6, "kept": 2}
+    assert cand.info["truncated"] == {"cap": 2, "found": 6, "kept": 2, "of": "generators"}
+
+
+def test_default_cap_is_the_entry_budget() -> None:
+    """`units_cap`: ``MAX_GENERATOR_ENTRIES // entries per generator`` without ``max_units``."""
+    ctx, (cand,) = _proposal("layernorm")
+    orbit = _orbit("layernorm")
+    entries = sum(ctx.params[k].numel() for k in (*orbit.producers, *orbit.consumers))
+    assert units_cap(orbit, ctx.params, None) == MAX_GENERATOR_ENTRIES // entries
+    assert units_cap(orbit, ctx.params, 3) == 3
+    assert "truncated" not in cand.info  # 6 features, far under the budget
+    wide = {**ctx.params}
+    wide.update({k: torch.empty(4, MAX_GENERATOR_ENTRIES, device="meta") for k in orbit.consumers})
+    assert units_cap(orbit, wide, None) == 1  # one generator alone exceeds the budget
 
 
 @pytest.mark.parametrize("det", [NormScaleDetector, GLURescaleDetector, ReLURescaleDetector])
@@ -297,3 +316,21 @@ def test_whole_read_of_a_swiglu_with_a_dead_dimension(dead_swiglu) -> None:
     assert kinds[("glu-dead-dimension", "genuine_singularity", 3)] == 1
     (rec,) = [r for r in reading.directions if r.detector == "glu-rescale"]
     assert 2 not in rec.info["generator_units"]  # the dead unit has no tangent
+
+
+def test_generator_cap_is_reported_as_a_partial_span() -> None:
+    model, x = _relu_mlp()
+    det = ReLURescaleDetector(max_units=1)
+    reading = read(model.double(), x, Gaussian(), detectors=[det], progress=False)
+    (cut,) = reading.meta["truncated"]
+    assert cut == {
+        "layers": ["0", "2"],
+        "detector": "relu-rescale",
+        "cap": 1,
+        "found": 5,
+        "kept": 1,
+        "of": "generators",
+    }
+    text = reading_markdown(reading)
+    assert "`relu-rescale` on `0`, `2` spans 1 of its 5 unit tangents (cap 1)" in text
+    assert "were not read" not in text

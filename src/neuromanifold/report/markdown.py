@@ -77,11 +77,18 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
     if reading.note:
         out.append(f"Note: {reading.note}.")
     for cut in meta.get("truncated") or ():
-        out.append(
-            f"Note: `{cut['detector']}` on {', '.join(f'`{x}`' for x in cut['layers'])} found "
-            f"{cut['found']} directions and kept {cut['kept']} (cap {cut['cap']}): the others "
-            "were not read."
-        )
+        where = f"`{cut['detector']}` on {', '.join(f'`{x}`' for x in cut['layers'])}"
+        if cut.get("of") == "generators":
+            out.append(
+                f"Note: {where} spans {cut['kept']} of its {cut['found']} unit tangents (cap "
+                f"{cut['cap']}): other candidates were tested against that part of the gauge "
+                "span only."
+            )
+        else:
+            out.append(
+                f"Note: {where} found {cut['found']} directions and kept {cut['kept']} (cap "
+                f"{cut['cap']}): the others were not read."
+            )
     has_scan = any(r.baseline for r in reading.directions)
     header = ["detector", "class", "k", "k̂", "λ_dir", "ν(k)", "slope", "r²", "magnitude"]
     header += ["window", "offset"]

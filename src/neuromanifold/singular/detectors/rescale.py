@@ -46,13 +46,14 @@ from neuromanifold.singular.detectors.one_sided import check_cap
 __all__ = [
     "CERTIFY_RTOL",
     "CERTIFY_SAMPLES",
-    "MAX_RESCALE_UNITS",
+    "MAX_GENERATOR_ENTRIES",
     "GLURescaleDetector",
     "NormScaleDetector",
     "ReLURescaleDetector",
     "UnitRescale",
     "certify",
     "rescale_candidate",
+    "units_cap",
 ]
 
 CERTIFY_RTOL = 1e-10
@@ -177,7 +178,7 @@ def rescale_candidate(
     *,
     layers: tuple[str, ...],
     detector: str,
-    max_units: int,
+    max_units: int | None = None,
     info: dict[str, Any] | None = None,
 ) -> list[Candidate]:
     """One curved-gauge candidate for ``orbit``, or none.
@@ -185,10 +186,11 @@ def rescale_candidate(
     None when no unit has a non-zero tangent or when `certify` finds the orbit is not a symmetry.
     Otherwise ``u`` is the normalised tangent of the unit of largest `UnitRescale.strength` (a
     clearly live unit, read to certify the curved-gauge class) and ``gauge_generators`` are the
-    tangents of every unit with a non-zero tangent, strongest first, at most ``max_units``
-    (``info["truncated"] = {"cap", "found", "kept"}`` when the cap cuts). ``info`` also records
-    ``unit``, ``degree``, ``generator_units`` and ``certified`` (the relative change `certify`
-    measured).
+    tangents of every unit with a non-zero tangent, strongest first, at most `units_cap`
+    (``max_units``, or the ``MAX_GENERATOR_ENTRIES`` budget when ``None``;
+    ``info["truncated"] = {"cap", "found", "kept", "of": "generators"}`` when the cap cuts).
+    ``info`` also records ``unit``, ``degree``, ``generator_units`` and ``certified`` (the
+    relative change `certify` measured).
     """
     strength = orbit.strength(ctx.params)
     tnorm = orbit.tangent_norms(ctx.params)
@@ -202,7 +204,8 @@ def rescale_candidate(
         (i for i in range(tnorm.numel()) if float(tnorm[i]) > 0.0),
         key=lambda i: (-float(strength[i]), i),
     )  # strongest first: ``j`` leads
-    units = order[:max_units]
+    cap = units_cap(orbit, ctx.params, max_units)
+    units = order[:cap]
     gens = tuple(orbit.tangent(ctx.params, i) for i in units)
     extra = {
         **(info or {}),
@@ -211,8 +214,13 @@ def rescale_candidate(
         "generator_units": units,
         "certified": change,
     }
-    if len(order) > max_units:
-        extra["truncated"] = {"cap": max_units, "found": len(order), "kept": len(units)}
+    if len(order) > cap:
+        extra["truncated"] = {
+            "cap": cap,
+            "found": len(order),
+            "kept": len(units),
+            "of": "generators",
+        }
     cand = Candidate(
         layers=layers,
         detector=detector,
@@ -224,13 +232,29 @@ def rescale_candidate(
     return ctx.canonical([cand])
 
 
-MAX_RESCALE_UNITS = 16
-"""Default cap on the unit tangents in a rescale candidate's ``gauge_generators``.
+MAX_GENERATOR_ENTRIES = 2**21
+"""Default budget of a rescale candidate's ``gauge_generators``: units kept × entries of the
+orbit's tensors (each generator is dense over them) at most this many float64 numbers (16 MiB).
 
 `read` classes every candidate sharing a tensor with these generators against their span (a
-dense SVD over the shared tensors per sweep), so the read's cost grows with the generator count:
-a 256→256→256→10 ReLU MLP on 128 probes read in 1.7 s with 8 units per pair, 3.5 s with 16,
-6.2 s with 32 and 32 s with 64 (one thread)."""
+dense SVD over the shared tensors per sweep), so the read's cost grows with the generators: a
+256→256→256→10 ReLU MLP on 128 probes read in 1.7 s with 8 units per pair, 3.5 s with 16 (the
+budget: 2·256² + 256 entries per unit), 6.2 s with 32 and 32 s with 64 (one thread). A norm of
+width 32 read by three 32×32 projections (3 136 entries per unit) keeps all its units."""
+
+
+def units_cap(orbit: UnitRescale, params: dict[str, Tensor], max_units: int | None) -> int:
+    """Units a candidate may keep: ``max_units`` when given, else as many as
+    ``MAX_GENERATOR_ENTRIES`` allows (at least 1)."""
+    if max_units is not None:
+        return max_units
+    entries = sum(params[k].numel() for k in (*orbit.producers, *orbit.consumers))
+    return max(1, MAX_GENERATOR_ENTRIES // entries)
+
+
+def _check_max_units(value: object) -> int | None:
+    return None if value is None else check_cap("max_units", value)
+
 
 _HOMOGENEOUS = {"ReLU": 1, "LeakyReLU": 1, "SquaredReLU": 2, "ReLUSquaredActivation": 2}
 """Positively homogeneous activations by class name and their degree p: ``φ(cz) = c^p φ(z)``."""
@@ -256,9 +280,10 @@ class ReLURescaleDetector:
 
     name = "relu-rescale"
 
-    def __init__(self, *, max_units: int = MAX_RESCALE_UNITS) -> None:
-        """``max_units``: cap on the unit tangents kept as generators (an int ``≥ 1``)."""
-        self.max_units = check_cap("max_units", max_units)
+    def __init__(self, *, max_units: int | None = None) -> None:
+        """``max_units``: cap on the unit tangents kept as generators (an int ``≥ 1``;
+        ``None``: the ``MAX_GENERATOR_ENTRIES`` budget)."""
+        self.max_units = _check_max_units(max_units)
 
     def applies_to(self, module: nn.Module) -> bool:
         """Supported blocks (proposes only when followed by ReLU/LeakyReLU and one consumer)."""
@@ -319,9 +344,10 @@ class NormScaleDetector:
 
     name = "norm-scale"
 
-    def __init__(self, *, max_units: int = MAX_RESCALE_UNITS) -> None:
-        """``max_units``: cap on the feature tangents kept as generators (an int ``≥ 1``)."""
-        self.max_units = check_cap("max_units", max_units)
+    def __init__(self, *, max_units: int | None = None) -> None:
+        """``max_units``: cap on the feature tangents kept as generators (an int ``≥ 1``;
+        ``None``: the ``MAX_GENERATOR_ENTRIES`` budget)."""
+        self.max_units = _check_max_units(max_units)
 
     def applies_to(self, module: nn.Module) -> bool:
         """``nn.LayerNorm`` and ``nn.RMSNorm`` (proposes only under the conditions above)."""
@@ -368,9 +394,10 @@ class GLURescaleDetector:
 
     name = "glu-rescale"
 
-    def __init__(self, *, max_units: int = MAX_RESCALE_UNITS) -> None:
-        """``max_units``: cap on the unit tangents kept as generators (an int ``≥ 1``)."""
-        self.max_units = check_cap("max_units", max_units)
+    def __init__(self, *, max_units: int | None = None) -> None:
+        """``max_units``: cap on the unit tangents kept as generators (an int ``≥ 1``;
+        ``None``: the ``MAX_GENERATOR_ENTRIES`` budget)."""
+        self.max_units = _check_max_units(max_units)
 
     def applies_to(self, module: nn.Module) -> bool:
         """Modules with a recognised gate/up/down layout (`glu_layout`)."""

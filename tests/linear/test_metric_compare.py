@@ -308,3 +308,13 @@ def test_locus_sees_the_other_sheets() -> None:
     assert abs(at_5.ntk_gap - 80 / 17) <= RTOL_K * 80 / 17
     assert res.per_delta[0].smooth.smooth  # the check at θ alone passes a crossing
     assert "crossing" in res.notes[-1]
+
+
+def test_notes_use_the_reduced_strides() -> None:
+    """A scalar layer with stride 1 between two stride-2 dilations: the reduced stride is 2."""
+    arch = LCN((2, 1, 2), (1, 2))
+    theta = ([1.0, 1.0], [1.5], [1.0, 2.0])
+    res = compare_metrics(arch, mu(arch, theta), [[1.0, 0.5], [0.0, 0.0]], theta=theta)
+    assert res.notes[0].startswith("D = 1, all strides of the reduced network")
+    assert "not in the paper's normal form" in res.notes[-1]
+    assert res.pair(0, 1).affine_invariant_distance > MIN_DISTINCT

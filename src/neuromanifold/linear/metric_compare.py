@@ -59,7 +59,7 @@ from neuromanifold.linear.metric import (
     tangent_basis,
     tangent_condition_number,
 )
-from neuromanifold.linear.normalize import normal_form_note
+from neuromanifold.linear.normalize import normal_form_note, reduce_lcn
 from neuromanifold.linear.ntk import ntk
 from neuromanifold.linear.rescale import rescale_to_delta
 from neuromanifold.linear.solve import solve_fiber_point
@@ -495,23 +495,27 @@ def _check_tol(name: str, value: Any) -> float:
 
 
 def _regime_note(arch: LCN) -> str:
+    """Which spec statement covers ``K_δ(v)`` here (on the reduced network of spec §1.2)."""
     if arch.L == 1:
         return "L = 1: there are no invariants, so K does not depend on δ."
-    inner = arch.strides[:-1]
-    if arch.D == 1 and all(s[0] > 1 for s in inner):
+    red = reduce_lcn(arch).reduced
+    inner = red.strides[:-1]
+    which = " of the reduced network (scalar layers removed, spec §1.2)" if red.L < arch.L else ""
+    if red.D == 1 and all(s[0] > 1 for s in inner):
         return (
-            "D = 1, all strides s_1..s_(L-1) > 1: on the smooth locus the (v, δ)-fiber is one sign "
+            f"D = 1, all strides{which} > 1: on the smooth locus the (v, δ)-fiber is one sign "
             "orbit (spec §4.1), so each K_δ(v) is the NTK of every initialisation with that δ; a "
             "self-crossing v (spec §4.2) has other sheets this comparison does not see "
-            "(classify_locus / lcn_fiber find them)."
+            "(locus=True / lcn_fiber find them)."
         )
-    if arch.D == 1:
+    if red.D == 1:
         ones = [i + 1 for i, s in enumerate(inner) if s[0] == 1]
         return (
-            f"D = 1 with stride one (s_l = 1 for l = {', '.join(map(str, ones))}): K is not a "
-            "function of (v, δ) (spec §4.3); the fiber has other sheets (regrouped roots) with "
-            "other NTKs. The metrics compared here are those of one sheet: the first fiber point "
-            "and its Lemma rescalings. lcn_fiber lists all sheets."
+            f"D = 1 with stride one{which} (s_l = 1 for l = {', '.join(map(str, ones))}): K need "
+            "not be a function of (v, δ) (spec §4.3): regrouping real roots between layers gives "
+            "other sheets with, in general, other NTKs (for two layers they coincide at δ = 0). "
+            "The metrics compared here are those of one sheet: the first fiber point and its "
+            "Lemma rescalings (locus=True / lcn_fiber search all sheets)."
         )
     return (
         f"D = {arch.D}: determinacy of K_δ(v) is not asserted from the architecture (spec §4.4: "

@@ -74,17 +74,20 @@ def test_same_delta_twice_gives_distance_zero() -> None:
     assert p.k_rel_frobenius <= ATOL_SAME and p.tangent_sin <= TANGENT_SIN_TOL
 
 
-def test_strided_matches_brute_force_rescaling_and_differs_across_delta() -> None:
+@pytest.mark.parametrize("arch", [STRIDED, LCN((2, 3, 2), (2, 3))], ids=["k32_s2", "k232_s23"])
+def test_strided_matches_brute_force_rescaling_and_differs_across_delta(arch: LCN) -> None:
     """Strides > 1: K from (v, δ) alone = NTK at θ rescaled by the Lemma; distinct δ, distinct g."""
-    theta = _strided_theta()
-    v = mu(STRIDED, theta)
-    deltas = [delta(theta), [0.0], [4.0]]
-    res = compare_metrics(STRIDED, v, deltas, seed=1)  # no theta: random starts
-    Ks = _brute_force_ntks(STRIDED, theta, deltas)
+    rng = np.random.default_rng(3)
+    theta = tuple(rng.standard_normal(k) for k in arch.layer_sizes)
+    v = mu(arch, theta)
+    zero = np.zeros(arch.L - 1)
+    deltas = [delta(theta), zero, zero + 4.0]
+    res = compare_metrics(arch, v, deltas, seed=1)  # no theta: random starts
+    Ks = _brute_force_ntks(arch, theta, deltas)
     for p, K, d in zip(res.per_delta, Ks, deltas, strict=True):
         scale = float(np.max(np.abs(K)))
         np.testing.assert_allclose(p.ntk_array(), K, rtol=0, atol=RTOL_K * scale)
-        closed = ntk_closed_form(STRIDED, theta, d)
+        closed = ntk_closed_form(arch, theta, d)
         np.testing.assert_allclose(p.ntk_array(), closed, rtol=0, atol=RTOL_K * scale)
         assert p.smooth.smooth and p.rank_K == res.dim_M
     for p in res.pairs:

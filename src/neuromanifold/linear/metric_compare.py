@@ -272,11 +272,12 @@ def metric_pair(
             f"tangent_i {Ui.shape}, tangent_j {Uj.shape}: expected the shape of basis {Q.shape}"
         )
     k_rel = _rel_fro(Ki, Kj)
-    eb, ea = _pd(Q.T @ Kj @ Q), _pd(Q.T @ Ki @ Q)
+    A, B = Q.T @ Ki @ Q, Q.T @ Kj @ Q
+    eb, ea = _pd(B), _pd(A)
     lam, g_rel = None, None
     if ea is not None and eb is not None:
         W = eb[1] / np.sqrt(eb[0])
-        lam = np.linalg.eigvalsh(W.T @ (Q.T @ Ki @ Q) @ W)
+        lam = np.linalg.eigvalsh(W.T @ A @ W)
         g_rel = _rel_fro(metric_tensor(Ki, m), metric_tensor(Kj, m))
     return _pair_from_eigenvalues(
         i, j, lam, k_rel=k_rel, g_rel=g_rel, tangent_sin=_sin_max(Ui, Uj), agree_tol=agree_tol

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from neuromanifold.cells.planted import planted_transformer
+from neuromanifold.io import TensorOutput, import_transformers
 from neuromanifold.report import reading_markdown
 from neuromanifold.singular.detectors import (
     DetectionContext,
@@ -35,7 +36,7 @@ from neuromanifold.singular.detectors.rescale import (
 )
 from neuromanifold.singular.direction import read_direction
 from neuromanifold.singular.factors import kfac_factors
-from neuromanifold.singular.family import Gaussian
+from neuromanifold.singular.family import Categorical, Gaussian
 from neuromanifold.singular.read import read
 
 # outputs of a float64 model at two points of one orbit (random factors in [0.5, 2]): rounding
@@ -334,3 +335,76 @@ def test_generator_cap_is_reported_as_a_partial_span() -> None:
     text = reading_markdown(reading)
     assert "`relu-rescale` on `0`, `2` spans 1 of its 5 unit tangents (cap 1)" in text
     assert "were not read" not in text
+
+
+class _PlainRMSNorm(nn.Module):
+    """An RMSNorm defined outside torch: ``w ⊙ x / rms(x)``."""
+
+    def __init__(self, d: int, *, one_plus: bool = False) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.linspace(0.5, 1.5, d))
+        self.one_plus = one_plus  # Gemma's convention: the scale is ``1 + w``
+
+    def forward(self, x: Tensor) -> Tensor:
+        n = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return n * (1.0 + self.weight) if self.one_plus else n * self.weight
+
+
+class _GemmaStyleRMSNorm(_PlainRMSNorm):
+    def __init__(self, d: int) -> None:
+        super().__init__(d, one_plus=True)
+
+
+@pytest.mark.parametrize("norm, proposed", [(_PlainRMSNorm, True), (_GemmaStyleRMSNorm, False)])
+def test_rmsnorm_defined_outside_torch(norm: type[nn.Module], proposed: bool) -> None:
+    """Matched by its class name; a scale entering as ``1 + w`` fails the certification."""
+    model, x = _prenorm(norm)
+    ctx = _ctx(model, x)
+    assert ctx.graph.consumers["ln"] == ("a", "b")
+    det = NormScaleDetector()
+    assert det.applies_to(ctx.model.ln)
+    cands = det.propose("ln", ctx.model.ln, ctx)
+    orbit = _orbit("rmsnorm")
+    if proposed:
+        (cand,) = cands
+        assert set(cand.u) == {"ln.weight", "a.weight", "b.weight"}
+        assert certify(ctx, orbit) <= CERTIFY_RTOL
+    else:
+        assert cands == [] and certify(ctx, orbit) > BROKEN_MIN
+
+
+def test_hugging_face_llama_norms_are_covered_scale_gauges() -> None:
+    """A tiny ``LlamaForSequenceClassification``: every ``LlamaRMSNorm`` (before attention, before
+    the SwiGLU MLP, before the head) gives a certified norm-scale gauge, none is left uncovered."""
+    try:
+        transformers = import_transformers()
+    except ImportError:
+        pytest.skip("transformers is not installed")
+    cfg = transformers.LlamaConfig(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=16,
+        num_labels=3,
+        pad_token_id=0,
+    )
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = TensorOutput(transformers.LlamaForSequenceClassification(cfg))
+    x = torch.randint(1, 32, (24, 6), generator=torch.Generator().manual_seed(0))
+    reading = read(model, x, Categorical(), progress=False)
+    assert reading.not_covered == ()
+    pre = "model.model."
+    recs = {r.layers: r for r in reading.directions if r.detector == "norm-scale"}
+    attn, mlp = f"{pre}layers.0.self_attn.", f"{pre}layers.0.mlp."
+    assert set(recs) == {
+        (f"{pre}layers.0.input_layernorm", f"{attn}q_proj", f"{attn}k_proj", f"{attn}v_proj"),
+        (f"{pre}layers.0.post_attention_layernorm", f"{mlp}gate_proj", f"{mlp}up_proj"),
+        (f"{pre}norm", "model.score"),
+    }
+    assert all(r.klass == "curved_gauge" and r.k == 2 for r in recs.values())
+    (glu,) = [r for r in reading.directions if r.detector == "glu-rescale"]
+    assert glu.klass == "curved_gauge" and glu.layers == (f"{mlp}up_proj", f"{mlp}down_proj")

@@ -3,11 +3,11 @@
 An edge ``p → c`` is recorded when module ``c`` receives as its first input a tensor produced by
 module ``p`` either directly or through a chain of elementwise modules (activations, dropout,
 identity; classes named in ``ELEMENTWISE_NAMES``; any module with a truthy ``elementwise``
-attribute). Sources are supported blocks,
-normalisation layers and embeddings; consumers are those and ``nn.MultiheadAttention`` (its query
-input); functional calls (``F.relu`` inside a ``forward``), reshapes
-and residual additions break the chain, so no edge is drawn across them (the duality join and the
-LayerNorm lift are then not attempted, which is conservative).
+attribute). Sources are supported blocks, normalisation layers (torch's, and RMSNorms defined
+elsewhere: `is_named_rmsnorm`) and embeddings; consumers are those and ``nn.MultiheadAttention``
+(its query input); functional calls (``F.relu`` inside a ``forward``), reshapes and residual
+additions break the chain, so no edge is drawn across them (the duality join and the LayerNorm
+lift are then not attempted, which is conservative).
 
 **Skip edges** are recorded separately: ``skips[p]`` lists the sinks whose first input is a sum in
 which the output of source ``p`` itself is one summand — ``c(z + f(z))`` with ``z = p(·)``, through
@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["ELEMENTWISE", "ELEMENTWISE_NAMES", "ModelGraph", "trace_graph"]
+__all__ = ["ELEMENTWISE", "ELEMENTWISE_NAMES", "ModelGraph", "is_named_rmsnorm", "trace_graph"]
 
 ELEMENTWISE: tuple[type[nn.Module], ...] = (
     nn.ReLU,
@@ -73,6 +73,28 @@ ELEMENTWISE_NAMES: tuple[str, ...] = (
 )
 """Class names of elementwise modules defined outside torch (the cells' squared ReLU, Hugging
 Face's activation modules), matched by name so that no import is needed."""
+
+
+def is_named_rmsnorm(mod: nn.Module) -> bool:
+    """An RMSNorm defined outside torch (Hugging Face's ``LlamaRMSNorm``, ``Qwen2RMSNorm``, …):
+    a class whose name ends in ``RMSNorm`` with a one-dimensional ``weight`` parameter. Matched by
+    name so that no import is needed; what it computes is not assumed (detectors that rely on a
+    symmetry certify it by evaluation)."""
+    w = getattr(mod, "weight", None)
+    return (
+        type(mod).__name__.endswith("RMSNorm")
+        and not isinstance(mod, nn.RMSNorm)
+        and isinstance(w, nn.Parameter)
+        and w.dim() == 1
+    )
+
+
+def _is_source(mod: nn.Module) -> bool:
+    return isinstance(mod, _SOURCES) or is_named_rmsnorm(mod)
+
+
+def _is_sink(mod: nn.Module) -> bool:
+    return isinstance(mod, _SINKS) or is_named_rmsnorm(mod)
 
 
 def _is_elementwise(mod: nn.Module) -> bool:
@@ -161,9 +183,9 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
             if not inputs or not isinstance(inputs[0], Tensor):
                 return
             src = origin.get(id(inputs[0]))
-            if src is not None and isinstance(mod, _SINKS):
+            if src is not None and _is_sink(mod):
                 edges[(src[0], name)] = src[1]
-            if isinstance(mod, _SINKS):
+            if _is_sink(mod):
                 for p in sorted(sums.summands.get(id(inputs[0]), ())):
                     if p != name and name not in skip_edges.setdefault(p, []):
                         skip_edges[p].append(name)
@@ -174,7 +196,7 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
         def fn(_m: nn.Module, inputs: tuple, out: object) -> None:
             if not isinstance(out, Tensor):
                 return
-            if isinstance(mod, _SOURCES):
+            if _is_source(mod):
                 origin[id(out)] = (name, ())
                 keep.append(out)
             elif _is_elementwise(mod) and inputs and isinstance(inputs[0], Tensor):

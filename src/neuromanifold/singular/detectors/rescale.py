@@ -41,6 +41,7 @@ from torch.utils._pytree import tree_leaves
 from neuromanifold.singular.blocks import is_supported_block
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
 from neuromanifold.singular.detectors.glu import glu_layout
+from neuromanifold.singular.detectors.graph import is_named_rmsnorm
 from neuromanifold.singular.detectors.one_sided import check_cap
 
 __all__ = [
@@ -311,7 +312,10 @@ class ReLURescaleDetector:
 
 
 def _norm_width(module: nn.Module) -> int | None:
-    """Width ``d`` of a LayerNorm/RMSNorm over one trailing dimension with a scale, else None."""
+    """Width ``d`` of a LayerNorm/RMSNorm over one trailing dimension with a scale, else None
+    (an RMSNorm defined outside torch: the length of its one-dimensional ``weight``)."""
+    if is_named_rmsnorm(module):
+        return int(module.weight.shape[0])
     shape = tuple(module.normalized_shape)
     if len(shape) != 1 or getattr(module, "weight", None) is None:
         return None
@@ -338,8 +342,10 @@ class NormScaleDetector:
     LayerNorm/RMSNorm scale). The norm must normalise one trailing dimension with a scale, and its
     graph consumers (`ModelGraph`; through Identity/Dropout only) must be Linears or packed
     ``nn.MultiheadAttention`` in-projections; the symmetry is certified by evaluation
-    (`certify`: a norm output that also enters a residual sum, as in post-norm blocks, or an
-    attention reading other keys is no symmetry). Candidate ``"norm-scale"``.
+    (`certify`: a norm output that also enters a residual sum, as in post-norm blocks, an
+    attention reading other keys, or a scale entering other than as a factor, as Gemma's
+    ``1 + w``, is no symmetry). RMSNorms defined outside torch are matched by name
+    (`is_named_rmsnorm`). Candidate ``"norm-scale"``.
     """
 
     name = "norm-scale"
@@ -350,8 +356,10 @@ class NormScaleDetector:
         self.max_units = _check_max_units(max_units)
 
     def applies_to(self, module: nn.Module) -> bool:
-        """``nn.LayerNorm`` and ``nn.RMSNorm`` (proposes only under the conditions above)."""
-        return isinstance(module, nn.LayerNorm | nn.RMSNorm)
+        """``nn.LayerNorm``, ``nn.RMSNorm`` and RMSNorms defined outside torch
+        (`is_named_rmsnorm`, e.g. Hugging Face's ``LlamaRMSNorm``); proposes only under the
+        conditions above."""
+        return isinstance(module, nn.LayerNorm | nn.RMSNorm) or is_named_rmsnorm(module)
 
     def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
         """One certified curved-gauge candidate for the norm and all its consumers, or nothing."""

@@ -11,15 +11,20 @@ import pytest
 from typer.testing import CliRunner
 
 from neuromanifold.cli import app
-from neuromanifold.linear import LCN, delta, mu, ntk, ntk_closed_form, rescale_to_delta
-from neuromanifold.linear.metric import tangent_basis
-from neuromanifold.linear.metric_compare import (
+from neuromanifold.linear import (
+    LCN,
     TANGENT_SIN_TOL,
     MetricComparison,
     compare_metrics,
+    delta,
     metric_pair,
     metric_pair_reference,
+    mu,
+    ntk,
+    ntk_closed_form,
+    rescale_to_delta,
 )
+from neuromanifold.linear.metric import tangent_basis
 
 #: the same δ twice gives the same fiber point; λ − 1 and the distance are at round-off
 ATOL_SAME = 1e-12

@@ -44,6 +44,14 @@ from neuromanifold.linear.metric import (
     tangent_basis,
     tangent_condition_number,
 )
+from neuromanifold.linear.metric_compare import DeltaMetric, MetricComparison, compare_metrics
+from neuromanifold.linear.metric_pair import (
+    METRIC_AGREE_TOL,
+    TANGENT_SIN_TOL,
+    MetricPair,
+    metric_pair,
+    metric_pair_reference,
+)
 from neuromanifold.linear.normalize import (
     LCNReduction,
     normal_form_note,
@@ -167,6 +175,14 @@ __all__ = [  # noqa: RUF022
     "riemannian_gradient",
     "tangent_basis",
     "tangent_condition_number",
+    # comparing the metrics of several δ at one v
+    "DeltaMetric",
+    "METRIC_AGREE_TOL",
+    "MetricComparison",
+    "MetricPair",
+    "TANGENT_SIN_TOL",
+    "compare_metrics",
+    "metric_pair",
     # losses, flows and drift monitors
     "FlowResult",
     "FunctionFlowResult",
@@ -194,6 +210,7 @@ __all__ = [  # noqa: RUF022
     "run_survey",
     # brute-force oracles
     "apply_network",
+    "metric_pair_reference",
     "fc_jacobian_reference",
     "fc_ntk_reference",
     "jacobian_reference",

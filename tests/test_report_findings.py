@@ -124,19 +124,22 @@ def test_gauge_findings(record_of):
     ok = [
         record_of(["blocks.0.attn.q_proj"], "ln-kernel", "flat_gauge"),
         record_of(["blocks.0.attn.q_proj"], "qk-rotation", "curved_gauge", 2, 0.99),
+        record_of(["blocks.0.norm1", "blocks.0.attn.q_proj"], "norm-scale", "curved_gauge", 2, 1.0),
     ]
     f = gauge_findings(_model(ok, "ft"), r2_min=R2_MIN, expect_no_deaths=True)
-    assert [x.holds for x in f] == [True, True, True]
+    assert [x.holds for x in f] == [True, True, True, True]
     bad = [
         *ok,
         record_of(["blocks.0.mlp.fc1"], "ln-kernel", "live", 1, 1.0),
         record_of(["blocks.0.mlp.fc1"], "duality", "genuine_singularity", 2, 0.99),
+        record_of(["blocks.0.norm2", "blocks.0.mlp.fc1"], "norm-scale", "genuine_singularity", 2),
     ]
     f = gauge_findings(_model(bad, "ft"), r2_min=R2_MIN, expect_no_deaths=True)
-    assert [x.holds for x in f] == [False, False, True]
+    assert [x.holds for x in f] == [False, False, True, False]
     assert "1 of 2 ln-kernel records flat" in f[1].observed
+    assert "1 of 2 norm-scale records curved" in f[3].observed
     none = gauge_findings(_model([], "ft"), r2_min=R2_MIN, expect_no_deaths=False)
-    assert [x.holds for x in none] == [None, None]
+    assert [x.holds for x in none] == [None, None, None]
 
 
 def _row(stage, kernel, gap):

@@ -25,6 +25,8 @@ decide it, e.g. no records of the kind needed). Definitions:
   genuine order (``best_k != k``; ``None`` — no genuine order found — counts as deviating);
 * **LayerNorm kernel flat in every consumer**: every ``ln-kernel`` record is classed
   ``flat_gauge``; **QK rotation curved**: every ``qk-rotation`` record is ``curved_gauge``;
+  **norm scale curved**: every ``norm-scale`` record (spec §6.5, LayerNorm scale) is
+  ``curved_gauge``;
 * **optimizers** (spec: "vanilla Muon often leaves dead structure too diffuse to read;
   polar-scaled orthogonalisers give clean structure"): a model's MLP dead structure is *clean*
   when the detector names a near-kernel in the fc2 input factors (``fc2_kernel > 0``) separated
@@ -178,7 +180,8 @@ def node_death_findings(mr: Any, *, r2_min: float, expected_k: int = 2) -> list[
 
 
 def gauge_findings(mr: Any, *, r2_min: float, expect_no_deaths: bool) -> list[Finding]:
-    """LayerNorm-kernel gauge flat, QK rotation curved; optionally no node deaths."""
+    """LayerNorm-kernel gauge flat, QK rotation and norm scale curved; optionally no node
+    deaths."""
     recs = mr.reading.directions
     out = []
     if expect_no_deaths:
@@ -212,6 +215,16 @@ def gauge_findings(mr: Any, *, r2_min: float, expect_no_deaths: bool) -> list[Fi
             f"{sum(r.klass == 'curved_gauge' for r in qk)} of {len(qk)} qk-rotation records "
             f"curved (classes: {_counts([r.klass for r in qk])})",
             None if not qk else all(r.klass == "curved_gauge" for r in qk),
+        )
+    )
+    scale = [r for r in recs if r.detector == "norm-scale"]
+    out.append(
+        Finding(
+            f"{mr.name}: norm scale",
+            "the LayerNorm scale rescaling against its consumers is a curved gauge",
+            f"{sum(r.klass == 'curved_gauge' for r in scale)} of {len(scale)} norm-scale records "
+            f"curved (classes: {_counts([r.klass for r in scale])})",
+            None if not scale else all(r.klass == "curved_gauge" for r in scale),
         )
     )
     return out

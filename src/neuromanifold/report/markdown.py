@@ -76,6 +76,11 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
         out.append(f"Note: {meta['upcast_note']}.")
     if reading.note:
         out.append(f"Note: {reading.note}.")
+    if meta.get("conv1d_as_linear"):
+        out.append(
+            f"Note: {len(meta['conv1d_as_linear'])} Hugging Face `Conv1D` modules were read as the "
+            "equal `nn.Linear` (weight transposed)."
+        )
     for cut in meta.get("truncated") or ():
         where = f"`{cut['detector']}` on {', '.join(f'`{x}`' for x in cut['layers'])}"
         if cut.get("of") == "generators":

@@ -3,10 +3,11 @@
 Pipeline (spec §7.2):
 
 1. Validate; work on a float64, eval-mode deep copy (the caller's module is never touched; a
-   float32 model is up-cast and ``meta["upcast"]`` says so; see `_working_copy` for fused
-   attention). Non-finite parameters or activations
-   raise ``ValueError`` naming the parameter or module; data that does not fit the model raises
-   ``ValueError`` naming the shapes.
+   float32 model is up-cast and ``meta["upcast"]`` says so; Hugging Face ``Conv1D`` modules are
+   replaced by the equal ``nn.Linear``, listed in ``meta["conv1d_as_linear"]``
+   (`neuromanifold.singular.adapt`); see `_working_copy` for fused attention). Non-finite
+   parameters or activations raise ``ValueError`` naming the parameter or module; data that does
+   not fit the model raises ``ValueError`` naming the shapes.
 2. One hooked forward on a few samples traces the data-flow graph (`trace_graph`); one pass over the
    probe set collects the K-FAC/KFC factors (`kfac_factors`); a no-grad pass records the embedding
    indices seen (only when the model has embeddings).
@@ -45,6 +46,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from neuromanifold.singular.adapt import conv1d_as_linear
 from neuromanifold.singular.blocks import is_supported_block
 from neuromanifold.singular.classify import check_live_threshold
 from neuromanifold.singular.coordinate_scan import coordinate_scan
@@ -227,6 +229,7 @@ def read(
     upcast = any(p.is_floating_point() and p.dtype != torch.float64 for p in model.parameters())
     dev = resolve_device(device) if device is not None else None
     work = _working_copy(model)
+    rewritten = conv1d_as_linear(work)
     if dev is not None:
         work = work.to(dev)
     for name, p in work.named_parameters():
@@ -364,6 +367,7 @@ def read(
         "memory_plan": None if plan is None else plan.to_dict(),
         "live_threshold": live_threshold,
         "truncated": list(truncated.values()),
+        "conv1d_as_linear": rewritten,
     }
     return Reading(directions=tuple(records), not_covered=tuple(not_covered), meta=meta, note=note)
 

@@ -39,7 +39,7 @@ Face's ``rotate_half`` convention (``"rope-half"``), ``(2i, 2i+1)`` in the inter
 basis span per KV head, scaled to spectral norm ``CERTIFY_ANGLE`` (radians), is applied to all
 KV heads at once and the relative output change ``max|f(g·θ) − f(θ)| / max|f(θ)|`` on the first
 ``CERTIFY_SAMPLES`` probe samples is measured (as `rescale.certify`); the first basis of
-``so(d_h)``, ``rope-half``, ``rope-interleaved`` whose change is at most ``CERTIFY_RTOL`` is
+``so(d_h)``, ``rope-half``, ``rope-interleaved`` whose change is at most ``QK_CERTIFY_RTOL`` is
 proposed, none if none certifies. ``info`` records ``basis``, ``certified`` (its change) and
 ``rejected`` (the changes of the bases tried before). Other layouts propose ``so(d_h)``
 uncertified (``info["basis"] = "so(d_head)"``, no ``certified``), as before. ``u`` is the
@@ -79,6 +79,7 @@ from neuromanifold.singular.detectors.rescale import CERTIFY_RTOL, CERTIFY_SAMPL
 __all__ = [
     "CERTIFY_ANGLE",
     "QK_BASES",
+    "QK_CERTIFY_RTOL",
     "AttentionDetector",
     "AttentionLayout",
     "QKRotation",
@@ -93,6 +94,15 @@ _HEADS = ("n_heads", "num_heads", "num_attention_heads")
 CERTIFY_ANGLE = 1.0
 """Spectral norm (radians) of the generic ``S_g`` whose rotation ``exp(S_g)`` certifies a QK
 basis: large enough that a non-commuting rotation moves the output by O(1) relative."""
+QK_CERTIFY_RTOL = 1e-6
+"""Largest relative output change for which a QK rotation counts as a symmetry. Unlike the
+power-of-two rescales (`rescale.CERTIFY_RTOL`, exact), a rotation ``exp(S)`` rounds: the rotated
+weights sit ~1e-16 (relative) off the exact orbit point. In float64 that reaches the outputs as
+~1e-16 (3e-16 measured on a float64 attention), but a model computing part of its forward in
+float32 turns it into an occasional float32 rounding flip (Hugging Face's eager attention takes
+its softmax in float32 even in a float64 model; one flip moves one attention weight by 2^-24
+relative). Broken rotations move the outputs by O(1e-3 … 1): 5e-4 for the generic rotation of a
+tiny RoPE Llama at Hugging Face's initialisation scale 0.02, 0.5–1.4 at weight scale 0.4."""
 QK_BASES = ("so(d_head)", "rope-half", "rope-interleaved")
 """QK rotation bases tried in order by certification (module docstring)."""
 
@@ -477,7 +487,7 @@ class AttentionDetector:
                 for g in range(lay.n_kv)
             }
             change = relative_change(ctx, orbit.act(ctx.params, rot))
-            if change <= CERTIFY_RTOL:
+            if change <= QK_CERTIFY_RTOL:
                 return basis, pairs, {"certified": change, "rejected": rejected}
             rejected[basis] = change
         return None

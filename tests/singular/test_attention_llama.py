@@ -1,0 +1,396 @@
+"""QK rotation and VO rescale on Hugging Face Llama attention: RoPE and grouped-query attention.
+
+Laws checked (float64, a tiny ``LlamaForSequenceClassification``, eager attention, with and
+without GQA): rotating Q and K of a KV-head group inside each rotary plane ``(i, i + d_h/2)`` and
+rescaling a KV head's V rows against the output columns of every query head reading it leave the
+outputs unchanged; a generic ``so(d_h)`` rotation does not (RoPE), nor does a VO rescale
+compensated on one query head of a group only; the closed-form tangents are the derivatives of
+the actions (forward-mode oracle); the detector picks its QK basis by certification (generic
+basis without RoPE, the half-planes with Hugging Face RoPE, the interleaved planes with
+interleaved RoPE, nothing when no basis is a symmetry); the read classes every proposed
+direction as a curved gauge of apparent order 2, which needs the generators.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections import Counter
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, jvp
+
+from neuromanifold.io import TensorOutput, import_transformers
+from neuromanifold.singular.detectors import DetectionContext, trace_graph
+from neuromanifold.singular.detectors.attention import (
+    CERTIFY_ANGLE,
+    QK_CERTIFY_RTOL,
+    AttentionDetector,
+    QKRotation,
+    VORescale,
+    attention_layout,
+    qk_basis,
+    relative_change,
+)
+from neuromanifold.singular.direction import read_direction
+from neuromanifold.singular.factors import kfac_factors
+from neuromanifold.singular.family import Categorical, Gaussian
+from neuromanifold.singular.read import read
+
+try:
+    transformers = import_transformers()
+except ImportError:  # pragma: no cover - depends on the environment
+    transformers = None
+
+# outputs at two points of one orbit (float64, rotation matrices orthogonal to rounding):
+# measured 0 on the Llama (its eager softmax runs in float32 and absorbs float64 rounding),
+# ≤ 3.4e-16 on the float64 attentions below
+RTOL_INVARIANT = 1e-12
+# closed-form tangent vs the forward-mode derivative of the action: the same products
+ATOL_TANGENT = 1e-14
+# first-order output change along a gauge tangent, relative to that along the generic
+# (non-commuting) rotation's tangent: rounding only (measured ≤ 1e-16)
+RTOL_FIRST_ORDER = 1e-12
+# a broken orbit (generic rotation under RoPE, a half-compensated VO rescale) moves the outputs
+# by O(1) relative (measured 0.12–1.4 here); far above QK_CERTIFY_RTOL
+BROKEN_MIN = 1e-3
+
+HIDDEN, HEADS, VOCAB, SEQ, N = 16, 4, 32, 6, 24
+D_HEAD = HIDDEN // HEADS
+ATTN = "model.model.layers.0.self_attn"
+CONFIGS = {"mha": 4, "gqa": 2}  # KV heads
+
+
+def _need_transformers() -> None:
+    if transformers is None:
+        pytest.skip("transformers is not installed")
+
+
+def _llama(kv_heads: int) -> tuple[nn.Module, Tensor]:
+    """One-layer Llama classifier (float64, eval), weights large enough for peaked attention."""
+    _need_transformers()
+    cfg = transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=HEADS,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=16,
+        num_labels=3,
+        pad_token_id=0,
+    )
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = TensorOutput(transformers.LlamaForSequenceClassification(cfg)).double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.4)
+    x = torch.randint(1, VOCAB, (N, SEQ), generator=torch.Generator().manual_seed(0))
+    return model, x
+
+
+def _ctx(model: nn.Module, x: Tensor, family=None) -> DetectionContext:
+    family = family or Categorical()
+    return DetectionContext(
+        model=model,
+        params={k: v.detach() for k, v in model.named_parameters()},
+        factors=kfac_factors(model, x, family),
+        graph=trace_graph(model, x[:8]),
+        family=family,
+        data=x,
+    )
+
+
+def _change(model: nn.Module, moved: nn.Module, x: Tensor) -> float:
+    with torch.no_grad():
+        base, out = model(x), moved(x)
+    return float((out - base).abs().max() / base.abs().max())
+
+
+def _plane_rotation(angles: Tensor) -> Tensor:
+    """Rotation by ``angles[i]`` in each plane ``(i, i + d/2)`` (``d = 2·len(angles)``)."""
+    half = angles.numel()
+    r = torch.eye(2 * half, dtype=torch.float64)
+    for i, a in enumerate(angles.tolist()):
+        c, s = math.cos(a), math.sin(a)
+        j = i + half
+        r[i, i], r[i, j], r[j, i], r[j, j] = c, -s, s, c
+    return r
+
+
+def _rotate_group(model: nn.Module, rots: dict[int, Tensor]) -> nn.Module:
+    """Copy of ``model`` with Q rows of every query head of group g and K rows of KV head g
+    multiplied by ``rots[g]`` (written directly on the modules: independent of the package)."""
+    out = copy.deepcopy(model)
+    attn = out.model.model.layers[0].self_attn
+    rep = HEADS // (attn.k_proj.out_features // D_HEAD)
+    with torch.no_grad():
+        for g, r in rots.items():
+            ks = slice(g * D_HEAD, (g + 1) * D_HEAD)
+            attn.k_proj.weight[ks] = r @ attn.k_proj.weight[ks]
+            for h in range(g * rep, (g + 1) * rep):
+                qs = slice(h * D_HEAD, (h + 1) * D_HEAD)
+                attn.q_proj.weight[qs] = r @ attn.q_proj.weight[qs]
+    return out
+
+
+def _rescale_group(model: nn.Module, factors: Tensor, *, compensate_all: bool = True) -> nn.Module:
+    out = copy.deepcopy(model)
+    attn = out.model.model.layers[0].self_attn
+    rep = HEADS // factors.numel()
+    with torch.no_grad():
+        for g, c in enumerate(factors.tolist()):
+            attn.v_proj.weight[g * D_HEAD : (g + 1) * D_HEAD] *= c
+            heads = range(g * rep, (g + 1) * rep) if compensate_all else (g * rep,)
+            for h in heads:
+                attn.o_proj.weight[:, h * D_HEAD : (h + 1) * D_HEAD] /= c
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CONFIGS))
+def test_layout_reads_heads_groups_and_head_width_from_the_config(case: str) -> None:
+    model, _ = _llama(CONFIGS[case])
+    lay = attention_layout(model.get_submodule(ATTN))
+    assert (lay.heads, lay.n_kv, lay.d_head, lay.certify) == (HEADS, CONFIGS[case], D_HEAD, True)
+    rep = HEADS // CONFIGS[case]
+    assert [lay.group(g) for g in range(lay.n_kv)] == [
+        tuple(range(g * rep, (g + 1) * rep)) for g in range(lay.n_kv)
+    ]
+    assert lay.o == "o_proj.weight" and lay.layers["v"] == "v_proj"
+
+
+@pytest.mark.parametrize("case", sorted(CONFIGS))
+def test_rope_plane_rotation_and_grouped_vo_rescale_leave_outputs_unchanged(case: str) -> None:
+    model, x = _llama(CONFIGS[case])
+    gen = torch.Generator().manual_seed(3)
+    rots = {
+        g: _plane_rotation(torch.rand(D_HEAD // 2, generator=gen, dtype=torch.float64) * 6.0)
+        for g in range(CONFIGS[case])
+    }
+    assert _change(model, _rotate_group(model, rots), x) <= RTOL_INVARIANT
+    c = 0.5 + 1.5 * torch.rand(CONFIGS[case], generator=gen, dtype=torch.float64)
+    assert _change(model, _rescale_group(model, c), x) <= RTOL_INVARIANT
+    # the package's actions are the same group elements
+    ctx = _ctx(model, x)
+    lay = attention_layout(model.get_submodule(ATTN))
+    for moved, acted in (
+        (_rotate_group(model, rots), QKRotation(lay, f"{ATTN}.").act(ctx.params, rots)),
+        (_rescale_group(model, c), VORescale(lay, f"{ATTN}.").act(ctx.params, c)),
+    ):
+        ref = dict(moved.named_parameters())
+        for key, value in acted.items():
+            torch.testing.assert_close(value, ref[key].detach(), rtol=0, atol=ATOL_TANGENT)
+
+
+@pytest.mark.parametrize("case", sorted(CONFIGS))
+def test_generic_rotation_and_half_compensated_rescale_break_the_outputs(case: str) -> None:
+    model, x = _llama(CONFIGS[case])
+    gen = torch.Generator().manual_seed(4)
+    rots = {}
+    for g in range(CONFIGS[case]):
+        m = torch.randn(D_HEAD, D_HEAD, generator=gen, dtype=torch.float64)
+        s = m - m.T
+        rots[g] = torch.linalg.matrix_exp(CERTIFY_ANGLE * s / torch.linalg.matrix_norm(s, ord=2))
+    assert _change(model, _rotate_group(model, rots), x) > BROKEN_MIN  # RoPE breaks so(d_h)
+    if CONFIGS[case] < HEADS:  # GQA: every query head of the group must be compensated
+        c = torch.full((CONFIGS[case],), 2.0, dtype=torch.float64)
+        assert _change(model, _rescale_group(model, c, compensate_all=False), x) > BROKEN_MIN
+
+
+@pytest.mark.parametrize("case", sorted(CONFIGS))
+def test_tangents_are_the_derivatives_of_the_actions(case: str) -> None:
+    model, x = _llama(CONFIGS[case])
+    ctx = _ctx(model, x)
+    lay = attention_layout(model.get_submodule(ATTN))
+    qk, vo = QKRotation(lay, f"{ATTN}."), VORescale(lay, f"{ATTN}.")
+    m = torch.randn(D_HEAD, D_HEAD, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    for g in range(lay.n_kv):
+        for fast, ref in (
+            (qk.tangent(ctx.params, g, m - m.T), qk.tangent_reference(ctx.params, g, m - m.T)),
+            (vo.tangent(ctx.params, g), vo.tangent_reference(ctx.params, g)),
+        ):
+            assert fast.keys() == ref.keys()
+            for k in fast:
+                torch.testing.assert_close(fast[k], ref[k], rtol=0, atol=ATOL_TANGENT)
+
+
+def _first_order(ctx: DetectionContext, t: dict[str, Tensor]) -> float:
+    x = ctx.data[:8]
+    keys = sorted(t)
+
+    def f(*vals: Tensor) -> Tensor:
+        moved = dict(zip(keys, vals, strict=True))
+        return functional_call(ctx.model, {**ctx.params, **moved}, (x,))
+
+    _, d = jvp(f, tuple(ctx.params[k] for k in keys), tuple(t[k] for k in keys))
+    return float(d.abs().max())
+
+
+@pytest.mark.parametrize("case", sorted(CONFIGS))
+def test_detector_proposes_certified_rope_planes_and_grouped_rescales(case: str) -> None:
+    model, x = _llama(CONFIGS[case])
+    ctx = _ctx(model, x)
+    cands = AttentionDetector().propose(ATTN, model.get_submodule(ATTN), ctx)
+    kinds = Counter(c.detector for c in cands)
+    assert kinds == {"qk-rotation": CONFIGS[case], "vo-rescale": CONFIGS[case]}
+    lay = attention_layout(model.get_submodule(ATTN))
+    m = torch.randn(D_HEAD, D_HEAD, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    generic = QKRotation(lay, f"{ATTN}.").tangent(ctx.params, 0, m - m.T)
+    scale = _first_order(ctx, generic)
+    assert scale > 0.0
+    for c in cands:
+        assert c.gauge == "curved"
+        assert c.info["certified"] <= (QK_CERTIFY_RTOL if c.detector == "qk-rotation" else 0.0)
+        assert _first_order(ctx, c.u) <= RTOL_FIRST_ORDER * scale
+        if c.detector == "qk-rotation":
+            assert c.info["basis"] == "rope-half"
+            assert c.info["rejected"]["so(d_head)"] > BROKEN_MIN
+            assert len(c.gauge_generators) == len(qk_basis("rope-half", D_HEAD)) == D_HEAD // 2
+            assert c.layers == (f"{ATTN}.q_proj", f"{ATTN}.k_proj")
+        else:
+            assert c.layers == (f"{ATTN}.v_proj", f"{ATTN}.o_proj")
+        if CONFIGS[case] < HEADS:
+            rep = HEADS // CONFIGS[case]
+            g = c.info["head"]
+            assert c.info["query_heads"] == list(range(g * rep, (g + 1) * rep))
+        for t in c.gauge_generators:
+            assert _first_order(ctx, t) <= RTOL_FIRST_ORDER * scale
+
+
+def test_read_gives_curved_gauge_records_of_order_two() -> None:
+    model, x = _llama(CONFIGS["gqa"])
+    reading = read(model, x, Categorical(), progress=False)
+    recs = [r for r in reading.directions if r.detector in ("qk-rotation", "vo-rescale")]
+    assert Counter((r.detector, r.klass, r.k) for r in recs) == {
+        ("qk-rotation", "curved_gauge", 2): CONFIGS["gqa"],
+        ("vo-rescale", "curved_gauge", 2): CONFIGS["gqa"],
+    }
+    assert {r.layers for r in recs} == {
+        (f"{ATTN}.q_proj", f"{ATTN}.k_proj"),
+        (f"{ATTN}.v_proj", f"{ATTN}.o_proj"),
+    }
+    assert reading.not_covered == ()
+
+
+def test_straight_probe_reads_order_two_and_the_generators_make_it_a_gauge() -> None:
+    model, x = _llama(CONFIGS["gqa"])
+    ctx = _ctx(model, x)
+    cands = AttentionDetector().propose(ATTN, model.get_submodule(ATTN), ctx)
+    for kind in ("qk-rotation", "vo-rescale"):
+        cand = next(c for c in cands if c.detector == kind)
+        with_gens = read_direction(
+            model, ctx.params, cand.u, x, Categorical(), gauge_generators=cand.gauge_generators
+        )
+        assert with_gens.k == 2 and with_gens.klass.value == "curved_gauge"
+        without = read_direction(model, ctx.params, cand.u, x, Categorical())
+        assert without.k == 2 and without.klass.value == "genuine_singularity"  # the mimic
+
+
+# ---------------------------------------------------------------- layouts outside Llama
+
+
+class _ConfigAttention(nn.Module):
+    """GQA self-attention with a Hugging Face style ``config`` (no int head attribute).
+
+    ``pos``: ``"none"`` (no position encoding), ``"interleaved"`` (RoPE on planes
+    ``(2i, 2i+1)``) or ``"scaled"`` (queries scaled per dimension: no rotation commutes).
+    """
+
+    def __init__(self, *, heads: int = 2, kv: int = 1, d_head: int = 4, pos: str = "none"):
+        super().__init__()
+        self.config = SimpleNamespace(num_attention_heads=heads, num_key_value_heads=kv)
+        self.head_dim, self.pos, d = d_head, pos, 8
+        self.q_proj = nn.Linear(d, heads * d_head)
+        self.k_proj = nn.Linear(d, kv * d_head)
+        self.v_proj = nn.Linear(d, kv * d_head)
+        self.o_proj = nn.Linear(heads * d_head, d)
+        self.register_buffer("diag", torch.linspace(0.5, 2.0, d_head))
+
+    def _rope(self, z: Tensor) -> Tensor:
+        n = z.shape[-2]
+        freq = 1.0 / (10.0 ** torch.arange(self.head_dim // 2, dtype=z.dtype))
+        ang = torch.arange(n, dtype=z.dtype)[:, None] * freq  # (n, d/2)
+        a, b = z[..., 0::2], z[..., 1::2]
+        out = torch.stack((a * ang.cos() - b * ang.sin(), a * ang.sin() + b * ang.cos()), -1)
+        return out.flatten(-2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        bsz, n, _ = x.shape
+        heads = self.config.num_attention_heads
+        kv = self.config.num_key_value_heads
+        q = self.q_proj(x).view(bsz, n, heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(bsz, n, kv, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(bsz, n, kv, self.head_dim).transpose(1, 2)
+        if self.pos == "interleaved":
+            q, k = self._rope(q), self._rope(k)
+        elif self.pos == "scaled":
+            q = q * self.diag
+        k = k.repeat_interleave(heads // kv, dim=1)
+        v = v.repeat_interleave(heads // kv, dim=1)
+        att = torch.softmax(q @ k.transpose(-1, -2) / self.head_dim**0.5, dim=-1)
+        return self.o_proj((att @ v).transpose(1, 2).reshape(bsz, n, -1))
+
+
+def _config_attention(pos: str, **kw) -> tuple[DetectionContext, nn.Module]:
+    torch.manual_seed(1)
+    model = _ConfigAttention(pos=pos, **kw).double().eval()
+    x = torch.randn(N, 5, 8, dtype=torch.float64)
+    return _ctx(model, x, Gaussian()), model
+
+
+@pytest.mark.parametrize(
+    ("pos", "basis"),
+    [("none", "so(d_head)"), ("interleaved", "rope-interleaved"), ("scaled", None)],
+)
+def test_certification_picks_the_basis_the_model_carries(pos: str, basis: str | None) -> None:
+    ctx, model = _config_attention(pos)
+    cands = AttentionDetector().propose("", model, ctx)
+    qk = [c for c in cands if c.detector == "qk-rotation"]
+    vo = [c for c in cands if c.detector == "vo-rescale"]
+    assert len(vo) == 1 and vo[0].info["certified"] == 0.0  # powers of two: exact
+    if basis is None:
+        assert qk == []
+        return
+    (c,) = qk
+    assert c.info["basis"] == basis and c.info["certified"] <= QK_CERTIFY_RTOL
+    assert all(v > BROKEN_MIN for v in c.info["rejected"].values())
+    assert len(c.gauge_generators) == len(qk_basis(basis, 4))
+    assert c.info["query_heads"] == [0, 1]
+
+
+def test_scaled_queries_break_every_basis() -> None:
+    """The negative control of certification: with per-dimension query scales no basis holds."""
+    ctx, model = _config_attention("scaled")
+    lay = attention_layout(model)
+    orbit = QKRotation(lay, "")
+    for name in ("so(d_head)", "rope-half", "rope-interleaved"):
+        (i, j) = qk_basis(name, 4)[0]
+        s = torch.zeros(4, 4, dtype=torch.float64)
+        s[i, j], s[j, i] = 1.0, -1.0
+        moved = orbit.act(ctx.params, {0: torch.linalg.matrix_exp(CERTIFY_ANGLE * s)})
+        assert relative_change(ctx, moved) > BROKEN_MIN
+
+
+@pytest.mark.parametrize("bad", ["o_width", "k_width", "groups"])
+def test_mismatched_widths_are_not_recognised(bad: str) -> None:
+    model = _ConfigAttention()
+    if bad == "o_width":
+        model.o_proj = nn.Linear(6, 8)
+    elif bad == "k_width":
+        model.k_proj = nn.Linear(8, 8)  # two KV heads' rows for one KV head
+    else:
+        model.config.num_key_value_heads = 3  # 2 query heads cannot share 3 KV heads
+    assert attention_layout(model) is None
+    assert not AttentionDetector().applies_to(model)
+    assert AttentionDetector().propose("", model, None) == []
+
+
+def test_qk_basis_rejects_unknown_names() -> None:
+    with pytest.raises(ValueError, match=r"qk_basis: name='so\(3\)'; expected one of"):
+        qk_basis("so(3)", 4)
+    assert qk_basis("rope-half", 5) == []  # odd widths have no rotary planes

@@ -27,6 +27,7 @@ from neuromanifold.io import TensorOutput, import_transformers
 from neuromanifold.singular.detectors import DetectionContext, trace_graph
 from neuromanifold.singular.detectors.attention import (
     CERTIFY_ANGLE,
+    QK_BASES,
     QK_CERTIFY_RTOL,
     AttentionDetector,
     QKRotation,
@@ -156,7 +157,7 @@ def _rescale_group(model: nn.Module, factors: Tensor, *, compensate_all: bool = 
 def test_layout_reads_heads_groups_and_head_width_from_the_config(case: str) -> None:
     model, _ = _llama(CONFIGS[case])
     lay = attention_layout(model.get_submodule(ATTN))
-    assert (lay.heads, lay.n_kv, lay.d_head, lay.certify) == (HEADS, CONFIGS[case], D_HEAD, True)
+    assert (lay.heads, lay.n_kv, lay.d_head) == (HEADS, CONFIGS[case], D_HEAD)
     rep = HEADS // CONFIGS[case]
     assert [lay.group(g) for g in range(lay.n_kv)] == [
         tuple(range(g * rep, (g + 1) * rep)) for g in range(lay.n_kv)
@@ -299,11 +300,24 @@ class _ConfigAttention(nn.Module):
 
     ``pos``: ``"none"`` (no position encoding), ``"interleaved"`` (RoPE on planes
     ``(2i, 2i+1)``) or ``"scaled"`` (queries scaled per dimension: no rotation commutes).
+    ``int_heads``: int ``num_heads``/``num_key_value_heads`` attributes instead of a config.
     """
 
-    def __init__(self, *, heads: int = 2, kv: int = 1, d_head: int = 4, pos: str = "none"):
+    def __init__(
+        self,
+        *,
+        heads: int = 2,
+        kv: int = 1,
+        d_head: int = 4,
+        pos: str = "none",
+        int_heads: bool = False,
+    ):
         super().__init__()
-        self.config = SimpleNamespace(num_attention_heads=heads, num_key_value_heads=kv)
+        if int_heads:
+            self.num_heads, self.num_key_value_heads = heads, kv
+        else:
+            self.config = SimpleNamespace(num_attention_heads=heads, num_key_value_heads=kv)
+        self.n_q, self.n_kv = heads, kv
         self.head_dim, self.pos, d = d_head, pos, 8
         self.q_proj = nn.Linear(d, heads * d_head)
         self.k_proj = nn.Linear(d, kv * d_head)
@@ -321,8 +335,7 @@ class _ConfigAttention(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         bsz, n, _ = x.shape
-        heads = self.config.num_attention_heads
-        kv = self.config.num_key_value_heads
+        heads, kv = self.n_q, self.n_kv
         q = self.q_proj(x).view(bsz, n, heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(bsz, n, kv, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(bsz, n, kv, self.head_dim).transpose(1, 2)
@@ -344,11 +357,18 @@ def _config_attention(pos: str, **kw) -> tuple[DetectionContext, nn.Module]:
 
 
 @pytest.mark.parametrize(
-    ("pos", "basis"),
-    [("none", "so(d_head)"), ("interleaved", "rope-interleaved"), ("scaled", None)],
+    ("pos", "basis", "int_heads"),
+    [
+        ("none", "so(d_head)", False),
+        ("interleaved", "rope-interleaved", False),
+        ("interleaved", "rope-interleaved", True),
+        ("scaled", None, False),
+    ],
 )
-def test_certification_picks_the_basis_the_model_carries(pos: str, basis: str | None) -> None:
-    ctx, model = _config_attention(pos)
+def test_certification_picks_the_basis_the_model_carries(
+    pos: str, basis: str | None, int_heads: bool
+) -> None:
+    ctx, model = _config_attention(pos, int_heads=int_heads)
     cands = AttentionDetector().propose("", model, ctx)
     qk = [c for c in cands if c.detector == "qk-rotation"]
     vo = [c for c in cands if c.detector == "vo-rescale"]
@@ -368,12 +388,29 @@ def test_scaled_queries_break_every_basis() -> None:
     ctx, model = _config_attention("scaled")
     lay = attention_layout(model)
     orbit = QKRotation(lay, "")
-    for name in ("so(d_head)", "rope-half", "rope-interleaved"):
+    for name in QK_BASES:
         (i, j) = qk_basis(name, 4)[0]
         s = torch.zeros(4, 4, dtype=torch.float64)
         s[i, j], s[j, i] = 1.0, -1.0
         moved = orbit.act(ctx.params, {0: torch.linalg.matrix_exp(CERTIFY_ANGLE * s)})
         assert relative_change(ctx, moved) > BROKEN_MIN
+
+
+def test_packed_multihead_attention_is_certified_with_the_generic_basis() -> None:
+    """``nn.MultiheadAttention`` (no position encoding): every head's QK rotation certifies the
+    full ``so(d_h)``, its VO rescale bitwise."""
+    torch.manual_seed(2)
+    layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, batch_first=True, norm_first=True)
+    model = nn.Sequential(layer, nn.Flatten(), nn.Linear(24, 2)).double().eval()
+    ctx = _ctx(model, torch.randn(N, 3, 8, dtype=torch.float64), Gaussian())
+    cands = AttentionDetector().propose("0.self_attn", model[0].self_attn, ctx)
+    assert Counter(c.detector for c in cands) == {"qk-rotation": 2, "vo-rescale": 2}
+    for c in cands:
+        if c.detector == "qk-rotation":
+            assert c.info["basis"] == "so(d_head)" and c.info["rejected"] == {}
+            assert c.info["certified"] <= QK_CERTIFY_RTOL and len(c.gauge_generators) == 6
+        else:
+            assert c.info["certified"] == 0.0
 
 
 @pytest.mark.parametrize("bad", ["o_width", "k_width", "groups"])

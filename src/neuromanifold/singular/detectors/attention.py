@@ -33,25 +33,25 @@ queries are rotated by position-dependent angles after the projection, and a gen
 not commute with that rotation, so it is no symmetry. The rotations that commute with RoPE are
 the ``so(2)`` rotations inside each rotary frequency plane: planes ``(i, i + d_h/2)`` in Hugging
 Face's ``rotate_half`` convention (``"rope-half"``), ``(2i, 2i+1)`` in the interleaved one
-(``"rope-interleaved"``); ``d_h/2`` generators ``E_ij − E_ji``. The basis is chosen by
-*certification by evaluation* where the layout alone cannot tell (modules carrying a Hugging Face
-``config``, and every GQA layout): one group element with a seeded generic ``S_g`` in the
-basis span per KV head, scaled to spectral norm ``CERTIFY_ANGLE`` (radians), is applied to all
-KV heads at once and the relative output change ``max|f(g·θ) − f(θ)| / max|f(θ)|`` on the first
-``CERTIFY_SAMPLES`` probe samples is measured (as `rescale.certify`); the first basis of
+(``"rope-interleaved"``); ``d_h/2`` generators ``E_ij − E_ji``. The layout cannot tell whether
+or how a module applies RoPE, so the basis is chosen by *certification by evaluation* for every
+layout: one group element per KV head, ``exp(S_g)`` with a seeded generic ``S_g`` in the basis
+span scaled to spectral norm ``CERTIFY_ANGLE`` (radians), is applied to all KV heads at once,
+and the relative output change ``max|f(g·θ) − f(θ)| / max|f(θ)|`` on the first
+``CERTIFY_SAMPLES`` probe samples is measured (as `rescale.certify`). The first basis of
 ``so(d_h)``, ``rope-half``, ``rope-interleaved`` whose change is at most ``QK_CERTIFY_RTOL`` is
 proposed, none if none certifies. ``info`` records ``basis``, ``certified`` (its change) and
-``rejected`` (the changes of the bases tried before). Other layouts propose ``so(d_h)``
-uncertified (``info["basis"] = "so(d_head)"``, no ``certified``), as before. ``u`` is the
-tangent of one seeded generic ``S`` in the basis span, ``gauge_generators`` the tangents of the
-basis. Modules with a per-head query/key norm (``q_norm``/``k_norm`` other than Identity)
-break the symmetry and get no QK candidate.
+``rejected`` (the changes of the bases tried before). ``u`` is the tangent of one seeded
+generic ``S`` in the basis span, ``gauge_generators`` the tangents of the basis. Modules with a
+per-head query/key norm (``q_norm``/``k_norm`` other than Identity) break the symmetry and get
+no QK candidate.
 
 VO rescale (``"vo-rescale"``, one candidate per KV head ``g``): ``V_g → cV_g`` and
 ``O[:, r_h] → O[:, r_h]/c`` for every ``h`` with ``g(h) = g`` has tangent
-``(W_V[r_g], b_V[r_g], −W_O[:, r_h] ∀h ∈ g)`` (`VORescale`); certified layouts apply factors
-``2, ½, 2, …`` over the KV heads (powers of two: exact in floating point) and record
-``certified``.
+``(W_V[r_g], b_V[r_g], −W_O[:, r_h] ∀h ∈ g)`` (`VORescale`); it is certified like the rescales
+(`rescale.certify`: factors ``2, ½, 2, …`` over the KV heads, powers of two, so a true symmetry
+leaves the outputs bitwise unchanged; at most ``CERTIFY_RTOL``), ``info["certified"]`` records
+the change, and nothing is proposed when it fails.
 
 Both orbits are curved: a straight probe shows an apparent order 2, classed curved gauge through
 the generators.
@@ -112,7 +112,7 @@ class AttentionLayout:
     """Parameter keys (relative to the module) and row offsets of Q, K, V; output weight key.
 
     ``kv_heads`` (``None``: ``heads``) KV heads of width ``head_dim`` (``None``:
-    ``embed // heads``); ``certify``: decide the orbits by evaluation (module docstring).
+    ``embed // heads``).
     """
 
     heads: int
@@ -126,7 +126,6 @@ class AttentionLayout:
     propose_qk: bool = True
     kv_heads: int | None = None
     head_dim: int | None = None
-    certify: bool = False
 
     @property
     def n_kv(self) -> int:
@@ -221,7 +220,6 @@ def attention_layout(module: nn.Module) -> AttentionLayout | None:
             qk_symmetric=sym,
             kv_heads=None if kv == heads else kv,
             head_dim=None if head_dim is None else dh,
-            certify=hasattr(module, "config") or kv != heads,
         )
     if from_config:
         return _wrapped_layout(module)
@@ -269,7 +267,6 @@ def _wrapped_layout(module: nn.Module) -> AttentionLayout | None:
         propose_qk=False,
         kv_heads=lay.kv_heads,
         head_dim=lay.head_dim,
-        certify=lay.certify,
     )
 
 
@@ -474,8 +471,6 @@ class AttentionDetector:
     ) -> tuple[str, list[tuple[int, int]], dict[str, Any]] | None:
         """The QK basis to propose and its certification record, or None (module docstring)."""
         lay, dh = orbit.layout, orbit.layout.d_head
-        if not lay.certify:
-            return "so(d_head)", qk_basis("so(d_head)", dh), {}
         dev = ctx.params[orbit.prefix + lay.q[0]].device
         rejected: dict[str, float] = {}
         for basis in QK_BASES:
@@ -527,22 +522,19 @@ class AttentionDetector:
     @staticmethod
     def _vo(ctx: DetectionContext, prefix: str, name: str, lay: AttentionLayout) -> list[Candidate]:
         orbit = VORescale(lay, prefix)
-        record: dict[str, Any] = {}
-        if lay.certify:
-            ref = ctx.params[prefix + lay.o]
-            factors = torch.ones(lay.n_kv, dtype=torch.float64, device=ref.device)
-            factors[0::2], factors[1::2] = 2.0, 0.5
-            change = relative_change(ctx, orbit.act(ctx.params, factors))
-            if not change <= CERTIFY_RTOL:
-                return []
-            record = {"certified": change}
+        ref = ctx.params[prefix + lay.o]
+        factors = torch.ones(lay.n_kv, dtype=torch.float64, device=ref.device)
+        factors[0::2], factors[1::2] = 2.0, 0.5
+        change = relative_change(ctx, orbit.act(ctx.params, factors))
+        if not change <= CERTIFY_RTOL:
+            return []
         layers = tuple(
             dict.fromkeys((_full(prefix, lay.layers["v"]), _full(prefix, lay.layers["o"])))
         )
         out = []
         for g in range(lay.n_kv):
             t = orbit.tangent(ctx.params, g)
-            info: dict[str, Any] = {"module": name, "head": g, **record}
+            info: dict[str, Any] = {"module": name, "head": g, "certified": change}
             if lay.n_kv != lay.heads:
                 info["query_heads"] = list(lay.group(g))
             out.append(

@@ -413,6 +413,24 @@ def test_packed_multihead_attention_is_certified_with_the_generic_basis() -> Non
             assert c.info["certified"] == 0.0
 
 
+def test_a_zeroed_kv_head_gets_no_candidate() -> None:
+    """A KV head whose Q, K, V rows and output columns are zero has zero tangents: it is left
+    out (no zero direction is normalised), the other head keeps its candidates."""
+    torch.manual_seed(1)
+    model = _ConfigAttention(heads=2, kv=2).double().eval()
+    with torch.no_grad():
+        for lin in (model.q_proj, model.k_proj, model.v_proj):
+            lin.weight[:4] = 0.0
+            lin.bias[:4] = 0.0
+        model.o_proj.weight[:, :4] = 0.0
+    ctx = _ctx(model, torch.randn(N, 5, 8, dtype=torch.float64), Gaussian())
+    cands = AttentionDetector().propose("", model, ctx)
+    assert sorted((c.detector, c.info["head"]) for c in cands) == [
+        ("qk-rotation", 1),
+        ("vo-rescale", 1),
+    ]
+
+
 @pytest.mark.parametrize("bad", ["o_width", "k_width", "groups"])
 def test_mismatched_widths_are_not_recognised(bad: str) -> None:
     model = _ConfigAttention()

@@ -436,6 +436,10 @@ def relative_change(ctx: DetectionContext, moved: dict[str, Tensor]) -> float:
     return diff / scale
 
 
+def _nonzero(t: dict[str, Tensor]) -> bool:
+    return any(bool(v.ne(0).any()) for v in t.values())
+
+
 def _full(prefix: str, layer: str) -> str:
     return f"{prefix}{layer}" if layer else prefix.rstrip(".")
 
@@ -452,8 +456,8 @@ class AttentionDetector:
         return attention_layout(module) is not None
 
     def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
-        """A QK-rotation and a VO-rescale candidate per KV head (as the layout and, where the
-        layout asks for it, certification allow)."""
+        """A QK-rotation and a VO-rescale candidate per KV head, as the layout and certification
+        allow; a KV head whose tangent is zero (its weights are zero) gets none."""
         lay = attention_layout(module)
         if lay is None:
             return []
@@ -504,7 +508,10 @@ class AttentionDetector:
         for g in range(lay.n_kv):
             gens = tuple(orbit.tangent(ctx.params, g, _generator(dh, p, dev)) for p in pairs)
             u = orbit.tangent(ctx.params, g, _generic(pairs, dh, 1000 + g, dev))
-            info = {"module": name, "head": g, "d_head": dh, "basis": basis, **record}
+            if not _nonzero(u):
+                continue
+            info = {"module": name, "head": g, "d_head": dh, "basis": basis}
+            info.update(certified=record["certified"], rejected=dict(record["rejected"]))
             if lay.n_kv != lay.heads:
                 info["query_heads"] = list(lay.group(g))
             out.append(
@@ -534,6 +541,8 @@ class AttentionDetector:
         out = []
         for g in range(lay.n_kv):
             t = orbit.tangent(ctx.params, g)
+            if not _nonzero(t):
+                continue
             info: dict[str, Any] = {"module": name, "head": g, "certified": change}
             if lay.n_kv != lay.heads:
                 info["query_heads"] = list(lay.group(g))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from collections import Counter
 
 import pytest
 import torch
@@ -100,6 +101,9 @@ def test_tiny_gpt2_is_covered_and_the_callers_model_untouched() -> None:
         f"{pre}mlp.c_proj",
     ]
     assert type(model.model.transformer.h[0].attn.c_attn).__name__ == "Conv1D"
+    kinds = Counter((r.detector, r.klass, r.k) for r in reading.directions)
+    assert kinds[("qk-rotation", "curved_gauge", 2)] == 4  # fused c_attn, one per head
+    assert kinds[("vo-rescale", "curved_gauge", 2)] == 4
     scale = {r.layers for r in reading.directions if r.detector == "norm-scale"}
     assert scale == {(f"{pre}ln_1", f"{pre}attn.c_attn"), (f"{pre}ln_2", f"{pre}mlp.c_fc")}
     assert "4 Hugging Face `Conv1D` modules were read as the equal `nn.Linear`" in (

@@ -34,8 +34,8 @@ from neuromanifold.singular.detectors.attention import (
     VORescale,
     attention_layout,
     qk_basis,
-    relative_change,
 )
+from neuromanifold.singular.detectors.rescale import relative_change
 from neuromanifold.singular.direction import read_direction
 from neuromanifold.singular.factors import kfac_factors
 from neuromanifold.singular.family import Categorical, Gaussian

@@ -1,24 +1,9 @@
 """Attention detector: per-head QK rotations and value–output rescalings (curved gauges).
 
-Recognised layouts (`attention_layout`; heads from an int ``n_heads``/``num_heads``/
-``num_attention_heads`` attribute or, for Hugging Face modules such as ``LlamaAttention``, from
-``module.config.num_attention_heads``):
-
-* separate ``nn.Linear`` projections ``q_proj``/``k_proj``/``v_proj`` (or the BERT names
-  ``query``/``key``/``value``) and an output ``out_proj``/``o_proj``/``proj``; BERT's self-attention
-  has no output projection of its own, so only the QK rotation is proposed there. Grouped-query
-  attention (GQA) is read from ``num_key_value_heads`` (module or config) or
-  ``num_key_value_groups``; the head width from an int ``head_dim`` (module or config), else
-  ``q_proj.out_features / heads``. The projection widths must agree (``q``: heads·d_h,
-  ``k``/``v``: kv_heads·d_h, output columns heads·d_h), else the module is not recognised;
-* the Hugging Face BERT wrapper (``BertAttention``): children ``self`` (a self-attention as above
-  without output projection) and ``output`` with an ``nn.Linear`` ``dense`` reading the
-  concatenated heads. It proposes the VO rescale across ``self.value`` and ``output.dense`` (the
-  QK rotation is left to ``self``, so it is not proposed twice);
-* a fused ``qkv`` Linear with rows ``[Q; K; V]`` and an output ``proj`` (timm layout);
-* ``nn.MultiheadAttention`` with packed ``in_proj_weight``/``in_proj_bias`` and ``out_proj``.
-  Its ``out_proj`` (a Linear subclass used through the functional kernel, never called) is covered
-  by this detector.
+Recognised layouts, head counts, grouped-query attention (GQA) and head widths:
+`neuromanifold.singular.detectors.attention_layout`. Its ``nn.MultiheadAttention``'s
+``out_proj`` (a Linear subclass used through the functional kernel, never called) is covered by
+this detector.
 
 Query head ``h`` owns rows ``r_h = h·d_h … (h+1)·d_h`` of Q and columns ``r_h`` of the output;
 KV head ``g`` owns rows ``r_g`` of K and V. With ``n_rep = heads / kv_heads`` query head ``h``
@@ -70,11 +55,10 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call
-from torch.utils._pytree import tree_leaves
 
+from neuromanifold.singular.detectors.attention_layout import AttentionLayout, attention_layout
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
-from neuromanifold.singular.detectors.rescale import CERTIFY_RTOL, CERTIFY_SAMPLES
+from neuromanifold.singular.detectors.rescale import CERTIFY_RTOL, relative_change
 
 __all__ = [
     "CERTIFY_ANGLE",
@@ -86,10 +70,7 @@ __all__ = [
     "VORescale",
     "attention_layout",
     "qk_basis",
-    "relative_change",
 ]
-
-_HEADS = ("n_heads", "num_heads", "num_attention_heads")
 
 CERTIFY_ANGLE = 1.0
 """Spectral norm (radians) of the generic ``S_g`` whose rotation ``exp(S_g)`` certifies a QK
@@ -105,169 +86,6 @@ relative). Broken rotations move the outputs by O(1e-3 … 1): 5e-4 for the gene
 tiny RoPE Llama at Hugging Face's initialisation scale 0.02, 0.5–1.4 at weight scale 0.4."""
 QK_BASES = ("so(d_head)", "rope-half", "rope-interleaved")
 """QK rotation bases tried in order by certification (module docstring)."""
-
-
-@dataclass(frozen=True)
-class AttentionLayout:
-    """Parameter keys (relative to the module) and row offsets of Q, K, V; output weight key.
-
-    ``kv_heads`` (``None``: ``heads``) KV heads of width ``head_dim`` (``None``:
-    ``embed // heads``).
-    """
-
-    heads: int
-    embed: int
-    q: tuple[str, str | None, int]
-    k: tuple[str, str | None, int]
-    v: tuple[str, str | None, int]
-    o: str | None
-    layers: dict[str, str]
-    qk_symmetric: bool = True
-    propose_qk: bool = True
-    kv_heads: int | None = None
-    head_dim: int | None = None
-
-    @property
-    def n_kv(self) -> int:
-        """KV heads (``heads`` without GQA)."""
-        return self.heads if self.kv_heads is None else self.kv_heads
-
-    @property
-    def d_head(self) -> int:
-        """Head width ``d_h``."""
-        return self.embed // self.heads if self.head_dim is None else self.head_dim
-
-    def group(self, g: int) -> tuple[int, ...]:
-        """Query heads reading KV head ``g``: ``g·n_rep … (g+1)·n_rep − 1``."""
-        rep = self.heads // self.n_kv
-        return tuple(range(g * rep, (g + 1) * rep))
-
-
-def _linear_keys(sub: str, module: nn.Module, offset: int) -> tuple[str, str | None, int]:
-    lin = module.get_submodule(sub)
-    return (f"{sub}.weight", f"{sub}.bias" if lin.bias is not None else None, offset)
-
-
-def _int(obj: Any, name: str) -> int | None:
-    v = getattr(obj, name, None)
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
-
-
-def _head_counts(module: nn.Module) -> tuple[int, int | None, int | None, bool] | None:
-    """``(heads, kv_heads, head_dim, from_config)``, or None when no head count is found."""
-    cfg = getattr(module, "config", None)
-    heads = next((_int(module, a) for a in _HEADS if _int(module, a) is not None), None)
-    from_config = heads is None
-    if heads is None:
-        heads = _int(cfg, "num_attention_heads")
-        if heads is None:
-            return None
-    kv = _int(module, "num_key_value_heads") or _int(cfg, "num_key_value_heads")
-    groups = _int(module, "num_key_value_groups")
-    if kv is None and groups is not None:
-        kv = heads // groups if heads % groups == 0 else -1
-    dh = _int(module, "head_dim")
-    if dh is None and from_config:
-        dh = _int(cfg, "head_dim")
-    return heads, kv, dh, from_config
-
-
-def attention_layout(module: nn.Module) -> AttentionLayout | None:
-    """The `AttentionLayout` of ``module`` or ``None`` if it is not a recognised attention."""
-    if isinstance(module, nn.MultiheadAttention):
-        if not module._qkv_same_embed_dim:
-            return None
-        e = module.embed_dim
-        b = "in_proj_bias" if module.in_proj_bias is not None else None
-        return AttentionLayout(
-            heads=module.num_heads,
-            embed=e,
-            q=("in_proj_weight", b, 0),
-            k=("in_proj_weight", b, e),
-            v=("in_proj_weight", b, 2 * e),
-            o="out_proj.weight",
-            layers={"q": "", "k": "", "v": "", "o": "out_proj"},
-        )
-    counts = _head_counts(module)
-    if counts is None:
-        return _wrapped_layout(module)
-    heads, kv_heads, head_dim, from_config = counts
-    kids = dict(module.named_children())
-
-    def pick(*names: str) -> str | None:
-        return next((n for n in names if isinstance(kids.get(n), nn.Linear)), None)
-
-    sym = all(isinstance(kids.get(n), nn.Identity) or n not in kids for n in ("q_norm", "k_norm"))
-    o = pick("out_proj", "o_proj", "proj")
-    q, k, v = pick("q_proj", "query", "q"), pick("k_proj", "key", "k"), pick("v_proj", "value", "v")
-    if q and k and v:
-        e = kids[q].out_features
-        dh = head_dim or e // heads
-        kv = kv_heads or heads
-        widths = (kids[k].out_features, kids[v].out_features)
-        if kv < 1 or heads % kv or e != heads * dh or widths != (kv * dh, kv * dh):
-            return None
-        if o and kids[o].in_features != e:
-            return None
-        return AttentionLayout(
-            heads=heads,
-            embed=e,
-            q=_linear_keys(q, module, 0),
-            k=_linear_keys(k, module, 0),
-            v=_linear_keys(v, module, 0),
-            o=f"{o}.weight" if o else None,
-            layers={"q": q, "k": k, "v": v, "o": o or ""},
-            qk_symmetric=sym,
-            kv_heads=None if kv == heads else kv,
-            head_dim=None if head_dim is None else dh,
-        )
-    if from_config:
-        return _wrapped_layout(module)
-    qkv = pick("qkv")
-    if qkv and kv_heads in (None, heads):
-        e = kids[qkv].out_features // 3
-        return AttentionLayout(
-            heads=heads,
-            embed=e,
-            q=_linear_keys(qkv, module, 0),
-            k=_linear_keys(qkv, module, e),
-            v=_linear_keys(qkv, module, 2 * e),
-            o=f"{o}.weight" if o else None,
-            layers={"q": qkv, "k": qkv, "v": qkv, "o": o or ""},
-            qk_symmetric=sym,
-        )
-    return None
-
-
-def _wrapped_layout(module: nn.Module) -> AttentionLayout | None:
-    """BERT-style wrapper: ``self`` (Q, K, V, no output) and ``output.dense`` (the output)."""
-    inner = getattr(module, "self", None)
-    outer = getattr(module, "output", None)
-    if not isinstance(inner, nn.Module) or not isinstance(outer, nn.Module):
-        return None
-    dense = getattr(outer, "dense", None)
-    lay = attention_layout(inner)
-    if lay is None or lay.o is not None or type(dense) is not nn.Linear:
-        return None
-    if dense.in_features != lay.embed:
-        return None
-
-    def sub(keys: tuple[str, str | None, int]) -> tuple[str, str | None, int]:
-        return (f"self.{keys[0]}", None if keys[1] is None else f"self.{keys[1]}", keys[2])
-
-    return AttentionLayout(
-        heads=lay.heads,
-        embed=lay.embed,
-        q=sub(lay.q),
-        k=sub(lay.k),
-        v=sub(lay.v),
-        o="output.dense.weight",
-        layers={**{r: f"self.{n}" for r, n in lay.layers.items() if n}, "o": "output.dense"},
-        qk_symmetric=lay.qk_symmetric,
-        propose_qk=False,
-        kv_heads=lay.kv_heads,
-        head_dim=lay.head_dim,
-    )
 
 
 def qk_basis(name: str, d: int) -> list[tuple[int, int]]:
@@ -409,31 +227,6 @@ class VORescale:
         e_g[g] = 1.0
         _, out = torch.func.jvp(lambda c: self.act(params, c), (ones,), (e_g,))
         return out
-
-
-def relative_change(ctx: DetectionContext, moved: dict[str, Tensor]) -> float:
-    """``max|f(θ') − f(θ)| / max|f(θ)|`` over the floating-point output tensors on the first
-    ``CERTIFY_SAMPLES`` probe samples, ``θ'`` = the parameters with ``moved`` substituted (as
-    `rescale.certify`); ``inf`` when the output holds no float tensor or a forward fails."""
-    x = ctx.data[:CERTIFY_SAMPLES]
-
-    def outputs(params: dict[str, Tensor]) -> list[Tensor]:
-        out = functional_call(ctx.model, params, (x,))
-        return [t for t in tree_leaves(out) if isinstance(t, Tensor) and t.is_floating_point()]
-
-    try:
-        with torch.no_grad():
-            base = outputs(dict(ctx.params))
-            acted = outputs({**dict(ctx.params), **moved})
-    except (RuntimeError, ValueError, TypeError):  # a layout the model cannot run
-        return float("inf")
-    if not base or len(base) != len(acted):
-        return float("inf")
-    scale = max(float(t.abs().max()) for t in base if t.numel())
-    diff = max(float((a - b).abs().max()) for a, b in zip(acted, base, strict=True) if a.numel())
-    if scale == 0.0:
-        return 0.0 if diff == 0.0 else float("inf")
-    return diff / scale
 
 
 def _nonzero(t: dict[str, Tensor]) -> bool:

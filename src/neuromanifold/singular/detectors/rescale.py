@@ -53,6 +53,7 @@ __all__ = [
     "ReLURescaleDetector",
     "UnitRescale",
     "certify",
+    "relative_change",
     "rescale_candidate",
     "units_cap",
 ]
@@ -141,27 +142,20 @@ class UnitRescale:
         return torch.sqrt(total)
 
 
-def _output_tensors(out: Any) -> list[Tensor]:
-    return [t for t in tree_leaves(out) if isinstance(t, Tensor) and t.is_floating_point()]
-
-
-def certify(ctx: DetectionContext, orbit: UnitRescale) -> float:
-    """Relative output change ``max|f(g·θ) − f(θ)| / max|f(θ)|`` under the group element with
-    factors ``2, ½, 2, …`` over the units, on the first ``CERTIFY_SAMPLES`` probe samples.
-
-    The orbit is a symmetry of the model when this is at most ``CERTIFY_RTOL`` (module docstring).
-    Returns ``inf`` when the model's output holds no floating-point tensor or a forward fails.
-    """
-    n = orbit.n_units(ctx.params)
-    factors = torch.ones(n, dtype=torch.float64, device=ctx.params[orbit.producers[0]].device)
-    factors[0::2] = 2.0
-    factors[1::2] = 0.5
-    moved = orbit.act(ctx.params, factors)
+def relative_change(ctx: DetectionContext, moved: dict[str, Tensor]) -> float:
+    """``max|f(θ') − f(θ)| / max|f(θ)|`` over the model's floating-point output tensors on the
+    first ``CERTIFY_SAMPLES`` probe samples, ``θ'`` = the parameters with ``moved`` substituted;
+    ``inf`` when the output holds no floating-point tensor or a forward fails."""
     x = ctx.data[:CERTIFY_SAMPLES]
+
+    def outputs(params: dict[str, Tensor]) -> list[Tensor]:
+        out = functional_call(ctx.model, params, (x,))
+        return [t for t in tree_leaves(out) if isinstance(t, Tensor) and t.is_floating_point()]
+
     try:
         with torch.no_grad():
-            base = _output_tensors(functional_call(ctx.model, dict(ctx.params), (x,)))
-            acted = _output_tensors(functional_call(ctx.model, {**dict(ctx.params), **moved}, (x,)))
+            base = outputs(dict(ctx.params))
+            acted = outputs({**dict(ctx.params), **moved})
     except (RuntimeError, ValueError, TypeError):  # a layout the model cannot run
         return float("inf")
     if not base or len(base) != len(acted):
@@ -171,6 +165,18 @@ def certify(ctx: DetectionContext, orbit: UnitRescale) -> float:
     if scale == 0.0:
         return 0.0 if diff == 0.0 else float("inf")
     return diff / scale
+
+
+def certify(ctx: DetectionContext, orbit: UnitRescale) -> float:
+    """`relative_change` under the group element with factors ``2, ½, 2, …`` over the units.
+
+    The orbit is a symmetry of the model when this is at most ``CERTIFY_RTOL`` (module docstring).
+    """
+    n = orbit.n_units(ctx.params)
+    factors = torch.ones(n, dtype=torch.float64, device=ctx.params[orbit.producers[0]].device)
+    factors[0::2] = 2.0
+    factors[1::2] = 0.5
+    return relative_change(ctx, orbit.act(ctx.params, factors))
 
 
 def rescale_candidate(

@@ -8,7 +8,12 @@ attention QK rotation and VO rescale, CE logit shift, ReLU rescale, LayerNorm/RM
 gated feed-forward dead dimensions and up-projection rescale, unseen embedding rows).
 """
 
-from neuromanifold.singular.detectors.attention import AttentionDetector, attention_layout
+from neuromanifold.singular.detectors.attention import (
+    AttentionDetector,
+    QKRotation,
+    VORescale,
+    attention_layout,
+)
 from neuromanifold.singular.detectors.base import (
     Candidate,
     DetectionContext,
@@ -52,9 +57,11 @@ __all__ = [
     "LogitShiftDetector",
     "ModelGraph",
     "NormScaleDetector",
+    "QKRotation",
     "RMSNormDetector",
     "ReLURescaleDetector",
     "UnitRescale",
+    "VORescale",
     "attention_layout",
     "block_spectrum",
     "default_registry",

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, jvp
 
 from neuromanifold.io import TensorOutput, import_transformers
+from neuromanifold.singular.classify import gauge_overlap
 from neuromanifold.singular.detectors import DetectionContext, trace_graph
 from neuromanifold.singular.detectors.attention import (
     CERTIFY_ANGLE,
@@ -35,7 +36,7 @@ from neuromanifold.singular.detectors.attention import (
     attention_layout,
     qk_basis,
 )
-from neuromanifold.singular.detectors.rescale import relative_change
+from neuromanifold.singular.detectors.rescale import MAX_GENERATOR_ENTRIES, relative_change
 from neuromanifold.singular.direction import read_direction
 from neuromanifold.singular.factors import kfac_factors
 from neuromanifold.singular.family import Categorical, Gaussian
@@ -93,6 +94,10 @@ def _llama(kv_heads: int) -> tuple[nn.Module, Tensor]:
                 p.normal_(0.0, 0.4)
     x = torch.randint(1, VOCAB, (N, SEQ), generator=torch.Generator().manual_seed(0))
     return model, x
+
+
+# overlap of a unit vector with a span holding it: rounding of one SVD
+ATOL_OVERLAP = 1e-12
 
 
 def _ctx(model: nn.Module, x: Tensor, family=None) -> DetectionContext:
@@ -449,3 +454,35 @@ def test_qk_basis_rejects_unknown_names() -> None:
     with pytest.raises(ValueError, match=r"qk_basis: name='so\(3\)'; expected one of"):
         qk_basis("so(3)", 4)
     assert qk_basis("rope-half", 5) == []  # odd widths have no rotary planes
+
+
+def test_wide_head_keeps_its_generators_within_the_budget() -> None:
+    """One 128-wide head: ``so(128)`` has 8 128 generators of 49 536 entries each (the packed
+    in-projection), far over `MAX_GENERATOR_ENTRIES`; the candidate keeps ``u`` first (so it lies
+    in its own span) and as many basis tangents as the budget allows, and says so."""
+    torch.manual_seed(3)
+    attn = nn.MultiheadAttention(128, 1, batch_first=True)
+
+    class Wrap(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = attn
+
+        def forward(self, x: Tensor) -> Tensor:
+            return self.attn(x, x, x, need_weights=False)[0].mean(1)
+
+    model = Wrap().double().eval()
+    ctx = _ctx(model, torch.randn(4, 3, 128, dtype=torch.float64), Gaussian())
+    (qk,) = [
+        c for c in AttentionDetector().propose("attn", attn, ctx) if c.detector == "qk-rotation"
+    ]
+    entries = attn.in_proj_weight.numel() + attn.in_proj_bias.numel()
+    cap = MAX_GENERATOR_ENTRIES // entries
+    assert len(qk.gauge_generators) == cap
+    assert qk.info["truncated"] == {
+        "cap": cap - 1,
+        "found": 128 * 127 // 2,
+        "kept": cap - 1,
+        "of": "generators",
+    }
+    assert gauge_overlap(qk.u, qk.gauge_generators) == pytest.approx(1.0, abs=ATOL_OVERLAP)

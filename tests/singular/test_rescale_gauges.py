@@ -333,7 +333,7 @@ def test_generator_cap_is_reported_as_a_partial_span() -> None:
         "of": "generators",
     }
     text = reading_markdown(reading)
-    assert "`relu-rescale` on `0`, `2` spans 1 of its 5 unit tangents (cap 1)" in text
+    assert "`relu-rescale` on `0`, `2` keeps 1 of its 5 gauge generators (cap 1)" in text
     assert "were not read" not in text
 
 

@@ -85,9 +85,8 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
         where = f"`{cut['detector']}` on {', '.join(f'`{x}`' for x in cut['layers'])}"
         if cut.get("of") == "generators":
             out.append(
-                f"Note: {where} spans {cut['kept']} of its {cut['found']} unit tangents (cap "
-                f"{cut['cap']}): other candidates were tested against that part of the gauge "
-                "span only."
+                f"Note: {where} keeps {cut['kept']} of its {cut['found']} gauge generators (cap "
+                f"{cut['cap']}): candidates were tested against that part of the gauge span only."
             )
         else:
             out.append(

@@ -27,7 +27,12 @@ and the relative output change ``max|f(g·θ) − f(θ)| / max|f(θ)|`` on the f
 ``so(d_h)``, ``rope-half``, ``rope-interleaved`` whose change is at most ``QK_CERTIFY_RTOL`` is
 proposed, none if none certifies. ``info`` records ``basis``, ``certified`` (its change) and
 ``rejected`` (the changes of the bases tried before). ``u`` is the tangent of one seeded
-generic ``S`` in the basis span, ``gauge_generators`` the tangents of the basis. Modules with a
+generic ``S`` in the basis span, ``gauge_generators`` the tangents of the basis. Each is dense
+over the Q and K tensors it touches, and ``so(d_h)`` has ``d_h(d_h − 1)/2`` of them (2 016 per
+head at ``d_h = 64``: 230 GB of float64 for BERT-base's 144 heads), so they are kept within the
+rescale budget `rescale.MAX_GENERATOR_ENTRIES` per candidate; beyond it the generators are ``u``
+itself (so the candidate still lies in its span) and the first basis tangents the budget allows,
+and ``info["truncated"]`` says how many of the basis were kept. Modules with a
 per-head query/key norm (``q_norm``/``k_norm`` other than Identity) break the symmetry and get
 no QK candidate.
 
@@ -58,7 +63,11 @@ from torch import Tensor, nn
 
 from neuromanifold.singular.detectors.attention_layout import AttentionLayout, attention_layout
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
-from neuromanifold.singular.detectors.rescale import CERTIFY_RTOL, relative_change
+from neuromanifold.singular.detectors.rescale import (
+    CERTIFY_RTOL,
+    MAX_GENERATOR_ENTRIES,
+    relative_change,
+)
 
 __all__ = [
     "CERTIFY_ANGLE",
@@ -299,12 +308,24 @@ class AttentionDetector:
         )
         out = []
         for g in range(lay.n_kv):
-            gens = tuple(orbit.tangent(ctx.params, g, _generator(dh, p, dev)) for p in pairs)
             u = orbit.tangent(ctx.params, g, _generic(pairs, dh, 1000 + g, dev))
             if not _nonzero(u):
                 continue
+            entries = sum(ctx.params[key].numel() for key in u)
+            cap = max(1, MAX_GENERATOR_ENTRIES // entries)
             info = {"module": name, "head": g, "d_head": dh, "basis": basis}
             info.update(certified=record["certified"], rejected=dict(record["rejected"]))
+            if len(pairs) <= cap:
+                gens = tuple(orbit.tangent(ctx.params, g, _generator(dh, p, dev)) for p in pairs)
+            else:  # u (in the span) first, then as many basis tangents as the budget allows
+                kept = pairs[: cap - 1]
+                gens = (u, *(orbit.tangent(ctx.params, g, _generator(dh, p, dev)) for p in kept))
+                info["truncated"] = {
+                    "cap": cap - 1,
+                    "found": len(pairs),
+                    "kept": len(kept),
+                    "of": "generators",
+                }
             if lay.n_kv != lay.heads:
                 info["query_heads"] = list(lay.group(g))
             out.append(

@@ -243,6 +243,11 @@ def _check_tol(name: str, value: Any) -> float:
     return float(value)
 
 
+def _check_int(name: str, value: Any, *, minimum: int) -> None:
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= minimum):
+        raise ValueError(f"{name} = {value!r}: expected an int >= {minimum}")
+
+
 def _regime_note(arch: LCN) -> str:
     """Which spec statement covers ``K_δ(v)`` here (on the reduced network of spec §1.2)."""
     if arch.L == 1:
@@ -319,6 +324,8 @@ def compare_metrics(
         raise ValueError("v = 0: the zero filter is a singular point of M; the metric is undefined")
     agree_tol = _check_tol("agree_tol", agree_tol)
     tangent_tol = _check_tol("tangent_tol", tangent_tol)
+    _check_int("n_starts", n_starts, minimum=1)
+    _check_int("seed", seed, minimum=0)
     ref = None if theta is None else validate_params(arch, theta)
     first = "the given theta rescaled by the Lemma to δ⁽¹⁾ (random starts if that fails)"
     route = (

@@ -29,6 +29,7 @@ from neuromanifold.singular.detectors import DetectionContext, trace_graph
 from neuromanifold.singular.detectors.attention import (
     CERTIFY_ANGLE,
     QK_BASES,
+    QK_CERTIFY_RATIO,
     QK_CERTIFY_RTOL,
     AttentionDetector,
     QKRotation,
@@ -98,6 +99,8 @@ def _llama(kv_heads: int) -> tuple[nn.Module, Tensor]:
 
 # overlap of a unit vector with a span holding it: rounding of one SVD
 ATOL_OVERLAP = 1e-12
+# a broken basis's change over the reference change stays this far above QK_CERTIFY_RATIO
+QK_CERTIFY_RATIO_MARGIN = 100.0
 
 
 def _ctx(model: nn.Module, x: Tensor, family=None) -> DetectionContext:
@@ -480,9 +483,27 @@ def test_wide_head_keeps_its_generators_within_the_budget() -> None:
     cap = MAX_GENERATOR_ENTRIES // entries
     assert len(qk.gauge_generators) == cap
     assert qk.info["truncated"] == {
-        "cap": cap - 1,
-        "found": 128 * 127 // 2,
-        "kept": cap - 1,
+        "cap": cap,
+        "found": 128 * 127 // 2 + 1,  # the basis and u
+        "kept": cap,
         "of": "generators",
     }
     assert gauge_overlap(qk.u, qk.gauge_generators) == pytest.approx(1.0, abs=ATOL_OVERLAP)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-2, 1e-3])
+def test_small_query_key_weights_do_not_certify_a_broken_basis(scale: float) -> None:
+    """A broken rotation moves the outputs by an amount quadratic in the QK weight scale; the
+    reference (queries-only) rotation shrinks alike, so the ratio test keeps rejecting
+    ``so(d_head)`` under RoPE at every scale while the rotary planes still certify."""
+    ctx, model = _config_attention("interleaved")
+    with torch.no_grad():
+        for lin in (model.q_proj, model.k_proj):
+            lin.weight.mul_(scale)
+            lin.bias.mul_(scale)
+    ctx = _ctx(model, ctx.data, Gaussian())
+    (c,) = [c for c in AttentionDetector().propose("", model, ctx) if c.detector == "qk-rotation"]
+    assert c.info["basis"] == "rope-interleaved"
+    ratio = c.info["rejected"]["so(d_head)"] / c.info["reference"]
+    assert ratio > QK_CERTIFY_RATIO_MARGIN * QK_CERTIFY_RATIO
+    assert c.info["certified"] <= QK_CERTIFY_RATIO * c.info["reference"]

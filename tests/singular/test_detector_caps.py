@@ -30,7 +30,7 @@ from neuromanifold.singular.detectors.near_kernel import near_kernel, near_kerne
 from neuromanifold.singular.detectors.one_sided import (
     MAX_ONE_SIDED,
 )
-from neuromanifold.singular.detectors.rescale import ReLURescaleDetector
+from neuromanifold.singular.detectors.rescale_detectors import ReLURescaleDetector
 from neuromanifold.singular.factors import kfac_factors
 from neuromanifold.singular.family import Gaussian
 from neuromanifold.singular.read import read

@@ -30,7 +30,7 @@ from neuromanifold.singular.detectors.base import normalise
 from neuromanifold.singular.detectors.layernorm import kernel_cos, kernel_cos_reference
 from neuromanifold.singular.detectors.linear import TAU_A
 from neuromanifold.singular.detectors.near_kernel import near_kernel_reference
-from neuromanifold.singular.detectors.rescale import ReLURescaleDetector
+from neuromanifold.singular.detectors.rescale_detectors import ReLURescaleDetector
 from neuromanifold.singular.direction import read_direction
 from neuromanifold.singular.factors import kfac_factors
 from neuromanifold.singular.family import Categorical, Gaussian

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -17,6 +19,7 @@ from neuromanifold.singular.distributed import (
     shard_slice,
     world_size,
 )
+from neuromanifold.singular.family import Gaussian
 
 RTOL_SUMS = 1e-12  # all-reduced sums vs one process: only the summation order differs
 # The candidate directions are eigenvectors of the all-reduced factors, which differ from the
@@ -159,3 +162,48 @@ def test_torchrun_cli_reads_on_two_ranks_and_only_rank_zero_writes(tmp_path) -> 
         )
         for a, b in zip(d["sweep"]["F"], s["sweep"]["F"], strict=True):
             assert _close(a, b, RTOL_PERTURBED_DIRECTION), (a, b)
+
+
+class _ResidualReLU(torch.nn.Module):
+    """``fc2(relu(fc1 x)) + Σ relu(fc1 x)``: the ReLU output also enters a sum outside ``fc2``, so
+    the per-unit rescaling of ``fc1``/``fc2`` is no symmetry wherever a unit is active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(3, 4)
+        self.act = torch.nn.ReLU()
+        self.fc2 = torch.nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.act(self.fc1(x))
+        return self.fc2(h) + h.sum(-1, keepdim=True)
+
+
+def residual_relu_net() -> SimpleNamespace:
+    """Factory for `launch_local` (this module is importable in the spawned ranks): positive
+    ``fc1`` weights without bias, and a probe set whose first half is negative (every unit
+    inactive: rank 0's shard sees no broken rescale) and second half positive (rank 1's does)."""
+    torch.manual_seed(0)
+    model = _ResidualReLU().double()
+    with torch.no_grad():
+        model.fc1.weight.uniform_(0.5, 1.5)
+        model.fc1.bias.zero_()
+    gen = torch.Generator().manual_seed(1)
+    x = torch.rand(32, 3, generator=gen, dtype=torch.float64) + 0.1
+    return SimpleNamespace(model=model, data=torch.cat([-x[:16], x[16:]]), family=Gaussian())
+
+
+def test_ranks_certify_gauges_on_the_whole_probe_set() -> None:
+    """Rank 0 alone would certify the ReLU rescale (its shard never activates a unit); the
+    certification is all-reduced, so both ranks reject it, like the single process, and read the
+    same directions (before, rank 0 proposed an extra candidate and the collectives diverged)."""
+    net = residual_relu_net()
+    kw = {"progress": False}
+    single = read_sharded(net.model, net.data, net.family, **kw).to_dict()
+    assert "relu-rescale" not in {d["detector"] for d in single["directions"]}
+    factory = "test_distributed:residual_relu_net"
+    per_rank = [r["reading"] for r in launch_local(2, factory, read_kwargs=kw)]
+    for reading in per_rank:
+        assert [(d["detector"], d["class"]) for d in reading["directions"]] == [
+            (d["detector"], d["class"]) for d in single["directions"]
+        ]

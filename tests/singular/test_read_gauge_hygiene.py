@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from neuromanifold.singular.classify import GAUGE_OVERLAP_MIN
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
-from neuromanifold.singular.detectors.rescale import ReLURescaleDetector
+from neuromanifold.singular.detectors.rescale_detectors import ReLURescaleDetector
 from neuromanifold.singular.direction import read_direction
 from neuromanifold.singular.family import Gaussian
 from neuromanifold.singular.read import read

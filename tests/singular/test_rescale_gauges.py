@@ -408,3 +408,20 @@ def test_hugging_face_llama_norms_are_covered_scale_gauges() -> None:
     assert all(r.klass == "curved_gauge" and r.k == 2 for r in recs.values())
     (glu,) = [r for r in reading.directions if r.detector == "glu-rescale"]
     assert glu.klass == "curved_gauge" and glu.layers == (f"{mlp}up_proj", f"{mlp}down_proj")
+
+
+def test_certification_uses_every_probe_sample() -> None:
+    """The residual ReLU pair with a probe set whose first 16 samples activate no unit: on them
+    alone the broken orbit changes nothing; on the whole probe set it is rejected."""
+    torch.manual_seed(3)
+    model = _ResidualReLU().double()
+    with torch.no_grad():
+        model.fc1.weight.uniform_(0.5, 1.5)
+        model.fc1.bias.zero_()
+    x = torch.rand(32, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64) + 0.1
+    x = torch.cat([-x[:16], x[16:]])
+    orbit = UnitRescale(("fc1.weight", "fc1.bias"), ("fc2.weight",))
+    assert certify(_ctx(model, x[:16]), orbit) == 0.0  # invisible on the inactive samples
+    ctx = _ctx(model, x)
+    assert certify(ctx, orbit) > BROKEN_MIN
+    assert ReLURescaleDetector().propose("fc1", ctx.model.fc1, ctx) == []

@@ -34,11 +34,11 @@ from neuromanifold.singular.detectors.linear import LinearDetector, block_spectr
 from neuromanifold.singular.detectors.link import BlockSpectrum
 from neuromanifold.singular.detectors.near_kernel import near_kernel
 from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
-from neuromanifold.singular.detectors.rescale import (
+from neuromanifold.singular.detectors.rescale import UnitRescale
+from neuromanifold.singular.detectors.rescale_detectors import (
     GLURescaleDetector,
     NormScaleDetector,
     ReLURescaleDetector,
-    UnitRescale,
 )
 
 __all__ = [

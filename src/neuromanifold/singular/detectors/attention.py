@@ -22,17 +22,26 @@ Face's ``rotate_half`` convention (``"rope-half"``), ``(2i, 2i+1)`` in the inter
 or how a module applies RoPE, so the basis is chosen by *certification by evaluation* for every
 layout: one group element per KV head, ``exp(S_g)`` with a seeded generic ``S_g`` in the basis
 span scaled to spectral norm ``CERTIFY_ANGLE`` (radians), is applied to all KV heads at once,
-and the relative output change ``max|f(g·θ) − f(θ)| / max|f(θ)|`` on the first
-``CERTIFY_SAMPLES`` probe samples is measured (as `rescale.certify`). The first basis of
-``so(d_h)``, ``rope-half``, ``rope-interleaved`` whose change is at most ``QK_CERTIFY_RTOL`` is
-proposed, none if none certifies. ``info`` records ``basis``, ``certified`` (its change) and
-``rejected`` (the changes of the bases tried before). ``u`` is the tangent of one seeded
+and the relative output change ``max|f(g·θ) − f(θ)| / max|f(θ)|`` over the probe set is
+measured (`rescale.relative_change`, all-reduced over the ranks of a distributed read). A broken
+rotation moves the outputs by an amount that shrinks with the square of the QK weight scale
+(8.6e-4 at Hugging Face's initialisation scale 0.02 on a tiny Qwen2, 5.9e-7 at 0.002), so a fixed
+threshold alone would certify ``so(d_h)`` under RoPE for small weights. The change is therefore
+also compared with a *reference* move of the same size known to break the symmetry: the generic
+``so(d_h)`` rotation of the queries alone (keys fixed), which changes every score at first order.
+A basis certifies when its change is at most ``QK_CERTIFY_RTOL`` (rounding, below) and at most
+``QK_CERTIFY_RATIO`` times the reference; the first basis of ``so(d_h)``, ``rope-half``,
+``rope-interleaved`` that certifies is proposed, none if none does or if the reference is 0 (the
+outputs do not see the scores). ``info`` records ``basis``, ``certified`` (its change),
+``reference`` and ``rejected`` (the changes of the bases tried before; ``None`` for a failed
+forward). ``u`` is the tangent of one seeded
 generic ``S`` in the basis span, ``gauge_generators`` the tangents of the basis. Each is dense
 over the Q and K tensors it touches, and ``so(d_h)`` has ``d_h(d_h − 1)/2`` of them (2 016 per
 head at ``d_h = 64``: 230 GB of float64 for BERT-base's 144 heads), so they are kept within the
 rescale budget `rescale.MAX_GENERATOR_ENTRIES` per candidate; beyond it the generators are ``u``
 itself (so the candidate still lies in its span) and the first basis tangents the budget allows,
-and ``info["truncated"]`` says how many of the basis were kept. Modules with a
+and ``info["truncated"]`` says how many of the ``d_h(d_h − 1)/2 + 1`` generators (basis and
+``u``) were kept. Modules with a
 per-head query/key norm (``q_norm``/``k_norm`` other than Identity) break the symmetry and get
 no QK candidate.
 
@@ -65,13 +74,16 @@ from neuromanifold.singular.detectors.attention_layout import AttentionLayout, a
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
 from neuromanifold.singular.detectors.rescale import (
     CERTIFY_RTOL,
-    MAX_GENERATOR_ENTRIES,
+    alternating_factors,
+    generator_cap,
     relative_change,
+    truncation_record,
 )
 
 __all__ = [
     "CERTIFY_ANGLE",
     "QK_BASES",
+    "QK_CERTIFY_RATIO",
     "QK_CERTIFY_RTOL",
     "AttentionDetector",
     "AttentionLayout",
@@ -93,6 +105,10 @@ float32 turns it into an occasional float32 rounding flip (Hugging Face's eager 
 its softmax in float32 even in a float64 model; one flip moves one attention weight by 2^-24
 relative). Broken rotations move the outputs by O(1e-3 … 1): 5e-4 for the generic rotation of a
 tiny RoPE Llama at Hugging Face's initialisation scale 0.02, 0.5–1.4 at weight scale 0.4."""
+QK_CERTIFY_RATIO = 1e-3
+"""Largest ratio of a QK basis's output change to the reference (queries-only) rotation's for
+which the basis certifies: true symmetries give 0 or rounding, broken bases a ratio of order 1
+(module docstring)."""
 QK_BASES = ("so(d_head)", "rope-half", "rope-interleaved")
 """QK rotation bases tried in order by certification (module docstring)."""
 
@@ -137,12 +153,14 @@ class QKRotation:
     layout: AttentionLayout
     prefix: str
 
-    def _blocks(self, g: int) -> list[tuple[str, slice]]:
+    def _blocks(self, g: int, roles: tuple[str, ...] = ("q", "k")) -> list[tuple[str, slice]]:
         """``(parameter key, rows)`` moved by KV head ``g``'s rotation (Q of its query heads,
-        K of ``g``; weights and biases)."""
+        K of ``g``; weights and biases), restricted to ``roles``."""
         lay, dh = self.layout, self.layout.d_head
         out = []
-        for (w_key, b_key, off), heads in ((lay.q, lay.group(g)), (lay.k, (g,))):
+        for role, (w_key, b_key, off), heads in (("q", lay.q, lay.group(g)), ("k", lay.k, (g,))):
+            if role not in roles:
+                continue
             for h in heads:
                 rows = slice(off + h * dh, off + (h + 1) * dh)
                 out += [(self.prefix + key, rows) for key in (w_key, b_key) if key is not None]
@@ -157,11 +175,18 @@ class QKRotation:
             t[key] = d
         return t
 
-    def act(self, params: dict[str, Tensor], rotations: dict[int, Tensor]) -> dict[str, Tensor]:
-        """The group element: KV head ``g``'s blocks' rows times ``rotations[g]`` (d_h × d_h)."""
+    def act(
+        self,
+        params: dict[str, Tensor],
+        rotations: dict[int, Tensor],
+        roles: tuple[str, ...] = ("q", "k"),
+    ) -> dict[str, Tensor]:
+        """The group element: KV head ``g``'s blocks' rows times ``rotations[g]`` (d_h × d_h).
+        With ``roles=("q",)`` only the queries turn: no symmetry, the reference move of the QK
+        certification (module docstring)."""
         out: dict[str, Tensor] = {}
         for g, r in rotations.items():
-            for key, rows in self._blocks(g):
+            for key, rows in self._blocks(g, roles):
                 w = out.get(key, params[key].clone())
                 w[rows] = r @ params[key][rows]
                 out[key] = w
@@ -278,19 +303,27 @@ class AttentionDetector:
         """The QK basis to propose and its certification record, or None (module docstring)."""
         lay, dh = orbit.layout, orbit.layout.d_head
         dev = ctx.params[orbit.prefix + lay.q[0]].device
-        rejected: dict[str, float] = {}
+
+        def rotations(pairs: list[tuple[int, int]]) -> dict[int, Tensor]:
+            return {
+                g: torch.linalg.matrix_exp(CERTIFY_ANGLE * _generic(pairs, dh, 2000 + g, dev))
+                for g in range(lay.n_kv)
+            }
+
+        full = qk_basis(QK_BASES[0], dh)
+        reference = relative_change(ctx, orbit.act(ctx.params, rotations(full), roles=("q",)))
+        if not 0.0 < reference < float("inf"):
+            return None  # the outputs do not see the scores: nothing can be certified
+        rejected: dict[str, float | None] = {}
         for basis in QK_BASES:
             pairs = qk_basis(basis, dh)
             if not pairs:
                 continue
-            rot = {
-                g: torch.linalg.matrix_exp(CERTIFY_ANGLE * _generic(pairs, dh, 2000 + g, dev))
-                for g in range(lay.n_kv)
-            }
-            change = relative_change(ctx, orbit.act(ctx.params, rot))
-            if change <= QK_CERTIFY_RTOL:
-                return basis, pairs, {"certified": change, "rejected": rejected}
-            rejected[basis] = change
+            change = relative_change(ctx, orbit.act(ctx.params, rotations(pairs)))
+            if change <= QK_CERTIFY_RTOL and change <= QK_CERTIFY_RATIO * reference:
+                record = {"certified": change, "reference": reference, "rejected": rejected}
+                return basis, pairs, record
+            rejected[basis] = change if change < float("inf") else None
         return None
 
     def _qk(
@@ -311,21 +344,20 @@ class AttentionDetector:
             u = orbit.tangent(ctx.params, g, _generic(pairs, dh, 1000 + g, dev))
             if not _nonzero(u):
                 continue
-            entries = sum(ctx.params[key].numel() for key in u)
-            cap = max(1, MAX_GENERATOR_ENTRIES // entries)
+            cap = generator_cap(sum(ctx.params[key].numel() for key in u))
             info = {"module": name, "head": g, "d_head": dh, "basis": basis}
-            info.update(certified=record["certified"], rejected=dict(record["rejected"]))
+            info.update(
+                certified=record["certified"],
+                reference=record["reference"],
+                rejected=dict(record["rejected"]),
+            )
             if len(pairs) <= cap:
                 gens = tuple(orbit.tangent(ctx.params, g, _generator(dh, p, dev)) for p in pairs)
             else:  # u (in the span) first, then as many basis tangents as the budget allows
                 kept = pairs[: cap - 1]
                 gens = (u, *(orbit.tangent(ctx.params, g, _generator(dh, p, dev)) for p in kept))
-                info["truncated"] = {
-                    "cap": cap - 1,
-                    "found": len(pairs),
-                    "kept": len(kept),
-                    "of": "generators",
-                }
+                # u counts among the generators found and kept (it is not a basis element)
+                info["truncated"] = truncation_record(cap, len(pairs) + 1, len(gens))
             if lay.n_kv != lay.heads:
                 info["query_heads"] = list(lay.group(g))
             out.append(
@@ -344,9 +376,7 @@ class AttentionDetector:
     def _vo(ctx: DetectionContext, prefix: str, name: str, lay: AttentionLayout) -> list[Candidate]:
         orbit = VORescale(lay, prefix)
         ref = ctx.params[prefix + lay.o]
-        factors = torch.ones(lay.n_kv, dtype=torch.float64, device=ref.device)
-        factors[0::2], factors[1::2] = 2.0, 0.5
-        change = relative_change(ctx, orbit.act(ctx.params, factors))
+        change = relative_change(ctx, orbit.act(ctx.params, alternating_factors(lay.n_kv, ref)))
         if not change <= CERTIFY_RTOL:
             return []
         layers = tuple(

@@ -24,7 +24,7 @@ from neuromanifold.singular.detectors.layernorm import (
     RMSNormDetector,
 )
 from neuromanifold.singular.detectors.linear import LinearDetector
-from neuromanifold.singular.detectors.rescale import (
+from neuromanifold.singular.detectors.rescale_detectors import (
     GLURescaleDetector,
     NormScaleDetector,
     ReLURescaleDetector,

@@ -22,10 +22,11 @@ after the consumers read it: a ReLU output that also enters a residual sum, a no
 anything but its consumers' weights, or a gated module whose ``forward`` is not
 ``down(φ(gate(x)) ⊙ up(x))`` break it. `certify` decides by evaluation instead of by layout: it
 applies one group element with factors ``c_j ∈ {2, ½}`` (alternating over the units) and
-compares the model's outputs on a few probe samples. Powers of two scale every floating-point
-product exactly, so on a true orbit the outputs agree to rounding of identically ordered sums
-(bitwise, in practice), and a broken one changes them by O(1) relative; ``CERTIFY_RTOL`` sits far
-between the two.
+compares the model's outputs on every probe sample (`relative_change`). Powers of two scale every
+floating-point product exactly, so on a true orbit the outputs agree to rounding of identically
+ordered sums (bitwise, in practice), and a broken one changes them by O(1) relative;
+``CERTIFY_RTOL`` sits far between the two. The probe set decides: an orbit broken only through
+units that no probe sample activates changes nothing the read can measure.
 """
 
 from __future__ import annotations
@@ -34,35 +35,32 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+import torch.distributed as dist
+from torch import Tensor
 from torch.func import functional_call
 from torch.utils._pytree import tree_leaves
 
-from neuromanifold.singular.blocks import is_supported_block
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
-from neuromanifold.singular.detectors.glu import glu_layout
-from neuromanifold.singular.detectors.graph import is_named_rmsnorm
-from neuromanifold.singular.detectors.one_sided import check_cap
 
 __all__ = [
+    "CERTIFY_CHUNK",
     "CERTIFY_RTOL",
-    "CERTIFY_SAMPLES",
     "MAX_GENERATOR_ENTRIES",
-    "GLURescaleDetector",
-    "NormScaleDetector",
-    "ReLURescaleDetector",
     "UnitRescale",
+    "alternating_factors",
     "certify",
+    "generator_cap",
     "relative_change",
     "rescale_candidate",
+    "truncation_record",
     "units_cap",
 ]
 
 CERTIFY_RTOL = 1e-10
 """Largest ``max|f(g·θ) − f(θ)| / max|f(θ)|`` over the probe samples for which an orbit counts as
 a symmetry (`certify`); exact orbits give 0 (power-of-two factors), broken ones O(1)."""
-CERTIFY_SAMPLES = 8
-"""Probe samples `certify` evaluates the model on (the first ones of the read's probe set)."""
+CERTIFY_CHUNK = 64
+"""Probe samples per forward pass of `relative_change` (which evaluates every probe sample)."""
 
 
 @dataclass(frozen=True)
@@ -143,25 +141,43 @@ class UnitRescale:
 
 
 def relative_change(ctx: DetectionContext, moved: dict[str, Tensor]) -> float:
-    """``max|f(θ') − f(θ)| / max|f(θ)|`` over the model's floating-point output tensors on the
-    first ``CERTIFY_SAMPLES`` probe samples, ``θ'`` = the parameters with ``moved`` substituted;
-    ``inf`` when the output holds no floating-point tensor or a forward fails."""
-    x = ctx.data[:CERTIFY_SAMPLES]
+    """``max|f(θ') − f(θ)| / max|f(θ)|`` over the model's floating-point output tensors on every
+    probe sample (passes of ``CERTIFY_CHUNK`` samples), ``θ'`` = the parameters with ``moved``
+    substituted; ``inf`` when the output holds no floating-point tensor or a forward fails.
 
-    def outputs(params: dict[str, Tensor]) -> list[Tensor]:
+    The probe set decides: a change that no probe sample shows (e.g. through units dead on all of
+    them) is one the read cannot see either. Under an initialised ``torch.distributed`` process
+    group both maxima (and a failure flag) are all-reduced with ``MAX`` before dividing, so every
+    rank, certifying on its own shard, gets the value of the whole probe set and takes the same
+    decision.
+    """
+    diff, scale, failed = 0.0, 0.0, 0.0
+    moved_params = {**dict(ctx.params), **moved}
+
+    def outputs(params: dict[str, Tensor], x: Tensor) -> list[Tensor]:
         out = functional_call(ctx.model, params, (x,))
         return [t for t in tree_leaves(out) if isinstance(t, Tensor) and t.is_floating_point()]
 
     try:
         with torch.no_grad():
-            base = outputs(dict(ctx.params))
-            acted = outputs({**dict(ctx.params), **moved})
+            for i in range(0, ctx.data.shape[0], CERTIFY_CHUNK):
+                x = ctx.data[i : i + CERTIFY_CHUNK]
+                base, acted = outputs(dict(ctx.params), x), outputs(moved_params, x)
+                if not base or len(base) != len(acted):
+                    failed = 1.0
+                    break
+                for a, b in zip(acted, base, strict=True):
+                    if b.numel():
+                        scale = max(scale, float(b.abs().max()))
+                        diff = max(diff, float((a - b).abs().max()))
     except (RuntimeError, ValueError, TypeError):  # a layout the model cannot run
+        failed = 1.0
+    if dist.is_available() and dist.is_initialized():
+        stats = torch.tensor([diff, scale, failed], dtype=torch.float64, device=ctx.data.device)
+        dist.all_reduce(stats, op=dist.ReduceOp.MAX)
+        diff, scale, failed = stats.tolist()
+    if failed:
         return float("inf")
-    if not base or len(base) != len(acted):
-        return float("inf")
-    scale = max(float(t.abs().max()) for t in base if t.numel())
-    diff = max(float((a - b).abs().max()) for a, b in zip(acted, base, strict=True) if a.numel())
     if scale == 0.0:
         return 0.0 if diff == 0.0 else float("inf")
     return diff / scale
@@ -172,10 +188,7 @@ def certify(ctx: DetectionContext, orbit: UnitRescale) -> float:
 
     The orbit is a symmetry of the model when this is at most ``CERTIFY_RTOL`` (module docstring).
     """
-    n = orbit.n_units(ctx.params)
-    factors = torch.ones(n, dtype=torch.float64, device=ctx.params[orbit.producers[0]].device)
-    factors[0::2] = 2.0
-    factors[1::2] = 0.5
+    factors = alternating_factors(orbit.n_units(ctx.params), ctx.params[orbit.producers[0]])
     return relative_change(ctx, orbit.act(ctx.params, factors))
 
 
@@ -222,12 +235,7 @@ def rescale_candidate(
         "certified": change,
     }
     if len(order) > cap:
-        extra["truncated"] = {
-            "cap": cap,
-            "found": len(order),
-            "kept": len(units),
-            "of": "generators",
-        }
+        extra["truncated"] = truncation_record(cap, len(order), len(units))
     cand = Candidate(
         layers=layers,
         detector=detector,
@@ -245,190 +253,38 @@ orbit's tensors (each generator is dense over them) at most this many float64 nu
 
 `read` classes every candidate sharing a tensor with these generators against their span (a
 dense SVD over the shared tensors per sweep), so the read's cost grows with the generators: a
-256→256→256→10 ReLU MLP on 128 probes read in 1.7 s with 8 units per pair, 3.5 s with 16 (the
-budget: 2·256² + 256 entries per unit), 6.2 s with 32 and 32 s with 64 (one thread). A norm of
+256→256→256→10 ReLU MLP on 128 probes read in 1.7 s with 8 units per pair, 3.5 s with 16
+(the budget keeps 15: 2·256² + 256 entries per unit), 6.2 s with 32 and 32 s with 64 (one
+thread). A norm of
 width 32 read by three 32×32 projections (3 136 entries per unit) keeps all its units."""
 
 
-def units_cap(orbit: UnitRescale, params: dict[str, Tensor], max_units: int | None) -> int:
-    """Units a candidate may keep: ``max_units`` when given, else as many as
-    ``MAX_GENERATOR_ENTRIES`` allows (at least 1)."""
-    if max_units is not None:
-        return max_units
-    entries = sum(params[k].numel() for k in (*orbit.producers, *orbit.consumers))
+def generator_cap(entries: int) -> int:
+    """Generators of ``entries`` float64 numbers each that fit ``MAX_GENERATOR_ENTRIES`` (≥ 1).
+
+    >>> generator_cap(2 * 256 * 256 + 256), generator_cap(10**9)
+    (15, 1)
+    """
     return max(1, MAX_GENERATOR_ENTRIES // entries)
 
 
-def _check_max_units(value: object) -> int | None:
-    return None if value is None else check_cap("max_units", value)
+def units_cap(orbit: UnitRescale, params: dict[str, Tensor], max_units: int | None) -> int:
+    """Units a candidate may keep: ``max_units`` when given, else `generator_cap` of the entries
+    of the orbit's tensors."""
+    if max_units is not None:
+        return max_units
+    return generator_cap(sum(params[k].numel() for k in (*orbit.producers, *orbit.consumers)))
 
 
-_HOMOGENEOUS = {"ReLU": 1, "LeakyReLU": 1, "SquaredReLU": 2, "ReLUSquaredActivation": 2}
-"""Positively homogeneous activations by class name and their degree p: ``φ(cz) = c^p φ(z)``."""
-_LINEAR_ELEMENTWISE = frozenset({"Identity", "Dropout"})
-"""Elementwise modules that are linear maps in evaluation mode (allowed between a norm and its
-consumers)."""
+def truncation_record(cap: int, found: int, kept: int) -> dict[str, Any]:
+    """``info["truncated"]`` of a candidate whose gauge span keeps ``kept`` of ``found``
+    generators (``"of": "generators"``: the candidate is read, its span is partial)."""
+    return {"cap": cap, "found": found, "kept": kept, "of": "generators"}
 
 
-def _prefix(name: str) -> str:
-    return f"{name}." if name else ""
-
-
-class ReLURescaleDetector:
-    """Per-unit rescaling through a positively homogeneous activation (curved gauge).
-
-    A Linear/conv block followed (through one positively homogeneous activation of degree p: ReLU
-    and LeakyReLU p = 1, ``SquaredReLU`` and Hugging Face's ``ReLUSquaredActivation`` p = 2) by a
-    single consumer block: unit ``j``'s orbit ``(w_in, b_in, w_out) → (c w_in, c b_in,
-    w_out/c^p)`` has tangent ``(W1[j], b1[j], −p·W2[:, j])`` (`UnitRescale`), certified by
-    evaluation (`certify`: a ReLU output that also enters a residual sum is no symmetry).
-    Candidate ``"relu-rescale"`` (`rescale_candidate`).
-    """
-
-    name = "relu-rescale"
-
-    def __init__(self, *, max_units: int | None = None) -> None:
-        """``max_units``: cap on the unit tangents kept as generators (an int ``≥ 1``;
-        ``None``: the ``MAX_GENERATOR_ENTRIES`` budget)."""
-        self.max_units = _check_max_units(max_units)
-
-    def applies_to(self, module: nn.Module) -> bool:
-        """Supported blocks (proposes only when followed by ReLU/LeakyReLU and one consumer)."""
-        return is_supported_block(module)
-
-    def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
-        """One certified curved-gauge candidate for the block pair, or nothing."""
-        c = ctx.graph.single_consumer(name)
-        via = ctx.graph.via.get((name, c)) if c is not None else None
-        if via is None or len(via) != 1 or via[0] not in _HOMOGENEOUS:
-            return []
-        cons = ctx.model.get_submodule(c)
-        if not is_supported_block(cons):
-            return []
-        w1 = ctx.params[f"{_prefix(name)}weight"]
-        if ctx.params[f"{c}.weight"].shape[1] != w1.shape[0]:
-            return []
-        producers = [f"{_prefix(name)}weight"]
-        if module.bias is not None:
-            producers.append(f"{_prefix(name)}bias")
-        orbit = UnitRescale(tuple(producers), (f"{c}.weight",), _HOMOGENEOUS[via[0]])
-        return rescale_candidate(
-            ctx, orbit, layers=(name, c), detector="relu-rescale", max_units=self.max_units
-        )
-
-
-def _norm_width(module: nn.Module) -> int | None:
-    """Width ``d`` of a LayerNorm/RMSNorm over one trailing dimension with a scale, else None
-    (an RMSNorm defined outside torch: the length of its one-dimensional ``weight``)."""
-    if is_named_rmsnorm(module):
-        return int(module.weight.shape[0])
-    shape = tuple(module.normalized_shape)
-    if len(shape) != 1 or getattr(module, "weight", None) is None:
-        return None
-    return int(shape[0])
-
-
-def _consumer_weight(module: nn.Module, name: str, width: int) -> str | None:
-    """The consumer weight whose columns read the norm's features: a Linear's ``weight`` or a
-    ``nn.MultiheadAttention``'s packed ``in_proj_weight``; None for any other consumer."""
-    if type(module) is nn.Linear and module.in_features == width:
-        return f"{name}.weight"
-    if isinstance(module, nn.MultiheadAttention) and module.in_proj_weight is not None:
-        if module.in_proj_weight.shape[1] == width:
-            return f"{name}.in_proj_weight"
-    return None
-
-
-class NormScaleDetector:
-    """Per-feature rescaling of a LayerNorm/RMSNorm scale against its consumers (curved gauge).
-
-    ``LN(x)_j = γ_j n_j(x) + β_j`` (RMSNorm: no ``β``) is read only through column ``j`` of the
-    consumers' weights, so ``(γ_j, β_j, W_c[:, j]) → (cγ_j, cβ_j, W_c[:, j]/c)`` for every consumer
-    ``c`` at once leaves the model unchanged: tangent ``(γ_j, β_j, −W_c[:, j] ∀c)`` (spec §6.5,
-    LayerNorm/RMSNorm scale). The norm must normalise one trailing dimension with a scale, and its
-    graph consumers (`ModelGraph`; through Identity/Dropout only) must be Linears or packed
-    ``nn.MultiheadAttention`` in-projections; the symmetry is certified by evaluation
-    (`certify`: a norm output that also enters a residual sum, as in post-norm blocks, an
-    attention reading other keys, or a scale entering other than as a factor, as Gemma's
-    ``1 + w``, is no symmetry). RMSNorms defined outside torch are matched by name
-    (`is_named_rmsnorm`). Candidate ``"norm-scale"``.
-    """
-
-    name = "norm-scale"
-
-    def __init__(self, *, max_units: int | None = None) -> None:
-        """``max_units``: cap on the feature tangents kept as generators (an int ``≥ 1``;
-        ``None``: the ``MAX_GENERATOR_ENTRIES`` budget)."""
-        self.max_units = _check_max_units(max_units)
-
-    def applies_to(self, module: nn.Module) -> bool:
-        """``nn.LayerNorm``, ``nn.RMSNorm`` and RMSNorms defined outside torch
-        (`is_named_rmsnorm`, e.g. Hugging Face's ``LlamaRMSNorm``); proposes only under the
-        conditions above."""
-        return isinstance(module, nn.LayerNorm | nn.RMSNorm) or is_named_rmsnorm(module)
-
-    def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
-        """One certified curved-gauge candidate for the norm and all its consumers, or nothing."""
-        width = _norm_width(module)
-        consumers = ctx.graph.consumers.get(name, ())
-        if width is None or not consumers:
-            return []
-        weights = []
-        for c in consumers:
-            if not set(ctx.graph.via.get((name, c), ())) <= _LINEAR_ELEMENTWISE:
-                return []
-            key = _consumer_weight(ctx.model.get_submodule(c), c, width)
-            if key is None:
-                return []
-            weights.append(key)
-        producers = [f"{_prefix(name)}weight"]
-        if getattr(module, "bias", None) is not None:
-            producers.append(f"{_prefix(name)}bias")
-        orbit = UnitRescale(tuple(producers), tuple(weights), 1)
-        return rescale_candidate(
-            ctx,
-            orbit,
-            layers=(name, *consumers),
-            detector="norm-scale",
-            max_units=self.max_units,
-        )
-
-
-class GLURescaleDetector:
-    """Per-unit rescaling of a gated feed-forward block's up projection (curved gauge).
-
-    In ``down(φ(gate(x)) ⊙ up(x))`` hidden unit ``j`` is ``φ(gate_j)·up_j``, linear in ``up_j``
-    whatever ``φ`` is, so ``(W_up[j], b_up[j], W_down[:, j]) → (c W_up[j], c b_up[j],
-    W_down[:, j]/c)`` leaves the block unchanged: tangent ``(W_up[j], b_up[j], −W_down[:, j])``
-    (spec §6.5, SwiGLU rescaling). The layout comes from the child names (`glu_layout`); the
-    symmetry is certified by evaluation (`certify`). The gate is rescaled only with a positively
-    homogeneous ``φ``, which the names do not reveal, so it is not proposed. Candidate
-    ``"glu-rescale"``.
-    """
-
-    name = "glu-rescale"
-
-    def __init__(self, *, max_units: int | None = None) -> None:
-        """``max_units``: cap on the unit tangents kept as generators (an int ``≥ 1``;
-        ``None``: the ``MAX_GENERATOR_ENTRIES`` budget)."""
-        self.max_units = _check_max_units(max_units)
-
-    def applies_to(self, module: nn.Module) -> bool:
-        """Modules with a recognised gate/up/down layout (`glu_layout`)."""
-        return glu_layout(module) is not None
-
-    def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
-        """One certified curved-gauge candidate for the block, or nothing."""
-        _, up, down = glu_layout(module)
-        pre = _prefix(name)
-        producers = [f"{pre}{up}.weight"]
-        if module.get_submodule(up).bias is not None:
-            producers.append(f"{pre}{up}.bias")
-        orbit = UnitRescale(tuple(producers), (f"{pre}{down}.weight",), 1)
-        return rescale_candidate(
-            ctx,
-            orbit,
-            layers=(f"{pre}{up}", f"{pre}{down}"),
-            detector="glu-rescale",
-            max_units=self.max_units,
-        )
+def alternating_factors(n: int, like: Tensor) -> Tensor:
+    """``(2, ½, 2, ½, …)`` of length ``n`` (float64, on ``like``'s device): the group element
+    the rescale certifications apply (powers of two scale floating-point products exactly)."""
+    factors = torch.ones(n, dtype=torch.float64, device=like.device)
+    factors[0::2], factors[1::2] = 2.0, 0.5
+    return factors

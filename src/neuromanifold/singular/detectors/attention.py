@@ -341,9 +341,11 @@ class AttentionDetector:
         )
         out = []
         for g in range(lay.n_kv):
-            u = orbit.tangent(ctx.params, g, _generic(pairs, dh, 1000 + g, dev))
-            if not _nonzero(u):
+            tangent = orbit.tangent(ctx.params, g, _generic(pairs, dh, 1000 + g, dev))
+            if not _nonzero(tangent):
                 continue
+            u = normalise(tangent)
+            del tangent
             cap = generator_cap(sum(ctx.params[key].numel() for key in u))
             info = {"module": name, "head": g, "d_head": dh, "basis": basis}
             info.update(
@@ -364,7 +366,7 @@ class AttentionDetector:
                 Candidate(
                     layers=layers,
                     detector="qk-rotation",
-                    u=normalise(u),
+                    u=u,
                     gauge="curved",
                     gauge_generators=gens,
                     info=info,
@@ -390,13 +392,14 @@ class AttentionDetector:
             info: dict[str, Any] = {"module": name, "head": g, "certified": change}
             if lay.n_kv != lay.heads:
                 info["query_heads"] = list(lay.group(g))
+            u = normalise(t)  # u spans the orbit's tangent line: one copy serves as both
             out.append(
                 Candidate(
                     layers=layers,
                     detector="vo-rescale",
-                    u=normalise(t),
+                    u=u,
                     gauge="curved",
-                    gauge_generators=(t,),
+                    gauge_generators=(u,),
                     info=info,
                 )
             )

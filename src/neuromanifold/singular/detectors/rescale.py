@@ -226,7 +226,9 @@ def rescale_candidate(
     )  # strongest first: ``j`` leads
     cap = units_cap(orbit, ctx.params, max_units)
     units = order[:cap]
-    gens = tuple(orbit.tangent(ctx.params, i) for i in units)
+    u = normalise(orbit.tangent(ctx.params, units[0]))
+    # u itself stands for the leading unit's tangent (same line, same span): one copy, not two
+    gens = (u, *(orbit.tangent(ctx.params, i) for i in units[1:]))
     extra = {
         **(info or {}),
         "unit": j,
@@ -239,7 +241,7 @@ def rescale_candidate(
     cand = Candidate(
         layers=layers,
         detector=detector,
-        u=normalise(gens[0]),
+        u=u,
         gauge="curved",
         gauge_generators=gens,
         info=extra,

@@ -25,7 +25,7 @@ from torch.func import functional_call, jvp
 
 from neuromanifold.io import TensorOutput, import_transformers
 from neuromanifold.singular.classify import gauge_overlap
-from neuromanifold.singular.detectors import DetectionContext, trace_graph
+from neuromanifold.singular.detectors import DetectionContext
 from neuromanifold.singular.detectors.attention import (
     CERTIFY_ANGLE,
     QK_BASES,
@@ -39,7 +39,6 @@ from neuromanifold.singular.detectors.attention import (
 )
 from neuromanifold.singular.detectors.rescale import MAX_GENERATOR_ENTRIES, relative_change
 from neuromanifold.singular.direction import read_direction
-from neuromanifold.singular.factors import kfac_factors
 from neuromanifold.singular.family import Categorical, Gaussian
 from neuromanifold.singular.read import read
 
@@ -104,15 +103,7 @@ QK_CERTIFY_RATIO_MARGIN = 100.0
 
 
 def _ctx(model: nn.Module, x: Tensor, family=None) -> DetectionContext:
-    family = family or Categorical()
-    return DetectionContext(
-        model=model,
-        params={k: v.detach() for k, v in model.named_parameters()},
-        factors=kfac_factors(model, x, family),
-        graph=trace_graph(model, x[:8]),
-        family=family,
-        data=x,
-    )
+    return DetectionContext.from_model(model, x, family or Categorical())
 
 
 def _change(model: nn.Module, moved: nn.Module, x: Tensor) -> float:

@@ -7,7 +7,6 @@ modes follow the near-kernel rule on the products ``γ_i α_j``.
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
@@ -21,7 +20,6 @@ from neuromanifold.singular.detectors import (
     DetectorRegistry,
     LinearDetector,
     default_registry,
-    trace_graph,
 )
 from neuromanifold.singular.detectors.base import normalise
 from neuromanifold.singular.detectors.linear import MAX_CHAINS, MAX_JOINT, TAU_JOINT, lift
@@ -31,7 +29,6 @@ from neuromanifold.singular.detectors.one_sided import (
     MAX_ONE_SIDED,
 )
 from neuromanifold.singular.detectors.rescale_detectors import ReLURescaleDetector
-from neuromanifold.singular.factors import kfac_factors
 from neuromanifold.singular.family import Gaussian
 from neuromanifold.singular.read import read
 
@@ -42,15 +39,7 @@ N_DEAD = 6
 
 
 def _context(model: nn.Module, x: torch.Tensor, family) -> DetectionContext:
-    model = copy.deepcopy(model).eval()
-    return DetectionContext(
-        model=model,
-        params={k: v.detach() for k, v in model.named_parameters()},
-        factors=kfac_factors(model, x, family),
-        graph=trace_graph(model, x[:8]),
-        family=family,
-        data=x,
-    )
+    return DetectionContext.from_model(model, x, family)
 
 
 def _six_dead_units():

@@ -32,7 +32,6 @@ from neuromanifold.singular.detectors.linear import TAU_A
 from neuromanifold.singular.detectors.near_kernel import near_kernel_reference
 from neuromanifold.singular.detectors.rescale_detectors import ReLURescaleDetector
 from neuromanifold.singular.direction import read_direction
-from neuromanifold.singular.factors import kfac_factors
 from neuromanifold.singular.family import Categorical, Gaussian
 
 ATOL_EXACT = 1e-12
@@ -47,16 +46,7 @@ ATOL_SPAN = 1e-12
 
 
 def _context(p, n: int | None = None) -> DetectionContext:
-    x = p.data if n is None else p.data[:n]
-    model = copy.deepcopy(p.model).eval()
-    return DetectionContext(
-        model=model,
-        params={k: v.detach() for k, v in model.named_parameters()},
-        factors=kfac_factors(model, x, p.family),
-        graph=trace_graph(model, x[:8]),
-        family=p.family,
-        data=x,
-    )
+    return DetectionContext.from_model(p.model, p.data if n is None else p.data[:n], p.family)
 
 
 def _propose(ctx: DetectionContext) -> list[Candidate]:
@@ -432,3 +422,15 @@ def test_layernorm_kernel_skips_a_bias_free_consumer_when_beta_breaks_it() -> No
     a_star = layernorm_kernel(p.model[1].weight.detach(), p.model[1].bias.detach())
     assert abs(float(a_star[-1])) > 1e-3  # ⟨γ⁻¹, β⟩ ≠ 0: no exact kernel without a bias
     assert not [c for c in _propose(_context(p)) if c.detector == "ln-kernel"]
+
+
+def test_context_from_model_works_on_a_float64_eval_copy() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)).train()
+    x = torch.randn(16, 3, dtype=torch.float64)
+    ctx = DetectionContext.from_model(model, x, Gaussian(), graph_samples=4)
+    assert ctx.model is not model and not ctx.model.training and model.training
+    assert next(model.parameters()).dtype == torch.float32  # the caller's module is untouched
+    assert all(p.dtype == torch.float64 for p in ctx.params.values())
+    assert ctx.graph.consumers["0"] == ("2",) and set(ctx.factors.blocks) == {"0", "2"}
+    assert ctx.factors.n_samples == 16 and ctx.data is x

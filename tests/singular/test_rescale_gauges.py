@@ -79,15 +79,7 @@ class _ResidualReLU(nn.Module):
 
 
 def _ctx(model: nn.Module, x: Tensor) -> DetectionContext:
-    model = model.double().eval()
-    return DetectionContext(
-        model=model,
-        params={k: v.detach() for k, v in model.named_parameters()},
-        factors=kfac_factors(model, x, Gaussian()),
-        graph=trace_graph(model, x[:8]),
-        family=Gaussian(),
-        data=x,
-    )
+    return DetectionContext.from_model(model, x, Gaussian())
 
 
 def _relu_mlp() -> tuple[nn.Module, Tensor]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 from torch import nn
@@ -12,7 +10,7 @@ import neuromanifold.singular.detectors.linear as lin
 import neuromanifold.singular.detectors.link as link
 import neuromanifold.singular.factor_spectrum as spectrum_mod
 from neuromanifold.cells.planted import planted_mlp
-from neuromanifold.singular.detectors import DetectionContext, default_registry, trace_graph
+from neuromanifold.singular.detectors import DetectionContext, default_registry
 from neuromanifold.singular.detectors.link import BlockSpectrum
 from neuromanifold.singular.detectors.near_kernel import near_kernel
 from neuromanifold.singular.detectors.one_sided import (
@@ -188,15 +186,7 @@ def test_one_sided_a_counts_and_cap_match_the_reference(n_up: int) -> None:
 
 
 def _context(model: nn.Module, x: torch.Tensor) -> DetectionContext:
-    model = copy.deepcopy(model).eval()
-    return DetectionContext(
-        model=model,
-        params={k: v.detach() for k, v in model.named_parameters()},
-        factors=kfac_factors(model, x, Categorical()),
-        graph=trace_graph(model, x[:8]),
-        family=Categorical(),
-        data=x,
-    )
+    return DetectionContext.from_model(model, x, Categorical())
 
 
 def _detect(p, reference: bool, monkeypatch) -> tuple[DetectionContext, list]:

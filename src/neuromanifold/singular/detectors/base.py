@@ -25,6 +25,7 @@ alone need not be one when the same matrix is also used elsewhere.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -32,8 +33,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import torch
 from torch import Tensor, nn
 
-from neuromanifold.singular.detectors.graph import ModelGraph
-from neuromanifold.singular.factors import Factors
+from neuromanifold.singular.detectors.graph import ModelGraph, trace_graph
+from neuromanifold.singular.factors import Factors, kfac_factors
 
 __all__ = [
     "Candidate",
@@ -178,6 +179,26 @@ class DetectionContext:
         object.__setattr__(self, "aliases", aliases)
         if aliases:
             object.__setattr__(self, "params", _AliasedParams(self.params, aliases))
+
+    @classmethod
+    def from_model(
+        cls, model: nn.Module, data: Tensor, family: Any, *, graph_samples: int = 8
+    ) -> DetectionContext:
+        """A context for trying detectors outside `read` (e.g. a new one): a float64, eval-mode
+        deep copy of ``model`` (the caller's module is not touched), its K-FAC/KFC factors over
+        ``data`` (`kfac_factors`, ``family`` the output family) and the data-flow graph traced on
+        the first ``graph_samples`` samples (`trace_graph`). `read` builds its own context from
+        its working copy (which also rewrites Hugging Face ``Conv1D`` and routes fused attention
+        through differentiable kernels)."""
+        work = copy.deepcopy(model).to(torch.float64).eval()
+        return cls(
+            model=work,
+            params={k: v.detach() for k, v in work.named_parameters()},
+            factors=kfac_factors(work, data, family),
+            graph=trace_graph(work, data[:graph_samples]),
+            family=family,
+            data=data,
+        )
 
     def canonical(self, candidates: list[Candidate]) -> list[Candidate]:
         """``candidates`` with alias keys rewritten to the first parameter names (directions

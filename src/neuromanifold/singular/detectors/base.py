@@ -9,8 +9,9 @@ A detector names candidate dead directions for one module type. It is one class 
   parameters, its K-FAC factors ``ctx.factors`` and the module graph ``ctx.graph``.
 
 To support a new layer type, write such a class and add it to a `DetectorRegistry`
-(``registry.register(MyDetector())``, or pass ``detectors=[...]`` to `read`). Candidates are unit
-vectors in the parameters they touch (``u: dict[str, Tensor]`` keyed like
+(``registry.register(MyDetector())``, or pass ``detectors=[...]`` to `read`); to try it on a model
+first, ``MyDetector().propose(name, module, DetectionContext.from_model(model, x, family))``.
+Candidates are unit vectors in the parameters they touch (``u: dict[str, Tensor]`` keyed like
 ``model.named_parameters()``, missing names = zero), with a provenance label and, for gauges, the
 closed-form generators of the orbit at θ0 (used by the classifier's curved-gauge test).
 

@@ -26,9 +26,11 @@ from neuromanifold.singular.detectors import (
     NormScaleDetector,
     ReLURescaleDetector,
     UnitRescale,
+    rescale,
     trace_graph,
 )
 from neuromanifold.singular.detectors.rescale import (
+    CERTIFY_CACHE_BYTES,
     CERTIFY_RTOL,
     MAX_GENERATOR_ENTRIES,
     certify,
@@ -417,3 +419,26 @@ def test_certification_uses_every_probe_sample() -> None:
     ctx = _ctx(model, x)
     assert certify(ctx, orbit) > BROKEN_MIN
     assert ReLURescaleDetector().propose("fc1", ctx.model.fc1, ctx) == []
+
+
+@pytest.mark.parametrize("cache_bytes, passes", [(CERTIFY_CACHE_BYTES, 1 + 2), (0, 2 + 2)])
+def test_unmoved_outputs_are_computed_once_and_passes_counted(
+    monkeypatch, cache_bytes: int, passes: int
+) -> None:
+    """Two certifications: ``f(θ)`` once (kept) plus one moved pass each; without room for the
+    cache, ``f(θ)`` again each time. Same values either way."""
+    monkeypatch.setattr(rescale, "CERTIFY_CACHE_BYTES", cache_bytes)
+    ctx, _ = _proposal("layernorm")
+    ctx.cache.pop("certify_base", None)
+    ctx.cache.pop("certify_passes", None)
+    orbit = _orbit("layernorm")
+    first, second = certify(ctx, orbit), certify(ctx, orbit)
+    assert first == second <= CERTIFY_RTOL
+    assert ctx.cache["certify_passes"] == passes
+
+
+def test_read_counts_the_certification_passes() -> None:
+    p = planted_transformer(n=12, seq=3)
+    meta = read(p.model, p.data, p.family, progress=False, max_directions=0).meta
+    assert meta["n_certify_passes"] >= 1 + 2  # f(θ), the two norm scales at least
+    assert meta["n_forward_passes"] >= meta["n_certify_passes"] + 2

@@ -356,7 +356,12 @@ def read(
         "upcast_note": "float32 parameters were up-cast to float64 for the read" if upcast else "",
         "n_candidates": n_found,
         "n_read": len(records),
-        "n_forward_passes": 2 + factors.n_forward_passes + emb_passes + n_sweep_passes,
+        "n_forward_passes": 2
+        + factors.n_forward_passes
+        + emb_passes
+        + n_sweep_passes
+        + ctx.cache.get("certify_passes", 0),
+        "n_certify_passes": ctx.cache.get("certify_passes", 0),
         "n_backward_passes": factors.n_backward_passes,
         "factor_fisher": factors.fisher,
         "snap": snap if snap == "auto" else bool(snap),

@@ -43,6 +43,7 @@ from torch.utils._pytree import tree_leaves
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
 
 __all__ = [
+    "CERTIFY_CACHE_BYTES",
     "CERTIFY_CHUNK",
     "CERTIFY_RTOL",
     "MAX_GENERATOR_ENTRIES",
@@ -61,6 +62,10 @@ CERTIFY_RTOL = 1e-10
 a symmetry (`certify`); exact orbits give 0 (power-of-two factors), broken ones O(1)."""
 CERTIFY_CHUNK = 64
 """Probe samples per forward pass of `relative_change` (which evaluates every probe sample)."""
+CERTIFY_CACHE_BYTES = 64 * 2**20
+"""The unmoved model's outputs on the probe set are kept for all certifications of one read when
+they hold at most this many bytes (a classifier's logits; not a language model's per-token
+vocabulary logits, which are recomputed)."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,32 @@ class UnitRescale:
         return torch.sqrt(total)
 
 
+def _outputs(ctx: DetectionContext, params: dict[str, Tensor], x: Tensor) -> list[Tensor]:
+    out = functional_call(ctx.model, params, (x,))
+    return [t for t in tree_leaves(out) if isinstance(t, Tensor) and t.is_floating_point()]
+
+
+def _base_outputs(ctx: DetectionContext) -> list[list[Tensor]]:
+    """``f(θ)`` per pass of ``CERTIFY_CHUNK`` samples, kept in ``ctx.cache`` when it holds at
+    most ``CERTIFY_CACHE_BYTES`` (else recomputed by every certification)."""
+    cached = ctx.cache.get("certify_base")
+    if cached is not None:
+        return cached
+    params = dict(ctx.params)
+    base = [
+        _outputs(ctx, params, ctx.data[i : i + CERTIFY_CHUNK])
+        for i in range(0, ctx.data.shape[0], CERTIFY_CHUNK)
+    ]
+    _count_passes(ctx, 1)
+    if sum(t.numel() * t.element_size() for ts in base for t in ts) <= CERTIFY_CACHE_BYTES:
+        ctx.cache["certify_base"] = base
+    return base
+
+
+def _count_passes(ctx: DetectionContext, n: int) -> None:
+    ctx.cache["certify_passes"] = ctx.cache.get("certify_passes", 0) + n
+
+
 def relative_change(ctx: DetectionContext, moved: dict[str, Tensor]) -> float:
     """``max|f(θ') − f(θ)| / max|f(θ)|`` over the model's floating-point output tensors on every
     probe sample (passes of ``CERTIFY_CHUNK`` samples), ``θ'`` = the parameters with ``moved``
@@ -149,20 +180,19 @@ def relative_change(ctx: DetectionContext, moved: dict[str, Tensor]) -> float:
     them) is one the read cannot see either. Under an initialised ``torch.distributed`` process
     group both maxima (and a failure flag) are all-reduced with ``MAX`` before dividing, so every
     rank, certifying on its own shard, gets the value of the whole probe set and takes the same
-    decision.
+    decision. ``f(θ)`` is computed once per context and kept (`_base_outputs`); the passes over
+    the probe set are counted in ``ctx.cache["certify_passes"]`` (the read adds them to its
+    forward-pass count).
     """
     diff, scale, failed = 0.0, 0.0, 0.0
     moved_params = {**dict(ctx.params), **moved}
-
-    def outputs(params: dict[str, Tensor], x: Tensor) -> list[Tensor]:
-        out = functional_call(ctx.model, params, (x,))
-        return [t for t in tree_leaves(out) if isinstance(t, Tensor) and t.is_floating_point()]
-
     try:
         with torch.no_grad():
-            for i in range(0, ctx.data.shape[0], CERTIFY_CHUNK):
-                x = ctx.data[i : i + CERTIFY_CHUNK]
-                base, acted = outputs(dict(ctx.params), x), outputs(moved_params, x)
+            base_all = _base_outputs(ctx)
+            _count_passes(ctx, 1)
+            for k, i in enumerate(range(0, ctx.data.shape[0], CERTIFY_CHUNK)):
+                base = base_all[k]
+                acted = _outputs(ctx, moved_params, ctx.data[i : i + CERTIFY_CHUNK])
                 if not base or len(base) != len(acted):
                     failed = 1.0
                     break

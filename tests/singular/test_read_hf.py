@@ -10,6 +10,7 @@ and a planted dead feed-forward unit at order 2; the model is never mutated.
 from __future__ import annotations
 
 import copy
+import json
 from collections import Counter
 
 import pytest
@@ -327,3 +328,28 @@ def test_equal_norms_at_initialisation_name_the_last_before_the_head(tmp_path) -
         f"{pre}encoder.layer.0.attention.output.LayerNorm",
         f"{pre}encoder.layer.0.output.LayerNorm",
     ]
+
+
+def test_cli_reads_a_hugging_face_directory_without_checkpoint(saved, tmp_path) -> None:
+    """``neuromanifold read --model DIR`` (config.json and weights in DIR) reads the saved model,
+    the same directions as the Python read of the loaded model."""
+    from typer.testing import CliRunner
+
+    from neuromanifold.cli import app
+
+    _, path = saved
+    data = tmp_path / "x.pt"
+    torch.save(_tokens(), data)
+    out = tmp_path / "reading.json"
+    args = ["read", "--model", path, "--data", str(data), "--family", "categorical"]
+    r = CliRunner().invoke(app, [*args, "--max-directions", "3", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    got = json.loads(out.read_text())
+    want = read(load_model(None, architecture=path), _tokens(), Categorical(), max_directions=3)
+    assert [(d["layers"], d["detector"], d["class"]) for d in got["directions"]] == [
+        (list(d.layers), d.detector, d.klass) for d in want.directions
+    ]
+    bad = tmp_path / "not_a_model"
+    bad.mkdir()
+    r = CliRunner().invoke(app, ["read", "--model", str(bad), "--data", str(data)])
+    assert r.exit_code != 0 and "Hugging Face model directory" in " ".join(r.output.split())

@@ -27,7 +27,8 @@ def _resolve_model(spec: str) -> tuple[Any, Any, Any]:
         raise typer.BadParameter(f"unknown zoo model {spec!r}; available: zoo:planted-mlp")
     if ":" not in spec:
         raise typer.BadParameter(
-            f"--model must be 'zoo:NAME' or 'package.module:factory'; got {spec!r}"
+            f"--model must be 'zoo:NAME', 'package.module:factory' or a Hugging Face model "
+            f"directory; got {spec!r}"
         )
     import importlib
 
@@ -71,7 +72,12 @@ def register(app: typer.Typer) -> None:
 
     @app.command("read")
     def read_cmd(
-        model: str = typer.Option(..., "--model", help="zoo:planted-mlp or package.module:factory"),
+        model: str = typer.Option(
+            ...,
+            "--model",
+            help="zoo:planted-mlp, package.module:factory, or a Hugging Face model directory "
+            "(config.json and weights; read as saved)",
+        ),
         json_path: Path | None = typer.Option(None, "--json", help="write the Reading as JSON"),
         data: Path | None = typer.Option(
             None, "--data", help="probe inputs: a torch file (tensor or {'x': ...}) or safetensors"
@@ -156,10 +162,11 @@ def register(app: typer.Typer) -> None:
         if resume and dp.world_size() > 1:
             raise typer.BadParameter("--resume runs in a single process; launch without torchrun")
         main_rank = dp.is_main_process()
-        if checkpoint is not None:
+        hf_dir = Path(model).is_dir() and (Path(model) / "config.json").is_file()
+        if checkpoint is not None or hf_dir:
             from neuromanifold.io import load_model
 
-            try:
+            try:  # a Hugging Face directory holds its own weights unless --checkpoint is given
                 net = load_model(checkpoint, architecture=model)
             except (ValueError, TypeError, OSError) as err:
                 typer.echo(f"error: {err}", err=True)

@@ -141,8 +141,11 @@ def _generator(d: int, pair: tuple[int, int], device: torch.device) -> Tensor:
 def _generic(pairs: list[tuple[int, int]], d: int, seed: int, device: torch.device) -> Tensor:
     """A seeded generic element of the span of ``pairs``' generators, spectral norm 1."""
     gen = torch.Generator().manual_seed(seed)
-    coef = torch.randn(len(pairs), generator=gen, dtype=torch.float64)
-    s = sum(c * _generator(d, p, device) for c, p in zip(coef.tolist(), pairs, strict=True))
+    coef = torch.randn(len(pairs), generator=gen, dtype=torch.float64).to(device)
+    s = torch.zeros(d, d, dtype=torch.float64, device=device)
+    if pairs:  # Σ_p c_p (E_ij − E_ji), written entry by entry (the pairs are distinct)
+        i, j = (torch.tensor(idx, device=device) for idx in zip(*pairs, strict=True))
+        s[i, j], s[j, i] = coef, -coef
     return s / torch.linalg.matrix_norm(s, ord=2)
 
 

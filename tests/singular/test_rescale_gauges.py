@@ -1,4 +1,7 @@
-"""Per-unit rescaling gauges (spec §6.5): ReLU rescale, LayerNorm/RMSNorm scale, GLU up projection.
+"""Per-unit rescaling gauges (spec §6.5): ReLU rescale, norm scale, GLU up projection.
+
+The norms include BatchNorm (evaluation mode) and GroupNorm read by convolutions, and a
+BatchNorm → ReLU → conv pair (the rescale of a ResNet block's first norm).
 
 Laws checked: the group action leaves the model function unchanged for arbitrary positive factors
 (not only the powers of two `certify` uses); the closed-form tangent equals the derivative of the
@@ -113,6 +116,46 @@ def _prenorm(norm: type[nn.Module]) -> tuple[nn.Module, Tensor]:
     return m, torch.randn(N, 6, dtype=torch.float64)
 
 
+def _randomise_norm(norm: nn.Module) -> None:
+    """Scale and shift off (1, 0); a BatchNorm's running statistics off (0, 1)."""
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+        norm.bias.uniform_(-0.5, 0.5)
+        if isinstance(norm, nn.modules.batchnorm._BatchNorm):
+            norm.running_mean.uniform_(-0.3, 0.3)
+            norm.running_var.uniform_(0.5, 1.5)
+
+
+class _ChannelNormCNN(nn.Module):
+    """``head(flatten(conv2(act(norm(conv1 x)))))``: a per-channel affine norm read by a conv."""
+
+    def __init__(self, norm: nn.Module, act: nn.Module) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(2, 4, 3)
+        self.norm = norm
+        self.act = act
+        self.conv2 = nn.Conv2d(4, 3, 3)
+        self.head = nn.Linear(12, 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.conv2(self.act(self.norm(self.conv1(x)))).flatten(1))
+
+
+def _channel_norm_cnn(norm: nn.Module, act: nn.Module) -> tuple[nn.Module, Tensor]:
+    torch.manual_seed(6)
+    model = _ChannelNormCNN(norm, act)
+    _randomise_norm(model.norm)
+    return model.eval(), torch.randn(N, 2, 6, 6, dtype=torch.float64)
+
+
+def _batchnorm_mlp() -> tuple[nn.Module, Tensor]:
+    """``Linear → BatchNorm1d → Linear`` (evaluation mode)."""
+    torch.manual_seed(7)
+    model = nn.Sequential(nn.Linear(3, 5), nn.BatchNorm1d(5), nn.Linear(5, 2))
+    _randomise_norm(model[1])
+    return model.eval(), torch.randn(N, 3, dtype=torch.float64)
+
+
 def _swiglu(additive: bool = False) -> tuple[nn.Module, Tensor]:
     torch.manual_seed(2)
     return _HFSwiGLU(3, 5, 2, additive=additive), torch.randn(N, 3, dtype=torch.float64)
@@ -123,6 +166,17 @@ CASES = {
     "layernorm": (lambda: _prenorm(nn.LayerNorm), NormScaleDetector(), "ln"),
     "rmsnorm": (lambda: _prenorm(nn.RMSNorm), NormScaleDetector(), "ln"),
     "glu": (_swiglu, GLURescaleDetector(), ""),
+    "batchnorm-relu-conv": (
+        lambda: _channel_norm_cnn(nn.BatchNorm2d(4), nn.ReLU()),
+        ReLURescaleDetector(),
+        "norm",
+    ),
+    "groupnorm-conv": (
+        lambda: _channel_norm_cnn(nn.GroupNorm(2, 4), nn.Identity()),
+        NormScaleDetector(),
+        "norm",
+    ),
+    "batchnorm1d-linear": (_batchnorm_mlp, NormScaleDetector(), "1"),
 }
 
 
@@ -139,6 +193,9 @@ def _orbit(case: str) -> UnitRescale:
         "layernorm": UnitRescale(("ln.weight", "ln.bias"), ("a.weight", "b.weight")),
         "rmsnorm": UnitRescale(("ln.weight",), ("a.weight", "b.weight")),
         "glu": UnitRescale(("up_proj.weight", "up_proj.bias"), ("down_proj.weight",)),
+        "batchnorm-relu-conv": UnitRescale(("norm.weight", "norm.bias"), ("conv2.weight",)),
+        "groupnorm-conv": UnitRescale(("norm.weight", "norm.bias"), ("conv2.weight",)),
+        "batchnorm1d-linear": UnitRescale(("1.weight", "1.bias"), ("2.weight",)),
     }[case]
 
 

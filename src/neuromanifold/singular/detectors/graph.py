@@ -3,8 +3,9 @@
 An edge ``p → c`` is recorded when module ``c`` receives as its first input a tensor produced by
 module ``p`` either directly or through a chain of elementwise modules (activations, dropout,
 identity; classes named in ``ELEMENTWISE_NAMES``; any module with a truthy ``elementwise``
-attribute). Sources are supported blocks, normalisation layers (torch's, and RMSNorms defined
-elsewhere: `is_named_rmsnorm`) and embeddings; consumers are those and ``nn.MultiheadAttention``
+attribute). Sources are Linear and convolution modules, normalisation layers (torch's LayerNorm,
+RMSNorm, BatchNorm and GroupNorm, and RMSNorms defined elsewhere: `is_named_rmsnorm`) and
+embeddings; consumers are those and ``nn.MultiheadAttention``
 (its query input); functional calls (``F.relu`` inside a ``forward``), reshapes and residual
 additions break the chain, so no edge is drawn across them (the duality join and the LayerNorm
 lift are then not attempted, which is conservative).
@@ -49,6 +50,8 @@ _SOURCES: tuple[type[nn.Module], ...] = (
     nn.Conv2d,
     nn.LayerNorm,
     nn.RMSNorm,
+    nn.modules.batchnorm._BatchNorm,
+    nn.GroupNorm,
     nn.Embedding,
 )
 _SINKS: tuple[type[nn.Module], ...] = (*_SOURCES, nn.MultiheadAttention)

@@ -35,15 +35,41 @@ def _prefix(name: str) -> str:
     return f"{name}." if name else ""
 
 
+def _channel_affine_width(module: nn.Module) -> int | None:
+    """Channels ``C`` of a BatchNorm or GroupNorm with a learned affine map (its output channel
+    ``c`` is ``γ_c x̂_c + β_c``, with ``x̂`` from running statistics in evaluation mode or from the
+    group statistics), else None.
+
+    >>> _channel_affine_width(nn.BatchNorm2d(3)), _channel_affine_width(nn.GroupNorm(2, 4))
+    (3, 4)
+    >>> _channel_affine_width(nn.BatchNorm1d(3, affine=False)) is None
+    True
+    """
+    if isinstance(module, nn.modules.batchnorm._BatchNorm | nn.GroupNorm) and module.affine:
+        return int(module.weight.shape[0])
+    return None
+
+
+def _producer_keys(name: str, module: nn.Module) -> list[str]:
+    """The tensors indexed by the unit along dimension 0: ``weight`` and, if present, ``bias``."""
+    keys = [f"{_prefix(name)}weight"]
+    if getattr(module, "bias", None) is not None:
+        keys.append(f"{_prefix(name)}bias")
+    return keys
+
+
 class ReLURescaleDetector:
     """Per-unit rescaling through a positively homogeneous activation (curved gauge).
 
-    A Linear/conv block followed (through one positively homogeneous activation of degree p: ReLU
-    and LeakyReLU p = 1, ``SquaredReLU`` and Hugging Face's ``ReLUSquaredActivation`` p = 2) by a
-    single consumer block: unit ``j``'s orbit ``(w_in, b_in, w_out) → (c w_in, c b_in,
-    w_out/c^p)`` has tangent ``(W1[j], b1[j], −p·W2[:, j])`` (`UnitRescale`), certified by
-    evaluation (`certify`: a ReLU output that also enters a residual sum is no symmetry).
-    Candidate ``"relu-rescale"`` (`rescale_candidate`).
+    A Linear/conv block, or a BatchNorm/GroupNorm with an affine map (its channel ``c`` is
+    ``γ_c x̂_c + β_c``: the scale and shift play the row and bias, as in a ResNet's
+    BatchNorm → ReLU → conv), followed (through one positively homogeneous activation of degree
+    p: ReLU and LeakyReLU p = 1, ``SquaredReLU`` and Hugging Face's ``ReLUSquaredActivation``
+    p = 2) by a single consumer block: unit ``j``'s orbit ``(w_in, b_in, w_out) → (c w_in,
+    c b_in, w_out/c^p)`` has tangent ``(W1[j], b1[j], −p·W2[:, j])`` (`UnitRescale`; for a conv
+    consumer ``W2[:, j]`` is input channel ``j`` of every output channel and kernel position),
+    certified by evaluation (`certify`: a ReLU output that also enters a residual sum is no
+    symmetry). Candidate ``"relu-rescale"`` (`rescale_candidate`).
     """
 
     name = "relu-rescale"
@@ -54,8 +80,9 @@ class ReLURescaleDetector:
         self.max_units = _check_max_units(max_units)
 
     def applies_to(self, module: nn.Module) -> bool:
-        """Supported blocks (proposes only when followed by ReLU/LeakyReLU and one consumer)."""
-        return is_supported_block(module)
+        """Supported blocks and affine BatchNorm/GroupNorm (`_channel_affine_width`); proposes
+        only when followed by a homogeneous activation and one consumer block."""
+        return is_supported_block(module) or _channel_affine_width(module) is not None
 
     def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
         """One certified curved-gauge candidate for the block pair, or nothing."""
@@ -66,12 +93,9 @@ class ReLURescaleDetector:
         cons = ctx.model.get_submodule(c)
         if not is_supported_block(cons):
             return []
-        w1 = ctx.params[f"{_prefix(name)}weight"]
-        if ctx.params[f"{c}.weight"].shape[1] != w1.shape[0]:
+        producers = _producer_keys(name, module)
+        if ctx.params[f"{c}.weight"].shape[1] != ctx.params[producers[0]].shape[0]:
             return []
-        producers = [f"{_prefix(name)}weight"]
-        if module.bias is not None:
-            producers.append(f"{_prefix(name)}bias")
         orbit = UnitRescale(tuple(producers), (f"{c}.weight",), _HOMOGENEOUS[via[0]])
         return rescale_candidate(
             ctx, orbit, layers=(name, c), detector="relu-rescale", max_units=self.max_units
@@ -80,9 +104,12 @@ class ReLURescaleDetector:
 
 def _norm_width(module: nn.Module) -> int | None:
     """Width ``d`` of a LayerNorm/RMSNorm over one trailing dimension with a scale, else None
-    (an RMSNorm defined outside torch: the length of its one-dimensional ``weight``)."""
+    (an RMSNorm defined outside torch: the length of its one-dimensional ``weight``; an affine
+    BatchNorm/GroupNorm: its channels)."""
     if is_named_rmsnorm(module):
         return int(module.weight.shape[0])
+    if isinstance(module, nn.modules.batchnorm._BatchNorm | nn.GroupNorm):
+        return _channel_affine_width(module)
     shape = tuple(module.normalized_shape)
     if len(shape) != 1 or getattr(module, "weight", None) is None:
         return None
@@ -90,10 +117,13 @@ def _norm_width(module: nn.Module) -> int | None:
 
 
 def _consumer_weight(module: nn.Module, name: str, width: int) -> str | None:
-    """The consumer weight whose columns read the norm's features: a Linear's ``weight`` or a
+    """The consumer weight whose columns read the norm's features: a Linear's or a supported
+    convolution's ``weight`` (dimension 1: input features or channels) or a
     ``nn.MultiheadAttention``'s packed ``in_proj_weight``; None for any other consumer."""
     if type(module) is nn.Linear and module.in_features == width:
         return f"{name}.weight"
+    if is_supported_block(module) and type(module) is not nn.Linear:
+        return f"{name}.weight" if module.in_channels == width else None
     if isinstance(module, nn.MultiheadAttention) and module.in_proj_weight is not None:
         if module.in_proj_weight.shape[1] == width:
             return f"{name}.in_proj_weight"
@@ -101,14 +131,16 @@ def _consumer_weight(module: nn.Module, name: str, width: int) -> str | None:
 
 
 class NormScaleDetector:
-    """Per-feature rescaling of a LayerNorm/RMSNorm scale against its consumers (curved gauge).
+    """Per-feature rescaling of a norm's scale against its consumers (curved gauge).
 
     ``LN(x)_j = γ_j n_j(x) + β_j`` (RMSNorm: no ``β``) is read only through column ``j`` of the
     consumers' weights, so ``(γ_j, β_j, W_c[:, j]) → (cγ_j, cβ_j, W_c[:, j]/c)`` for every consumer
     ``c`` at once leaves the model unchanged: tangent ``(γ_j, β_j, −W_c[:, j] ∀c)`` (spec §6.5,
-    LayerNorm/RMSNorm scale). The norm must normalise one trailing dimension with a scale, and its
-    graph consumers (`ModelGraph`; through Identity/Dropout only) must be Linears or packed
-    ``nn.MultiheadAttention`` in-projections; the symmetry is certified by evaluation
+    LayerNorm/RMSNorm scale). The same holds per channel for an affine BatchNorm or GroupNorm
+    (``γ_c x̂_c + β_c``) read by convolutions (``W_c[:, j]``: input channel ``j``). A LayerNorm or
+    RMSNorm must normalise one trailing dimension with a scale, and the norm's graph consumers
+    (`ModelGraph`; through Identity/Dropout only) must be Linears, supported convolutions or
+    packed ``nn.MultiheadAttention`` in-projections; the symmetry is certified by evaluation
     (`certify`: a norm output that also enters a residual sum, as in post-norm blocks, an
     attention reading other keys, or a scale entering other than as a factor, as Gemma's
     ``1 + w``, is no symmetry). RMSNorms defined outside torch are matched by name
@@ -123,10 +155,14 @@ class NormScaleDetector:
         self.max_units = _check_max_units(max_units)
 
     def applies_to(self, module: nn.Module) -> bool:
-        """``nn.LayerNorm``, ``nn.RMSNorm`` and RMSNorms defined outside torch
-        (`is_named_rmsnorm`, e.g. Hugging Face's ``LlamaRMSNorm``); proposes only under the
-        conditions above."""
-        return isinstance(module, nn.LayerNorm | nn.RMSNorm) or is_named_rmsnorm(module)
+        """``nn.LayerNorm``, ``nn.RMSNorm``, RMSNorms defined outside torch
+        (`is_named_rmsnorm`, e.g. Hugging Face's ``LlamaRMSNorm``) and affine BatchNorm/GroupNorm
+        (`_channel_affine_width`); proposes only under the conditions above."""
+        return (
+            isinstance(module, nn.LayerNorm | nn.RMSNorm)
+            or is_named_rmsnorm(module)
+            or _channel_affine_width(module) is not None
+        )
 
     def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
         """One certified curved-gauge candidate for the norm and all its consumers, or nothing."""
@@ -142,10 +178,7 @@ class NormScaleDetector:
             if key is None:
                 return []
             weights.append(key)
-        producers = [f"{_prefix(name)}weight"]
-        if getattr(module, "bias", None) is not None:
-            producers.append(f"{_prefix(name)}bias")
-        orbit = UnitRescale(tuple(producers), tuple(weights), 1)
+        orbit = UnitRescale(tuple(_producer_keys(name, module)), tuple(weights), 1)
         return rescale_candidate(
             ctx,
             orbit,

@@ -3,7 +3,8 @@
 Printed in one run (all times in seconds, float64, CPU, ``--threads`` intra-op threads, default 1):
 
 1. **Parameters.** Zoo MLPs (``64 → w → w → 10``, w = 64 … 3072, up to 1.0·10⁷ parameters)
-   and zoo ViTs (8×8 images, patch 2, depth 2, ``dim`` 16 to 128) up to ``--max-params``, on
+   and zoo ViTs (8×8 images, patch 2, depth 2, 4 heads, ``dim`` 16 to 640: 7.1·10³ to 9.9·10⁶
+   parameters) up to ``--max-params``, on
    ``--n`` probe samples (default 64). Three costs per model: ``sweep`` = one `read_direction`
    along a pseudo-random unit direction touching every parameter (32 grid points + the floor
    pass: the per-direction cost of the read), ``factor`` = the K-FAC/KFC factor pass
@@ -53,7 +54,7 @@ Printed in one run (all times in seconds, float64, CPU, ``--threads`` intra-op t
    lanes' large elementwise kernels use both cores while per-call overhead stays serial, which
    raises the gain at small N.
 
-Run:  python benchmarks/scaling.py                       (≈ 10 minutes on a busy 2-core machine)
+Run:  python benchmarks/scaling.py                       (≈ 16 minutes on a busy 2-core machine)
       python benchmarks/scaling.py --only samples parallel batching
       python benchmarks/scaling.py --quick               (smaller sizes)
       python benchmarks/scaling.py --only params samples --plot scaling.png   (log–log figure)
@@ -343,7 +344,7 @@ def main() -> None:
     t_start = time.perf_counter()
     print(f"torch {torch.__version__}, threads {args.threads}, cores {os.cpu_count()}")
     widths = [64, 128, 256, 512] if args.quick else [64, 128, 256, 512, 1024, 2048, 3072]
-    dims = [16, 32, 64] if args.quick else [16, 32, 64, 128]
+    dims = [16, 32, 64] if args.quick else [16, 32, 64, 128, 256, 512, 640]
     mlps = [(f"mlp w={w}", mlp_case(w, args.n)) for w in widths]
     vits = [(f"vit dim={d}", vit_case(d, args.n)) for d in dims]
     mlps = [c for c in mlps if n_params(c[1].model) <= args.max_params]

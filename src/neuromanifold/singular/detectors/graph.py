@@ -6,9 +6,10 @@ identity; classes named in ``ELEMENTWISE_NAMES``; any module with a truthy ``ele
 attribute). Sources are Linear and convolution modules, normalisation layers (torch's LayerNorm,
 RMSNorm, BatchNorm and GroupNorm, and RMSNorms defined elsewhere: `is_named_rmsnorm`) and
 embeddings; consumers are those and ``nn.MultiheadAttention``
-(its query input); functional calls (``F.relu`` inside a ``forward``), reshapes and residual
-additions break the chain, so no edge is drawn across them (the duality join and the LayerNorm
-lift are then not attempted, which is conservative).
+(its query input). Elementwise functions called inside a ``forward`` (``F.relu``, ``torch.tanh``,
+…: `FUNCTIONAL_ELEMENTWISE`) continue the chain like the equal modules; any other function
+(a product, a reshape, a residual addition) breaks it, so no edge is drawn across it (the duality
+join and the LayerNorm lift are then not attempted, which is conservative).
 
 **Skip edges** are recorded separately: ``skips[p]`` lists the sinks whose first input is a sum in
 which the output of source ``p`` itself is one summand — ``c(z + f(z))`` with ``z = p(·)``, through
@@ -27,7 +28,14 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["ELEMENTWISE", "ELEMENTWISE_NAMES", "ModelGraph", "is_named_rmsnorm", "trace_graph"]
+__all__ = [
+    "ELEMENTWISE",
+    "ELEMENTWISE_NAMES",
+    "FUNCTIONAL_ELEMENTWISE",
+    "ModelGraph",
+    "is_named_rmsnorm",
+    "trace_graph",
+]
 
 ELEMENTWISE: tuple[type[nn.Module], ...] = (
     nn.ReLU,
@@ -43,6 +51,8 @@ ELEMENTWISE: tuple[type[nn.Module], ...] = (
     nn.Mish,
     nn.Hardtanh,
     nn.ReLU6,
+    nn.Hardswish,
+    nn.Hardsigmoid,
 )
 _SOURCES: tuple[type[nn.Module], ...] = (
     nn.Linear,
@@ -139,9 +149,33 @@ class ModelGraph:
 
 _ADDS = (torch.add, Tensor.add, Tensor.__add__, Tensor.__radd__, Tensor.__iadd__, Tensor.add_)
 
+_F = nn.functional
+FUNCTIONAL_ELEMENTWISE: dict[object, str] = {
+    **dict.fromkeys(
+        (_F.relu, _F.relu_, torch.relu, torch.relu_, Tensor.relu, Tensor.relu_), "ReLU"
+    ),
+    **dict.fromkeys((_F.leaky_relu, _F.leaky_relu_), "LeakyReLU"),
+    _F.gelu: "GELU",
+    _F.silu: "SiLU",
+    **dict.fromkeys((torch.sigmoid, _F.sigmoid, Tensor.sigmoid), "Sigmoid"),
+    **dict.fromkeys((torch.tanh, _F.tanh, Tensor.tanh), "Tanh"),
+    _F.elu: "ELU",
+    _F.softplus: "Softplus",
+    _F.mish: "Mish",
+    _F.hardtanh: "Hardtanh",
+    _F.relu6: "ReLU6",
+    _F.hardswish: "Hardswish",
+    _F.hardsigmoid: "Hardsigmoid",
+    _F.dropout: "Dropout",
+}
+"""Elementwise functions (called inside a ``forward`` rather than as modules) that continue a
+chain, labelled with the class name of the equal module (``via`` then reads the same either
+way)."""
+
 
 class _Summands(TorchFunctionMode):
-    """Records, per sum tensor (by id), the sources whose raw output is one of its summands."""
+    """Records, per sum tensor (by id), the sources whose raw output is one of its summands, and
+    carries a source's provenance through the functions of `FUNCTIONAL_ELEMENTWISE`."""
 
     def __init__(self, origin: dict[int, tuple[str, tuple[str, ...]]], keep: list[Tensor]):
         super().__init__()
@@ -158,6 +192,9 @@ class _Summands(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        label = FUNCTIONAL_ELEMENTWISE.get(func)
+        if label is not None:
+            return self._elementwise(func, label, args, kwargs)
         if func not in _ADDS or len(args) != 2 or kwargs.get("alpha", 1) != 1:
             return func(*args, **kwargs)
         srcs = self._sources(args[0]) | self._sources(args[1])
@@ -167,6 +204,14 @@ class _Summands(TorchFunctionMode):
             if srcs:
                 self.summands[id(out)] = srcs
                 self.keep.append(out)
+        return out
+
+    def _elementwise(self, func, label: str, args: tuple, kwargs: dict) -> object:
+        src = self.origin.get(id(args[0])) if args and isinstance(args[0], Tensor) else None
+        out = func(*args, **kwargs)
+        if src is not None and isinstance(out, Tensor) and out.shape == args[0].shape:
+            self.origin[id(out)] = (src[0], (*src[1], label))
+            self.keep.append(out)
         return out
 
 

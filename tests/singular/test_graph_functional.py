@@ -1,0 +1,84 @@
+"""The data-flow graph through elementwise functions called inside a ``forward``.
+
+``F.relu(fc1(x))`` must give the same edge as ``nn.ReLU()(fc1(x))`` (same ``via`` label), so the
+detectors that follow edges (ReLU rescale, duality chains) see models written either way; a
+function that is not elementwise (a product, a reshape) still breaks the chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from neuromanifold.singular.detectors import DetectionContext, ReLURescaleDetector, trace_graph
+from neuromanifold.singular.detectors.graph import ELEMENTWISE, FUNCTIONAL_ELEMENTWISE
+from neuromanifold.singular.family import Gaussian
+
+
+class _MLP(nn.Module):
+    """``fc2(act(fc1 x))`` with ``act`` a function applied inside ``forward``."""
+
+    def __init__(self, act: Callable[[Tensor], Tensor]) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(3, 5)
+        self.fc2 = nn.Linear(5, 2)
+        self.act = act
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+FUNCTIONS = {
+    "F.relu": (F.relu, ("ReLU",)),
+    "torch.relu": (torch.relu, ("ReLU",)),
+    "Tensor.relu": (Tensor.relu, ("ReLU",)),
+    "in-place relu": (lambda z: F.relu(z, inplace=True), ("ReLU",)),
+    "leaky_relu": (lambda z: F.leaky_relu(z, 0.1), ("LeakyReLU",)),
+    "tanh then gelu": (lambda z: F.gelu(torch.tanh(z)), ("Tanh", "GELU")),
+    "eval dropout": (lambda z: F.dropout(z, 0.5, training=False), ("Dropout",)),
+}
+
+
+def _x() -> Tensor:
+    return torch.randn(6, 3, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_functional_activation_continues_the_chain(name: str) -> None:
+    act, via = FUNCTIONS[name]
+    torch.manual_seed(0)
+    graph = trace_graph(_MLP(act).double(), _x())
+    assert graph.consumers["fc1"] == ("fc2",)
+    assert graph.via[("fc1", "fc2")] == via
+
+
+def test_functional_and_module_relu_give_the_same_graph() -> None:
+    torch.manual_seed(0)
+    functional = trace_graph(_MLP(F.relu).double(), _x())
+    module = trace_graph(_MLP(nn.ReLU()).double(), _x())
+    assert functional.consumers == module.consumers
+    assert functional.via == module.via
+
+
+def test_a_product_breaks_the_chain() -> None:
+    torch.manual_seed(0)
+    graph = trace_graph(_MLP(lambda z: F.relu(z) * z).double(), _x())
+    assert "fc1" not in graph.consumers
+
+
+def test_functional_relu_gets_the_rescale_gauge() -> None:
+    torch.manual_seed(0)
+    model = _MLP(F.relu).double()
+    ctx = DetectionContext.from_model(model, torch.randn(32, 3, dtype=torch.float64), Gaussian())
+    (cand,) = ReLURescaleDetector().propose("fc1", ctx.model.fc1, ctx)
+    assert cand.gauge == "curved" and set(cand.u) == {"fc1.weight", "fc1.bias", "fc2.weight"}
+
+
+def test_every_label_names_an_elementwise_module() -> None:
+    """The labels are class names of `ELEMENTWISE` modules (``via`` reads the same either way)."""
+    names = {cls.__name__ for cls in ELEMENTWISE}
+    assert set(FUNCTIONAL_ELEMENTWISE.values()) <= names

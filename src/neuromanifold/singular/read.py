@@ -51,9 +51,10 @@ from neuromanifold.singular.blocks import is_supported_block
 from neuromanifold.singular.classify import check_live_threshold
 from neuromanifold.singular.coordinate_scan import coordinate_scan
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, Detector
+from neuromanifold.singular.detectors.embedding import embedding_rows_seen
 from neuromanifold.singular.detectors.graph import trace_graph
 from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
-from neuromanifold.singular.distributed import all_gather_union, resolve_device, world_size
+from neuromanifold.singular.distributed import resolve_device, world_size
 from neuromanifold.singular.factor_inputs import forward_checked
 from neuromanifold.singular.factors import kfac_factors
 from neuromanifold.singular.family import check_family
@@ -101,33 +102,6 @@ def _not_covered(
                 NotCovered(label, type(mod).__name__, own, "not called as a module on the data")
             )
     return out
-
-
-def _embedding_seen(model: nn.Module, x: Tensor, batch: int) -> tuple[dict[str, Tensor], int]:
-    embs = {n: m for n, m in model.named_modules() if isinstance(m, nn.Embedding)}
-    if not embs:
-        return {}, 0
-    seen: dict[str, list[Tensor]] = {n: [] for n in embs}
-    hs = [
-        m.register_forward_pre_hook(lambda _m, inp, n=n: seen[n].append(inp[0].reshape(-1)))
-        for n, m in embs.items()
-    ]
-    passes = 0
-    try:
-        with torch.no_grad():
-            for s in range(0, x.shape[0], batch):
-                model(x[s : s + batch])
-                passes += 1
-    finally:
-        for h in hs:
-            h.remove()
-    out = {}
-    for n, v in seen.items():  # same order on every rank: the union is a collective
-        local = torch.cat(v) if v else torch.zeros(0, dtype=torch.long, device=x.device)
-        union = all_gather_union(local)
-        if union.numel():
-            out[n] = union
-    return out, passes
 
 
 def read(
@@ -255,7 +229,7 @@ def read(
     chunk = None if plan is None else plan.chunk_size
     t_batch = T_BATCH if plan is None else plan.t_batch
     factors = kfac_factors(work, xw, family, batch_size=batch_size)
-    seen, emb_passes = _embedding_seen(work, xw, batch_size)
+    seen, emb_passes = embedding_rows_seen(work, xw, batch_size)
     params = {k: v.detach().clone() for k, v in work.named_parameters()}
     ctx = DetectionContext(
         model=work, params=params, factors=factors, graph=graph, family=family, data=xw

@@ -184,6 +184,23 @@ def test_errors_name_the_problem() -> None:
         kfac_factors(model, torch.zeros(0, 4, dtype=torch.float64), Gaussian())
 
 
+class _Float32Inside(nn.Module):
+    """A Linear followed by a product with a float32 tensor the forward creates itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) @ torch.ones(3, 2, dtype=torch.float32)
+
+
+def test_float64_failure_is_named_as_such() -> None:
+    """Not blamed on the data: the read runs in float64 and this forward cannot."""
+    with pytest.raises(ValueError, match=r"forward fails in float64.*[Dd]ouble"):
+        kfac_factors(_Float32Inside().double(), torch.randn(3, 4, dtype=torch.float64), Gaussian())
+
+
 def test_error_non_finite_model_output() -> None:
     """Finite parameters and inputs whose product overflows: the output check names it."""
     model = nn.Linear(2, 1).double()

@@ -86,10 +86,19 @@ def install_finite_checks(model: nn.Module) -> list:
 
 
 def forward_checked(model: nn.Module, x: Tensor) -> Tensor:
-    """``model(x)``; a shape error becomes a ``ValueError`` saying what the first layer expects."""
+    """``model(x)``; an error becomes a ``ValueError``: one that names float64 (``Double``) says
+    that the forward fails in float64 (the read's working precision: an operator without a float64
+    kernel, or a tensor the model creates in float32); any other says what the first layer
+    expects, the usual cause being data that does not fit."""
     try:
         return model(x)
     except (RuntimeError, IndexError) as err:
+        if any(word in str(err).lower() for word in ("double", "float64")):
+            raise ValueError(
+                f"the model's forward fails in float64, the precision every read evaluates in "
+                f"(an operator without a float64 kernel, or a tensor the model makes in another "
+                f"dtype): {err}"
+            ) from err
         first = next(
             (
                 (n, mod)

@@ -242,6 +242,38 @@ class _TupleOut(nn.Module):
         return y, y
 
 
+class _OldStyleGELU(torch.autograd.Function):
+    """A custom function with ``forward(ctx, x)`` and no ``setup_context`` (as Bloom's GELU):
+    autograd runs it, torch.func's forward mode cannot."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x)
+        return torch.nn.functional.gelu(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        (x,) = ctx.saved_tensors
+        return grad * torch.func.grad(lambda z: torch.nn.functional.gelu(z).sum())(x)
+
+
+class _CustomFunctionMLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(5, 4)
+        self.fc2 = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(_OldStyleGELU.apply(self.fc1(x)))
+
+
+def test_model_without_forward_mode_derivatives_fails_early() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(8, 5, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"forward-mode derivatives.*setup_context"):
+        read(_CustomFunctionMLP(), x, Gaussian(), progress=False)
+
+
 def test_bad_input_errors() -> None:
     p = planted_mlp(n=8)
     with pytest.raises(ValueError, match=r"data of shape \(8, 7\) does not fit.*'0'.*5"):

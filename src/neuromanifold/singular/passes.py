@@ -1,6 +1,7 @@
 """How a forward-mode pass over the probe set is run: kernels, sample chunks and vmap lanes.
 
-* `differentiable_kernels`: attention through kernels that have forward-mode derivatives.
+* `differentiable_kernels`: attention through kernels that have forward-mode derivatives;
+  `check_forward_mode`: the read's early test that the model has them at all.
 * **Lanes and chunks.** A pass that carries ``L`` lanes under ``vmap`` (``L`` directions, or ``L``
   t-values of a sweep) holds every activation ``L`` times. Most of a tangent's work is elementwise
   (adds, activation derivatives, the layer-norm formula) and bound by memory traffic, and past a
@@ -40,7 +41,7 @@ from pathlib import Path
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call
+from torch.func import functional_call, jvp
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
@@ -54,6 +55,7 @@ __all__ = [
     "SWEEP_LANE_BYTES",
     "activation_bytes_per_sample",
     "check_chunk_size",
+    "check_forward_mode",
     "chunks",
     "differentiable_kernels",
     "l2_bytes_per_core",
@@ -133,6 +135,31 @@ def differentiable_kernels() -> Iterator[None]:
             yield
     finally:
         torch.backends.mha.set_fastpath_enabled(previous)
+
+
+def check_forward_mode(model: nn.Module, x: Tensor) -> None:
+    """Raise a ``ValueError`` unless ``torch.func.jvp`` of ``model`` on ``x`` runs.
+
+    One forward-mode pass (inside `differentiable_kernels`, along a tangent of ones on every
+    floating-point parameter) before the read's factor and detection passes, so a model that
+    cannot be differentiated in forward mode — a custom ``torch.autograd.Function`` without
+    ``setup_context`` and ``jvp``, an operator without a forward-mode formula — fails at once,
+    with the cause named, instead of in its first sweep.
+    """
+    params = {k: v.detach() for k, v in model.named_parameters() if v.is_floating_point()}
+    tangents = {k: torch.ones_like(v) for k, v in params.items()}
+
+    def f(p: dict[str, Tensor]) -> object:
+        return functional_call(model, p, (x,))
+
+    try:
+        with differentiable_kernels():
+            jvp(f, (params,), (tangents,))
+    except (RuntimeError, NotImplementedError) as err:
+        raise ValueError(
+            f"the read needs forward-mode derivatives of the model (torch.func.jvp), which "
+            f"failed: {err}"
+        ) from err
 
 
 class _OutputBytes(TorchFunctionMode):

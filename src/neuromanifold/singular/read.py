@@ -59,6 +59,7 @@ from neuromanifold.singular.factor_inputs import forward_checked
 from neuromanifold.singular.factors import kfac_factors
 from neuromanifold.singular.family import check_family
 from neuromanifold.singular.memory import MemoryPlan, plan_memory
+from neuromanifold.singular.passes import check_forward_mode
 from neuromanifold.singular.read_candidate import MIN_RESIDUAL, PROJECT_MIN_OVERLAP, read_candidate
 from neuromanifold.singular.reading import DirectionRecord, NotCovered, Reading
 from neuromanifold.singular.sweep import T_BATCH
@@ -67,6 +68,8 @@ __all__ = ["DEDUP_OVERLAP", "MIN_RESIDUAL", "PROJECT_MIN_OVERLAP", "check_live_t
 
 DEDUP_OVERLAP = 0.999
 GRAPH_SAMPLES = 16
+FORWARD_MODE_SAMPLES = 2
+"""Probe samples of the read's early forward-mode test (`check_forward_mode`)."""
 
 
 def _inputs(data: Any) -> Tensor:
@@ -221,6 +224,7 @@ def read(
             f"that it returns the logits or means"
         )
     family.check_output(out)
+    check_forward_mode(work, xw[:FORWARD_MODE_SAMPLES])
     graph = trace_graph(work, xw[:GRAPH_SAMPLES])
     plan: MemoryPlan | None = None
     if max_memory is not None:

@@ -1,4 +1,5 @@
-"""Hugging Face ``Conv1D`` (GPT-2) read as the equal ``nn.Linear`` (`singular.adapt`)."""
+"""Equal rewrites of the working copy (`singular.adapt`): Hugging Face ``Conv1D`` (GPT-2) and
+``nn.Linear`` subclasses read as the equal ``nn.Linear``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from torch import nn
 
 from neuromanifold.io import TensorOutput, import_transformers
 from neuromanifold.report import reading_markdown
-from neuromanifold.singular.adapt import conv1d_as_linear, is_hf_conv1d
+from neuromanifold.singular.adapt import conv1d_as_linear, is_hf_conv1d, linear_subclasses_as_linear
 from neuromanifold.singular.family import Categorical
 from neuromanifold.singular.read import read
 
@@ -109,3 +110,82 @@ def test_tiny_gpt2_is_covered_and_the_callers_model_untouched() -> None:
     assert "4 Hugging Face `Conv1D` modules were read as the equal `nn.Linear`" in (
         reading_markdown(reading)
     )
+
+
+class _PlainLinear(nn.Linear):
+    """``x Wᵀ + b`` through another ``forward`` (as Falcon's ``FalconLinear``)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = x @ self.weight.T
+        return out if self.bias is None else out + self.bias
+
+
+class _ScaledLinear(nn.Linear):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 2.0 * super().forward(x)
+
+
+class _GatedLinear(nn.Linear):
+    """An extra parameter: not a plain linear map, whatever its output."""
+
+    def __init__(self, n_in: int, n_out: int) -> None:
+        super().__init__(n_in, n_out)
+        self.gate = nn.Parameter(torch.ones(n_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) * self.gate
+
+
+def _subclass_mlp() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        _PlainLinear(3, 5), nn.ReLU(), _PlainLinear(5, 4, bias=False), nn.Tanh(), nn.Linear(4, 2)
+    ).double()
+    return model, torch.randn(24, 3, dtype=torch.float64)
+
+
+def test_linear_subclass_keeps_the_function_and_the_parameter_objects() -> None:
+    model, x = _subclass_mlp()
+    before = model(x)
+    params = dict(model.named_parameters())
+    assert linear_subclasses_as_linear(model, x) == ["0", "2"]
+    assert type(model[0]) is nn.Linear and type(model[2]) is nn.Linear
+    assert model[2].bias is None
+    after = dict(model.named_parameters())
+    assert after.keys() == params.keys() and all(after[k] is params[k] for k in params)
+    torch.testing.assert_close(model(x), before, rtol=RTOL_SAME_MAP, atol=0)
+
+
+def test_linear_subclass_that_computes_something_else_is_left_alone() -> None:
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Sequential(_ScaledLinear(3, 4), _GatedLinear(4, 2), _PlainLinear(2, 2))
+            self.unused = _PlainLinear(3, 3)  # never called: nothing to compare
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.body(x)
+
+    torch.manual_seed(0)
+    model = Model().double()
+    assert linear_subclasses_as_linear(model, torch.randn(6, 3, dtype=torch.float64)) == ["body.2"]
+    kinds = [type(m).__name__ for m in (*model.body, model.unused)]
+    assert kinds == ["_ScaledLinear", "_GatedLinear", "Linear", "_PlainLinear"]
+
+
+def test_tied_linear_subclasses_stay_tied() -> None:
+    torch.manual_seed(0)
+    a, b = _PlainLinear(3, 3), _PlainLinear(3, 3)
+    b.weight = a.weight
+    model = nn.Sequential(a, nn.Tanh(), b).double()
+    assert linear_subclasses_as_linear(model, torch.randn(4, 3, dtype=torch.float64)) == ["0", "2"]
+    assert model[0].weight is model[2].weight
+
+
+def test_read_covers_linear_subclasses_and_says_so() -> None:
+    model, x = _subclass_mlp()
+    reading = read(model, x, Categorical(), progress=False)
+    assert reading.not_covered == ()
+    assert reading.meta["linear_subclass_as_linear"] == ["0", "2"]
+    assert type(model[0]) is _PlainLinear  # the caller's model is untouched
+    assert "2 subclasses of `nn.Linear` were read as `nn.Linear`" in reading_markdown(reading)

@@ -10,14 +10,33 @@ and orders, never raw direction tensors, so the rewrite is invisible in a `Readi
 ``meta["conv1d_as_linear"]``, which lists the modules it rewrote. A ``Conv1D`` whose weight is
 shared with another module (a tied parameter) is left alone, since transposing one use would
 untie it; it is then reported as not covered.
+
+Subclasses of ``nn.Linear`` (Falcon's ``FalconLinear``, and many research codebases' own) are
+outside the detectors' exact-type match, yet usually compute ``x Wᵀ + b`` with another
+``forward``. `linear_subclasses_as_linear` replaces such a module by an ``nn.Linear`` holding the
+**same** parameter objects (names and ties kept) when its parameters are exactly ``weight`` (and
+``bias``) and its output on the probe samples equals ``F.linear`` of its input to
+``SAME_MAP_RTOL``; a subclass that computes anything else (extra scaling, masking, adapters)
+fails that test and is left alone (then reported as not covered). The read lists the rewritten
+modules in ``meta["linear_subclass_as_linear"]``.
 """
 
 from __future__ import annotations
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
-__all__ = ["conv1d_as_linear", "is_hf_conv1d"]
+__all__ = [
+    "SAME_MAP_RTOL",
+    "conv1d_as_linear",
+    "is_hf_conv1d",
+    "linear_subclasses_as_linear",
+]
+
+SAME_MAP_RTOL = 1e-12
+"""Largest ``max|y − F.linear(x, W, b)| / max|F.linear(x, W, b)|`` over a subclass's calls on the
+probe samples for which it counts as an ``nn.Linear`` (float64: the same products in another
+order differ by rounding only)."""
 
 
 def is_hf_conv1d(module: nn.Module) -> bool:
@@ -69,6 +88,87 @@ def conv1d_as_linear(model: nn.Module) -> list[str]:
         with torch.no_grad():
             lin.weight.copy_(w.T)
             lin.bias.copy_(mod.bias.detach())
+        lin.train(mod.training)
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), child, lin)
+        done.append(name)
+    return done
+
+
+def _linear_subclass(module: nn.Module) -> bool:
+    """A strict ``nn.Linear`` subclass with no children and parameters ``weight`` (+ ``bias``)."""
+    if not isinstance(module, nn.Linear) or type(module) is nn.Linear:
+        return False
+    names = {n for n, _ in module.named_parameters()}
+    return next(module.children(), None) is None and names in ({"weight"}, {"weight", "bias"})
+
+
+def linear_subclasses_as_linear(model: nn.Module, x: Tensor) -> list[str]:
+    """Replace, in place, every ``nn.Linear`` subclass of ``model`` that computes
+    ``F.linear(x, W, b)`` on the probe input ``x`` by an ``nn.Linear`` holding the same parameter
+    objects (module docstring); returns the rewritten module names. Modules not called on ``x``,
+    called with other than one tensor argument, or whose output differs are left alone; so are
+    children of ``nn.MultiheadAttention`` (read through its own detector).
+
+    >>> class Scaled(nn.Linear):
+    ...     def forward(self, z):
+    ...         return 2 * super().forward(z)
+    >>> class Plain(nn.Linear):
+    ...     def forward(self, z):
+    ...         return z @ self.weight.T + self.bias
+    >>> m = nn.Sequential(Plain(3, 4), nn.ReLU(), Scaled(4, 2)).double()
+    >>> x = torch.randn(5, 3, dtype=torch.float64)
+    >>> before, w = m(x), m[0].weight
+    >>> linear_subclasses_as_linear(m, x), type(m[0]).__name__, type(m[2]).__name__
+    (['0'], 'Linear', 'Scaled')
+    >>> m[0].weight is w, torch.equal(m(x), before)
+    (True, True)
+    """
+    inside_mha = {
+        f"{name}.{child}" if name else child
+        for name, mod in model.named_modules()
+        if isinstance(mod, nn.MultiheadAttention)
+        for child, _ in mod.named_children()
+    }
+    cands = {
+        name: mod
+        for name, mod in model.named_modules()
+        if name and name not in inside_mha and _linear_subclass(mod)
+    }
+    if not cands:
+        return []
+    same: dict[str, bool] = {}
+
+    def equal_map(mod: nn.Module, args: tuple, kwargs: dict, out: object) -> bool:
+        if len(args) != 1 or kwargs or not isinstance(args[0], Tensor):
+            return False
+        ref = nn.functional.linear(args[0], mod.weight, mod.bias)
+        if not isinstance(out, Tensor) or out.shape != ref.shape:
+            return False
+        if ref.numel() == 0:
+            return True
+        return float((out - ref).abs().max()) <= SAME_MAP_RTOL * float(ref.abs().max())
+
+    def check(name: str):
+        def hook(mod: nn.Module, args: tuple, kwargs: dict, out: object) -> None:
+            same[name] = same.get(name, True) and equal_map(mod, args, kwargs, out)
+
+        return hook
+
+    handles = [m.register_forward_hook(check(n), with_kwargs=True) for n, m in cands.items()]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    done = []
+    for name, mod in cands.items():
+        if not same.get(name, False):
+            continue
+        lin = nn.Linear(mod.in_features, mod.out_features, bias=mod.bias is not None, device="meta")
+        lin.weight = mod.weight
+        lin.bias = mod.bias
         lin.train(mod.training)
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name), child, lin)

@@ -4,8 +4,10 @@ Pipeline (spec §7.2):
 
 1. Validate; work on a float64, eval-mode deep copy (the caller's module is never touched; a
    float32 model is up-cast and ``meta["upcast"]`` says so; Hugging Face ``Conv1D`` modules are
-   replaced by the equal ``nn.Linear``, listed in ``meta["conv1d_as_linear"]``
-   (`neuromanifold.singular.adapt`); see `_working_copy` for fused attention). Non-finite
+   replaced by the equal ``nn.Linear``, listed in ``meta["conv1d_as_linear"]``, and so are
+   ``nn.Linear`` subclasses that compute ``x Wᵀ + b`` on the probe samples,
+   ``meta["linear_subclass_as_linear"]`` (`neuromanifold.singular.adapt`); see `_working_copy`
+   for fused attention). Non-finite
    parameters or activations raise ``ValueError`` naming the parameter or module; data that does
    not fit the model raises ``ValueError`` naming the shapes.
 2. One hooked forward on a few samples traces the data-flow graph (`trace_graph`); one pass over the
@@ -46,7 +48,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from neuromanifold.singular.adapt import conv1d_as_linear
+from neuromanifold.singular.adapt import conv1d_as_linear, linear_subclasses_as_linear
 from neuromanifold.singular.blocks import is_supported_block
 from neuromanifold.singular.classify import check_live_threshold
 from neuromanifold.singular.coordinate_scan import coordinate_scan
@@ -224,6 +226,7 @@ def read(
             f"that it returns the logits or means"
         )
     family.check_output(out)
+    linear_subclasses = linear_subclasses_as_linear(work, xw[:GRAPH_SAMPLES])
     check_forward_mode(work, xw[:FORWARD_MODE_SAMPLES])
     graph = trace_graph(work, xw[:GRAPH_SAMPLES])
     plan: MemoryPlan | None = None
@@ -351,6 +354,7 @@ def read(
         "live_threshold": live_threshold,
         "truncated": list(truncated.values()),
         "conv1d_as_linear": rewritten,
+        "linear_subclass_as_linear": linear_subclasses,
     }
     return Reading(directions=tuple(records), not_covered=tuple(not_covered), meta=meta, note=note)
 

@@ -388,7 +388,7 @@ def test_scaled_queries_break_every_basis() -> None:
     lay = attention_layout(model)
     orbit = QKRotation(lay, "")
     for name in QK_BASES:
-        (i, j) = qk_basis(name, 4)[0]
+        (i, j) = qk_basis(name, 4, rotary=2)[0]
         s = torch.zeros(4, 4, dtype=torch.float64)
         s[i, j], s[j, i] = 1.0, -1.0
         moved = orbit.act(ctx.params, {0: torch.linalg.matrix_exp(CERTIFY_ANGLE * s)})

@@ -30,8 +30,8 @@ threshold alone would certify ``so(d_h)`` under RoPE for small weights. The chan
 also compared with a *reference* move of the same size known to break the symmetry: the generic
 ``so(d_h)`` rotation of the queries alone (keys fixed), which changes every score at first order.
 A basis certifies when its change is at most ``QK_CERTIFY_RTOL`` (rounding, below) and at most
-``QK_CERTIFY_RATIO`` times the reference; the first basis of ``so(d_h)``, ``rope-half``,
-``rope-interleaved`` that certifies is proposed, none if none does or if the reference is 0 (the
+``QK_CERTIFY_RATIO`` times the reference; the first basis of `QK_BASES` that certifies is
+proposed, none if none does or if the reference is 0 (the
 outputs do not see the scores). ``info`` records ``basis``, ``certified`` (its change),
 ``reference`` and ``rejected`` (the changes of the bases tried before; ``None`` for a failed
 forward). ``u`` is the tangent of one seeded
@@ -55,9 +55,15 @@ the change, and nothing is proposed when it fails.
 Both orbits are curved: a straight probe shows an apparent order 2, classed curved gauge through
 the generators.
 
-Not covered: partial rotary embeddings (RoPE on a leading part of each head, e.g. GPT-NeoX's
-``rotary_pct``: the plane bases pair the wrong dimensions and fail certification, so nothing is
-proposed), the larger commutant when two rotary planes share a frequency, the per-head
+Partial rotary embeddings (RoPE on the first ``r`` dimensions of each head only: GPT-NeoX,
+Phi, GPT-J, whose modules state ``r`` as ``rotary_ndims``/``rotary_dim``) commute with the
+rotary planes of those ``r`` dimensions and with all of ``so(d_h − r)`` on the others
+(``"rope-partial-half"``, ``"rope-partial-interleaved"``: ``r/2 + (d_h − r)(d_h − r − 1)/2``
+generators); they are tried right after ``so(d_h)``, before the full-head plane bases, which
+also certify there but span only a subgroup.
+
+Not covered: partial rotary embeddings whose width the module does not state, the larger
+commutant when two rotary planes share a frequency, the per-head
 ``GL(d_h)`` extensions (``W_Q → A W_Q``, ``W_K → A^{−T} W_K``; ``V → A V``,
 ``O → O A^{−1}``) beyond the rotation and the scalar rescale, and fused layouts with GQA.
 """
@@ -109,22 +115,42 @@ QK_CERTIFY_RATIO = 1e-3
 """Largest ratio of a QK basis's output change to the reference (queries-only) rotation's for
 which the basis certifies: true symmetries give 0 or rounding, broken bases a ratio of order 1
 (module docstring)."""
-QK_BASES = ("so(d_head)", "rope-half", "rope-interleaved")
-"""QK rotation bases tried in order by certification (module docstring)."""
+QK_BASES = (
+    "so(d_head)",
+    "rope-partial-half",
+    "rope-partial-interleaved",
+    "rope-half",
+    "rope-interleaved",
+)
+"""QK rotation bases tried in order by certification (module docstring): the larger spans first
+(a partial basis holds more generators than the full-head planes, which also certify under
+partial RoPE as a subgroup)."""
 
 
-def qk_basis(name: str, d: int) -> list[tuple[int, int]]:
+def qk_basis(name: str, d: int, rotary: int | None = None) -> list[tuple[int, int]]:
     """Index pairs ``(i, j)`` of the generators ``E_ij − E_ji`` of QK basis ``name`` in
     ``so(d)``: all ``i < j`` for ``"so(d_head)"``, ``(i, i + d/2)`` for ``"rope-half"``,
-    ``(2i, 2i + 1)`` for ``"rope-interleaved"`` (the plane bases need an even ``d``).
+    ``(2i, 2i + 1)`` for ``"rope-interleaved"`` (the plane bases need an even ``d``). The partial
+    bases rotate only the first ``rotary`` dimensions by position (even ``rotary < d``; ``[]``
+    without it): their planes ``(i, i + rotary/2)`` (``"rope-partial-half"``) or ``(2i, 2i + 1)``
+    (``"rope-partial-interleaved"``) for ``i < rotary/2``, and all of ``so`` of the other
+    ``d − rotary`` dimensions, which no position touches.
 
     >>> qk_basis("rope-half", 4), qk_basis("rope-interleaved", 4), len(qk_basis("so(d_head)", 4))
     ([(0, 2), (1, 3)], [(0, 1), (2, 3)], 6)
+    >>> qk_basis("rope-partial-half", 6, rotary=4)
+    [(0, 2), (1, 3), (4, 5)]
     """
-    if name == "so(d_head)":
-        return [(i, j) for i in range(d) for j in range(i + 1, d)]
     if name not in QK_BASES:
         raise ValueError(f"qk_basis: name={name!r}; expected one of {QK_BASES}")
+    if name == "so(d_head)":
+        return [(i, j) for i in range(d) for j in range(i + 1, d)]
+    if name.startswith("rope-partial"):
+        if rotary is None or rotary % 2 or not 0 < rotary < d:
+            return []
+        free = [(i, j) for i in range(rotary, d) for j in range(i + 1, d)]
+        half = "half" if name.endswith("half") else "interleaved"
+        return qk_basis(f"rope-{half}", rotary) + free
     if d % 2:
         return []
     if name == "rope-half":
@@ -159,13 +185,13 @@ class QKRotation:
     def _blocks(self, g: int, roles: tuple[str, ...] = ("q", "k")) -> list[tuple[str, slice]]:
         """``(parameter key, rows)`` moved by KV head ``g``'s rotation (Q of its query heads,
         K of ``g``; weights and biases), restricted to ``roles``."""
-        lay, dh = self.layout, self.layout.d_head
+        lay = self.layout
         out = []
         for role, (w_key, b_key, off), heads in (("q", lay.q, lay.group(g)), ("k", lay.k, (g,))):
             if role not in roles:
                 continue
             for h in heads:
-                rows = slice(off + h * dh, off + (h + 1) * dh)
+                rows = lay.rows(off, h)
                 out += [(self.prefix + key, rows) for key in (w_key, b_key) if key is not None]
         return out
 
@@ -216,9 +242,8 @@ class VORescale:
 
     def _v_rows(self, g: int) -> tuple[list[str], slice]:
         w_key, b_key, off = self.layout.v
-        dh = self.layout.d_head
         keys = [self.prefix + k for k in (w_key, b_key) if k is not None]
-        return keys, slice(off + g * dh, off + (g + 1) * dh)
+        return keys, self.layout.rows(off, g)
 
     def _o_cols(self, g: int) -> list[slice]:
         dh = self.layout.d_head
@@ -319,7 +344,7 @@ class AttentionDetector:
             return None  # the outputs do not see the scores: nothing can be certified
         rejected: dict[str, float | None] = {}
         for basis in QK_BASES:
-            pairs = qk_basis(basis, dh)
+            pairs = qk_basis(basis, dh, lay.rotary_dims)
             if not pairs:
                 continue
             change = relative_change(ctx, orbit.act(ctx.params, rotations(pairs)))

@@ -17,11 +17,17 @@ grouped-query attention from ``num_key_value_heads`` (module or config) or
   concatenated heads (QK left to ``self``: ``propose_qk=False``);
 * a fused ``qkv`` (timm) or ``c_attn`` (GPT-2, read as ``nn.Linear``:
   `neuromanifold.singular.adapt`) Linear with rows ``[Q; K; V]`` (no GQA);
-* ``nn.MultiheadAttention`` with packed ``in_proj_weight``/``in_proj_bias`` and ``out_proj``.
+* ``nn.MultiheadAttention`` with packed ``in_proj_weight``/``in_proj_bias`` and ``out_proj``;
+* GPT-NeoX (Pythia): a fused ``query_key_value`` Linear whose rows are grouped per head,
+  ``[Q_h; K_h; V_h]`` for each head in turn (head stride ``3·d_h``), and the output ``dense``;
+  heads from ``config``.
 
-Query head ``h`` owns rows ``h·d_h … (h+1)·d_h`` of Q and those columns of the output; KV head
-``g`` owns rows ``g·d_h …`` of K and V; query head ``h`` reads KV head ``⌊h / n_rep⌋``,
-``n_rep = heads / kv_heads`` (Hugging Face's ``repeat_kv``).
+Query head ``h`` owns rows ``offset + h·stride … + d_h`` of Q (``stride = d_h`` except in the
+per-head grouped layout) and columns ``h·d_h … (h+1)·d_h`` of the output; KV head ``g`` owns the
+rows ``offset + g·stride …`` of K and V; query head ``h`` reads KV head ``⌊h / n_rep⌋``,
+``n_rep = heads / kv_heads`` (Hugging Face's ``repeat_kv``). A module's int ``rotary_ndims``
+(GPT-NeoX, Phi) or ``rotary_dim`` (GPT-J) — rotary embedding on the leading dimensions of each
+head only — is kept as ``rotary_dims`` for the QK bases when it is below ``d_h``.
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ class AttentionLayout:
     propose_qk: bool = True
     kv_heads: int | None = None
     head_dim: int | None = None
+    head_stride: int | None = None
+    rotary_dims: int | None = None
 
     @property
     def n_kv(self) -> int:
@@ -65,6 +73,18 @@ class AttentionLayout:
     def d_head(self) -> int:
         """Head width ``d_h``."""
         return self.embed // self.heads if self.head_dim is None else self.head_dim
+
+    def rows(self, offset: int, head: int) -> slice:
+        """Rows of ``head`` in a projection whose heads start at ``offset``: ``d_h`` rows from
+        ``offset + head·stride`` (``stride``: ``head_stride``, else ``d_h``).
+
+        >>> lay = AttentionLayout(2, 8, ("w", None, 0), ("w", None, 4), ("w", None, 8), None, {},
+        ...                       head_stride=12)
+        >>> lay.rows(4, 1)
+        slice(16, 20, None)
+        """
+        stride = self.d_head if self.head_stride is None else self.head_stride
+        return slice(offset + head * stride, offset + head * stride + self.d_head)
 
     def group(self, g: int) -> tuple[int, ...]:
         """Query heads reading KV head ``g``: ``g·n_rep … (g+1)·n_rep − 1``."""
@@ -127,6 +147,7 @@ def attention_layout(module: nn.Module) -> AttentionLayout | None:
         return next((n for n in names if isinstance(kids.get(n), nn.Linear)), None)
 
     sym = all(isinstance(kids.get(n), nn.Identity) or n not in kids for n in ("q_norm", "k_norm"))
+    rot = _int(module, "rotary_ndims") or _int(module, "rotary_dim")
     o = pick("out_proj", "o_proj", "proj", "out_lin", "dense", "c_proj")
     q = pick("q_proj", "query", "q_lin", "q")
     k = pick("k_proj", "key", "k_lin", "k")
@@ -151,7 +172,10 @@ def attention_layout(module: nn.Module) -> AttentionLayout | None:
             qk_symmetric=sym,
             kv_heads=None if kv == heads else kv,
             head_dim=None if head_dim is None else dh,
+            rotary_dims=rot if rot is not None and rot < dh else None,
         )
+    if isinstance(kids.get("query_key_value"), nn.Linear) and o and kv_heads in (None, heads):
+        return _neox_layout(module, heads, o, rot)
     if from_config:
         return _wrapped_layout(module)
     qkv = pick("qkv", "c_attn")
@@ -168,6 +192,26 @@ def attention_layout(module: nn.Module) -> AttentionLayout | None:
             qk_symmetric=sym,
         )
     return None
+
+
+def _neox_layout(module: nn.Module, heads: int, o: str, rot: int | None) -> AttentionLayout | None:
+    """GPT-NeoX: ``query_key_value`` rows ``[Q_h; K_h; V_h]`` per head (stride ``3·d_h``)."""
+    qkv = module.get_submodule("query_key_value")
+    e = qkv.out_features // 3
+    if qkv.out_features != 3 * e or e % heads or module.get_submodule(o).in_features != e:
+        return None
+    dh = e // heads
+    return AttentionLayout(
+        heads=heads,
+        embed=e,
+        q=_linear_keys("query_key_value", module, 0),
+        k=_linear_keys("query_key_value", module, dh),
+        v=_linear_keys("query_key_value", module, 2 * dh),
+        o=f"{o}.weight",
+        layers={"q": "query_key_value", "k": "query_key_value", "v": "query_key_value", "o": o},
+        head_stride=3 * dh,
+        rotary_dims=rot if rot is not None and rot < dh else None,
+    )
 
 
 def _wrapped_layout(module: nn.Module) -> AttentionLayout | None:

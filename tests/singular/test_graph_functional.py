@@ -1,4 +1,5 @@
-"""The data-flow graph through elementwise functions called inside a ``forward``.
+"""The data-flow graph through elementwise functions called inside a ``forward``, and through
+pooling that keeps every channel apart.
 
 ``F.relu(fc1(x))`` must give the same edge as ``nn.ReLU()(fc1(x))`` (same ``via`` label), so the
 detectors that follow edges (ReLU rescale, duality chains) see models written either way; a
@@ -82,3 +83,62 @@ def test_every_label_names_an_elementwise_module() -> None:
     """The labels are class names of `ELEMENTWISE` modules (``via`` reads the same either way)."""
     names = {cls.__name__ for cls in ELEMENTWISE}
     assert set(FUNCTIONAL_ELEMENTWISE.values()) <= names
+
+
+class _ConvHead(nn.Module):
+    """``head(pool(relu(conv2(relu(conv1 x)))))`` with ``pool`` a function of the feature map."""
+
+    def __init__(self, pool: Callable[[Tensor], Tensor], n_in: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 3, 3, padding=1)
+        self.conv2 = nn.Conv2d(3, 4, 3, padding=1)
+        self.head = nn.Linear(n_in, 2)
+        self.pool = pool
+
+    def forward(self, x: Tensor) -> Tensor:
+        z = F.relu(self.conv2(F.max_pool2d(F.relu(self.conv1(x)), 2)))
+        return self.head(self.pool(z))
+
+
+CHANNEL_POOLS = {
+    "global average": (
+        lambda z: torch.flatten(F.adaptive_avg_pool2d(z, 1), 1),
+        4,
+        ("ReLU", "AdaptiveAvgPool", "Flatten"),
+    ),
+    "spatial mean": (lambda z: z.mean(dim=(-2, -1)), 4, ("ReLU", "Mean")),
+    "global max": (
+        lambda z: F.adaptive_max_pool2d(z, 1).flatten(1),
+        4,
+        ("ReLU", "AdaptiveMaxPool", "Flatten"),
+    ),
+    "channel mean": (lambda z: z.mean(1).flatten(1), 4, None),  # (N, 2, 2) → (N, 4): mixes
+    "non-singleton flatten": (lambda z: z.flatten(1), 16, None),  # (N, 4, 2, 2) → (N, 16)
+}
+
+
+def _conv_head(name: str) -> tuple[nn.Module, Tensor]:
+    pool, n_in, _ = CHANNEL_POOLS[name]
+    torch.manual_seed(0)
+    return _ConvHead(pool, n_in).double(), torch.randn(24, 1, 4, 4, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("name", sorted(CHANNEL_POOLS))
+def test_channelwise_pooling_continues_the_chain_and_nothing_else_does(name: str) -> None:
+    model, x = _conv_head(name)
+    graph = trace_graph(model, x[:4])
+    assert graph.via[("conv1", "conv2")] == ("ReLU", "MaxPool")
+    via = CHANNEL_POOLS[name][2]
+    if via is None:
+        assert "conv2" not in graph.consumers
+    else:
+        assert graph.consumers["conv2"] == ("head",) and graph.via[("conv2", "head")] == via
+
+
+@pytest.mark.parametrize("name", ["global average", "spatial mean"])
+def test_rescale_through_pooling_is_proposed_and_certified(name: str) -> None:
+    model, x = _conv_head(name)
+    ctx = DetectionContext.from_model(model, x, Gaussian())
+    for producer, consumer in (("conv1", "conv2"), ("conv2", "head")):
+        (cand,) = ReLURescaleDetector().propose(producer, ctx.model.get_submodule(producer), ctx)
+        assert cand.layers == (producer, consumer) and cand.info["certified"] == 0.0

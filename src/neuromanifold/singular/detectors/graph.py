@@ -7,8 +7,10 @@ attribute). Sources are Linear and convolution modules, normalisation layers (to
 RMSNorm, BatchNorm and GroupNorm, and RMSNorms defined elsewhere: `is_named_rmsnorm`) and
 embeddings; consumers are those and ``nn.MultiheadAttention``
 (its query input). Elementwise functions called inside a ``forward`` (``F.relu``, ``torch.tanh``,
-…: `FUNCTIONAL_ELEMENTWISE`) continue the chain like the equal modules; any other function
-(a product, a reshape, a residual addition) breaks it, so no edge is drawn across it (the duality
+…: `FUNCTIONAL_ELEMENTWISE`) continue the chain like the equal modules, and so do pooling, a
+spatial mean and a flatten of ``(N, C, 1, 1)`` (`CHANNELWISE`: every channel kept apart, so unit
+``c`` of the producer is still channel ``c`` of the consumer's input); any other function (a
+product, a reshape, a residual addition) breaks it, so no edge is drawn across it (the duality
 join and the LayerNorm lift are then not attempted, which is conservative).
 
 **Skip edges** are recorded separately: ``skips[p]`` lists the sinks whose first input is a sum in
@@ -29,6 +31,8 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
 __all__ = [
+    "CHANNELWISE",
+    "CHANNELWISE_LABELS",
     "ELEMENTWISE",
     "ELEMENTWISE_NAMES",
     "FUNCTIONAL_ELEMENTWISE",
@@ -172,6 +176,44 @@ FUNCTIONAL_ELEMENTWISE: dict[object, str] = {
 chain, labelled with the class name of the equal module (``via`` then reads the same either
 way)."""
 
+CHANNELWISE: dict[object, str] = {
+    **dict.fromkeys((_F.max_pool1d, _F.max_pool2d), "MaxPool"),
+    **dict.fromkeys((_F.avg_pool1d, _F.avg_pool2d), "AvgPool"),
+    **dict.fromkeys((_F.adaptive_max_pool1d, _F.adaptive_max_pool2d), "AdaptiveMaxPool"),
+    **dict.fromkeys((_F.adaptive_avg_pool1d, _F.adaptive_avg_pool2d), "AdaptiveAvgPool"),
+    **dict.fromkeys((torch.mean, Tensor.mean), "Mean"),
+    **dict.fromkeys((torch.flatten, Tensor.flatten), "Flatten"),
+}
+"""Functions that keep every channel (dimension 1 of a batched ``(N, C, …)`` tensor) apart and
+only pool or drop the positions after it, positively homogeneous of degree 1 per channel:
+pooling (the modules call these functions too), a mean over dimensions ≥ 2 only, and a flatten
+that drops singleton trailing dimensions only (``(N, C, 1, 1) → (N, C)``). They continue a chain
+with their label when the output keeps ``(N, C)`` in front; any other use breaks it."""
+CHANNELWISE_LABELS = frozenset(CHANNELWISE.values())
+
+
+def _dims(arg: object, ndim: int) -> tuple[int, ...] | None:
+    """``dim`` of a reduction as non-negative ints (``None``: all dimensions)."""
+    if arg is None:
+        return None
+    dims = (arg,) if isinstance(arg, int) else tuple(arg)
+    return tuple(d % ndim for d in dims)
+
+
+def _keeps_channels(func: object, args: tuple, kwargs: dict, out: object) -> bool:
+    """Whether the call ``func(*args, **kwargs) = out`` of `CHANNELWISE` kept every channel."""
+    inp = args[0]
+    if not isinstance(out, Tensor) or inp.dim() < 3 or out.dim() < 2:
+        return False
+    if out.shape[:2] != inp.shape[:2]:
+        return False
+    if CHANNELWISE[func] == "Mean":
+        dims = _dims(args[1] if len(args) > 1 else kwargs.get("dim"), inp.dim())
+        return dims is not None and len(dims) > 0 and min(dims) >= 2
+    if CHANNELWISE[func] == "Flatten":
+        return out.dim() == 2 and all(n == 1 for n in inp.shape[2:])
+    return out.dim() == inp.dim()
+
 
 class _Summands(TorchFunctionMode):
     """Records, per sum tensor (by id), the sources whose raw output is one of its summands, and
@@ -195,6 +237,8 @@ class _Summands(TorchFunctionMode):
         label = FUNCTIONAL_ELEMENTWISE.get(func)
         if label is not None:
             return self._elementwise(func, label, args, kwargs)
+        if func in CHANNELWISE:
+            return self._channelwise(func, args, kwargs)
         if func not in _ADDS or len(args) != 2 or kwargs.get("alpha", 1) != 1:
             return func(*args, **kwargs)
         srcs = self._sources(args[0]) | self._sources(args[1])
@@ -204,6 +248,14 @@ class _Summands(TorchFunctionMode):
             if srcs:
                 self.summands[id(out)] = srcs
                 self.keep.append(out)
+        return out
+
+    def _channelwise(self, func, args: tuple, kwargs: dict) -> object:
+        src = self.origin.get(id(args[0])) if args and isinstance(args[0], Tensor) else None
+        out = func(*args, **kwargs)
+        if src is not None and _keeps_channels(func, args, kwargs, out):
+            self.origin[id(out)] = (src[0], (*src[1], CHANNELWISE[func]))
+            self.keep.append(out)
         return out
 
     def _elementwise(self, func, label: str, args: tuple, kwargs: dict) -> object:

@@ -13,7 +13,7 @@ from torch import nn
 from neuromanifold.singular.blocks import is_supported_block
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext
 from neuromanifold.singular.detectors.glu import glu_layout
-from neuromanifold.singular.detectors.graph import is_named_rmsnorm
+from neuromanifold.singular.detectors.graph import CHANNELWISE_LABELS, is_named_rmsnorm
 from neuromanifold.singular.detectors.one_sided import check_cap
 from neuromanifold.singular.detectors.rescale import UnitRescale, rescale_candidate
 
@@ -65,11 +65,12 @@ class ReLURescaleDetector:
     ``γ_c x̂_c + β_c``: the scale and shift play the row and bias, as in a ResNet's
     BatchNorm → ReLU → conv), followed (through one positively homogeneous activation of degree
     p: ReLU and LeakyReLU p = 1, ``SquaredReLU`` and Hugging Face's ``ReLUSquaredActivation``
-    p = 2) by a single consumer block: unit ``j``'s orbit ``(w_in, b_in, w_out) → (c w_in,
-    c b_in, w_out/c^p)`` has tangent ``(W1[j], b1[j], −p·W2[:, j])`` (`UnitRescale`; for a conv
-    consumer ``W2[:, j]`` is input channel ``j`` of every output channel and kernel position),
-    certified by evaluation (`certify`: a ReLU output that also enters a residual sum is no
-    symmetry). Candidate ``"relu-rescale"`` (`rescale_candidate`).
+    p = 2, and any channelwise pooling, spatial mean or singleton flatten, degree 1:
+    `graph.CHANNELWISE`) by a single consumer block: unit ``j``'s orbit ``(w_in, b_in, w_out) →
+    (c w_in, c b_in, w_out/c^p)`` has tangent ``(W1[j], b1[j], −p·W2[:, j])`` (`UnitRescale`;
+    for a conv consumer ``W2[:, j]`` is input channel ``j`` of every output channel and kernel
+    position), certified by evaluation (`certify`: a ReLU output that also enters a residual
+    sum is no symmetry). Candidate ``"relu-rescale"`` (`rescale_candidate`).
     """
 
     name = "relu-rescale"
@@ -88,7 +89,8 @@ class ReLURescaleDetector:
         """One certified curved-gauge candidate for the block pair, or nothing."""
         c = ctx.graph.single_consumer(name)
         via = ctx.graph.via.get((name, c)) if c is not None else None
-        if via is None or len(via) != 1 or via[0] not in _HOMOGENEOUS:
+        acts = [v for v in via or () if v not in CHANNELWISE_LABELS]
+        if via is None or len(acts) != 1 or acts[0] not in _HOMOGENEOUS:
             return []
         cons = ctx.model.get_submodule(c)
         if not is_supported_block(cons):
@@ -96,7 +98,7 @@ class ReLURescaleDetector:
         producers = _producer_keys(name, module)
         if ctx.params[f"{c}.weight"].shape[1] != ctx.params[producers[0]].shape[0]:
             return []
-        orbit = UnitRescale(tuple(producers), (f"{c}.weight",), _HOMOGENEOUS[via[0]])
+        orbit = UnitRescale(tuple(producers), (f"{c}.weight",), _HOMOGENEOUS[acts[0]])
         return rescale_candidate(
             ctx, orbit, layers=(name, c), detector="relu-rescale", max_units=self.max_units
         )

@@ -113,7 +113,9 @@ CHANNEL_POOLS = {
         ("ReLU", "AdaptiveMaxPool", "Flatten"),
     ),
     "channel mean": (lambda z: z.mean(1).flatten(1), 4, None),  # (N, 2, 2) → (N, 4): mixes
-    "non-singleton flatten": (lambda z: z.flatten(1), 16, None),  # (N, 4, 2, 2) → (N, 16)
+    "feature-map flatten": (lambda z: z.flatten(1), 16, ("ReLU", "FlattenChannels")),
+    "feature-map view": (lambda z: z.view(z.shape[0], -1), 16, ("ReLU", "FlattenChannels")),
+    "token-major reshape": (lambda z: z.transpose(1, 3).reshape(z.shape[0], -1), 16, None),
 }
 
 
@@ -135,7 +137,7 @@ def test_channelwise_pooling_continues_the_chain_and_nothing_else_does(name: str
         assert graph.consumers["conv2"] == ("head",) and graph.via[("conv2", "head")] == via
 
 
-@pytest.mark.parametrize("name", ["global average", "spatial mean"])
+@pytest.mark.parametrize("name", ["global average", "spatial mean", "feature-map view"])
 def test_rescale_through_pooling_is_proposed_and_certified(name: str) -> None:
     model, x = _conv_head(name)
     ctx = DetectionContext.from_model(model, x, Gaussian())

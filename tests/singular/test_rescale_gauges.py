@@ -1,7 +1,8 @@
 """Per-unit rescaling gauges (spec §6.5): ReLU rescale, norm scale, GLU up projection.
 
 The norms include BatchNorm (evaluation mode) and GroupNorm read by convolutions, and a
-BatchNorm → ReLU → conv pair (the rescale of a ResNet block's first norm).
+BatchNorm → ReLU → conv pair (the rescale of a ResNet block's first norm); a conv's channels
+reach a Linear through max pooling and a flatten (each channel a block of 4 columns).
 
 Laws checked: the group action leaves the model function unchanged for arbitrary positive factors
 (not only the powers of two `certify` uses); the closed-form tangent equals the derivative of the
@@ -148,6 +149,24 @@ def _channel_norm_cnn(norm: nn.Module, act: nn.Module) -> tuple[nn.Module, Tenso
     return model.eval(), torch.randn(N, 2, 6, 6, dtype=torch.float64)
 
 
+class _FlattenHead(nn.Module):
+    """``fc(view(maxpool(relu(conv x)), N, −1))``: each channel's 4 positions read by ``fc``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(2, 3, 3)
+        self.fc = nn.Linear(3 * 2 * 2, 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        z = nn.functional.max_pool2d(torch.relu(self.conv(x)), 2)
+        return self.fc(z.view(z.shape[0], -1))
+
+
+def _flatten_head() -> tuple[nn.Module, Tensor]:
+    torch.manual_seed(8)
+    return _FlattenHead(), torch.randn(N, 2, 6, 6, dtype=torch.float64)
+
+
 def _batchnorm_mlp() -> tuple[nn.Module, Tensor]:
     """``Linear → BatchNorm1d → Linear`` (evaluation mode)."""
     torch.manual_seed(7)
@@ -177,6 +196,7 @@ CASES = {
         "norm",
     ),
     "batchnorm1d-linear": (_batchnorm_mlp, NormScaleDetector(), "1"),
+    "relu-pool-flatten-linear": (_flatten_head, ReLURescaleDetector(), "conv"),
 }
 
 
@@ -196,6 +216,7 @@ def _orbit(case: str) -> UnitRescale:
         "batchnorm-relu-conv": UnitRescale(("norm.weight", "norm.bias"), ("conv2.weight",)),
         "groupnorm-conv": UnitRescale(("norm.weight", "norm.bias"), ("conv2.weight",)),
         "batchnorm1d-linear": UnitRescale(("1.weight", "1.bias"), ("2.weight",)),
+        "relu-pool-flatten-linear": UnitRescale(("conv.weight", "conv.bias"), ("fc.weight",), 1, 4),
     }[case]
 
 

@@ -182,14 +182,19 @@ CHANNELWISE: dict[object, str] = {
     **dict.fromkeys((_F.adaptive_max_pool1d, _F.adaptive_max_pool2d), "AdaptiveMaxPool"),
     **dict.fromkeys((_F.adaptive_avg_pool1d, _F.adaptive_avg_pool2d), "AdaptiveAvgPool"),
     **dict.fromkeys((torch.mean, Tensor.mean), "Mean"),
-    **dict.fromkeys((torch.flatten, Tensor.flatten), "Flatten"),
+    **dict.fromkeys(
+        (torch.flatten, Tensor.flatten, torch.reshape, Tensor.reshape, Tensor.view), "Flatten"
+    ),
 }
 """Functions that keep every channel (dimension 1 of a batched ``(N, C, …)`` tensor) apart and
 only pool or drop the positions after it, positively homogeneous of degree 1 per channel:
 pooling (the modules call these functions too), a mean over dimensions ≥ 2 only, and a flatten
-that drops singleton trailing dimensions only (``(N, C, 1, 1) → (N, C)``). They continue a chain
-with their label when the output keeps ``(N, C)`` in front; any other use breaks it."""
-CHANNELWISE_LABELS = frozenset(CHANNELWISE.values())
+that drops singleton trailing dimensions only (``(N, C, 1, 1) → (N, C)``; a ``reshape`` or
+``view`` to ``(N, −1)`` counts as that flatten). They continue a chain
+with their label when the output keeps ``(N, C)`` in front; a flatten of a whole feature map,
+``(N, C, *S) → (N, C·P)`` with ``P = ΠS > 1``, continues it as ``"FlattenChannels"`` (channel
+``c`` becomes the ``P`` features ``c·P … (c+1)·P − 1``); any other use breaks it."""
+CHANNELWISE_LABELS = frozenset({*CHANNELWISE.values(), "FlattenChannels"})
 
 
 def _dims(arg: object, ndim: int) -> tuple[int, ...] | None:
@@ -200,19 +205,22 @@ def _dims(arg: object, ndim: int) -> tuple[int, ...] | None:
     return tuple(d % ndim for d in dims)
 
 
-def _keeps_channels(func: object, args: tuple, kwargs: dict, out: object) -> bool:
-    """Whether the call ``func(*args, **kwargs) = out`` of `CHANNELWISE` kept every channel."""
-    inp = args[0]
+def _channel_label(func: object, args: tuple, kwargs: dict, out: object) -> str | None:
+    """The label of the call ``func(*args, **kwargs) = out`` of `CHANNELWISE` if it kept every
+    channel apart (see there), else None."""
+    inp, label = args[0], CHANNELWISE[func]
     if not isinstance(out, Tensor) or inp.dim() < 3 or out.dim() < 2:
-        return False
+        return None
+    if label == "Flatten" and out.dim() == 2 and out.shape[0] == inp.shape[0]:
+        if all(n == 1 for n in inp.shape[2:]):
+            return label
+        return "FlattenChannels" if out.shape[1] == inp[0].numel() else None
     if out.shape[:2] != inp.shape[:2]:
-        return False
-    if CHANNELWISE[func] == "Mean":
+        return None
+    if label == "Mean":
         dims = _dims(args[1] if len(args) > 1 else kwargs.get("dim"), inp.dim())
-        return dims is not None and len(dims) > 0 and min(dims) >= 2
-    if CHANNELWISE[func] == "Flatten":
-        return out.dim() == 2 and all(n == 1 for n in inp.shape[2:])
-    return out.dim() == inp.dim()
+        return label if dims is not None and len(dims) > 0 and min(dims) >= 2 else None
+    return label if out.dim() == inp.dim() and label != "Flatten" else None
 
 
 class _Summands(TorchFunctionMode):
@@ -253,8 +261,9 @@ class _Summands(TorchFunctionMode):
     def _channelwise(self, func, args: tuple, kwargs: dict) -> object:
         src = self.origin.get(id(args[0])) if args and isinstance(args[0], Tensor) else None
         out = func(*args, **kwargs)
-        if src is not None and _keeps_channels(func, args, kwargs, out):
-            self.origin[id(out)] = (src[0], (*src[1], CHANNELWISE[func]))
+        label = None if src is None else _channel_label(func, args, kwargs, out)
+        if label is not None:
+            self.origin[id(out)] = (src[0], (*src[1], label))
             self.keep.append(out)
         return out
 

@@ -2,7 +2,8 @@
 
 A hidden unit ``j`` whose value is produced elementwise by some tensors (their index ``j`` along
 dimension 0: a Linear's row and bias entry, a norm's scale and shift entry) and read only by
-consumer weights (their index ``j`` along dimension 1: a Linear's column) sits on the orbit
+consumer weights (their index ``j`` along dimension 1: a Linear's column, a conv's input
+channel, or the ``block`` columns of a channel's flattened feature map) sits on the orbit
 
     producers[j] → c·producers[j],    consumers[:, j] → c^{−p}·consumers[:, j],    c > 0,
 
@@ -77,11 +78,15 @@ class UnitRescale:
             norm scale and shift entries); all of the same length ``n_units`` in that dimension.
         consumers: parameter names indexed by the unit along dimension 1 (weight columns).
         degree: ``p``, the degree of homogeneity between producer and consumer (1 or 2).
+        block: columns per unit in the consumers: unit ``j`` owns columns
+            ``j·block … (j+1)·block − 1`` (a conv's feature map of ``block`` positions per
+            channel flattened into a Linear); 1 otherwise.
     """
 
     producers: tuple[str, ...]
     consumers: tuple[str, ...]
     degree: int = 1
+    block: int = 1
 
     def n_units(self, params: dict[str, Tensor]) -> int:
         """Number of units: the producers' length along dimension 0."""
@@ -92,25 +97,27 @@ class UnitRescale:
         producer is the weight or scale, biases and shifts do not count): large for a clearly
         live unit."""
         return self._row_norms(params, self.producers[:1], 0) * self._row_norms(
-            params, self.consumers, 1
+            params, self.consumers, 1, self.block
         )
 
     def tangent_norms(self, params: dict[str, Tensor]) -> Tensor:
         """``‖τ_j‖`` per unit (shape ``(n_units,)``); zero for a unit with nothing to rescale."""
         prod = self._row_norms(params, self.producers, 0)
-        cons = self._row_norms(params, self.consumers, 1)
+        cons = self._row_norms(params, self.consumers, 1, self.block)
         return torch.sqrt(prod**2 + self.degree**2 * cons**2)
 
     def tangent(self, params: dict[str, Tensor], j: int) -> dict[str, Tensor]:
-        """``τ_j``: ``producers[j]`` and ``−p·consumers[:, j]``, zero elsewhere in those tensors."""
+        """``τ_j``: ``producers[j]`` and ``−p·consumers[:, cols_j]`` (``cols_j``: unit ``j``'s
+        ``block`` columns), zero elsewhere in those tensors."""
         out: dict[str, Tensor] = {}
         for key in self.producers:
             d = torch.zeros_like(params[key])
             d[j] = params[key][j]
             out[key] = d
+        cols = slice(j * self.block, (j + 1) * self.block)
         for key in self.consumers:
             d = torch.zeros_like(params[key])
-            d[:, j] = -self.degree * params[key][:, j]
+            d[:, cols] = -self.degree * params[key][:, cols]
             out[key] = d
         return out
 
@@ -130,17 +137,20 @@ class UnitRescale:
         for key in self.producers:
             p = params[key]
             out[key] = p * factors.reshape(-1, *([1] * (p.dim() - 1)))
+        inverse = factors.pow(-self.degree).repeat_interleave(self.block)
         for key in self.consumers:
             w = params[key]
-            out[key] = w * factors.pow(-self.degree).reshape(1, -1, *([1] * (w.dim() - 2)))
+            out[key] = w * inverse.reshape(1, -1, *([1] * (w.dim() - 2)))
         return out
 
     @staticmethod
-    def _row_norms(params: dict[str, Tensor], keys: tuple[str, ...], dim: int) -> Tensor:
+    def _row_norms(
+        params: dict[str, Tensor], keys: tuple[str, ...], dim: int, block: int = 1
+    ) -> Tensor:
         total = None
         for key in keys:
             p = params[key].double()
-            sq = p.transpose(0, dim).reshape(p.shape[dim], -1).pow(2).sum(1)
+            sq = p.transpose(0, dim).reshape(p.shape[dim] // block, -1).pow(2).sum(1)
             total = sq if total is None else total + sq
         return torch.sqrt(total)
 

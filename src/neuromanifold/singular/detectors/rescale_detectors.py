@@ -69,7 +69,8 @@ class ReLURescaleDetector:
     `graph.CHANNELWISE`) by a single consumer block: unit ``j``'s orbit ``(w_in, b_in, w_out) →
     (c w_in, c b_in, w_out/c^p)`` has tangent ``(W1[j], b1[j], −p·W2[:, j])`` (`UnitRescale`;
     for a conv consumer ``W2[:, j]`` is input channel ``j`` of every output channel and kernel
-    position), certified by evaluation (`certify`: a ReLU output that also enters a residual
+    position; for a Linear reading a flattened feature map, channel ``j``'s block of columns),
+    certified by evaluation (`certify`: a ReLU output that also enters a residual
     sum is no symmetry). Candidate ``"relu-rescale"`` (`rescale_candidate`).
     """
 
@@ -96,9 +97,11 @@ class ReLURescaleDetector:
         if not is_supported_block(cons):
             return []
         producers = _producer_keys(name, module)
-        if ctx.params[f"{c}.weight"].shape[1] != ctx.params[producers[0]].shape[0]:
+        units, cols = ctx.params[producers[0]].shape[0], ctx.params[f"{c}.weight"].shape[1]
+        block = cols // units if via[-1] == "FlattenChannels" else 1
+        if cols != units * block:
             return []
-        orbit = UnitRescale(tuple(producers), (f"{c}.weight",), _HOMOGENEOUS[acts[0]])
+        orbit = UnitRescale(tuple(producers), (f"{c}.weight",), _HOMOGENEOUS[acts[0]], block)
         return rescale_candidate(
             ctx, orbit, layers=(name, c), detector="relu-rescale", max_units=self.max_units
         )

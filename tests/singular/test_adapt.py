@@ -13,7 +13,12 @@ from torch import nn
 
 from neuromanifold.io import TensorOutput, import_transformers
 from neuromanifold.report import reading_markdown
-from neuromanifold.singular.adapt import conv1d_as_linear, is_hf_conv1d, linear_subclasses_as_linear
+from neuromanifold.singular.adapt import (
+    ADAPT_CHUNK,
+    conv1d_as_linear,
+    is_hf_conv1d,
+    linear_subclasses_as_linear,
+)
 from neuromanifold.singular.family import Categorical
 from neuromanifold.singular.read import read
 
@@ -148,7 +153,7 @@ def test_linear_subclass_keeps_the_function_and_the_parameter_objects() -> None:
     model, x = _subclass_mlp()
     before = model(x)
     params = dict(model.named_parameters())
-    assert linear_subclasses_as_linear(model, x) == ["0", "2"]
+    assert linear_subclasses_as_linear(model, x) == (["0", "2"], 1)  # 24 samples: one pass
     assert type(model[0]) is nn.Linear and type(model[2]) is nn.Linear
     assert model[2].bias is None
     after = dict(model.named_parameters())
@@ -168,7 +173,8 @@ def test_linear_subclass_that_computes_something_else_is_left_alone() -> None:
 
     torch.manual_seed(0)
     model = Model().double()
-    assert linear_subclasses_as_linear(model, torch.randn(6, 3, dtype=torch.float64)) == ["body.2"]
+    done, _ = linear_subclasses_as_linear(model, torch.randn(6, 3, dtype=torch.float64))
+    assert done == ["body.2"]
     kinds = [type(m).__name__ for m in (*model.body, model.unused)]
     assert kinds == ["_ScaledLinear", "_GatedLinear", "Linear", "_PlainLinear"]
 
@@ -178,8 +184,26 @@ def test_tied_linear_subclasses_stay_tied() -> None:
     a, b = _PlainLinear(3, 3), _PlainLinear(3, 3)
     b.weight = a.weight
     model = nn.Sequential(a, nn.Tanh(), b).double()
-    assert linear_subclasses_as_linear(model, torch.randn(4, 3, dtype=torch.float64)) == ["0", "2"]
+    done, _ = linear_subclasses_as_linear(model, torch.randn(4, 3, dtype=torch.float64))
+    assert done == ["0", "2"]
     assert model[0].weight is model[2].weight
+
+
+def test_every_probe_sample_decides() -> None:
+    """A subclass that computes x Wᵀ + b except on one late sample is left alone; the check runs
+    over all samples in passes of `ADAPT_CHUNK`."""
+
+    class LateDifference(nn.Linear):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = super().forward(x)
+            return y + (x[:, :1] > 50.0).double()  # only the planted last sample differs
+
+    torch.manual_seed(0)
+    model = nn.Sequential(LateDifference(3, 2)).double()
+    x = torch.randn(2 * ADAPT_CHUNK + 1, 3, dtype=torch.float64)
+    x[-1, 0] = 100.0
+    assert linear_subclasses_as_linear(model, x) == ([], 3)
+    assert linear_subclasses_as_linear(model, x[:-1]) == (["0"], 2)
 
 
 def test_read_covers_linear_subclasses_and_says_so() -> None:

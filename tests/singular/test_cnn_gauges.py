@@ -8,6 +8,7 @@ such symmetry, and a depthwise consumer is not a supported block; neither is pro
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import Tensor, nn
 
@@ -119,3 +120,20 @@ def test_depthwise_consumer_is_not_proposed() -> None:
     assert NormScaleDetector().propose("1", ctx.model[1], ctx) == []
     uncovered = read(model, x, Categorical(), max_directions=0, progress=False).not_covered
     assert [(u.name, u.reason) for u in uncovered] == [("2", "no detector for this type")]
+
+
+def test_batchnorm_without_running_statistics_is_rejected() -> None:
+    """It normalises with the batch's statistics even in evaluation mode (a sample's output
+    depends on the others), so the read refuses the model, and no gauge detector applies."""
+    torch.manual_seed(2)
+    model = nn.Sequential(
+        nn.Linear(3, 4), nn.BatchNorm1d(4, track_running_stats=False), nn.ReLU(), nn.Linear(4, 2)
+    )
+    model = model.double().eval()
+    x = torch.randn(N, 3, dtype=torch.float64)
+    with torch.no_grad():
+        assert not torch.allclose(model(x[:4])[0], model(x[:8])[0])  # batch-dependent
+    with pytest.raises(ValueError, match=r"'1' \(BatchNorm1d\) keeps no running statistics"):
+        read(model, x, Categorical(), max_directions=0, progress=False)
+    assert not ReLURescaleDetector().applies_to(model[1])
+    assert not NormScaleDetector().applies_to(model[1])

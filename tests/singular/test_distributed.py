@@ -207,3 +207,54 @@ def test_ranks_certify_gauges_on_the_whole_probe_set() -> None:
         assert [(d["detector"], d["class"]) for d in reading["directions"]] == [
             (d["detector"], d["class"]) for d in single["directions"]
         ]
+
+
+class _PlainLinear(torch.nn.Linear):
+    """``x Wᵀ + b`` through its own ``forward``: read as ``nn.Linear`` where every call agrees."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight.T + self.bias
+
+
+class _Routed(torch.nn.Module):
+    """An expert (a Linear subclass) applied only to the samples with ``x₀ > 0``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(3, 4)
+        self.expert = _PlainLinear(4, 4)
+        self.fc2 = torch.nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.fc1(x))
+        mask = x[:, 0] > 0
+        if mask.any():
+            h = h.clone()
+            h[mask] = self.expert(h[mask])
+        return self.fc2(h)
+
+
+def routed_expert_net() -> SimpleNamespace:
+    """Factory for `launch_local`: rank 0's shard is routed to the expert, rank 1's never."""
+    torch.manual_seed(0)
+    x = torch.randn(32, 3, dtype=torch.float64)
+    x[:16, 0], x[16:, 0] = x[:16, 0].abs(), -x[16:, 0].abs()
+    return SimpleNamespace(model=_Routed().double(), data=x, family=Gaussian())
+
+
+def test_ranks_agree_on_the_linear_subclass_rewrite() -> None:
+    """Rank 1 never calls the expert; the rewrite is decided over the ranks, so both read it as
+    ``nn.Linear`` like the single process (before, only rank 0 did, and the factor collectives
+    of the two ranks did not match)."""
+    net = routed_expert_net()
+    kw = {"progress": False}
+    single = read_sharded(net.model, net.data, net.family, **kw).to_dict()
+    assert single["meta"]["linear_subclass_as_linear"] == ["expert"]
+    per_rank = launch_local(2, "test_distributed:routed_expert_net", read_kwargs=kw)
+    for out in per_rank:
+        reading = out["reading"]
+        assert reading["meta"]["linear_subclass_as_linear"] == ["expert"]
+        assert reading["not_covered"] == single["not_covered"] == []
+        assert [(d["detector"], d["class"]) for d in reading["directions"]] == [
+            (d["detector"], d["class"]) for d in single["directions"]
+        ]

@@ -65,3 +65,21 @@ def test_whole_read_classes_the_unseen_positions_flat() -> None:
     assert emb["pos"].info["unseen_rows"] == POSITIONS - SEQ
     assert emb["tok"].info["unseen_rows"] == VOCAB - torch.unique(x).numel()
     assert reading.not_covered == ()
+
+
+def test_tied_embeddings_report_the_union_under_the_first_name() -> None:
+    """Two modules sharing one weight: every lookup into it counts for that tensor."""
+
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Embedding(VOCAB, 3)
+            self.b = nn.Embedding(VOCAB, 3)
+            self.b.weight = self.a.weight
+
+        def forward(self, x: Tensor) -> Tensor:
+            return self.a(x[:, 0]) + self.b(x[:, 1])
+
+    x = torch.tensor([[0, 5], [2, 5], [0, 7]])
+    seen, _ = embedding_rows_seen(Tied(), x, batch=2)
+    assert list(seen) == ["a"] and seen["a"].tolist() == [0, 2, 5, 7]

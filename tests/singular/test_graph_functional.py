@@ -144,3 +144,49 @@ def test_rescale_through_pooling_is_proposed_and_certified(name: str) -> None:
     for producer, consumer in (("conv1", "conv2"), ("conv2", "head")):
         (cand,) = ReLURescaleDetector().propose(producer, ctx.model.get_submodule(producer), ctx)
         assert cand.layers == (producer, consumer) and cand.info["certified"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("act", "via"),
+    [
+        (nn.ReLU(inplace=True), ("ReLU",)),
+        (nn.LeakyReLU(0.1, inplace=True), ("LeakyReLU",)),
+        (nn.Dropout(0.5), ("Dropout",)),  # evaluation mode: returns its input object
+        (nn.Sequential(nn.ReLU(inplace=True), nn.Dropout(0.2)), ("ReLU", "Dropout")),
+    ],
+)
+def test_module_that_returns_or_changes_its_input_is_labelled_once(act, via) -> None:
+    torch.manual_seed(0)
+    model = _MLP(act).double().eval()
+    graph = trace_graph(model, _x())
+    assert graph.via[("fc1", "fc2")] == via
+
+
+def test_in_place_relu_module_gets_the_rescale_gauge() -> None:
+    torch.manual_seed(0)
+    model = _MLP(nn.ReLU(inplace=True)).double()
+    ctx = DetectionContext.from_model(model, torch.randn(32, 3, dtype=torch.float64), Gaussian())
+    (cand,) = ReLURescaleDetector().propose("fc1", ctx.model.fc1, ctx)
+    assert cand.info["certified"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("last", "output"),
+    [(nn.Identity(), "fc2"), (nn.Dropout(0.1), "fc2"), (nn.Tanh(), None), (torch.tanh, None)],
+)
+def test_graph_output_is_a_source_only_without_an_activation(last, output) -> None:
+    """The model output is ``fc2``'s own output (logits) only through Identity/Dropout."""
+
+    class Head(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = _MLP(nn.ReLU())
+            self.last = last
+
+        def forward(self, x: Tensor) -> Tensor:
+            return self.last(self.body(x))
+
+    torch.manual_seed(0)
+    assert trace_graph(Head().double().eval(), _x()).output == (
+        None if output is None else f"body.{output}"
+    )

@@ -272,6 +272,17 @@ def test_model_without_forward_mode_derivatives_fails_early() -> None:
     x = torch.randn(8, 5, dtype=torch.float64)
     with pytest.raises(ValueError, match=r"forward-mode derivatives.*setup_context"):
         read(_CustomFunctionMLP(), x, Gaussian(), progress=False)
+    detection = read(_CustomFunctionMLP(), x, Gaussian(), max_directions=0, progress=False)
+    assert detection.meta["n_read"] == 0  # detection alone never differentiates forward
+
+
+def test_float_token_ids_are_blamed_on_the_data() -> None:
+    """The read casts float inputs to float64; an embedding then rejects them as indices."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(10, 4), nn.Flatten(), nn.Linear(12, 2))
+    x = torch.randint(0, 10, (8, 3)).double()
+    with pytest.raises(ValueError, match=r"data of shape \(8, 3\) does not fit.*indices < 10"):
+        read(model, x, Gaussian(), progress=False)
 
 
 def test_bad_input_errors() -> None:

@@ -84,7 +84,7 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
     if meta.get("linear_subclass_as_linear"):
         out.append(
             f"Note: {len(meta['linear_subclass_as_linear'])} subclasses of `nn.Linear` were read "
-            "as `nn.Linear` (their output on the probe samples equals x Wᵀ + b)."
+            "as `nn.Linear` (their output on every probe sample equals x Wᵀ + b)."
         )
     for cut in meta.get("truncated") or ():
         where = f"`{cut['detector']}` on {', '.join(f'`{x}`' for x in cut['layers'])}"

@@ -66,13 +66,24 @@ def check_model(model: object) -> nn.Module:
 
 
 def check_eval_mode(model: nn.Module) -> None:
-    """Reject modules whose training-mode forward is not a per-sample function of θ.
+    """Reject modules whose forward is not a per-sample function of θ.
 
     BatchNorm in training mode couples the samples of a batch through batch statistics (and
     updates buffers in place); Dropout in training mode is random. Either makes ``F_u`` depend on
-    chunking or on the random stream, so the read requires ``model.eval()`` for them.
+    chunking or on the random stream, so the read requires ``model.eval()`` for them. A BatchNorm
+    without running statistics (``track_running_stats=False``) uses the batch's statistics in
+    evaluation mode too, and is rejected in either mode.
     """
     for name, mod in model.named_modules():
+        if isinstance(mod, nn.modules.batchnorm._BatchNorm) and (
+            not mod.track_running_stats or mod.running_mean is None
+        ):
+            raise ValueError(
+                f"model submodule {name or '<root>'!r} ({type(mod).__name__}) keeps no running "
+                f"statistics, so it normalises every batch by the batch's own statistics and a "
+                f"sample's output depends on the other samples; the read needs a per-sample "
+                f"function (track_running_stats=True, in evaluation mode)"
+            )
         if not mod.training:
             continue
         if isinstance(mod, nn.modules.batchnorm._BatchNorm) or (

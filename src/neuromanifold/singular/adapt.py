@@ -15,18 +15,22 @@ Subclasses of ``nn.Linear`` (Falcon's ``FalconLinear``, and many research codeba
 outside the detectors' exact-type match, yet usually compute ``x Wᵀ + b`` with another
 ``forward``. `linear_subclasses_as_linear` replaces such a module by an ``nn.Linear`` holding the
 **same** parameter objects (names and ties kept) when its parameters are exactly ``weight`` (and
-``bias``) and its output on the probe samples equals ``F.linear`` of its input to
+``bias``) and its output on every probe sample equals ``F.linear`` of its input to
 ``SAME_MAP_RTOL``; a subclass that computes anything else (extra scaling, masking, adapters)
-fails that test and is left alone (then reported as not covered). The read lists the rewritten
-modules in ``meta["linear_subclass_as_linear"]``.
+fails that test and is left alone (then reported as not covered). Under ``torch.distributed``
+the decision is reduced over the ranks (a module is rewritten when some rank called it and no
+rank saw it differ), so every rank reads the same modules. The read lists the rewritten modules
+in ``meta["linear_subclass_as_linear"]``.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
 __all__ = [
+    "ADAPT_CHUNK",
     "SAME_MAP_RTOL",
     "conv1d_as_linear",
     "is_hf_conv1d",
@@ -37,6 +41,8 @@ SAME_MAP_RTOL = 1e-12
 """Largest ``max|y − F.linear(x, W, b)| / max|F.linear(x, W, b)|`` over a subclass's calls on the
 probe samples for which it counts as an ``nn.Linear`` (float64: the same products in another
 order differ by rounding only)."""
+ADAPT_CHUNK = 64
+"""Probe samples per forward pass of `linear_subclasses_as_linear`."""
 
 
 def is_hf_conv1d(module: nn.Module) -> bool:
@@ -103,12 +109,15 @@ def _linear_subclass(module: nn.Module) -> bool:
     return next(module.children(), None) is None and names in ({"weight"}, {"weight", "bias"})
 
 
-def linear_subclasses_as_linear(model: nn.Module, x: Tensor) -> list[str]:
+def linear_subclasses_as_linear(model: nn.Module, x: Tensor) -> tuple[list[str], int]:
     """Replace, in place, every ``nn.Linear`` subclass of ``model`` that computes
-    ``F.linear(x, W, b)`` on the probe input ``x`` by an ``nn.Linear`` holding the same parameter
-    objects (module docstring); returns the rewritten module names. Modules not called on ``x``,
-    called with other than one tensor argument, or whose output differs are left alone; so are
-    children of ``nn.MultiheadAttention`` (read through its own detector).
+    ``F.linear(z, W, b)`` of its input ``z`` on every sample of the probe input ``x`` by an
+    ``nn.Linear`` holding the same parameter objects (module docstring). Returns the rewritten
+    module names and the number of forward passes (chunks of ``ADAPT_CHUNK`` samples; none when
+    the model has no such subclass). Modules never called, called with other than one tensor
+    argument, or whose output differs are left alone; so are children of
+    ``nn.MultiheadAttention`` (read through its own detector). Under ``torch.distributed`` every
+    rank must call this (the decision is an all-reduce).
 
     >>> class Scaled(nn.Linear):
     ...     def forward(self, z):
@@ -120,7 +129,7 @@ def linear_subclasses_as_linear(model: nn.Module, x: Tensor) -> list[str]:
     >>> x = torch.randn(5, 3, dtype=torch.float64)
     >>> before, w = m(x), m[0].weight
     >>> linear_subclasses_as_linear(m, x), type(m[0]).__name__, type(m[2]).__name__
-    (['0'], 'Linear', 'Scaled')
+    ((['0'], 1), 'Linear', 'Scaled')
     >>> m[0].weight is w, torch.equal(m(x), before)
     (True, True)
     """
@@ -136,7 +145,7 @@ def linear_subclasses_as_linear(model: nn.Module, x: Tensor) -> list[str]:
         if name and name not in inside_mha and _linear_subclass(mod)
     }
     if not cands:
-        return []
+        return [], 0
     same: dict[str, bool] = {}
 
     def equal_map(mod: nn.Module, args: tuple, kwargs: dict, out: object) -> bool:
@@ -156,15 +165,25 @@ def linear_subclasses_as_linear(model: nn.Module, x: Tensor) -> list[str]:
         return hook
 
     handles = [m.register_forward_hook(check(n), with_kwargs=True) for n, m in cands.items()]
+    passes = 0
     try:
         with torch.no_grad():
-            model(x)
+            for start in range(0, x.shape[0], ADAPT_CHUNK):
+                model(x[start : start + ADAPT_CHUNK])
+                passes += 1
     finally:
         for h in handles:
             h.remove()
+    # per module: (saw it differ, called) on this rank; reduced (MAX) over the ranks
+    votes = torch.tensor(
+        [[float(not same.get(n, True)), float(n in same)] for n in cands], dtype=torch.float64
+    )
+    if dist.is_available() and dist.is_initialized():
+        votes = votes.to(x.device)
+        dist.all_reduce(votes, op=dist.ReduceOp.MAX)
     done = []
-    for name, mod in cands.items():
-        if not same.get(name, False):
+    for (name, mod), (differs, called) in zip(cands.items(), votes.tolist(), strict=True):
+        if differs or not called:
             continue
         lin = nn.Linear(mod.in_features, mod.out_features, bias=mod.bias is not None, device="meta")
         lin.weight = mod.weight
@@ -173,4 +192,4 @@ def linear_subclasses_as_linear(model: nn.Module, x: Tensor) -> list[str]:
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name), child, lin)
         done.append(name)
-    return done
+    return done, passes

@@ -86,14 +86,16 @@ def install_finite_checks(model: nn.Module) -> list:
 
 
 def forward_checked(model: nn.Module, x: Tensor) -> Tensor:
-    """``model(x)``; an error becomes a ``ValueError``: one that names float64 (``Double``) says
-    that the forward fails in float64 (the read's working precision: an operator without a float64
-    kernel, or a tensor the model creates in float32); any other says what the first layer
-    expects, the usual cause being data that does not fit."""
+    """``model(x)``; an error becomes a ``ValueError``: one that names float64 (``Double``), and
+    not indices, says that the forward fails in float64 (the read's working precision: an
+    operator without a float64 kernel, or a tensor the model creates in float32); any other
+    (float token ids included) says what the first layer expects, the usual cause being data
+    that does not fit."""
     try:
         return model(x)
     except (RuntimeError, IndexError) as err:
-        if any(word in str(err).lower() for word in ("double", "float64")):
+        msg = str(err).lower()
+        if any(w in msg for w in ("double", "float64")) and "indices" not in msg:
             raise ValueError(
                 f"the model's forward fails in float64, the precision every read evaluates in "
                 f"(an operator without a float64 kernel, or a tensor the model makes in another "

@@ -5,7 +5,7 @@ Pipeline (spec §7.2):
 1. Validate; work on a float64, eval-mode deep copy (the caller's module is never touched; a
    float32 model is up-cast and ``meta["upcast"]`` says so; Hugging Face ``Conv1D`` modules are
    replaced by the equal ``nn.Linear``, listed in ``meta["conv1d_as_linear"]``, and so are
-   ``nn.Linear`` subclasses that compute ``x Wᵀ + b`` on the probe samples,
+   ``nn.Linear`` subclasses that compute ``x Wᵀ + b`` on every probe sample,
    ``meta["linear_subclass_as_linear"]`` (`neuromanifold.singular.adapt`); see `_working_copy`
    for fused attention). Non-finite
    parameters or activations raise ``ValueError`` naming the parameter or module; data that does
@@ -48,6 +48,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from neuromanifold.singular._validate import check_eval_mode
 from neuromanifold.singular.adapt import conv1d_as_linear, linear_subclasses_as_linear
 from neuromanifold.singular.blocks import is_supported_block
 from neuromanifold.singular.classify import check_live_threshold
@@ -208,6 +209,7 @@ def read(
     upcast = any(p.is_floating_point() and p.dtype != torch.float64 for p in model.parameters())
     dev = resolve_device(device) if device is not None else None
     work = _working_copy(model)
+    check_eval_mode(work)
     rewritten = conv1d_as_linear(work)
     if dev is not None:
         work = work.to(dev)
@@ -226,8 +228,9 @@ def read(
             f"that it returns the logits or means"
         )
     family.check_output(out)
-    linear_subclasses = linear_subclasses_as_linear(work, xw[:GRAPH_SAMPLES])
-    check_forward_mode(work, xw[:FORWARD_MODE_SAMPLES])
+    linear_subclasses, adapt_passes = linear_subclasses_as_linear(work, xw)
+    if max_directions != 0:  # a detection-only read never differentiates in forward mode
+        check_forward_mode(work, xw[:FORWARD_MODE_SAMPLES])
     graph = trace_graph(work, xw[:GRAPH_SAMPLES])
     plan: MemoryPlan | None = None
     if max_memory is not None:
@@ -340,6 +343,7 @@ def read(
         "n_forward_passes": 2
         + factors.n_forward_passes
         + emb_passes
+        + adapt_passes
         + n_sweep_passes
         + ctx.cache.get("certify_passes", 0),
         "n_certify_passes": ctx.cache.get("certify_passes", 0),

@@ -60,7 +60,7 @@ Phi, GPT-J, whose modules state ``r`` as ``rotary_ndims``/``rotary_dim``) commut
 rotary planes of those ``r`` dimensions and with all of ``so(d_h − r)`` on the others
 (``"rope-partial-half"``, ``"rope-partial-interleaved"``: ``r/2 + (d_h − r)(d_h − r − 1)/2``
 generators); they are tried right after ``so(d_h)``, before the full-head plane bases, which
-also certify there but span only a subgroup.
+there certify at most a subgroup (the interleaved planes do when ``r = 2``; usually they fail).
 
 Not covered: partial rotary embeddings whose width the module does not state, the larger
 commutant when two rotary planes share a frequency, the per-head
@@ -123,8 +123,7 @@ QK_BASES = (
     "rope-interleaved",
 )
 """QK rotation bases tried in order by certification (module docstring): the larger spans first
-(a partial basis holds more generators than the full-head planes, which also certify under
-partial RoPE as a subgroup)."""
+(under partial RoPE a full-head plane basis certifies at most a subgroup of the partial one)."""
 
 
 def qk_basis(name: str, d: int, rotary: int | None = None) -> list[tuple[int, int]]:

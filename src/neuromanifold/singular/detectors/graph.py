@@ -128,7 +128,8 @@ class ModelGraph:
 
     ``consumers[p]`` / ``producers[c]``: tuples of module names; ``via[(p, c)]``: the elementwise
     modules in between (their class names); ``output``: the source module whose output is the
-    model output (``None`` if the output is not one, e.g. after a reshape or a mean);
+    model output, directly or through Identity/Dropout only (``None`` otherwise, e.g. after an
+    activation, a reshape or a mean);
     ``called``: names of modules called during the traced forward; ``skips[p]``: the sinks that
     receive ``p``'s output as one summand of a residual sum (module docstring).
     """
@@ -286,12 +287,16 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
     handles = []
     sums = _Summands(origin, keep)
 
+    entry: dict[str, list] = {}  # per elementwise module: its input's origin at each call
+
     def pre(name: str, mod: nn.Module):
         def fn(_m: nn.Module, inputs: tuple) -> None:
             called.add(name)
             if not inputs or not isinstance(inputs[0], Tensor):
                 return
             src = origin.get(id(inputs[0]))
+            if _is_elementwise(mod):  # read before an in-place call relabels its input
+                entry.setdefault(name, []).append(src)
             if src is not None and _is_sink(mod):
                 edges[(src[0], name)] = src[1]
             if _is_sink(mod):
@@ -309,7 +314,7 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
                 origin[id(out)] = (name, ())
                 keep.append(out)
             elif _is_elementwise(mod) and inputs and isinstance(inputs[0], Tensor):
-                src = origin.get(id(inputs[0]))
+                src = entry[name].pop()
                 if src is not None:
                     origin[id(out)] = (src[0], (*src[1], type(mod).__name__))
                     keep.append(out)
@@ -329,7 +334,9 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
             h.remove()
     output = None
     if isinstance(out, Tensor) and id(out) in origin:
-        output = origin[id(out)][0]
+        src, via = origin[id(out)]
+        if set(via) <= {"Identity", "Dropout"}:  # the source's output itself, not φ of it
+            output = src
     consumers: dict[str, list[str]] = {}
     producers: dict[str, list[str]] = {}
     for p, c in edges:

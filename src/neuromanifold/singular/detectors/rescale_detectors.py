@@ -38,13 +38,20 @@ def _prefix(name: str) -> str:
 def _channel_affine_width(module: nn.Module) -> int | None:
     """Channels ``C`` of a BatchNorm or GroupNorm with a learned affine map (its output channel
     ``c`` is ``γ_c x̂_c + β_c``, with ``x̂`` from running statistics in evaluation mode or from the
-    group statistics), else None.
+    sample's group statistics), else None. A BatchNorm without running statistics normalises
+    with the statistics of the batch even in evaluation mode, so a sample's output depends on the
+    others: None (reported as not covered).
 
     >>> _channel_affine_width(nn.BatchNorm2d(3)), _channel_affine_width(nn.GroupNorm(2, 4))
     (3, 4)
     >>> _channel_affine_width(nn.BatchNorm1d(3, affine=False)) is None
     True
+    >>> _channel_affine_width(nn.BatchNorm1d(3, track_running_stats=False)) is None
+    True
     """
+    if isinstance(module, nn.modules.batchnorm._BatchNorm):
+        if not module.track_running_stats or module.running_mean is None:
+            return None
     if isinstance(module, nn.modules.batchnorm._BatchNorm | nn.GroupNorm) and module.affine:
         return int(module.weight.shape[0])
     return None

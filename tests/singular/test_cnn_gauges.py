@@ -29,7 +29,7 @@ N = 48
 
 
 class _Block(nn.Module):
-    """``relu(bn2(conv2(relu(bn1(conv1 x)))) + shortcut(x))``, one ``nn.ReLU`` module reused."""
+    """``relu(bn2(conv2(relu(bn1(conv1 x)))) + shortcut(x))``, one in-place ``nn.ReLU`` reused."""
 
     def __init__(self, cin: int, cout: int, stride: int) -> None:
         super().__init__()
@@ -37,7 +37,7 @@ class _Block(nn.Module):
         self.bn1 = nn.BatchNorm2d(cout)
         self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(cout)
-        self.relu = nn.ReLU()
+        self.relu = nn.ReLU(inplace=True)  # as in torchvision's BasicBlock
         self.down = None
         if stride != 1 or cin != cout:
             self.down = nn.Sequential(

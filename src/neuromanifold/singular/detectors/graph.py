@@ -5,13 +5,14 @@ module ``p`` either directly or through a chain of elementwise modules (activati
 identity; classes named in ``ELEMENTWISE_NAMES``; any module with a truthy ``elementwise``
 attribute). Sources are Linear and convolution modules, normalisation layers (torch's LayerNorm,
 RMSNorm, BatchNorm and GroupNorm, and RMSNorms defined elsewhere: `is_named_rmsnorm`) and
-embeddings; consumers are those and ``nn.MultiheadAttention``
-(its query input). Elementwise functions called inside a ``forward`` (``F.relu``, ``torch.tanh``,
-…: `FUNCTIONAL_ELEMENTWISE`) continue the chain like the equal modules, and so do pooling, a
-spatial mean and a flatten of ``(N, C, 1, 1)`` (`CHANNELWISE`: every channel kept apart, so unit
-``c`` of the producer is still channel ``c`` of the consumer's input); any other function (a
-product, a reshape, a residual addition) breaks it, so no edge is drawn across it (the duality
-join and the LayerNorm lift are then not attempted, which is conservative).
+embeddings; consumers are those, ``nn.MultiheadAttention`` (its query input) and layer-scale modules
+(`layer_scale_param`). Elementwise functions called inside a ``forward`` (``F.relu``,
+``torch.tanh``, …: `FUNCTIONAL_ELEMENTWISE`) continue the chain like the equal modules, and so do
+pooling, a spatial mean and a flatten of ``(N, C, 1, 1)`` (`CHANNELWISE`: every channel kept apart,
+so unit ``c`` of the producer is still channel ``c`` of the consumer's input; a flatten of a whole
+feature map makes channel ``c`` a block of features); any other function (a product, a transpose,
+another reshape, a residual addition) breaks it, so no edge is drawn across it (the duality join
+and the LayerNorm lift are then not attempted, which is conservative).
 
 **Skip edges** are recorded separately: ``skips[p]`` lists the sinks whose first input is a sum in
 which the output of source ``p`` itself is one summand — ``c(z + f(z))`` with ``z = p(·)``, through
@@ -38,6 +39,7 @@ __all__ = [
     "FUNCTIONAL_ELEMENTWISE",
     "ModelGraph",
     "is_named_rmsnorm",
+    "layer_scale_param",
     "trace_graph",
 ]
 
@@ -106,12 +108,33 @@ def is_named_rmsnorm(mod: nn.Module) -> bool:
     )
 
 
+def layer_scale_param(mod: nn.Module) -> str | None:
+    """The scale's name in a layer-scale module defined outside torch (timm's ``LayerScale`` and
+    ``LayerScale2d``: ``gamma``; Hugging Face's ``Dinov2LayerScale``: ``lambda1``): a class whose
+    name ends in ``LayerScale`` or ``LayerScale2d`` holding exactly one parameter, one-dimensional;
+    None otherwise. Matched by name; what it computes is certified by the detector that uses it.
+
+    >>> class LayerScale(nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.gamma = nn.Parameter(torch.ones(4))
+    >>> layer_scale_param(LayerScale()), layer_scale_param(nn.Linear(2, 2))
+    ('gamma', None)
+    """
+    if not type(mod).__name__.endswith(("LayerScale", "LayerScale2d")):
+        return None
+    params = list(mod.named_parameters())
+    if len(params) != 1 or params[0][1].dim() != 1:
+        return None
+    return params[0][0]
+
+
 def _is_source(mod: nn.Module) -> bool:
     return isinstance(mod, _SOURCES) or is_named_rmsnorm(mod)
 
 
 def _is_sink(mod: nn.Module) -> bool:
-    return isinstance(mod, _SINKS) or is_named_rmsnorm(mod)
+    return isinstance(mod, _SINKS) or is_named_rmsnorm(mod) or layer_scale_param(mod) is not None
 
 
 def _is_elementwise(mod: nn.Module) -> bool:

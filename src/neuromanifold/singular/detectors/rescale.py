@@ -76,7 +76,8 @@ class UnitRescale:
     Attributes:
         producers: parameter names indexed by the unit along dimension 0 (weight rows, bias,
             norm scale and shift entries); all of the same length ``n_units`` in that dimension.
-        consumers: parameter names indexed by the unit along dimension 1 (weight columns).
+        consumers: parameter names indexed by the unit along dimension 1 (weight columns), or
+            along dimension 0 for a one-dimensional tensor (a layer scale's entries).
         degree: ``p``, the degree of homogeneity between producer and consumer (1 or 2).
         block: columns per unit in the consumers: unit ``j`` owns columns
             ``j·block … (j+1)·block − 1`` (a conv's feature map of ``block`` positions per
@@ -116,8 +117,12 @@ class UnitRescale:
             out[key] = d
         cols = slice(j * self.block, (j + 1) * self.block)
         for key in self.consumers:
-            d = torch.zeros_like(params[key])
-            d[:, cols] = -self.degree * params[key][:, cols]
+            w = params[key]
+            d = torch.zeros_like(w)
+            if w.dim() == 1:
+                d[cols] = -self.degree * w[cols]
+            else:
+                d[:, cols] = -self.degree * w[:, cols]
             out[key] = d
         return out
 
@@ -140,7 +145,8 @@ class UnitRescale:
         inverse = factors.pow(-self.degree).repeat_interleave(self.block)
         for key in self.consumers:
             w = params[key]
-            out[key] = w * inverse.reshape(1, -1, *([1] * (w.dim() - 2)))
+            shape = (-1,) if w.dim() == 1 else (1, -1, *([1] * (w.dim() - 2)))
+            out[key] = w * inverse.reshape(shape)
         return out
 
     @staticmethod
@@ -150,7 +156,8 @@ class UnitRescale:
         total = None
         for key in keys:
             p = params[key].double()
-            sq = p.transpose(0, dim).reshape(p.shape[dim] // block, -1).pow(2).sum(1)
+            axis = min(dim, p.dim() - 1)  # a one-dimensional consumer holds the unit along 0
+            sq = p.transpose(0, axis).reshape(p.shape[axis] // block, -1).pow(2).sum(1)
             total = sq if total is None else total + sq
         return torch.sqrt(total)
 

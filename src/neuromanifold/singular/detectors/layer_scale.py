@@ -1,0 +1,62 @@
+"""Layer-scale rescaling: a block's output projection against the learned scale after it.
+
+A layer scale multiplies the output of a residual branch by a learned per-feature vector,
+``y = γ ⊙ (W h + b)`` (timm's ``LayerScale`` in DeiT-III, CaiT and ConvNeXt variants,
+``LayerScale2d`` per conv channel, Hugging Face's ``Dinov2LayerScale``). Feature ``j`` is
+``γ_j (W_j h + b_j)``, so
+
+    ``(W_j, b_j, γ_j) → (c W_j, c b_j, γ_j / c)``,  ``c > 0``,
+
+leaves the model unchanged: a curved gauge (spec §6.5, per-unit rescalings) with tangent
+``(W_j, b_j, −γ_j)`` — the `UnitRescale` orbit with the projection as producer and the scale, a
+one-dimensional tensor indexed by the unit, as consumer. The layer scale is matched by name
+(`graph.layer_scale_param`), its producer from the data-flow graph (one Linear or supported
+convolution, through Identity/Dropout only), and the symmetry is certified by evaluation
+(`rescale.certify`: a projection output used anywhere else, or a scale entering other than as a
+factor, is no symmetry). Candidate ``"layer-scale"``.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from neuromanifold.singular.blocks import is_supported_block
+from neuromanifold.singular.detectors.base import Candidate, DetectionContext
+from neuromanifold.singular.detectors.graph import layer_scale_param
+from neuromanifold.singular.detectors.one_sided import check_cap
+from neuromanifold.singular.detectors.rescale import UnitRescale, rescale_candidate
+
+__all__ = ["LayerScaleDetector"]
+
+_PASS_THROUGH = frozenset({"Identity", "Dropout"})
+
+
+class LayerScaleDetector:
+    """Per-feature rescaling of a layer scale against the projection it scales (curved gauge)."""
+
+    name = "layer-scale"
+
+    def __init__(self, *, max_units: int | None = None) -> None:
+        """``max_units``: cap on the feature tangents kept as generators (an int ``≥ 1``;
+        ``None``: the ``MAX_GENERATOR_ENTRIES`` budget)."""
+        self.max_units = None if max_units is None else check_cap("max_units", max_units)
+
+    def applies_to(self, module: nn.Module) -> bool:
+        """Layer-scale modules (`graph.layer_scale_param`)."""
+        return layer_scale_param(module) is not None
+
+    def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
+        """One certified curved-gauge candidate for the scale and its producer, or nothing."""
+        scale = layer_scale_param(module)
+        p = ctx.graph.single_producer(name)
+        if scale is None or p is None or not set(ctx.graph.via.get((p, name), ())) <= _PASS_THROUGH:
+            return []
+        prod = ctx.model.get_submodule(p)
+        gamma = f"{name}.{scale}" if name else scale
+        if not is_supported_block(prod) or prod.weight.shape[0] != ctx.params[gamma].numel():
+            return []
+        producers = [f"{p}.weight"] + ([f"{p}.bias"] if prod.bias is not None else [])
+        orbit = UnitRescale(tuple(producers), (gamma,), 1)
+        return rescale_candidate(
+            ctx, orbit, layers=(p, name), detector="layer-scale", max_units=self.max_units
+        )

@@ -446,14 +446,12 @@ def test_mismatched_widths_are_not_recognised(bad: str) -> None:
     assert AttentionDetector().propose("", model, None) == []
 
 
-@pytest.mark.parametrize("d", [4, 6, 9])
+@pytest.mark.parametrize("d", [4, 6, 8])
 @pytest.mark.parametrize("name", QK_BASES)
 def test_generic_rotation_is_the_sum_of_its_basis_generators(name: str, d: int) -> None:
     """Oracle of `_generic` (written entry by entry): ``Σ_p c_p (E_ij − E_ji)`` summed densely
     with the same seeded coefficients, normalised to spectral norm 1 — the same floats."""
     pairs = qk_basis(name, d, rotary=2)
-    if not pairs:
-        pytest.skip(f"{name} has no generators at d = {d}")
     cpu = torch.device("cpu")
     coef = torch.randn(len(pairs), generator=torch.Generator().manual_seed(11), dtype=torch.float64)
     dense = sum(c * _generator(d, p, cpu) for c, p in zip(coef.tolist(), pairs, strict=True))

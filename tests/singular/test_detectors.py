@@ -434,3 +434,32 @@ def test_context_from_model_works_on_a_float64_eval_copy() -> None:
     assert all(p.dtype == torch.float64 for p in ctx.params.values())
     assert ctx.graph.consumers["0"] == ("2",) and set(ctx.factors.blocks) == {"0", "2"}
     assert ctx.factors.n_samples == 16 and ctx.data is x
+
+
+class _LNThen(nn.Module):
+    """``fc(step(ln x))``: the LayerNorm kernel identity holds at ``fc``'s input only when
+    ``step`` passes the norm's output through unchanged."""
+
+    def __init__(self, step) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(5)
+        self.fc = nn.Linear(5, 3)
+        self.step = step
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.step(self.ln(x)))
+
+
+@pytest.mark.parametrize(
+    ("step", "proposed"), [(nn.Identity(), True), (nn.Dropout(0.1), True), (nn.GELU(), False)]
+)
+def test_layernorm_kernel_only_through_pass_through_steps(step, proposed: bool) -> None:
+    torch.manual_seed(0)
+    model = _LNThen(step).double().eval()
+    with torch.no_grad():
+        model.ln.weight.uniform_(0.5, 1.5)
+        model.ln.bias.uniform_(-0.5, 0.5)
+    ctx = DetectionContext.from_model(model, torch.randn(40, 5, dtype=torch.float64), Gaussian())
+    assert ctx.graph.consumers["ln"] == ("fc",)  # an edge either way
+    cands = [c for c in _propose(ctx) if c.detector == "ln-kernel"]
+    assert len(cands) == (1 if proposed else 0)

@@ -190,3 +190,64 @@ def test_graph_output_is_a_source_only_without_an_activation(last, output) -> No
     assert trace_graph(Head().double().eval(), _x()).output == (
         None if output is None else f"body.{output}"
     )
+
+
+class _TokenMLP(nn.Module):
+    """``head(pool(relu(fc(x))))`` on tokens ``(N, T, d)``: ``fc``'s units are the last axis."""
+
+    def __init__(self, pool: Callable[[Tensor], Tensor], n_in: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.head = nn.Linear(n_in, 2)
+        self.pool = pool
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.pool(F.relu(self.fc(x))))
+
+
+@pytest.mark.parametrize(
+    ("pool", "n_in"),
+    [
+        (lambda z: z.mean(-1), 4),  # over fc's own units
+        (lambda z: F.max_pool1d(z, 1).mean(-1), 4),
+        (lambda z: z.view(z.shape[0], -1), 16),  # token-major: unit j is every 4th column
+    ],
+)
+def test_pooling_after_a_linear_is_no_channelwise_step(pool, n_in: int) -> None:
+    """Channelwise steps apply to sources whose units are channels (dimension 1) only."""
+    torch.manual_seed(0)
+    graph = trace_graph(_TokenMLP(pool, n_in).double(), torch.randn(6, 4, 4, dtype=torch.float64))
+    assert "fc" not in graph.consumers
+
+
+@pytest.mark.parametrize(
+    ("pool", "n_in"),
+    [
+        (lambda z: z.reshape(z.shape[0], 2, -1).flatten(1), 16),  # regroups channels
+        (lambda z: F.adaptive_max_pool2d(z, 1, return_indices=True)[0].flatten(1), 4),
+    ],
+)
+def test_other_reshapes_and_indexed_pooling_break_the_chain(pool, n_in: int) -> None:
+    torch.manual_seed(0)
+    model = _ConvHead(pool, n_in).double()
+    graph = trace_graph(model, torch.randn(6, 1, 4, 4, dtype=torch.float64))
+    assert "conv2" not in graph.consumers
+
+
+def test_in_place_operations_end_a_sources_output() -> None:
+    """``h.tanh_()`` and ``clamp_`` change the tensor in place: no edge, no output source."""
+
+    class InPlace(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(3, 4)
+            self.b = nn.Linear(4, 2)
+
+        def forward(self, x: Tensor) -> Tensor:
+            h = self.a(x)
+            h.tanh_()
+            return self.b(h).clamp_(-0.5, 0.5)
+
+    torch.manual_seed(0)
+    graph = trace_graph(InPlace().double(), _x())
+    assert "a" not in graph.consumers and graph.output is None

@@ -186,3 +186,27 @@ def test_whole_read_covers_the_scales() -> None:
     assert reading.not_covered == ()
     (rec,) = [r for r in reading.directions if r.detector == "layer-scale"]
     assert rec.layers == ("fc2", "ls") and rec.klass == "curved_gauge" and rec.k == 2
+
+
+def test_only_a_pass_through_producer_with_one_vector_is_matched() -> None:
+    """An activation between projection and scale breaks the orbit's layout (not proposed); a
+    bias-free projection is a producer of its rows only; a 2-D scale is no layer scale."""
+
+    class Gelu(_Block):
+        def forward(self, x: Tensor) -> Tensor:
+            h = self.fc2(nn.functional.gelu(self.fc1(self.ln(x))))
+            return self.head(x + self.ls(nn.functional.gelu(h)))
+
+    torch.manual_seed(0)
+    x = torch.randn(N, D, dtype=torch.float64)
+    ctx = DetectionContext.from_model(Gelu(LayerScale).double(), x, Gaussian())
+    assert ctx.graph.via[("fc2", "ls")] == ("GELU",)
+    assert LayerScaleDetector().propose("ls", ctx.model.ls, ctx) == []
+    model = _Block(LayerScale).double()
+    model.fc2.bias = None
+    ctx = DetectionContext.from_model(model, x, Gaussian())
+    (cand,) = LayerScaleDetector().propose("ls", ctx.model.ls, ctx)
+    assert set(cand.u) == {"fc2.weight", "ls.gamma"} and cand.info["certified"] == 0.0
+    flat = type("LayerScale", (nn.Module,), {})()
+    flat.gamma = nn.Parameter(torch.ones(2, 3))
+    assert layer_scale_param(flat) is None

@@ -274,6 +274,8 @@ def test_model_without_forward_mode_derivatives_fails_early() -> None:
         read(_CustomFunctionMLP(), x, Gaussian(), progress=False)
     detection = read(_CustomFunctionMLP(), x, Gaussian(), max_directions=0, progress=False)
     assert detection.meta["n_read"] == 0  # detection alone never differentiates forward
+    with pytest.raises(ValueError, match=r"forward-mode derivatives"):  # memory planning does
+        read(_CustomFunctionMLP(), x, Gaussian(), max_directions=0, max_memory="1GB")
 
 
 def test_float_token_ids_are_blamed_on_the_data() -> None:

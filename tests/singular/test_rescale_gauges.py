@@ -249,6 +249,27 @@ def test_tangent_is_the_derivative_of_the_action(case: str) -> None:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
+def test_unit_norms_are_those_of_the_tangents_and_blocks(case: str) -> None:
+    """Oracle of `UnitRescale.tangent_norms` and `strength` (reshapes of whole tensors): the
+    norm of each unit's tangent, and the producer row's norm times the norm of the consumer
+    entries the unit owns, sliced unit by unit."""
+    ctx, _ = _proposal(case)
+    orbit = _orbit(case)
+    norms, strength = orbit.tangent_norms(ctx.params), orbit.strength(ctx.params)
+    for j in range(orbit.n_units(ctx.params)):
+        t = orbit.tangent(ctx.params, j)
+        assert abs(
+            float(norms[j]) - float(torch.sqrt(sum(v.pow(2).sum() for v in t.values())))
+        ) <= (ATOL_TANGENT)
+        cols = slice(j * orbit.block, (j + 1) * orbit.block)
+        owned = [ctx.params[k][:, cols] for k in orbit.consumers]
+        expected = float(ctx.params[orbit.producers[0]][j].norm()) * float(
+            torch.sqrt(sum(w.pow(2).sum() for w in owned))
+        )
+        assert abs(float(strength[j]) - expected) <= ATOL_TANGENT * max(1.0, expected)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
 def test_candidate_is_a_certified_curved_gauge(case: str) -> None:
     ctx, cands = _proposal(case)
     (cand,) = cands

@@ -229,7 +229,7 @@ def read(
         )
     family.check_output(out)
     linear_subclasses, adapt_passes = linear_subclasses_as_linear(work, xw)
-    if max_directions != 0:  # a detection-only read never differentiates in forward mode
+    if max_directions != 0 or max_memory is not None:  # sweeps and memory planning use jvp
         check_forward_mode(work, xw[:FORWARD_MODE_SAMPLES])
     graph = trace_graph(work, xw[:GRAPH_SAMPLES])
     plan: MemoryPlan | None = None

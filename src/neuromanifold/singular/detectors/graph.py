@@ -5,14 +5,15 @@ module ``p`` either directly or through a chain of elementwise modules (activati
 identity; classes named in ``ELEMENTWISE_NAMES``; any module with a truthy ``elementwise``
 attribute). Sources are Linear and convolution modules, normalisation layers (torch's LayerNorm,
 RMSNorm, BatchNorm and GroupNorm, and RMSNorms defined elsewhere: `is_named_rmsnorm`) and
-embeddings; consumers are those, ``nn.MultiheadAttention`` (its query input) and layer-scale modules
-(`layer_scale_param`). Elementwise functions called inside a ``forward`` (``F.relu``,
+embeddings; consumers are those, ``nn.MultiheadAttention`` (its query input) and layer-scale
+modules (`layer_scale_param`). Elementwise functions called inside a ``forward`` (``F.relu``,
 ``torch.tanh``, …: `FUNCTIONAL_ELEMENTWISE`) continue the chain like the equal modules, and so do
-pooling, a spatial mean and a flatten of ``(N, C, 1, 1)`` (`CHANNELWISE`: every channel kept apart,
-so unit ``c`` of the producer is still channel ``c`` of the consumer's input; a flatten of a whole
-feature map makes channel ``c`` a block of features); any other function (a product, a transpose,
-another reshape, a residual addition) breaks it, so no edge is drawn across it (the duality join
-and the LayerNorm lift are then not attempted, which is conservative).
+pooling, a spatial mean and a flatten of ``(N, C, 1, 1)`` after a source whose units are channels
+(convolution, BatchNorm, GroupNorm: `CHANNELWISE`, every channel kept apart, so unit ``c`` of the
+producer is still channel ``c`` of the consumer's input; a flatten of a whole feature map makes
+channel ``c`` a block of features); any other function (a product, a transpose, another reshape, a
+residual addition, an in-place operation on the tensor) breaks it, so no edge is drawn across it
+(the duality join and the LayerNorm lift are then not attempted, which is conservative).
 
 **Skip edges** are recorded separately: ``skips[p]`` lists the sinks whose first input is a sum in
 which the output of source ``p`` itself is one summand — ``c(z + f(z))`` with ``z = p(·)``, through
@@ -37,7 +38,9 @@ __all__ = [
     "ELEMENTWISE",
     "ELEMENTWISE_NAMES",
     "FUNCTIONAL_ELEMENTWISE",
+    "PASS_THROUGH",
     "ModelGraph",
+    "graph_passes_through",
     "is_named_rmsnorm",
     "layer_scale_param",
     "trace_graph",
@@ -175,7 +178,27 @@ class ModelGraph:
         return p[0] if len(p) == 1 else None
 
 
+PASS_THROUGH = frozenset({"Identity", "Dropout"})
+"""``via`` labels that leave a tensor as it is (evaluation mode)."""
+
+
+def graph_passes_through(graph: ModelGraph, producer: str, consumer: str) -> bool:
+    """Whether the edge ``producer → consumer`` carries the producer's output unchanged (through
+    Identity/Dropout only): what detectors need whose identity would not survive an activation
+    or a pooling in between (the LayerNorm kernel)."""
+    return set(graph.via.get((producer, consumer), ("missing",))) <= PASS_THROUGH
+
+
 _ADDS = (torch.add, Tensor.add, Tensor.__add__, Tensor.__radd__, Tensor.__iadd__, Tensor.add_)
+
+
+def _in_place(func: object) -> bool:
+    """A function that writes into its first argument: ``Tensor.mul_`` style or ``__imul__``."""
+    name = getattr(func, "__name__", "")
+    return (name.endswith("_") and not name.startswith("__")) or (
+        name.startswith("__i") and name.endswith("__")
+    )
+
 
 _F = nn.functional
 FUNCTIONAL_ELEMENTWISE: dict[object, str] = {
@@ -229,10 +252,28 @@ def _dims(arg: object, ndim: int) -> tuple[int, ...] | None:
     return tuple(d % ndim for d in dims)
 
 
-def _channel_label(func: object, args: tuple, kwargs: dict, out: object) -> str | None:
+def _channels_first_ndim(mod: nn.Module) -> int | None:
+    """For a source whose units are the channels, dimension 1 of its batched output: that
+    output's number of dimensions (0: any number ≥ 3); None for a source whose units are the
+    last dimension (Linear, LayerNorm, RMSNorm, Embedding)."""
+    if isinstance(mod, nn.Conv1d | nn.Conv2d):
+        return mod.weight.dim()  # (N, C, L) or (N, C, H, W)
+    if isinstance(mod, nn.BatchNorm2d | nn.BatchNorm3d):
+        return 4 if isinstance(mod, nn.BatchNorm2d) else 5
+    if isinstance(mod, nn.modules.batchnorm._BatchNorm | nn.GroupNorm):
+        return 0
+    return None
+
+
+def _channel_label(
+    func: object, args: tuple, kwargs: dict, out: object, ndim: int | None
+) -> str | None:
     """The label of the call ``func(*args, **kwargs) = out`` of `CHANNELWISE` if it kept every
-    channel apart (see there), else None."""
+    channel apart (see there), else None. ``ndim``: `_channels_first_ndim` of the source whose
+    output the input carries (None: its units are not channels, so no pooling keeps them)."""
     inp, label = args[0], CHANNELWISE[func]
+    if ndim is None or (ndim and inp.dim() != ndim):
+        return None
     if not isinstance(out, Tensor) or inp.dim() < 3 or out.dim() < 2:
         return None
     if label == "Flatten" and out.dim() == 2 and out.shape[0] == inp.shape[0]:
@@ -251,10 +292,16 @@ class _Summands(TorchFunctionMode):
     """Records, per sum tensor (by id), the sources whose raw output is one of its summands, and
     carries a source's provenance through the functions of `FUNCTIONAL_ELEMENTWISE`."""
 
-    def __init__(self, origin: dict[int, tuple[str, tuple[str, ...]]], keep: list[Tensor]):
+    def __init__(
+        self,
+        origin: dict[int, tuple[str, tuple[str, ...]]],
+        keep: list[Tensor],
+        channels: dict[str, int | None],
+    ):
         super().__init__()
         self.origin = origin
         self.keep = keep
+        self.channels = channels
         self.summands: dict[int, frozenset[str]] = {}
 
     def _sources(self, t: object) -> frozenset[str]:
@@ -272,7 +319,11 @@ class _Summands(TorchFunctionMode):
         if func in CHANNELWISE:
             return self._channelwise(func, args, kwargs)
         if func not in _ADDS or len(args) != 2 or kwargs.get("alpha", 1) != 1:
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            if args and out is args[0] and _in_place(func):  # ``h.tanh_()``, ``z *= 2``: no
+                self.origin.pop(id(out), None)  # longer the source's output, nor a plain sum
+                self.summands.pop(id(out), None)
+            return out
         srcs = self._sources(args[0]) | self._sources(args[1])
         out = func(*args, **kwargs)
         if isinstance(out, Tensor):
@@ -285,7 +336,9 @@ class _Summands(TorchFunctionMode):
     def _channelwise(self, func, args: tuple, kwargs: dict) -> object:
         src = self.origin.get(id(args[0])) if args and isinstance(args[0], Tensor) else None
         out = func(*args, **kwargs)
-        label = None if src is None else _channel_label(func, args, kwargs, out)
+        if src is None:
+            return out
+        label = _channel_label(func, args, kwargs, out, self.channels.get(src[0]))
         if label is not None:
             self.origin[id(out)] = (src[0], (*src[1], label))
             self.keep.append(out)
@@ -308,7 +361,8 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
     skip_edges: dict[str, list[str]] = {}
     called: set[str] = set()
     handles = []
-    sums = _Summands(origin, keep)
+    channels = {n: _channels_first_ndim(m) for n, m in model.named_modules() if _is_source(m)}
+    sums = _Summands(origin, keep, channels)
 
     entry: dict[str, list] = {}  # per elementwise module: its input's origin at each call
 

@@ -1,8 +1,10 @@
 """Layer-scale rescaling: a block's output projection against the learned scale after it.
 
 A layer scale multiplies the output of a residual branch by a learned per-feature vector,
-``y = γ ⊙ (W h + b)`` (timm's ``LayerScale`` in DeiT-III, CaiT and ConvNeXt variants,
-``LayerScale2d`` per conv channel, Hugging Face's ``Dinov2LayerScale``). Feature ``j`` is
+``y = γ ⊙ (W h + b)`` (timm's ``LayerScale`` module, as in DeiT-III and ViTs built with
+``init_values``, ``LayerScale2d`` per conv channel, Hugging Face's ``Dinov2LayerScale``). A scale
+kept as a parameter of the block itself (timm's CaiT ``gamma_1``, its ConvNeXt blocks'
+``gamma``, torchvision's ConvNeXt ``layer_scale``) is not matched. Feature ``j`` is
 ``γ_j (W_j h + b_j)``, so
 
     ``(W_j, b_j, γ_j) → (c W_j, c b_j, γ_j / c)``,  ``c > 0``,
@@ -22,13 +24,11 @@ from torch import nn
 
 from neuromanifold.singular.blocks import is_supported_block
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext
-from neuromanifold.singular.detectors.graph import layer_scale_param
+from neuromanifold.singular.detectors.graph import PASS_THROUGH, layer_scale_param
 from neuromanifold.singular.detectors.one_sided import check_cap
 from neuromanifold.singular.detectors.rescale import UnitRescale, rescale_candidate
 
 __all__ = ["LayerScaleDetector"]
-
-_PASS_THROUGH = frozenset({"Identity", "Dropout"})
 
 
 class LayerScaleDetector:
@@ -49,7 +49,7 @@ class LayerScaleDetector:
         """One certified curved-gauge candidate for the scale and its producer, or nothing."""
         scale = layer_scale_param(module)
         p = ctx.graph.single_producer(name)
-        if scale is None or p is None or not set(ctx.graph.via.get((p, name), ())) <= _PASS_THROUGH:
+        if scale is None or p is None or not set(ctx.graph.via.get((p, name), ())) <= PASS_THROUGH:
             return []
         prod = ctx.model.get_submodule(p)
         gamma = f"{name}.{scale}" if name else scale

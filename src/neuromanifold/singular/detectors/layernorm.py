@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
+from neuromanifold.singular.detectors.graph import graph_passes_through
 from neuromanifold.singular.detectors.linear import block_spectrum, lift
 from neuromanifold.singular.detectors.link import BlockSpectrum
 
@@ -131,6 +132,8 @@ class LayerNormDetector:
         mods = dict(ctx.model.named_modules())
         out = []
         for c in ctx.graph.consumers.get(name, ()):
+            if not graph_passes_through(ctx.graph, name, c):
+                continue  # e.g. an activation between: the kernel identity does not survive it
             cons = mods[c]
             if isinstance(cons, nn.MultiheadAttention):
                 cand = _packed_candidate(name, c, cons, a_star, d)
@@ -213,6 +216,7 @@ class LayerNormReachDetector:
         """One flat-gauge candidate if some LayerNorm's kernel annihilates this layer's input."""
         if any(
             isinstance(ctx.model.get_submodule(p), nn.LayerNorm)
+            and graph_passes_through(ctx.graph, p, name)
             for p in ctx.graph.producers.get(name, ())
         ):
             return []  # handled by LayerNormDetector from the graph

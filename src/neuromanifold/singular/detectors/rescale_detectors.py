@@ -13,7 +13,12 @@ from torch import nn
 from neuromanifold.singular.blocks import is_supported_block
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext
 from neuromanifold.singular.detectors.glu import glu_layout
-from neuromanifold.singular.detectors.graph import CHANNELWISE_LABELS, is_named_rmsnorm
+from neuromanifold.singular.detectors.graph import (
+    CHANNELWISE_LABELS,
+    PASS_THROUGH,
+    graph_passes_through,
+    is_named_rmsnorm,
+)
 from neuromanifold.singular.detectors.one_sided import check_cap
 from neuromanifold.singular.detectors.rescale import UnitRescale, rescale_candidate
 
@@ -26,9 +31,6 @@ def _check_max_units(value: object) -> int | None:
 
 _HOMOGENEOUS = {"ReLU": 1, "LeakyReLU": 1, "SquaredReLU": 2, "ReLUSquaredActivation": 2}
 """Positively homogeneous activations by class name and their degree p: ``φ(cz) = c^p φ(z)``."""
-_LINEAR_ELEMENTWISE = frozenset({"Identity", "Dropout"})
-"""Elementwise modules that are linear maps in evaluation mode (allowed between a norm and its
-consumers)."""
 
 
 def _prefix(name: str) -> str:
@@ -97,7 +99,8 @@ class ReLURescaleDetector:
         """One certified curved-gauge candidate for the block pair, or nothing."""
         c = ctx.graph.single_consumer(name)
         via = ctx.graph.via.get((name, c)) if c is not None else None
-        acts = [v for v in via or () if v not in CHANNELWISE_LABELS]
+        steps = [v for v in via or () if v not in PASS_THROUGH]
+        acts = [v for v in steps if v not in CHANNELWISE_LABELS]
         if via is None or len(acts) != 1 or acts[0] not in _HOMOGENEOUS:
             return []
         cons = ctx.model.get_submodule(c)
@@ -105,7 +108,7 @@ class ReLURescaleDetector:
             return []
         producers = _producer_keys(name, module)
         units, cols = ctx.params[producers[0]].shape[0], ctx.params[f"{c}.weight"].shape[1]
-        block = cols // units if via[-1] == "FlattenChannels" else 1
+        block = cols // units if steps[-1] == "FlattenChannels" else 1
         if cols != units * block:
             return []
         orbit = UnitRescale(tuple(producers), (f"{c}.weight",), _HOMOGENEOUS[acts[0]], block)
@@ -184,7 +187,7 @@ class NormScaleDetector:
             return []
         weights = []
         for c in consumers:
-            if not set(ctx.graph.via.get((name, c), ())) <= _LINEAR_ELEMENTWISE:
+            if not graph_passes_through(ctx.graph, name, c):
                 return []
             key = _consumer_weight(ctx.model.get_submodule(c), c, width)
             if key is None:

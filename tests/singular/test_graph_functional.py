@@ -115,6 +115,11 @@ CHANNEL_POOLS = {
     "channel mean": (lambda z: z.mean(1).flatten(1), 4, None),  # (N, 2, 2) → (N, 4): mixes
     "feature-map flatten": (lambda z: z.flatten(1), 16, ("ReLU", "FlattenChannels")),
     "feature-map view": (lambda z: z.view(z.shape[0], -1), 16, ("ReLU", "FlattenChannels")),
+    "view then dropout": (
+        lambda z: F.dropout(z.view(z.shape[0], -1), 0.5, training=False),
+        16,
+        ("ReLU", "FlattenChannels", "Dropout"),
+    ),
     "token-major reshape": (lambda z: z.transpose(1, 3).reshape(z.shape[0], -1), 16, None),
 }
 
@@ -137,7 +142,9 @@ def test_channelwise_pooling_continues_the_chain_and_nothing_else_does(name: str
         assert graph.consumers["conv2"] == ("head",) and graph.via[("conv2", "head")] == via
 
 
-@pytest.mark.parametrize("name", ["global average", "spatial mean", "feature-map view"])
+@pytest.mark.parametrize(
+    "name", ["global average", "spatial mean", "feature-map view", "view then dropout"]
+)
 def test_rescale_through_pooling_is_proposed_and_certified(name: str) -> None:
     model, x = _conv_head(name)
     ctx = DetectionContext.from_model(model, x, Gaussian())

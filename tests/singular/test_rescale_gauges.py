@@ -38,6 +38,7 @@ from neuromanifold.singular.detectors.rescale import (
     CERTIFY_RTOL,
     MAX_GENERATOR_ENTRIES,
     certify,
+    unit_activity,
     units_cap,
 )
 from neuromanifold.singular.direction import read_direction
@@ -52,6 +53,8 @@ ATOL_TANGENT = 1e-14
 # a broken orbit moves the output by O(1) relative; this is far above CERTIFY_RTOL
 BROKEN_MIN = 1e-3
 N = 32
+# the unit's score from the factor's diagonal vs from hooked activations: same sums, rounding
+RTOL_ACTIVITY = 1e-12
 
 
 class _HFSwiGLU(nn.Module):
@@ -269,6 +272,56 @@ def test_unit_norms_are_those_of_the_tangents_and_blocks(case: str) -> None:
         assert abs(float(strength[j]) - expected) <= ATOL_TANGENT * max(1.0, expected)
 
 
+def _activity_oracle(ctx: DetectionContext, orbit: UnitRescale) -> Tensor:
+    """Root mean square of each unit's value at the input of the orbit's first consumer block,
+    from a forward hook (a conv's input unfolded into its kernel patches, mean over positions):
+    what `unit_activity` reads off the K-FAC factor, computed here without it."""
+    key = next(k for k in orbit.consumers if k.endswith(".weight"))
+    module = ctx.model.get_submodule(key.rpartition(".")[0])
+    seen: list[Tensor] = []
+    hook = module.register_forward_pre_hook(lambda _m, inp: seen.append(inp[0]))
+    with torch.no_grad():
+        ctx.model(ctx.data)
+    hook.remove()
+    z = seen[0]
+    if isinstance(module, nn.Conv2d):
+        z = nn.functional.unfold(
+            z, module.kernel_size, module.dilation, module.padding, module.stride
+        ).transpose(1, 2)  # (N, positions, C·k_h·k_w)
+    sq = z.reshape(z.shape[0], -1, z.shape[-1]).pow(2).mean(dim=(0, 1))
+    return sq.reshape(orbit.n_units(ctx.params), -1).sum(1).sqrt()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_unit_activity_is_the_rms_of_the_consumer_input(case: str) -> None:
+    ctx, _ = _proposal(case)
+    orbit = _orbit(case)
+    torch.testing.assert_close(
+        unit_activity(ctx, orbit), _activity_oracle(ctx, orbit), rtol=RTOL_ACTIVITY, atol=0
+    )
+
+
+def test_a_dead_unit_with_the_largest_weights_is_not_the_one_read() -> None:
+    """Unit 0 gets the largest rows and a bias that keeps it off on every probe sample: by
+    weights alone it would be read (and its line reads flat); the live unit is read instead,
+    a curved gauge of order 2."""
+    model, x = _relu_mlp()
+    with torch.no_grad():
+        model[0].weight[0] *= 10.0
+        model[0].bias[0] = -1e3
+        model[2].weight[:, 0] *= 10.0
+    ctx = _ctx(model, x)
+    orbit = _orbit("relu")
+    assert int(torch.argmax(orbit.strength(ctx.params))) == 0
+    assert float(unit_activity(ctx, orbit)[0]) == 0.0
+    (cand,) = ReLURescaleDetector().propose("0", ctx.model[0], ctx)
+    assert cand.info["unit"] != 0
+    rec = read_direction(
+        ctx.model, ctx.params, cand.u, ctx.data, Gaussian(), gauge_generators=cand.gauge_generators
+    )
+    assert rec.k == 2 and rec.klass.value == "curved_gauge"
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_candidate_is_a_certified_curved_gauge(case: str) -> None:
     ctx, cands = _proposal(case)
@@ -279,8 +332,8 @@ def test_candidate_is_a_certified_curved_gauge(case: str) -> None:
     units = orbit.n_units(ctx.params)
     assert len(cand.gauge_generators) == units == len(cand.info["generator_units"])
     j = cand.info["unit"]
-    strength = orbit.strength(ctx.params)
-    assert float(strength[j]) == float(strength.max())
+    score = orbit.strength(ctx.params) * _activity_oracle(ctx, orbit)
+    assert float(score[j]) >= (1.0 - RTOL_ACTIVITY) * float(score.max())
     t = orbit.tangent(ctx.params, j)
     norm = torch.sqrt(sum(v.pow(2).sum() for v in t.values()))
     for k in t:

@@ -55,6 +55,7 @@ __all__ = [
     "relative_change",
     "rescale_candidate",
     "truncation_record",
+    "unit_activity",
     "units_cap",
 ]
 
@@ -239,6 +240,25 @@ def certify(ctx: DetectionContext, orbit: UnitRescale) -> float:
     return relative_change(ctx, orbit.act(ctx.params, factors))
 
 
+def unit_activity(ctx: DetectionContext, orbit: UnitRescale) -> Tensor | None:
+    """Root mean square of each unit's value where its first consumer with K-FAC factors reads
+    it, shape ``(n_units,)``: ``sqrt(Σ_{entries e of unit j} A_ee)`` over the consumer's input
+    second moment ``A`` (mean over samples and positions; a conv's kernel taps and a flattened
+    feature map's positions are the unit's entries). Zero for a unit no probe sample excites
+    (a dead ReLU); None when no consumer is a block with factors (a layer scale, a packed
+    attention projection)."""
+    n = orbit.n_units(ctx.params)
+    for key in orbit.consumers:
+        module, _, leaf = key.rpartition(".")
+        bf = ctx.factors.blocks.get(module) if leaf == "weight" else None
+        if bf is None:
+            continue
+        diag = bf.A.diagonal()[: bf.A.shape[0] - int(bf.has_bias)]
+        if diag.numel() % n == 0:
+            return diag.reshape(n, -1).sum(1).clamp_min(0.0).sqrt()
+    return None
+
+
 def rescale_candidate(
     ctx: DetectionContext,
     orbit: UnitRescale,
@@ -251,8 +271,10 @@ def rescale_candidate(
     """One curved-gauge candidate for ``orbit``, or none.
 
     None when no unit has a non-zero tangent or when `certify` finds the orbit is not a symmetry.
-    Otherwise ``u`` is the normalised tangent of the unit of largest `UnitRescale.strength` (a
-    clearly live unit, read to certify the curved-gauge class) and ``gauge_generators`` are the
+    Otherwise ``u`` is the normalised tangent of the unit of largest `UnitRescale.strength` times
+    `unit_activity` (a clearly live unit, read to certify the curved-gauge class: the largest
+    weights may belong to a unit no probe sample excites, whose line reads flat; the strength
+    alone where no activity is known or all of it is zero) and ``gauge_generators`` are the
     tangents of every unit with a non-zero tangent, strongest first, at most `units_cap`
     (``max_units``, or the ``MAX_GENERATOR_ENTRIES`` budget when ``None``;
     ``info["truncated"] = {"cap", "found", "kept", "of": "generators"}`` when the cap cuts).
@@ -260,6 +282,9 @@ def rescale_candidate(
     relative change `certify` measured).
     """
     strength = orbit.strength(ctx.params)
+    activity = unit_activity(ctx, orbit)
+    if activity is not None and float((strength * activity).max()) > 0.0:
+        strength = strength * activity  # read a unit the probe set excites, not a dead one
     tnorm = orbit.tangent_norms(ctx.params)
     j = int(torch.argmax(strength))
     if float(strength[j]) == 0.0:

@@ -32,6 +32,15 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
+from neuromanifold.singular.detectors.graph_steps import (
+    CHANNELWISE,
+    CHANNELWISE_LABELS,
+    FUNCTIONAL_ELEMENTWISE,
+    channel_label,
+    channels_first_ndim,
+    in_place,
+)
+
 __all__ = [
     "CHANNELWISE",
     "CHANNELWISE_LABELS",
@@ -192,102 +201,6 @@ def graph_passes_through(graph: ModelGraph, producer: str, consumer: str) -> boo
 _ADDS = (torch.add, Tensor.add, Tensor.__add__, Tensor.__radd__, Tensor.__iadd__, Tensor.add_)
 
 
-def _in_place(func: object) -> bool:
-    """A function that writes into its first argument: ``Tensor.mul_`` style or ``__imul__``."""
-    name = getattr(func, "__name__", "")
-    return (name.endswith("_") and not name.startswith("__")) or (
-        name.startswith("__i") and name.endswith("__")
-    )
-
-
-_F = nn.functional
-FUNCTIONAL_ELEMENTWISE: dict[object, str] = {
-    **dict.fromkeys(
-        (_F.relu, _F.relu_, torch.relu, torch.relu_, Tensor.relu, Tensor.relu_), "ReLU"
-    ),
-    **dict.fromkeys((_F.leaky_relu, _F.leaky_relu_), "LeakyReLU"),
-    _F.gelu: "GELU",
-    _F.silu: "SiLU",
-    **dict.fromkeys((torch.sigmoid, _F.sigmoid, Tensor.sigmoid), "Sigmoid"),
-    **dict.fromkeys((torch.tanh, _F.tanh, Tensor.tanh), "Tanh"),
-    _F.elu: "ELU",
-    _F.softplus: "Softplus",
-    _F.mish: "Mish",
-    _F.hardtanh: "Hardtanh",
-    _F.relu6: "ReLU6",
-    _F.hardswish: "Hardswish",
-    _F.hardsigmoid: "Hardsigmoid",
-    _F.dropout: "Dropout",
-}
-"""Elementwise functions (called inside a ``forward`` rather than as modules) that continue a
-chain, labelled with the class name of the equal module (``via`` then reads the same either
-way)."""
-
-CHANNELWISE: dict[object, str] = {
-    **dict.fromkeys((_F.max_pool1d, _F.max_pool2d), "MaxPool"),
-    **dict.fromkeys((_F.avg_pool1d, _F.avg_pool2d), "AvgPool"),
-    **dict.fromkeys((_F.adaptive_max_pool1d, _F.adaptive_max_pool2d), "AdaptiveMaxPool"),
-    **dict.fromkeys((_F.adaptive_avg_pool1d, _F.adaptive_avg_pool2d), "AdaptiveAvgPool"),
-    **dict.fromkeys((torch.mean, Tensor.mean), "Mean"),
-    **dict.fromkeys(
-        (torch.flatten, Tensor.flatten, torch.reshape, Tensor.reshape, Tensor.view), "Flatten"
-    ),
-}
-"""Functions that keep every channel (dimension 1 of a batched ``(N, C, …)`` tensor) apart and
-only pool or drop the positions after it, positively homogeneous of degree 1 per channel:
-pooling (the modules call these functions too), a mean over dimensions ≥ 2 only, and a flatten
-that drops singleton trailing dimensions only (``(N, C, 1, 1) → (N, C)``; a ``reshape`` or
-``view`` to ``(N, −1)`` counts as that flatten). They continue a chain
-with their label when the output keeps ``(N, C)`` in front; a flatten of a whole feature map,
-``(N, C, *S) → (N, C·P)`` with ``P = ΠS > 1``, continues it as ``"FlattenChannels"`` (channel
-``c`` becomes the ``P`` features ``c·P … (c+1)·P − 1``); any other use breaks it."""
-CHANNELWISE_LABELS = frozenset({*CHANNELWISE.values(), "FlattenChannels"})
-
-
-def _dims(arg: object, ndim: int) -> tuple[int, ...] | None:
-    """``dim`` of a reduction as non-negative ints (``None``: all dimensions)."""
-    if arg is None:
-        return None
-    dims = (arg,) if isinstance(arg, int) else tuple(arg)
-    return tuple(d % ndim for d in dims)
-
-
-def _channels_first_ndim(mod: nn.Module) -> int | None:
-    """For a source whose units are the channels, dimension 1 of its batched output: that
-    output's number of dimensions (0: any number ≥ 3); None for a source whose units are the
-    last dimension (Linear, LayerNorm, RMSNorm, Embedding)."""
-    if isinstance(mod, nn.Conv1d | nn.Conv2d):
-        return mod.weight.dim()  # (N, C, L) or (N, C, H, W)
-    if isinstance(mod, nn.BatchNorm2d | nn.BatchNorm3d):
-        return 4 if isinstance(mod, nn.BatchNorm2d) else 5
-    if isinstance(mod, nn.modules.batchnorm._BatchNorm | nn.GroupNorm):
-        return 0
-    return None
-
-
-def _channel_label(
-    func: object, args: tuple, kwargs: dict, out: object, ndim: int | None
-) -> str | None:
-    """The label of the call ``func(*args, **kwargs) = out`` of `CHANNELWISE` if it kept every
-    channel apart (see there), else None. ``ndim``: `_channels_first_ndim` of the source whose
-    output the input carries (None: its units are not channels, so no pooling keeps them)."""
-    inp, label = args[0], CHANNELWISE[func]
-    if ndim is None or (ndim and inp.dim() != ndim):
-        return None
-    if not isinstance(out, Tensor) or inp.dim() < 3 or out.dim() < 2:
-        return None
-    if label == "Flatten" and out.dim() == 2 and out.shape[0] == inp.shape[0]:
-        if all(n == 1 for n in inp.shape[2:]):
-            return label
-        return "FlattenChannels" if out.shape[1] == inp[0].numel() else None
-    if out.shape[:2] != inp.shape[:2]:
-        return None
-    if label == "Mean":
-        dims = _dims(args[1] if len(args) > 1 else kwargs.get("dim"), inp.dim())
-        return label if dims is not None and len(dims) > 0 and min(dims) >= 2 else None
-    return label if out.dim() == inp.dim() and label != "Flatten" else None
-
-
 class _Summands(TorchFunctionMode):
     """Records, per sum tensor (by id), the sources whose raw output is one of its summands, and
     carries a source's provenance through the functions of `FUNCTIONAL_ELEMENTWISE`."""
@@ -320,7 +233,7 @@ class _Summands(TorchFunctionMode):
             return self._channelwise(func, args, kwargs)
         if func not in _ADDS or len(args) != 2 or kwargs.get("alpha", 1) != 1:
             out = func(*args, **kwargs)
-            if args and out is args[0] and _in_place(func):  # ``h.tanh_()``, ``z *= 2``: no
+            if args and out is args[0] and in_place(func):  # ``h.tanh_()``, ``z *= 2``: no
                 self.origin.pop(id(out), None)  # longer the source's output, nor a plain sum
                 self.summands.pop(id(out), None)
             return out
@@ -338,7 +251,7 @@ class _Summands(TorchFunctionMode):
         out = func(*args, **kwargs)
         if src is None:
             return out
-        label = _channel_label(func, args, kwargs, out, self.channels.get(src[0]))
+        label = channel_label(func, args, kwargs, out, self.channels.get(src[0]))
         if label is not None:
             self.origin[id(out)] = (src[0], (*src[1], label))
             self.keep.append(out)
@@ -361,7 +274,7 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
     skip_edges: dict[str, list[str]] = {}
     called: set[str] = set()
     handles = []
-    channels = {n: _channels_first_ndim(m) for n, m in model.named_modules() if _is_source(m)}
+    channels = {n: channels_first_ndim(m) for n, m in model.named_modules() if _is_source(m)}
     sums = _Summands(origin, keep, channels)
 
     entry: dict[str, list] = {}  # per elementwise module: its input's origin at each call

@@ -1,0 +1,119 @@
+"""Which calls inside a ``forward`` continue a chain of the data-flow graph, and with which label
+(used by `neuromanifold.singular.detectors.graph`).
+
+* `FUNCTIONAL_ELEMENTWISE`: elementwise functions (``F.relu``, ``torch.tanh``, …), labelled
+  with the class name of the equal module.
+* `CHANNELWISE`: pooling, spatial means and flattens that keep every channel of a
+  channels-first source apart (`channel_label`, `channels_first_ndim`).
+* `in_place`: functions that write into their first argument (they end a source's output).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "CHANNELWISE",
+    "CHANNELWISE_LABELS",
+    "FUNCTIONAL_ELEMENTWISE",
+    "channel_label",
+    "channels_first_ndim",
+    "in_place",
+]
+
+
+def in_place(func: object) -> bool:
+    """A function that writes into its first argument: ``Tensor.mul_`` style or ``__imul__``."""
+    name = getattr(func, "__name__", "")
+    return (name.endswith("_") and not name.startswith("__")) or (
+        name.startswith("__i") and name.endswith("__")
+    )
+
+
+_F = nn.functional
+FUNCTIONAL_ELEMENTWISE: dict[object, str] = {
+    **dict.fromkeys(
+        (_F.relu, _F.relu_, torch.relu, torch.relu_, Tensor.relu, Tensor.relu_), "ReLU"
+    ),
+    **dict.fromkeys((_F.leaky_relu, _F.leaky_relu_), "LeakyReLU"),
+    _F.gelu: "GELU",
+    _F.silu: "SiLU",
+    **dict.fromkeys((torch.sigmoid, _F.sigmoid, Tensor.sigmoid), "Sigmoid"),
+    **dict.fromkeys((torch.tanh, _F.tanh, Tensor.tanh), "Tanh"),
+    _F.elu: "ELU",
+    _F.softplus: "Softplus",
+    _F.mish: "Mish",
+    _F.hardtanh: "Hardtanh",
+    _F.relu6: "ReLU6",
+    _F.hardswish: "Hardswish",
+    _F.hardsigmoid: "Hardsigmoid",
+    _F.dropout: "Dropout",
+}
+"""Elementwise functions (called inside a ``forward`` rather than as modules) that continue a
+chain, labelled with the class name of the equal module (``via`` then reads the same either
+way)."""
+
+CHANNELWISE: dict[object, str] = {
+    **dict.fromkeys((_F.max_pool1d, _F.max_pool2d), "MaxPool"),
+    **dict.fromkeys((_F.avg_pool1d, _F.avg_pool2d), "AvgPool"),
+    **dict.fromkeys((_F.adaptive_max_pool1d, _F.adaptive_max_pool2d), "AdaptiveMaxPool"),
+    **dict.fromkeys((_F.adaptive_avg_pool1d, _F.adaptive_avg_pool2d), "AdaptiveAvgPool"),
+    **dict.fromkeys((torch.mean, Tensor.mean), "Mean"),
+    **dict.fromkeys(
+        (torch.flatten, Tensor.flatten, torch.reshape, Tensor.reshape, Tensor.view), "Flatten"
+    ),
+}
+"""Functions that keep every channel (dimension 1 of a batched ``(N, C, …)`` tensor) apart and
+only pool or drop the positions after it, positively homogeneous of degree 1 per channel:
+pooling (the modules call these functions too), a mean over dimensions ≥ 2 only, and a flatten
+that drops singleton trailing dimensions only (``(N, C, 1, 1) → (N, C)``; a ``reshape`` or
+``view`` to ``(N, −1)`` counts as that flatten). They continue a chain
+with their label when the output keeps ``(N, C)`` in front; a flatten of a whole feature map,
+``(N, C, *S) → (N, C·P)`` with ``P = ΠS > 1``, continues it as ``"FlattenChannels"`` (channel
+``c`` becomes the ``P`` features ``c·P … (c+1)·P − 1``); any other use breaks it."""
+CHANNELWISE_LABELS = frozenset({*CHANNELWISE.values(), "FlattenChannels"})
+
+
+def _dims(arg: object, ndim: int) -> tuple[int, ...] | None:
+    """``dim`` of a reduction as non-negative ints (``None``: all dimensions)."""
+    if arg is None:
+        return None
+    dims = (arg,) if isinstance(arg, int) else tuple(arg)
+    return tuple(d % ndim for d in dims)
+
+
+def channels_first_ndim(mod: nn.Module) -> int | None:
+    """For a source whose units are the channels, dimension 1 of its batched output: that
+    output's number of dimensions (0: any number ≥ 3); None for a source whose units are the
+    last dimension (Linear, LayerNorm, RMSNorm, Embedding)."""
+    if isinstance(mod, nn.Conv1d | nn.Conv2d):
+        return mod.weight.dim()  # (N, C, L) or (N, C, H, W)
+    if isinstance(mod, nn.BatchNorm2d | nn.BatchNorm3d):
+        return 4 if isinstance(mod, nn.BatchNorm2d) else 5
+    if isinstance(mod, nn.modules.batchnorm._BatchNorm | nn.GroupNorm):
+        return 0
+    return None
+
+
+def channel_label(
+    func: object, args: tuple, kwargs: dict, out: object, ndim: int | None
+) -> str | None:
+    """The label of the call ``func(*args, **kwargs) = out`` of `CHANNELWISE` if it kept every
+    channel apart (see there), else None. ``ndim``: `channels_first_ndim` of the source whose
+    output the input carries (None: its units are not channels, so no pooling keeps them)."""
+    inp, label = args[0], CHANNELWISE[func]
+    if ndim is None or (ndim and inp.dim() != ndim):
+        return None
+    if not isinstance(out, Tensor) or inp.dim() < 3 or out.dim() < 2:
+        return None
+    if label == "Flatten" and out.dim() == 2 and out.shape[0] == inp.shape[0]:
+        if all(n == 1 for n in inp.shape[2:]):
+            return label
+        return "FlattenChannels" if out.shape[1] == inp[0].numel() else None
+    if out.shape[:2] != inp.shape[:2]:
+        return None
+    if label == "Mean":
+        dims = _dims(args[1] if len(args) > 1 else kwargs.get("dim"), inp.dim())
+        return label if dims is not None and len(dims) > 0 and min(dims) >= 2 else None
+    return label if out.dim() == inp.dim() and label != "Flatten" else None

@@ -124,10 +124,14 @@ CHANNEL_POOLS = {
 }
 
 
-def _conv_head(name: str) -> tuple[nn.Module, Tensor]:
-    pool, n_in, _ = CHANNEL_POOLS[name]
+def _conv_head_with(pool: Callable[[Tensor], Tensor], n_in: int) -> tuple[nn.Module, Tensor]:
     torch.manual_seed(0)
     return _ConvHead(pool, n_in).double(), torch.randn(24, 1, 4, 4, dtype=torch.float64)
+
+
+def _conv_head(name: str) -> tuple[nn.Module, Tensor]:
+    pool, n_in, _ = CHANNEL_POOLS[name]
+    return _conv_head_with(pool, n_in)
 
 
 @pytest.mark.parametrize("name", sorted(CHANNEL_POOLS))
@@ -241,20 +245,54 @@ def test_other_reshapes_and_indexed_pooling_break_the_chain(pool, n_in: int) -> 
     assert "conv2" not in graph.consumers
 
 
-def test_in_place_operations_end_a_sources_output() -> None:
-    """``h.tanh_()`` and ``clamp_`` change the tensor in place: no edge, no output source."""
+class _Write(nn.Module):
+    """``b(write(a(x)))`` and the output written by ``last``: in-place changes of the tensors."""
 
-    class InPlace(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.a = nn.Linear(3, 4)
-            self.b = nn.Linear(4, 2)
+    def __init__(self, write, last=None) -> None:
+        super().__init__()
+        self.a = nn.Linear(3, 4)
+        self.b = nn.Linear(4, 2)
+        self.write, self.last = write, last
 
-        def forward(self, x: Tensor) -> Tensor:
-            h = self.a(x)
-            h.tanh_()
-            return self.b(h).clamp_(-0.5, 0.5)
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.a(x)
+        self.write(h)
+        y = self.b(h)
+        if self.last is not None:
+            self.last(y)
+        return y
 
+
+def _set_first(h: Tensor) -> None:
+    h[:, 0] = 0.0
+
+
+WRITES = {
+    "tanh_": (Tensor.tanh_, False),
+    "setitem": (_set_first, False),
+    "through a view": (lambda h: h.view(-1).mul_(3.0), False),
+    "out=": (lambda h: torch.mul(h, 2.0, out=h), False),
+    "requires_grad_": (lambda h: h.requires_grad_(False), True),  # no value changes
+    "detach_": (Tensor.detach_, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRITES))
+def test_an_in_place_write_ends_a_sources_output(name: str) -> None:
+    """Any write into the tensor (its version counter moves) voids what the graph knew of it;
+    calls that change no value keep the edge."""
+    write, kept = WRITES[name]
     torch.manual_seed(0)
-    graph = trace_graph(InPlace().double(), _x())
-    assert "a" not in graph.consumers and graph.output is None
+    graph = trace_graph(_Write(write, last=write).double(), _x())
+    assert ("a" in graph.consumers) is kept
+    assert (graph.output == "b") is kept
+
+
+def test_chained_spatial_reductions_keep_the_channels() -> None:
+    """``mean(-1)`` twice: the first leaves ``(N, C, H)``, still channels first."""
+    model, x = _conv_head_with(lambda z: z.mean(-1).mean(-1), 4)
+    graph = trace_graph(model, x[:4])
+    assert graph.via[("conv2", "head")] == ("ReLU", "Mean", "Mean")
+    ctx = DetectionContext.from_model(model, x, Gaussian())
+    (cand,) = ReLURescaleDetector().propose("conv2", ctx.model.conv2, ctx)
+    assert cand.info["certified"] == 0.0

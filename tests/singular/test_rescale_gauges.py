@@ -38,6 +38,7 @@ from neuromanifold.singular.detectors.rescale import (
     CERTIFY_RTOL,
     MAX_GENERATOR_ENTRIES,
     certify,
+    leading_unit,
     unit_activity,
     units_cap,
 )
@@ -273,9 +274,11 @@ def test_unit_norms_are_those_of_the_tangents_and_blocks(case: str) -> None:
 
 
 def _activity_oracle(ctx: DetectionContext, orbit: UnitRescale) -> Tensor:
-    """Root mean square of each unit's value at the input of the orbit's first consumer block,
-    from a forward hook (a conv's input unfolded into its kernel patches, mean over positions):
-    what `unit_activity` reads off the K-FAC factor, computed here without it."""
+    """``sqrt(Σ_{entries of unit j} mean square)`` at the input of the orbit's first consumer
+    block, channel by channel and without the factor's patch layout: for a conv consumer the
+    mean square of channel ``j`` over every kernel tap is a convolution of ``z²`` with a one-hot
+    kernel on channel ``j`` (same stride, padding and dilation); for the flattened head, the
+    pooled 4-D map's channel ``j`` summed over its positions; for a Linear, feature ``j``."""
     key = next(k for k in orbit.consumers if k.endswith(".weight"))
     module = ctx.model.get_submodule(key.rpartition(".")[0])
     seen: list[Tensor] = []
@@ -283,13 +286,22 @@ def _activity_oracle(ctx: DetectionContext, orbit: UnitRescale) -> Tensor:
     with torch.no_grad():
         ctx.model(ctx.data)
     hook.remove()
-    z = seen[0]
+    z, n = seen[0], orbit.n_units(ctx.params)
+    if isinstance(ctx.model, _FlattenHead):
+        with torch.no_grad():
+            fmap = nn.functional.max_pool2d(torch.relu(ctx.model.conv(ctx.data)), 2)
+        return fmap.pow(2).sum((2, 3)).mean(0).sqrt()
     if isinstance(module, nn.Conv2d):
-        z = nn.functional.unfold(
-            z, module.kernel_size, module.dilation, module.padding, module.stride
-        ).transpose(1, 2)  # (N, positions, C·k_h·k_w)
-    sq = z.reshape(z.shape[0], -1, z.shape[-1]).pow(2).mean(dim=(0, 1))
-    return sq.reshape(orbit.n_units(ctx.params), -1).sum(1).sqrt()
+        out = []
+        for j in range(n):
+            one_hot = torch.zeros(1, n, *module.kernel_size, dtype=z.dtype)
+            one_hot[0, j] = 1.0
+            taps = nn.functional.conv2d(
+                z.pow(2), one_hot, None, module.stride, module.padding, module.dilation
+            )
+            out.append(taps.mean().sqrt())
+        return torch.stack(out)
+    return torch.stack([z[..., j].pow(2).mean().sqrt() for j in range(n)])
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -299,6 +311,58 @@ def test_unit_activity_is_the_rms_of_the_consumer_input(case: str) -> None:
     torch.testing.assert_close(
         unit_activity(ctx, orbit), _activity_oracle(ctx, orbit), rtol=RTOL_ACTIVITY, atol=0
     )
+
+
+def test_activity_without_factors_and_the_first_consumer_with_them() -> None:
+    """A norm read first by a packed attention projection (no factors) and then by a Linear:
+    the Linear's input, the norm's output, decides; a layer scale's orbit has no such consumer."""
+
+    class TwoReaders(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln = nn.LayerNorm(6)
+            self.attn = nn.MultiheadAttention(6, 2, batch_first=True)
+            self.fc = nn.Linear(6, 6)
+            self.head = nn.Linear(6, 2)
+
+        def forward(self, x: Tensor) -> Tensor:
+            h = self.ln(x)
+            return self.head((self.attn(h, h, h)[0] + self.fc(h)).mean(1))
+
+    torch.manual_seed(0)
+    model = TwoReaders().double().eval()
+    x = torch.randn(N, 4, 6, dtype=torch.float64)
+    ctx = _ctx(model, x)
+    orbit = UnitRescale(("ln.weight", "ln.bias"), ("attn.in_proj_weight", "fc.weight"))
+    with torch.no_grad():
+        h = model.ln(x)
+    expected = torch.stack([h[..., j].pow(2).mean().sqrt() for j in range(6)])
+    torch.testing.assert_close(unit_activity(ctx, orbit), expected, rtol=RTOL_ACTIVITY, atol=0)
+    scale = UnitRescale(("fc.weight", "fc.bias"), ("ln.weight",))  # a 1-D consumer
+    assert unit_activity(ctx, scale) is None
+
+
+def test_all_units_dead_falls_back_to_the_weights() -> None:
+    model, x = _relu_mlp()
+    with torch.no_grad():
+        model[0].bias.fill_(-1e3)  # no unit is ever on
+    ctx = _ctx(model, x)
+    orbit = _orbit("relu")
+    assert float(unit_activity(ctx, orbit).max()) == 0.0
+    (cand,) = ReLURescaleDetector().propose("0", ctx.model[0], ctx)
+    assert cand.info["unit"] == int(torch.argmax(orbit.strength(ctx.params)))
+
+
+@pytest.mark.parametrize(
+    ("score", "unit"),
+    [
+        ([1.0, 2.0, 2.0 * (1 + 1e-12), 1.5], 1),  # within rounding of the best: the first
+        ([1.0, 2.0, 2.0 * (1 + 1e-6), 1.5], 2),  # a real difference: the best
+        ([0.0, 0.0, 3.0], 2),
+    ],
+)
+def test_leading_unit_is_the_first_within_rounding_of_the_best(score, unit: int) -> None:
+    assert leading_unit(torch.tensor(score, dtype=torch.float64)) == unit
 
 
 def test_a_dead_unit_with_the_largest_weights_is_not_the_one_read() -> None:

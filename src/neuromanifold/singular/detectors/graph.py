@@ -38,7 +38,6 @@ from neuromanifold.singular.detectors.graph_steps import (
     FUNCTIONAL_ELEMENTWISE,
     channel_label,
     channels_first_ndim,
-    in_place,
 )
 
 __all__ = [
@@ -201,82 +200,106 @@ def graph_passes_through(graph: ModelGraph, producer: str, consumer: str) -> boo
 _ADDS = (torch.add, Tensor.add, Tensor.__add__, Tensor.__radd__, Tensor.__iadd__, Tensor.add_)
 
 
-class _Summands(TorchFunctionMode):
-    """Records, per sum tensor (by id), the sources whose raw output is one of its summands, and
-    carries a source's provenance through the functions of `FUNCTIONAL_ELEMENTWISE`."""
+def _version_of(t: Tensor) -> int:
+    """The tensor's version counter (bumped by every in-place write); -1 where there is none."""
+    try:
+        return int(t._version)
+    except (RuntimeError, AttributeError):  # inference tensors keep no counter
+        return -1
 
-    def __init__(
-        self,
-        origin: dict[int, tuple[str, tuple[str, ...]]],
-        keep: list[Tensor],
-        channels: dict[str, int | None],
-    ):
-        super().__init__()
-        self.origin = origin
-        self.keep = keep
-        self.channels = channels
+
+class _Provenance:
+    """What the traced forward knows of each live tensor (by id): the source whose output it is,
+    the steps since, and whether that source's units are channels (``origin``); or the sources
+    whose raw outputs were summed into it (``summands``). Each entry is stamped with the tensor's
+    version counter and void once the tensor is written in place by anything else (``h[:, 0] =
+    0``, ``h.tanh_()``, a write through a view, ``out=h``)."""
+
+    def __init__(self) -> None:
+        self.origin: dict[int, tuple[str, tuple[str, ...], bool]] = {}
         self.summands: dict[int, frozenset[str]] = {}
+        self.stamp: dict[int, int] = {}
+        self.keep: list[Tensor] = []  # keeps tensors alive so that ids are not reused
 
-    def _sources(self, t: object) -> frozenset[str]:
-        if not isinstance(t, Tensor):
-            return frozenset()
-        direct = self.origin.get(id(t))
+    def _current(self, t: object) -> bool:
+        return isinstance(t, Tensor) and self.stamp.get(id(t)) == _version_of(t)
+
+    def origin_of(self, t: object) -> tuple[str, tuple[str, ...], bool] | None:
+        return self.origin.get(id(t)) if self._current(t) else None
+
+    def summands_of(self, t: object) -> frozenset[str]:
+        return self.summands.get(id(t), frozenset()) if self._current(t) else frozenset()
+
+    def tag(self, t: Tensor, src: str, via: tuple[str, ...], channels: bool) -> None:
+        self.origin[id(t)] = (src, via, channels)
+        self.summands.pop(id(t), None)
+        self.stamp[id(t)] = _version_of(t)
+        self.keep.append(t)
+
+    def sum_of(self, t: Tensor, srcs: frozenset[str]) -> None:
+        self.origin.pop(id(t), None)
+        self.summands[id(t)] = srcs
+        self.stamp[id(t)] = _version_of(t)
+        self.keep.append(t)
+
+    def raw_sources(self, t: object) -> frozenset[str]:
+        """Sources whose raw output ``t`` is, or is a sum of."""
+        direct = self.origin_of(t)
         own = frozenset([direct[0]]) if direct is not None and not direct[1] else frozenset()
-        return own | self.summands.get(id(t), frozenset())
+        return own | self.summands_of(t)
+
+
+class _Calls(TorchFunctionMode):
+    """Sees the calls a ``forward`` makes: carries provenance through the functions of
+    `FUNCTIONAL_ELEMENTWISE` and `CHANNELWISE`, and records the summands of additions."""
+
+    def __init__(self, prov: _Provenance) -> None:
+        super().__init__()
+        self.prov = prov
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         label = FUNCTIONAL_ELEMENTWISE.get(func)
-        if label is not None:
-            return self._elementwise(func, label, args, kwargs)
-        if func in CHANNELWISE:
-            return self._channelwise(func, args, kwargs)
+        if label is not None or func in CHANNELWISE:
+            return self._step(func, label, args, kwargs)
         if func not in _ADDS or len(args) != 2 or kwargs.get("alpha", 1) != 1:
-            out = func(*args, **kwargs)
-            if args and out is args[0] and in_place(func):  # ``h.tanh_()``, ``z *= 2``: no
-                self.origin.pop(id(out), None)  # longer the source's output, nor a plain sum
-                self.summands.pop(id(out), None)
-            return out
-        srcs = self._sources(args[0]) | self._sources(args[1])
+            return func(*args, **kwargs)
+        srcs = self.prov.raw_sources(args[0]) | self.prov.raw_sources(args[1])
         out = func(*args, **kwargs)
         if isinstance(out, Tensor):
-            self.origin.pop(id(out), None)  # ``z += f(z)``: z is no longer a raw output
             if srcs:
-                self.summands[id(out)] = srcs
-                self.keep.append(out)
+                self.prov.sum_of(out, srcs)
+            else:  # ``z += f(z)`` with no source in it: z is no longer anything it was
+                self.prov.origin.pop(id(out), None)
         return out
 
-    def _channelwise(self, func, args: tuple, kwargs: dict) -> object:
-        src = self.origin.get(id(args[0])) if args and isinstance(args[0], Tensor) else None
+    def _step(self, func, label: str | None, args: tuple, kwargs: dict) -> object:
+        src = self.prov.origin_of(args[0]) if args else None
         out = func(*args, **kwargs)
-        if src is None:
+        if src is None or not isinstance(out, Tensor):
             return out
-        label = channel_label(func, args, kwargs, out, self.channels.get(src[0]))
+        if label is None:  # channelwise
+            label = channel_label(func, args, kwargs, out, src[2])
+        elif out.shape != args[0].shape:
+            label = None
         if label is not None:
-            self.origin[id(out)] = (src[0], (*src[1], label))
-            self.keep.append(out)
+            self.prov.tag(out, src[0], (*src[1], label), src[2])
         return out
 
-    def _elementwise(self, func, label: str, args: tuple, kwargs: dict) -> object:
-        src = self.origin.get(id(args[0])) if args and isinstance(args[0], Tensor) else None
-        out = func(*args, **kwargs)
-        if src is not None and isinstance(out, Tensor) and out.shape == args[0].shape:
-            self.origin[id(out)] = (src[0], (*src[1], label))
-            self.keep.append(out)
-        return out
+
+def _channels_first(mod: nn.Module, out: Tensor) -> bool:
+    """Whether ``out``, the output of source ``mod``, is batched with the units on dimension 1."""
+    ndim = channels_first_ndim(mod)
+    return ndim is not None and (out.dim() == ndim if ndim else out.dim() >= 3)
 
 
 def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
     """Run ``model(x)`` once with hooks and return the `ModelGraph` (see the module docstring)."""
-    origin: dict[int, tuple[str, tuple[str, ...]]] = {}
-    keep: list[Tensor] = []  # keeps tensors alive so that ids are not reused
+    prov = _Provenance()
     edges: dict[tuple[str, str], tuple[str, ...]] = {}
     skip_edges: dict[str, list[str]] = {}
     called: set[str] = set()
     handles = []
-    channels = {n: channels_first_ndim(m) for n, m in model.named_modules() if _is_source(m)}
-    sums = _Summands(origin, keep, channels)
-
     entry: dict[str, list] = {}  # per elementwise module: its input's origin at each call
 
     def pre(name: str, mod: nn.Module):
@@ -284,13 +307,13 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
             called.add(name)
             if not inputs or not isinstance(inputs[0], Tensor):
                 return
-            src = origin.get(id(inputs[0]))
-            if _is_elementwise(mod):  # read before an in-place call relabels its input
+            src = prov.origin_of(inputs[0])
+            if _is_elementwise(mod):  # read before an in-place call changes its input
                 entry.setdefault(name, []).append(src)
             if src is not None and _is_sink(mod):
                 edges[(src[0], name)] = src[1]
             if _is_sink(mod):
-                for p in sorted(sums.summands.get(id(inputs[0]), ())):
+                for p in sorted(prov.summands_of(inputs[0])):
                     if p != name and name not in skip_edges.setdefault(p, []):
                         skip_edges[p].append(name)
 
@@ -301,13 +324,11 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
             if not isinstance(out, Tensor):
                 return
             if _is_source(mod):
-                origin[id(out)] = (name, ())
-                keep.append(out)
+                prov.tag(out, name, (), _channels_first(mod, out))
             elif _is_elementwise(mod) and inputs and isinstance(inputs[0], Tensor):
                 src = entry[name].pop()
                 if src is not None:
-                    origin[id(out)] = (src[0], (*src[1], type(mod).__name__))
-                    keep.append(out)
+                    prov.tag(out, src[0], (*src[1], type(mod).__name__), src[2])
 
         return fn
 
@@ -317,16 +338,15 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
         handles.append(mod.register_forward_pre_hook(pre(name, mod)))
         handles.append(mod.register_forward_hook(post(name, mod)))
     try:
-        with torch.no_grad(), sums:
+        with torch.no_grad(), _Calls(prov):
             out = model(x)
     finally:
         for h in handles:
             h.remove()
     output = None
-    if isinstance(out, Tensor) and id(out) in origin:
-        src, via = origin[id(out)]
-        if set(via) <= {"Identity", "Dropout"}:  # the source's output itself, not φ of it
-            output = src
+    final = prov.origin_of(out)
+    if final is not None and set(final[1]) <= PASS_THROUGH:  # the source's output, not φ of it
+        output = final[0]
     consumers: dict[str, list[str]] = {}
     producers: dict[str, list[str]] = {}
     for p, c in edges:

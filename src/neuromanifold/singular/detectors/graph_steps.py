@@ -5,7 +5,6 @@
   with the class name of the equal module.
 * `CHANNELWISE`: pooling, spatial means and flattens that keep every channel of a
   channels-first source apart (`channel_label`, `channels_first_ndim`).
-* `in_place`: functions that write into their first argument (they end a source's output).
 """
 
 from __future__ import annotations
@@ -19,16 +18,7 @@ __all__ = [
     "FUNCTIONAL_ELEMENTWISE",
     "channel_label",
     "channels_first_ndim",
-    "in_place",
 ]
-
-
-def in_place(func: object) -> bool:
-    """A function that writes into its first argument: ``Tensor.mul_`` style or ``__imul__``."""
-    name = getattr(func, "__name__", "")
-    return (name.endswith("_") and not name.startswith("__")) or (
-        name.startswith("__i") and name.endswith("__")
-    )
 
 
 _F = nn.functional
@@ -97,13 +87,14 @@ def channels_first_ndim(mod: nn.Module) -> int | None:
 
 
 def channel_label(
-    func: object, args: tuple, kwargs: dict, out: object, ndim: int | None
+    func: object, args: tuple, kwargs: dict, out: object, channels_first: bool
 ) -> str | None:
     """The label of the call ``func(*args, **kwargs) = out`` of `CHANNELWISE` if it kept every
-    channel apart (see there), else None. ``ndim``: `channels_first_ndim` of the source whose
-    output the input carries (None: its units are not channels, so no pooling keeps them)."""
+    channel apart (see there), else None. ``channels_first``: whether the source whose output the
+    input carries had its units on dimension 1 of a batched output (`channels_first_ndim`); if
+    not, no pooling keeps them."""
     inp, label = args[0], CHANNELWISE[func]
-    if ndim is None or (ndim and inp.dim() != ndim):
+    if not channels_first:
         return None
     if not isinstance(out, Tensor) or inp.dim() < 3 or out.dim() < 2:
         return None

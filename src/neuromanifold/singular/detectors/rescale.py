@@ -48,10 +48,12 @@ __all__ = [
     "CERTIFY_CHUNK",
     "CERTIFY_RTOL",
     "MAX_GENERATOR_ENTRIES",
+    "UNIT_TIE_RTOL",
     "UnitRescale",
     "alternating_factors",
     "certify",
     "generator_cap",
+    "leading_unit",
     "relative_change",
     "rescale_candidate",
     "truncation_record",
@@ -62,6 +64,9 @@ __all__ = [
 CERTIFY_RTOL = 1e-10
 """Largest ``max|f(g·θ) − f(θ)| / max|f(θ)|`` over the probe samples for which an orbit counts as
 a symmetry (`certify`); exact orbits give 0 (power-of-two factors), broken ones O(1)."""
+UNIT_TIE_RTOL = 1e-9
+"""Units whose score (`rescale_candidate`) is within this relative distance of the best count as
+tied; the first of them is read."""
 CERTIFY_CHUNK = 64
 """Probe samples per forward pass of `relative_change` (which evaluates every probe sample)."""
 CERTIFY_CACHE_BYTES = 64 * 2**20
@@ -96,8 +101,8 @@ class UnitRescale:
 
     def strength(self, params: dict[str, Tensor]) -> Tensor:
         """``‖producers[0][j]‖ · ‖consumer columns_j‖`` per unit (shape ``(n_units,)``; the first
-        producer is the weight or scale, biases and shifts do not count): large for a clearly
-        live unit."""
+        producer is the weight or scale, biases and shifts do not count). Weights only: a unit
+        with large weights may still be one no probe sample excites (`unit_activity`)."""
         return self._row_norms(params, self.producers[:1], 0) * self._row_norms(
             params, self.consumers, 1, self.block
         )
@@ -240,21 +245,33 @@ def certify(ctx: DetectionContext, orbit: UnitRescale) -> float:
     return relative_change(ctx, orbit.act(ctx.params, factors))
 
 
+def leading_unit(score: Tensor) -> int:
+    """The first unit whose score is within ``UNIT_TIE_RTOL`` of the best (not ``argmax``: the
+    factor sums behind a score are rounded in an order that follows the batch size and the ranks,
+    which must not change the unit read).
+
+    >>> leading_unit(torch.tensor([1.0, 2.0, 2.0 * (1 + 1e-12), 1.5], dtype=torch.float64))
+    1
+    """
+    top = float(score.max())
+    return next(i for i in range(score.numel()) if float(score[i]) >= (1.0 - UNIT_TIE_RTOL) * top)
+
+
 def unit_activity(ctx: DetectionContext, orbit: UnitRescale) -> Tensor | None:
-    """Root mean square of each unit's value where its first consumer with K-FAC factors reads
-    it, shape ``(n_units,)``: ``sqrt(Σ_{entries e of unit j} A_ee)`` over the consumer's input
-    second moment ``A`` (mean over samples and positions; a conv's kernel taps and a flattened
-    feature map's positions are the unit's entries). Zero for a unit no probe sample excites
-    (a dead ReLU); None when no consumer is a block with factors (a layer scale, a packed
-    attention projection)."""
+    """How strongly the probe set excites each unit where its first consumer with K-FAC factors
+    reads it, shape ``(n_units,)``: ``sqrt(Σ_{entries e of unit j} A_ee)``, the root of the
+    summed mean squares over the consumer's input second moment ``A`` (mean over samples and
+    positions; a conv's kernel taps and a flattened feature map's positions are the unit's
+    entries, so this is the unit's RMS value times the root of their number). Zero for a unit
+    no probe sample excites (a dead ReLU); None when no consumer is a block with factors (a
+    layer scale, a packed attention projection). The consumers' widths are ``n_units·block``
+    (`UnitRescale`), so the entries group evenly."""
     n = orbit.n_units(ctx.params)
     for key in orbit.consumers:
         module, _, leaf = key.rpartition(".")
         bf = ctx.factors.blocks.get(module) if leaf == "weight" else None
-        if bf is None:
-            continue
-        diag = bf.A.diagonal()[: bf.A.shape[0] - int(bf.has_bias)]
-        if diag.numel() % n == 0:
+        if bf is not None:
+            diag = bf.A.diagonal()[: bf.A.shape[0] - int(bf.has_bias)]
             return diag.reshape(n, -1).sum(1).clamp_min(0.0).sqrt()
     return None
 
@@ -274,28 +291,30 @@ def rescale_candidate(
     Otherwise ``u`` is the normalised tangent of the unit of largest `UnitRescale.strength` times
     `unit_activity` (a clearly live unit, read to certify the curved-gauge class: the largest
     weights may belong to a unit no probe sample excites, whose line reads flat; the strength
-    alone where no activity is known or all of it is zero) and ``gauge_generators`` are the
-    tangents of every unit with a non-zero tangent, strongest first, at most `units_cap`
+    alone where no activity is known or all of it is zero; the first unit within
+    ``UNIT_TIE_RTOL`` of the best) and ``gauge_generators`` are the tangents of every unit with
+    a non-zero tangent, that unit first, then by score, at most `units_cap`
     (``max_units``, or the ``MAX_GENERATOR_ENTRIES`` budget when ``None``;
     ``info["truncated"] = {"cap", "found", "kept", "of": "generators"}`` when the cap cuts).
     ``info`` also records ``unit``, ``degree``, ``generator_units`` and ``certified`` (the
     relative change `certify` measured).
     """
-    strength = orbit.strength(ctx.params)
+    score = orbit.strength(ctx.params)
     activity = unit_activity(ctx, orbit)
-    if activity is not None and float((strength * activity).max()) > 0.0:
-        strength = strength * activity  # read a unit the probe set excites, not a dead one
+    if activity is not None and float((score * activity).max()) > 0.0:
+        score = score * activity  # read a unit the probe set excites, not a dead one
     tnorm = orbit.tangent_norms(ctx.params)
-    j = int(torch.argmax(strength))
-    if float(strength[j]) == 0.0:
+    if float(score.max()) == 0.0:
         return []
+    j = leading_unit(score)
     change = certify(ctx, orbit)
     if not change <= CERTIFY_RTOL:
         return []
-    order = sorted(
-        (i for i in range(tnorm.numel()) if float(tnorm[i]) > 0.0),
-        key=lambda i: (-float(strength[i]), i),
-    )  # strongest first: ``j`` leads
+    rest = sorted(
+        (i for i in range(tnorm.numel()) if float(tnorm[i]) > 0.0 and i != j),
+        key=lambda i: (-float(score[i]), i),
+    )
+    order = [j, *rest]  # the unit read first, then by score
     cap = units_cap(orbit, ctx.params, max_units)
     units = order[:cap]
     u = normalise(orbit.tangent(ctx.params, units[0]))

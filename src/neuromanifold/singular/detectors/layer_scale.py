@@ -24,7 +24,7 @@ from torch import nn
 
 from neuromanifold.singular.blocks import is_supported_block
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext
-from neuromanifold.singular.detectors.graph import PASS_THROUGH, layer_scale_param
+from neuromanifold.singular.detectors.graph import graph_passes_through, layer_scale_param
 from neuromanifold.singular.detectors.one_sided import check_cap
 from neuromanifold.singular.detectors.rescale import UnitRescale, rescale_candidate
 
@@ -49,7 +49,7 @@ class LayerScaleDetector:
         """One certified curved-gauge candidate for the scale and its producer, or nothing."""
         scale = layer_scale_param(module)
         p = ctx.graph.single_producer(name)
-        if scale is None or p is None or not set(ctx.graph.via.get((p, name), ())) <= PASS_THROUGH:
+        if scale is None or p is None or not graph_passes_through(ctx.graph, p, name):
             return []
         prod = ctx.model.get_submodule(p)
         gamma = f"{name}.{scale}" if name else scale

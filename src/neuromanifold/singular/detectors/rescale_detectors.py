@@ -42,7 +42,7 @@ def _channel_affine_width(module: nn.Module) -> int | None:
     ``c`` is ``γ_c x̂_c + β_c``, with ``x̂`` from running statistics in evaluation mode or from the
     sample's group statistics), else None. A BatchNorm without running statistics normalises
     with the statistics of the batch even in evaluation mode, so a sample's output depends on the
-    others: None (reported as not covered).
+    others: None (the read refuses such a model, `_validate.check_eval_mode`).
 
     >>> _channel_affine_width(nn.BatchNorm2d(3)), _channel_affine_width(nn.GroupNorm(2, 4))
     (3, 4)

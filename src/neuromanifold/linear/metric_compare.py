@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from neuromanifold.linear._json import as_lists, as_tuples, finite_or_none
 from neuromanifold.linear.architecture import LCN, validate_params
 from neuromanifold.linear.fiber import check_lcn_target
 from neuromanifold.linear.invariants import sq_norms
@@ -61,9 +62,6 @@ from neuromanifold.linear.metric_pair import (
     METRIC_AGREE_TOL,
     TANGENT_SIN_TOL,
     MetricPair,
-    _finite_or_none,
-    _lists,
-    _tup,
     metric_pair,
 )
 from neuromanifold.linear.normalize import normal_form_note, reduce_lcn
@@ -78,7 +76,7 @@ def _locus_from_dict(d: dict[str, Any]) -> LocusReport:
     """Inverse of :meth:`~.locus.LocusReport.to_dict` (drops the derived ``max_pair_rank``)."""
     nested = ("ranks", "singular_values", "pair_ranks", "notes")
     return LocusReport(
-        **{k: (_tup(x) if k in nested else x) for k, x in d.items() if k != "max_pair_rank"}
+        **{k: (as_tuples(x) if k in nested else x) for k, x in d.items() if k != "max_pair_rank"}
     )
 
 
@@ -122,14 +120,14 @@ class DeltaMetric:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (round-trips through :meth:`from_dict`)."""
-        return _lists(dataclasses.asdict(self))
+        return as_lists(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DeltaMetric:
         """Inverse of :meth:`to_dict`."""
         nested, sub = ("delta", "theta", "ntk", "sq_norms"), ("smooth", "locus")
         return cls(
-            **{k: (_tup(x) if k in nested else x) for k, x in d.items() if k not in sub},
+            **{k: (as_tuples(x) if k in nested else x) for k, x in d.items() if k not in sub},
             smooth=SmoothPointReport(**d["smooth"]),
             locus=None if d.get("locus") is None else _locus_from_dict(d["locus"]),
         )
@@ -188,7 +186,7 @@ class MetricComparison:
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (round-trips through :meth:`from_dict`)."""
         return {
-            **_lists(dataclasses.asdict(self)),
+            **as_lists(dataclasses.asdict(self)),
             "same_tangent_space": self.same_tangent_space,
         }
 
@@ -355,15 +353,15 @@ def compare_metrics(
         lam = np.linalg.eigvalsh(K)
         per.append(
             DeltaMetric(
-                delta=_tup(d),
-                theta=tuple(_tup(w) for w in res.theta),
-                ntk=_tup(K),
-                sq_norms=_tup(sq_norms(res.theta)),
+                delta=as_tuples(d),
+                theta=tuple(as_tuples(w) for w in res.theta),
+                ntk=as_tuples(K),
+                sq_norms=as_tuples(sq_norms(res.theta)),
                 residual=res.residual,
                 tolerance=res.tolerance,
                 smooth=is_smooth_point(arch, res.theta),
                 rank_K=int(np.sum(lam > RTOL_RANK * lam[-1])) if lam[-1] > 0 else 0,
-                tangent_condition=_finite_or_none(tangent_condition_number(K, m)),
+                tangent_condition=finite_or_none(tangent_condition_number(K, m)),
                 locus=(
                     classify_locus(arch, v=v_arr, delta=d, n_starts=n_starts, seed=seed)
                     if locus

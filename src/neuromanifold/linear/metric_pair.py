@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from neuromanifold.linear._json import as_lists
 from neuromanifold.linear.metric import RTOL_RANK, _check_K, metric_tensor
 
 __all__ = [
@@ -45,26 +46,6 @@ Fiber points are solved to ``1e-13`` (relative), so equal metrics give ``|log λ
 TANGENT_SIN_TOL = 1e-8
 """Two fiber points share ``T_vM`` when the largest principal-angle sine of their tangent spaces
 (ranges of ``Jμ``) is at most this; points on one rescaling orbit give round-off (``~1e-15``)."""
-
-
-def _tup(x: Any) -> Any:
-    """Nested tuples of Python floats from an array / nested lists (hashable, JSON-friendly)."""
-    if isinstance(x, (list, tuple, np.ndarray)):
-        return tuple(_tup(y) for y in x)
-    return float(x)
-
-
-def _lists(x: Any) -> Any:
-    """Tuples to lists, recursively (also inside dicts)."""
-    if isinstance(x, (tuple, list)):
-        return [_lists(y) for y in x]
-    if isinstance(x, dict):
-        return {k: _lists(y) for k, y in x.items()}
-    return x
-
-
-def _finite_or_none(x: float) -> float | None:
-    return float(x) if np.isfinite(x) else None
 
 
 @dataclass(frozen=True)
@@ -103,7 +84,7 @@ class MetricPair:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (round-trips through :meth:`from_dict`)."""
-        return _lists(dataclasses.asdict(self))
+        return as_lists(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MetricPair:

@@ -6,13 +6,21 @@ For an exponential-family output head the true Fisher is ``F = E_x[Jᵀ H_out J]
 
 * `Gaussian(sigma)`: ``y ~ N(out, σ² I)``, ``H_out = I/σ²``, ``q_i = ‖jv_i‖²/σ²`` (any output shape
   with leading sample dimension; trailing dimensions are summed).
-* `Categorical()`: ``y ~ softmax(out)`` over the last dimension of 2-D logits ``(N, C)``,
+* `Categorical()`: ``y ~ softmax(out)`` over the last dimension of logits ``(N, C)``,
   ``H_out = diag(p) − ppᵀ``, ``q_i = Σ_c p_c (jv_c − jv̄)²`` with ``jv̄ = Σ_c p_c jv_c``. It is
   evaluated in this centred form so that a constant tangent (the logit-shift gauge) gives
   ``q = 0`` up to O(ε²) rounding rather than the O(ε) of ``Σ p z² − (Σ p z)²``.
+  **Sequence logits** ``(N, ..., C)`` (a language model's next-token logits ``(N, T, V)``): one
+  label per position, drawn independently given ``x``, ``p(y | x) = Π_t softmax(out_t)[y_t]``.
+  The scores of different positions are uncorrelated (each has mean zero under its own label), so
+  the Fisher of the sample is the **sum over positions** of the per-position Fisher:
+  ``q_i = Σ_t Σ_c p_tc (jv_tc − jv̄_t)²`` (mean over samples, sum over positions, like the
+  K-FAC ``G`` factor of `neuromanifold.singular.factors`). A user who wants one position only
+  (the last token, a classification token) returns that position's ``(N, C)`` logits.
 
 The empirical variants replace the expectation over labels by the observed label: the directional
-score ``s_i = ∂_t log p(y_i | x_i, θ + t u)`` and ``q_i = s_i²``.
+score ``s_i = ∂_t log p(y_i | x_i, θ + t u)`` (summed over positions for sequence logits, labels
+``y`` of shape ``out.shape[:-1]``) and ``q_i = s_i²``.
 """
 
 from __future__ import annotations
@@ -117,9 +125,10 @@ class Gaussian:
 
 @dataclass(frozen=True)
 class Categorical:
-    """Softmax cross-entropy head on 2-D logits ``(N, C)``: ``H_out = diag(p) − ppᵀ``.
+    """Softmax cross-entropy head on logits ``(N, C)`` or ``(N, ..., C)``: ``H_out = diag(p) − ppᵀ``
+    at every position, summed over positions (module docstring).
 
-    ``quadratic`` returns ``Var_{c∼p}[jv_c]``; a constant tangent (logit shift) gives 0.
+    ``quadratic`` returns ``Σ_positions Var_{c∼p}[jv_c]``; a constant tangent (logit shift) gives 0.
 
     >>> import torch
     >>> logits = torch.zeros(1, 2, dtype=torch.float64)
@@ -127,6 +136,9 @@ class Categorical:
     1.0
     >>> Categorical().quadratic(logits, torch.tensor([[5.0, 5.0]], dtype=torch.float64)).item()
     0.0
+    >>> seq = torch.zeros(1, 3, 2, dtype=torch.float64)  # three positions, each Var = 1
+    >>> Categorical().quadratic(seq, torch.tensor([[[1.0, -1.0]] * 3], dtype=torch.float64)).item()
+    3.0
     """
 
     @property
@@ -135,11 +147,12 @@ class Categorical:
         return "categorical"
 
     def check_output(self, out: Tensor) -> None:
-        """Logits must be floating, 2-D ``(N, C)`` with ``C ≥ 2``."""
-        if out.ndim != 2 or out.shape[1] < 2 or not out.is_floating_point():
+        """Logits must be floating, ``(N, C)`` or ``(N, ..., C)``, with ``C ≥ 2`` classes."""
+        if out.ndim < 2 or out.shape[-1] < 2 or not out.is_floating_point():
             raise ValueError(
-                f"Categorical family expects 2-D floating logits (N, C) with C ≥ 2 classes; the "
-                f"model returned shape {_shape(out)}, dtype {out.dtype}"
+                f"Categorical family expects floating logits (N, C) or, one label per position, "
+                f"(N, ..., C) with C ≥ 2 classes on the last axis; the model returned shape "
+                f"{_shape(out)}, dtype {out.dtype}"
             )
 
     @staticmethod
@@ -148,25 +161,37 @@ class Categorical:
         mean = (p * jv).sum(-1, keepdim=True) / p.sum(-1, keepdim=True)
         return p, jv - mean
 
+    @staticmethod
+    def _per_sample(per_position: Tensor) -> Tensor:
+        """Sum a ``(N, ...)`` per-position quantity over its positions: shape ``(N,)``."""
+        return per_position.reshape(per_position.shape[0], -1).sum(1)
+
+    def check_labels(self, out: Tensor, y: Tensor) -> None:
+        """Labels must be integers of shape ``out.shape[:-1]`` (one class per sample/position)."""
+        if y.shape != out.shape[:-1] or y.is_floating_point() or y.is_complex():
+            raise ValueError(
+                f"Categorical labels y must be integer class indices of shape "
+                f"{tuple(out.shape[:-1])} (the logits' shape without the class axis); got shape "
+                f"{_shape(y)}, dtype {y.dtype}"
+            )
+
     def quadratic(self, out: Tensor, jv: Tensor) -> Tensor:
-        """``q_i = Σ_c p_c (jv_c − Σ_c' p_c' jv_c')²``, shape ``(N,)``."""
+        """``q_i = Σ_positions Σ_c p_c (jv_c − Σ_c' p_c' jv_c')²``, shape ``(N,)``."""
         p, centred = self._centred(out, jv)
-        return (p * centred * centred).sum(-1)
+        return self._per_sample((p * centred * centred).sum(-1))
 
     def empirical_quadratic(self, out: Tensor, jv: Tensor, y: Tensor) -> Tensor:
-        """``s_i = jv_{y_i} − Σ_c p_c jv_c``; returns ``s_i²``, shape ``(N,)``."""
-        if y.ndim != 1 or y.shape[0] != out.shape[0] or y.is_floating_point():
-            raise ValueError(
-                f"Categorical empirical Fisher needs integer class labels y of shape "
-                f"({out.shape[0]},); got shape {_shape(y)}, dtype {y.dtype}"
-            )
+        """``s_i = Σ_positions (jv_{y} − Σ_c p_c jv_c)``; returns ``s_i²``, shape ``(N,)``."""
+        self.check_labels(out, y)
         _, centred = self._centred(out, jv)
-        s = centred.gather(-1, y.long().unsqueeze(-1)).squeeze(-1)
+        s = self._per_sample(centred.gather(-1, y.long().unsqueeze(-1)).squeeze(-1))
         return s * s
 
     def log_likelihood(self, out: Tensor, y: Tensor) -> Tensor:
-        """``log softmax(out_i)[y_i]`` per sample."""
-        return torch.log_softmax(out, dim=-1).gather(-1, y.long().unsqueeze(-1)).squeeze(-1)
+        """``Σ_positions log softmax(out_i)[y_i]`` per sample, shape ``(N,)``."""
+        self.check_labels(out, y)
+        logp = torch.log_softmax(out, dim=-1).gather(-1, y.long().unsqueeze(-1)).squeeze(-1)
+        return self._per_sample(logp)
 
     def to_dict(self) -> dict[str, object]:
         """``{"name": "categorical"}``."""

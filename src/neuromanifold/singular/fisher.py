@@ -35,6 +35,7 @@ for ``F = E[Jᵀ H_out J]``; arXiv:2607.00603 for the forward-mode directional r
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -287,8 +288,12 @@ def directional_fisher_reference(
 
     ``F_u = (1/N) Σ_i Σ_ℓ w_iℓ (∇_θ log p(y_iℓ | x_i, θ) · u)²`` over a label set that integrates
     the label expectation exactly: Gaussian ``y_iℓ = out_i + σ e_ℓ``, ``w = 1``; categorical
-    ``y_iℓ = ℓ``, ``w = p_ℓ(x_i)``; empirical: the observed label with ``w = 1``. Same arguments and
-    return shape as `directional_fisher`; ``chunk_size`` bounds the samples per ``vmap``.
+    ``y_iℓ = ℓ``, ``w = p_ℓ(x_i)``; empirical: the observed label with ``w = 1``. Categorical
+    sequence logits ``(N, ..., C)``: ``ℓ`` runs over (position j, class c) with ``w = p_jc(x_i)``
+    and the log-likelihood of position j alone (the scores of distinct positions are uncorrelated,
+    so these terms are the whole expectation; a test checks it against the enumerated product
+    distribution). Same arguments and return shape as `directional_fisher`; ``chunk_size``
+    bounds the samples per ``vmap``.
     """
     family = check_family(family)
     prep = prepare(model, params, data)
@@ -302,6 +307,10 @@ def directional_fisher_reference(
 
     def loglik(pu: dict[str, Tensor], xi: Tensor, yi: Tensor) -> Tensor:
         out = functional_call(model, ({**rest, **pu}, prep.buffers), (xi.unsqueeze(0),))
+        if family.name == "categorical":  # label -1: the position does not count
+            yl = yi.unsqueeze(0)
+            logp = torch.log_softmax(out, dim=-1).gather(-1, yl.clamp(min=0).unsqueeze(-1))
+            return (logp.squeeze(-1) * (yl >= 0)).sum()
         return family.log_likelihood(out, yi.unsqueeze(0))[0]
 
     per_sample_grad = vmap(grad(loglik), in_dims=(None, 0, 0))
@@ -322,10 +331,14 @@ def directional_fisher_reference(
             ys = (out.unsqueeze(1) + sigma * eye.unsqueeze(0)).reshape(n * m, *out.shape[1:])
             xs = xc.repeat_interleave(m, dim=0)
             w = torch.ones(n * m, dtype=DTYPE, device=dev)
-        elif family.name == "categorical":
-            c = out.shape[1]
-            ys = torch.arange(c, device=dev).repeat(n)
-            xs = xc.repeat_interleave(c, dim=0)
+        elif family.name == "categorical":  # class l at position j, the others masked
+            c, pos = out.shape[-1], out.shape[1:-1]
+            m = math.prod(pos) * c
+            idx = torch.arange(m, device=dev)
+            labels = torch.full((m, m // c), -1, dtype=torch.long, device=dev)
+            labels[idx, idx // c] = idx % c
+            ys = labels.reshape(m, *pos).repeat(n, *([1] * len(pos)))
+            xs = xc.repeat_interleave(m, dim=0)
             w = torch.softmax(out, dim=-1).reshape(-1)
         else:
             raise TypeError(f"no reference label set for family {family.name!r}")

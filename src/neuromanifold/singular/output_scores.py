@@ -6,7 +6,10 @@ per column), and a label drawn from the model gives an unbiased one-sample estim
 
 * Gaussian (``σ``): ``H_out = I/σ²``, ``S = I/σ``; sampled score ``(y − f)/σ² = ε/σ``.
 * Categorical (logits ``(N, C)``): ``H_out = diag(p) − ppᵀ``, column ``c`` of ``S`` is
-  ``√p_c (e_c − p)``; sampled score ``e_y − p`` with ``y ~ softmax``.
+  ``√p_c (e_c − p)``; sampled score ``e_y − p`` with ``y ~ softmax``. Sequence logits
+  ``(N, ..., C)`` (one label per position) take the sampled score, one label drawn per position:
+  a column of ``S`` back-propagated at every position at once would add the cross-position
+  products, which have expectation zero under independent labels.
 
 The family is recognised by its class name (``"gauss"`` in it means Gaussian, anything else is
 categorical), as :func:`neuromanifold.singular.factors.kfac_factors` documents.

@@ -339,3 +339,21 @@ def test_inplace_activations_do_not_change_the_factors() -> None:
     for name in fb:
         torch.testing.assert_close(fa[name].A, fb[name].A, atol=ATOL_EXACT, rtol=0)
         torch.testing.assert_close(fa[name].G, fb[name].G, atol=ATOL_EXACT, rtol=0)
+
+
+def test_size_cap_skips_only_the_wide_block_and_keeps_the_others_exact() -> None:
+    """A block whose larger factor side exceeds ``max_factor_dim`` is left out with the reason;
+    the other blocks' factors are the uncapped ones, bit for bit."""
+    model, x = _mlp(), torch.randn(7, 4, dtype=torch.float64)
+    full = kfac_factors(model, x, Categorical())
+    # the larger sides: '0' (Linear 4 → 6) G 6, '2' (Linear 6 → 3) A 6 + 1 (bias) = 7
+    capped = kfac_factors(model, x, Categorical(), max_factor_dim=7)
+    assert set(capped.blocks) == {"0", "2"} and capped.skipped == {}
+    capped = kfac_factors(model, x, Categorical(), max_factor_dim=6)
+    assert set(capped.blocks) == {"0"}
+    assert capped.skipped == {
+        "2": "K-FAC factor A would be 7 × 7 (0.0 GB float64; max_factor_dim 6)"
+    }
+    assert torch.equal(capped["0"].A, full["0"].A) and torch.equal(capped["0"].G, full["0"].G)
+    with pytest.raises(ValueError, match=r"max_factor_dim must be a positive int; got 0"):
+        kfac_factors(model, x, Categorical(), max_factor_dim=0)

@@ -509,3 +509,24 @@ def test_coordinate_scan_errors() -> None:
         coordinate_scan(p.model, p.data, p.family, per_tensor=0)
     with pytest.raises(ValueError, match=r"layers \['1'\] are not Linear/Conv blocks of the model"):
         coordinate_scan(p.model, p.data, p.family, layers=["0", "1"])
+
+
+def test_read_reports_a_block_too_large_to_factor() -> None:
+    """A head over 16 385 classes (G would be 2.1 GB) is not factored: the read lists it in
+    ``not_covered`` with the reason and still proposes its closed-form logit shift."""
+    from neuromanifold.singular.factors import MAX_FACTOR_DIM
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, MAX_FACTOR_DIM + 1)).double()
+    x = torch.randn(8, 3, dtype=torch.float64)
+    reading = read(model, x, Categorical(), progress=False)
+    assert [(c.name, c.reason) for c in reading.not_covered] == [
+        (
+            "2",
+            f"K-FAC factor G would be {MAX_FACTOR_DIM + 1} × {MAX_FACTOR_DIM + 1} (2.1 GB "
+            f"float64; max_factor_dim {MAX_FACTOR_DIM})",
+        )
+    ]
+    shift = [d for d in reading.directions if d.detector == "ce-shift"]
+    assert len(shift) == 1 and shift[0].klass == "flat_gauge"
+    assert all(d.layers != ("2",) or d.detector == "ce-shift" for d in reading.directions)

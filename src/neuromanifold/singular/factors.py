@@ -27,6 +27,12 @@ Expectation over labels (the true Fisher, never the empirical one):
   labels drawn from the model (seeded), ``E_y[g gᵀ] ≈ (1/S) Σ_s g_s g_sᵀ``. A Gaussian output of any
   shape ``(N, ...)`` is one sample's mean (trailing coordinates summed in the log-likelihood).
 
+**Size cap.** A block whose ``A`` or ``G`` would have more than ``max_factor_dim`` rows (default
+`MAX_FACTOR_DIM`) is not factored: its dense float64 factor and the eigenbasis the detectors
+take of it are ``d × d`` each (a language model's head over a 50 257-token vocabulary: ``G`` of
+20 GB). Such blocks are listed in ``Factors.skipped`` with the reason, and the read reports them
+in ``not_covered``; closed-form detectors that need no factors still read them.
+
 Vec / Kronecker convention: column-major ``vec`` of ``W̄ ∈ R^{d_out × d_in(+1)}`` (conv weights
 flattened to ``(C_out, C_in·k_h·k_w)``), so ``vec(g āᵀ) = ā ⊗ g`` and the block Fisher is
 approximated by ``A ⊗ G`` (``torch.kron(A, G)``). The approximation is exact for a single
@@ -66,6 +72,7 @@ from neuromanifold.singular.output_scores import hessian_root, sampled_score
 __all__ = [
     "KRONECKER_CONVENTION",
     "MAX_EXACT_CLASSES",
+    "MAX_FACTOR_DIM",
     "BlockFactors",
     "Factors",
     "block_fisher_reference",
@@ -74,6 +81,8 @@ __all__ = [
 
 KRONECKER_CONVENTION = "column-major vec(W̄): vec(g āᵀ) = ā ⊗ g; F_block ≈ A ⊗ G"
 MAX_EXACT_CLASSES = 64
+MAX_FACTOR_DIM = 16384
+"""Largest factor side ``d`` that is formed (``d × d`` float64: 2.1 GB at the cap)."""
 """Categorical outputs with at most this many classes use the exact class expectation."""
 G_BUFFER_BYTES = 32 * 2**20
 """Output-gradient rows buffered over backward columns (all blocks together) before they are
@@ -139,7 +148,8 @@ class Factors(Mapping[str, BlockFactors]):
     """Read-only mapping ``module name -> BlockFactors`` plus the pass bookkeeping.
 
     ``n_forward_passes`` counts forward passes over probe batches, ``n_backward_passes`` the
-    backward passes (one per Hessian column or label sample per batch).
+    backward passes (one per Hessian column or label sample per batch). ``skipped`` maps the
+    supported blocks left unfactored by the size cap (module docstring) to the reason.
     """
 
     blocks: Mapping[str, BlockFactors]
@@ -148,6 +158,7 @@ class Factors(Mapping[str, BlockFactors]):
     n_backward_passes: int
     fisher: str
     unsupported: tuple[str, ...] = field(default=())
+    skipped: Mapping[str, str] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> BlockFactors:
         return self.blocks[key]
@@ -169,20 +180,31 @@ def kfac_factors(
     max_exact_classes: int = MAX_EXACT_CLASSES,
     mc_samples: int = 1,
     seed: int = 0,
+    max_factor_dim: int = MAX_FACTOR_DIM,
 ) -> Factors:
     """K-FAC / KFC factors of every supported block, in float64 (see the module docstring).
 
     ``data`` is a tensor of probe inputs ``(N, ...)`` or an ``(X, y)`` tuple (labels unused: true
     Fisher). ``params`` (optional) replaces the model's parameters for the pass. The caller's
-    model is never modified (the pass runs on a float64 eval-mode copy).
+    model is never modified (the pass runs on a float64 eval-mode copy). Blocks with a factor
+    side above ``max_factor_dim`` are skipped (``Factors.skipped``, module docstring).
 
     Raises ValueError when a parameter or an activation is non-finite (naming the parameter or the
-    module), or when the data does not fit the model (naming the shapes).
+    module), when the data does not fit the model (naming the shapes), or when ``max_factor_dim``
+    is not a positive int.
     """
+    if (
+        isinstance(max_factor_dim, bool)
+        or not isinstance(max_factor_dim, int)
+        or max_factor_dim < 1
+    ):
+        raise ValueError(f"max_factor_dim must be a positive int; got {max_factor_dim!r}")
     x_all = probe_inputs(data)
     m = float64_copy(model, params)
     check_finite_params(m)
     blocks = {n: mod for n, mod in m.named_modules() if is_supported_block(mod)}
+    skipped = {n: r for n, mod in blocks.items() if (r := _too_large(mod, max_factor_dim))}
+    blocks = {n: mod for n, mod in blocks.items() if n not in skipped}
     leaf_unsupported = tuple(
         n
         for n, mod in m.named_modules()
@@ -312,7 +334,21 @@ def kfac_factors(
         n_backward_passes=n_bwd,
         fisher=fisher_used,
         unsupported=leaf_unsupported,
+        skipped=skipped,
     )
+
+
+def _too_large(mod: nn.Module, max_dim: int) -> str | None:
+    """Why block ``mod``'s factors are not formed (its larger side exceeds ``max_dim``), or
+    ``None``: e.g. ``"K-FAC factor G would be 50257 × 50257 (20.2 GB float64; max_factor_dim
+    16384)"``."""
+    d_in = mod.weight[0].numel() + (1 if mod.bias is not None else 0)
+    d_out = mod.weight.shape[0]
+    side, d = ("A", d_in) if d_in >= d_out else ("G", d_out)
+    if d <= max_dim:
+        return None
+    gb = d * d * 8 / 1e9
+    return f"K-FAC factor {side} would be {d} × {d} ({gb:.1f} GB float64; max_factor_dim {max_dim})"
 
 
 def _fold_g(

@@ -14,7 +14,8 @@ Pipeline (spec §7.2):
    probe set collects the K-FAC/KFC factors (`kfac_factors`); a no-grad pass records the embedding
    indices seen (only when the model has embeddings).
 3. Coverage: every module holding parameters must be handled by some detector of the registry;
-   the others are listed in ``not_covered`` with a reason (also supported blocks never called).
+   the others are listed in ``not_covered`` with a reason (also supported blocks never called, and
+   blocks too large to factor, `kfac_factors`' size cap).
 4. Detect: each detector, in registry order, proposes `Candidate` directions for every module it
    applies to. They are read in `_reading_order` (possible dead directions first, by eigenvalue
    ratio; gauges last), which is also the order ``max_directions`` truncates.
@@ -93,7 +94,10 @@ def _registry(detectors: DetectorRegistry | Iterable[Detector] | None) -> Detect
 
 
 def _not_covered(
-    model: nn.Module, registry: DetectorRegistry, called_blocks: set[str]
+    model: nn.Module,
+    registry: DetectorRegistry,
+    called_blocks: set[str],
+    skipped: Mapping[str, str],
 ) -> list[NotCovered]:
     out = []
     for name, mod in model.named_modules():
@@ -103,6 +107,8 @@ def _not_covered(
         label = name or "<root>"
         if not registry.covers(mod):
             out.append(NotCovered(label, type(mod).__name__, own, "no detector for this type"))
+        elif name in skipped:  # too large to factor: the closed-form detectors still read it
+            out.append(NotCovered(label, type(mod).__name__, own, skipped[name]))
         elif is_supported_block(mod) and name not in called_blocks:
             out.append(
                 NotCovered(label, type(mod).__name__, own, "not called as a module on the data")
@@ -245,7 +251,7 @@ def read(
         model=work, params=params, factors=factors, graph=graph, family=family, data=xw
     )
     ctx.cache["embedding_seen"] = seen
-    not_covered = _not_covered(work, registry, set(factors.blocks))
+    not_covered = _not_covered(work, registry, set(factors.blocks), factors.skipped)
     n_supported = sum(1 for _, m in work.named_modules() if registry.covers(m))
 
     candidates: list[Candidate] = []

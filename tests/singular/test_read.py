@@ -530,3 +530,17 @@ def test_read_reports_a_block_too_large_to_factor() -> None:
     shift = [d for d in reading.directions if d.detector == "ce-shift"]
     assert len(shift) == 1 and shift[0].klass == "flat_gauge"
     assert all(d.layers != ("2",) or d.detector == "ce-shift" for d in reading.directions)
+
+
+def test_snap_true_leaves_gauge_candidates_at_the_checkpoint() -> None:
+    """``snap=True`` snaps non-gauge candidates only: the ReLU rescale (a certified curved gauge)
+    reads the same record as under ``snap="auto"``, from θ0 (snapping it read live, k = 1)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)).double().eval()
+    x = torch.randn(32, 4, dtype=torch.float64)
+    auto = read(model, x, Gaussian(), snap="auto", progress=False)
+    always = read(model, x, Gaussian(), snap=True, progress=False)
+    gauges = [d for d in auto.directions if d.detector == "relu-rescale"]
+    assert gauges and all(d.klass == "curved_gauge" and d.k == 2 for d in gauges)
+    snapped_gauges = [d for d in always.directions if d.detector == "relu-rescale"]
+    assert [d.to_dict() for d in snapped_gauges] == [d.to_dict() for d in gauges]

@@ -147,10 +147,11 @@ def read(
         max_directions: read at most this many candidates, in `_reading_order` (possible dead
             directions by ascending eigenvalue ratio, then gauges). The curved-gauge generators
             of every candidate found are still used for the gauge tests of those read.
-        snap: ``True``: read from the snapped base point ``θ0 − (uᵀθ0)u``; ``False``: from θ0;
-            ``"auto"``: from θ0, and for non-gauge candidates (a gauge tangent such as the ReLU
-            rescale is proportional to θ0, so its offset is intrinsic) again snapped when the
-            unsnapped rate is not visible
+        snap: ``True``: read non-gauge candidates from the snapped base point
+            ``θ0 − (uᵀθ0)u``; ``False``: from θ0; ``"auto"``: from θ0, and for non-gauge
+            candidates again snapped when the unsnapped rate is not visible. Gauge candidates are
+            never snapped (a gauge tangent such as the ReLU rescale is a function of θ0, so its
+            offset is intrinsic, and the snapped point is another model, off the orbit)
             (``DirectionReading.rate_visible``: window below ``10·|uᵀθ0|``), reporting the
             snapped read with ``info["unsnapped"]`` keeping the first. The re-read is skipped
             when the offset ``|uᵀθ0|`` is at least the sweep's largest t (``ρ_W`` on the default

@@ -167,7 +167,8 @@ def read_candidate(
             t_batch=t_batch,
         )
 
-    r = sweep_read(cand.u, snap is True, gens)
+    # a gauge's offset is intrinsic (its tangent is a function of θ0): never snapped
+    r = sweep_read(cand.u, snap is True and cand.gauge is None, gens)
     info, u_read = {}, cand.u
     re_snap = snap == "auto" and cand.gauge is None and not r.rate_visible
     if re_snap and r.offset >= r.sweep.ts[-1]:  # beyond the swept neighbourhood

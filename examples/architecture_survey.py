@@ -173,6 +173,11 @@ HF: dict[str, tuple[str, str, dict]] = {
         "GPT2ForSequenceClassification",
         {"n_embd": 32, "n_layer": 1, "n_head": 4, "n_positions": 32},
     ),
+    "gpt2_lm": (  # next-token logits (N, T, vocab): categorical at every position
+        "GPT2Config",
+        "GPT2LMHeadModel",
+        {"n_embd": 32, "n_layer": 1, "n_head": 4, "n_positions": 32},
+    ),
     "bert": ("BertConfig", "BertForSequenceClassification", {}),
     "distilbert": (
         "DistilBertConfig",
@@ -204,7 +209,7 @@ def _hf_model(name: str) -> tuple[nn.Module, Tensor] | None:
     config_name, model_name, extra = HF[name]
     cfg = getattr(transformers, config_name)(**{**HF_COMMON, **extra})
     cfg._attn_implementation = "eager"
-    model = TensorOutput(getattr(transformers, model_name)(cfg))
+    model = TensorOutput(getattr(transformers, model_name)(cfg)).eval()  # built in train mode
     x = torch.randint(1, 64, (24, 6), generator=torch.Generator().manual_seed(0))
     return model, x
 

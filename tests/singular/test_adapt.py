@@ -95,7 +95,7 @@ def test_tiny_gpt2_is_covered_and_the_callers_model_untouched() -> None:
     )
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
-    model = TensorOutput(transformers.GPT2ForSequenceClassification(cfg))
+    model = TensorOutput(transformers.GPT2ForSequenceClassification(cfg)).eval()
     x = torch.randint(1, 64, (12, 4), generator=torch.Generator().manual_seed(0))
     reading = read(model, x, Categorical(), progress=False)
     assert reading.not_covered == ()

@@ -316,7 +316,9 @@ def test_error_read_direction_bad_live_threshold(bad: object, err: type) -> None
 
 def test_error_read_direction_family_mismatch() -> None:
     model = Power(2)
-    with pytest.raises(ValueError, match=r"Categorical family expects 2-D .* shape \(2, 1\)"):
+    with pytest.raises(
+        ValueError, match=r"Categorical family expects floating logits .* shape \(2, 1\)"
+    ):
         read_direction(
             model,
             params_of(model),

@@ -544,3 +544,17 @@ def test_snap_true_leaves_gauge_candidates_at_the_checkpoint() -> None:
     assert gauges and all(d.klass == "curved_gauge" and d.k == 2 for d in gauges)
     snapped_gauges = [d for d in always.directions if d.detector == "relu-rescale"]
     assert [d.to_dict() for d in snapped_gauges] == [d.to_dict() for d in gauges]
+
+
+def test_error_read_of_a_training_mode_model() -> None:
+    """``read`` rejects Dropout or BatchNorm in training mode, like ``read_direction`` (the working
+    copy is put in evaluation mode, so the check runs on the caller's model)."""
+    torch.manual_seed(0)
+    x = torch.randn(8, 3, dtype=torch.float64)
+    drop = nn.Sequential(nn.Linear(3, 4), nn.Dropout(0.1), nn.Linear(4, 2)).double()
+    with pytest.raises(ValueError, match=r"'1' \(Dropout\) is in training mode.*model\.eval\(\)"):
+        read(drop, x, Gaussian(), progress=False)
+    bn = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2)).double()
+    with pytest.raises(ValueError, match=r"'1' \(BatchNorm1d\) is in training mode"):
+        read(bn, x, Gaussian(), progress=False)
+    assert read(drop.eval(), x, Gaussian(), max_directions=0, progress=False).meta["n_read"] == 0

@@ -215,8 +215,8 @@ def read(
     registry = _registry(detectors)
     upcast = any(p.is_floating_point() and p.dtype != torch.float64 for p in model.parameters())
     dev = resolve_device(device) if device is not None else None
+    check_eval_mode(model)  # the caller's modes: the working copy below is set to eval mode
     work = _working_copy(model)
-    check_eval_mode(work)
     rewritten = conv1d_as_linear(work)
     if dev is not None:
         work = work.to(dev)

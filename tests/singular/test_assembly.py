@@ -253,6 +253,18 @@ def test_loci_from_stand_in_records() -> None:
         assemble_from_reading(records, regular_dims=-1)
 
 
+def test_assembly_of_a_truncated_reading_says_what_it_left_out() -> None:
+    records = [_rec("genuine_singularity", 2, ("0", "2")), _rec("live", 1, ("0",))]
+    full = {"directions": records, "meta": {"n_candidates": 2, "n_read": 2}}
+    part = {"directions": records[:1], "meta": {"n_candidates": 2, "n_read": 1}}
+    assert not any("candidate directions" in n for n in assemble_from_reading(full).notes)
+    notes = assemble_from_reading(part).notes
+    assert notes[0] == (
+        "the reading read 1 of the 2 candidate directions it detected (max_directions): the "
+        "unread ones are not in this assembly"
+    )
+
+
 def test_component_dims_give_rrr_single_dead_unit() -> None:
     # RRR (M, H, N, r) = (5, 3, 4, 2): one dead unit, components of dims (M − r, N − r) = (3, 2).
     rec = [_rec("genuine_singularity", 2, ("0", "1"))]

@@ -558,3 +558,13 @@ def test_error_read_of_a_training_mode_model() -> None:
     with pytest.raises(ValueError, match=r"'1' \(BatchNorm1d\) is in training mode"):
         read(bn, x, Gaussian(), progress=False)
     assert read(drop.eval(), x, Gaussian(), max_directions=0, progress=False).meta["n_read"] == 0
+
+
+def test_note_of_a_read_with_max_directions_zero_counts_the_candidates() -> None:
+    net = planted_mlp()
+    reading = read(net.model, net.data, net.family, max_directions=0, progress=False)
+    n = reading.meta["n_candidates"]
+    assert n >= 1 and reading.meta["n_read"] == 0 and reading.directions == ()
+    assert reading.note == (
+        f"{n} candidate direction(s) were detected and none was read (max_directions=0)"
+    )

@@ -426,6 +426,22 @@ def assemble_from_reading(
     loci, notes = loci_from_reading(
         reading, component_dims=component_dims, count_live=regular_dims is None
     )
+    notes = _truncation_notes(reading) + notes
     if regular_dims:
         loci.append(Locus("caller: regular directions", "regular", dim=regular_dims))
     return assemble(loci, notes=notes)
+
+
+def _truncation_notes(reading: Any) -> list[str]:
+    """Notes for a reading that read fewer candidates than it found (``max_directions``), from its
+    ``meta`` (a `Reading` or its JSON): the assembly then covers the read directions only."""
+    meta = reading.get("meta") if isinstance(reading, Mapping) else getattr(reading, "meta", None)
+    if not isinstance(meta, Mapping):
+        return []
+    found, read_ = meta.get("n_candidates"), meta.get("n_read")
+    if isinstance(found, int) and isinstance(read_, int) and read_ < found:
+        return [
+            f"the reading read {read_} of the {found} candidate directions it detected "
+            f"(max_directions): the unread ones are not in this assembly"
+        ]
+    return []

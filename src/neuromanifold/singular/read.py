@@ -325,8 +325,13 @@ def read(
     note = ""
     if n_supported == 0:
         note = "no supported layers: no detector applies to any module of this model"
-    elif not candidates:
+    elif n_found == 0:
         note = "no candidate directions were detected"
+    elif not candidates:
+        note = (
+            f"{n_found} candidate direction(s) were detected and none was read "
+            f"(max_directions={max_directions})"
+        )
     meta = {
         "model": type(model).__name__,
         "n_params": sum(p.numel() for p in model.parameters()),

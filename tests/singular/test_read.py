@@ -298,8 +298,27 @@ def test_bad_input_errors() -> None:
         read(bad, p.data, p.family, progress=False)
     nan_x = p.data.clone()
     nan_x[0, 0] = float("nan")
-    with pytest.raises(ValueError, match=r"activation of module '0' \(Linear\) holds NaN"):
+    nan_x[3, 1] = float("inf")
+    with pytest.raises(
+        ValueError, match=r"data inputs hold NaN or Inf values \(first in sample 0\)"
+    ):
         read(p.model, nan_x, p.family, progress=False)
+    with pytest.raises(ValueError, match=r"first in sample 2\)"):
+        read(p.model, nan_x[1:], p.family, progress=False)
+    with pytest.raises(TypeError, match=r"data labels y must be a Tensor; got str"):
+        read(p.model, (p.data, "abc"), p.family, progress=False)
+    with pytest.raises(ValueError, match=r"labels y have shape \(3,\); expected a leading"):
+        read(p.model, (p.data, torch.zeros(3)), p.family, progress=False)
+    with pytest.raises(TypeError, match=r"got a sequence of length 3"):
+        read(p.model, (p.data, p.data, p.data), p.family, progress=False)
+    flat = torch.randn(16, dtype=torch.float64)  # a 1-D probe set: no feature axis
+    with pytest.raises(
+        ValueError, match=r"returned shape \(\d+,\) for 16 samples of data of shape"
+    ):
+        read(nn.Linear(16, 2).double().eval(), flat, p.family, progress=False)
+    ints = torch.randint(0, 3, p.data.shape)
+    with pytest.raises(ValueError, match=r"data of dtype torch.int64 does not fit the model"):
+        read(p.model, ints, p.family, progress=False)
     with pytest.raises(TypeError, match=r"model must be a torch\.nn\.Module"):
         read("model", p.data, p.family, progress=False)
     with pytest.raises(ValueError, match="max_directions must be a non-negative int"):

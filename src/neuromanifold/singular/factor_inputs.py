@@ -86,7 +86,8 @@ def install_finite_checks(model: nn.Module) -> list:
 
 
 def forward_checked(model: nn.Module, x: Tensor) -> Tensor:
-    """``model(x)``; an error becomes a ``ValueError``: one that names float64 (``Double``), and
+    """``model(x)``; an error becomes a ``ValueError``: integer data whose error names a dtype
+    says the model needs floating inputs; one that names float64 (``Double``), and
     not indices, says that the forward fails in float64 (the read's working precision: an
     operator without a float64 kernel, or a tensor the model creates in float32); any other
     (float token ids included) says what the first layer expects, the usual cause being data
@@ -95,6 +96,12 @@ def forward_checked(model: nn.Module, x: Tensor) -> Tensor:
         return model(x)
     except (RuntimeError, IndexError) as err:
         msg = str(err).lower()
+        if not x.is_floating_point() and "dtype" in msg and "indices" not in msg:
+            raise ValueError(
+                f"data of dtype {x.dtype} does not fit the model, whose forward computes in a "
+                f"floating dtype: pass floating inputs (integer token ids go to models that start "
+                f"with an embedding): {err}"
+            ) from err
         if any(w in msg for w in ("double", "float64")) and "indices" not in msg:
             raise ValueError(
                 f"the model's forward fails in float64, the precision every read evaluates in "

@@ -76,13 +76,32 @@ FORWARD_MODE_SAMPLES = 2
 """Probe samples of the read's early forward-mode test (`check_forward_mode`)."""
 
 
-def _inputs(data: Any) -> Tensor:
+def _inputs(data: Any) -> tuple[Tensor, Tensor | None]:
+    """``(x, y)`` of ``data`` (``y`` None without labels), checked: a Tensor with a leading sample
+    axis, finite when floating; labels a Tensor with one row per sample."""
     x = data[0] if isinstance(data, (tuple, list)) else data
     if not isinstance(x, Tensor):
         raise TypeError(f"data must be a Tensor or an (X, y) tuple; got {type(data).__name__}")
     if x.ndim == 0 or x.shape[0] == 0:
         raise ValueError(f"data must hold at least one sample (N, ...); got {tuple(x.shape)}")
-    return x
+    y = None
+    if isinstance(data, (tuple, list)):
+        if len(data) != 2:
+            raise TypeError(
+                f"data must be a Tensor or an (X, y) tuple; got a sequence of length {len(data)}"
+            )
+        y = data[1]
+        if not isinstance(y, Tensor):
+            raise TypeError(f"data labels y must be a Tensor; got {type(y).__name__}")
+        if y.ndim == 0 or y.shape[0] != x.shape[0]:
+            raise ValueError(
+                f"data labels y have shape {tuple(y.shape)}; expected a leading dimension "
+                f"N = {x.shape[0]} matching the inputs"
+            )
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        first = int((~torch.isfinite(x.reshape(x.shape[0], -1))).any(1).nonzero()[0, 0])
+        raise ValueError(f"data inputs hold NaN or Inf values (first in sample {first})")
+    return x, y
 
 
 def _registry(detectors: DetectorRegistry | Iterable[Detector] | None) -> DetectorRegistry:
@@ -211,7 +230,7 @@ def read(
     if snap not in (True, False, "auto"):
         raise ValueError(f"snap must be True, False or 'auto'; got {snap!r}")
     live_threshold = check_live_threshold(live_threshold)
-    x = _inputs(data)
+    x, y = _inputs(data)
     registry = _registry(detectors)
     upcast = any(p.is_floating_point() and p.dtype != torch.float64 for p in model.parameters())
     dev = resolve_device(device) if device is not None else None
@@ -226,13 +245,20 @@ def read(
     xw = x.to(torch.float64) if x.is_floating_point() else x
     if dev is not None:
         xw = xw.to(dev)
-    labels = data[1].to(xw.device) if isinstance(data, (tuple, list)) else None
+    labels = None if y is None else y.to(xw.device)
     with torch.no_grad():
         out = forward_checked(work, xw[:GRAPH_SAMPLES])
     if not isinstance(out, Tensor):
         raise TypeError(
             f"model output must be a Tensor (N, ...); got {type(out).__name__}: wrap the model so "
             f"that it returns the logits or means"
+        )
+    n_graph = min(GRAPH_SAMPLES, xw.shape[0])
+    if out.ndim == 0 or out.shape[0] != n_graph:
+        raise ValueError(
+            f"the model returned shape {tuple(out.shape)} for {n_graph} samples of data of shape "
+            f"{tuple(xw[:n_graph].shape)}: the first axis of the data and of the output must be "
+            f"the sample axis, one row per sample"
         )
     family.check_output(out)
     linear_subclasses, adapt_passes = linear_subclasses_as_linear(work, xw)

@@ -100,6 +100,8 @@ def test_shard_data_splits_pairs_and_without_group_returns_everything() -> None:
 
 
 def test_shard_errors() -> None:
+    with pytest.raises(ValueError, match=r"the probe set is empty: the read needs at least one"):
+        shard_slice(0, 0, 1)
     with pytest.raises(ValueError, match=r"3 samples but there are 4 ranks"):
         shard_slice(3, 0, 4)
     with pytest.raises(ValueError, match=r"0 ≤ rank < world; got rank=2, world=2"):

@@ -163,6 +163,8 @@ def shard_slice(n: int, rank: int, world: int) -> slice:
             raise TypeError(f"{name} must be an int; got {type(v).__name__}")
     if world < 1 or not 0 <= rank < world:
         raise ValueError(f"need world ≥ 1 and 0 ≤ rank < world; got rank={rank}, world={world}")
+    if n == 0:
+        raise ValueError("the probe set is empty: the read needs at least one sample")
     if n < world:
         raise ValueError(
             f"the probe set has {n} samples but there are {world} ranks; every rank needs at "

@@ -264,6 +264,27 @@ def test_cli_compare_spec_example(tmp_path: Path) -> None:
     assert off.exit_code == 1 and "NOT ON THE NEUROMANIFOLD" in off.output
 
 
+def test_cli_compare_theta_must_multiply_out_to_v() -> None:
+    """--theta is a factorisation of --v: μ(θ) = v within THETA_V_RTOL, else one-line error."""
+    from neuromanifold.cli.lcn import THETA_V_RTOL
+
+    args = ["lcn", "compare", "--filters", "2,2", "--strides", "2", "--v", "3,6,1,2"]
+    deltas = ["--delta", "0", "--delta", "1"]
+    bad = runner.invoke(app, [*args, *deltas, "--theta", "100,2;3,-7"])
+    assert bad.exit_code == 2 and isinstance(bad.exception, SystemExit), bad.output
+    assert "Traceback" not in bad.output
+    assert "error: --theta is not a factorisation of --v: μ(θ) = [ 300." in bad.output
+    assert "but v = [3. 6. 1. 2.]" in bad.output
+    # μ((1, 2), (3, 1)) = (3, 6, 1, 2) for stride 2; a relative error of 10·THETA_V_RTOL fails
+    good = runner.invoke(app, [*args, *deltas, "--theta", "1,2;3,1"])
+    assert good.exit_code == 0, good.output
+    off = f"{1 + 10 * THETA_V_RTOL!r},2;3,1"
+    near = runner.invoke(app, [*args, *deltas, "--theta", off])
+    assert near.exit_code == 2 and "is not a factorisation of --v" in near.output
+    within = f"{1 + 0.1 * THETA_V_RTOL!r},2;3,1"
+    assert runner.invoke(app, [*args, *deltas, "--theta", within]).exit_code == 0
+
+
 I3 = np.eye(3)
 
 

@@ -6,6 +6,14 @@ from pathlib import Path
 
 import typer
 
+from neuromanifold.cli._files import (
+    check_json_target,
+    check_out_dir,
+    prepare_out_dir,
+    write_json,
+    writing,
+)
+
 
 def cells(
     json_path: Path | None = typer.Option(
@@ -19,14 +27,14 @@ def cells(
 
     Exits with code 1 (naming the failing cells) if any cell fails its expected order or class.
     """
-    import json
-
     from rich.console import Console
     from rich.table import Table
 
     from neuromanifold.cells.registry import all_cells, get_cell
     from neuromanifold.cells.table import read_cells
 
+    check_json_target(json_path)
+    check_out_dir(out)
     console = Console()
     try:
         chosen = [get_cell(name, seed=seed) for name in only] if only else all_cells(seed=seed)
@@ -58,16 +66,16 @@ def cells(
     console.print(table)
 
     if json_path is not None:
-        payload = {"cells": [res.to_dict() for _, _, res in rows]}
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(payload, indent=2))
+        write_json(json_path, {"cells": [res.to_dict() for _, _, res in rows]})
     if out is not None:
         from neuromanifold.cells.plot import plot_reading
 
-        for cell, reading, res in rows:
-            plot_reading(
-                reading, out / f"{cell.name}.png", title=cell.name, expected_k=res.expected_k
-            )
+        prepare_out_dir(out)
+        with writing(out, option="--out"):
+            for cell, reading, res in rows:
+                plot_reading(
+                    reading, out / f"{cell.name}.png", title=cell.name, expected_k=res.expected_k
+                )
 
     failed = [res for _, _, res in rows if not res.passed]
     if failed:

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from neuromanifold.cli._files import check_out_dir
+
 
 def register(app: typer.Typer) -> None:
     """Attach the `demo` command to the top-level app."""
@@ -29,6 +31,8 @@ def register(app: typer.Typer) -> None:
         from neuromanifold.demo import DemoConfig, run_demo
         from neuromanifold.report.demo_report import demo_findings
 
+        check_out_dir(out)
+        check_out_dir(cache, option="--cache")
         config = DemoConfig(
             probe=probe,
             cache=None if cache is None else str(cache),

@@ -12,13 +12,17 @@ inside their functions):
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from neuromanifold.cli import lcn_fiber
+from neuromanifold.cli._files import check_json_target, fail, write_json
+
+#: Relative tolerance of the check that ``--theta`` multiplies out to ``--v`` in `lcn compare`:
+#: ``max|μ(θ) − v| ≤ THETA_V_RTOL · max(max|v|, max|μ(θ)|)``.
+THETA_V_RTOL = 1e-9
 
 lcn_app = typer.Typer(help="Linear (convolutional) network geometry.", no_args_is_help=True)
 
@@ -90,6 +94,29 @@ def parse_theta(text: str, shapes: tuple[tuple[int, ...], ...]) -> list[Any]:
     return out
 
 
+def check_theta_gives_v(arch: Any, theta: list[Any], v: list[float]) -> None:
+    """Exit 2 (one line naming both vectors) unless ``μ(θ)`` equals ``v`` within
+    ``THETA_V_RTOL`` relative (max-norm). A ``v`` of the wrong length passes: the command's own
+    check of ``v`` names that problem."""
+    import numpy as np
+
+    from neuromanifold.linear import mu
+
+    got = np.asarray(mu(arch, theta), dtype=np.float64).ravel()
+    want = np.asarray(v, dtype=np.float64)
+    if got.size != want.size:
+        return
+    scale = max(float(np.max(np.abs(want), initial=0.0)), float(np.max(np.abs(got), initial=0.0)))
+    err = float(np.max(np.abs(got - want), initial=0.0))
+    if err > THETA_V_RTOL * scale:
+        with np.printoptions(precision=6, linewidth=10_000):
+            fail(
+                f"--theta is not a factorisation of --v: μ(θ) = {np.array2string(got)} but "
+                f"v = {np.array2string(want)} (max difference {err:.3g}, relative tolerance "
+                f"{THETA_V_RTOL:g})"
+            )
+
+
 @lcn_app.command("ntk")
 def ntk_command(
     filters: str = typer.Option(..., "--filters", help="Filter shapes, e.g. 2,2 or 2x2,3x3."),
@@ -113,6 +140,7 @@ def ntk_command(
     from neuromanifold.linear.metric import is_smooth_point
     from neuromanifold.linear.normalize import normal_form_note
 
+    check_json_target(json_path)
     shapes = parse_filters(filters, dim)
     try:
         arch = LCN(shapes, parse_strides(strides, len(shapes), dim), dim=dim)
@@ -150,7 +178,7 @@ def ntk_command(
             "smooth_report": report.to_dict(),
             "notes": [note] if note else [],
         }
-        json_path.write_text(json.dumps(payload, indent=2))
+        write_json(json_path, payload)
         typer.echo(f"wrote {json_path}")
 
 
@@ -193,6 +221,7 @@ def compare_command(
     from neuromanifold.linear.architecture import LCN
     from neuromanifold.linear.metric_compare import compare_metrics
 
+    check_json_target(json_path)
     shapes = parse_filters(filters, dim)
     try:
         arch = LCN(shapes, parse_strides(strides, len(shapes), dim), dim=dim)
@@ -200,9 +229,12 @@ def compare_command(
         raise typer.BadParameter(str(exc)) from None
     th = None if theta is None else parse_theta(theta, arch.filters)
     deltas = [_floats(d, what="--delta") for d in delta]
+    v_list = _floats(v, what="--v")
+    if th is not None:
+        check_theta_gives_v(arch, th, v_list)
     try:
         res = compare_metrics(
-            arch, _floats(v, what="--v"), deltas, theta=th, n_starts=starts, seed=seed, locus=locus
+            arch, v_list, deltas, theta=th, n_starts=starts, seed=seed, locus=locus
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
@@ -246,7 +278,7 @@ def compare_command(
     for note in res.notes:
         typer.echo(f"note: {note}")
     if json_path is not None:
-        json_path.write_text(json.dumps(res.to_dict(), indent=2))
+        write_json(json_path, res.to_dict())
         typer.echo(f"wrote {json_path}")
 
 

@@ -12,6 +12,14 @@ from pathlib import Path
 
 import typer
 
+from neuromanifold.cli._files import (
+    check_json_target,
+    check_out_dir,
+    prepare_out_dir,
+    write_json,
+    writing,
+)
+
 
 def _floats(text: str, *, what: str) -> list[float]:
     try:
@@ -50,6 +58,7 @@ def fiber_command(
     from neuromanifold.linear.architecture import LCN
     from neuromanifold.linear.fiber import lcn_fiber
 
+    check_json_target(json_path)
     shapes = parse_filters(filters, dim)
     try:
         arch = LCN(shapes, parse_strides(strides, len(shapes), dim), dim=dim)
@@ -89,7 +98,7 @@ def fiber_command(
             f"max residual {rep.residual:.3g}"
         )
     if json_path is not None:
-        json_path.write_text(json.dumps(rep.to_dict(), indent=2))
+        write_json(json_path, rep.to_dict())
         typer.echo(f"wrote {json_path}")
     if not rep.on_manifold:
         raise typer.Exit(code=1)
@@ -112,6 +121,8 @@ def survey_command(
     from neuromanifold.linear.survey import default_rows, run_survey
     from neuromanifold.linear.survey_report import plot_survey, to_markdown
 
+    check_json_target(json_path)
+    check_out_dir(out)
     specs = default_rows()
     if rows is not None:
         try:
@@ -140,13 +151,14 @@ def survey_command(
     typer.echo(f"elapsed: {elapsed:.1f} s")
     payload = {**result.to_dict(), "elapsed_s": elapsed}
     if json_path is not None:
-        json_path.write_text(json.dumps(payload, indent=2))
+        write_json(json_path, payload)
         typer.echo(f"wrote {json_path}")
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "survey.md").write_text(md)
-        (out / "survey.json").write_text(json.dumps(payload, indent=2))
-        plot_survey(result, str(out / "survey.png"))
+        prepare_out_dir(out)
+        with writing(out, option="--out"):
+            (out / "survey.md").write_text(md)
+            (out / "survey.json").write_text(json.dumps(payload, indent=2))
+            plot_survey(result, str(out / "survey.png"))
         typer.echo(f"wrote {out / 'survey.md'}, {out / 'survey.json'}, {out / 'survey.png'}")
 
 
@@ -164,6 +176,7 @@ def converge_command(
     from neuromanifold.linear.architecture import LCN
     from neuromanifold.linear.converge import convergence_experiment, plot_convergence
 
+    check_out_dir(out)
     reports = []
     for f, s in CONVERGE_ARCHS:
         t0 = time.perf_counter()
@@ -179,9 +192,10 @@ def converge_command(
         )
         reports.append(rep)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "converge.json").write_text(json.dumps([r.to_dict() for r in reports], indent=2))
-        plot_convergence(reports, str(out / "converge.png"))
+        prepare_out_dir(out)
+        with writing(out, option="--out"):
+            (out / "converge.json").write_text(json.dumps([r.to_dict() for r in reports], indent=2))
+            plot_convergence(reports, str(out / "converge.png"))
         typer.echo(f"wrote {out / 'converge.json'}, {out / 'converge.png'}")
 
 

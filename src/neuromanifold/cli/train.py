@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from neuromanifold.cli._files import check_out_dir
+
 
 def register(app: typer.Typer) -> None:
     """Attach the `train` command to the top-level app."""
@@ -38,6 +40,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(
                 f"unknown recipe {recipe!r}; expected one of {sorted(RECIPES)}", param_hint="RECIPE"
             )
+        check_out_dir(out)
         result = run_recipe(
             recipe, out=out, steps=steps, seed=seed, progress=True, use_cache=not no_cache
         )

@@ -1,0 +1,99 @@
+"""Output paths shared by the commands: checked before the work, written with clear errors.
+
+Every command with ``--json PATH`` or ``--out DIR`` calls :func:`check_json_target` /
+:func:`check_out_dir` before it computes anything, so a path that cannot be written fails at
+once, and writes through :func:`write_json` / :func:`prepare_out_dir` (or inside
+:func:`writing`), which create missing parent directories. A problem is one line
+``error: --json PATH: ...`` on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NoReturn
+
+import typer
+
+__all__ = [
+    "check_json_target",
+    "check_out_dir",
+    "fail",
+    "prepare_out_dir",
+    "write_json",
+    "writing",
+]
+
+
+def fail(message: str) -> NoReturn:
+    """Print ``error: message`` on stderr and exit with status 2 (a usage error)."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code=2)
+
+
+def _blocking_ancestor(path: Path) -> Path | None:
+    """The nearest existing ancestor of ``path`` when it is not a directory, else ``None``."""
+    for parent in path.absolute().parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
+def check_json_target(
+    path: str | Path | None, *, option: str = "--json", stdout_ok: bool = False
+) -> None:
+    """Fail (exit 2) when ``path`` cannot become a file: it is a directory, or an ancestor is a
+    file. ``None`` passes, and so does ``"-"`` when ``stdout_ok`` (the command prints the JSON);
+    a missing parent directory is fine (created later).
+    """
+    if path is None or (stdout_ok and str(path) == "-"):
+        return
+    p = Path(path)
+    if p.is_dir():
+        fail(f"{option} {p}: is a directory; expected a file path")
+    blocker = _blocking_ancestor(p)
+    if blocker is not None:
+        fail(f"{option} {p}: {blocker} is a file, not a directory")
+
+
+def check_out_dir(path: str | Path | None, *, option: str = "--out") -> None:
+    """Fail (exit 2) when ``path`` cannot become a directory: it is an existing file, or an
+    ancestor is a file. ``None`` passes; a missing directory is fine (created later)."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        fail(f"{option} {p}: is an existing file; {option} must be a directory (new or existing)")
+    blocker = _blocking_ancestor(p)
+    if blocker is not None:
+        fail(f"{option} {p}: {blocker} is a file, not a directory")
+
+
+@contextmanager
+def writing(path: str | Path, *, option: str) -> Iterator[None]:
+    """Turn an ``OSError`` raised while writing ``path`` into ``error: option path: ...``."""
+    try:
+        yield
+    except OSError as err:
+        fail(f"{option} {path}: cannot write: {err.strerror or err}")
+
+
+def write_json(path: str | Path, obj: Any, *, option: str = "--json") -> Path:
+    """Write ``obj`` as indented JSON to ``path``, creating missing parent directories."""
+    check_json_target(path, option=option)
+    p = Path(path)
+    with writing(p, option=option):
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(obj, indent=2) + "\n")
+    return p
+
+
+def prepare_out_dir(path: str | Path, *, option: str = "--out") -> Path:
+    """Create the directory ``path`` (and its parents) if missing; return it."""
+    check_out_dir(path, option=option)
+    p = Path(path)
+    with writing(p, option=option):
+        p.mkdir(parents=True, exist_ok=True)
+    return p

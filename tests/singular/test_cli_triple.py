@@ -121,3 +121,33 @@ def test_read_node_death_reports_nu_of_the_read_order(tmp_path: Path) -> None:
     assert "λ = 1/2 (0.5), m = 2" in res.output
     assert f"diagonal order k = Σ k_i = 2, ν(k) = {nu(2):.6f}" in res.output
     assert "orders (1, 1), dims (1, 1) -> λ = 1/2, m = 2, diagonal order 2" in res.output
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["triple", "rrr", "3", "4", "5", "-1"], "r must be an int >= 0, got -1"),
+        (["triple", "rrr", "-3", "4", "5", "1"], "M must be an int >= 1, got -3"),
+    ],
+)
+def test_rrr_negative_numbers_reach_the_own_check(argv: list[str], message: str) -> None:
+    res = runner.invoke(app, argv)
+    flat = " ".join(res.output.split()).replace("│", "").replace("  ", " ")
+    assert res.exit_code == 2 and message in flat, res.output
+    assert "No such option" not in flat
+
+
+def test_read_says_lambda_counts_the_read_directions_only(tmp_path: Path) -> None:
+    from neuromanifold.cli.triple import READ_ONLY_NOTE
+
+    record = {"class": "genuine_singularity", "k": 2, "layer": "fc1", "layers": ["fc1", "fc2"]}
+    path = tmp_path / "node.json"
+    path.write_text(json.dumps({"directions": [record], "not_covered": [], "meta": {}}))
+    res = runner.invoke(app, ["triple", "read", "--reading", str(path)])
+    assert res.exit_code == 0, res.output
+    assert READ_ONLY_NOTE in res.output
+    assert "read directions only" in READ_ONLY_NOTE and "--regular-dims D" in READ_ONLY_NOTE
+    res = runner.invoke(app, ["triple", "read", "--reading", str(path), "--regular-dims", "2"])
+    assert res.exit_code == 0 and "read directions only" not in res.output, res.output
+    res = runner.invoke(app, ["triple", "read", "--reading", str(path), "--json", "-"])
+    assert json.loads(res.output)["lambda"] == "1/2"  # stdout JSON stays pure JSON

@@ -19,6 +19,21 @@ from typing import Any
 
 import typer
 
+from neuromanifold.cli._files import check_json_target, write_json
+
+#: Let a negative number reach a command's own argument check (``triple rrr 3 4 5 -1``: "r must
+#: be >= 0") instead of click's "No such option: -1".
+_NUMBERS_MAY_BE_NEGATIVE = {"ignore_unknown_options": True}
+
+#: Printed by `triple read` without ``--regular-dims`` (docs/triple.md §4, "What the result
+#: covers").
+READ_ONLY_NOTE = (
+    "note: λ is assembled from the read directions only (each live record counts 1/2); the "
+    "regular dimensions of the rest of the model are not counted. For a global λ pass "
+    "--regular-dims D, the dimension of the live part (e.g. its parameter count minus its gauge "
+    "dimension)."
+)
+
 triple_app = typer.Typer(
     help="Watanabe's triple (λ, m, ν): ν(k), closed forms, assembly from a read.",
     no_args_is_help=True,
@@ -60,11 +75,10 @@ def _parse_widths(spec: str) -> list[int]:
 def _emit(payload: dict[str, Any], json_path: str | None) -> None:
     if json_path is None:
         return
-    text = json.dumps(payload, indent=2)
     if json_path == "-":
-        typer.echo(text)
+        typer.echo(json.dumps(payload, indent=2))
     else:
-        Path(json_path).write_text(text + "\n")
+        write_json(json_path, payload)
 
 
 def _print_closed_form(cf: Any, json_path: str | None) -> None:
@@ -83,6 +97,7 @@ def nu_cmd(
     """ν(k), λ_dir = 1/(2k) and the frozen V_k(0) for each order k (quadrature)."""
     from neuromanifold.singular.nu import K_MAX, lambda_dir, nu, v_frozen_zero
 
+    check_json_target(json_path, stdout_ok=True)
     ks = parse_k_range(k)
     if max(ks) > K_MAX:
         raise typer.BadParameter(f"--k must be <= {K_MAX}, got {k!r}")
@@ -101,7 +116,7 @@ def nu_cmd(
     )
 
 
-@triple_app.command("rrr")
+@triple_app.command("rrr", context_settings=_NUMBERS_MAY_BE_NEGATIVE)
 def rrr_cmd(
     M: int = typer.Argument(..., help="Input dimension."),
     H: int = typer.Argument(..., help="Inner (hidden) dimension."),
@@ -112,6 +127,7 @@ def rrr_cmd(
     """Reduced-rank regression (λ, m) (Aoyagi–Watanabe 2005), exact."""
     from neuromanifold.singular.closed_forms import rrr
 
+    check_json_target(json_path, stdout_ok=True)
     try:
         cf = rrr(M, H, N, r)
     except (ValueError, TypeError) as err:
@@ -128,6 +144,7 @@ def dln_cmd(
     """Deep linear network λ (Aoyagi 2024) and m, with the width-1 multiplicity caveat."""
     from neuromanifold.singular.closed_forms import deep_linear
 
+    check_json_target(json_path, stdout_ok=True)
     try:
         cf = deep_linear(_parse_widths(widths), rank)
     except (ValueError, TypeError) as err:
@@ -148,6 +165,7 @@ def read_cmd(
     """(λ, m) and ν(k) assembled from the directions of a saved Reading."""
     from neuromanifold.singular.assembly import assemble_from_reading
 
+    check_json_target(json_path, stdout_ok=True)
     try:
         data = json.loads(reading.read_text())
     except (OSError, json.JSONDecodeError) as err:
@@ -162,6 +180,8 @@ def read_cmd(
     if json_path != "-":
         nu_text = "not computed" if result.nu_universal is None else f"{result.nu_universal:.6f}"
         typer.echo(f"λ = {result.lam} ({float(result.lam):.6g}), m = {result.m}")
+        if regular_dims is None:
+            typer.echo(READ_ONLY_NOTE)
         if result.dominant_block is None:
             typer.echo(f"no genuine block: ν = {nu_text} (regular)")
         else:

@@ -149,3 +149,95 @@ def test_read_cli_live_threshold_errors() -> None:
     )
     msg = _flat(r.output)
     assert r.exit_code == 2 and "Invalid value for '--live-threshold'" in msg
+
+
+class _DeadUnitNet(torch.nn.Module):
+    """An nn.Module class used as the factory (called with no arguments): a dead hidden unit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(4, 3).double()
+        self.b = torch.nn.Linear(3, 2).double()
+        with torch.no_grad():
+            self.a.weight[0].zero_()
+            self.a.bias[0] = 0.0
+            self.b.weight[:, 0].zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.tanh(self.a(x)))
+
+
+def test_read_module_class_as_factory(tmp_path: Path, monkeypatch) -> None:
+    fake = types.ModuleType("_nm_class_models")
+    fake.Net = _DeadUnitNet
+    monkeypatch.setitem(sys.modules, "_nm_class_models", fake)
+    data = tmp_path / "x.pt"
+    torch.save(torch.randn(32, 4, dtype=torch.float64), data)
+    out = tmp_path / "r.json"
+    args = ["read", "--model", "_nm_class_models:Net", "--data", str(data), "--json", str(out)]
+    r = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    d = json.loads(out.read_text())
+    assert d["meta"]["model"] == "_DeadUnitNet"
+    assert any(rec["layers"] == ["a", "b"] for rec in d["directions"]), d["directions"]
+
+
+def _long_named(monkeypatch) -> str:
+    """The planted MLP under a long attribute name, so layer names are longer than a column."""
+    from neuromanifold.cells.planted import planted_mlp
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.encoder_block_with_a_rather_long_name = inner
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.encoder_block_with_a_rather_long_name(x)
+
+    def factory():
+        p = planted_mlp()
+        return types.SimpleNamespace(model=Wrapped(p.model), data=p.data, family=None)
+
+    fake = types.ModuleType("_nm_long_models")
+    fake.make = factory
+    monkeypatch.setitem(sys.modules, "_nm_long_models", fake)
+    return "_nm_long_models:make"
+
+
+def _column_text(output: str, column: int) -> str:
+    """The concatenated text of one column of the printed table (folded cells join up)."""
+    parts = [line.split("│")[column + 1].strip() for line in output.splitlines() if "│" in line]
+    return "".join(parts)
+
+
+def test_read_table_at_80_columns_shows_whole_names_and_the_family(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from rich.cells import cell_len
+
+    spec = _long_named(monkeypatch)
+    out = tmp_path / "rep"
+    r = CliRunner().invoke(app, ["read", "--model", spec, "--out", str(out)], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert max(cell_len(line) for line in r.output.splitlines()) <= 80  # k̂: 2 chars, 1 cell
+    assert "…" not in r.output
+    layer = "encoder_block_with_a_rather_long_name"
+    assert f"{layer}.0" in _column_text(r.output, 0)
+    assert f"{layer}.2" in _column_text(r.output, 0)
+    assert "genuine_singularity" in _column_text(r.output, 6)
+    # no --family and the factory names none: the default is used and said to be the default
+    said = " ".join(r.output.split())
+    assert "output family: gaussian (the default: --family was not given" in said
+    title = (out / "report.md").read_text().splitlines()[0]
+    assert title.startswith(f"# read: {spec}, output family: gaussian (the default")
+
+
+def test_read_prints_the_family_and_where_it_came_from() -> None:
+    runner = CliRunner()
+    env = {"COLUMNS": "200"}
+    r = runner.invoke(app, ["read", "--model", "zoo:planted-mlp"], env=env)
+    assert r.exit_code == 0 and "output family: gaussian (the model's own" in r.output, r.output
+    r = runner.invoke(
+        app, ["read", "--model", "zoo:planted-mlp", "--family", "categorical"], env=env
+    )
+    assert r.exit_code == 0 and "output family: categorical (--family)" in r.output, r.output

@@ -13,11 +13,65 @@ from typing import Any
 
 import typer
 
+from neuromanifold.cli._files import check_json_target, check_out_dir, fail, writing
+
 _FAMILIES = ("gaussian", "categorical")
 
 
+def _import_factory(spec: str) -> Any:
+    """The object named by ``package.module:attr``; exit 2 naming the spec when it is missing."""
+    import importlib
+
+    mod_name, _, attr = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(mod_name), attr)
+    except (ImportError, AttributeError) as err:
+        raise typer.BadParameter(f"cannot import {spec!r}: {err}") from err
+
+
+def _check_no_arguments_needed(factory: Any, spec: str) -> None:
+    """Exit 2 when ``factory()`` cannot be called without arguments (io._from_factory calls it
+    so, and so does the read without --checkpoint)."""
+    import inspect
+
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):  # no signature (some builtins): let the call decide
+        return
+    try:
+        sig.bind()
+    except TypeError:
+        needed = [
+            name
+            for name, p in sig.parameters.items()
+            if p.default is inspect.Parameter.empty
+            and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        ]
+        fail(
+            f"--model: the factory {spec} needs arguments ({', '.join(needed)}); --model "
+            "module:NAME is called with none: point it at a function that builds the model"
+        )
+
+
+def _is_factory_spec(spec: str) -> bool:
+    """``package.module:factory`` as `neuromanifold.io.load_model` reads it (not a zoo name, a
+    JSON file or a directory)."""
+    path = Path(spec)
+    return (
+        ":" in spec
+        and not spec.startswith("zoo:")
+        and path.suffix.lower() != ".json"
+        and not path.is_dir()
+    )
+
+
 def _resolve_model(spec: str) -> tuple[Any, Any, Any]:
-    """``zoo:planted-mlp`` or ``module.path:factory`` → (model, default data or None, family)."""
+    """``zoo:planted-mlp`` or ``module.path:factory`` → (model, default data or None, family).
+
+    As in `neuromanifold.io` (``_from_factory``), a callable that is not a module instance (a
+    function, or an ``nn.Module`` class) is called with no arguments; it may return a module or
+    an object with ``model``, ``data`` (and ``family``) such as the planted cells.
+    """
     if spec == "zoo:planted-mlp":
         from neuromanifold.cells.planted import planted_mlp
 
@@ -30,35 +84,69 @@ def _resolve_model(spec: str) -> tuple[Any, Any, Any]:
             f"--model must be 'zoo:NAME', 'package.module:factory' or a Hugging Face model "
             f"directory; got {spec!r}"
         )
-    import importlib
+    from torch import nn
 
-    mod_name, _, attr = spec.partition(":")
-    try:
-        factory = getattr(importlib.import_module(mod_name), attr)
-    except (ImportError, AttributeError) as err:
-        raise typer.BadParameter(f"cannot import {spec!r}: {err}") from err
-    obj = factory() if callable(factory) and not hasattr(factory, "named_parameters") else factory
+    factory = _import_factory(spec)
+    obj = factory
+    if callable(factory) and not isinstance(factory, nn.Module):
+        _check_no_arguments_needed(factory, spec)
+        try:
+            obj = factory()
+        except Exception as err:  # user code: one line instead of its traceback
+            fail(f"--model: the factory {spec} raised {type(err).__name__}: {err}")
     if hasattr(obj, "model") and hasattr(obj, "data"):
         return obj.model, obj.data, getattr(obj, "family", None)
     return obj, None, None
 
 
 def _load_data(path: Path) -> Any:
+    """The probe inputs in ``path``: a tensor, or the entry ``x`` of a dict / safetensors file.
+    Every file problem exits 2 with one line naming ``--data``."""
     import torch
 
+    if str(path) in ("", "."):
+        fail("--data is empty (or '.'): expected a torch (.pt) or safetensors file")
+    if path.is_dir():
+        fail(f"--data {path}: is a directory; expected a torch (.pt) or safetensors file")
+    if not path.exists():
+        fail(f"--data {path}: no such file")
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
-        tensors = load_file(str(path))
+        try:
+            tensors = load_file(str(path))
+        except Exception as err:  # SafetensorError, OSError: the file is unreadable or corrupt
+            fail(f"--data {path}: cannot read safetensors file (truncated or corrupt?): {err}")
         if "x" not in tensors:
             raise typer.BadParameter(f"{path} holds {sorted(tensors)}; expected a tensor named 'x'")
         return tensors["x"]
-    obj = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # UnpicklingError, KeyError, RuntimeError, OSError, ...
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else repr(err)
+        fail(
+            f"--data {path}: cannot read it as a torch file saved with torch.save "
+            f"(truncated, corrupt or not weights-only?): {reason}"
+        )
     if isinstance(obj, dict):
         if "x" not in obj:
             raise typer.BadParameter(f"{path} holds keys {sorted(obj)}; expected a key 'x'")
         return obj["x"]
     return obj
+
+
+def _family_label(family: str | None, default_family: Any, fam: Any) -> str:
+    """One line naming the output family used and where it came from (the JSON holds the
+    family itself in ``meta["family"]``)."""
+    name = fam.to_dict().get("name", type(fam).__name__)
+    if family is not None:
+        return f"output family: {name} (--family)"
+    if default_family is not None:
+        return f"output family: {name} (the model's own; --family was not given)"
+    return (
+        f"output family: {name} (the default: --family was not given and the model names none; "
+        "pass --family categorical for a classifier)"
+    )
 
 
 def _scan_summary(b: dict[str, Any]) -> str:
@@ -142,6 +230,8 @@ def register(app: typer.Typer) -> None:
 
         if resume and out is None:
             raise typer.BadParameter("--resume needs --out DIR (the read log lives there)")
+        check_json_target(json_path)
+        check_out_dir(out)
         try:
             dev = dp.resolve_device(device)
             budget = None if max_memory is None else parse_memory(max_memory)
@@ -166,11 +256,14 @@ def register(app: typer.Typer) -> None:
         if checkpoint is not None or hf_dir:
             from neuromanifold.io import load_model
 
+            if _is_factory_spec(model):  # load_model calls it with no arguments
+                _check_no_arguments_needed(_import_factory(model), model)
             try:  # a Hugging Face directory holds its own weights unless --checkpoint is given
                 net = load_model(checkpoint, architecture=model)
-            except (ValueError, TypeError, OSError) as err:
-                typer.echo(f"error: {err}", err=True)
-                raise typer.Exit(code=2) from err
+            except (ValueError, TypeError, OSError, ImportError) as err:
+                fail(str(err))
+            except Exception as err:  # raised by user code (a factory): one line, no traceback
+                fail(f"--model: building {model} raised {type(err).__name__}: {err}")
             default_x, default_family = None, None
         else:
             net, default_x, default_family = _resolve_model(model)
@@ -181,6 +274,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"--family must be one of {_FAMILIES}; got {family!r}")
         fam = {"gaussian": Gaussian(), "categorical": Categorical()}.get(family or "")
         fam = fam or default_family or Gaussian()
+        family_line = _family_label(family, default_family, fam)
         options = {
             "max_directions": max_directions,
             "snap": True if snap else "auto",
@@ -218,7 +312,8 @@ def register(app: typer.Typer) -> None:
         table = Table(title=f"read: {model} ({reading.meta['n_samples']} samples)")
         cols = ["layer", "detector", "k", "k̂", "slope", "r²", "class", "magnitude"]
         for col in cols + (["coord. scan"] if baseline else []):
-            table.add_column(col)
+            # long names fold onto further lines instead of being cut with an ellipsis
+            table.add_column(col, overflow="fold")
         for layer, recs in reading.by_layer().items():
             for r in recs:
                 extra = []
@@ -237,6 +332,7 @@ def register(app: typer.Typer) -> None:
                     *extra,
                 )
         console = Console()
+        console.print(family_line)
         console.print(table)
         for nc in reading.not_covered:
             console.print(f"not covered: {nc.name} ({nc.type}, {nc.n_params} params): {nc.reason}")
@@ -245,10 +341,13 @@ def register(app: typer.Typer) -> None:
         if json_path is not None:
             from neuromanifold.report.archive import write_reading_json
 
-            write_reading_json(reading, json_path)
+            with writing(json_path, option="--json"):
+                write_reading_json(reading, json_path)
             console.print(f"wrote {json_path}")
         if out is not None:
             from neuromanifold.report.write import write_report
 
-            files = write_report(reading, out, title=f"read: {model}", factors=factors)
+            title = f"read: {model}, {family_line}"
+            with writing(out, option="--out"):
+                files = write_report(reading, out, title=title, factors=factors)
             console.print(f"wrote {files.markdown}, {files.json} and {len(files.figures)} figures")

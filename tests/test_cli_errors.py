@@ -1,0 +1,225 @@
+"""Every command: bad paths and files are one `error: ...` line with exit status 2, no traceback;
+``--json PATH`` creates missing parent directories (`neuromanifold.cli._files`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from neuromanifold.cli import app
+
+RUNNER = CliRunner()
+ENV = {"COLUMNS": "200"}
+
+# fast argument lists of every command with --json (the path is appended)
+JSON_COMMANDS = {
+    "read": ["read", "--model", "zoo:planted-mlp"],
+    "cells": ["cells", "--only", "gaussian_location_k1"],
+    "lcn ntk": ["lcn", "ntk", "--filters", "2,2", "--theta", "1,2;1,-1"],
+    "lcn fiber": ["lcn", "fiber", "--filters", "2,2", "--v", "1,1,-2", "--delta", "0"],
+    "lcn compare": [
+        "lcn",
+        "compare",
+        "--filters",
+        "2,2",
+        "--strides",
+        "2",
+        "--v",
+        "3,6,0,0",
+        "--delta",
+        "0",
+        "--delta",
+        "1",
+        "--starts",
+        "2",
+    ],
+    "lcn survey": ["lcn", "survey", "--samples", "1", "--rows", "0"],
+    "triple nu": ["triple", "nu", "--k", "1-2"],
+    "triple rrr": ["triple", "rrr", "3", "2", "3", "1"],
+    "triple dln": ["triple", "dln", "--widths", "2,2,2"],
+}
+# every command with --out DIR
+OUT_COMMANDS = {
+    "read": ["read", "--model", "zoo:planted-mlp"],
+    "cells": ["cells", "--only", "gaussian_location_k1"],
+    "lcn survey": ["lcn", "survey", "--samples", "1", "--rows", "0"],
+    "lcn converge": ["lcn", "converge", "--seeds", "1"],
+    "train": ["train", "vit-digits-scratch", "--steps", "1"],
+    "demo": ["demo", "--no-cells"],
+}
+
+
+def _flat(text: str) -> str:
+    """Join a message that a CLI error box may have wrapped back into one line."""
+    return " ".join(line.strip(" │╭╮╰╯─") for line in text.splitlines())
+
+
+def assert_usage_error(result, *fragments: str) -> None:
+    """Exit status 2 through a clean exit (no exception escaped), each fragment in the output."""
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.output
+    flat = _flat(result.output)
+    for fragment in fragments:
+        assert fragment in flat, (fragment, result.output)
+
+
+@pytest.fixture
+def triple_reading(tmp_path: Path) -> list[str]:
+    """`triple read` arguments on a minimal saved Reading (one node death)."""
+    path = tmp_path / "reading.json"
+    record = {"class": "genuine_singularity", "k": 2, "layer": "0", "layers": ["0", "2"]}
+    path.write_text(json.dumps({"directions": [record]}))
+    return ["triple", "read", "--reading", str(path)]
+
+
+@pytest.mark.parametrize("name", sorted(JSON_COMMANDS))
+def test_json_that_is_a_directory_is_a_usage_error(name: str, tmp_path: Path) -> None:
+    target = tmp_path / "out1"
+    target.mkdir()
+    r = RUNNER.invoke(app, [*JSON_COMMANDS[name], "--json", str(target)], env=ENV)
+    assert_usage_error(r, f"error: --json {target}: is a directory; expected a file path")
+
+
+def test_triple_read_json_directory_and_file_ancestor(tmp_path: Path, triple_reading) -> None:
+    r = RUNNER.invoke(app, [*triple_reading, "--json", str(tmp_path)], env=ENV)
+    assert_usage_error(r, f"--json {tmp_path}: is a directory")
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    r = RUNNER.invoke(app, [*triple_reading, "--json", str(afile / "x.json")], env=ENV)
+    assert_usage_error(r, f"--json {afile / 'x.json'}: {afile} is a file, not a directory")
+
+
+@pytest.mark.parametrize("name", sorted(OUT_COMMANDS))
+def test_out_that_is_a_file_is_a_usage_error(name: str, tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("keep me")
+    r = RUNNER.invoke(app, [*OUT_COMMANDS[name], "--out", str(afile)], env=ENV)
+    assert_usage_error(r, f"error: --out {afile}: is an existing file; --out must be a directory")
+    assert afile.read_text() == "keep me"
+
+
+def test_out_below_a_file_is_a_usage_error(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    r = RUNNER.invoke(app, [*OUT_COMMANDS["read"], "--out", str(afile / "rep")], env=ENV)
+    assert_usage_error(r, f"--out {afile / 'rep'}: {afile} is a file, not a directory")
+
+
+FAST_JSON = ("lcn ntk", "lcn fiber", "lcn compare", "triple nu", "triple rrr", "triple dln")
+
+
+@pytest.mark.parametrize("name", FAST_JSON)
+def test_json_creates_missing_parent_directories(name: str, tmp_path: Path) -> None:
+    target = tmp_path / "d5" / "deeper" / "x.json"
+    r = RUNNER.invoke(app, [*JSON_COMMANDS[name], "--json", str(target)], env=ENV)
+    assert r.exit_code == 0, r.output
+    assert isinstance(json.loads(target.read_text()), dict)
+
+
+def test_json_parents_of_survey_and_triple_read(tmp_path: Path, triple_reading) -> None:
+    target = tmp_path / "a" / "b" / "survey.json"
+    r = RUNNER.invoke(app, [*JSON_COMMANDS["lcn survey"], "--json", str(target)], env=ENV)
+    assert r.exit_code == 0, r.output
+    assert json.loads(target.read_text())["rows"]
+    target = tmp_path / "c" / "triple.json"
+    r = RUNNER.invoke(app, [*triple_reading, "--json", str(target)], env=ENV)
+    assert r.exit_code == 0, r.output
+    assert json.loads(target.read_text())["lambda"] == "1/2"  # one node death: k = 2, λ = 1/2
+
+
+def test_read_data_file_problems(tmp_path: Path) -> None:
+    base = ["read", "--model", "zoo:planted-mlp", "--data"]
+    missing = tmp_path / "missing.pt"
+    assert_usage_error(
+        RUNNER.invoke(app, [*base, str(missing)], env=ENV), f"--data {missing}: no such file"
+    )
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"hello world garbage")
+    assert_usage_error(
+        RUNNER.invoke(app, [*base, str(garbage)], env=ENV),
+        f"--data {garbage}: cannot read it as a torch file",
+    )
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")
+    assert_usage_error(
+        RUNNER.invoke(app, [*base, str(cut)], env=ENV),
+        f"--data {cut}: cannot read safetensors file",
+    )
+    assert_usage_error(RUNNER.invoke(app, [*base, ""], env=ENV), "error: --data is empty")
+    assert_usage_error(
+        RUNNER.invoke(app, [*base, str(tmp_path)], env=ENV),
+        f"--data {tmp_path}: is a directory",
+    )
+
+
+def _fake_module(monkeypatch, **attrs) -> str:
+    fake = types.ModuleType("_nm_cli_errors_models")
+    for k, v in attrs.items():
+        setattr(fake, k, v)
+    monkeypatch.setitem(sys.modules, fake.__name__, fake)
+    return fake.__name__
+
+
+def _tiny_mlp() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+
+
+def test_read_factory_that_raises(tmp_path: Path, monkeypatch) -> None:
+    def boom():
+        raise RuntimeError("boom from the factory")
+
+    mod = _fake_module(monkeypatch, boom=boom)
+    data = tmp_path / "x.pt"
+    torch.save(torch.randn(8, 4, dtype=torch.float64), data)
+    r = RUNNER.invoke(app, ["read", "--model", f"{mod}:boom", "--data", str(data)], env=ENV)
+    assert_usage_error(r, f"--model: the factory {mod}:boom raised RuntimeError: boom from the")
+    ckpt = tmp_path / "mlp.pt"
+    torch.save(_tiny_mlp().state_dict(), ckpt)
+    r = RUNNER.invoke(
+        app,
+        ["read", "--model", f"{mod}:boom", "--checkpoint", str(ckpt), "--data", str(data)],
+        env=ENV,
+    )
+    assert_usage_error(r, f"--model: building {mod}:boom raised RuntimeError: boom from the")
+
+
+def test_read_factory_that_needs_arguments(tmp_path: Path) -> None:
+    data = tmp_path / "x.pt"
+    torch.save(torch.randn(8, 4, dtype=torch.float64), data)
+    ckpt = tmp_path / "mlp.pt"
+    torch.save(_tiny_mlp().state_dict(), ckpt)
+    msg = "--model: the factory torch.nn:Linear needs arguments (in_features, out_features)"
+    for extra in ([], ["--checkpoint", str(ckpt)]):
+        r = RUNNER.invoke(
+            app, ["read", "--model", "torch.nn:Linear", "--data", str(data), *extra], env=ENV
+        )
+        assert_usage_error(r, msg)
+
+
+def test_read_import_error_from_the_model_spec(tmp_path: Path, monkeypatch) -> None:
+    """A bare name that is no zoo architecture is read as a timm name: without timm that is an
+    ImportError, with timm a ValueError; either way one line naming the spec."""
+    data = tmp_path / "x.pt"
+    torch.save(torch.randn(8, 4, dtype=torch.float64), data)
+    ckpt = tmp_path / "mlp.pt"
+    torch.save(_tiny_mlp().state_dict(), ckpt)
+    r = RUNNER.invoke(
+        app,
+        ["read", "--model", "foo-bar", "--checkpoint", str(ckpt), "--data", str(data)],
+        env=ENV,
+    )
+    assert_usage_error(r, "error: ", "'foo-bar'")
+    mod = _fake_module(monkeypatch)  # the module exists, the attribute does not
+    r = RUNNER.invoke(
+        app,
+        ["read", "--model", f"{mod}:nope", "--checkpoint", str(ckpt), "--data", str(data)],
+        env=ENV,
+    )
+    assert_usage_error(r, f"cannot import '{mod}:nope'")

@@ -190,6 +190,25 @@ def test_read_factory_that_raises(tmp_path: Path, monkeypatch) -> None:
     assert_usage_error(r, f"--model: building {mod}:boom raised RuntimeError: boom from the")
 
 
+def test_read_module_instance_with_checkpoint(tmp_path: Path, monkeypatch) -> None:
+    """io.load_model calls --model with no arguments; a module instance cannot be called so.
+    Without --checkpoint the instance is read as it is."""
+    mod = _fake_module(monkeypatch, net=_tiny_mlp())
+    data = tmp_path / "x.pt"
+    torch.save(torch.randn(8, 4), data)
+    ckpt = tmp_path / "mlp.pt"
+    torch.save(_tiny_mlp().state_dict(), ckpt)
+    r = RUNNER.invoke(
+        app,
+        ["read", "--model", f"{mod}:net", "--checkpoint", str(ckpt), "--data", str(data)],
+        env=ENV,
+    )
+    assert_usage_error(r, f"--model: {mod}:net is a module instance; with --checkpoint")
+    # without --checkpoint the instance itself is read (it is not called)
+    r = RUNNER.invoke(app, ["read", "--model", f"{mod}:net", "--data", str(data)], env=ENV)
+    assert r.exit_code == 0, r.output
+
+
 def test_read_factory_that_needs_arguments(tmp_path: Path) -> None:
     data = tmp_path / "x.pt"
     torch.save(torch.randn(8, 4, dtype=torch.float64), data)

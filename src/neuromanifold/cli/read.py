@@ -257,7 +257,15 @@ def register(app: typer.Typer) -> None:
             from neuromanifold.io import load_model
 
             if _is_factory_spec(model):  # load_model calls it with no arguments
-                _check_no_arguments_needed(_import_factory(model), model)
+                from torch import nn
+
+                factory = _import_factory(model)
+                if isinstance(factory, nn.Module):
+                    fail(
+                        f"--model: {model} is a module instance; with --checkpoint, name a "
+                        "function or class that builds the model (it is called with no arguments)"
+                    )
+                _check_no_arguments_needed(factory, model)
             try:  # a Hugging Face directory holds its own weights unless --checkpoint is given
                 net = load_model(checkpoint, architecture=model)
             except (ValueError, TypeError, OSError, ImportError) as err:

@@ -177,8 +177,8 @@ def register(app: typer.Typer) -> None:
         snap: bool = typer.Option(
             False,
             "--snap",
-            help="always read from the snapped base point (default: only when the offset hides "
-            "the rate)",
+            help="read every non-gauge candidate from the snapped base point (default: only "
+            "when the offset hides the rate; gauges are never snapped)",
         ),
         baseline: bool = typer.Option(
             False, "--baseline", help="also run the per-coordinate scan beside each singularity"

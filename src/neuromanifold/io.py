@@ -43,7 +43,9 @@ import torch
 from torch import Tensor, nn
 
 __all__ = [
+    "CATEGORICAL_HEADS",
     "TensorOutput",
+    "family_hint",
     "import_transformers",
     "load_model",
     "load_state_dict_checked",
@@ -51,6 +53,15 @@ __all__ = [
 ]
 
 _TORCH_SUFFIXES = (".pt", ".pth", ".bin")
+CATEGORICAL_HEADS = (
+    "ForSequenceClassification",
+    "ForTokenClassification",
+    "ForImageClassification",
+    "ForCausalLM",
+    "ForMaskedLM",
+    "LMHeadModel",
+)
+"""Class-name endings of Hugging Face models whose ``logits`` are softmax logits (`family_hint`)."""
 _EXTRA_HINT = "install the optional loaders with `pip install 'neuromanifold[loaders]'`"
 
 
@@ -272,6 +283,20 @@ class TensorOutput(nn.Module):
             f"cannot pick a Tensor from model output of type {type(out).__name__}: expected a "
             "Tensor, an output with 'logits' or 'last_hidden_state', or a tuple; pass key="
         )
+
+
+def family_hint(model: nn.Module) -> Literal["categorical"] | None:
+    """``"categorical"`` when ``model`` (or the model a `TensorOutput` wraps, without a ``key``)
+    is a Hugging Face class whose name ends in one of `CATEGORICAL_HEADS` — its output is softmax
+    logits, ``(N, C)`` or per position ``(N, T, V)``; else ``None`` (no family implied).
+
+    >>> class GPT2LMHeadModel(nn.Linear): ...
+    >>> family_hint(TensorOutput(GPT2LMHeadModel(2, 3))), family_hint(nn.Linear(2, 3))
+    ('categorical', None)
+    """
+    inner = model.model if isinstance(model, TensorOutput) and model.key is None else model
+    name = type(inner).__name__
+    return "categorical" if name.endswith(CATEGORICAL_HEADS) else None
 
 
 def _from_timm(name: str) -> nn.Module:

@@ -353,3 +353,33 @@ def test_cli_reads_a_hugging_face_directory_without_checkpoint(saved, tmp_path) 
     bad.mkdir()
     r = CliRunner().invoke(app, ["read", "--model", str(bad), "--data", str(data)])
     assert r.exit_code != 0 and "Hugging Face model directory" in " ".join(r.output.split())
+
+
+def test_cli_takes_the_categorical_family_from_a_hugging_face_head(saved, tmp_path) -> None:
+    """Without ``--family`` a ``*ForSequenceClassification`` directory is read as categorical (its
+    logits are softmax logits), the same read as with ``--family categorical``; a base model
+    (``AutoModel``, hidden states) implies no family (`neuromanifold.io.family_hint`)."""
+    from typer.testing import CliRunner
+
+    from neuromanifold.cli import app
+    from neuromanifold.io import family_hint
+
+    _, path = saved
+    data = tmp_path / "x.pt"
+    torch.save(_tokens(), data)
+    outs, printed = [], []
+    for extra in ([], ["--family", "categorical"]):
+        out = tmp_path / f"r{len(extra)}.json"
+        args = ["read", "--model", path, "--data", str(data), "--max-directions", "2"]
+        r = CliRunner().invoke(app, [*args, *extra, "--json", str(out)])
+        assert r.exit_code == 0, r.output
+        outs.append(json.loads(out.read_text()))
+        printed.append(" ".join(r.output.split()))
+    assert "output family: categorical (the model's own; --family was not given)" in printed[0]
+    assert "output family: categorical (--family)" in printed[1]
+    assert outs[0]["meta"]["family"] == outs[1]["meta"]["family"] == {"name": "categorical"}
+    assert outs[0]["directions"] == outs[1]["directions"]
+    transformers = import_transformers()
+    base = TensorOutput(transformers.BertModel(_bert().config))
+    assert family_hint(load_model(None, architecture=path)) == "categorical"
+    assert family_hint(base) is None

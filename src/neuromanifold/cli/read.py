@@ -171,7 +171,10 @@ def register(app: typer.Typer) -> None:
             None, "--data", help="probe inputs: a torch file (tensor or {'x': ...}) or safetensors"
         ),
         family: str | None = typer.Option(
-            None, "--family", help="output family: gaussian or categorical (default: the model's)"
+            None,
+            "--family",
+            help="output family: gaussian or categorical (default: the model's own, categorical "
+            "for Hugging Face classification and language-model heads; else gaussian)",
         ),
         max_directions: int | None = typer.Option(None, "--max-directions", min=0),
         snap: bool = typer.Option(
@@ -272,7 +275,10 @@ def register(app: typer.Typer) -> None:
                 fail(str(err))
             except Exception as err:  # raised by user code (a factory): one line, no traceback
                 fail(f"--model: building {model} raised {type(err).__name__}: {err}")
-            default_x, default_family = None, None
+            from neuromanifold.io import family_hint
+
+            default_x = None
+            default_family = Categorical() if family_hint(net) == "categorical" else None
         else:
             net, default_x, default_family = _resolve_model(model)
         x = _load_data(data) if data is not None else default_x

@@ -1,8 +1,10 @@
 """K-FAC and KFC Kronecker factors per block, from one hooked pass over the probe set.
 
 For a supported block (``nn.Linear``, ``nn.Conv1d``, ``nn.Conv2d`` with ``groups == 1`` and
-zero padding) with pre-activation ``s = W̄ ā`` (``W̄ = [W, b]``, ``ā = (a, 1)`` when the block
-has a bias, ``ā = a`` otherwise) this module accumulates, in float64::
+zero padding; a grouped convolution is one block per group, keyed ``"name[g]"``, with the factors
+of a plain convolution on the group's channels: `neuromanifold.singular.groups`) with
+pre-activation ``s = W̄ ā`` (``W̄ = [W, b]``, ``ā = (a, 1)`` when the block has a bias, ``ā = a``
+otherwise) this module accumulates, in float64::
 
     A = (1/N) Σ_i (1/|P|) Σ_p ā_{i,p} ā_{i,p}ᵀ    (input second moment, mean over positions)
     G = (1/N) Σ_i Σ_p E_y[g_{i,p} g_{i,p}ᵀ]        (g = ∂ log p(y|x_i)/∂s_{i,p}, sum over p)
@@ -67,6 +69,7 @@ from neuromanifold.singular.factor_inputs import (
     install_finite_checks,
     probe_inputs,
 )
+from neuromanifold.singular.groups import group_key, group_slices, group_views, is_grouped_conv
 from neuromanifold.singular.output_scores import hessian_root, sampled_score
 
 __all__ = [
@@ -81,9 +84,9 @@ __all__ = [
 
 KRONECKER_CONVENTION = "column-major vec(W̄): vec(g āᵀ) = ā ⊗ g; F_block ≈ A ⊗ G"
 MAX_EXACT_CLASSES = 64
+"""Categorical outputs with at most this many classes use the exact class expectation."""
 MAX_FACTOR_DIM = 16384
 """Largest factor side ``d`` that is formed (``d × d`` float64: 2.1 GB at the cap)."""
-"""Categorical outputs with at most this many classes use the exact class expectation."""
 G_BUFFER_BYTES = 32 * 2**20
 """Output-gradient rows buffered over backward columns (all blocks together) before they are
 folded into the ``G`` sums by one ``addmm_`` per block: a rank-``rows`` update of a ``d × d`` sum
@@ -203,12 +206,21 @@ def kfac_factors(
     m = float64_copy(model, params)
     check_finite_params(m)
     blocks = {n: mod for n, mod in m.named_modules() if is_supported_block(mod)}
+    grouped = {n: mod for n, mod in m.named_modules() if is_grouped_conv(mod)}
+    views = {n: group_views(mod) for n, mod in grouped.items()}
     skipped = {n: r for n, mod in blocks.items() if (r := _too_large(mod, max_factor_dim))}
+    skipped |= {n: r for n, vs in views.items() if (r := _too_large(vs[0], max_factor_dim))}
     blocks = {n: mod for n, mod in blocks.items() if n not in skipped}
+    grouped = {n: mod for n, mod in grouped.items() if n not in skipped}
+    for n in grouped:  # one block per group: a plain convolution on views of the group's rows
+        blocks.update({group_key(n, g): v for g, v in enumerate(views[n])})
     leaf_unsupported = tuple(
         n
         for n, mod in m.named_modules()
-        if n and not list(mod.children()) and not is_supported_block(mod) and has_own_params(mod)
+        if n
+        and not list(mod.children())
+        and not (is_supported_block(mod) or is_grouped_conv(mod))
+        and has_own_params(mod)
     )
     n_total = x_all.shape[0]
     sums_a: dict[str, Tensor | None] = {n: None for n in blocks}
@@ -235,12 +247,37 @@ def kfac_factors(
 
         return fn
 
+    def group_pre_hook(name: str):
+        def fn(mod: nn.Module, inputs: tuple[Tensor, ...]) -> None:
+            for g in range(mod.groups):
+                inputs_seen[group_key(name, g)].append(
+                    inputs[0].detach()[:, group_slices(mod, g)[0]]
+                )
+
+        return fn
+
+    def group_fwd_hook(name: str):
+        def record(mod: nn.Module, grad: Tensor) -> None:
+            for g in range(mod.groups):
+                grads_seen[group_key(name, g)].append(grad.detach()[:, group_slices(mod, g)[1]])
+
+        def fn(mod: nn.Module, inputs: tuple[Tensor, ...], output: Tensor) -> None:
+            if output.requires_grad:
+                output.register_hook(lambda grad: record(mod, grad))
+                outs_seen.append((output, output._version))
+
+        return fn
+
     finite_handles = install_finite_checks(m)
     handles = []
-    for n, mod in blocks.items():
-        handles.append(mod.register_forward_pre_hook(pre_hook(n)))
-        handles.append(mod.register_forward_hook(fwd_hook(n)))
-    weights = [mod.weight for mod in blocks.values()]
+    for n, mod in m.named_modules():
+        if n in blocks and is_supported_block(mod):
+            handles.append(mod.register_forward_pre_hook(pre_hook(n)))
+            handles.append(mod.register_forward_hook(fwd_hook(n)))
+        elif n in grouped:
+            handles.append(mod.register_forward_pre_hook(group_pre_hook(n)))
+            handles.append(mod.register_forward_hook(group_fwd_hook(n)))
+    weights = [mod.weight for n, mod in m.named_modules() if n in blocks or n in grouped]
     outs_seen: list[tuple[Tensor, int]] = []
     pending: dict[str, list[Tensor]] = {n: [] for n in blocks}  # G rows not yet folded in
     pending_bytes = 0

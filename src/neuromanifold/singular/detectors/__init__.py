@@ -24,6 +24,7 @@ from neuromanifold.singular.detectors.embedding import EmbeddingDetector
 from neuromanifold.singular.detectors.gauges import LogitShiftDetector
 from neuromanifold.singular.detectors.glu import GLUDetector, glu_layout
 from neuromanifold.singular.detectors.graph import ModelGraph, trace_graph
+from neuromanifold.singular.detectors.grouped_conv import GroupedConvDetector
 from neuromanifold.singular.detectors.layer_scale import LayerScaleDetector
 from neuromanifold.singular.detectors.layernorm import (
     LayerNormDetector,
@@ -52,6 +53,7 @@ __all__ = [
     "EmbeddingDetector",
     "GLUDetector",
     "GLURescaleDetector",
+    "GroupedConvDetector",
     "LayerNormDetector",
     "LayerNormReachDetector",
     "LayerScaleDetector",

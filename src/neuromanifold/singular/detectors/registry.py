@@ -4,7 +4,7 @@
 duplicating a closed-form one is dropped in favour of the closed form): LayerNorm (graph
 consumers, then consumers reached through token selection/pooling by the factor test), RMSNorm,
 attention, CE logit shift, ReLU rescale, norm scale, gated feed-forward dead dimension, gated
-up-projection rescale, layer scale, embedding, linear/conv K-FAC.
+up-projection rescale, layer scale, embedding, linear/conv K-FAC, grouped-conv K-FAC (per group).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from neuromanifold.singular.detectors.base import Detector
 from neuromanifold.singular.detectors.embedding import EmbeddingDetector
 from neuromanifold.singular.detectors.gauges import LogitShiftDetector
 from neuromanifold.singular.detectors.glu import GLUDetector
+from neuromanifold.singular.detectors.grouped_conv import GroupedConvDetector
 from neuromanifold.singular.detectors.layer_scale import LayerScaleDetector
 from neuromanifold.singular.detectors.layernorm import (
     LayerNormDetector,
@@ -82,5 +83,6 @@ def default_registry() -> DetectorRegistry:
             LayerScaleDetector(),
             EmbeddingDetector(),
             LinearDetector(),
+            GroupedConvDetector(),
         ]
     )

@@ -1,0 +1,168 @@
+"""Grouped and depthwise convolutions: per-group K-FAC blocks and their detector.
+
+Laws: the per-group views compute the grouped convolution; the per-group factors equal those of
+the same network written with one plain convolution per group (the structural oracle); a
+depthwise filter whose input channel is dead is an exact flat direction, found as that group's
+``kfac-A`` kernel and written into the group's rows only.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from neuromanifold import read
+from neuromanifold.singular.detectors import DetectionContext
+from neuromanifold.singular.detectors.grouped_conv import GroupedConvDetector
+from neuromanifold.singular.factors import kfac_factors
+from neuromanifold.singular.family import Categorical, Gaussian
+from neuromanifold.singular.groups import embed_group_direction, group_views, is_grouped_conv
+
+ATOL_FACTORS = 1e-13  # the same sums formed from the same slices; only the order may differ
+D = torch.float64
+
+
+class Grouped(nn.Module):
+    """conv → tanh → grouped conv (``groups`` groups) → tanh → mean → Linear."""
+
+    def __init__(self, dim: int, groups: int, *, bias: bool = True) -> None:
+        super().__init__()
+        conv = nn.Conv2d if dim == 2 else nn.Conv1d
+        self.c1 = conv(2, 6, 3, padding=1)
+        self.gc = conv(6, 6, 3, padding=1, groups=groups, bias=bias)
+        self.head = nn.Linear(6, 4)
+        self.dims = tuple(range(2, 2 + dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.gc(torch.tanh(self.c1(x))))
+        return self.head(h.mean(self.dims))
+
+
+class Split(nn.Module):
+    """`Grouped` with the grouped convolution replaced by one plain convolution per group."""
+
+    def __init__(self, net: Grouped) -> None:
+        super().__init__()
+        self.c1, self.head, self.dims = net.c1, net.head, net.dims
+        self.groups = net.gc.groups
+        self.parts = nn.ModuleList()
+        for view in group_views(net.gc):
+            conv = type(view)(*view.weight.shape[1::-1][:2], view.kernel_size, padding=1)
+            conv.weight = nn.Parameter(view.weight.clone())
+            conv.bias = None if view.bias is None else nn.Parameter(view.bias.clone())
+            self.parts.append(conv)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.c1(x)).chunk(self.groups, dim=1)
+        y = torch.cat([p(hg) for p, hg in zip(self.parts, h, strict=True)], 1)
+        return self.head(torch.tanh(y).mean(self.dims))
+
+
+def _data(dim: int, n: int = 6) -> torch.Tensor:
+    shape = (n, 2, 5, 4) if dim == 2 else (n, 2, 7)
+    return torch.randn(shape, generator=torch.Generator().manual_seed(1), dtype=D)
+
+
+@pytest.mark.parametrize(("dim", "groups", "bias"), [(2, 3, True), (2, 6, False), (1, 2, True)])
+def test_group_factors_equal_those_of_one_plain_conv_per_group(dim, groups, bias) -> None:
+    torch.manual_seed(0)
+    net = Grouped(dim, groups, bias=bias).to(D).eval()
+    split = Split(net).to(D).eval()
+    x = _data(dim)
+    torch.testing.assert_close(net(x), split(x), rtol=0, atol=ATOL_FACTORS)
+    for family in (Categorical(), Gaussian()):
+        fg, fs = kfac_factors(net, x, family), kfac_factors(split, x, family)
+        assert sorted(fg.blocks) == sorted(["c1", "head"] + [f"gc[{g}]" for g in range(groups)])
+        for g in range(groups):
+            a, b = fg[f"gc[{g}]"], fs[f"parts.{g}"]
+            torch.testing.assert_close(a.A, b.A, rtol=0, atol=ATOL_FACTORS)
+            torch.testing.assert_close(a.G, b.G, rtol=0, atol=ATOL_FACTORS)
+            assert (a.weight_shape, a.has_bias, a.n_positions) == (
+                b.weight_shape,
+                b.has_bias,
+                b.n_positions,
+            )
+        torch.testing.assert_close(fg["c1"].G, fs["c1"].G, rtol=0, atol=ATOL_FACTORS)
+
+
+def _dead_channel_net(channel: int = 2) -> nn.Module:
+    """conv → ReLU → depthwise conv → tanh → pointwise conv → mean → Linear, with the first
+    conv's output channel ``channel`` dead (zero weights, bias −1): its depthwise filter sees
+    zeros on every input."""
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(1, 6, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(6, 6, 3, padding=1, groups=6),
+        nn.Tanh(),
+        nn.Conv2d(6, 8, 1),
+        nn.Tanh(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 4),
+    ).to(D)
+    with torch.no_grad():
+        net[0].weight[channel] = 0.0
+        net[0].bias[channel] = -1.0
+    return net.eval()
+
+
+def test_dead_input_channel_reads_its_depthwise_filter_as_flat() -> None:
+    net, x = _dead_channel_net(), torch.randn(24, 1, 6, 6, dtype=D)
+    reading = read(net, x, Categorical(), progress=False)
+    assert all(nc.name != "2" for nc in reading.not_covered)
+    dw = [d for d in reading.directions if d.layers == ("2",)]
+    assert dw and all(d.detector == "kfac-A" and d.info["group"] == 2 for d in dw)
+    assert all(d.klass == "flat_gauge" for d in dw)
+    # A of the dead group is e_b e_bᵀ (bias only): the 9 taps are its kernel, 2 kept (the cap)
+    assert dw[0].info["truncated"] == {"cap": 2, "found": 9, "kept": 2}
+
+
+def test_candidates_live_in_their_group_rows_and_the_cap_is_per_module() -> None:
+    net, x = _dead_channel_net(), torch.randn(24, 1, 6, 6, dtype=D)
+    ctx = DetectionContext.from_model(net, x, Categorical())
+    cands = GroupedConvDetector(max_one_sided=1).propose("2", net[2], ctx)
+    assert [c.detector for c in cands] == ["kfac-A"]
+    (c,) = cands
+    w = c.u["2.weight"]
+    assert w.shape == net[2].weight.shape and float(w[2].norm()) == pytest.approx(1.0, abs=1e-15)
+    assert float(torch.cat([w[:2], w[3:]]).abs().max()) == 0.0 and float(c.u["2.bias"][2]) == 0.0
+    assert c.info["truncated"] == {"cap": 1, "found": 9, "kept": 1}
+    # moving the dead channel's filter changes no output (the input it reads is zero)
+    moved = _dead_channel_net()
+    with torch.no_grad():
+        moved[2].weight.add_(3.0 * w)
+    torch.testing.assert_close(moved(x), net(x), rtol=0, atol=0)
+
+
+def test_embed_group_direction_places_the_group_rows() -> None:
+    gc = nn.Conv1d(4, 6, 3, groups=2)
+    u = {"gc[1].weight": torch.ones(3, 2, 3), "gc[1].bias": torch.full((3,), 2.0)}
+    full = embed_group_direction("gc", gc, 1, u)
+    assert torch.equal(full["gc.weight"][3:], u["gc[1].weight"])
+    assert float(full["gc.weight"][:3].abs().sum()) == 0.0
+    assert full["gc.bias"].tolist() == [0.0, 0.0, 0.0, 2.0, 2.0, 2.0]
+
+
+def test_string_padding_grouped_conv_stays_not_covered() -> None:
+    assert not is_grouped_conv(nn.Conv2d(4, 4, 3, groups=2, padding="same"))
+    assert not is_grouped_conv(nn.Conv2d(4, 4, 3))
+    net = nn.Sequential(
+        nn.Conv2d(2, 4, 3, groups=2, padding="same"), nn.Flatten(), nn.Linear(64, 3)
+    )
+    reading = read(
+        net.to(D).eval(), torch.randn(5, 2, 4, 4, dtype=D), Categorical(), progress=False
+    )
+    assert [(nc.name, nc.reason) for nc in reading.not_covered] == [
+        ("0", "no detector for this type")
+    ]
+
+
+def test_errors() -> None:
+    with pytest.raises(ValueError, match=r"expected a grouped Conv1d/Conv2d; got Conv2d"):
+        group_views(nn.Conv2d(2, 2, 3))
+    with pytest.raises(ValueError, match=r"max_one_sided"):
+        GroupedConvDetector(max_one_sided=0)
+    with pytest.raises(ValueError, match=r"max_joint"):
+        GroupedConvDetector(max_joint=0)

@@ -145,6 +145,17 @@ def test_bad_header_raises(tmp_path):
         ReadLog(path, "x").load()
 
 
+def test_log_of_another_version_raises(tmp_path):
+    from neuromanifold.report.resume import LOG_KIND, LOG_VERSION
+
+    path = tmp_path / LOG_NAME
+    path.write_text(json.dumps({"kind": LOG_KIND, "version": 1, "fingerprint": "x"}) + "\n")
+    with pytest.raises(
+        ValueError, match=rf"read-log version 1 and this library writes version {LOG_VERSION}"
+    ):
+        ReadLog(path, "x").load()
+
+
 def test_header_that_is_not_json_raises(tmp_path):
     path = tmp_path / LOG_NAME
     path.write_text("not json\n")

@@ -319,6 +319,14 @@ def test_bad_input_errors() -> None:
     ints = torch.randint(0, 3, p.data.shape)
     with pytest.raises(ValueError, match=r"data of dtype torch.int64 does not fit the model"):
         read(p.model, ints, p.family, progress=False)
+    conv = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(8, 2)).double().eval()
+    images = torch.randint(0, 3, (4, 1, 4, 3))
+    with pytest.raises(ValueError, match=r"dtype torch.int64 .* first layer '0' \(Conv2d\)"):
+        read(conv, images, p.family, progress=False)
+    with pytest.raises(ValueError, match=r"forward fails in float64"):
+        read(
+            _Float32Inside().double().eval(), torch.randint(0, 5, (4, 3)), p.family, progress=False
+        )
     with pytest.raises(TypeError, match=r"model must be a torch\.nn\.Module"):
         read("model", p.data, p.family, progress=False)
     with pytest.raises(ValueError, match="max_directions must be a non-negative int"):
@@ -549,6 +557,19 @@ def test_read_reports_a_block_too_large_to_factor() -> None:
     shift = [d for d in reading.directions if d.detector == "ce-shift"]
     assert len(shift) == 1 and shift[0].klass == "flat_gauge"
     assert all(d.layers != ("2",) or d.detector == "ce-shift" for d in reading.directions)
+
+
+class _Float32Inside(nn.Module):
+    """Token ids → Embedding, then a float32 tensor made inside ``forward``: fails in float64."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(5, 4)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = torch.ones(4, dtype=torch.float32)
+        return self.head(self.emb(x).mean(1) * scale) @ torch.eye(2, dtype=torch.float32)
 
 
 def test_snap_true_leaves_gauge_candidates_at_the_checkpoint() -> None:

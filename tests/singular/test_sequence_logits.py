@@ -157,3 +157,33 @@ def test_error_logits_without_a_class_axis() -> None:
             torch.randn(4, 3, dtype=D),
             Categorical(),
         )
+
+
+def test_error_labels_outside_the_classes() -> None:
+    """An ignore index (−100) or a class id ≥ C is not a label: the fast path and the oracle both
+    refuse it (the oracle's own masked label set is internal)."""
+    model, params, x, dirs = _setup()
+    for bad, shown in ((-100, "-100 to"), (VOCAB, f"to {VOCAB}")):
+        y = torch.zeros(x.shape, dtype=torch.long)
+        y[1, 2] = bad
+        for fn in (directional_fisher, directional_fisher_reference):
+            with pytest.raises(ValueError, match=rf"lie in \[0, {VOCAB}\) .*{shown}"):
+                fn(model, params, dirs[0], (x, y), Categorical(), empirical=True)
+
+
+def test_block_fisher_oracle_of_sequence_logits_matches_the_directional_read() -> None:
+    """A Linear applied at every position: the exact block Fisher (jacrev, block-diagonal H over
+    positions) and the forward-mode read agree along a direction of its [W, b]."""
+    from neuromanifold.singular.factors import block_fisher_reference
+
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 3).to(D)
+    x = torch.randn(2, 5, 4, dtype=D)
+    u_w, u_b = torch.randn(3, 4, dtype=D), torch.randn(3, dtype=D)
+    fb = block_fisher_reference(lin, x, Categorical(), "")
+    vec = torch.cat([u_w, u_b[:, None]], 1).T.reshape(-1)  # column-major vec of [W, b]
+    norm2 = float((u_w**2).sum() + (u_b**2).sum())
+    got = directional_fisher(
+        lin, dict(lin.named_parameters()), {"weight": u_w, "bias": u_b}, x, Categorical()
+    )
+    torch.testing.assert_close(vec @ fb @ vec / norm2, got, rtol=RTOL_ORACLE, atol=ATOL_ORACLE)

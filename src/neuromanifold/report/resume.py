@@ -39,7 +39,9 @@ __all__ = ["LOG_KIND", "LOG_NAME", "ReadLog", "read_fingerprint", "resumable_rea
 
 LOG_KIND = "neuromanifold-read-log"
 LOG_NAME = "read.jsonl"
-LOG_VERSION = 1
+LOG_VERSION = 2
+"""Bumped whenever the records a read writes change for the same inputs (2: ``snap=True`` no
+longer snaps gauge candidates; grouped convolutions are read): an older log is refused."""
 
 
 def _hash_tensor(h: Any, t: Tensor) -> None:
@@ -90,6 +92,12 @@ class ReadLog:
             raise ValueError(f"{self.path}: line 1 is not a read-log header: {err}") from err
         if not isinstance(header, dict) or header.get("kind") != LOG_KIND:
             raise ValueError(f"{self.path}: line 1 is not a {LOG_KIND!r} header; got {header!r}")
+        if header.get("version") != LOG_VERSION:
+            raise ValueError(
+                f"{self.path} was written by read-log version {header.get('version')!r} and this "
+                f"library writes version {LOG_VERSION} (its records may differ); remove it or read "
+                "into another directory"
+            )
         if header.get("fingerprint") != self.fingerprint:
             raise ValueError(
                 f"{self.path} was written by a different read (fingerprint "

@@ -86,28 +86,20 @@ def install_finite_checks(model: nn.Module) -> list:
 
 
 def forward_checked(model: nn.Module, x: Tensor) -> Tensor:
-    """``model(x)``; an error becomes a ``ValueError``: integer data whose error names a dtype
-    says the model needs floating inputs; one that names float64 (``Double``), and
-    not indices, says that the forward fails in float64 (the read's working precision: an
-    operator without a float64 kernel, or a tensor the model creates in float32); any other
-    (float token ids included) says what the first layer expects, the usual cause being data
-    that does not fit."""
+    """``model(x)``; an error becomes a ``ValueError`` that says what is wrong:
+
+    * integer data into a model whose first parameterised layer is not an ``nn.Embedding`` (it
+      computes on floats): the data's dtype;
+    * otherwise an error that names float64 (``Double``), and not indices: the forward fails in
+      float64, the read's working precision (an operator without a float64 kernel, or a tensor
+      the model creates in float32);
+    * anything else (float token ids included): what the first layer expects, the usual cause
+      being data that does not fit.
+    """
     try:
         return model(x)
     except (RuntimeError, IndexError) as err:
         msg = str(err).lower()
-        if not x.is_floating_point() and "dtype" in msg and "indices" not in msg:
-            raise ValueError(
-                f"data of dtype {x.dtype} does not fit the model, whose forward computes in a "
-                f"floating dtype: pass floating inputs (integer token ids go to models that start "
-                f"with an embedding): {err}"
-            ) from err
-        if any(w in msg for w in ("double", "float64")) and "indices" not in msg:
-            raise ValueError(
-                f"the model's forward fails in float64, the precision every read evaluates in "
-                f"(an operator without a float64 kernel, or a tensor the model makes in another "
-                f"dtype): {err}"
-            ) from err
         first = next(
             (
                 (n, mod)
@@ -116,6 +108,19 @@ def forward_checked(model: nn.Module, x: Tensor) -> Tensor:
             ),
             None,
         )
+        if not x.is_floating_point() and first is not None:
+            if not isinstance(first[1], nn.Embedding):
+                raise ValueError(
+                    f"data of dtype {x.dtype} does not fit the model: its first layer "
+                    f"{first[0]!r} ({type(first[1]).__name__}) computes on floating inputs "
+                    f"(integer token ids go to models that start with an embedding): {err}"
+                ) from err
+        if any(w in msg for w in ("double", "float64")) and "indices" not in msg:
+            raise ValueError(
+                f"the model's forward fails in float64, the precision every read evaluates in "
+                f"(an operator without a float64 kernel, or a tensor the model makes in another "
+                f"dtype): {err}"
+            ) from err
         expect = ""
         if first is not None:
             n, mod = first

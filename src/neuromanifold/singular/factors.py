@@ -468,7 +468,8 @@ def block_fisher_reference(
     """Exact true-Fisher block of module ``block`` in the column-major vec of ``W̄ = [W, b]``.
 
     ``F = (1/N) Σ_i J_iᵀ H_out(x_i) J_i`` with ``J_i = ∂ f(x_i)/∂ vec(W̄)`` from dense ``jacrev``
-    (brute-force oracle for :func:`kfac_factors`; outputs of shape ``(N, C)`` only).
+    (brute-force oracle for :func:`kfac_factors`; categorical sequence logits ``(N, ..., C)``
+    take the block-diagonal ``H_out`` of their positions).
     Shape ``(D, D)``, ``D = d_out · (d_in [+1])``.
     """
     x = probe_inputs(data).to(torch.float64)
@@ -481,20 +482,28 @@ def block_fisher_reference(
     w_flat = base[w_key].reshape(d_out, -1)
     wbar = torch.cat([w_flat, base[b_key].unsqueeze(1)], 1) if mod.bias is not None else w_flat
 
-    def f(wb: Tensor, xi: Tensor) -> Tensor:
+    def call(wb: Tensor, xi: Tensor) -> Tensor:
         p = dict(base)
         p[w_key] = wb[:, : w_flat.shape[1]].reshape(mod.weight.shape)
         if mod.bias is not None:
             p[b_key] = wb[:, -1]
-        return torch.func.functional_call(m, p, (xi.unsqueeze(0),)).reshape(-1)
+        return torch.func.functional_call(m, p, (xi.unsqueeze(0),))
+
+    def f(wb: Tensor, xi: Tensor) -> Tensor:
+        return call(wb, xi).reshape(-1)
 
     total = None
     for i in range(x.shape[0]):
         jac = torch.func.jacrev(f)(wbar, x[i])  # (C, d_out, d_in+1)
         jac = jac.transpose(1, 2).reshape(jac.shape[0], -1)  # column-major vec
-        out = f(wbar, x[i]).unsqueeze(0)
-        _, s = hessian_root(family, out, exact_limit=10**9)
-        h = s[0] @ s[0].T
+        out = call(wbar, x[i])
+        if out.ndim > 2 and "gauss" not in type(family).__name__.lower():
+            # categorical sequence logits: H_out is block diagonal over positions
+            probs = torch.softmax(out.reshape(-1, out.shape[-1]), dim=-1)
+            h = torch.block_diag(*[torch.diag(q) - torch.outer(q, q) for q in probs])
+        else:
+            _, s = hessian_root(family, out.reshape(1, -1), exact_limit=10**9)
+            h = s[0] @ s[0].T
         term = jac.T @ h @ jac
         total = term if total is None else total + term
     return total / x.shape[0]

@@ -126,7 +126,9 @@ class Gaussian:
 @dataclass(frozen=True)
 class Categorical:
     """Softmax cross-entropy head on logits ``(N, C)`` or ``(N, ..., C)``: ``H_out = diag(p) − ppᵀ``
-    at every position, summed over positions (module docstring).
+    at every position, summed over positions (module docstring). The class axis is the **last**
+    one: a segmentation model's channel-first ``(N, C, H, W)`` logits must be permuted to
+    ``(N, H, W, C)`` (they cannot be told apart from class-last ones by shape).
 
     ``quadratic`` returns ``Σ_positions Var_{c∼p}[jv_c]``; a constant tangent (logit shift) gives 0.
 
@@ -167,12 +169,19 @@ class Categorical:
         return per_position.reshape(per_position.shape[0], -1).sum(1)
 
     def check_labels(self, out: Tensor, y: Tensor) -> None:
-        """Labels must be integers of shape ``out.shape[:-1]`` (one class per sample/position)."""
+        """Labels must be integers in ``[0, C)`` of shape ``out.shape[:-1]`` (one class per
+        sample and position; an ignore index such as −100 is not a label)."""
         if y.shape != out.shape[:-1] or y.is_floating_point() or y.is_complex():
             raise ValueError(
                 f"Categorical labels y must be integer class indices of shape "
                 f"{tuple(out.shape[:-1])} (the logits' shape without the class axis); got shape "
                 f"{_shape(y)}, dtype {y.dtype}"
+            )
+        c = out.shape[-1]
+        if y.numel() and (int(y.min()) < 0 or int(y.max()) >= c):
+            raise ValueError(
+                f"Categorical labels y must lie in [0, {c}) (C = {c} classes); got values from "
+                f"{int(y.min())} to {int(y.max())}"
             )
 
     def quadratic(self, out: Tensor, jv: Tensor) -> Tensor:

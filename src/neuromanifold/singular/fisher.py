@@ -5,7 +5,8 @@
     F_u = (1/N) Σ_{i=1}^{N} q_i(J_i u),    J_i = ∂ model(x_i)/∂θ,
 
 with ``q_i`` the output family's quadratic form (Gaussian ``‖z‖²/σ²``, categorical
-``Var_{c∼p}[z_c]``; see `neuromanifold.singular.family`). This is the **true (expected)
+``Var_{c∼p}[z_c]``, summed over positions ``Σ_t Var_{c∼p_t}[z_tc]`` for sequence logits
+``(N, ..., C)``; see `neuromanifold.singular.family`). This is the **true (expected)
 Fisher** — labels integrated exactly through H_out — normalised as a **mean over the N
 samples**. ``J_i u`` comes from one ``torch.func.jvp`` through ``functional_call``; several
 directions share the primal pass by ``vmap`` over the tangents. No per-sample gradient and no
@@ -26,8 +27,10 @@ at a time: the gain tends to ``1 + P/m``, with ``m/P`` measured at 1.7–2.8 on 
 ``directional_fisher_reference`` is the brute-force oracle: explicit per-sample gradients of the
 log-likelihood (``vmap(grad)``) at a label set that integrates the expectation exactly — Gaussian:
 labels ``out_i + σ e_j`` for every output coordinate j (so ``Σ_j g gᵀ = J_iᵀJ_i/σ²``); categorical:
-every class c with weight ``p_c`` (so ``Σ_c p_c ∇log p_c ∇log p_cᵀ``). It costs
-``N × (#outputs)`` backward passes and exists for tests and benchmarks.
+every class c with weight ``p_c`` (so ``Σ_c p_c ∇log p_c ∇log p_cᵀ``), and for sequence logits
+every (position t, class c) pair with weight ``p_tc`` and the log-likelihood of position t alone
+(the other positions masked). It costs ``N × (#outputs)`` backward passes and exists for tests and
+benchmarks.
 
 References: Martens, *New insights and perspectives on the natural gradient method* (JMLR 2020)
 for ``F = E[Jᵀ H_out J]``; arXiv:2607.00603 for the forward-mode directional read.
@@ -323,6 +326,8 @@ def directional_fisher_reference(
             out = functional_call(model, (prep.params, prep.buffers), (xc,))
         family.check_output(out)
         if empirical:
+            if family.name == "categorical":  # the observed labels: no position is masked
+                family.check_labels(out, prep.y[sl])  # type: ignore[attr-defined]
             xs, ys, w = xc, prep.y[sl], torch.ones(n, dtype=DTYPE, device=dev)
         elif family.name == "gaussian":
             m = out[0].numel()

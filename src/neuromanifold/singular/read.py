@@ -168,15 +168,16 @@ def read(
             of every candidate found are still used for the gauge tests of those read.
         snap: ``True``: read non-gauge candidates from the snapped base point
             ``θ0 − (uᵀθ0)u``; ``False``: from θ0; ``"auto"``: from θ0, and for non-gauge
-            candidates again snapped when the unsnapped rate is not visible. Gauge candidates are
-            never snapped (a gauge tangent such as the ReLU rescale is a function of θ0, so its
-            offset is intrinsic, and the snapped point is another model, off the orbit)
+            candidates again snapped when the unsnapped rate is not visible
             (``DirectionReading.rate_visible``: window below ``10·|uᵀθ0|``), reporting the
             snapped read with ``info["unsnapped"]`` keeping the first. The re-read is skipped
             when the offset ``|uᵀθ0|`` is at least the sweep's largest t (``ρ_W`` on the default
             grid): the snap corrects dead weights that are small on the scale of the sweep
             (spec §7.2 step 3), and a snapped point farther from θ0 than every point of the
             sweep is not the checkpoint's neighbourhood; ``info["snap_skipped"]`` records it.
+            Gauge candidates are never snapped, whatever ``snap`` says: a gauge tangent such as
+            the ReLU rescale is a function of θ0, so its offset is intrinsic, and the snapped
+            point is another model, off the orbit.
         project_gauges: project non-gauge candidates off curved-gauge spans (module docstring).
         per_layer: for duality chains, also fit each block's own rate
             (`neuromanifold.singular.read_candidate.per_layer_rates`).

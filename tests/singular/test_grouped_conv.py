@@ -119,6 +119,28 @@ def test_dead_input_channel_reads_its_depthwise_filter_as_flat() -> None:
     assert dw[0].info["truncated"] == {"cap": 2, "found": 9, "kept": 2}
 
 
+def test_unread_depthwise_output_channel_reads_as_its_group_kfac_g_flat() -> None:
+    """The pointwise conv ignores depthwise channel 3 (zero column): that group's G vanishes,
+    so its filter direction is a flat ``kfac-G`` candidate of group 3."""
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(1, 6, 3, padding=1),
+        nn.Tanh(),
+        nn.Conv2d(6, 6, 3, padding=1, groups=6),
+        nn.Tanh(),
+        nn.Conv2d(6, 8, 1),
+        nn.Tanh(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 4),
+    ).to(D)
+    with torch.no_grad():
+        net[4].weight[:, 3] = 0.0
+    reading = read(net.eval(), torch.randn(24, 1, 6, 6, dtype=D), Categorical(), progress=False)
+    dw = [d for d in reading.directions if d.layers == ("2",)]
+    assert [(d.detector, d.info["group"], d.klass) for d in dw] == [("kfac-G", 3, "flat_gauge")]
+
+
 def test_candidates_live_in_their_group_rows_and_the_cap_is_per_module() -> None:
     net, x = _dead_channel_net(), torch.randn(24, 1, 6, 6, dtype=D)
     ctx = DetectionContext.from_model(net, x, Categorical())

@@ -5,12 +5,15 @@ A grouped convolution's factors are per group (`neuromanifold.singular.groups`: 
 is read by the linear detector's one-sided and joint rules (`LinearDetector`: near-kernel of
 ``A_g`` → ``"kfac-A"``, of ``G_g`` → ``"kfac-G"``, small products → ``"kfac-joint"``), and every
 direction is written back into the full weight (zero outside the group's rows). A depthwise
-filter whose input channel is dead on the probe set (``A_g`` vanishes) is its ``kfac-A`` kernel.
+filter whose input channel is dead on the probe set (``A_g`` vanishes) is its ``kfac-A`` kernel;
+one whose output nothing downstream reads (``G_g`` vanishes) is its ``kfac-G`` kernel (a factor
+that vanishes identically has every direction in its kernel).
 
 What is not read ([design]): duality chains into or out of a grouped convolution (no link rule
-joins a producer's G-kernel to one group's input), the rescale gauges through it, and dead
-output channels of a depthwise layer (``G_g`` is ``1 × 1`` there, so a near-kernel relative to
-the group's own top eigenvalue never exists; a cross-group rule is not implemented).
+joins a producer's G-kernel to one group's input), the rescale gauges through it, and a
+depthwise output channel that is weak but not dead (``G_g`` is ``1 × 1``, so a near-kernel
+relative to the group's own top eigenvalue never exists; a cross-group rule is not
+implemented).
 
 **Caps.** The linear detector's caps apply per *module*, not per group (a depthwise layer has
 hundreds of groups): over all groups, at most ``max_one_sided`` candidates of each one-sided kind

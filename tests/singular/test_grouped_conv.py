@@ -86,14 +86,12 @@ def test_group_factors_equal_those_of_one_plain_conv_per_group(dim, groups, bias
         torch.testing.assert_close(fg["c1"].G, fs["c1"].G, rtol=0, atol=ATOL_FACTORS)
 
 
-def _dead_channel_net(channel: int = 2) -> nn.Module:
-    """conv → ReLU → depthwise conv → tanh → pointwise conv → mean → Linear, with the first
-    conv's output channel ``channel`` dead (zero weights, bias −1): its depthwise filter sees
-    zeros on every input."""
+def _depthwise_net(activation: type[nn.Module] = nn.Tanh) -> nn.Sequential:
+    """conv → activation → depthwise conv → tanh → pointwise conv → tanh → mean → Linear."""
     torch.manual_seed(0)
-    net = nn.Sequential(
+    return nn.Sequential(
         nn.Conv2d(1, 6, 3, padding=1),
-        nn.ReLU(),
+        activation(),
         nn.Conv2d(6, 6, 3, padding=1, groups=6),
         nn.Tanh(),
         nn.Conv2d(6, 8, 1),
@@ -102,6 +100,12 @@ def _dead_channel_net(channel: int = 2) -> nn.Module:
         nn.Flatten(),
         nn.Linear(8, 4),
     ).to(D)
+
+
+def _dead_channel_net(channel: int = 2) -> nn.Module:
+    """`_depthwise_net` with ReLU and the first conv's output channel ``channel`` dead (zero
+    weights, bias −1): its depthwise filter sees zeros on every input."""
+    net = _depthwise_net(nn.ReLU)
     with torch.no_grad():
         net[0].weight[channel] = 0.0
         net[0].bias[channel] = -1.0
@@ -122,18 +126,7 @@ def test_dead_input_channel_reads_its_depthwise_filter_as_flat() -> None:
 def test_unread_depthwise_output_channel_reads_as_its_group_kfac_g_flat() -> None:
     """The pointwise conv ignores depthwise channel 3 (zero column): that group's G vanishes,
     so its filter direction is a flat ``kfac-G`` candidate of group 3."""
-    torch.manual_seed(0)
-    net = nn.Sequential(
-        nn.Conv2d(1, 6, 3, padding=1),
-        nn.Tanh(),
-        nn.Conv2d(6, 6, 3, padding=1, groups=6),
-        nn.Tanh(),
-        nn.Conv2d(6, 8, 1),
-        nn.Tanh(),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(8, 4),
-    ).to(D)
+    net = _depthwise_net()
     with torch.no_grad():
         net[4].weight[:, 3] = 0.0
     reading = read(net.eval(), torch.randn(24, 1, 6, 6, dtype=D), Categorical(), progress=False)

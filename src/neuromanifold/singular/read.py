@@ -294,6 +294,16 @@ def read(
                 if all(cand.overlap(c) < DEDUP_OVERLAP for c in candidates):
                     candidates.append(cand)
     n_found = len(candidates)
+    # what the meta needs of the detection; the factors and the spectra the detectors cached
+    # are then released, so the sweeps do not hold them (GPT-2 small: a few GB)
+    factor_counts = {
+        "n_samples": int(factors.n_samples),
+        "n_forward": factors.n_forward_passes,
+        "n_backward": factors.n_backward_passes,
+        "fisher": factors.fisher,
+    }
+    n_certify = ctx.cache.get("certify_passes", 0)
+    del ctx, factors
     candidates = _reading_order(candidates)
     # the generators of every curved gauge found, collected before ``max_directions`` truncates:
     # gauges are read last, and a truncated read must still test its candidates against them
@@ -371,7 +381,7 @@ def read(
             )
         ),
         "family": family.to_dict(),
-        "n_samples": int(factors.n_samples),
+        "n_samples": factor_counts["n_samples"],
         "dtype": str(next(model.parameters()).dtype)
         if any(True for _ in model.parameters())
         else "",
@@ -380,14 +390,14 @@ def read(
         "n_candidates": n_found,
         "n_read": len(records),
         "n_forward_passes": 2
-        + factors.n_forward_passes
+        + factor_counts["n_forward"]
         + emb_passes
         + adapt_passes
         + n_sweep_passes
-        + ctx.cache.get("certify_passes", 0),
-        "n_certify_passes": ctx.cache.get("certify_passes", 0),
-        "n_backward_passes": factors.n_backward_passes,
-        "factor_fisher": factors.fisher,
+        + n_certify,
+        "n_certify_passes": n_certify,
+        "n_backward_passes": factor_counts["n_backward"],
+        "factor_fisher": factor_counts["fisher"],
         "snap": snap if snap == "auto" else bool(snap),
         "n_baseline_reads": n_baseline,
         "dedup_overlap": DEDUP_OVERLAP,

@@ -242,3 +242,28 @@ def test_read_import_error_from_the_model_spec(tmp_path: Path, monkeypatch) -> N
         env=ENV,
     )
     assert_usage_error(r, f"cannot import '{mod}:nope'")
+
+
+class TinyForSequenceClassification(torch.nn.Sequential):
+    """Named like a Hugging Face classification head: softmax logits (`io.family_hint`)."""
+
+
+def test_read_factory_of_a_classification_head_defaults_to_categorical(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The family hint applies to ``--model module:factory`` too, not only to directories and
+    checkpoints (it read such a model as Gaussian)."""
+    from neuromanifold.io import TensorOutput
+
+    def build():
+        torch.manual_seed(0)
+        net = TinyForSequenceClassification(*_tiny_mlp())
+        return TensorOutput(net).eval()
+
+    mod = _fake_module(monkeypatch, build=build)
+    data = tmp_path / "x.pt"
+    torch.save(torch.randn(8, 4), data)
+    args = ["read", "--model", f"{mod}:build", "--data", str(data), "--max-directions", "1"]
+    r = RUNNER.invoke(app, args, env=ENV)
+    assert r.exit_code == 0, r.output
+    assert "output family: categorical (the model's own; --family was not given)" in r.output

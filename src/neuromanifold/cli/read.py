@@ -275,12 +275,13 @@ def register(app: typer.Typer) -> None:
                 fail(str(err))
             except Exception as err:  # raised by user code (a factory): one line, no traceback
                 fail(f"--model: building {model} raised {type(err).__name__}: {err}")
-            from neuromanifold.io import family_hint
-
-            default_x = None
-            default_family = Categorical() if family_hint(net) == "categorical" else None
+            default_x, default_family = None, None
         else:
             net, default_x, default_family = _resolve_model(model)
+        if default_family is None:  # a Hugging Face classification or language-model head
+            from neuromanifold.io import family_hint
+
+            default_family = Categorical() if family_hint(net) == "categorical" else None
         x = _load_data(data) if data is not None else default_x
         if x is None:
             raise typer.BadParameter("this model ships no probe data: pass --data PATH")

@@ -181,7 +181,8 @@ class Categorical:
         if y.numel() and (int(y.min()) < 0 or int(y.max()) >= c):
             raise ValueError(
                 f"Categorical labels y must lie in [0, {c}) (C = {c} classes); got values from "
-                f"{int(y.min())} to {int(y.max())}"
+                f"{int(y.min())} to {int(y.max())} (an ignore index such as -100 is not a label: "
+                f"read the positions that have labels, e.g. return their logits only)"
             )
 
     def quadratic(self, out: Tensor, jv: Tensor) -> Tensor:

@@ -252,7 +252,8 @@ def read(
     if not isinstance(out, Tensor):
         raise TypeError(
             f"model output must be a Tensor (N, ...); got {type(out).__name__}: wrap the model so "
-            f"that it returns the logits or means"
+            f"that it returns the logits or means (neuromanifold.io.TensorOutput picks the "
+            f"'logits' of a Hugging Face output)"
         )
     n_graph = min(GRAPH_SAMPLES, xw.shape[0])
     if out.ndim == 0 or out.shape[0] != n_graph:

@@ -19,11 +19,13 @@ from neuromanifold.cells.planted import (
     planted_transformer,
 )
 from neuromanifold.singular.coordinate_scan import coordinate_scan
+from neuromanifold.singular.detectors.base import Candidate, normalise
 from neuromanifold.singular.family import Categorical, Gaussian
 from neuromanifold.singular.read import read
 from neuromanifold.singular.reading import Reading
 
 K_HAT_TOL = 0.05  # |k̂ − k| on planted cells (issue 4/5)
+K_HAT_EXACT = 1e-9  # an exact power law F = c·t² (measured |k̂ − 2| = 4e-16)
 R2_MIN = 0.99
 # |cos| of the LN-kernel direction with its closed form γ⁻¹/‖γ⁻¹‖ (spec §9 "LN" row)
 LN_COS_MIN = 0.9999
@@ -465,6 +467,49 @@ def test_offset_checkpoint_is_re_read_snapped() -> None:
     assert rec.k == 2  # the snapped read (the unsnapped window sits below 10·offset)
     with pytest.raises(ValueError, match="snap must be True, False or 'auto'"):
         read(p.model, p.data, p.family, snap="yes", progress=False)
+
+
+class _Product(nn.Module):
+    """``a·b·x`` with a third tensor ``c = (c0, 1)`` that the output ignores."""
+
+    def __init__(self, c0: float) -> None:
+        super().__init__()
+        self.a = nn.Parameter(torch.zeros(1, dtype=torch.float64))
+        self.b = nn.Parameter(torch.zeros(1, dtype=torch.float64))
+        self.c = nn.Parameter(torch.tensor([c0, 1.0], dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a * self.b * x + 0.0 * self.c.sum()
+
+
+class _Diagonal:
+    """Proposes ``u ∝ (e_a, e_b, (1, 0)_c)``: order 2 at θ0, offset ``c0/√3``."""
+
+    name = "diagonal"
+
+    def applies_to(self, module: nn.Module) -> bool:
+        return isinstance(module, _Product)
+
+    def propose(self, name, module, ctx):
+        one = torch.ones(1, dtype=torch.float64)
+        u = {"a": one, "b": one, "c": torch.tensor([1.0, 0.0], dtype=torch.float64)}
+        return [Candidate(layers=(name,), detector="diagonal", u=normalise(u), ratio=0.0)]
+
+
+def test_auto_snap_keeps_a_genuine_read_the_snap_would_lose() -> None:
+    """Along the diagonal of ``a·b`` at θ0 = 0 the output is ``t²/3·x``: order 2 at every t,
+    below the offset too. Snapping moves to ``(−c0/3, −c0/3)``, a regular point (live, k = 1),
+    so ``snap="auto"`` keeps the first read and records the snapped one."""
+    x = torch.randn(16, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    net = _Product(0.1)
+    (rec,) = read(net, x, Gaussian(), detectors=[_Diagonal()], progress=False).directions
+    assert (rec.klass, rec.k) == ("genuine_singularity", 2)
+    assert rec.k_hat == pytest.approx(2.0, abs=K_HAT_EXACT)
+    assert rec.info["snapped_read"]["class"] == "live" and rec.info["snapped_read"]["k"] == 1
+    (always,) = read(
+        net, x, Gaussian(), detectors=[_Diagonal()], snap=True, progress=False
+    ).directions
+    assert (always.klass, always.k) == ("live", 1)  # what the snapped point reads
 
 
 def test_offset_beyond_the_sweep_is_not_re_read_snapped() -> None:

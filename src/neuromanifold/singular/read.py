@@ -170,7 +170,10 @@ def read(
             ``θ0 − (uᵀθ0)u``; ``False``: from θ0; ``"auto"``: from θ0, and for non-gauge
             candidates again snapped when the unsnapped rate is not visible
             (``DirectionReading.rate_visible``: window below ``10·|uᵀθ0|``), reporting the
-            snapped read with ``info["unsnapped"]`` keeping the first. The re-read is skipped
+            snapped read with ``info["unsnapped"]`` keeping the first — unless the first read
+            is a genuine singularity (k ≥ 2) and the snapped one is not: then the offset hid
+            nothing, the first read is reported and ``info["snapped_read"]`` keeps the second.
+            The re-read is skipped
             when the offset ``|uᵀθ0|`` is at least the sweep's largest t (``ρ_W`` on the default
             grid): the snap corrects dead weights that are small on the scale of the sweep
             (spec §7.2 step 3), and a snapped point farther from θ0 than every point of the

@@ -175,9 +175,17 @@ def read_candidate(
         re_snap = False
         info = {"snap_skipped": {"offset": r.offset, "t_max": r.sweep.ts[-1]}}
     if re_snap:
-        n_passes += r.sweep.n_forward_passes
-        info = {"unsnapped": {"k": r.k, "k_hat": r.k_hat, "class": r.klass.value}}
-        r = sweep_read(cand.u, True, gens)
+        first, snapped = r, sweep_read(cand.u, True, gens)
+        if _is_genuine(first) and not _is_genuine(snapped):
+            # the unsnapped sweep already shows an order ≥ 2 below the offset, so the offset hid
+            # nothing; the snapped point is another model (a regular point of the product a·b
+            # snapped along the diagonal reads live): keep the first read, note the second
+            info = {"snapped_read": _summary(snapped)}
+            r, other = first, snapped
+        else:
+            info = {"unsnapped": _summary(first)}
+            r, other = snapped, first
+        n_passes += other.sweep.n_forward_passes  # the reported read's passes are added below
     if (
         project_gauges
         and r.klass.value == "genuine_singularity"
@@ -195,6 +203,16 @@ def read_candidate(
         info = {**info, "per_layer": rates}
         n_passes += len(r.sweep.ts)
     return record(cand, r, overlap, info), n_passes
+
+
+def _summary(r: Any) -> dict[str, Any]:
+    """``{"k", "k_hat", "class"}`` of a read that is not the one reported."""
+    return {"k": r.k, "k_hat": r.k_hat, "class": r.klass.value}
+
+
+def _is_genuine(r: Any) -> bool:
+    """A genuine singularity with an order ``k ≥ 2``."""
+    return r.klass.value == "genuine_singularity" and r.k is not None and r.k >= 2
 
 
 def per_layer_rates(

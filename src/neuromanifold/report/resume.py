@@ -39,9 +39,10 @@ __all__ = ["LOG_KIND", "LOG_NAME", "ReadLog", "read_fingerprint", "resumable_rea
 
 LOG_KIND = "neuromanifold-read-log"
 LOG_NAME = "read.jsonl"
-LOG_VERSION = 2
+LOG_VERSION = 3
 """Bumped whenever the records a read writes change for the same inputs (2: ``snap=True`` no
-longer snaps gauge candidates; grouped convolutions are read): an older log is refused."""
+longer snaps gauge candidates; grouped convolutions are read; 3: ``snap="auto"`` keeps a genuine
+unsnapped read the snap would lose): an older log is refused."""
 
 
 def _hash_tensor(h: Any, t: Tensor) -> None:

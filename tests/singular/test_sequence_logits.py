@@ -187,3 +187,34 @@ def test_block_fisher_oracle_of_sequence_logits_matches_the_directional_read() -
         lin, dict(lin.named_parameters()), {"weight": u_w, "bias": u_b}, x, Categorical()
     )
     torch.testing.assert_close(vec @ fb @ vec / norm2, got, rtol=RTOL_ORACLE, atol=ATOL_ORACLE)
+
+
+class TiedLM(nn.Module):
+    """Embedding → LayerNorm → causal running mean → tanh(Linear) → head tied to the embedding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, DIM)
+        self.norm = nn.LayerNorm(DIM)
+        self.mix = nn.Linear(DIM, DIM)
+        self.head = nn.Linear(DIM, VOCAB, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        e = self.norm(self.emb(x))
+        steps = torch.arange(1, x.shape[1] + 1, dtype=e.dtype, device=e.device)
+        return self.head(torch.tanh(self.mix(e.cumsum(1) / steps[:, None])))
+
+
+def test_tied_head_logit_shift_is_flat_and_unseen_rows_are_live() -> None:
+    """With the head tied to the embedding, ``ΔW = 𝟙𝟙ᵀ`` moves every token embedding by the same
+    multiple of 𝟙 (removed by the LayerNorm) and every logit by the same amount: a flat gauge.
+    The rows of never-seen tokens are not dead: the head reads them (their logits move)."""
+    torch.manual_seed(0)
+    model = TiedLM().to(D).eval()
+    x = torch.randint(0, UNSEEN, (16, T))
+    reading = read(model, x, Categorical(), progress=False)
+    by_detector = {d.detector: d for d in reading.directions}
+    shift, unseen = by_detector["ce-shift"], by_detector["embedding-unseen"]
+    assert shift.klass == "flat_gauge" and shift.info["tied"] == {"head.weight": "emb.weight"}
+    assert (unseen.klass, unseen.k) == ("live", 1)

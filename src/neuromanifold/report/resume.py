@@ -42,7 +42,8 @@ LOG_NAME = "read.jsonl"
 LOG_VERSION = 3
 """Bumped whenever the records a read writes change for the same inputs (2: ``snap=True`` no
 longer snaps gauge candidates; grouped convolutions are read; 3: ``snap="auto"`` keeps a genuine
-unsnapped read the snap would lose): an older log is refused."""
+unsnapped read the snap would lose, the CE shift of a bias-free head is ``𝟙𝟙ᵀ``): an older log
+is refused."""
 
 
 def _hash_tensor(h: Any, t: Tensor) -> None:

@@ -2,8 +2,12 @@
 
 * **CE logit shift** (``"ce-shift"``, flat): with a categorical output, adding the same number to
   every logit changes nothing, so on the Linear producing the logits ``ΔW̄ = 𝟙 āᵀ`` is an exact
-  kernel direction for every ``ā``; proposed as ``Δb = 𝟙/√C`` (or ``ΔW = 𝟙 a_topᵀ`` without a
-  bias). Only when that Linear's output *is* the model output.
+  kernel direction for every ``ā``; proposed as ``Δb = 𝟙/√C`` (or ``ΔW = 𝟙 𝟙ᵀ/√(C·d)`` without a
+  bias). Only when that Linear's output *is* the model output. Without a bias ``ā = 𝟙`` is the
+  choice that stays a gauge when the head's matrix is tied to an input embedding read through
+  normalisations (GPT-2: every token embedding moves by the same multiple of 𝟙, which each
+  LayerNorm removes); for an untied head every ``ā`` is exact, and the choice no longer depends
+  on whether the head's factors were formed.
 
 Rescaling gauges (ReLU, norm scale, gated up projection) live in
 `neuromanifold.singular.detectors.rescale`.
@@ -15,7 +19,7 @@ import torch
 from torch import nn
 
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
-from neuromanifold.singular.detectors.linear import block_spectrum, lift
+from neuromanifold.singular.detectors.linear import lift
 
 __all__ = ["LogitShiftDetector"]
 
@@ -39,9 +43,7 @@ class LogitShiftDetector:
         if module.bias is not None:
             u = {f"{prefix}bias": torch.ones(c, dtype=torch.float64, device=dev)}
         else:
-            spec = block_spectrum(ctx, name)
             ones_in = torch.ones(module.in_features, dtype=torch.float64, device=dev)
-            a = spec.a_top if spec is not None else ones_in
-            u = lift(name, module, torch.ones(c, dtype=torch.float64, device=dev), a)
+            u = lift(name, module, torch.ones(c, dtype=torch.float64, device=dev), ones_in)
         cand = Candidate(layers=(name,), detector="ce-shift", u=normalise(u), gauge="flat")
         return ctx.canonical([cand])

@@ -352,7 +352,9 @@ def test_size_cap_skips_only_the_wide_block_and_keeps_the_others_exact() -> None
     capped = kfac_factors(model, x, Categorical(), max_factor_dim=6)
     assert set(capped.blocks) == {"0"}
     assert capped.skipped == {
-        "2": "K-FAC factor A would be 7 × 7 (0.0 GB float64; max_factor_dim 6)"
+        "2": "no K-FAC directions: its factor A would be 7 × 7 (0.0 GB float64) above "
+        "max_factor_dim 6 (raise it: read(..., max_factor_dim=...)); closed-form detectors "
+        "still read it"
     }
     assert torch.equal(capped["0"].A, full["0"].A) and torch.equal(capped["0"].G, full["0"].G)
     with pytest.raises(ValueError, match=r"max_factor_dim must be a positive int; got 0"):

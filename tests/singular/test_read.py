@@ -595,13 +595,17 @@ def test_read_reports_a_block_too_large_to_factor() -> None:
     assert [(c.name, c.reason) for c in reading.not_covered] == [
         (
             "2",
-            f"K-FAC factor G would be {MAX_FACTOR_DIM + 1} × {MAX_FACTOR_DIM + 1} (2.1 GB "
-            f"float64; max_factor_dim {MAX_FACTOR_DIM})",
+            f"no K-FAC directions: its factor G would be {MAX_FACTOR_DIM + 1} × "
+            f"{MAX_FACTOR_DIM + 1} (2.1 GB float64) above max_factor_dim {MAX_FACTOR_DIM} (raise "
+            "it: read(..., max_factor_dim=...)); closed-form detectors still read it",
         )
     ]
     shift = [d for d in reading.directions if d.detector == "ce-shift"]
     assert len(shift) == 1 and shift[0].klass == "flat_gauge"
     assert all(d.layers != ("2",) or d.detector == "ce-shift" for d in reading.directions)
+    # a smaller cap, passed through read, also skips the first block (A of '0' is 3 + 1 = 4)
+    small = read(model, x, Categorical(), max_directions=0, max_factor_dim=3, progress=False)
+    assert [c.name for c in small.not_covered] == ["0", "2"]
 
 
 class _Float32Inside(nn.Module):

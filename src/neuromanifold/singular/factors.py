@@ -377,15 +377,19 @@ def kfac_factors(
 
 def _too_large(mod: nn.Module, max_dim: int) -> str | None:
     """Why block ``mod``'s factors are not formed (its larger side exceeds ``max_dim``), or
-    ``None``: e.g. ``"K-FAC factor G would be 50257 × 50257 (20.2 GB float64; max_factor_dim
-    16384)"``."""
+    ``None``: e.g. ``"no K-FAC directions: its factor G would be 50257 × 50257 (20.2 GB float64)
+    above max_factor_dim 16384 (...)"``."""
     d_in = mod.weight[0].numel() + (1 if mod.bias is not None else 0)
     d_out = mod.weight.shape[0]
     side, d = ("A", d_in) if d_in >= d_out else ("G", d_out)
     if d <= max_dim:
         return None
     gb = d * d * 8 / 1e9
-    return f"K-FAC factor {side} would be {d} × {d} ({gb:.1f} GB float64; max_factor_dim {max_dim})"
+    return (
+        f"no K-FAC directions: its factor {side} would be {d} × {d} ({gb:.1f} GB float64) above "
+        f"max_factor_dim {max_dim} (raise it: read(..., max_factor_dim=...)); closed-form "
+        f"detectors still read it"
+    )
 
 
 def _fold_g(

@@ -60,7 +60,7 @@ from neuromanifold.singular.detectors.graph import trace_graph
 from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
 from neuromanifold.singular.distributed import resolve_device, world_size
 from neuromanifold.singular.factor_inputs import forward_checked
-from neuromanifold.singular.factors import kfac_factors
+from neuromanifold.singular.factors import MAX_FACTOR_DIM, kfac_factors
 from neuromanifold.singular.family import check_family
 from neuromanifold.singular.memory import MemoryPlan, plan_memory
 from neuromanifold.singular.passes import check_forward_mode
@@ -154,6 +154,7 @@ def read(
     max_memory: int | str | None = None,
     device: str | torch.device | None = None,
     live_threshold: float | None = None,
+    max_factor_dim: int = MAX_FACTOR_DIM,
 ) -> Reading:
     """Detect and read every dead direction of ``model`` on the probe set ``data``.
 
@@ -188,6 +189,9 @@ def read(
             (`coordinate_scan`, 2 smallest-|θ| axes per weight) on the blocks it touches and
             store ``{layer: {"best_k", "classes"}}`` in its record's ``baseline``.
         batch_size: probe samples per factor-pass batch.
+        max_factor_dim: blocks with a K-FAC factor side above it are not factored
+            (`kfac_factors`' size cap): no K-FAC candidates there, the block is listed in
+            ``not_covered`` with the reason, closed-form detectors still read it.
         progress: show a rich progress bar over directions.
         on_direction: called as ``on_direction(i, record, n_passes)`` after candidate ``i`` (its
             index in `_reading_order`, after ``max_directions``) is read, with the sweep forward
@@ -276,7 +280,7 @@ def read(
         batch_size = plan.factor_batch
     chunk = None if plan is None else plan.chunk_size
     t_batch = T_BATCH if plan is None else plan.t_batch
-    factors = kfac_factors(work, xw, family, batch_size=batch_size)
+    factors = kfac_factors(work, xw, family, batch_size=batch_size, max_factor_dim=max_factor_dim)
     seen, emb_passes = embedding_rows_seen(work, xw, batch_size)
     params = {k: v.detach().clone() for k, v in work.named_parameters()}
     ctx = DetectionContext(

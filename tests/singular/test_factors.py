@@ -113,7 +113,9 @@ def test_supported_blocks() -> None:
     assert is_supported_block(nn.Linear(2, 2))
     assert is_supported_block(nn.Conv2d(2, 2, 3))
     assert not is_supported_block(nn.Conv2d(2, 2, 3, groups=2))
-    assert not is_supported_block(nn.Conv2d(2, 2, 3, padding="same"))
+    assert is_supported_block(nn.Conv2d(2, 2, 3, padding="same"))  # symmetric: 1 on each side
+    assert not is_supported_block(nn.Conv2d(2, 2, 2, padding="same"))  # 0 left, 1 right
+    assert not is_supported_block(nn.Conv2d(2, 2, 3, padding=1, padding_mode="reflect"))
     assert not is_supported_block(nn.LayerNorm(3))
 
 

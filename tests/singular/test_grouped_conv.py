@@ -160,18 +160,40 @@ def test_embed_group_direction_places_the_group_rows() -> None:
     assert full["gc.bias"].tolist() == [0.0, 0.0, 0.0, 2.0, 2.0, 2.0]
 
 
-def test_string_padding_grouped_conv_stays_not_covered() -> None:
-    assert not is_grouped_conv(nn.Conv2d(4, 4, 3, groups=2, padding="same"))
+@pytest.mark.parametrize("groups", [1, 2])
+def test_same_and_valid_padding_read_like_the_explicit_padding(groups: int) -> None:
+    """``padding="same"`` (odd kernel) and ``"valid"`` are the symmetric zero paddings 1 and 0:
+    the factors equal those of the same conv with integer padding."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 2, 4, 4, dtype=D)
+    for text, number in (("same", 1), ("valid", 0)):
+        convs = []
+        for padding in (text, number):
+            torch.manual_seed(1)
+            conv = nn.Conv2d(2, 4, 3, groups=groups, padding=padding)
+            side = 4 if number else 2
+            convs.append(nn.Sequential(conv, nn.Tanh(), nn.Flatten(), nn.Linear(4 * side**2, 3)))
+        f_text, f_number = (kfac_factors(c.to(D).eval(), x, Categorical()) for c in convs)
+        assert sorted(f_text.blocks) == sorted(f_number.blocks)
+        for name in f_text.blocks:
+            torch.testing.assert_close(f_text[name].A, f_number[name].A, rtol=0, atol=0)
+            torch.testing.assert_close(f_text[name].G, f_number[name].G, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_asymmetric_or_circular_padding_is_not_covered_with_the_reason(groups: int) -> None:
+    even = nn.Conv2d(2, 4, 2, groups=groups, padding="same")  # torch pads one more on the right
+    circular = nn.Conv2d(2, 4, 3, groups=groups, padding=1, padding_mode="circular")
+    for conv in (even, circular):
+        assert not is_grouped_conv(conv)
+        net = nn.Sequential(conv, nn.Flatten(), nn.Linear(64, 3)).to(D).eval()
+        reading = read(net, torch.randn(5, 2, 4, 4, dtype=D), Categorical(), progress=False)
+        ((name, reason),) = [(nc.name, nc.reason) for nc in reading.not_covered]
+        assert name == "0" and reason.startswith(
+            f"convolution with padding={conv.padding!r}, padding_mode={conv.padding_mode!r}: the "
+            "read needs the same zero padding on both sides"
+        )
     assert not is_grouped_conv(nn.Conv2d(4, 4, 3))
-    net = nn.Sequential(
-        nn.Conv2d(2, 4, 3, groups=2, padding="same"), nn.Flatten(), nn.Linear(64, 3)
-    )
-    reading = read(
-        net.to(D).eval(), torch.randn(5, 2, 4, 4, dtype=D), Categorical(), progress=False
-    )
-    assert [(nc.name, nc.reason) for nc in reading.not_covered] == [
-        ("0", "no detector for this type")
-    ]
 
 
 def test_errors() -> None:

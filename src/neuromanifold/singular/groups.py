@@ -22,6 +22,8 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
+from neuromanifold.singular.blocks import conv_padding
+
 __all__ = [
     "embed_group_direction",
     "group_key",
@@ -31,12 +33,12 @@ __all__ = [
 
 
 def is_grouped_conv(module: nn.Module) -> bool:
-    """True for a ``nn.Conv1d``/``nn.Conv2d`` with ``groups > 1``, zero padding given as ints."""
+    """True for a ``nn.Conv1d``/``nn.Conv2d`` with ``groups > 1`` and symmetric zero padding
+    (`neuromanifold.singular.blocks.conv_padding`)."""
     return (
         type(module) in (nn.Conv1d, nn.Conv2d)
         and module.groups > 1
-        and module.padding_mode == "zeros"
-        and not isinstance(module.padding, str)
+        and conv_padding(module) is not None
     )
 
 
@@ -78,7 +80,7 @@ def group_views(module: nn.Module) -> list[nn.Module]:
             module.out_channels // module.groups,
             module.kernel_size,
             stride=module.stride,
-            padding=module.padding,
+            padding=conv_padding(module),
             dilation=module.dilation,
             bias=b is not None,
             device="meta",

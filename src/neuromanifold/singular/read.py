@@ -51,7 +51,7 @@ from torch import Tensor, nn
 
 from neuromanifold.singular._validate import check_eval_mode
 from neuromanifold.singular.adapt import conv1d_as_linear, linear_subclasses_as_linear
-from neuromanifold.singular.blocks import is_supported_block
+from neuromanifold.singular.blocks import conv_padding, is_supported_block
 from neuromanifold.singular.classify import check_live_threshold
 from neuromanifold.singular.coordinate_scan import coordinate_scan
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, Detector
@@ -125,7 +125,14 @@ def _not_covered(
             continue
         label = name or "<root>"
         if not registry.covers(mod):
-            out.append(NotCovered(label, type(mod).__name__, own, "no detector for this type"))
+            reason = "no detector for this type"
+            if type(mod) in (nn.Conv1d, nn.Conv2d) and conv_padding(mod) is None:
+                reason = (
+                    f"convolution with padding={mod.padding!r}, padding_mode="
+                    f"{mod.padding_mode!r}: the read needs the same zero padding on both sides "
+                    "(ints, 'valid', or 'same' with an even dilation·(kernel − 1))"
+                )
+            out.append(NotCovered(label, type(mod).__name__, own, reason))
         elif name in skipped:  # too large to factor: the closed-form detectors still read it
             out.append(NotCovered(label, type(mod).__name__, own, skipped[name]))
         elif is_supported_block(mod) and name not in called_blocks:

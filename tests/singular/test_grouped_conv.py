@@ -121,6 +121,10 @@ def test_dead_input_channel_reads_its_depthwise_filter_as_flat() -> None:
     assert all(d.klass == "flat_gauge" for d in dw)
     # A of the dead group is e_b e_bᵀ (bias only): the 9 taps are its kernel, 2 kept (the cap)
     assert dw[0].info["truncated"] == {"cap": 2, "found": 9, "kept": 2}
+    assert reading.note == (
+        "grouped convolutions (2) are read per group: a dead unit feeding one, or fed by one, "
+        "shows as one-sided records on each side, not as one duality chain"
+    )
 
 
 def test_unread_depthwise_output_channel_reads_as_its_group_kfac_g_flat() -> None:

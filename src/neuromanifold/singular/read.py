@@ -62,6 +62,7 @@ from neuromanifold.singular.distributed import resolve_device, world_size
 from neuromanifold.singular.factor_inputs import forward_checked
 from neuromanifold.singular.factors import MAX_FACTOR_DIM, kfac_factors
 from neuromanifold.singular.family import check_family
+from neuromanifold.singular.groups import is_grouped_conv
 from neuromanifold.singular.memory import MemoryPlan, plan_memory
 from neuromanifold.singular.passes import check_forward_mode
 from neuromanifold.singular.read_candidate import MIN_RESIDUAL, PROJECT_MIN_OVERLAP, read_candidate
@@ -384,6 +385,14 @@ def read(
             f"{n_found} candidate direction(s) were detected and none was read "
             f"(max_directions={max_directions})"
         )
+    grouped = [n for n, m in work.named_modules() if is_grouped_conv(m)]
+    if grouped:
+        names = ", ".join(grouped[:3]) + (", …" if len(grouped) > 3 else "")
+        grouped_note = (
+            f"grouped convolutions ({names}) are read per group: a dead unit feeding one, or fed "
+            "by one, shows as one-sided records on each side, not as one duality chain"
+        )
+        note = f"{note}; {grouped_note}" if note else grouped_note
     meta = {
         "model": type(model).__name__,
         "n_params": sum(p.numel() for p in model.parameters()),

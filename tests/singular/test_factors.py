@@ -361,3 +361,34 @@ def test_size_cap_skips_only_the_wide_block_and_keeps_the_others_exact() -> None
     assert torch.equal(capped["0"].A, full["0"].A) and torch.equal(capped["0"].G, full["0"].G)
     with pytest.raises(ValueError, match=r"max_factor_dim must be a positive int; got 0"):
         kfac_factors(model, x, Categorical(), max_factor_dim=0)
+
+
+def test_output_block_g_is_exact_when_the_others_are_sampled() -> None:
+    """With more classes than the exact limit the inner blocks' G is sampled, but the head's G
+    equals the exact one (the class-expectation path with a high limit), to rounding."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 9)).double()
+    x = torch.randn(7, 4, dtype=torch.float64)
+    exact = kfac_factors(model, x, Categorical(), max_exact_classes=64)
+    sampled = kfac_factors(model, x, Categorical(), max_exact_classes=4, seed=3)
+    assert exact.fisher == "exact" and sampled.fisher == "mc(1)"
+    torch.testing.assert_close(sampled["2"].G, exact["2"].G, rtol=0, atol=ATOL_EXACT)
+    assert not torch.allclose(sampled["0"].G, exact["0"].G)  # the inner block is sampled
+    gaussian = kfac_factors(model, x, Gaussian(0.5), max_exact_classes=4)
+    torch.testing.assert_close(
+        gaussian["2"].G, torch.eye(9, dtype=torch.float64) / 0.25, rtol=0, atol=ATOL_EXACT
+    )
+
+
+def test_output_block_g_of_sequence_logits_sums_the_positions() -> None:
+    """Logits (N, T, C): the head's G is (1/N) Σ_i Σ_t (diag p_it − p_it p_itᵀ), its rank C − 1
+    (the 𝟙 logit shift is its only kernel direction) however few samples there are."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 80)).double()
+    x = torch.randn(2, 3, 4, dtype=torch.float64)
+    fac = kfac_factors(model, x, Categorical())
+    with torch.no_grad():
+        p = torch.softmax(model(x), dim=-1).reshape(-1, 80)
+    want = sum(torch.diag(q) - torch.outer(q, q) for q in p) / 2
+    torch.testing.assert_close(fac["2"].G, want, rtol=0, atol=ATOL_EXACT)
+    assert int(torch.linalg.matrix_rank(fac["2"].G)) == 79

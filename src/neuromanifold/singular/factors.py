@@ -28,6 +28,10 @@ Expectation over labels (the true Fisher, never the empirical one):
   categorical logits with extra position axes ``(N, ..., C)``): Monte Carlo with ``mc_samples``
   labels drawn from the model (seeded), ``E_y[g gᵀ] ≈ (1/S) Σ_s g_s g_sᵀ``. A Gaussian output of any
   shape ``(N, ...)`` is one sample's mean (trailing coordinates summed in the log-likelihood).
+  The block whose output *is* the model output (a classifier's or language model's head) takes
+  its ``G`` in closed form even then, ``Σ_rows H_out`` (`output_block_g`): its score is the
+  output score itself, and one sampled label per row would leave most of a large vocabulary in
+  the kernel of ``G``.
 
 **Size cap.** A block whose ``A`` or ``G`` would have more than ``max_factor_dim`` rows (default
 `MAX_FACTOR_DIM`) is not factored: its dense float64 factor and the eigenbasis the detectors
@@ -244,6 +248,7 @@ def kfac_factors(
             if output.requires_grad:
                 output.register_hook(lambda g: grads_seen[name].append(g.detach()))
                 outs_seen.append((output, output._version))
+                out_of[name] = output
 
         return fn
 
@@ -279,6 +284,7 @@ def kfac_factors(
             handles.append(mod.register_forward_hook(group_fwd_hook(n)))
     weights = [mod.weight for n, mod in m.named_modules() if n in blocks or n in grouped]
     outs_seen: list[tuple[Tensor, int]] = []
+    out_of: dict[str, Tensor] = {}  # block -> its output tensor in this batch
     pending: dict[str, list[Tensor]] = {n: [] for n in blocks}  # G rows not yet folded in
     pending_bytes = 0
     n_fwd = n_bwd = 0
@@ -290,6 +296,7 @@ def kfac_factors(
             for n in blocks:
                 inputs_seen[n].clear()
             outs_seen.clear()
+            out_of.clear()
             with torch.enable_grad():
                 out = forward_checked(m, xb)
             n_fwd += 1
@@ -313,6 +320,14 @@ def kfac_factors(
                 fisher_used = f"mc({mc_samples})"
                 cols = [sampled_score(family, out.detach(), gen) for _ in range(mc_samples)]
                 scale = 1.0 / mc_samples
+            # the block whose output is the model's output: its G in closed form, no sampling
+            head = (
+                next((n for n, t in out_of.items() if t is out), None) if mode != "exact" else None
+            )
+            if head is not None:
+                g_head, rows = output_block_g(family, out.detach())
+                sums_g[head] = g_head if sums_g[head] is None else sums_g[head] + g_head
+                rows_g[head] += rows
             if not weights or not out.requires_grad:
                 continue
             # differentiate for the block outputs themselves (their hooks record g; no weight
@@ -327,7 +342,7 @@ def kfac_factors(
                 )
                 n_bwd += 1
                 for n, seen in grads_seen.items():
-                    if not seen:
+                    if not seen or n == head:
                         continue
                     gg = torch.cat([gradient_positions(blocks[n], g) for g in seen], dim=1)
                     flat = gg.reshape(-1, gg.shape[-1])
@@ -373,6 +388,31 @@ def kfac_factors(
         unsupported=leaf_unsupported,
         skipped=skipped,
     )
+
+
+def output_block_g(family: Any, out: Tensor) -> tuple[Tensor, int]:
+    """``Σ_rows H_out`` of one batch for the block whose output *is* the model output
+    ``out`` (``(B, ..., d)``, rows = samples × positions), and a bound on its rank.
+
+    There ``g = ∂ log p/∂s`` is the output score itself, so ``E_y[g gᵀ] = H_out`` at every row:
+    categorical ``diag(p) − ppᵀ`` (summed: ``diag(Σ p) − PᵀP``), Gaussian ``I/σ²``. This
+    replaces the sampled-label estimate, whose rank (one label per row) would leave most of a
+    large vocabulary in ``G``'s kernel.
+
+    >>> import torch
+    >>> from neuromanifold.singular.family import Categorical
+    >>> g, rows = output_block_g(Categorical(), torch.zeros(1, 2, dtype=torch.float64))
+    >>> g.tolist(), rows
+    ([[0.25, -0.25], [-0.25, 0.25]], 2)
+    """
+    flat = out.reshape(-1, out.shape[-1])
+    d = flat.shape[1]
+    if "gauss" in type(family).__name__.lower():
+        sigma = float(getattr(family, "sigma", 1.0))
+        eye = torch.eye(d, dtype=flat.dtype, device=flat.device)
+        return eye * (flat.shape[0] / sigma**2), flat.shape[0] * d
+    p = torch.softmax(flat, dim=-1)
+    return torch.diag(p.sum(0)) - p.T @ p, flat.shape[0] * d
 
 
 def _too_large(mod: nn.Module, max_dim: int) -> str | None:

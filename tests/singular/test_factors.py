@@ -392,3 +392,58 @@ def test_output_block_g_of_sequence_logits_sums_the_positions() -> None:
     want = sum(torch.diag(q) - torch.outer(q, q) for q in p) / 2
     torch.testing.assert_close(fac["2"].G, want, rtol=0, atol=ATOL_EXACT)
     assert int(torch.linalg.matrix_rank(fac["2"].G)) == 79
+
+
+class _Temperature(nn.Module):
+    """Linear head whose output is scaled in place after the block ran (``y.mul_(3)``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.head = nn.Linear(4, 6), nn.Linear(6, 9)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.body(x))).mul_(3.0)
+
+
+class _Reused(nn.Module):
+    """One Linear called twice, ``fc(tanh(fc(x)))``: its last call is the output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(9, 9)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.tanh(self.fc(x)))
+
+
+@pytest.mark.parametrize("case", ["in-place", "reused"])
+def test_output_block_g_falls_back_to_sampling_where_the_closed_form_is_wrong(case: str) -> None:
+    """An output changed in place after the head ran, or a head module that is also called
+    earlier, is not ``Σ H_out`` of its own output: G is sampled there and converges to the
+    exact class-expectation G (with the closed form it was off by 9× / missed the first call)."""
+    torch.manual_seed(0)
+    model = (_Temperature() if case == "in-place" else _Reused()).double()
+    name = "head" if case == "in-place" else "fc"
+    n, mc_samples = 40, 400
+    x = torch.randn(n, 4 if case == "in-place" else 9, dtype=torch.float64)
+    exact = kfac_factors(model, x, Categorical())[name].G
+    mc = kfac_factors(model, x, Categorical(), max_exact_classes=4, mc_samples=mc_samples, seed=3)
+    rel = float(torch.linalg.norm(mc[name].G - exact) / torch.linalg.norm(exact))
+    assert rel < MC_SCALE_MULTIPLE / math.sqrt(mc_samples * n)
+
+
+def test_conv_output_block_keeps_its_channel_g() -> None:
+    """A convolution producing the output has its units on axis 1, not the last axis: its G
+    stays ``C_out × C_out`` (sampled), and the read of such a model runs."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv1d(2, 3, 3), nn.Tanh(), nn.Conv1d(3, 4, 3)).double()
+    x = torch.randn(5, 2, 30, dtype=torch.float64)
+    fac = kfac_factors(model, x, Gaussian(0.5), max_exact_classes=4)
+    assert fac["2"].G.shape == (4, 4) and fac.fisher == "mc(1)"
+    from neuromanifold.singular.read import read
+
+    with torch.no_grad():  # channel 1 of the first conv is dead: candidates on the output conv
+        model[0].weight[1] = 0.0
+        model[0].bias[1] = 0.0
+    reading = read(model, x, Gaussian(0.5), max_directions=1, progress=False)
+    assert reading.meta["n_candidates"] >= 1 and reading.meta["n_read"] == 1

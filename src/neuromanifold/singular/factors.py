@@ -28,8 +28,9 @@ Expectation over labels (the true Fisher, never the empirical one):
   categorical logits with extra position axes ``(N, ..., C)``): Monte Carlo with ``mc_samples``
   labels drawn from the model (seeded), ``E_y[g gᵀ] ≈ (1/S) Σ_s g_s g_sᵀ``. A Gaussian output of any
   shape ``(N, ...)`` is one sample's mean (trailing coordinates summed in the log-likelihood).
-  The block whose output *is* the model output (a classifier's or language model's head) takes
-  its ``G`` in closed form even then, ``Σ_rows H_out`` (`output_block_g`): its score is the
+  The ``nn.Linear`` whose output *is* the model output (a classifier's or language model's head,
+  called once, its output not changed in place afterwards) takes its ``G`` in closed form even
+  then, ``Σ_rows H_out`` (`output_block_g`): its score is the
   output score itself, and one sampled label per row would leave most of a large vocabulary in
   the kernel of ``G``.
 
@@ -248,7 +249,7 @@ def kfac_factors(
             if output.requires_grad:
                 output.register_hook(lambda g: grads_seen[name].append(g.detach()))
                 outs_seen.append((output, output._version))
-                out_of[name] = output
+                out_of[name] = (output, output._version)
 
         return fn
 
@@ -284,7 +285,7 @@ def kfac_factors(
             handles.append(mod.register_forward_hook(group_fwd_hook(n)))
     weights = [mod.weight for n, mod in m.named_modules() if n in blocks or n in grouped]
     outs_seen: list[tuple[Tensor, int]] = []
-    out_of: dict[str, Tensor] = {}  # block -> its output tensor in this batch
+    out_of: dict[str, tuple[Tensor, int]] = {}  # block -> its output and version, this batch
     pending: dict[str, list[Tensor]] = {n: [] for n in blocks}  # G rows not yet folded in
     pending_bytes = 0
     n_fwd = n_bwd = 0
@@ -320,10 +321,21 @@ def kfac_factors(
                 fisher_used = f"mc({mc_samples})"
                 cols = [sampled_score(family, out.detach(), gen) for _ in range(mc_samples)]
                 scale = 1.0 / mc_samples
-            # the block whose output is the model's output: its G in closed form, no sampling
-            head = (
-                next((n for n, t in out_of.items() if t is out), None) if mode != "exact" else None
-            )
+            # the block whose output is the model's output: its G in closed form, no sampling;
+            # only a Linear (units on the last axis) called once, its output not changed in place
+            head = None
+            if mode != "exact":
+                head = next(
+                    (
+                        n
+                        for n, (t, v) in out_of.items()
+                        if t is out
+                        and t._version == v
+                        and type(blocks[n]) is nn.Linear
+                        and len(inputs_seen[n]) == 1
+                    ),
+                    None,
+                )
             if head is not None:
                 g_head, rows = output_block_g(family, out.detach())
                 sums_g[head] = g_head if sums_g[head] is None else sums_g[head] + g_head

@@ -145,7 +145,9 @@ def test_candidates_live_in_their_group_rows_and_the_cap_is_per_module() -> None
     assert [c.detector for c in cands] == ["kfac-A"]
     (c,) = cands
     w = c.u["2.weight"]
-    assert w.shape == net[2].weight.shape and float(w[2].norm()) == pytest.approx(1.0, abs=1e-15)
+    assert w.shape == net[2].weight.shape and float(w[2].norm()) == pytest.approx(
+        1.0, abs=ATOL_FACTORS
+    )
     assert float(torch.cat([w[:2], w[3:]]).abs().max()) == 0.0 and float(c.u["2.bias"][2]) == 0.0
     assert c.info["truncated"] == {"cap": 1, "found": 9, "kept": 1}
     # moving the dead channel's filter changes no output (the input it reads is zero)
@@ -184,6 +186,23 @@ def test_same_and_valid_padding_read_like_the_explicit_padding(groups: int) -> N
             torch.testing.assert_close(f_text[name].G, f_number[name].G, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize(("groups", "dilation", "kernel"), [(1, 2, 3), (2, 3, 3), (1, 1, 5)])
+def test_conv1d_same_padding_with_dilation(groups: int, dilation: int, kernel: int) -> None:
+    """Conv1d ``padding="same"``: ``dilation·(k − 1)/2`` zeros on each side."""
+    x = torch.randn(5, 2, 11, dtype=D, generator=torch.Generator().manual_seed(2))
+    pad = dilation * (kernel - 1) // 2
+    facs = []
+    for padding in ("same", pad):
+        torch.manual_seed(1)
+        conv = nn.Conv1d(2, 4, kernel, dilation=dilation, groups=groups, padding=padding)
+        net = nn.Sequential(conv, nn.Tanh(), nn.Flatten(), nn.Linear(44, 3)).to(D).eval()
+        facs.append(kfac_factors(net, x, Categorical()))
+    assert sorted(facs[0].blocks) == sorted(facs[1].blocks)
+    for name in facs[0].blocks:
+        torch.testing.assert_close(facs[0][name].A, facs[1][name].A, rtol=0, atol=0)
+        torch.testing.assert_close(facs[0][name].G, facs[1][name].G, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("groups", [1, 2])
 def test_asymmetric_or_circular_padding_is_not_covered_with_the_reason(groups: int) -> None:
     even = nn.Conv2d(2, 4, 2, groups=groups, padding="same")  # torch pads one more on the right
@@ -198,6 +217,27 @@ def test_asymmetric_or_circular_padding_is_not_covered_with_the_reason(groups: i
             "read needs the same zero padding on both sides"
         )
     assert not is_grouped_conv(nn.Conv2d(4, 4, 3))
+
+
+class _FunctionalGrouped(nn.Module):
+    """A grouped conv whose weights are applied through ``F.conv1d``: never called as a module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = nn.Conv1d(4, 4, 3, groups=2)
+        self.head = nn.Linear(4 * 5, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = nn.functional.conv1d(x, self.c.weight, self.c.bias, groups=2)
+        return self.head(torch.tanh(h).flatten(1))
+
+
+def test_grouped_conv_never_called_as_a_module_is_listed() -> None:
+    net = _FunctionalGrouped().to(D).eval()
+    reading = read(net, torch.randn(6, 4, 7, dtype=D), Categorical(), progress=False)
+    assert [(nc.name, nc.reason) for nc in reading.not_covered] == [
+        ("c", "not called as a module on the data")
+    ]
 
 
 def test_errors() -> None:

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from torch import nn
 
 from neuromanifold.singular.family import Gaussian
 from neuromanifold.singular.fisher import directional_fisher
@@ -187,3 +188,27 @@ def test_read_under_a_budget_equals_the_unbudgeted_read() -> None:
             assert abs(fa - fb) <= RTOL_CHUNKED * abs(fb)
     with pytest.raises(ValueError, match=r"max_memory=1000 bytes .* is too small"):
         read(net.model, net.data, net.family, progress=False, max_memory=1000)
+
+
+def test_plan_measures_the_factor_pass_with_the_reads_size_cap(monkeypatch) -> None:
+    """``read(max_memory=..., max_factor_dim=c)``: the plan's factor passes skip the blocks the
+    read's own factor pass skips (they measured the uncapped pass before)."""
+    import neuromanifold.singular.factors as factors_module
+    from neuromanifold.singular.read import read
+
+    caps = []
+    real = factors_module.kfac_factors
+
+    def spy(*args, **kwargs):
+        caps.append(kwargs.get("max_factor_dim"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(factors_module, "kfac_factors", spy)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+    x = torch.randn(8, 3, dtype=torch.float64)
+    reading = read(
+        model, x, Gaussian(), max_memory="2GB", max_factor_dim=3, max_directions=0, progress=False
+    )
+    assert caps == [3] * len(caps) and len(caps) >= 2
+    assert [c.name for c in reading.not_covered] == ["0", "2"]

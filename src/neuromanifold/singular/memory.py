@@ -249,6 +249,7 @@ def plan_memory(
     t_batch: int = 8,
     factor_batch: int = 256,
     params: Mapping[str, Tensor] | None = None,
+    max_factor_dim: int | None = None,
 ) -> MemoryPlan:
     """Measure the per-sample costs of ``model`` on ``data`` and size the chunks to ``max_memory``.
 
@@ -256,6 +257,8 @@ def plan_memory(
     probe directions (one on every floating tensor, one on the first and one on the last matrix
     parameter; the plan takes the costliest) and a factor pass on 2 and on 4 samples (1 and N
     when N < 4). Under a process group these passes are collective: call on every rank.
+    ``max_factor_dim``: the factor pass's size cap, as the read will run it (``None``: the
+    default of `kfac_factors`).
 
     Raises:
         ValueError: one sample on one lane does not fit (the message names the budget and the
@@ -289,7 +292,8 @@ def plan_memory(
 
     def factor_peak(k: int) -> int:
         xk = _probe(x, k)
-        return peak_allocated(lambda: kfac_factors(model, xk, family, batch_size=k))
+        cap = {} if max_factor_dim is None else {"max_factor_dim": max_factor_dim}
+        return peak_allocated(lambda: kfac_factors(model, xk, family, batch_size=k, **cap))
 
     costs = [_linear_cost(lambda k, u=u: jvp_peak(k, u), n) for u in directions]
     s_jvp, i_jvp = max(c[0] for c in costs), max(c[1] for c in costs)

@@ -62,7 +62,7 @@ from neuromanifold.singular.distributed import resolve_device, world_size
 from neuromanifold.singular.factor_inputs import forward_checked
 from neuromanifold.singular.factors import MAX_FACTOR_DIM, kfac_factors
 from neuromanifold.singular.family import check_family
-from neuromanifold.singular.groups import is_grouped_conv
+from neuromanifold.singular.groups import group_key, is_grouped_conv
 from neuromanifold.singular.memory import MemoryPlan, plan_memory
 from neuromanifold.singular.passes import check_forward_mode
 from neuromanifold.singular.read_candidate import MIN_RESIDUAL, PROJECT_MIN_OVERLAP, read_candidate
@@ -136,7 +136,9 @@ def _not_covered(
             out.append(NotCovered(label, type(mod).__name__, own, reason))
         elif name in skipped:  # too large to factor: the closed-form detectors still read it
             out.append(NotCovered(label, type(mod).__name__, own, skipped[name]))
-        elif is_supported_block(mod) and name not in called_blocks:
+        elif (is_supported_block(mod) and name not in called_blocks) or (
+            is_grouped_conv(mod) and group_key(name, 0) not in called_blocks
+        ):
             out.append(
                 NotCovered(label, type(mod).__name__, own, "not called as a module on the data")
             )
@@ -284,7 +286,14 @@ def read(
     graph = trace_graph(work, xw[:GRAPH_SAMPLES])
     plan: MemoryPlan | None = None
     if max_memory is not None:
-        plan = plan_memory(work, xw, family, max_memory=max_memory, factor_batch=batch_size)
+        plan = plan_memory(
+            work,
+            xw,
+            family,
+            max_memory=max_memory,
+            factor_batch=batch_size,
+            max_factor_dim=max_factor_dim,
+        )
         batch_size = plan.factor_batch
     chunk = None if plan is None else plan.chunk_size
     t_batch = T_BATCH if plan is None else plan.t_batch

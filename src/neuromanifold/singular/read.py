@@ -184,11 +184,11 @@ def read(
             snapped read with ``info["unsnapped"]`` keeping the first — unless the first read
             is a genuine singularity (k ≥ 2) and the snapped one is not: then the offset hid
             nothing, the first read is reported and ``info["snapped_read"]`` keeps the second.
-            The re-read is skipped
-            when the offset ``|uᵀθ0|`` is at least the sweep's largest t (``ρ_W`` on the default
-            grid): the snap corrects dead weights that are small on the scale of the sweep
-            (spec §7.2 step 3), and a snapped point farther from θ0 than every point of the
-            sweep is not the checkpoint's neighbourhood; ``info["snap_skipped"]`` records it.
+            The re-read is skipped when the offset ``|uᵀθ0|`` is at least the sweep's largest t
+            (``ρ_W`` on the default grid): the snap corrects dead weights that are small on the
+            scale of the sweep (spec §7.2 step 3), and a snapped point farther from θ0 than
+            every point of the sweep is not the checkpoint's neighbourhood;
+            ``info["snap_skipped"]`` records it.
             Gauge candidates are never snapped, whatever ``snap`` says: a gauge tangent such as
             the ReLU rescale is a function of θ0, so its offset is intrinsic, and the snapped
             point is another model, off the orbit.

@@ -260,3 +260,28 @@ def test_ranks_agree_on_the_linear_subclass_rewrite() -> None:
         assert [(d["detector"], d["class"]) for d in reading["directions"]] == [
             (d["detector"], d["class"]) for d in single["directions"]
         ]
+
+
+def test_launch_retries_when_its_port_was_taken(monkeypatch) -> None:
+    """A port taken between choosing and binding it fails the launch with "address already in
+    use": it is retried on a new port; another error is raised at once."""
+    import torch.multiprocessing as mp
+
+    calls = []
+
+    def fake_start(fn, *, args, **kwargs):
+        calls.append(args[1])  # the port
+        if len(calls) == 1:
+            raise RuntimeError("The server socket has failed to listen: Address already in use")
+        if len(calls) == 3:
+            raise RuntimeError("something else")
+        import json
+        from pathlib import Path
+
+        Path(args[5], "rank0.json").write_text(json.dumps({"reading": {}, "seconds": 0.0}))
+
+    monkeypatch.setattr(mp, "start_processes", fake_start)
+    assert launch_local(1, FACTORY) == [{"reading": {}, "seconds": 0.0}]
+    assert len(calls) == 2
+    with pytest.raises(RuntimeError, match="something else"):
+        launch_local(1, FACTORY)

@@ -244,6 +244,11 @@ def read_sharded(
     return dataclasses.replace(reading, meta=meta)
 
 
+PORT_ATTEMPTS = 3
+"""`launch_local` picks a free port, releases it and lets rank 0 bind it; another process can take
+it in between, so a launch that fails with "address already in use" is retried on a new port."""
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -315,15 +320,24 @@ def launch_local(
     _factory(factory)  # fail here, not in the children, on a bad spec
     import torch.multiprocessing as mp
 
-    with tempfile.TemporaryDirectory() as tmp:
-        args = (
-            world,
-            _free_port(),
-            factory,
-            dict(factory_kwargs or {}),
-            dict(read_kwargs or {}),
-            tmp,
-            threads,
-        )
-        mp.start_processes(_worker, args=args, nprocs=world, join=True, start_method="spawn")
-        return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
+    for attempt in range(PORT_ATTEMPTS):
+        with tempfile.TemporaryDirectory() as tmp:
+            args = (
+                world,
+                _free_port(),
+                factory,
+                dict(factory_kwargs or {}),
+                dict(read_kwargs or {}),
+                tmp,
+                threads,
+            )
+            try:
+                mp.start_processes(
+                    _worker, args=args, nprocs=world, join=True, start_method="spawn"
+                )
+            except Exception as err:  # the port was taken between choosing and binding it
+                if "address already in use" in str(err).lower() and attempt + 1 < PORT_ATTEMPTS:
+                    continue
+                raise
+            return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
+    raise AssertionError("unreachable")

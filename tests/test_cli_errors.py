@@ -171,17 +171,22 @@ def _tiny_mlp() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
 
 
+def _data_and_checkpoint(tmp_path: Path) -> tuple[Path, Path]:
+    """``x.pt`` (8 probe inputs of the tiny MLP) and ``mlp.pt`` (its state dict)."""
+    data, ckpt = tmp_path / "x.pt", tmp_path / "mlp.pt"
+    torch.save(torch.randn(8, 4, dtype=torch.float64), data)
+    torch.save(_tiny_mlp().state_dict(), ckpt)
+    return data, ckpt
+
+
 def test_read_factory_that_raises(tmp_path: Path, monkeypatch) -> None:
     def boom():
         raise RuntimeError("boom from the factory")
 
     mod = _fake_module(monkeypatch, boom=boom)
-    data = tmp_path / "x.pt"
-    torch.save(torch.randn(8, 4, dtype=torch.float64), data)
+    data, ckpt = _data_and_checkpoint(tmp_path)
     r = RUNNER.invoke(app, ["read", "--model", f"{mod}:boom", "--data", str(data)], env=ENV)
     assert_usage_error(r, f"--model: the factory {mod}:boom raised RuntimeError: boom from the")
-    ckpt = tmp_path / "mlp.pt"
-    torch.save(_tiny_mlp().state_dict(), ckpt)
     r = RUNNER.invoke(
         app,
         ["read", "--model", f"{mod}:boom", "--checkpoint", str(ckpt), "--data", str(data)],
@@ -194,10 +199,7 @@ def test_read_module_instance_with_checkpoint(tmp_path: Path, monkeypatch) -> No
     """io.load_model calls --model with no arguments; a module instance cannot be called so.
     Without --checkpoint the instance is read as it is."""
     mod = _fake_module(monkeypatch, net=_tiny_mlp())
-    data = tmp_path / "x.pt"
-    torch.save(torch.randn(8, 4), data)
-    ckpt = tmp_path / "mlp.pt"
-    torch.save(_tiny_mlp().state_dict(), ckpt)
+    data, ckpt = _data_and_checkpoint(tmp_path)
     r = RUNNER.invoke(
         app,
         ["read", "--model", f"{mod}:net", "--checkpoint", str(ckpt), "--data", str(data)],
@@ -210,10 +212,7 @@ def test_read_module_instance_with_checkpoint(tmp_path: Path, monkeypatch) -> No
 
 
 def test_read_factory_that_needs_arguments(tmp_path: Path) -> None:
-    data = tmp_path / "x.pt"
-    torch.save(torch.randn(8, 4, dtype=torch.float64), data)
-    ckpt = tmp_path / "mlp.pt"
-    torch.save(_tiny_mlp().state_dict(), ckpt)
+    data, ckpt = _data_and_checkpoint(tmp_path)
     msg = "--model: the factory torch.nn:Linear needs arguments (in_features, out_features)"
     for extra in ([], ["--checkpoint", str(ckpt)]):
         r = RUNNER.invoke(
@@ -225,10 +224,7 @@ def test_read_factory_that_needs_arguments(tmp_path: Path) -> None:
 def test_read_import_error_from_the_model_spec(tmp_path: Path, monkeypatch) -> None:
     """A bare name that is no zoo architecture is read as a timm name: without timm that is an
     ImportError, with timm a ValueError; either way one line naming the spec."""
-    data = tmp_path / "x.pt"
-    torch.save(torch.randn(8, 4, dtype=torch.float64), data)
-    ckpt = tmp_path / "mlp.pt"
-    torch.save(_tiny_mlp().state_dict(), ckpt)
+    data, ckpt = _data_and_checkpoint(tmp_path)
     r = RUNNER.invoke(
         app,
         ["read", "--model", "foo-bar", "--checkpoint", str(ckpt), "--data", str(data)],

@@ -151,6 +151,16 @@ CNNS: dict[str, Callable[[], nn.Module]] = {
 HF: dict[str, tuple[str, str, dict]] = {
     "llama": ("LlamaConfig", "LlamaForSequenceClassification", {"num_key_value_heads": 2}),
     "qwen2": ("Qwen2Config", "Qwen2ForSequenceClassification", {"num_key_value_heads": 2}),
+    "qwen3": (  # per-head q_norm/k_norm: qk-norm-rescale instead of the QK rotation
+        "Qwen3Config",
+        "Qwen3ForSequenceClassification",
+        {"head_dim": 8, "num_key_value_heads": 2},
+    ),
+    "olmo2": (  # q_norm/k_norm over all heads
+        "Olmo2Config",
+        "Olmo2ForSequenceClassification",
+        {"eos_token_id": 1},
+    ),
     "gemma": (
         "GemmaConfig",
         "GemmaForSequenceClassification",

@@ -43,7 +43,8 @@ itself (so the candidate still lies in its span) and the first basis tangents th
 and ``info["truncated"]`` says how many of the ``d_h(d_h − 1)/2 + 1`` generators (basis and
 ``u``) were kept. Modules with a
 per-head query/key norm (``q_norm``/``k_norm`` other than Identity) break the symmetry and get
-no QK candidate.
+no QK candidate; the rescaling of those norms' scales that remains is
+`neuromanifold.singular.detectors.qk_norm`'s.
 
 VO rescale (``"vo-rescale"``, one candidate per KV head ``g``): ``V_g → cV_g`` and
 ``O[:, r_h] → O[:, r_h]/c`` for every ``h`` with ``g(h) = g`` has tangent

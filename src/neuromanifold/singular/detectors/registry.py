@@ -3,8 +3,9 @@
 `default_registry` holds, in priority order (closed forms first, so that a K-FAC candidate
 duplicating a closed-form one is dropped in favour of the closed form): LayerNorm (graph
 consumers, then consumers reached through token selection/pooling by the factor test), RMSNorm,
-attention, CE logit shift, ReLU rescale, norm scale, gated feed-forward dead dimension, gated
-up-projection rescale, layer scale, embedding, linear/conv K-FAC, grouped-conv K-FAC (per group).
+attention, query/key-norm rescale, CE logit shift, ReLU rescale, norm scale, gated feed-forward
+dead dimension, gated up-projection rescale, layer scale, embedding, linear/conv K-FAC,
+grouped-conv K-FAC (per group).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from neuromanifold.singular.detectors.layernorm import (
     RMSNormDetector,
 )
 from neuromanifold.singular.detectors.linear import LinearDetector
+from neuromanifold.singular.detectors.qk_norm import QKNormDetector
 from neuromanifold.singular.detectors.rescale_detectors import (
     GLURescaleDetector,
     NormScaleDetector,
@@ -75,6 +77,7 @@ def default_registry() -> DetectorRegistry:
             LayerNormReachDetector(),
             RMSNormDetector(),
             AttentionDetector(),
+            QKNormDetector(),
             LogitShiftDetector(),
             ReLURescaleDetector(),
             NormScaleDetector(),

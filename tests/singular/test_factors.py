@@ -235,11 +235,12 @@ class _PerSampleScalar(nn.Module):
 
 
 def test_error_output_without_a_class_axis() -> None:
+    # categorical logits need a class axis; a Gaussian (N,) is a scalar mean (test_scalar_output)
     with pytest.raises(
         ValueError, match=r"model output must have shape \(N, \.\.\., C\); got \(3,\)"
     ):
         kfac_factors(
-            _PerSampleScalar().double(), torch.randn(3, 4, dtype=torch.float64), Gaussian()
+            _PerSampleScalar().double(), torch.randn(3, 4, dtype=torch.float64), Categorical()
         )
 
 

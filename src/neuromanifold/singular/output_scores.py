@@ -27,14 +27,20 @@ __all__ = ["hessian_root", "sampled_score"]
 
 
 def hessian_root(family: Any, out: Tensor, *, exact_limit: int) -> tuple[str, Tensor | None]:
-    """Return ('exact', S) with ``S`` of shape ``(B, C, C)``, ``S Sᵀ = H_out``, or ('mc', None)."""
-    name = type(family).__name__.lower()
-    if out.ndim < 2:
-        raise ValueError(f"model output must have shape (N, ..., C); got {tuple(out.shape)}")
+    """Return ('exact', S) with ``S`` of shape ``(B, C, C)``, ``S Sᵀ = H_out``, or ('mc', None).
+
+    ``C`` is the number of output coordinates per sample: a Gaussian mean of shape ``(N, ...)``
+    has ``C`` = the product of its non-sample dimensions, so a scalar regression ``(N,)`` is read
+    as ``(N, 1)`` (``C = 1``); categorical logits need a class axis, ``(N, ..., C)``.
+    """
+    gaussian = "gauss" in type(family).__name__.lower()
+    if out.ndim < (1 if gaussian else 2):
+        shape = "(N, ...)" if gaussian else "(N, ..., C)"
+        raise ValueError(f"model output must have shape {shape}; got {tuple(out.shape)}")
     o = out.reshape(out.shape[0], -1)
     if o.shape[1] > exact_limit:
         return "mc", None
-    if "gauss" in name:
+    if gaussian:
         sigma = float(getattr(family, "sigma", 1.0))
         eye = torch.eye(o.shape[1], dtype=o.dtype, device=o.device) / sigma
         return "exact", eye.expand(o.shape[0], -1, -1)

@@ -265,6 +265,65 @@ def test_assembly_of_a_truncated_reading_says_what_it_left_out() -> None:
     )
 
 
+CAP_NOTE = "so m and λ are lower bounds"
+
+
+def test_assembly_notes_a_detector_cap_that_cut_dead_directions() -> None:
+    # trial B #6: the cap cut dead chains (meta["truncated"], records' info["truncated"]) and
+    # the assembly said nothing; cuts of gauge generators or live modes change neither λ nor m
+    cut = {"cap": 4, "found": 6, "kept": 4}
+    chains = [_rec("genuine_singularity", 2, ("0", "2"), detector="duality") for _ in range(4)]
+    meta = {"truncated": [{"layers": ["0", "2"], "detector": "duality", **cut}]}
+    notes = assemble_from_reading({"directions": chains, "meta": meta}).notes
+    assert notes == (
+        f"duality on 0+2 found 6 directions and kept 4 (cap 4): the cut ones are not in this "
+        f"assembly, {CAP_NOTE}",
+    )
+    # the same from the records alone (an iterable of records has no meta)
+    marked = [{**r, "info": {"truncated": cut}} for r in chains]
+    assert assemble_from_reading(marked).notes == notes
+    # a one-sided kind whose kept record is genuine counts; gauge and live kinds do not
+    joint = _rec("genuine_singularity", 2, ("5",), detector="kfac-joint", info={"truncated": cut})
+    assert [CAP_NOTE in n for n in assemble_from_reading([joint]).notes] == [True]
+    others = [
+        _rec("curved_gauge", 2, ("0", "2"), detector="relu-rescale", info={"truncated": cut}),
+        _rec("live", 1, ("0",), detector="kfac-G", info={"truncated": cut}),
+        _rec("flat_gauge", None, ("0",), detector="kfac-A", info={"truncated": cut}),
+    ]
+    assert not any(CAP_NOTE in n for n in assemble_from_reading(others).notes)
+
+
+def test_capped_whole_model_read_assembles_lower_bounds_of_the_full_read() -> None:
+    import torch
+    from torch import nn
+
+    from neuromanifold.singular.detectors import DetectorRegistry, LinearDetector
+    from neuromanifold.singular.detectors import default_registry as registry
+    from neuromanifold.singular.family import Gaussian
+    from neuromanifold.singular.read import read
+
+    n_dead = 6  # more node deaths than LinearDetector's default chain cap (4)
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 12), nn.Tanh(), nn.Linear(12, 2)).double().eval()
+    with torch.no_grad():
+        for j in range(n_dead):
+            m[0].weight[j] = 0.0
+            m[0].bias[j] = 0.0
+            m[2].weight[:, j] = 0.0
+    x = torch.randn(48, 4, dtype=torch.float64)
+    capped = assemble_from_reading(read(m, x, Gaussian(), progress=False))
+    raised = DetectorRegistry(
+        [LinearDetector(max_chains=8) if isinstance(d, LinearDetector) else d for d in registry()]
+    )
+    full = assemble_from_reading(read(m, x, Gaussian(), detectors=raised, progress=False))
+    assert len(full.blocks) == n_dead > len(capped.blocks)
+    assert any(f"found {n_dead} directions" in n and CAP_NOTE in n for n in capped.notes)
+    assert not any(CAP_NOTE in n for n in full.notes)
+    # the stated bounds hold: every cut node death adds λ_block = 1/2 and m_block − 1 = 1
+    cut = n_dead - len(capped.blocks)
+    assert full.lam == capped.lam + Fraction(cut, 2) and full.m == capped.m + cut
+
+
 def test_component_dims_give_rrr_single_dead_unit() -> None:
     # RRR (M, H, N, r) = (5, 3, 4, 2): one dead unit, components of dims (M − r, N − r) = (3, 2).
     rec = [_rec("genuine_singularity", 2, ("0", "1"))]

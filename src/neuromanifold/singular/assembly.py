@@ -327,6 +327,20 @@ def _n_factors(rec: Any) -> int:
     return 1
 
 
+def _records(reading: Any) -> list[Any]:
+    """The direction records of a `Reading`, its ``to_dict()`` JSON or an iterable of records."""
+    if isinstance(reading, Mapping) and "directions" in reading:
+        return list(reading["directions"])
+    if hasattr(reading, "directions"):
+        return list(reading.directions)
+    if isinstance(reading, Iterable):
+        return list(reading)
+    raise TypeError(
+        f"reading must be a Reading, its to_dict() JSON or an iterable of direction "
+        f"records, got {type(reading).__name__}"
+    )
+
+
 def loci_from_reading(
     reading: Any,
     *,
@@ -359,17 +373,7 @@ def loci_from_reading(
     coefficient d/(2k) is a lower bound for wider components; it is exact for scalar units,
     width-1 chains and dead paths through square linear layers of deficiency one.
     """
-    if isinstance(reading, Mapping) and "directions" in reading:
-        records = list(reading["directions"])
-    elif hasattr(reading, "directions"):
-        records = list(reading.directions)
-    elif isinstance(reading, Iterable):
-        records = list(reading)
-    else:
-        raise TypeError(
-            f"reading must be a Reading, its to_dict() JSON or an iterable of direction "
-            f"records, got {type(reading).__name__}"
-        )
+    records = _records(reading)
     loci: list[Locus] = []
     notes: list[str] = []
     for i, rec in enumerate(records):
@@ -417,7 +421,9 @@ def assemble_from_reading(
     the live parameter count minus its gauge dimension), that count replaces the live records
     (which are then only noted, not added twice). For a model whose parameters are all in the
     read structure (one-node cells, width-1 chains) the result is the global (λ, m).
-    ``component_dims``: see :func:`loci_from_reading`.
+    ``component_dims``: see :func:`loci_from_reading`. A reading that left directions out
+    (``max_directions``, or a detector cap that cut dead directions: ``meta["truncated"]``)
+    gets a note saying so; after a cap cut of dead directions m and λ are lower bounds.
     """
     if regular_dims is not None and (
         isinstance(regular_dims, bool) or not isinstance(regular_dims, int) or regular_dims < 0
@@ -433,15 +439,52 @@ def assemble_from_reading(
 
 
 def _truncation_notes(reading: Any) -> list[str]:
-    """Notes for a reading that read fewer candidates than it found (``max_directions``), from its
-    ``meta`` (a `Reading` or its JSON): the assembly then covers the read directions only."""
+    """Notes for a reading that read or proposed fewer directions than it found, from its ``meta``
+    (a `Reading` or its JSON) and its records' ``info["truncated"]``.
+
+    * ``max_directions`` (``meta["n_read"] < meta["n_candidates"]``): the assembly covers the read
+      directions only.
+    * A detector cap (``meta["truncated"]`` entries and records' ``info["truncated"]``, each
+      ``{"cap", "found", "kept"}`` for one block and detector kind): noted when the cut kind holds
+      dead directions, i.e. duality chains or a kind with a record classed genuine in this
+      reading. Each cut dead direction is one more genuine block, which adds to λ and never
+      lowers m (``m = 1 + Σ(m_b − 1)``), so the assembled m and λ are lower bounds. Cuts of gauge
+      generators or of live modes change neither and are not noted.
+    """
+    notes: list[str] = []
     meta = reading.get("meta") if isinstance(reading, Mapping) else getattr(reading, "meta", None)
     if not isinstance(meta, Mapping):
-        return []
+        meta = {}
     found, read_ = meta.get("n_candidates"), meta.get("n_read")
     if isinstance(found, int) and isinstance(read_, int) and read_ < found:
-        return [
+        notes.append(
             f"the reading read {read_} of the {found} candidate directions it detected "
             f"(max_directions): the unread ones are not in this assembly"
-        ]
-    return []
+        )
+    try:
+        records = _records(reading)
+    except TypeError:
+        records = []
+    cuts: dict[tuple[tuple[str, ...], str], Mapping[str, Any]] = {}
+    entries = meta.get("truncated")
+    for entry in entries if isinstance(entries, list) else ():
+        if isinstance(entry, Mapping) and isinstance(entry.get("layers"), list | tuple):
+            cuts.setdefault((tuple(map(str, entry["layers"])), str(entry.get("detector"))), entry)
+    genuine_kinds: set[tuple[tuple[str, ...], str]] = set()
+    for rec in records:
+        key = (tuple(map(str, _field(rec, "layers") or ())), str(_field(rec, "detector")))
+        info = _field(rec, "info")
+        cut = info.get("truncated") if isinstance(info, Mapping) else None
+        if isinstance(cut, Mapping):
+            cuts.setdefault(key, cut)
+        if _class_of(rec) == _GENUINE:
+            genuine_kinds.add(key)
+    for (layers, detector), cut in cuts.items():
+        if detector != "duality" and (layers, detector) not in genuine_kinds:
+            continue
+        notes.append(
+            f"{detector} on {'+'.join(layers)} found {cut.get('found')} directions and kept "
+            f"{cut.get('kept')} (cap {cut.get('cap')}): the cut ones are not in this assembly, "
+            f"so m and λ are lower bounds"
+        )
+    return notes

@@ -28,6 +28,16 @@ Per block (spec §6.1–6.3) with factors ``F ≈ A ⊗ G`` (`neuromanifold.sing
    ``N = 64`` their G-kernel lifts sit at ``e ≈ 0.3–0.6 · r/d`` (``d = 1025``–``2049``), on a
    width-96 layer read on 8 samples at ``0.07 · r/d``; an exactly dead unit at ``10⁻³⁰``.
    ``NULL_FRACTION`` sits below the former and keeps the small-kernel case unchanged.
+   **Subspace match.** A G-kernel of dimension ``m ≥ 2`` (a layer followed by a narrower one)
+   has no preferred basis, and a dead path through a rotated hidden basis is a mixture of its
+   eigenvectors, none of which links alone. Where ``2 ≤ m ≤ r`` the kernel is rotated to the
+   principal directions of its lift against the consumer's A-kernel (`link.principal_links`,
+   energies ascending) and a direction links when its energy is at most
+   `link.rotated_energy_max` (``NULL_FRACTION`` of ``(√r − √m)²/d``, the smallest energy a
+   random ``m``-dimensional subspace reaches); the one-sided ``kfac-G`` modes then use the same
+   rotated basis. At ``m > r`` the two kernels meet in ``m − r`` dimensions for dimensional
+   reasons alone, so each eigenvector is tested alone as above (a dead path in a rotated basis
+   of such a layer is not found: a probe set or input narrower than the layer).
    Links are followed both ways into a chain; the chain's first block takes the top input
    eigenvector of its ``A`` and the last the top eigenvector of its ``G``; each block gets the
    rank-one increment ``ΔW̄ = out inᵀ`` with equal norm ``1/√(#blocks)``. Provenance ``"duality"``;
@@ -85,6 +95,10 @@ from neuromanifold.singular.detectors.link import (
     link_energy_max,
     live_energy,
     live_energy_batch,
+    principal_links,
+    principal_links_reference,
+    rotated_energy_max,
+    rotates,
 )
 from neuromanifold.singular.detectors.near_kernel import near_kernel
 from neuromanifold.singular.detectors.one_sided import (
@@ -189,42 +203,29 @@ class LinearDetector:
             ctx.cache["modules"] = mods
         return mods
 
-    def _downstream(self, ctx: DetectionContext, name: str, g: Tensor) -> tuple[str, Tensor] | None:
-        c = ctx.graph.single_consumer(name)
-        if c is None or c not in ctx.factors.blocks:
-            return None
-        mod = self._modules(ctx)[c]
-        vec = input_lift(mod, g)
-        spec = block_spectrum(ctx, c)
-        if vec is None or spec is None or live_energy(spec, vec) > link_energy_max(spec):
-            return None
-        return c, vec
-
     def linked(self, ctx: DetectionContext, name: str) -> list[tuple[Tensor, str, Tensor]]:
         """G-kernel vectors of ``name`` whose lift lies in its consumer's A-kernel.
 
         Returns ``[(g, consumer, lifted in-vector), …]`` in ascending-eigenvalue order (cached;
         the indices of the linked columns of ``g_vecs`` are cached under ``"linked_idx"``). All
-        G-kernel vectors are lifted and matched in one batch against `link_energy_max`
-        (`live_energy_batch`); with `REFERENCE` one at a time (`live_energy`).
+        G-kernel is matched against the consumer in one batch (`_kernel_links`); with `REFERENCE`
+        through the oracles, one vector at a time. The G-kernel basis the links refer to (rotated
+        to the consumer's principal directions where `link.rotates`) is cached under
+        ``"g_kernel"``, the indices of its linked columns under ``"linked_idx"``.
         """
         cache = ctx.cache.setdefault("linked", {})
         if name in cache:
             return cache[name]
         spec = block_spectrum(ctx, name)
         out, idx = [], []
-        if spec is not None and REFERENCE:
-            for j in spec.ker_g:
-                g = spec.g_vecs[:, j]
-                link = self._downstream(ctx, name, g)
-                if link is not None:
-                    out.append((g, link[0], link[1]))
-                    idx.append(j)
-        elif spec is not None and spec.ker_g:
+        if spec is not None and spec.ker_g:
             c = ctx.graph.single_consumer(name)
-            for col, link in self._links_into(ctx, spec, c):
+            find = self._kernel_links_reference if REFERENCE else self._kernel_links
+            basis, links = find(ctx, spec, c)
+            ctx.cache.setdefault("g_kernel", {})[name] = basis
+            for col, link in links:
                 out.append(link)
-                idx.append(spec.ker_g[col])
+                idx.append(col)
         cache[name] = out
         ctx.cache.setdefault("linked_idx", {})[name] = set(idx)
         return out
@@ -244,24 +245,61 @@ class LinearDetector:
         skips = ctx.graph.skips.get(name, ())
         if spec is not None and spec.ker_g:
             for c in skips:
-                out.extend(link for _, link in self._links_into(ctx, spec, c))
+                out.extend(link for _, link in self._kernel_links(ctx, spec, c)[1])
         cache[name] = out
         return out
 
-    def _links_into(
+    def _kernel_links(
         self, ctx: DetectionContext, spec: BlockSpectrum, consumer: str | None
-    ) -> list[tuple[int, tuple[Tensor, str, Tensor]]]:
-        """The G-kernel columns of ``spec`` whose lift into ``consumer`` passes the link rule,
-        all matched in one batch: ``[(column in ker_g, (g, consumer, lifted in-vector)), …]``."""
-        if consumer is None or consumer not in ctx.factors.blocks:
-            return []
-        cspec = block_spectrum(ctx, consumer)
+    ) -> tuple[Tensor, list[tuple[int, tuple[Tensor, str, Tensor]]]]:
+        """The G-kernel basis of ``spec`` as matched against ``consumer`` and its columns whose
+        lift passes the link rule: ``(basis, [(column, (g, consumer, lifted in-vector)), …])``.
+
+        Where `link.rotates` (``2 ≤ m ≤ r``) the basis is rotated to the principal directions of
+        its lift against the consumer's A-kernel (`principal_links`) and a column links when its
+        energy is at most `rotated_energy_max`: a dead path whose output direction is a mixture
+        of the G-kernel's eigenvectors (a hidden basis rotated, a layer followed by a narrower
+        one) is found whatever basis ``eigh`` returned for that kernel. Otherwise each
+        eigenvector is tested alone against `link_energy_max` (module docstring)."""
         gs = columns(spec.g_vecs, spec.ker_g)
+        if consumer is None or consumer not in ctx.factors.blocks:
+            return gs, []
+        cspec = block_spectrum(ctx, consumer)
         vecs = input_lift_batch(self._modules(ctx)[consumer], gs)
         if cspec is None or vecs is None:
-            return []
-        hits = (live_energy_batch(cspec, vecs) <= link_energy_max(cspec)).tolist()
-        return [(j, (gs[:, j], consumer, vecs[:, j])) for j, hit in enumerate(hits) if hit]
+            return gs, []
+        m = gs.shape[1]
+        if rotates(cspec, m):
+            rot, energy = principal_links(cspec, vecs, gs)
+            gs, vecs, bound = gs @ rot, vecs @ rot, rotated_energy_max(cspec, m)
+        else:
+            energy, bound = live_energy_batch(cspec, vecs), link_energy_max(cspec)
+        hits = (energy <= bound).tolist()
+        return gs, [(j, (gs[:, j], consumer, vecs[:, j])) for j, hit in enumerate(hits) if hit]
+
+    def _kernel_links_reference(
+        self, ctx: DetectionContext, spec: BlockSpectrum, consumer: str | None
+    ) -> tuple[Tensor, list[tuple[int, tuple[Tensor, str, Tensor]]]]:
+        """Oracle of `_kernel_links`: every vector lifted alone (`input_lift`), the rotation
+        from the dense projector (`principal_links_reference`), energies one at a time
+        (`live_energy`)."""
+        gs = columns(spec.g_vecs, spec.ker_g)
+        if consumer is None or consumer not in ctx.factors.blocks:
+            return gs, []
+        cspec, mod = block_spectrum(ctx, consumer), self._modules(ctx)[consumer]
+        lifted = [input_lift(mod, gs[:, j]) for j in range(gs.shape[1])]
+        if cspec is None or any(v is None for v in lifted):
+            return gs, []
+        m, bound = gs.shape[1], link_energy_max(cspec)
+        if rotates(cspec, m):
+            rot, _ = principal_links_reference(cspec, torch.stack(lifted, 1), gs)
+            gs, bound = gs @ rot, rotated_energy_max(cspec, m)
+            lifted = [input_lift(mod, gs[:, j]) for j in range(m)]
+        return gs, [
+            (j, (gs[:, j], consumer, v))
+            for j, v in enumerate(lifted)
+            if live_energy(cspec, v) <= bound
+        ]
 
     def _upstream(self, ctx: DetectionContext, name: str) -> list[Tensor]:
         """Linked vectors that land in ``name``: from its single producer, and through skips."""
@@ -339,9 +377,10 @@ class LinearDetector:
             )
         linked_g = torch.stack([g for g, _, _ in links], 1) if links and REFERENCE else None
         linked_idx = ctx.cache["linked_idx"][name]
+        basis, gamma = _g_kernel(ctx, name, spec)
         g_side = []
-        for j in spec.ker_g:
-            g = spec.g_vecs[:, j]
+        for j in range(basis.shape[1]):
+            g = basis[:, j]
             if _is_logit_shift(ctx, name, g):
                 continue
             if linked_g is not None and float((linked_g.T @ g).norm()) >= MATCH_MIN:
@@ -351,8 +390,8 @@ class LinearDetector:
             g_side.append(j)
         trunc = _truncation(self.max_one_sided, len(g_side))
         for j in g_side[: self.max_one_sided]:
-            u = normalise(lift(name, module, spec.g_vecs[:, j], spec.a_top))
-            r = _ratio(float(spec.gamma[j]), g_max)
+            u = normalise(lift(name, module, basis[:, j], spec.a_top))
+            r = _ratio(float(gamma[j]), g_max)
             out.append(Candidate(layers=(name,), detector="kfac-G", u=u, ratio=r, info=dict(trunc)))
         if not spec.ker_a and not spec.ker_g and a_max > 0 and g_max > 0:
             out.extend(self._joint_modes(name, module, spec))
@@ -420,6 +459,18 @@ class LinearDetector:
             ratio=_ratio(float(spec.gamma[spec.ker_g[0]]), float(spec.gamma[-1])),
             info={"chain_length": len(chain), **info},
         )
+
+
+def _g_kernel(ctx: DetectionContext, name: str, spec: BlockSpectrum) -> tuple[Tensor, Tensor]:
+    """The G-kernel basis the links of ``name`` refer to (`LinearDetector.linked`; the kernel
+    eigenvectors unless rotated against the consumer) and each column's Rayleigh quotient
+    ``gᵀ G g`` (the eigenvalues when not rotated)."""
+    eig = columns(spec.g_vecs, spec.ker_g)
+    gamma = spec.gamma[spec.ker_g]
+    basis = ctx.cache.get("g_kernel", {}).get(name, eig)
+    if basis is eig:
+        return eig, gamma
+    return basis, (eig.T @ basis).pow(2).T @ gamma
 
 
 def _truncation(cap: int, found: int) -> dict:

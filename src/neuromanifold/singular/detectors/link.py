@@ -31,6 +31,10 @@ __all__ = [
     "match",
     "match_batch",
     "null_energy_max",
+    "principal_links",
+    "principal_links_reference",
+    "rotated_energy_max",
+    "rotates",
     "tap_span",
 ]
 
@@ -153,6 +157,84 @@ def null_energy_max(d: int, k: int) -> float:
     0.002
     """
     return max(EXACT_DEAD_ENERGY, min(1.0 - MATCH_MIN**2, NULL_FRACTION * (d - k) / d))
+
+
+def rotates(spec: BlockSpectrum, m: int) -> bool:
+    """Whether a producer's G-kernel of dimension ``m`` is matched as a subspace
+    (`principal_links`) against the consumer of ``spec``: ``2 ≤ m ≤ r``, ``r = d − k`` the rank of
+    the consumer's live A part. At ``m > r`` the two kernels meet for dimensional reasons alone
+    (``m + k > d``: a generic ``(m − r)``-dimensional intersection of exactly zero energy), so
+    no combination is evidence of a dead path and each kernel vector is tested alone; at
+    ``m = r`` the random baseline of `rotated_energy_max` is 0 and only an exactly dead path
+    (``EXACT_DEAD_ENERGY``) links."""
+    r = spec.a_vecs.shape[0] - len(spec.ker_a)
+    return 2 <= m <= r
+
+
+def rotated_energy_max(spec: BlockSpectrum, m: int) -> float:
+    """The link bound for the best directions of an ``m``-dimensional G-kernel (`principal_links`):
+    ``max(EXACT_DEAD_ENERGY, min(1 − MATCH_MIN², NULL_FRACTION · (√r − √m)²/d))``.
+
+    The smallest out-of-kernel energy over a random ``m``-dimensional subspace is about
+    ``(√r − √m)²/d`` (the smallest squared singular value of the ``r × m`` block of a random
+    rotation), not the ``r/d`` of one random vector (`link_energy_max`), so the null expectation
+    shrinks with ``m``; the same ``NULL_FRACTION`` of it is asked.
+
+    >>> ev = torch.cat([torch.zeros(1), torch.ones(3)])  # d = 4, k = 1, r = 3
+    >>> spec = BlockSpectrum(ev, torch.eye(4), ev, torch.eye(4), [0], [0])
+    >>> round(rotated_energy_max(spec, 2), 6)  # 0.04 · (√3 − √2)²/4
+    0.00101
+    """
+    d = spec.a_vecs.shape[0]
+    r = d - len(spec.ker_a)
+    null = (r**0.5 - m**0.5) ** 2 / d
+    return max(EXACT_DEAD_ENERGY, min(1.0 - MATCH_MIN**2, NULL_FRACTION * null))
+
+
+def _sign_fix(c: Tensor, basis: Tensor) -> Tensor:
+    """Columns of ``c`` signed so that the largest entry of each ``basis @ c`` column is positive
+    (the first of equal magnitude): a deterministic orientation of each principal direction."""
+    rot = basis @ c
+    idx = rot.abs().argmax(dim=0)
+    signs = torch.sign(rot[idx, torch.arange(rot.shape[1], device=rot.device)])
+    return c * torch.where(signs == 0, torch.ones_like(signs), signs)
+
+
+def principal_links(spec: BlockSpectrum, vecs: Tensor, basis: Tensor) -> tuple[Tensor, Tensor]:
+    """The principal directions of the lifted G-kernel ``span(vecs)`` against the A-kernel.
+
+    ``vecs`` (``d × m``, orthonormal columns: the lifts of the orthonormal G-kernel ``basis``,
+    ``d_out × m``) is rotated by an ``m × m`` orthogonal ``C`` so that the out-of-kernel energies
+    ``e_i = ‖P_{live A} vecs c_i‖²`` are the stationary values of the energy over the span,
+    ascending; returns ``(C, e)``. ``basis @ C`` is then a G-kernel basis whose first vectors
+    are the combinations closest to the A-kernel. Computed by an SVD of ``Lᵀ vecs`` (``L`` the
+    live basis; energies = squared singular values) or of ``Kᵀ vecs`` (``K`` the kernel basis;
+    energies = ``1 − σ²``), whichever basis is smaller, like `live_energy_batch`; oracle
+    `principal_links_reference`.
+    """
+    k, d, m = len(spec.ker_a), spec.a_vecs.shape[0], vecs.shape[1]
+    if k <= d - k:
+        _, sv, vh = torch.linalg.svd(spec.ker_a_basis().T @ vecs, full_matrices=True)
+        cos2 = torch.zeros(m, dtype=vecs.dtype, device=vecs.device)
+        cos2[: sv.numel()] = sv.pow(2)
+        energy, c = (1.0 - cos2).clamp_min(0.0), vh.T  # cos² descending: energy ascending
+    else:
+        _, sv, vh = torch.linalg.svd(spec.live_a_basis().T @ vecs, full_matrices=True)
+        e = torch.zeros(m, dtype=vecs.dtype, device=vecs.device)
+        e[: sv.numel()] = sv.pow(2)
+        energy, c = e.flip(0), vh.T.flip(1)  # σ² descending: flipped to ascending
+    return _sign_fix(c, basis), energy
+
+
+def principal_links_reference(
+    spec: BlockSpectrum, vecs: Tensor, basis: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Oracle of `principal_links`: ``eigh`` of ``vecsᵀ (I − K Kᵀ) vecs`` with the dense
+    projector onto the live part."""
+    ker = spec.ker_a_basis()
+    live = torch.eye(vecs.shape[0], dtype=vecs.dtype, device=vecs.device) - ker @ ker.T
+    energy, c = torch.linalg.eigh(vecs.T @ live @ vecs)
+    return _sign_fix(c, basis), energy.clamp_min(0.0)
 
 
 def live_energy(spec: BlockSpectrum, vec: Tensor) -> float:

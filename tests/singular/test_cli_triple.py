@@ -105,6 +105,19 @@ def test_read_from_saved_reading(tmp_path: Path) -> None:
     assert res.exit_code != 0 and "readable Reading JSON" in " ".join(res.output.split())
 
 
+def test_read_of_a_binary_file_is_a_one_line_error(tmp_path: Path) -> None:
+    # trial B #7: a torch file passed as --reading raised UnicodeDecodeError with a traceback
+    import torch
+
+    pt = tmp_path / "x.pt"
+    torch.save(torch.zeros(3, dtype=torch.float64), pt)
+    res = runner.invoke(app, ["triple", "read", "--reading", str(pt)])
+    assert res.exit_code == 2 and isinstance(res.exception, SystemExit)  # click's usage error
+    text = " ".join(res.output.replace("│", " ").split())  # rich boxes the message
+    assert "--reading must be a readable Reading JSON file: 'utf-8' codec can't decode" in text
+    assert "Traceback" not in res.output
+
+
 def test_read_node_death_reports_nu_of_the_read_order(tmp_path: Path) -> None:
     # σ'(0) ≠ 0 node death read at k = 2 across two layers: λ = 1/2, m = 2 and ν(2), not ν(1).
     reading = {

@@ -168,7 +168,8 @@ def read_cmd(
     check_json_target(json_path, stdout_ok=True)
     try:
         data = json.loads(reading.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        # UnicodeDecodeError: a binary file (e.g. a torch .pt passed instead of the JSON)
         raise typer.BadParameter(f"--reading must be a readable Reading JSON file: {err}") from None
     if not isinstance(data, dict) or "directions" not in data:
         raise typer.BadParameter(

@@ -7,13 +7,19 @@ attribute). Sources are Linear and convolution modules, normalisation layers (to
 RMSNorm, BatchNorm and GroupNorm, and RMSNorms defined elsewhere: `is_named_rmsnorm`) and
 embeddings; consumers are those, ``nn.MultiheadAttention`` (its query input) and layer-scale
 modules (`layer_scale_param`). Elementwise functions called inside a ``forward`` (``F.relu``,
-``torch.tanh``, …: `FUNCTIONAL_ELEMENTWISE`) continue the chain like the equal modules, and so do
-pooling, a spatial mean and a flatten of ``(N, C, 1, 1)`` after a source whose units are channels
-(convolution, BatchNorm, GroupNorm: `CHANNELWISE`, every channel kept apart, so unit ``c`` of the
-producer is still channel ``c`` of the consumer's input; a flatten of a whole feature map makes
-channel ``c`` a block of features); any other function (a product, a transpose, another reshape, a
-residual addition, an in-place operation on the tensor) breaks it, so no edge is drawn across it
-(the duality join and the LayerNorm lift are then not attempted, which is conservative).
+``torch.tanh``, …: `FUNCTIONAL_ELEMENTWISE`) continue the chain like the equal modules, and so does
+a tensor raised to a real scalar power (``h ** 2``, ``torch.pow(h, 3)``, ``h.square()``, ``h * h``
+of one and the same tensor: `POWERS`, labelled ``"Square"`` or ``"Pow(p)"``), so a squared ReLU
+written inline, or in a module of any name that computes it with those functions, reads as the
+steps ``("ReLU", "Square")``. So do pooling, a spatial mean and a flatten of ``(N, C, 1, 1)``
+after a source whose units are channels (convolution, BatchNorm, GroupNorm: `CHANNELWISE`, every
+channel kept apart, so unit ``c`` of the producer is still channel ``c`` of the consumer's input;
+a flatten of a whole feature map makes channel ``c`` a block of features); any other function (a
+product of two different tensors, a transpose, another reshape, a residual addition, an in-place
+operation on the tensor) breaks it, so no edge is drawn across it (the duality join and the
+LayerNorm lift are then not attempted, which is conservative). A module that is elementwise but
+computes through anything else (``torch.where``, ``clamp``, a custom kernel) continues the chain
+when it has a truthy ``elementwise`` attribute; its step is then labelled with its class name.
 
 **Skip edges** are recorded separately: ``skips[p]`` lists the sinks whose first input is a sum in
 which the output of source ``p`` itself is one summand — ``c(z + f(z))`` with ``z = p(·)``, through
@@ -36,8 +42,10 @@ from neuromanifold.singular.detectors.graph_steps import (
     CHANNELWISE,
     CHANNELWISE_LABELS,
     FUNCTIONAL_ELEMENTWISE,
+    POWERS,
     channel_label,
     channels_first_ndim,
+    power_label,
 )
 
 __all__ = [
@@ -47,6 +55,7 @@ __all__ = [
     "ELEMENTWISE_NAMES",
     "FUNCTIONAL_ELEMENTWISE",
     "PASS_THROUGH",
+    "POWERS",
     "ModelGraph",
     "graph_passes_through",
     "is_named_rmsnorm",
@@ -251,7 +260,8 @@ class _Provenance:
 
 class _Calls(TorchFunctionMode):
     """Sees the calls a ``forward`` makes: carries provenance through the functions of
-    `FUNCTIONAL_ELEMENTWISE` and `CHANNELWISE`, and records the summands of additions."""
+    `FUNCTIONAL_ELEMENTWISE`, `CHANNELWISE` and `POWERS` (scalar powers only: `power_label`),
+    and records the summands of additions."""
 
     def __init__(self, prov: _Provenance) -> None:
         super().__init__()
@@ -260,6 +270,8 @@ class _Calls(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         label = FUNCTIONAL_ELEMENTWISE.get(func)
+        if label is None and func in POWERS:
+            label = power_label(func, args, kwargs)
         if label is not None or func in CHANNELWISE:
             return self._step(func, label, args, kwargs)
         if func not in _ADDS or len(args) != 2 or kwargs.get("alpha", 1) != 1:

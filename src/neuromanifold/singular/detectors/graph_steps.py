@@ -3,11 +3,16 @@
 
 * `FUNCTIONAL_ELEMENTWISE`: elementwise functions (``F.relu``, ``torch.tanh``, …), labelled
   with the class name of the equal module.
+* `POWERS`: a tensor raised to a scalar power (``h ** 2``, ``torch.pow``, ``h.square()``,
+  ``h * h``), labelled ``"Square"`` or ``"Pow(p)"`` (`power_label`), with their degree of
+  homogeneity (`power_degree`).
 * `CHANNELWISE`: pooling, spatial means and flattens that keep every channel of a
   channels-first source apart (`channel_label`, `channels_first_ndim`).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor, nn
@@ -16,8 +21,11 @@ __all__ = [
     "CHANNELWISE",
     "CHANNELWISE_LABELS",
     "FUNCTIONAL_ELEMENTWISE",
+    "POWERS",
     "channel_label",
     "channels_first_ndim",
+    "power_degree",
+    "power_label",
 ]
 
 
@@ -43,6 +51,57 @@ FUNCTIONAL_ELEMENTWISE: dict[object, str] = {
 """Elementwise functions (called inside a ``forward`` rather than as modules) that continue a
 chain, labelled with the class name of the equal module (``via`` then reads the same either
 way)."""
+
+_SQUARE = frozenset((torch.square, Tensor.square, Tensor.square_))
+_MUL = frozenset((torch.mul, Tensor.mul, Tensor.__mul__, Tensor.mul_, Tensor.__imul__))
+POWERS = frozenset(
+    (torch.pow, Tensor.pow, Tensor.__pow__, Tensor.pow_, Tensor.__ipow__, *_SQUARE, *_MUL)
+)
+"""Functions that raise their first (tensor) argument to a power elementwise when called the way
+`power_label` accepts: ``square``, ``pow`` (``**``) with a real scalar exponent, and ``mul``
+(``*``) of a tensor with itself (one and the same tensor object on both sides)."""
+
+
+def power_label(func: object, args: tuple, kwargs: dict) -> str | None:
+    """The label of ``func(*args, **kwargs)`` (``func`` in `POWERS`) when it raises its tensor
+    argument to a real scalar power: ``"Square"`` for the exponent 2 (``h ** 2``, ``h.pow(2.0)``,
+    ``torch.square(h)``, ``h * h``), ``"Pow(p)"`` for any other finite exponent ``p``; None for any
+    other call (a product of two different tensors, a tensor or boolean exponent, a scalar base).
+
+    >>> h = torch.ones(2)
+    >>> power_label(Tensor.__pow__, (h, 2), {}), power_label(torch.pow, (h,), {"exponent": 3})
+    ('Square', 'Pow(3)')
+    >>> power_label(Tensor.mul, (h, h), {}), power_label(Tensor.mul, (h, h.clone()), {})
+    ('Square', None)
+    """
+    if not args or not isinstance(args[0], Tensor):
+        return None
+    if func in _SQUARE:
+        return "Square"
+    if func in _MUL:
+        other = args[1] if len(args) > 1 else kwargs.get("other")
+        return "Square" if other is args[0] else None
+    p = args[1] if len(args) > 1 else kwargs.get("exponent")
+    if isinstance(p, bool) or not isinstance(p, int | float) or not math.isfinite(p):
+        return None
+    return "Square" if p == 2 else f"Pow({p:g})"
+
+
+def power_degree(label: str) -> int | None:
+    """The degree ``p`` of a `power_label` step when it is a positive integer (``"Square"``: 2,
+    ``"Pow(3)"``: 3), so that ``(c z)^p = c^p z^p`` for every ``c > 0``; None for any other
+    label and for zero, negative or fractional exponents.
+
+    >>> [power_degree(label) for label in ("Square", "Pow(3)", "Pow(0.5)", "Pow(-1)", "ReLU")]
+    [2, 3, None, None, None]
+    """
+    if label == "Square":
+        return 2
+    if not (label.startswith("Pow(") and label.endswith(")")):
+        return None
+    p = float(label[4:-1])
+    return int(p) if p.is_integer() and p >= 1 else None
+
 
 CHANNELWISE: dict[object, str] = {
     **dict.fromkeys((_F.max_pool1d, _F.max_pool2d), "MaxPool"),

@@ -19,6 +19,7 @@ from neuromanifold.singular.detectors.graph import (
     graph_passes_through,
     is_named_rmsnorm,
 )
+from neuromanifold.singular.detectors.graph_steps import power_degree
 from neuromanifold.singular.detectors.one_sided import check_cap
 from neuromanifold.singular.detectors.rescale import UnitRescale, rescale_candidate
 
@@ -31,6 +32,31 @@ def _check_max_units(value: object) -> int | None:
 
 _HOMOGENEOUS = {"ReLU": 1, "LeakyReLU": 1, "SquaredReLU": 2, "ReLUSquaredActivation": 2}
 """Positively homogeneous activations by class name and their degree p: ``φ(cz) = c^p φ(z)``."""
+
+
+def _chain_degree(steps: list[str]) -> int | None:
+    """The degree p of the steps between a producer and its consumer (Identity/Dropout removed)
+    when together they are positively homogeneous, ``φ(cz) = c^p φ(z)`` for ``c > 0``: degrees
+    multiply under composition, so p is the product of the activations' degrees
+    (`_HOMOGENEOUS`) and of the integer powers' (`graph_steps.power_degree`: ``F.relu(h) ** 2``
+    is ``("ReLU", "Square")``, p = 2; a square alone is p = 2 as well), the channelwise pooling
+    steps counting 1. None when a step is not homogeneous of integer degree (Tanh, ``h ** 0.5``)
+    or when there is no activation or power at all.
+
+    >>> _chain_degree(["ReLU", "Square"]), _chain_degree(["ReLU", "MaxPool"]), _chain_degree([])
+    (2, 1, None)
+    >>> _chain_degree(["Tanh", "Square"]) is None
+    True
+    """
+    degree, acts = 1, 0
+    for step in steps:
+        if step in CHANNELWISE_LABELS:
+            continue
+        p = _HOMOGENEOUS.get(step) or power_degree(step)
+        if p is None:
+            return None
+        degree, acts = degree * p, acts + 1
+    return degree if acts else None
 
 
 def _prefix(name: str) -> str:
@@ -72,11 +98,12 @@ class ReLURescaleDetector:
 
     A Linear/conv block, or a BatchNorm/GroupNorm with an affine map (its channel ``c`` is
     ``γ_c x̂_c + β_c``: the scale and shift play the row and bias, as in a ResNet's
-    BatchNorm → ReLU → conv), followed (through one positively homogeneous activation of degree
-    p: ReLU and LeakyReLU p = 1, ``SquaredReLU`` and Hugging Face's ``ReLUSquaredActivation``
-    p = 2, and any channelwise pooling, spatial mean or singleton flatten, degree 1:
-    `graph.CHANNELWISE`) by a single consumer block: unit ``j``'s orbit ``(w_in, b_in, w_out) →
-    (c w_in, c b_in, w_out/c^p)`` has tangent ``(W1[j], b1[j], −p·W2[:, j])`` (`UnitRescale`;
+    BatchNorm → ReLU → conv), followed (through positively homogeneous activations and powers of
+    total degree p, `_chain_degree`: ReLU and LeakyReLU p = 1, ``SquaredReLU``, Hugging Face's
+    ``ReLUSquaredActivation`` and an inline ``F.relu(h) ** 2`` p = 2, and any channelwise
+    pooling, spatial mean or singleton flatten, degree 1: `graph.CHANNELWISE`) by a single
+    consumer block: unit ``j``'s orbit ``(w_in, b_in, w_out) → (c w_in, c b_in, w_out/c^p)``
+    has tangent ``(W1[j], b1[j], −p·W2[:, j])`` (`UnitRescale`;
     for a conv consumer ``W2[:, j]`` is input channel ``j`` of every output channel and kernel
     position; for a Linear reading a flattened feature map, channel ``j``'s block of columns),
     certified by evaluation (`certify`: a ReLU output that also enters a residual
@@ -100,8 +127,8 @@ class ReLURescaleDetector:
         c = ctx.graph.single_consumer(name)
         via = ctx.graph.via.get((name, c)) if c is not None else None
         steps = [v for v in via or () if v not in PASS_THROUGH]
-        acts = [v for v in steps if v not in CHANNELWISE_LABELS]
-        if via is None or len(acts) != 1 or acts[0] not in _HOMOGENEOUS:
+        degree = _chain_degree(steps)
+        if via is None or degree is None:
             return []
         cons = ctx.model.get_submodule(c)
         if not is_supported_block(cons):
@@ -111,7 +138,7 @@ class ReLURescaleDetector:
         block = cols // units if steps[-1] == "FlattenChannels" else 1
         if cols != units * block:
             return []
-        orbit = UnitRescale(tuple(producers), (f"{c}.weight",), _HOMOGENEOUS[acts[0]], block)
+        orbit = UnitRescale(tuple(producers), (f"{c}.weight",), degree, block)
         return rescale_candidate(
             ctx, orbit, layers=(name, c), detector="relu-rescale", max_units=self.max_units
         )

@@ -8,8 +8,9 @@ Per block (spec §6.1–6.3) with factors ``F ≈ A ⊗ G`` (`neuromanifold.sing
    not, the kept set is shrunk from the top until a gap appears (possibly to nothing).
 2. **Duality join.** A dead unit of block ``p`` shows as a G-side kernel vector ``g`` of ``p`` and,
    in its single consumer ``c`` (through elementwise modules only), as an A-side kernel of ``c``
-   containing the lift of ``g`` (Linear consumer: ``(g, 0)``; conv consumer: ``g ⊗ w`` with the
-   uniform spatial pattern ``w``, bias coordinate 0). **Link rule** (`link_energy_max`): with
+   containing the lift of ``g`` (Linear consumer: ``(g, 0)``, or ``(g ⊗ 𝟙_P/√P, 0)`` when it
+   reads the producer's feature map of ``P`` positions flattened; conv consumer: ``g ⊗ w`` with
+   the uniform spatial pattern ``w``, bias coordinate 0). **Link rule** (`link_energy_max`): with
    ``v = lift(g)`` (unit), the consumer's A-kernel of dimension ``k`` in ``d`` coordinates and
    its complement (live part) of rank ``r = d − k``, the out-of-kernel energy
    ``e = ‖P_{live A_c} v‖² = 1 − ‖P_{ker A_c} v‖²`` must satisfy
@@ -44,7 +45,8 @@ Per block (spec §6.1–6.3) with factors ``F ≈ A ⊗ G`` (`neuromanifold.sing
    a chain is proposed once, from its first block; each linked G-kernel vector of the first block
    starts its own chain (parallel dead units or paths give distinct directions). Kernel
    directions explained by a chain (the linked G vectors; on the consumer side every tap
-   ``g ⊗ e_s`` of a linked unit) are not proposed again one-sided. At most ``max_chains``
+   ``g ⊗ e_s`` of a linked unit, or each of its ``P`` flattened columns) are not proposed again
+   one-sided. At most ``max_chains``
    (default `MAX_CHAINS`) chains start at one block, and as many skip chains. A factor that
    vanishes identically (``G`` under all-zero downstream weights, ``A`` above all-zero upstream
    weights) has every direction in its kernel.
@@ -86,6 +88,7 @@ from torch import Tensor, nn
 
 from neuromanifold.singular.blocks import is_supported_block
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
+from neuromanifold.singular.detectors.graph import PASS_THROUGH
 from neuromanifold.singular.detectors.link import (
     MATCH_MIN,
     BlockSpectrum,
@@ -221,7 +224,7 @@ class LinearDetector:
         if spec is not None and spec.ker_g:
             c = ctx.graph.single_consumer(name)
             find = self._kernel_links_reference if REFERENCE else self._kernel_links
-            basis, links = find(ctx, spec, c)
+            basis, links = find(ctx, name, spec, c)
             ctx.cache.setdefault("g_kernel", {})[name] = basis
             for col, link in links:
                 out.append(link)
@@ -245,12 +248,12 @@ class LinearDetector:
         skips = ctx.graph.skips.get(name, ())
         if spec is not None and spec.ker_g:
             for c in skips:
-                out.extend(link for _, link in self._kernel_links(ctx, spec, c)[1])
+                out.extend(link for _, link in self._kernel_links(ctx, name, spec, c)[1])
         cache[name] = out
         return out
 
     def _kernel_links(
-        self, ctx: DetectionContext, spec: BlockSpectrum, consumer: str | None
+        self, ctx: DetectionContext, name: str, spec: BlockSpectrum, consumer: str | None
     ) -> tuple[Tensor, list[tuple[int, tuple[Tensor, str, Tensor]]]]:
         """The G-kernel basis of ``spec`` as matched against ``consumer`` and its columns whose
         lift passes the link rule: ``(basis, [(column, (g, consumer, lifted in-vector)), …])``.
@@ -265,7 +268,8 @@ class LinearDetector:
         if consumer is None or consumer not in ctx.factors.blocks:
             return gs, []
         cspec = block_spectrum(ctx, consumer)
-        vecs = input_lift_batch(self._modules(ctx)[consumer], gs)
+        block = _flatten_block(ctx, name, consumer)
+        vecs = input_lift_batch(self._modules(ctx)[consumer], gs, block)
         if cspec is None or vecs is None:
             return gs, []
         m = gs.shape[1]
@@ -278,7 +282,7 @@ class LinearDetector:
         return gs, [(j, (gs[:, j], consumer, vecs[:, j])) for j, hit in enumerate(hits) if hit]
 
     def _kernel_links_reference(
-        self, ctx: DetectionContext, spec: BlockSpectrum, consumer: str | None
+        self, ctx: DetectionContext, name: str, spec: BlockSpectrum, consumer: str | None
     ) -> tuple[Tensor, list[tuple[int, tuple[Tensor, str, Tensor]]]]:
         """Oracle of `_kernel_links`: every vector lifted alone (`input_lift`), the rotation
         from the dense projector (`principal_links_reference`), energies one at a time
@@ -287,14 +291,15 @@ class LinearDetector:
         if consumer is None or consumer not in ctx.factors.blocks:
             return gs, []
         cspec, mod = block_spectrum(ctx, consumer), self._modules(ctx)[consumer]
-        lifted = [input_lift(mod, gs[:, j]) for j in range(gs.shape[1])]
+        block = _flatten_block(ctx, name, consumer)
+        lifted = [input_lift(mod, gs[:, j], block) for j in range(gs.shape[1])]
         if cspec is None or any(v is None for v in lifted):
             return gs, []
         m, bound = gs.shape[1], link_energy_max(cspec)
         if rotates(cspec, m):
             rot, _ = principal_links_reference(cspec, torch.stack(lifted, 1), gs)
             gs, bound = gs @ rot, rotated_energy_max(cspec, m)
-            lifted = [input_lift(mod, gs[:, j]) for j in range(m)]
+            lifted = [input_lift(mod, gs[:, j], block) for j in range(m)]
         return gs, [
             (j, (gs[:, j], consumer, v))
             for j, v in enumerate(lifted)
@@ -368,7 +373,8 @@ class LinearDetector:
             out.extend(self._skip_chains(ctx, name, spec))
         a_max, g_max = float(spec.alpha[-1]), float(spec.gamma[-1])
         one_sided = one_sided_a_modes_reference if REFERENCE else one_sided_a_modes
-        modes, n_a = one_sided(spec, module, upstream, max_modes=self.max_one_sided)
+        block = _flatten_block(ctx, ctx.graph.single_producer(name), name)
+        modes, n_a = one_sided(spec, module, upstream, max_modes=self.max_one_sided, block=block)
         trunc = _truncation(self.max_one_sided, n_a)
         for vec, ratio in modes:
             u = normalise(lift(name, module, spec.g_top, vec))
@@ -459,6 +465,22 @@ class LinearDetector:
             ratio=_ratio(float(spec.gamma[spec.ker_g[0]]), float(spec.gamma[-1])),
             info={"chain_length": len(chain), **info},
         )
+
+
+def _flatten_block(ctx: DetectionContext, producer: str | None, consumer: str) -> int:
+    """Columns per producer channel where a Linear ``consumer`` reads ``producer``'s feature map
+    flattened (the graph's last channelwise step is ``"FlattenChannels"``): ``in_features / C``;
+    1 for any other edge (`link.input_lift`)."""
+    via = ctx.graph.via.get((producer, consumer)) if producer is not None else None
+    steps = [v for v in via or () if v not in PASS_THROUGH]
+    mods = ctx.cache.get("modules") or dict(ctx.model.named_modules())
+    cons, prod = mods.get(consumer), mods.get(producer) if producer is not None else None
+    if not steps or steps[-1] != "FlattenChannels" or not isinstance(cons, nn.Linear):
+        return 1
+    channels = ctx.factors.blocks[producer].G.shape[0] if producer in ctx.factors.blocks else 0
+    if prod is None or channels == 0 or cons.in_features % channels:
+        return 1
+    return cons.in_features // channels
 
 
 def _g_kernel(ctx: DetectionContext, name: str, spec: BlockSpectrum) -> tuple[Tensor, Tensor]:

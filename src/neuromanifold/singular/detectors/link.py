@@ -1,7 +1,8 @@
 """The duality link rule: does a producer's dead output direction land in a consumer's A-kernel?
 
 A dead unit ``g`` of block ``p`` (a G-side kernel vector) is lifted into the input coordinates
-``ā`` of a consumer ``c`` (`input_lift`: Linear ``(g, 0)``; convolution ``g ⊗ w`` with the uniform
+``ā`` of a consumer ``c`` (`input_lift`: Linear ``(g, 0)``, or ``g ⊗ 𝟙/√P`` when ``c`` reads the
+producer's feature map of ``P`` positions flattened; convolution ``g ⊗ w`` with the uniform
 spatial pattern ``w``; bias coordinate 0) and linked when its out-of-kernel energy
 ``e = ‖P_{live A_c} v‖²`` is at most `link_energy_max` (the rule and its calibration are in the
 docstring of `neuromanifold.singular.detectors.linear`). `BlockSpectrum` holds the canonical
@@ -98,12 +99,19 @@ def columns(vecs: Tensor, idx: list[int]) -> Tensor:
     return vecs[:, idx]
 
 
-def input_lift(consumer: nn.Module, g: Tensor) -> Tensor | None:
-    """Lift a channel vector ``g`` of the producer into the consumer's ``ā`` coordinates."""
+def input_lift(consumer: nn.Module, g: Tensor, block: int = 1) -> Tensor | None:
+    """Lift a channel vector ``g`` of the producer into the consumer's ``ā`` coordinates.
+
+    ``block``: positions per channel when the producer's feature map reaches a Linear consumer
+    flattened (channel ``c`` owns columns ``c·block … (c+1)·block − 1``): the lift is then
+    ``g ⊗ 𝟙_block/√block``, the uniform pattern over a channel's positions, as a convolution
+    consumer's over its kernel taps. ``None`` when the widths do not fit."""
     if isinstance(consumer, nn.Linear):
-        if consumer.in_features != g.numel():
+        if consumer.in_features != g.numel() * block:
             return None
         core = g
+        if block > 1:
+            core = torch.kron(g, torch.ones(block, dtype=g.dtype, device=g.device) / block**0.5)
     else:
         if consumer.in_channels != g.numel():
             return None
@@ -114,12 +122,12 @@ def input_lift(consumer: nn.Module, g: Tensor) -> Tensor | None:
     return core / core.norm()
 
 
-def input_lift_batch(consumer: nn.Module, gs: Tensor) -> Tensor | None:
+def input_lift_batch(consumer: nn.Module, gs: Tensor, block: int = 1) -> Tensor | None:
     """`input_lift` of every column of ``gs`` at once, shape ``(d_in(+1), k)``."""
     if isinstance(consumer, nn.Linear):
-        if consumer.in_features != gs.shape[0]:
+        if consumer.in_features != gs.shape[0] * block:
             return None
-        core = gs
+        core = gs.repeat_interleave(block, dim=0) / block**0.5 if block > 1 else gs
     else:
         if consumer.in_channels != gs.shape[0]:
             return None
@@ -288,13 +296,14 @@ def match_batch(spec: BlockSpectrum, vecs: Tensor) -> Tensor:
     return (vecs.pow(2).sum(0) - rest).clamp_min(0.0).sqrt()
 
 
-def tap_span(consumer: nn.Module, g: Tensor) -> Tensor:
+def tap_span(consumer: nn.Module, g: Tensor, block: int = 1) -> Tensor:
     """Columns ``g ⊗ e_s`` (every kernel tap ``s``; bias coordinate 0) in the consumer's ``ā``.
 
     ``g`` of shape ``(C,)`` gives ``(C·taps(+1), taps)``; ``(C, k)`` gives the ``k`` units'
-    columns side by side, unit-major (``kron(G, I_taps)``).
+    columns side by side, unit-major (``kron(G, I_taps)``). A Linear consumer has one tap per
+    input, or ``block`` per channel of a flattened feature map (`input_lift`).
     """
-    taps = 1 if isinstance(consumer, nn.Linear) else consumer.weight[0, 0].numel()
+    taps = block if isinstance(consumer, nn.Linear) else consumer.weight[0, 0].numel()
     eye = torch.eye(taps, dtype=g.dtype, device=g.device)
     cols = torch.kron(g.reshape(g.shape[0], -1), eye)  # (C·taps, k·taps)
     if consumer.bias is not None:

@@ -71,8 +71,10 @@ def one_sided_a_modes(
     upstream: list[Tensor],
     *,
     max_modes: int = MAX_ONE_SIDED,
+    block: int = 1,
 ) -> tuple[list[tuple[Tensor, float]], int]:
-    """A-kernel directions outside the span of the upstream dead units' taps (``kfac-A``).
+    """A-kernel directions outside the span of the upstream dead units' taps (``kfac-A``;
+    ``block``: a Linear's columns per upstream channel of a flattened feature map, `tap_span`).
 
     Returns ``(modes, n_found)``: at most ``max_modes`` ``(vector, ratio)`` pairs and the number
     of directions that qualify before the cap (``n_found > len(modes)`` means it cut some).
@@ -96,7 +98,7 @@ def one_sided_a_modes(
         kept = spec.ker_a[:max_modes]
         return [(spec.a_vecs[:, i], ratios[n]) for n, i in enumerate(kept)], len(spec.ker_a)
     top = max(ratios)
-    span = tap_span(module, torch.stack(upstream, 1))  # all units at once: kron(G, I_taps)
+    span = tap_span(module, torch.stack(upstream, 1), block)  # all units: kron(G, I_taps)
     live = spec.live_a_basis()
     d = span.shape[0]
     w = live - span @ (span.T @ live)
@@ -125,6 +127,7 @@ def one_sided_a_modes_reference(
     upstream: list[Tensor],
     *,
     max_modes: int = MAX_ONE_SIDED,
+    block: int = 1,
 ) -> tuple[list[tuple[Tensor, float]], int]:
     """Brute-force oracle of `one_sided_a_modes`: QR of the tap span and the SVD of ``rest``.
 
@@ -140,7 +143,7 @@ def one_sided_a_modes_reference(
     if not upstream:
         kept = range(min(max_modes, basis.shape[1]))
         return [(basis[:, i], ratios[i]) for i in kept], basis.shape[1]
-    span = torch.cat([tap_span(module, g) for g in upstream], 1)
+    span = torch.cat([tap_span(module, g, block) for g in upstream], 1)
     q, _ = torch.linalg.qr(span)
     rest = basis - q @ (q.T @ basis)
     left, sv, _ = torch.linalg.svd(rest, full_matrices=False)

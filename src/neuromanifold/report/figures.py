@@ -10,11 +10,16 @@ matplotlib (Agg backend) is imported inside each function; every PNG is written 
   ``G`` (descending, log scale; `neuromanifold.report.spectra.block_spectra`) with the
   detector's near-kernel (ratio below ``1e-3`` with a decade gap) marked in red.
 * `plot_class_map`: a layer × class matrix of direction counts.
+
+Each figure's title is wrapped (`textwrap`) into lines that fit the figure's width, and the
+figure grows by the lines added (`_fit_title`), so a long title (the CLI's names the model and
+the output family) is never cut at the figure's edges.
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +31,10 @@ __all__ = ["CLASSES", "plot_class_map", "plot_spectra", "plot_sweeps", "save_png
 
 CLASSES = ("genuine_singularity", "curved_gauge", "flat_gauge", "live", "unresolved")
 _MAX_PANELS = 24
+#: fraction of the figure's width a title line may take (the rest is the side margins)
+_TITLE_WIDTH = 0.94
+_TITLE_FONTSIZE = 9
+_LINE_SPACING = 1.2  # matplotlib's default text line spacing, in units of the font size
 
 
 def _plt():
@@ -44,6 +53,37 @@ def save_png(fig: Any, path: str | Path) -> Path:
         return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"))
     finally:
         plt.close(fig)
+
+
+def _fit_title(fig: Any, text: str, *, fontsize: float = _TITLE_FONTSIZE) -> Any:
+    """Set ``text`` as ``fig``'s suptitle, wrapped to fit the figure's width, and return it.
+
+    Each line of ``text`` is wrapped (`textwrap.wrap`, at spaces only: ``--family`` and
+    ``near-kernel`` stay whole) at the largest width in characters whose drawn title is at most
+    ``_TITLE_WIDTH`` of the figure's width, measured with the figure's renderer (a word longer
+    than a line is split); the figure's height grows by the lines the wrapping added, so the
+    panels keep their size under the taller title.
+    """
+    renderer = fig.canvas.get_renderer()
+    limit = _TITLE_WIDTH * fig.bbox.width
+    paragraphs = text.split("\n")
+    width = max(1, *(len(p) for p in paragraphs))
+    while True:
+        lines = [
+            line
+            for p in paragraphs
+            for line in (textwrap.wrap(p, width, break_on_hyphens=False) or [""])
+        ]
+        title = fig.suptitle("\n".join(lines), fontsize=fontsize)
+        drawn = title.get_window_extent(renderer).width
+        if drawn <= limit or width <= 1:
+            break
+        # shrink in proportion to the overflow (at least one character), then re-measure
+        width = max(1, min(width - 1, int(width * limit / drawn)))
+    added = len(lines) - len(paragraphs)
+    if added > 0:
+        fig.set_figheight(fig.get_figheight() + added * _LINE_SPACING * fontsize / 72)
+    return title
 
 
 def _grid(n: int) -> tuple[int, int]:
@@ -93,7 +133,7 @@ def plot_sweeps(
         ax.set_title(f"{r.layer} · {r.detector}\n{r.klass}, k̂={k}, r²={r2}", fontsize=7)
         ax.tick_params(labelsize=6)
     if title:
-        fig.suptitle(title, fontsize=9)
+        _fit_title(fig, title)
     fig.tight_layout()
     return save_png(fig, path)
 
@@ -132,7 +172,8 @@ def plot_spectra(
         ax.set_title(name, fontsize=7)
         ax.tick_params(labelsize=6)
         ax.legend(fontsize=6, loc="lower left")
-    fig.suptitle(f"{title} eigenvalue ratios (red: detected near-kernel)".strip(), fontsize=9)
+    key = "eigenvalue ratios (red: detected near-kernel)"
+    _fit_title(fig, f"{title}\n{key}" if title else key)
     fig.tight_layout()
     return save_png(fig, path)
 
@@ -153,6 +194,6 @@ def plot_class_map(reading: Reading, path: str | Path, *, title: str = "") -> Pa
                 ax.text(j, i, str(v), ha="center", va="center", fontsize=7)
     ax.set_xticks(range(len(CLASSES)), [c.replace("_", "\n") for c in CLASSES], fontsize=7)
     ax.set_yticks(range(len(layers)), layers, fontsize=7)
-    ax.set_title(title or "dead structure by layer and class", fontsize=9)
+    _fit_title(fig, title or "dead structure by layer and class")
     fig.tight_layout()
     return save_png(fig, path)

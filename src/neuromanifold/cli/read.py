@@ -176,7 +176,14 @@ def register(app: typer.Typer) -> None:
             help="output family: gaussian or categorical (default: the model's own, categorical "
             "for Hugging Face classification and language-model heads; else gaussian)",
         ),
-        max_directions: int | None = typer.Option(None, "--max-directions", min=0),
+        max_directions: int | None = typer.Option(
+            None,
+            "--max-directions",
+            min=0,
+            help="read at most N candidate directions, possible dead directions first (by "
+            "ascending eigenvalue ratio), gauges last; the report says how many were left "
+            "unread (default: all)",
+        ),
         snap: bool = typer.Option(
             False,
             "--snap",

@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
         )
         table = Table(title=f"{recipe} ({result.wall_s:.1f} s)")
         for col in ("stage", "val loss", "val acc", "train acc", "cached", "checkpoint"):
-            table.add_column(col)
+            table.add_column(col, overflow="fold")  # fold, not "…": paths stay copyable
         for stage, path in result.checkpoints.items():
             m = result.metrics[stage]
             table.add_row(

@@ -134,6 +134,17 @@ def _not_covered(
                     "(ints, 'valid', or 'same' with an even dilation·(kernel − 1))"
                 )
             out.append(NotCovered(label, type(mod).__name__, own, reason))
+        elif isinstance(mod, nn.MultiheadAttention):
+            # it applies its packed projections (in_proj or q/k/v_proj weights, out_proj) inside
+            # F.multi_head_attention_forward, so no K-FAC factors are collected for them: only the
+            # closed-form attention gauges read them. One entry holds every parameter of it.
+            reason = (
+                "attention projections (packed in_proj, out_proj) are read for gauges only "
+                "(QK rotation, VO rescale): they get no K-FAC factors, so dead directions in "
+                "them are not detected"
+            )
+            n_all = sum(p.numel() for p in mod.parameters())
+            out.append(NotCovered(label, type(mod).__name__, n_all, reason))
         elif name in skipped:  # too large to factor: the closed-form detectors still read it
             out.append(NotCovered(label, type(mod).__name__, own, skipped[name]))
         elif (is_supported_block(mod) and name not in called_blocks) or (

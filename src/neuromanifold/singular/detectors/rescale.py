@@ -84,7 +84,7 @@ class UnitRescale:
             norm scale and shift entries); all of the same length ``n_units`` in that dimension.
         consumers: parameter names indexed by the unit along dimension 1 (weight columns), or
             along dimension 0 for a one-dimensional tensor (a layer scale's entries).
-        degree: ``p``, the degree of homogeneity between producer and consumer (1 or 2).
+        degree: ``p``, the degree of homogeneity between producer and consumer (a positive int).
         block: columns per unit in the consumers: unit ``j`` owns columns
             ``j·block … (j+1)·block − 1`` (a conv's feature map of ``block`` positions per
             channel flattened into a Linear); 1 otherwise.

@@ -150,3 +150,45 @@ def test_balanced_errors() -> None:
         fc_balanced_params(LCN((2, 2), (1,)), np.eye(3))
     with pytest.raises(ValueError, match="finite positive"):
         rescale_to_delta([np.zeros(2), np.ones(2)], [0.0])
+
+
+# exp of a logarithm of size ~450 (the log-space λ below) carries ~450ε ≈ 1e-13 relative error
+RTOL_LOG_SCALE = 1e-12
+
+
+def test_lemma_underflow_raises_or_is_evaluated_in_logs() -> None:
+    """Squared norms 1e-200, δ = (1e-3, 1e-3) (user trial A #6): x_1 = t* ≈ 5e-595 underflows.
+
+    ``t(t + 1e-3)(t + 2e-3) = 1e-600`` gives ``t* = 5e-595 (1 + O(t*))``, so ``x`` is not
+    representable, but ``λ = (√(t*/a), √(1e-3/a), √(2e-3/a))`` is: it must come out exactly so
+    (``λ > 0``, ``Π λ = 1``), not with ``λ_1 = 0``.
+    """
+    a, d = [1e-200] * 3, [1e-3, 1e-3]
+    with pytest.raises(
+        ValueError,
+        match=r"lemma_squared_norms\(sq_norms=\[1e-200, 1e-200, 1e-200\], delta=.*"
+        r"not representable",
+    ):
+        lemma_squared_norms(a, d)
+    lam = lemma_scalings(a, d)
+    log_t = np.log(5.0) - 595 * np.log(10.0)
+    want_log = 0.5 * (np.array([log_t, np.log(1e-3), np.log(2e-3)]) - np.log(1e-200))
+    np.testing.assert_allclose(lam, np.exp(want_log), rtol=RTOL_LOG_SCALE, atol=0)
+    assert np.all(lam > 0) and abs(np.prod(lam) - 1) < ATOL_PRODUCT
+    # scalings that are themselves out of range: λ_1 = √(a_2 a_3 / (e_2 e_3)) ≈ 1e-600
+    with pytest.raises(
+        ValueError,
+        match=r"lemma_scalings\(sq_norms=\[1e-300, 1e-300, 1e-300\], "
+        r"delta=\[1e\+300, 1e\+300\]\).*not representable",
+    ):
+        lemma_scalings([1e-300] * 3, [1e300, 1e300])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lemma_scalings_direct_at_normal_scales(seed: int) -> None:
+    """At normal scales λ is the direct √(x / a) of the cancellation-safe x (no log detour)."""
+    rng = np.random.default_rng(seed)
+    L = int(rng.integers(2, 6))
+    a = rng.uniform(1e-3, 10.0, size=L)
+    d = rng.standard_normal(L - 1) * rng.choice([1e-3, 1.0, 1e3])
+    np.testing.assert_array_equal(lemma_scalings(a, d), np.sqrt(lemma_squared_norms(a, d) / a))

@@ -9,6 +9,9 @@ satisfy ``x_l = x_1 + D_l`` (``D_l = Σ_{j<l} δ_j``) and ``Π x_l = P = Π a_l`
 safeguarded Newton in ``u = log t``: ``h(u) = Σ_l log(e^u + e_l) − log P`` is increasing and convex
 with ``h' ≥ 1``, so ``[u₀ − h(u₀)⁺, u₀ + h(u₀)⁻]`` brackets the root and Newton from the right end
 decreases monotonically to it. Evaluating ``(t + c) + D_l`` instead loses precision when ``t ≪ c``.
+A result that float64 cannot hold (``x_l`` or ``λ_l`` underflowing to 0 or overflowing to ``inf``,
+e.g. squared norms ``1e-200``) raises ``ValueError``; ``λ`` is evaluated in logs when only ``x``
+is out of range.
 
 References: Achour, Kohn, Rauhut, arXiv:2507.06367, Lemma 3 (inspired by Kohn et al. 2022,
 Cor. 5.14); Bah, Rauhut, Terstiege, Westdickenberg, Inf. Inference 2022 (balanced FC).
@@ -33,6 +36,8 @@ __all__ = [
 ]
 
 _MAX_ITER = 200
+#: ``log`` of the largest float64: ``math.exp`` raises OverflowError above it.
+_LOG_MAX = math.log(np.finfo(np.float64).max)
 
 
 def _validate(sq_norms: Any, delta: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -51,17 +56,12 @@ def _validate(sq_norms: Any, delta: Any) -> tuple[np.ndarray, np.ndarray]:
     return a, d
 
 
-def lemma_squared_norms(sq_norms: Any, delta: Any) -> np.ndarray:
-    """New squared norms ``x`` (shape ``(L,)``): ``x_{l+1} − x_l = δ_l``, ``Π x_l = Π sq_norms``.
+def _lemma_log_root(a: np.ndarray, d: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """``(u*, e, log e)``: the root ``u* = log t*`` of ``h`` and the offsets (module docstring).
 
-    Spec §3 exact example: ``‖u‖² = (1, 2, 3)``, ``δ = (1, −2)`` gives ``x = (2, 3, 1)``.
-
-    >>> lemma_squared_norms([1.0, 2.0, 3.0], [1.0, -2.0]).round(12).tolist()
-    [2.0, 3.0, 1.0]
+    ``L ≥ 2``. ``u*`` is finite whenever ``a`` and ``δ`` are finite and positive / finite, even
+    where ``t* = e^{u*}`` itself is not representable in float64.
     """
-    a, d = _validate(sq_norms, delta)
-    if a.size == 1:
-        return a.copy()
     D = np.concatenate([[0.0], np.cumsum(d)])
     e = D - D.min()  # offsets first: exactly 0 at a minimising layer
     log_e = np.full(e.shape, -np.inf)
@@ -73,7 +73,8 @@ def lemma_squared_norms(sq_norms: Any, delta: Any) -> np.ndarray:
         return float(np.sum(np.logaddexp(u, log_e))) - log_P
 
     def dh(u: float) -> float:
-        return float(np.sum(1.0 / (1.0 + np.exp(log_e - u))))
+        with np.errstate(over="ignore"):  # exp → inf gives the exact limit 1 / (1 + inf) = 0
+            return float(np.sum(1.0 / (1.0 + np.exp(log_e - u))))
 
     u0 = log_P / a.size
     h0 = h(u0)
@@ -95,22 +96,63 @@ def lemma_squared_norms(sq_norms: Any, delta: Any) -> np.ndarray:
             u = u_new
             break
         u = u_new
-    t = math.exp(u)
+    return u, e, log_e
+
+
+def _not_representable(func: str, a: np.ndarray, d: np.ndarray, detail: str) -> ValueError:
+    return ValueError(
+        f"{func}(sq_norms={a.tolist()}, delta={d.tolist()}): the result is not representable "
+        f"in float64 ({detail}); the exact rescaling underflows to 0 or overflows to inf"
+    )
+
+
+def lemma_squared_norms(sq_norms: Any, delta: Any) -> np.ndarray:
+    """New squared norms ``x`` (shape ``(L,)``): ``x_{l+1} − x_l = δ_l``, ``Π x_l = Π sq_norms``.
+
+    Spec §3 exact example: ``‖u‖² = (1, 2, 3)``, ``δ = (1, −2)`` gives ``x = (2, 3, 1)``.
+    Raises ``ValueError`` when ``x`` is not representable in float64 (``t* = e^{u*}`` is 0 or
+    ``inf``, e.g. squared norms ``1e-200`` with ``δ ≈ 1e-3``), instead of returning a zero.
+
+    >>> lemma_squared_norms([1.0, 2.0, 3.0], [1.0, -2.0]).round(12).tolist()
+    [2.0, 3.0, 1.0]
+    """
+    a, d = _validate(sq_norms, delta)
+    if a.size == 1:
+        return a.copy()
+    u, e, _ = _lemma_log_root(a, d)
+    t = math.exp(u) if u < _LOG_MAX else math.inf
+    if not 0.0 < t < math.inf:
+        raise _not_representable("lemma_squared_norms", a, d, f"x_min = t* = exp({u:.6g}) = {t}")
     return t + e
 
 
 def lemma_scalings(sq_norms: Any, delta: Any) -> np.ndarray:
     """The unique ``λ > 0`` (shape ``(L,)``) with ``Π λ_l = 1`` realising invariants ``δ``.
 
-    ``L = 1`` returns ``λ = (1,)``.
+    ``λ_l = √(x_l / a_l)`` with ``x`` as in :func:`lemma_squared_norms`; where ``x`` or
+    ``x / a`` is not representable but ``λ`` is (e.g. squared norms ``1e-200``), ``λ`` is
+    evaluated in logs, ``log λ_l = (log(t* + e_l) − log a_l) / 2``. Raises ``ValueError`` when
+    some ``λ_l`` is itself 0 or ``inf`` in float64. ``L = 1`` returns ``λ = (1,)``.
 
     >>> lemma_scalings([1.0, 2.0, 3.0], [1.0, -2.0]).round(12).tolist()  # (√2, √1.5, 1/√3)
     [1.414213562373, 1.224744871392, 0.57735026919]
     """
-    a, _ = _validate(sq_norms, delta)
+    a, d = _validate(sq_norms, delta)
     if a.size == 1:
         return np.ones(1)
-    return np.sqrt(lemma_squared_norms(sq_norms, delta) / a)
+    u, e, log_e = _lemma_log_root(a, d)
+    t = math.exp(u) if u < _LOG_MAX else math.inf
+    with np.errstate(over="ignore", under="ignore"):
+        lam = np.sqrt((t + e) / a)
+        if 0.0 < t < math.inf and np.all(lam > 0) and np.all(np.isfinite(lam)):
+            return lam  # the direct evaluation √(x / a) with x from lemma_squared_norms
+        log_lam = 0.5 * (np.logaddexp(u, log_e) - np.log(a))
+        lam = np.exp(log_lam)
+    if not (np.all(lam > 0) and np.all(np.isfinite(lam))):
+        raise _not_representable(
+            "lemma_scalings", a, d, f"log λ = {[float(f'{x:.6g}') for x in log_lam]}"
+        )
+    return lam
 
 
 def rescale_to_delta(theta: Sequence[Any], delta: Any) -> tuple[np.ndarray, ...]:

@@ -10,11 +10,23 @@ rest to layer 1, and keeps the assignments whose layers have real coefficients (
 closed root sets). Each assignment fixes every filter up to a scalar; the scalars' product is
 fixed by ``v``, and the rescaling lemma fixes them, up to the sign group, for the target ``δ``.
 
-**D ≥ 2 (rational factoring).** When every coefficient of ``v`` is rational (denominator at most
-``RATIONAL_MAX_DEN``), ``v`` is factored over ℚ with sympy and every distribution of its
+**D ≥ 2 (rational factoring).** When ``v`` reads as a vector of small rationals (rule below),
+``v`` is factored over ℚ with sympy and every distribution of its
 irreducible factors over the layers is kept whose layer products are polynomials in the
 layer's dilated variables ``z_d^{S_{l−1,d}}`` of the layer's filter shape. Real factorisations
 whose factors have irrational coefficients are not seen by this route (the numeric route can).
+
+*Rationality rule.* Each coefficient is read as its closest fraction with denominator at most
+``RATIONAL_MAX_DEN``, which must reproduce it within ``RATIONAL_RTOL · max|v|``; the fractions
+must then share a common denominator ``Q ≤ RATIONAL_MAX_DEN`` (their lcm), and every numerator
+over ``Q`` must satisfy ``|Q v_i| ≤ RATIONAL_MAX_NUM``. Filters with small denominators (integers,
+halves, two-decimal entries) and their products pass: ``v``'s common denominator divides the
+product of the layers' common denominators (three layers of two-decimal entries: 10⁶). A random
+real ``v`` fails: each of its coefficients alone is within 1e-12 of *some* fraction with
+denominator ≤ 10⁶, but those denominators are unrelated and their lcm is far above the bound,
+and the numerator bound (≈ 2⁴⁰, well inside the 53-bit mantissa) rejects large floats, which are
+exact dyadic rationals (a denominator 2^j ≤ 10⁶ once |x| ≳ 10¹⁰). The tolerance is relative, so
+tiny values are not read as zeros. Otherwise the route reports not applicable.
 
 Candidate points are polished by a Levenberg–Marquardt solve of the fiber equations started
 at them (they are already within root-finding accuracy of the fiber).
@@ -26,6 +38,7 @@ K. Kohn, G. Montúfar, V. Shahverdi, M. Trager, SIAGA 2024 (root orbits of spars
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -47,8 +60,10 @@ ROOT_MATCH_RTOL = 1e-6
 REAL_RTOL = 1e-6
 #: A reconstructed factorisation is kept when ‖μ(θ) − v‖ ≤ BUILD_RTOL · ‖v‖ before polishing.
 BUILD_RTOL = 1e-5
-#: Largest denominator accepted when reading coefficients as rationals (D ≥ 2 route).
+#: Largest common denominator of the coefficients of v read as rationals (D ≥ 2 route).
 RATIONAL_MAX_DEN = 10**6
+#: Largest |numerator| over that common denominator (≈ 2⁴⁰: 13 of a double's 53 bits to spare).
+RATIONAL_MAX_NUM = 10**12
 #: Rational reading must reproduce each coefficient to this fraction of max |v|.
 RATIONAL_RTOL = 1e-12
 #: The D ≥ 2 route gives up when there are more factor-to-layer distributions than this.
@@ -220,15 +235,31 @@ def algebraic_fiber_1d(arch: LCN, v: np.ndarray, delta: Any) -> AlgebraicFiber:
 
 
 def rational_coefficients(v: np.ndarray) -> list[Fraction] | None:
-    """``v`` read as rationals with denominators ≤ RATIONAL_MAX_DEN, or None if that fails."""
+    """``v`` read as small rationals (the module docstring's rule), or None if it does not read so.
+
+    Each coefficient becomes its closest fraction with denominator ≤ ``RATIONAL_MAX_DEN``, within
+    ``RATIONAL_RTOL · max|v|``; the common denominator ``Q`` (lcm) must be ≤ ``RATIONAL_MAX_DEN``
+    and ``max|Q v_i| ≤ RATIONAL_MAX_NUM``.
+
+    >>> [str(f) for f in rational_coefficients(np.array([0.5, -1 / 3, 2.0]))]
+    ['1/2', '-1/3', '2']
+    >>> rational_coefficients(np.array([0.5, np.sqrt(2)])) is None
+    True
+    """
     flat = np.asarray(v, dtype=np.float64).ravel()
-    scale = max(1.0, float(np.max(np.abs(flat)))) if flat.size else 1.0
+    scale = float(np.max(np.abs(flat))) if flat.size else 0.0
     out = []
+    common = 1
     for x in flat:
         f = Fraction(float(x)).limit_denominator(RATIONAL_MAX_DEN)
         if abs(float(f) - x) > RATIONAL_RTOL * scale:
             return None
+        common = math.lcm(common, f.denominator)
+        if common > RATIONAL_MAX_DEN:
+            return None
         out.append(f)
+    if any(abs(f.numerator) * (common // f.denominator) > RATIONAL_MAX_NUM for f in out):
+        return None
     return out
 
 
@@ -241,7 +272,14 @@ def algebraic_fiber_rational(arch: LCN, v: np.ndarray, delta: Any) -> AlgebraicF
         return AlgebraicFiber(False, (), (), 0, "v = 0: every point with a zero layer lies over it")
     coeffs = rational_coefficients(v)
     if coeffs is None:
-        return AlgebraicFiber(False, (), (), 0, "coefficients of v are not (small) rationals")
+        return AlgebraicFiber(
+            False,
+            (),
+            (),
+            0,
+            "coefficients of v are not (small) rationals: no common denominator "
+            f"<= {RATIONAL_MAX_DEN:,} with numerators <= {RATIONAL_MAX_NUM:,}",
+        )
     D = arch.D
     zs = sympy.symbols(f"z0:{D}")
     expr = sympy.Integer(0)

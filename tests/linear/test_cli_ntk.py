@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,18 @@ from neuromanifold.linear import LCN, mu, ntk
 from neuromanifold.linear.normalize import normal_form_note
 
 ATOL_EXACT = 1e-12
+RTOL_EXACT = 1e-12  # a few products and sums of doubles: rounding is ~1e-16 relative
+# the text output prints %.6g: rounding to 6 significant digits is off by at most half a unit in
+# the 6th digit, i.e. 5e-6 of the value (atol 0: a value printed as 0 must be 0 in the JSON)
+RTOL_PRINTED_6G = 5e-6
 runner = CliRunner()
+_FLOAT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?")
+
+
+def printed_numbers(output: str, start: str, stop: str) -> np.ndarray:
+    """The numbers printed between the first ``start`` and the next ``stop`` of ``output``."""
+    text = output.split(start, 1)[1].split(stop, 1)[0]
+    return np.array([float(t) for t in _FLOAT.findall(text)])
 
 
 def test_readme_example_json(tmp_path: Path) -> None:
@@ -43,7 +55,30 @@ def test_readme_example_json(tmp_path: Path) -> None:
         data["ntk"], [[2, 1, 0], [1, 7, 1], [0, 1, 5]], rtol=0, atol=ATOL_EXACT
     )
     assert data["rank"] == data["dim_M"] == 3 and data["smooth"] is True
-    assert "v = [ 1.  1. -2.]" in res.output and "dim M = 3" in res.output
+    assert "v = [1 1 -2]" in res.output and "dim M = 3" in res.output
+
+
+def test_small_theta_prints_nonzero_values(tmp_path: Path) -> None:
+    # trial A #4: θ scaled by 1e-4 gives v, δ ~ 1e-8 and K ~ 1e-7, which the text output printed
+    # as exact zeros (fixed-point, suppress=True) while the JSON was right
+    out = tmp_path / "o.json"
+    args = ["lcn", "ntk", "--filters", "2,2", "--strides", "2", "--theta", "1e-4,2e-4;3e-4,1e-4"]
+    res = runner.invoke(app, [*args, "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    v = printed_numbers(res.output, "v = ", "\n")
+    d = printed_numbers(res.output, "delta = ", "\n")
+    K = printed_numbers(res.output, "K (4x4) =\n", "rank J")
+    assert np.all(v != 0) and np.all(d != 0)
+    assert (
+        np.count_nonzero(K) == np.count_nonzero(data["ntk"]) == 12
+    )  # K_03 = K_12 = 0 (and transposes)
+    np.testing.assert_allclose(v, data["v"], rtol=RTOL_PRINTED_6G, atol=0)
+    np.testing.assert_allclose(d, data["delta"], rtol=RTOL_PRINTED_6G, atol=0)
+    np.testing.assert_allclose(K, np.ravel(data["ntk"]), rtol=RTOL_PRINTED_6G, atol=0)
+    # the values themselves, by hand: v = w_1(z) w_2(z²) = (1 + 2z)(3 + z²)·1e-8, δ = (10 − 5)·1e-8
+    np.testing.assert_allclose(data["v"], [3e-8, 6e-8, 1e-8, 2e-8], rtol=RTOL_EXACT, atol=0)
+    np.testing.assert_allclose(data["delta"], [5e-8], rtol=RTOL_EXACT, atol=0)
 
 
 def test_two_dimensional(tmp_path: Path) -> None:

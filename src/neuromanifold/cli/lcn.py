@@ -27,6 +27,16 @@ THETA_V_RTOL = 1e-9
 lcn_app = typer.Typer(help="Linear (convolutional) network geometry.", no_args_is_help=True)
 
 
+def _g6(x: float) -> str:
+    return f"{x:.6g}"
+
+
+#: ``np.printoptions(formatter=…)`` of the `lcn` text output: every float with 6 significant
+#: digits (``%.6g``), so small values (a small initialisation: v, δ, K ~ 1e-8) are not printed
+#: as 0 the way fixed-point ``precision=6, suppress=True`` printing did.
+FLOAT_FORMATTER = {"float_kind": _g6}
+
+
 def _parse_shape(item: str, dim: int, *, what: str) -> tuple[int, ...] | int:
     parts = item.strip().lower().split("x")
     try:
@@ -129,6 +139,8 @@ def ntk_command(
 ) -> None:
     """Print v = μ(θ), δ, the NTK K = Jμ Jμᵀ, rank, dim M and whether θ is a regular parameter.
 
+    Floats are printed with 6 significant digits (``%.6g``); ``--json`` has them in full.
+
     "smooth point" checks rank Jμ(θ) = dim M at θ only (the JSON key ``smooth``): a crossing of
     several fiber components (spec §4.2) passes that check; `lcn fiber` finds the other
     components. The network is used as given; a note says when it is not in the paper's normal
@@ -152,7 +164,7 @@ def ntk_command(
     K = ntk(arch, th)
     report = is_smooth_point(arch, th)
     note = normal_form_note(arch)
-    with np.printoptions(precision=6, suppress=True, linewidth=120):
+    with np.printoptions(formatter=FLOAT_FORMATTER, linewidth=120):
         typer.echo(f"architecture: filters {arch.filters}, strides {arch.strides}, D = {arch.D}")
         typer.echo(f"v = {np.array2string(v)}")
         typer.echo(f"delta = {np.array2string(d)}")
@@ -241,8 +253,7 @@ def compare_command(
     except RuntimeError as exc:
         typer.echo(f"NOT ON THE NEUROMANIFOLD: {exc}")
         raise typer.Exit(code=1) from None
-    fmt = {"float_kind": lambda x: f"{x:.6g}"}
-    with np.printoptions(formatter=fmt, linewidth=120):
+    with np.printoptions(formatter=FLOAT_FORMATTER, linewidth=120):
         typer.echo(f"architecture: filters {arch.filters}, strides {arch.strides}, D = {arch.D}")
         typer.echo(f"v = {np.array(res.v)}   dim M = {res.dim_M}\nroute: {res.route}")
         typer.echo(

@@ -47,6 +47,7 @@ def fiber_command(
 ) -> None:
     """All parameters with μ(θ) = v and δ(θ) = δ (modulo signs), their NTKs, route agreement.
 
+    Floats are printed with 6 significant digits (``%.6g``); ``--json`` has them in full.
     Exit status 1 when no parameters realise (v, δ) (v off the neuromanifold); the report and
     its best residual are still printed (and written with --json). The report's notes are
     printed, among them whether the network is not in the paper's normal form (it is used as
@@ -54,7 +55,7 @@ def fiber_command(
     """
     import numpy as np
 
-    from neuromanifold.cli.lcn import parse_filters, parse_strides
+    from neuromanifold.cli.lcn import FLOAT_FORMATTER, parse_filters, parse_strides
     from neuromanifold.linear.architecture import LCN
     from neuromanifold.linear.fiber import lcn_fiber
 
@@ -67,7 +68,7 @@ def fiber_command(
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    with np.printoptions(precision=6, suppress=True, linewidth=120):
+    with np.printoptions(formatter=FLOAT_FORMATTER, linewidth=120):
         typer.echo(f"architecture: {rep.architecture}  (dim M = {rep.dim_M})")
         typer.echo(f"v = {np.array(rep.v)}   δ = {np.array(rep.delta)}")
         for r in rep.routes:

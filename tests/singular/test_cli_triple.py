@@ -49,6 +49,17 @@ def test_dln_human_and_json(tmp_path: Path) -> None:
     assert "caveat" in res.output
 
 
+def test_dln_width_one_hidden_multiplicity() -> None:
+    # trial A #5: K ∝ w_1² w_2² w_3² ‖W_4‖²: three scalars tie at 1/2 (‖W_4‖², n = 2, has pole 1)
+    res = runner.invoke(
+        app, ["triple", "dln", "--widths", "1,1,1,1,2", "--rank", "0", "--json", "-"]
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert (data["lambda"], data["m"], data["m_restated"]) == ("1/2", 3, 2)
+    assert "rule 2" in data["caveat"]
+
+
 def test_parse_k_range() -> None:
     assert parse_k_range("1-3,7") == [1, 2, 3, 7]
     assert parse_k_range("5") == [5]

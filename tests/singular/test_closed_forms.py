@@ -16,9 +16,13 @@ from neuromanifold.singular.closed_forms import (
     regular,
     rrr,
     width_one_chain,
+    width_one_hidden,
 )
 
 MAX_WIDTH_DLN_VS_RRR = 8  # spec §8: the two λ (and m) agree for M, H, N ≤ 8
+# width-1-hidden family checked against the restated λ for L ≤ 7 and outer widths ≤ 8
+MAX_DEPTH_WIDTH_ONE_HIDDEN = 7
+MAX_OUTER_WIDTH_WIDTH_ONE_HIDDEN = 8
 
 
 @pytest.mark.parametrize(
@@ -65,6 +69,71 @@ def test_deep_linear_multiplicities_and_caveats() -> None:
         assert (c.lam, c.m) == (width_one_chain(L).lam, width_one_chain(L).m)
     wide = deep_linear([4, 4, 4, 4], 0)
     assert wide.m == wide.m_restated == 2 and "not independently verified" in wide.caveat
+
+
+# Hand derivations (trial A #5): r = 0 and every hidden width 1 give
+# K ∝ ‖W_1‖² · Π_{l=2}^{L−1} w_l² · ‖W_L‖²; a group of n weights has pole n/2 (polar
+# coordinates), so λ = min(H_1/2, 1/2 [L ≥ 3], H_{L+1}/2) and m = #groups at that pole.
+@pytest.mark.parametrize(
+    ("widths", "lam", "m"),
+    [
+        ([1, 1, 1, 1, 2], Fraction(1, 2), 3),  # w_1, w_2, w_3 scalars at 1/2; ‖W_4‖², n = 2: 1
+        ([2, 1, 1, 1, 1], Fraction(1, 2), 3),  # the transpose
+        ([1, 1, 1, 1, 3], Fraction(1, 2), 3),  # ‖W_4‖², n = 3: pole 3/2
+        ([1, 1, 1, 1, 1], Fraction(1, 2), 4),  # width-1 chain, rule 3: m = L
+        ([1, 1, 1, 2], Fraction(1, 2), 2),  # w_1, w_2 at 1/2; ‖W_3‖² at 1
+        ([2, 1, 1, 1, 2], Fraction(1, 2), 2),  # only the two middle scalars
+        ([3, 1, 1, 3], Fraction(1, 2), 1),  # only the middle scalar
+        ([1, 1, 1, 1, 1, 1, 4], Fraction(1, 2), 5),  # w_1 and four middle scalars
+    ],
+)
+def test_width_one_hidden_hand_values(widths: list[int], lam: Fraction, m: int) -> None:
+    cf, dl = width_one_hidden(widths), deep_linear(widths, 0)
+    assert (cf.lam, cf.m) == (lam, m)
+    assert (dl.lam, dl.m) == (lam, m)  # λ from the restated formula, m derived
+    if dl.m_restated != m:
+        assert "rule 2" in dl.caveat and f"gives m = {dl.m_restated}" in dl.caveat
+    else:
+        assert dl.caveat == ""  # derived and restated m agree: nothing to flag
+
+
+@pytest.mark.parametrize(
+    ("widths", "lam", "m"),
+    [
+        ([2, 1, 3], Fraction(1), 1),  # ‖a‖² (n = 2, pole 1) · ‖b‖² (n = 3, pole 3/2)
+        ([3, 1, 3], Fraction(3, 2), 2),  # two groups of 3 tie
+        ([1, 1, 5], Fraction(1, 2), 1),
+    ],
+)
+def test_width_one_hidden_two_layers_hand_values(widths: list[int], lam: Fraction, m: int) -> None:
+    cf = width_one_hidden(widths)
+    assert (cf.lam, cf.m) == (lam, m)
+    M, _, N = widths
+    assert (rrr(M, 1, N, 0).lam, rrr(M, 1, N, 0).m) == (lam, m)
+
+
+def test_width_one_hidden_agrees_with_rrr_and_restated_lambda() -> None:
+    """L = 2: the derivation equals reduced-rank regression with H = 1 (λ and m); L ≥ 3: its λ
+    equals the restated formula's, which `deep_linear` keeps."""
+    widths = range(1, MAX_OUTER_WIDTH_WIDTH_ONE_HIDDEN + 1)
+    for M in widths:
+        for N in widths:
+            cf, ref = width_one_hidden([M, 1, N]), rrr(M, 1, N, 0)
+            assert (cf.lam, cf.m) == (ref.lam, ref.m), (M, N)
+            for L in range(3, MAX_DEPTH_WIDTH_ONE_HIDDEN + 1):
+                ws = [M, *([1] * (L - 1)), N]
+                cf, dl = width_one_hidden(ws), deep_linear(ws, 0)
+                assert cf.lam == dl.lam == Fraction(1, 2), ws
+                assert dl.m == cf.m == (L - 2) + (M == 1) + (N == 1), ws
+
+
+def test_width_one_hidden_errors() -> None:
+    with pytest.raises(ValueError, match="every hidden width must be 1"):
+        width_one_hidden([1, 2, 1, 1])
+    with pytest.raises(ValueError, match="at least 3 widths"):
+        width_one_hidden([1, 1])
+    with pytest.raises(ValueError, match=r"widths\[2\] must be an int >= 1"):
+        width_one_hidden([1, 1, 0])
 
 
 def test_deep_linear_equals_rrr_for_all_three_width_shapes() -> None:

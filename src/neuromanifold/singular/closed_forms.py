@@ -10,7 +10,10 @@ All values are exact rationals (``fractions.Fraction``). Models covered:
   symmetric inputs) gives (1/2, 2); p = 2 (ReLU²) gives (1/4, 1).
 * Reduced-rank regression y = B A x (input M, inner H, output N, true rank r), four cases.
 * Deep linear networks (widths H_1 = input, …, H_{L+1} = output, true rank r): λ from Aoyagi's
-  formula as restated by Lau et al.; m with the width-1 caveat (see :func:`deep_linear`).
+  formula as restated by Lau et al.; m derived where every hidden width is 1 and r = 0 (the
+  restated m is wrong for some of these), else the restated m (see :func:`deep_linear`).
+* Hidden widths all 1, truth 0: K ∝ ‖W_1‖² · Π w_l² · ‖W_L‖², a crossing of independent groups
+  (:func:`width_one_hidden`).
 
 References: M. Aoyagi, S. Watanabe, Stochastic complexities of reduced rank regression in Bayesian
 estimation, Neural Networks 18 (2005) 924–933; M. Aoyagi, Consideration on the learning efficiency
@@ -40,6 +43,7 @@ __all__ = [
     "regular",
     "rrr",
     "width_one_chain",
+    "width_one_hidden",
 ]
 
 #: Leading order p of σ at 0 (σ(u) ≍ u^p) for the activations the one-node model knows.
@@ -150,6 +154,39 @@ def width_one_chain(depth: int) -> ClosedForm:
     return ClosedForm(Fraction(1, 2), depth, model=f"width-1 chain L={depth}")
 
 
+def width_one_hidden(widths: Sequence[int]) -> ClosedForm:
+    """Deep linear network, every hidden width 1, true function 0 (r = 0), L = len(widths) − 1 ≥ 2.
+
+    The product is ``W_L ⋯ W_1 = (Π_{l=2}^{L−1} w_l) · b aᵀ`` with ``a = W_1ᵀ ∈ R^{H_1}``, scalars
+    ``w_l`` and ``b = W_L ∈ R^{H_{L+1}}``, so ``K ∝ ‖W_L ⋯ W_1‖²_F = ‖a‖² · Π w_l² · ‖b‖²``: a
+    product of functions of disjoint groups of variables. Its zeta function ``∫ K^z`` near 0 is
+    the product of the groups' ones, and ``∫ ‖x‖^{2z} dx`` over ``x ∈ R^n`` (polar coordinates,
+    measure ``ρ^{n−1} dρ``) has one simple pole, at ``−n/2``. So λ is the smallest group pole,
+    ``λ = min(H_1/2, 1/2, H_{L+1}/2)`` (the 1/2 of the L − 2 middle scalars only when L ≥ 3), and
+    ``m`` = the number of groups whose pole n/2 equals λ (rule 2, a scalar counting 1/2). Every
+    other point of {K = 0} has only some of the factors vanishing, so the origin gives the global
+    (λ, m). L = 2 is reduced-rank regression with H = 1; all widths 1 is rule 3 (m = L).
+
+    >>> width_one_hidden([1, 1, 1, 1, 2]).lam, width_one_hidden([1, 1, 1, 1, 2]).m
+    (Fraction(1, 2), 3)
+    >>> width_one_hidden([2, 1, 3]).lam, width_one_hidden([2, 1, 3]).m
+    (Fraction(1, 1), 1)
+    """
+    ws = list(widths)
+    if len(ws) < 3:
+        raise ValueError(
+            f"widths must list at least 3 widths (input, hidden…, output), got {ws}: "
+            "without a hidden layer K = ‖W‖² is regular"
+        )
+    ws = [_pos_int(f"widths[{i}]", h) for i, h in enumerate(ws)]
+    if any(h != 1 for h in ws[1:-1]):
+        raise ValueError(f"every hidden width must be 1, got widths={ws}")
+    L = len(ws) - 1
+    poles = [Fraction(ws[0], 2), *([Fraction(1, 2)] * (L - 2)), Fraction(ws[-1], 2)]
+    lam = min(poles)
+    return ClosedForm(lam, poles.count(lam), model=f"width-1 hidden layers widths={ws} r=0")
+
+
 def one_hidden_node(activation: str | int) -> ClosedForm:
     """y = a·σ(b x) + N(0,1) noise, true function 0: K ∝ a² b^{2p}, a crossing of orders (1, p).
 
@@ -230,11 +267,16 @@ def deep_linear(widths: Sequence[int], rank: int) -> ClosedForm:
     Δ_j = H_j − r, Σ the ℓ+1 smallest Δ for the first admissible ℓ, S = Σ_Σ Δ, a = S mod ℓ.
     The restated multiplicity (1 if a = 0 else 2) is reported as ``m_restated``. ``m`` is:
     L = widths − 1 = 1: m = 1 (regular); L = 2: the restated m (it equals the reduced-rank m);
-    width-1 chains with r = 0 and L ≥ 3: m = L (rule 3, K = (Π w)²), the restated value flagged;
-    other L ≥ 3: the restated m, flagged as not independently verified.
+    L ≥ 3 with r = 0 and every hidden width 1: the derived m of :func:`width_one_hidden`
+    (K ∝ ‖W_1‖² · Π w_l² · ‖W_L‖², m = (L − 2) + [H_1 = 1] + [H_{L+1} = 1]; all widths 1: m = L,
+    rule 3), flagged when the restated value differs; other L ≥ 3: the restated m, flagged as
+    not independently verified. λ is always the restated formula's (in the width-1-hidden family
+    it equals the derived λ = 1/2, as the tests check).
 
     >>> deep_linear([4, 4, 4, 4], 0).lam, deep_linear([1, 1, 1, 1, 1], 0).m
     (Fraction(11, 2), 4)
+    >>> deep_linear([1, 1, 1, 1, 2], 0).m, deep_linear([1, 1, 1, 1, 2], 0).m_restated
+    (3, 2)
     """
     ws = list(widths)
     if len(ws) < 2:
@@ -249,12 +291,17 @@ def deep_linear(widths: Sequence[int], rank: int) -> ClosedForm:
     case = f"ℓ={ell}"
     if L <= 2:
         return ClosedForm(lam, m_re, model=model, case=case, m_restated=m_re)
-    if r == 0 and all(h == 1 for h in ws):
+    if r == 0 and all(h == 1 for h in ws[1:-1]):
+        m = width_one_hidden(ws).m
+        if m == m_re:
+            return ClosedForm(lam, m, model=model, case=case, m_restated=m_re)
+        chain = " (rule 3: a width-1 chain, K = (Π w)², m = L)" if max(ws) == 1 else ""
         caveat = (
-            f"width-1 chain: K = (Π w)² has m = L = {L} (rule 3); the restated formula gives "
-            f"m = {m_re}, which is wrong for L >= 3"
+            f"hidden widths all 1 at r = 0: K ∝ ‖W_1‖²·Π w_l²·‖W_L‖², a crossing of independent "
+            f"groups (rule 2), each group of n weights with pole n/2, so m = {m} factors tie at "
+            f"λ = {lam}{chain}; the restated formula gives m = {m_re}, which is wrong here"
         )
-        return ClosedForm(lam, L, model=model, case=case, m_restated=m_re, caveat=caveat)
+        return ClosedForm(lam, m, model=model, case=case, m_restated=m_re, caveat=caveat)
     caveat = (
         "m is the restated formula's value (Aoyagi 2024 via Lau et al.), not independently verified"
     )

@@ -12,6 +12,13 @@ The NTK of each point is the structured ``K = Jμ Jμᵀ`` (LCN, on C-order ``v`
 matrix on C-order ``vec Z``. A ``v`` that no route reaches gives a report with
 ``on_manifold=False`` and the best residual, never an empty silent answer.
 
+Scale: ``μ`` is homogeneous of degree ``L`` and the invariants of degree 2, so the fiber over
+``(c^L v, c² δ)`` is ``c`` times the fiber over ``(v, δ)``. Residuals, the acceptance tolerance
+``FIBER_RTOL`` and point de-duplication are all taken at unit scale, ``θ/ρ`` with
+``ρ = (‖v‖^{2/L} + ‖δ‖)^{1/2}`` (:mod:`~neuromanifold.linear.fiber_numeric`), so ``on_manifold``,
+the number of points and the NTK clusters do not depend on the scale of ``v``; the points scale
+by ``c`` and the NTKs (degree ``2L − 2``) by ``c^{2L−2}``.
+
 References: E. M. Achour, K. Kohn, H. Rauhut, arXiv:2507.06367 (Theorem 4 and the summary table).
 """
 
@@ -25,10 +32,12 @@ import numpy as np
 from neuromanifold.linear.architecture import FC, LCN, unflatten_params, validate_params
 from neuromanifold.linear.fiber_algebraic import algebraic_fiber
 from neuromanifold.linear.fiber_numeric import (
+    FIBER_RTOL,
     RANK_RTOL,
     fiber_dimension,
     numeric_fiber,
     point_distance,
+    problem_scale,
 )
 from neuromanifold.linear.fiber_report import (
     FiberReport,
@@ -102,8 +111,10 @@ def lcn_fiber(
 ) -> FiberReport:
     """All ``θ`` with ``μ(θ) = v``, ``δ(θ) = δ`` modulo signs, by the requested routes.
 
-    The network is used as given; when it is not in the paper's normal form (a scalar layer,
-    ``s_L ≠ 1``) the report's first note says so (:func:`~.normalize.normal_form_note`).
+    A point counts when its unit-scale residual ``‖Φ(θ/ρ) − (v/ρ^L, δ/ρ²)‖₂`` is at most
+    ``FIBER_RTOL`` (module docstring), whichever route found it. The network is used as given;
+    when it is not in the paper's normal form (a scalar layer, ``s_L ≠ 1``) the report's first
+    note says so (:func:`~.normalize.normal_form_note`).
 
     Args:
         arch: the LCN (any D; the last stride is irrelevant and is ignored by μ).
@@ -127,17 +138,21 @@ def lcn_fiber(
     all_res: list[float] = []
     per_route_ntks: dict[str, list[np.ndarray]] = {}
     best = float("inf")
-    tol = float("nan")
+    tol = FIBER_RTOL
+    rho = problem_scale(arch, v, d)
+
+    def distinct(xs: Sequence[np.ndarray]) -> list[int]:  # de-duplicate at unit scale
+        return dedupe_points([x / rho for x in xs], lambda a, b: point_distance(arch, a, b))
+
     note = normal_form_note(arch)
     notes: list[str] = [note] if note else []
     if "algebraic" in routes:
         alg = algebraic_fiber(arch, v, d)
         pts = [p for p, r in zip(alg.points, alg.residuals, strict=True) if np.isfinite(r)]
-        res = [r for r in alg.residuals if np.isfinite(r)]
-        num_tol = _tolerance(v, d)
-        ok = [i for i, r in enumerate(res) if r <= num_tol]
+        res = [r for r in alg.residuals if np.isfinite(r)]  # unit-scale (fiber_numeric.polish)
+        ok = [i for i, r in enumerate(res) if r <= tol]
         pts, res = [pts[i] for i in ok], [res[i] for i in ok]
-        keep = dedupe_points(pts, lambda a, b: point_distance(arch, a, b))
+        keep = distinct(pts)
         pts, res = [pts[i] for i in keep], [res[i] for i in keep]
         ks = [ntk(arch, unflatten_params(arch, p)) for p in pts]
         per_route_ntks["algebraic"] = ks if alg.applicable else []
@@ -157,7 +172,6 @@ def lcn_fiber(
         if alg.applicable:
             all_pts += pts
             all_res += res
-        tol = num_tol
     if "numeric" in routes:
         num = numeric_fiber(arch, v, d, n_starts=n_starts, seed=seed, theta_guess=theta_guess)
         ks = [ntk(arch, unflatten_params(arch, p)) for p in num.points]
@@ -178,7 +192,7 @@ def lcn_fiber(
         all_res += list(num.residuals)
         best = num.best_residual
         tol = num.tolerance
-    keep = dedupe_points(all_pts, lambda a, b: point_distance(arch, a, b))
+    keep = distinct(all_pts)
     pts = [all_pts[i] for i in keep]
     res = [all_res[i] for i in keep]
     thetas = [unflatten_params(arch, p) for p in pts]
@@ -209,12 +223,6 @@ def lcn_fiber(
         fiber_dimension=fiber_dimension(arch, pts[0]) if pts else None,
         notes=notes,
     )
-
-
-def _tolerance(v: np.ndarray, d: np.ndarray) -> float:
-    from neuromanifold.linear.fiber_numeric import FIBER_RTOL
-
-    return FIBER_RTOL * max(1.0, float(np.linalg.norm(np.concatenate([v.ravel(), d]))))
 
 
 def _describe(arch: LCN | FC) -> str:

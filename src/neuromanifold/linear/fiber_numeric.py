@@ -5,10 +5,18 @@ LCN: ``Φ(θ) = (μ(θ), δ(θ))`` with ``δ_l = ‖w_{l+1}‖² − ‖w_l‖²
 FC: ``Φ(W_1..W_L) = (W_L⋯W_1, Δ_1, …, Δ_{L−1})`` with ``Δ_l = W_{l+1}ᵀW_{l+1} − W_lW_lᵀ`` (all
 entries of every ``Δ_l``; the system is redundant but consistent).
 
+Scale: ``μ`` is homogeneous of degree ``L`` and the invariants of degree 2, so ``θ ↦ cθ`` maps
+the fiber over ``(v, δ)`` onto the one over ``(c^L v, c² δ)``. Every search here runs at unit
+scale: with ``ρ = (‖v‖^{2/L} + ‖δ‖)^{1/2}`` (:func:`~.rescale.fiber_scale`; ``ρ = 1`` only where
+``v = 0`` and ``δ = 0`` exactly) it solves ``Φ(θ̃) = (v/ρ^L, δ/ρ²)`` and returns ``θ = ρθ̃``. The
+residuals are those of the unit-scale problem, ``‖Φ(θ/ρ) − (v/ρ^L, δ/ρ²)‖₂`` (relative: the
+``μ`` part to ``ρ^L``, the invariant part to ``ρ²``), and a start converges when its residual is
+at most ``FIBER_RTOL``. Verdicts and point counts therefore do not change when ``(v, δ)`` is
+scaled to ``(c^L v, c² δ)``; at ``ρ = 1`` the residual is the plain ``‖Φ(θ) − (v, δ)‖₂``.
+
 Starts: Gaussian parameters whose first layer is scaled so that ``‖μ‖ = ‖v‖`` and (LCN) then
 moved to the invariants ``δ`` by the rescaling lemma; optionally perturbations of a known fiber
-point (these sample a continuous fiber around it). A start converges when
-``‖Φ(θ) − (v, δ)‖₂ ≤ FIBER_RTOL · max(1, ‖(v, δ)‖₂)``.
+point (these sample a continuous fiber around it).
 
 LCN points are compared modulo the sign group ``{(c_l) ∈ {±1}^L : Π c_l = 1}`` (isometries that
 fix μ and δ); FC points are compared plainly (the FC fiber is a continuous family).
@@ -30,9 +38,10 @@ from neuromanifold.linear.invariants import fc_delta
 from neuromanifold.linear.metric import RTOL_RANK
 from neuromanifold.linear.ntk import fc_jacobian, jacobian
 from neuromanifold.linear.polynomial import fc_mu, mu
-from neuromanifold.linear.rescale import rescale_to_delta
+from neuromanifold.linear.rescale import fiber_scale, rescale_to_delta
 
-#: Converged when the fiber residual is at most this fraction of ``max(1, ‖(v, δ)‖₂)``.
+#: Converged when the unit-scale fiber residual (module docstring) is at most this: a fraction of
+#: ``ρ^L`` for ``μ`` and of ``ρ²`` for the invariants.
 FIBER_RTOL = 1e-10
 #: Singular values below this fraction of the largest count as zero (ranks, fiber dimension):
 #: the package's shared threshold :data:`~neuromanifold.linear.metric.RTOL_RANK`.
@@ -41,7 +50,11 @@ RANK_RTOL = RTOL_RANK
 
 @dataclass(frozen=True)
 class NumericFiber:
-    """Converged fiber points (flat vectors, already de-duplicated) and the search statistics."""
+    """Converged fiber points (flat vectors, already de-duplicated) and the search statistics.
+
+    ``residuals``, ``best_residual`` and ``tolerance`` are unit-scale values (module docstring);
+    ``scale`` is the ``ρ`` they refer to.
+    """
 
     points: tuple[np.ndarray, ...]
     residuals: tuple[float, ...]
@@ -49,12 +62,28 @@ class NumericFiber:
     tolerance: float
     n_starts: int
     n_converged: int
+    scale: float = 1.0
 
 
 def target_vector(arch: LCN | FC, v: np.ndarray, delta: Any) -> np.ndarray:
     """Concatenate ``v`` (C order) and the invariants (each ``Δ_l`` flattened for FC)."""
     parts = [np.ravel(v)] + [np.ravel(d) for d in (delta if isinstance(arch, FC) else [delta])]
     return np.concatenate([np.asarray(p, dtype=np.float64) for p in parts])
+
+
+def problem_scale(arch: LCN | FC, v: np.ndarray, delta: Any) -> float:
+    """``ρ`` of :func:`~.rescale.fiber_scale` for this architecture's depth (``δ``: LCN or FC)."""
+    return fiber_scale(v, list(delta) if isinstance(arch, FC) else delta, arch.L)
+
+
+def unit_problem(arch: LCN | FC, v: np.ndarray, delta: Any, rho: float) -> tuple[np.ndarray, Any]:
+    """``(v / ρ^L, δ / ρ²)``: the target at unit scale (``ρ^L`` divided out factor by factor)."""
+    vu = np.asarray(v, dtype=np.float64)
+    for _ in range(arch.L):
+        vu = vu / rho
+    if isinstance(arch, FC):
+        return vu, [np.asarray(D, dtype=np.float64) / rho**2 for D in delta]
+    return vu, np.asarray(delta, dtype=np.float64) / rho**2
 
 
 def phi(arch: LCN | FC, x: np.ndarray) -> np.ndarray:
@@ -160,15 +189,18 @@ def numeric_fiber(
 
     ``extra_starts`` are flat vectors tried first (e.g. the algebraic route's points);
     ``n_perturb`` perturbations ``θ_guess + r·scale·ξ`` (``r`` geometric in [0.05, 1]) are added
-    when ``theta_guess`` is given.
+    when ``theta_guess`` is given. The search runs at unit scale (module docstring): points are
+    returned in the units of ``v``, residuals and tolerance relative to ``ρ``.
     """
     rng = np.random.default_rng(seed)
-    target = target_vector(arch, v, delta)
-    tol = FIBER_RTOL * max(1.0, float(np.linalg.norm(target)))
-    starts: list[np.ndarray] = [np.asarray(s, dtype=np.float64) for s in extra_starts]
-    starts += [_random_start(arch, v, delta, rng) for _ in range(n_starts)]
+    rho = problem_scale(arch, v, delta)
+    vu, du = unit_problem(arch, v, delta, rho)
+    target = target_vector(arch, vu, du)
+    tol = FIBER_RTOL
+    starts: list[np.ndarray] = [np.asarray(s, dtype=np.float64) / rho for s in extra_starts]
+    starts += [_random_start(arch, vu, du, rng) for _ in range(n_starts)]
     if theta_guess is not None:
-        x0 = flatten_params(arch, theta_guess)
+        x0 = flatten_params(arch, theta_guess) / rho
         scale = float(np.linalg.norm(x0)) / np.sqrt(x0.size)
         starts.append(x0)
         for r in np.geomspace(0.05, 1.0, max(n_perturb, 1))[:n_perturb]:
@@ -178,14 +210,15 @@ def numeric_fiber(
         lambda x: phi(arch, x) - target, lambda x: phi_jacobian(arch, x), starts, tol=tol
     )
     xs = [canonical_signs(arch, g.x) if isinstance(arch, LCN) else g.x for g in good]
-    keep = _dedupe(arch, xs)
+    keep = _dedupe(arch, xs)  # at unit scale: the distinctness threshold is relative too
     return NumericFiber(
-        points=tuple(xs[i] for i in keep),
+        points=tuple(rho * xs[i] for i in keep),
         residuals=tuple(good[i].residual for i in keep),
         best_residual=best,
         tolerance=tol,
         n_starts=n,
         n_converged=len(good),
+        scale=rho,
     )
 
 
@@ -196,12 +229,28 @@ def _dedupe(arch: LCN | FC, xs: Sequence[np.ndarray]) -> list[int]:
 
 
 def polish(arch: LCN | FC, v: np.ndarray, delta: Any, x0: np.ndarray) -> tuple[np.ndarray, float]:
-    """One LM solve of the fiber equations from ``x0``: (end point, residual norm)."""
-    target = target_vector(arch, v, delta)
-    res = _lsq.solve(lambda x: phi(arch, x) - target, lambda x: phi_jacobian(arch, x), x0)
-    return res.x, res.residual
+    """One LM solve of the fiber equations from ``x0``: (end point, unit-scale residual).
+
+    Solved at unit scale like :func:`numeric_fiber`; the residual is
+    ``‖Φ(θ/ρ) − (v/ρ^L, δ/ρ²)‖₂``, to be compared with ``FIBER_RTOL``.
+    """
+    rho = problem_scale(arch, v, delta)
+    vu, du = unit_problem(arch, v, delta, rho)
+    target = target_vector(arch, vu, du)
+    x0u = np.asarray(x0, dtype=np.float64) / rho
+    res = _lsq.solve(lambda x: phi(arch, x) - target, lambda x: phi_jacobian(arch, x), x0u)
+    return rho * res.x, res.residual
 
 
 def fiber_dimension(arch: LCN | FC, x: np.ndarray) -> int:
-    """``n_params − rank dΦ(θ)``: 0 means the fiber is a finite set of points near θ."""
-    return _lsq.null_dimension(phi_jacobian(arch, x), rtol=RANK_RTOL)
+    """``n_params − rank dΦ(θ)``: 0 means the fiber is a finite set of points near θ.
+
+    The rank is taken at the unit-scale point ``θ/ρ`` (``ρ`` from ``Φ(θ)``, module docstring):
+    the rows of ``dΦ`` have degrees ``L − 1`` (``μ``) and 1 (invariants), so a relative rank
+    threshold at ``θ`` itself would depend on the scale of ``θ``.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    f = phi(arch, x)
+    n_v = int(np.prod(arch.out_shape))
+    rho = fiber_scale(f[:n_v], f[n_v:], arch.L)
+    return _lsq.null_dimension(phi_jacobian(arch, x / rho), rtol=RANK_RTOL)

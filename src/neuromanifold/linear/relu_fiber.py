@@ -6,6 +6,12 @@ is one linear network on the data) or ``Z = X ∪ probe`` (``notion="global"``: 
 probe set stands in for all of input space). Points are found by Levenberg–Marquardt from many
 starts and compared modulo permutations of the hidden units; the NTK of each on ``X`` decides
 determinacy. Networks, forward maps, invariants and NTKs: :mod:`neuromanifold.linear.relu`.
+
+Scale: both parts of ``Φ`` are homogeneous of degree 2 (``σ`` is positively homogeneous and
+there are no biases), ``Φ(cθ) = c² Φ(θ)`` for ``c > 0``. The acceptance threshold is relative,
+``FIBER_RTOL · s`` with ``s = ‖Φ(θ0)‖₂`` (``s = ‖θ0‖₂²`` where ``Φ(θ0) = 0`` exactly, and
+``s = 1`` where ``θ0 = 0``), and the solves and the de-duplication run at unit scale
+``θ/√s``: the fiber of ``cθ0`` is ``c`` times the fiber of ``θ0``, with the same verdicts.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ __all__ = [
     "relu_fiber",
 ]
 
-#: A fiber point is accepted when ``‖Φ(θ) − Φ(θ0)‖₂ ≤ FIBER_RTOL · max(1, ‖Φ(θ0)‖₂)``.
+#: A fiber point is accepted when ``‖Φ(θ) − Φ(θ0)‖₂ ≤ FIBER_RTOL · s`` (``s``: module docstring).
 FIBER_RTOL = 1e-10
 #: Singular values below this fraction of the largest count as zero in the fiber dimension
 #: (the package's shared threshold :data:`~neuromanifold.linear.metric.RTOL_RANK`).
@@ -154,10 +160,14 @@ def relu_fiber(
         [relu_forward(net, (W0, A0), Z).ravel(), relu_invariants(net, (W0, A0))]
     )
     pattern0 = activation_pattern(net, (W0, A0), X)
+    s = _phi_scale(target, x0)
+    c = float(np.sqrt(s))  # Φ(θ) − target = s · (Φ(θ/c) − target/s): solve at unit scale θ/c
+    target_u = target / s
 
     def fun(x: np.ndarray) -> np.ndarray:
         th = _unflatten(net, x)
-        return np.concatenate([relu_forward(net, th, Z).ravel(), relu_invariants(net, th)]) - target
+        out = np.concatenate([relu_forward(net, th, Z).ravel(), relu_invariants(net, th)])
+        return out - target_u
 
     def jac(x: np.ndarray) -> np.ndarray:
         th = _unflatten(net, x)
@@ -172,12 +182,14 @@ def relu_fiber(
             )
         return np.concatenate([relu_jacobian(net, th, Z), dinv], axis=0)
 
-    scale = np.linalg.norm(x0) / np.sqrt(x0.size)
-    starts = [scale * rng.standard_normal(x0.size) for _ in range(n_random)]
+    x0u = x0 / c
+    scale = np.linalg.norm(x0u) / np.sqrt(x0u.size)
+    starts = [scale * rng.standard_normal(x0u.size) for _ in range(n_random)]
     rel = np.geomspace(0.05, 1.0, max(n_perturb, 1))
-    starts += [x0 + r * scale * rng.standard_normal(x0.size) for r in rel[:n_perturb]]
-    tol = FIBER_RTOL * max(1.0, float(np.linalg.norm(target)))
-    good, best, n_starts = _lsq.multistart(fun, jac, [x0, *starts], tol=tol)
+    starts += [x0u + r * scale * rng.standard_normal(x0u.size) for r in rel[:n_perturb]]
+    tol = FIBER_RTOL * s
+    good, best_u, n_starts = _lsq.multistart(fun, jac, [x0u, *starts], tol=FIBER_RTOL)
+    best = s * best_u
     if notion == "dataset":
         good = [
             g
@@ -185,16 +197,17 @@ def relu_fiber(
             if np.array_equal(activation_pattern(net, _unflatten(net, g.x), X), pattern0)
         ]
     pts = [g.x for g in good]
-    keep = dedupe_points(pts, lambda a, b: permutation_distance(net, a, b))
-    points = [_unflatten(net, pts[i]) for i in keep]
+    keep = dedupe_points(pts, lambda a, b: permutation_distance(net, a, b))  # at unit scale
+    points = [_unflatten(net, c * pts[i]) for i in keep]
+    residuals = [s * good[i].residual for i in keep]
     ntks = [relu_ntk(net, p, X) for p in points]
-    fiber_dim = _lsq.null_dimension(jac(x0), rtol=RANK_RTOL)
+    fiber_dim = _lsq.null_dimension(jac(x0u), rtol=RANK_RTOL)
     route = RouteSummary(
         name=f"numeric-{notion}",
         applicable=True,
         n_points=len(points),
         n_distinct_ntks=0,
-        residual=max((good[i].residual for i in keep), default=best),
+        residual=max(residuals, default=best),
         n_starts=n_starts,
         n_converged=len(good),
         note="same activation pattern on X required"
@@ -207,7 +220,7 @@ def relu_fiber(
         delta=relu_invariants(net, (W0, A0)),
         points=points,
         ntks=ntks,
-        residuals=[good[i].residual for i in keep],
+        residuals=residuals,
         best_residual=best,
         tolerance=tol,
         routes=[route],
@@ -216,6 +229,14 @@ def relu_fiber(
         notes=(f"fiber notion: {notion}",),
     )
     return _with_route_count(report)
+
+
+def _phi_scale(target: np.ndarray, x0: np.ndarray) -> float:
+    """``s`` of the module docstring: ``‖Φ(θ0)‖₂``, else ``‖θ0‖₂²``, else 1 (degree 2 in θ0)."""
+    for val in (float(np.linalg.norm(target)), float(np.linalg.norm(x0)) ** 2):
+        if val > 0 and np.isfinite(val):
+            return val
+    return 1.0
 
 
 def _with_route_count(report: FiberReport) -> FiberReport:

@@ -30,6 +30,7 @@ from neuromanifold.linear.invariants import sq_norms as _sq_norms
 
 __all__ = [
     "fc_balanced_params",
+    "fiber_scale",
     "lemma_scalings",
     "lemma_squared_norms",
     "rescale_to_delta",
@@ -166,6 +167,40 @@ def rescale_to_delta(theta: Sequence[Any], delta: Any) -> tuple[np.ndarray, ...]
     return tuple(
         float(c) * np.asarray(w, dtype=np.float64) for c, w in zip(lam, theta, strict=True)
     )
+
+
+def _norm(x: np.ndarray) -> float:
+    """``‖x‖₂`` without overflow or underflow of the squares."""
+    m = float(np.max(np.abs(x), initial=0.0))
+    return m * float(np.linalg.norm(x / m)) if m > 0 else 0.0
+
+
+def fiber_scale(v: Any, delta: Any, L: int) -> float:
+    """``ρ = (‖v‖₂^{2/L} + ‖δ‖₂)^{1/2}``: the parameter scale of the fiber over ``(v, δ)``.
+
+    ``μ`` is homogeneous of degree ``L`` and the invariants of degree 2: ``θ ↦ cθ`` maps the
+    fiber over ``(v, δ)`` onto the fiber over ``(c^L v, c² δ)``, and ``ρ`` scales by ``c``. The
+    fiber searches solve the problem at unit scale, ``(v / ρ^L, δ / ρ²)`` (then
+    ``‖v/ρ^L‖^{2/L} + ‖δ/ρ²‖ = 1``), and map the points back by ``ρ``, so that their tolerances
+    are relative and their verdicts do not depend on the scale of ``v``. ``δ`` may hold the FC
+    matrices ``Δ_l`` (all entries count). Where ``v = 0`` and ``δ = 0`` exactly there is no scale
+    and ``ρ = 1`` (the only fiber point is then ``θ = 0`` for an LCN).
+
+    >>> fiber_scale([3.0, 4.0], [0.0], 2), fiber_scale([1e-12, 0.0, 0.0, 0.0], [0.0], 2)
+    (2.23606797749979, 1e-06)
+    """
+    if not (isinstance(L, int) and L >= 1):
+        raise ValueError(f"L = {L!r}: expected a positive int (the depth)")
+    parts = delta if isinstance(delta, (list, tuple)) else [delta]
+    dd = [np.ravel(np.asarray(x, dtype=np.float64)) for x in parts]
+    p = _norm(np.ravel(np.asarray(v, dtype=np.float64))) ** (1.0 / L)
+    q = math.sqrt(_norm(np.concatenate(dd) if dd else np.zeros(0)))
+    if not (math.isfinite(p) and math.isfinite(q)):
+        raise ValueError("v and delta must be finite")
+    m = max(p, q)
+    if m == 0.0:
+        return 1.0
+    return m * math.sqrt((p / m) ** 2 + (q / m) ** 2)
 
 
 def _orthonormal_columns(n: int, r: int, rng: np.random.Generator | None) -> np.ndarray:

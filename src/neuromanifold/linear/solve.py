@@ -8,6 +8,14 @@ At a regular point with non-zero filters ``dΦ`` has full column rank (spec §2.
 is quadratic near the fiber. For ``v`` slightly off ``M`` (stages of an ODE solver) it converges
 to the nearest least-squares point, i.e. it also projects onto ``M``.
 
+Scale: ``Φ(cθ) = (c^L μ(θ), c² δ(θ))``, so the iteration runs at unit scale on
+``(v/ρ^L, δ/ρ²)`` from ``θ0/ρ`` with ``ρ = (‖v‖₂^{2/L} + ‖δ‖₂)^{1/2}``
+(:func:`~.rescale.fiber_scale`; ``ρ = 1`` only where ``v = 0`` and ``δ = 0``) and returns
+``ρθ̃``. Residuals and tolerances are those of the unit-scale problem, i.e. relative to ``ρ^L``
+for ``μ`` and to ``ρ²`` for ``δ``: the result for ``(c^L v, c² δ, cθ0)`` is ``c`` times the
+result for ``(v, δ, θ0)``, and the least-squares point off ``M`` weighs ``μ`` and ``δ`` the same
+way at every scale.
+
 ``K_δ(v)`` (spec §2.5) is the NTK at any fiber point; equivalently, for any factorisation ``u`` of
 ``v``: ``K_δ(v) = N(v) Σ_l G_l(û) / x_l`` with ``N = Π_l ‖u_l‖²``, ``û_l = u_l/‖u_l‖`` and ``x`` the
 Lemma's squared norms (:func:`ntk_closed_form`). With all strides > 1 in 1-D, ``K`` is a
@@ -32,7 +40,7 @@ from neuromanifold.linear.architecture import validate_params as _validate_param
 from neuromanifold.linear.invariants import delta as _delta
 from neuromanifold.linear.invariants import sq_norms as _sq_norms
 from neuromanifold.linear.ntk import gram_blocks, mu_and_jacobian, ntk
-from neuromanifold.linear.rescale import lemma_squared_norms, rescale_to_delta
+from neuromanifold.linear.rescale import fiber_scale, lemma_squared_norms, rescale_to_delta
 
 __all__ = [
     "NewtonResult",
@@ -49,10 +57,12 @@ class NewtonResult:
 
     Attributes:
         theta: final parameters (tuple of per-layer arrays).
-        residual: ``‖F(θ)‖_∞``, the largest absolute violation of ``μ(θ) = v``, ``δ(θ) = δ``.
+        residual: the unit-scale ``‖F‖_∞ = max(‖μ(θ) − v‖_∞ / ρ^L, ‖δ(θ) − δ‖_∞ / ρ²)``
+            (module docstring), the largest relative violation of ``μ(θ) = v``, ``δ(θ) = δ``.
         iterations: number of Gauss–Newton iterations taken.
-        converged: ``residual ≤ tol · scale`` with ``scale = max(1, ‖v‖_∞, ‖δ‖_∞)``.
-        tolerance: the absolute threshold ``tol · scale`` that was applied.
+        converged: ``residual ≤ tolerance``.
+        tolerance: the threshold ``tol`` that was applied (relative, like ``residual``).
+        scale: ``ρ = (‖v‖₂^{2/L} + ‖δ‖₂)^{1/2}``, the scale the residual refers to.
     """
 
     theta: Params
@@ -60,6 +70,7 @@ class NewtonResult:
     iterations: int
     converged: bool
     tolerance: float
+    scale: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form."""
@@ -69,6 +80,7 @@ class NewtonResult:
             "iterations": self.iterations,
             "converged": self.converged,
             "tolerance": self.tolerance,
+            "scale": self.scale,
         }
 
 
@@ -113,18 +125,20 @@ def fiber_newton(
 
     Each iteration solves ``min_s ‖J_F s + F‖² + λ‖s‖²`` (Levenberg–Marquardt, ``λ`` adapted:
     divided by 10 after an accepted step, multiplied by 10 after a rejected one, starting at 0,
-    i.e. plain Gauss–Newton while it decreases ``‖F‖²``). Stops at ``‖F‖_∞ ≤ tol · scale``, when
-    ``‖s‖ ≤ 8ε‖θ‖`` (a floating-point fixed point, e.g. the least-squares point for ``v`` off
-    ``M``), or after ``max_iter`` iterations (rejected steps included).
+    i.e. plain Gauss–Newton while it decreases ``‖F‖²``), all at unit scale (module docstring).
+    Stops at ``‖F‖_∞ ≤ tol`` (unit-scale residual), when ``‖s‖ ≤ 8ε‖θ‖`` (a floating-point fixed
+    point, e.g. the least-squares point for ``v`` off ``M``), or after ``max_iter`` iterations
+    (rejected steps included).
     """
     v, d = _check_target(arch, v, delta)
     if not (isinstance(max_iter, int) and max_iter >= 1):
         raise ValueError(f"max_iter = {max_iter!r}: expected a positive int")
     if not tol > 0:
         raise ValueError(f"tol = {tol!r}: expected a positive float")
-    x = flatten_params(arch, theta0)
-    scale = max(1.0, float(np.max(np.abs(v))), float(np.max(np.abs(d), initial=0.0)))
-    thresh = tol * scale
+    rho = fiber_scale(v, d, arch.L)
+    v, d = _unit(v, arch.L, rho), d / rho**2
+    x = flatten_params(arch, theta0) / rho
+    thresh = tol
     F, JF = _residual_and_jacobian(arch, x, v, d)
     cost = float(F @ F)
     lam = 0.0
@@ -152,20 +166,31 @@ def fiber_newton(
             lam = max(10.0 * lam, lam_floor)
     res = float(np.max(np.abs(F)))
     return NewtonResult(
-        theta=unflatten_params(arch, x),
+        theta=unflatten_params(arch, rho * x),
         residual=res,
         iterations=it,
         converged=res <= thresh,
         tolerance=thresh,
+        scale=rho,
     )
+
+
+def _unit(v: np.ndarray, L: int, rho: float) -> np.ndarray:
+    """``v / ρ^L``, dividing by ``ρ`` ``L`` times (``ρ^L`` itself may overflow or underflow)."""
+    for _ in range(L):
+        v = v / rho
+    return v
 
 
 def _random_start(arch: LCN, v: np.ndarray, d: np.ndarray, rng: np.random.Generator) -> Params:
     theta = [rng.standard_normal(s) for s in arch.filters]
-    # match the overall scale Π‖w_l‖ ≈ ‖v‖, then the invariants exactly
-    target = max(float(np.linalg.norm(v)), 1e-12) ** (1.0 / arch.L)
+    # at unit scale: match the overall scale Π‖w_l‖ ≈ ‖v‖, then the invariants exactly
+    rho = fiber_scale(v, d, arch.L)
+    vu, du = _unit(v, arch.L, rho), d / rho**2
+    nv = float(np.linalg.norm(vu))
+    target = nv ** (1.0 / arch.L) if nv > 0 else 1.0  # v = 0 exactly: unit filters
     theta = [w * (target / max(float(np.linalg.norm(w)), 1e-300)) for w in theta]
-    return rescale_to_delta(theta, d)
+    return tuple(rho * w for w in rescale_to_delta(theta, du))
 
 
 def solve_fiber_point(
@@ -180,8 +205,9 @@ def solve_fiber_point(
 ) -> NewtonResult:
     """A ``(v, δ)``-fiber point: :func:`fiber_newton` from ``theta_guess``, then random starts.
 
-    Random starts are Gaussian filters scaled to ``Π‖w_l‖ = ‖v‖``, rescaled by the Lemma to ``δ``.
-    Returns the first converged result, else the one with the smallest residual.
+    Random starts are Gaussian filters scaled to ``Π‖w_l‖ = ‖v‖``, rescaled by the Lemma to ``δ``
+    (drawn at unit scale, module docstring). Returns the first converged result, else the one
+    with the smallest (unit-scale) residual.
     """
     v, d = _check_target(arch, v, delta)
     rng = np.random.default_rng(seed)
@@ -213,9 +239,11 @@ def ntk_from_function(
     """``K_δ(v)``: the NTK at a fiber point found from ``(v, δ)`` alone, shape ``(n_v, n_v)``.
 
     Uses :func:`solve_fiber_point`; raises ``RuntimeError`` (with the best residual) if no start
-    converged. Only one fiber point is found: where the fiber carries several NTKs (stride one,
-    or a crossing such as spec §4.2 with strides > 1) the NTK returned depends on the start (use
-    :func:`~.fiber.lcn_fiber` to see them all).
+    converged. Scale-covariant: ``(c^L v, c² δ)`` gives ``c^{2L−2}`` times the NTK of ``(v, δ)``
+    (``K = Jμ Jμᵀ`` and ``Jμ`` is homogeneous of degree ``L − 1``). Only one fiber point is
+    found: where the fiber carries several NTKs (stride one, or a crossing such as spec §4.2 with
+    strides > 1) the NTK returned depends on the start (use :func:`~.fiber.lcn_fiber` to see
+    them all).
     """
     res = solve_fiber_point(
         arch, v, delta, theta_guess=theta_guess, n_starts=n_starts, seed=seed, tol=tol

@@ -11,8 +11,14 @@ from neuromanifold.linear.architecture import LCN
 from neuromanifold.linear.converge import RANK_RTOL as CONVERGE_RANK_RTOL
 from neuromanifold.linear.fiber import lcn_fiber
 from neuromanifold.linear.fiber_numeric import RANK_RTOL as FIBER_RANK_RTOL
-from neuromanifold.linear.locus import classify_locus, min_root_gap
+from neuromanifold.linear.locus import (
+    classify_locus,
+    min_root_gap,
+    second_order_term,
+    sigma_floor,
+)
 from neuromanifold.linear.metric import RTOL_RANK, is_smooth_point, jacobian_rank
+from neuromanifold.linear.ntk import jacobian
 from neuromanifold.linear.polynomial import mu
 from neuromanifold.linear.relu_fiber import RANK_RTOL as RELU_RANK_RTOL
 
@@ -136,3 +142,119 @@ def test_locus_and_smooth_point_share_the_rank_threshold(eps: float) -> None:
     assert loc.ranks[0] == sp.rank == jacobian_rank(arch, theta)
     assert (loc.classification == "critical") == (not sp.smooth)
     assert FIBER_RANK_RTOL == CONVERGE_RANK_RTOL == RELU_RANK_RTOL == RTOL_RANK
+
+
+# --- v= path: fiber points rebuilt from v (trial A #1) ---------------------------------------
+
+#: invariants δ at which the v= verdict is checked (spec §4.1: δ only picks the scale)
+DELTAS = (None, [-5.0], [-1.0], [0.0], [1.0], [3.0], [10.0])
+#: spec §4.6 critical examples: w_1 divisible by z² − c for the root c of w_2 (rank 3 < 4)
+CRITICAL_THETAS = {
+    "z2-0.49": (np.array([-0.49, 0.0, 1.0]), np.array([-0.49, 1.0])),
+    "z2+1": (np.array([1.0, 0.0, 1.0]), np.array([1.0, 1.0])),  # v = (z² + 1)²
+    "scaled": (2.3 * np.array([-1.7, 0.0, 1.0]), np.array([-1.7, 1.0])),
+}
+#: smooth points near the critical ones: w_1 = z² + b z − 0.49, w_2 = y − 0.49 (two pairs of
+#: distinct roots of v, 0.7 and ≈ 0.7 − b/2, one factorisation); and one common root 0.7 with the
+#: other orbit moved to ±(0.7 + g) (spec §4.6: one common root is regular)
+P = np.polynomial.polynomial
+SMOOTH_THETAS = {
+    "b=1e-5": (np.array([-0.49, 1e-5, 1.0]), np.array([-0.49, 1.0])),
+    "b=1e-6": (np.array([-0.49, 1e-6, 1.0]), np.array([-0.49, 1.0])),
+    "one-common-root": (P.polyfromroots([0.7, -1.3]), np.array([-0.49, 1.0])),
+    "gap=1e-6": (P.polyfromroots([0.7, -1.3]), np.array([-((0.7 + 1e-6) ** 2), 1.0])),
+}
+#: random starts of the numeric fiber route (the algebraic route finds these one-orbit fibers)
+N_STARTS = 8
+#: roots of v at most this far apart (relative) count as a near-collision in these examples
+NEAR_ROOT_GAP = 1e-5
+#: homogeneity of sigma_floor under θ ↦ 2θ (exact in binary), v ↦ 2^L v: SVD round-off only
+RTOL_HOMOGENEOUS = 1e-10
+
+
+@pytest.mark.parametrize("name", list(CRITICAL_THETAS))
+@pytest.mark.parametrize("d", DELTAS, ids=str)
+def test_critical_examples_from_v_are_critical_for_every_delta(name: str, d: list | None) -> None:
+    """Spec §4.6, §7.12: the v= path gives the theta= verdict (rank 3 < dim M = 4) for each δ."""
+    arch = LCN((3, 2), (2,))
+    theta = CRITICAL_THETAS[name]
+    assert classify_locus(arch, theta=theta).classification == "critical"
+    rep = classify_locus(arch, v=mu(arch, theta), delta=d, n_starts=N_STARTS)
+    assert rep.classification == "critical" and rep.n_fiber_points == 1
+    assert rep.ranks == (arch.dim_M - 1,)
+    # the rebuilt point's σ_dimM is not at round-off but below the point's accuracy floor
+    assert rep.sigma_floors[0] > 0
+    s = rep.singular_values[0]
+    assert s[arch.dim_M - 1] <= rep.sigma_floors[0]
+    # the note says so exactly when the plain RTOL_RANK rank would have been full
+    assert any("accuracy floor" in n for n in rep.notes) == (s[arch.dim_M - 1] > RTOL_RANK * s[0])
+
+
+@pytest.mark.parametrize("name", list(SMOOTH_THETAS))
+@pytest.mark.parametrize("d", DELTAS, ids=str)
+def test_smooth_points_near_critical_stay_smooth_from_v(name: str, d: list | None) -> None:
+    """Near-collisions of roots that are resolvable keep rank dim M, as with theta=."""
+    arch = LCN((3, 2), (2,))
+    theta = SMOOTH_THETAS[name]
+    v = mu(arch, theta)
+    assert classify_locus(arch, theta=theta).classification == "smooth"
+    rep = classify_locus(arch, v=v, delta=d, n_starts=N_STARTS)
+    assert rep.classification == "smooth" and rep.n_fiber_points == 1
+    assert rep.ranks == (arch.dim_M,)
+    pairs = zip(rep.singular_values, rep.sigma_floors, strict=True)
+    assert all(s[arch.dim_M - 1] > f for s, f in pairs)
+    assert rep.min_root_gap is not None and rep.min_root_gap <= NEAR_ROOT_GAP
+
+
+def test_theta_path_uses_no_floor() -> None:
+    """θ given: it is exact, so the verdict is is_smooth_point's at RTOL_RANK (no floor)."""
+    arch = LCN((3, 2), (2,))
+    rep = classify_locus(arch, theta=SMOOTH_THETAS["b=1e-6"], n_starts=4)
+    assert set(rep.sigma_floors) == {0.0} and len(rep.sigma_floors) == len(rep.ranks)
+
+
+def test_second_order_term_is_the_t_squared_coefficient() -> None:
+    """μ multilinear: for L = 3, (μ(θ + n) + μ(θ − n))/2 − μ(θ) is exactly Q(n); L = 2: μ(n)."""
+    arch = LCN((3, 2, 2), (2, 2))
+    rng = np.random.default_rng(7)
+    theta = [rng.standard_normal(k) for k in arch.layer_sizes]
+    n = rng.standard_normal(arch.n_params)
+    parts = np.split(n, np.cumsum(arch.layer_sizes)[:-1])
+    plus = mu(arch, [w + p for w, p in zip(theta, parts, strict=True)])
+    minus = mu(arch, [w - p for w, p in zip(theta, parts, strict=True)])
+    want = (plus + minus) / 2 - mu(arch, theta)
+    got = second_order_term(arch, theta, n)
+    np.testing.assert_allclose(got, want, rtol=0, atol=ATOL_EXACT * np.abs(want).max())
+    two = LCN((3, 2), (2,))
+    m2 = rng.standard_normal(two.n_params)
+    np.testing.assert_allclose(
+        second_order_term(two, [np.ones(3), np.ones(2)], m2), mu(two, [m2[:3], m2[3:]]), atol=0
+    )
+    with pytest.raises(ValueError, match="n has 4 entries: expected n_params = 5"):
+        second_order_term(two, [np.ones(3), np.ones(2)], np.ones(4))
+
+
+@pytest.mark.parametrize("t", [1e-8, 1e-6, 1e-4])
+def test_sigma_floor_covers_points_off_a_critical_point(t: float) -> None:
+    """θ* + t n (n the extra null direction at a critical θ*) is within τ ≈ t²‖Q(n)‖ of v = μ(θ*)
+    and has σ_dimM ≈ 2t‖Q(n)‖ — never above the floor, whatever t."""
+    arch = LCN((3, 2), (2,))
+    star = CRITICAL_THETAS["z2-0.49"]
+    n = np.linalg.svd(jacobian(arch, star))[2][arch.dim_M - 1]
+    th = [star[0] + t * n[:3], star[1] + t * n[3:]]
+    sigma = np.linalg.svd(jacobian(arch, th), compute_uv=False)[arch.dim_M - 1]
+    assert sigma > RTOL_RANK * np.linalg.norm(jacobian(arch, th), 2)  # plain rank: full
+    assert sigma <= sigma_floor(arch, th, mu(arch, star))
+
+
+def test_sigma_floor_homogeneous_and_zero_for_one_layer() -> None:
+    """Scaling every w_l by 2 (v by 2^L) scales σ_dimM and the floor by 2^(L−1)."""
+    arch = LCN((3, 2, 2), (2, 2))
+    rng = np.random.default_rng(3)
+    theta = [rng.standard_normal(k) for k in arch.layer_sizes]
+    v = mu(arch, theta) * (1 + 1e-9)  # a residual, so τ is not round-off alone
+    f1 = sigma_floor(arch, theta, v)
+    f2 = sigma_floor(arch, [2 * w for w in theta], 2**arch.L * v)
+    assert abs(f2 / f1 - 2 ** (arch.L - 1)) <= RTOL_HOMOGENEOUS * 2 ** (arch.L - 1)
+    one = LCN((3,), (1,))
+    assert sigma_floor(one, [np.array([1.0, 2.0, 3.0])], [1.0, 2.0, 3.0]) == 0.0

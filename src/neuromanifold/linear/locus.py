@@ -14,6 +14,22 @@ when none is given) and reads three numbers off their Jacobians ``J_i = Jμ(θ_i
 themselves are reported so the margin can be judged. For 1-D ``v`` the smallest relative distance
 between two roots is reported too (near-collisions of root orbits signal nearby singularities).
 
+**Accuracy of a fiber point rebuilt from v.** A given ``θ`` is exact, but a fiber point computed
+from ``v`` solves ``μ(θ) = v`` only to some ``τ`` (its residual plus the round-off of ``μ``). Near
+a critical point μ is flat to first order along the extra null direction ``n``, so such a point may
+sit ``t ≈ √(τ / ‖Q(n)‖)`` off the critical one (``Q`` the second-order term of μ) and show
+``σ_dimM ≈ 2√(τ ‖Q(n)‖)`` — about ``√ε`` relative, e.g. ``1e-8`` for the spec §4.6 example rebuilt
+from its ``v``, whose root orbits are double. A rank threshold of ``RANK_RTOL = 1e-9`` cannot see
+that the point is critical, and whether it does then depends on ``δ`` (the scale of the point).
+So, with ``v=``, each fiber point's rank also discounts singular values up to its
+:func:`sigma_floor` (twice that estimate): ``v`` within round-off of a critical value of μ is
+reported as critical, for every ``δ``. The floor is of the order ``√ε · σ_max``: a smooth point
+whose ``σ_dimM`` is well above it (for the §4.6 family, root orbits more than about ``1e-6``
+apart) keeps rank ``dim M``. With ``theta=`` the given point decides and no floor is used (the
+same verdict as :func:`~.metric.is_smooth_point`). The root gap is reported but is not itself in
+the verdict: a repeated root of ``v`` is not enough for a critical point (spec §4.6: one common
+root of ``w_1`` and ``w_2(z^s)`` is regular).
+
 References: K. Kohn, G. Montúfar, V. Shahverdi, M. Trager, SIAGA 2024 (critical points of LCNs);
 E. M. Achour, K. Kohn, H. Rauhut, arXiv:2507.06367 (Theorem 4 needs the smooth locus).
 """
@@ -40,6 +56,13 @@ from neuromanifold.linear.polynomial import mu
 #: threshold :data:`~neuromanifold.linear.metric.RTOL_RANK`, so is_smooth_point agrees).
 RANK_RTOL = RTOL_RANK
 
+#: :func:`sigma_floor` is this factor times the ``σ_dimM`` that a point ``τ`` away (in ``v``) from
+#: an exactly critical point can show, ``2√(τ ‖Q(n)‖)``. That estimate is first order and is
+#: reached when the whole residual lies along the null direction: Gauss–Newton points of the
+#: spec §4.6 example, solved to ``1e-13``, show ``σ_dimM`` at 0.94–0.98 times it (measured over
+#: δ ∈ [−5, 10] and five scales of v); the factor 2 keeps them on the critical side.
+FLOOR_FACTOR = 2.0
+
 Classification = Literal["smooth", "crossing", "critical", "zero", "off_manifold"]
 
 
@@ -54,6 +77,10 @@ class LocusReport:
         singular_values: the leading ``dim_M + 1`` singular values of each ``Jμ``.
         pair_ranks: ``rank [J_i | J_j]`` for each pair ``i < j`` of fiber points.
         rank_rtol: the relative threshold used for all ranks.
+        sigma_floors: per point of ``ranks``, the absolute accuracy floor
+            (:func:`sigma_floor`) below which a singular value also counts as zero: ``0`` for a
+            given ``θ`` (exact) and for every point when ``θ`` is given, the floor of each fiber
+            point rebuilt from ``v`` otherwise. The rank counts ``σ > max(rank_rtol·σ_max, floor)``.
         n_fiber_points: number of fiber points (modulo signs) found over ``v``.
         ntk_gap: largest entrywise NTK difference between the fiber points (at the δ used).
         min_root_gap: 1-D only — ``min |z_i − z_j| / max(1, |z_i|, |z_j|)`` over roots of v.
@@ -72,6 +99,7 @@ class LocusReport:
     min_root_gap: float | None
     fiber_residual: float
     notes: tuple[str, ...] = field(default_factory=tuple)
+    sigma_floors: tuple[float, ...] = ()
 
     @property
     def max_pair_rank(self) -> int:
@@ -93,6 +121,7 @@ class LocusReport:
             "min_root_gap": self.min_root_gap,
             "fiber_residual": self.fiber_residual,
             "notes": list(self.notes),
+            "sigma_floors": list(self.sigma_floors),
         }
 
 
@@ -100,8 +129,72 @@ def _svals(M: np.ndarray) -> np.ndarray:
     return np.linalg.svd(M, compute_uv=False)
 
 
-def _rank(s: np.ndarray) -> int:
-    return int(np.sum(s > RANK_RTOL * s[0])) if s.size and s[0] > 0 else 0
+def _rank(s: np.ndarray, floor: float = 0.0) -> int:
+    """Singular values above ``max(RANK_RTOL · σ_max, floor)``."""
+    return int(np.sum(s > max(RANK_RTOL * s[0], floor))) if s.size and s[0] > 0 else 0
+
+
+def second_order_term(arch: LCN, theta: Sequence[Any], n: Any) -> np.ndarray:
+    """The ``t²`` coefficient of ``μ(θ + t n)``: ``Q(n) = Σ_{l<l'} μ(θ; w_l → n_l, w_l' → n_l')``.
+
+    μ is multilinear, so ``μ(θ + t n) = μ(θ) + t Jμ(θ) n + t² Q(n) + O(t³)``; ``n`` is a flat
+    direction in parameter order (shape ``(n_params,)``). Zero for ``L = 1`` (μ is linear).
+
+    >>> a = LCN((2, 2), (1,))
+    >>> second_order_term(a, [[1.0, 2.0], [1.0, -1.0]], [1.0, 0.0, 0.0, 1.0]).tolist()  # 1 · z
+    [0.0, 1.0, 0.0]
+    """
+    th = validate_params(arch, theta)
+    flat = np.asarray(n, dtype=np.float64).ravel()
+    if flat.size != arch.n_params:
+        raise ValueError(f"n has {flat.size} entries: expected n_params = {arch.n_params}")
+    parts, off = [], 0
+    for w in th:
+        parts.append(flat[off : off + w.size].reshape(w.shape))
+        off += w.size
+    out = np.zeros(arch.out_shape)
+    for a, b in itertools.combinations(range(arch.L), 2):
+        swapped = list(th)
+        swapped[a], swapped[b] = parts[a], parts[b]
+        out += mu(arch, swapped)
+    return out
+
+
+def sigma_floor(arch: LCN, theta: Sequence[Any], v: Any) -> float:
+    """Accuracy floor of ``σ_dimM(Jμ(θ))`` at a fiber point ``θ`` rebuilt from ``v``.
+
+    ``θ`` solves ``μ(θ) = v`` to ``τ = ‖μ(θ) − v‖ + γ ‖μ(|θ|)‖``: its residual plus the standard
+    round-off bound of evaluating μ (each entry of ``v`` is a sum of at most ``Π_{l≥2} k_l``
+    products of ``L`` factors, ``γ = (L − 1 + Π_{l≥2} k_l) · ε``; ``|θ|`` entrywise). If ``θ`` is
+    ``t n`` away from an exactly critical ``θ*`` along its extra null direction ``n``
+    (``Jμ(θ*) n = 0``, ``‖n‖ = 1``), then ``μ(θ) − μ(θ*) ≈ t² Q(n)`` (:func:`second_order_term`)
+    and ``Jμ(θ) n ≈ 2 t Q(n)``: a point within ``τ`` of a critical one can show
+    ``σ_dimM ≈ 2√(τ ‖Q(n)‖)``. Returned: ``FLOOR_FACTOR · 2√(τ ‖Q(n)‖)``, with ``n`` the right
+    singular vector of ``σ_dimM`` at ``θ``. The floor is homogeneous like ``σ_dimM`` (scaling
+    ``v`` by ``c`` scales both by ``c^{(L−1)/L}``), and zero for ``L = 1``.
+    """
+    th = validate_params(arch, theta)
+    v = np.asarray(v, dtype=np.float64).reshape(arch.out_shape)
+    _, _, Vt = np.linalg.svd(jacobian(arch, th))
+    q = float(np.linalg.norm(second_order_term(arch, th, Vt[arch.dim_M - 1])))
+    gamma = (arch.L - 1 + int(np.prod([w.size for w in th[1:]]))) * np.finfo(np.float64).eps
+    tau = float(np.linalg.norm(mu(arch, th) - v)) + gamma * float(
+        np.linalg.norm(mu(arch, [np.abs(w) for w in th]))
+    )
+    return FLOOR_FACTOR * 2.0 * float(np.sqrt(tau * q))
+
+
+def rebuilt_point_rtol(arch: LCN, theta: Sequence[Any], v: Any) -> float:
+    """Relative rank threshold of a fiber point rebuilt from ``v``: ``max(RANK_RTOL, floor/σ_max)``.
+
+    ``floor`` is :func:`sigma_floor`; capped just below 1 (only ``σ_max`` then counts), which a
+    converged fiber point does not reach (its floor is of the order ``√ε · σ_max``). Pass it as
+    ``rtol`` to :func:`~.metric.is_smooth_point`.
+    """
+    smax = float(np.linalg.norm(jacobian(arch, validate_params(arch, theta)), 2))
+    if smax == 0.0:
+        return RANK_RTOL
+    return min(max(RANK_RTOL, sigma_floor(arch, theta, v) / smax), float(np.nextafter(1.0, 0.0)))
 
 
 def min_root_gap(v: np.ndarray) -> float:
@@ -132,7 +225,9 @@ def classify_locus(
     """Classify ``v`` (or ``μ(θ)``) as smooth / crossing / critical / zero / off-manifold.
 
     Exactly one of ``v`` and ``theta`` must be given. ``delta`` defaults to ``δ(θ)`` or to 0.
-    The network is used as given; when it is not in the paper's normal form the notes say so
+    With ``v=`` the fiber points' ranks discount singular values below their :func:`sigma_floor`
+    (module docstring), so the verdict does not depend on ``δ``. The network is used as given;
+    when it is not in the paper's normal form the notes say so
     (:func:`~.normalize.normal_form_note`).
     """
     if (v is None) == (theta is None):
@@ -158,7 +253,9 @@ def classify_locus(
     pts = rep.point_arrays()
     Js = ([jacobian(arch, th)] if th is not None else []) + [jacobian(arch, p) for p in pts]
     svals = [_svals(J) for J in Js]
-    ranks = [_rank(s) for s in svals]
+    # θ given: it is exact and decides (as is_smooth_point does); else each point's accuracy floor
+    floors = [0.0] * len(Js) if th is not None else [sigma_floor(arch, p, v) for p in pts]
+    ranks = [_rank(s, f) for s, f in zip(svals, floors, strict=True)]
     fiber_J = Js[1:] if th is not None else Js
     pair_ranks = [_rank(_svals(np.hstack([a, b]))) for a, b in itertools.combinations(fiber_J, 2)]
     if not pts and th is None:
@@ -167,6 +264,17 @@ def classify_locus(
     elif min(ranks) < m:
         cls = "critical"
         notes.append(f"rank Jμ = {min(ranks)} < dim M = {m}")
+        floored = [
+            (s[m - 1], f)
+            for s, f in zip(svals, floors, strict=True)
+            if _rank(s) >= m and _rank(s, f) < m
+        ]
+        if floored:
+            notes.append(
+                f"σ_dimM = {floored[0][0]:.3g} is below the accuracy floor {floored[0][1]:.3g} of "
+                "a fiber point rebuilt from v: v is within round-off of a critical value of μ "
+                "(spec §4.6; see sigma_floor)"
+            )
     elif any(r > m for r in pair_ranks):
         cls = "crossing"
         notes.append(f"two tangent spaces: rank [J|J'] = {max(pair_ranks)} > dim M = {m}")
@@ -184,4 +292,5 @@ def classify_locus(
         min_root_gap=gap,
         fiber_residual=rep.residual,
         notes=tuple(notes),
+        sigma_floors=tuple(floors),
     )

@@ -29,7 +29,10 @@ is *the* NTK of every initialisation with invariants ``δ`` only where the fiber
 ``D ≥ 2`` with equal-shape swaps (§4.4) or at a crossing (§4.2) other sheets carry other NTKs; the
 numbers then compare the metrics on the one sheet reached (``notes`` says so;
 :func:`~.fiber.lcn_fiber` lists all sheets). The metric needs ``rank K = dim M``: each point's
-regularity report is included and pairs with a singular ``K|_{T_vM}`` have ``defined = False``.
+regularity report is included (its rank threshold allows for the point's accuracy,
+:func:`~.locus.rebuilt_point_rtol`) and pairs with a singular ``K|_{T_vM}`` (eigenvalues at or
+below ``RTOL_RANK · λ_max``) have ``defined = False``; when both points are regular, ``K`` is only
+ill-conditioned there and ``notes`` says so.
 
 References: E. M. Achour, K. Kohn, H. Rauhut, arXiv:2507.06367 (the metric depends on the
 initialisation through δ); the affine-invariant metric on SPD matrices (e.g. Bhatia, *Positive
@@ -50,7 +53,7 @@ from neuromanifold.linear._json import as_lists, as_tuples, finite_or_none
 from neuromanifold.linear.architecture import LCN, validate_params
 from neuromanifold.linear.fiber import check_lcn_target
 from neuromanifold.linear.invariants import sq_norms
-from neuromanifold.linear.locus import LocusReport, classify_locus
+from neuromanifold.linear.locus import LocusReport, classify_locus, rebuilt_point_rtol
 from neuromanifold.linear.metric import (
     RTOL_RANK,
     SmoothPointReport,
@@ -74,7 +77,7 @@ __all__ = ["DeltaMetric", "MetricComparison", "compare_metrics"]
 
 def _locus_from_dict(d: dict[str, Any]) -> LocusReport:
     """Inverse of :meth:`~.locus.LocusReport.to_dict` (drops the derived ``max_pair_rank``)."""
-    nested = ("ranks", "singular_values", "pair_ranks", "notes")
+    nested = ("ranks", "singular_values", "pair_ranks", "notes", "sigma_floors")
     return LocusReport(
         **{k: (as_tuples(x) if k in nested else x) for k, x in d.items() if k != "max_pair_rank"}
     )
@@ -91,7 +94,12 @@ class DeltaMetric:
         sq_norms: ``‖w_l‖²`` at the point (the Lemma's ``x_l``).
         residual, tolerance: Gauss–Newton residual ``‖(μ(θ) − v, δ(θ) − δ)‖_∞`` and threshold.
         smooth: :func:`~.metric.is_smooth_point` at ``theta`` (rank of ``Jμ``, ``σ_dimM``,
-            ``σ_{dimM+1}``, ``rtol``; a self-crossing passes it, spec §4.2).
+            ``σ_{dimM+1}``, ``rtol``; a self-crossing passes it, spec §4.2), with
+            ``rtol = max(RTOL_RANK, σ_floor / σ_max)`` (:func:`~.locus.rebuilt_point_rtol`): the
+            point is rebuilt from ``v`` to the Gauss–Newton tolerance, so a critical point can
+            show ``σ_dimM`` up to about ``√(residual)`` (spec §4.6 example: ``σ_dimM / σ_max`` of
+            ``1e-7`` to ``3e-7``, far above ``RTOL_RANK``); singular values below that floor
+            count as zero.
         rank_K: eigenvalues of ``K`` above ``RTOL_RANK · λ_max`` (the metric uses rank ``dim M``).
         tangent_condition: ``λ_1 / λ_{dim M}`` of ``K`` (None if ``K`` is singular there).
         locus: with ``locus=True``, :func:`~.locus.classify_locus` of ``v`` at this ``δ`` (both
@@ -276,6 +284,31 @@ def _regime_note(arch: LCN) -> str:
     )
 
 
+def _ill_conditioned_note(per: Sequence[DeltaMetric], pairs: Sequence[MetricPair]) -> list[str]:
+    """A note for pairs that are undefined although both points are regular (rank ``dim M``).
+
+    ``defined`` needs ``λ_min > RTOL_RANK · λ_max`` of ``K`` on ``T_vM``; the eigenvalues of
+    ``K = J Jᵀ`` are ``σ²``, so that is ``σ_dimM / σ_max > √RTOL_RANK``, a stricter test than the
+    rank of ``Jμ`` (``σ_dimM / σ_max > RTOL_RANK``). Between the two, ``K`` is ill-conditioned,
+    not singular.
+    """
+    ill = [q for q in pairs if not q.defined and per[q.i].smooth.smooth and per[q.j].smooth.smooth]
+    if not ill:
+        return []
+    idx = sorted({k for q in ill for k in (q.i, q.j)})
+    conds = ", ".join(
+        f"{'inf' if per[k].tangent_condition is None else f'{per[k].tangent_condition:.3g}'} at "
+        f"deltas[{k}]"
+        for k in idx
+    )
+    which = ", ".join(f"({q.i}, {q.j})" for q in ill)
+    return [
+        f"pairs {which}: undefined although rank Jμ = dim M at both points: K on T_vM is "
+        f"ill-conditioned, not singular (cond K|T = {conds}); the pencil needs cond K|T below "
+        f"1/RTOL_RANK = {1 / RTOL_RANK:.3g}"
+    ]
+
+
 def compare_metrics(
     arch: LCN,
     v: Any,
@@ -359,7 +392,9 @@ def compare_metrics(
                 sq_norms=as_tuples(sq_norms(res.theta)),
                 residual=res.residual,
                 tolerance=res.tolerance,
-                smooth=is_smooth_point(arch, res.theta),
+                smooth=is_smooth_point(
+                    arch, res.theta, rtol=rebuilt_point_rtol(arch, res.theta, v_arr)
+                ),
                 rank_K=int(np.sum(lam > RTOL_RANK * lam[-1])) if lam[-1] > 0 else 0,
                 tangent_condition=finite_or_none(tangent_condition_number(K, m)),
                 locus=(
@@ -383,7 +418,7 @@ def compare_metrics(
         )
         for i, j in itertools.combinations(range(len(per)), 2)
     )
-    notes = [_regime_note(arch)]
+    notes = [_regime_note(arch), *_ill_conditioned_note(per, pairs)]
     if locus:
         notes.append(
             "classify_locus per δ (all fiber points, not only this sheet): "

@@ -384,21 +384,21 @@ def test_live_threshold_reaches_every_candidate() -> None:
 
 
 def test_torch_transformer_encoder_layer_gauges() -> None:
-    """nn.TransformerEncoderLayer (packed MultiheadAttention, pre-norm): LN kernels, QK, VO."""
+    """nn.TransformerEncoderLayer (packed MultiheadAttention, pre-norm): LN kernels, QK, VO; the
+    packed projections are read unpacked (`adapt_attention`)."""
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, batch_first=True, norm_first=True)
     model = nn.Sequential(layer, nn.Flatten(), nn.Linear(24, 2)).double().eval()
     x = torch.randn(12, 3, 8, dtype=torch.float64)
     reading = read(model, x, Gaussian(), progress=False)
     kinds = Counter((r.detector, r.klass) for r in reading.directions)
-    assert kinds[("ln-kernel", "flat_gauge")] == 2  # norm1 → self_attn.in_proj, norm2 → linear1
+    # norm1 → self_attn's q/k/v projections (the read unpacks in_proj: one kernel direction in
+    # each reader), norm2 → linear1
+    assert kinds[("ln-kernel", "flat_gauge")] == 4
+    assert reading.meta["multihead_as_projections"] == ["0.self_attn"]
     assert kinds[("qk-rotation", "curved_gauge")] == 2
     assert kinds[("vo-rescale", "curved_gauge")] == 2
-    assert not _genuine(reading)
-    # the packed projections are read for gauges only, and say so (no K-FAC factors)
-    assert [(n.name, n.type) for n in reading.not_covered] == [
-        ("0.self_attn", "MultiheadAttention")
-    ]
+    assert not _genuine(reading) and reading.not_covered == ()
     assert not model[0].training  # the caller's module keeps its mode
 
 

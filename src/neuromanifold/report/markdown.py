@@ -86,6 +86,12 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
             f"Note: {len(meta['linear_subclass_as_linear'])} subclasses of `nn.Linear` were read "
             "as `nn.Linear` (their output on every probe sample equals x Wᵀ + b)."
         )
+    if meta.get("multihead_as_projections"):
+        out.append(
+            f"Note: {len(meta['multihead_as_projections'])} `nn.MultiheadAttention` modules were "
+            "read with separate projections (`q_proj`, `k_proj`, `v_proj`: the row blocks of "
+            "`in_proj_weight`; `out_proj`), which compute the same outputs on every probe sample."
+        )
     for cut in meta.get("truncated") or ():
         where = f"`{cut['detector']}` on {', '.join(f'`{x}`' for x in cut['layers'])}"
         if cut.get("of") == "generators":

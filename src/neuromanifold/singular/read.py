@@ -6,8 +6,11 @@ Pipeline (spec §7.2):
    float32 model is up-cast and ``meta["upcast"]`` says so; Hugging Face ``Conv1D`` modules are
    replaced by the equal ``nn.Linear``, listed in ``meta["conv1d_as_linear"]``, and so are
    ``nn.Linear`` subclasses that compute ``x Wᵀ + b`` on every probe sample,
-   ``meta["linear_subclass_as_linear"]`` (`neuromanifold.singular.adapt`); see `_working_copy`
-   for fused attention). Non-finite
+   ``meta["linear_subclass_as_linear"]`` (`neuromanifold.singular.adapt`), and
+   ``nn.MultiheadAttention`` modules by the equal attention with separate ``nn.Linear``
+   projections ``q_proj``/``k_proj``/``v_proj``/``out_proj`` (the row blocks of
+   ``in_proj_weight``; records name them so), ``meta["multihead_as_projections"]``
+   (`neuromanifold.singular.adapt_attention`); see `_working_copy` for fused attention). Non-finite
    parameters or activations raise ``ValueError`` naming the parameter or module; data that does
    not fit the model raises ``ValueError`` naming the shapes.
 2. One hooked forward on a few samples traces the data-flow graph (`trace_graph`); one pass over the
@@ -51,6 +54,7 @@ from torch import Tensor, nn
 
 from neuromanifold.singular._validate import check_eval_mode
 from neuromanifold.singular.adapt import conv1d_as_linear, linear_subclasses_as_linear
+from neuromanifold.singular.adapt_attention import multihead_as_projections
 from neuromanifold.singular.blocks import conv_padding, is_supported_block
 from neuromanifold.singular.classify import check_live_threshold
 from neuromanifold.singular.coordinate_scan import coordinate_scan
@@ -135,9 +139,11 @@ def _not_covered(
                 )
             out.append(NotCovered(label, type(mod).__name__, own, reason))
         elif isinstance(mod, nn.MultiheadAttention):
-            # it applies its packed projections (in_proj or q/k/v_proj weights, out_proj) inside
-            # F.multi_head_attention_forward, so no K-FAC factors are collected for them: only the
-            # closed-form attention gauges read them. One entry holds every parameter of it.
+            # left packed (bias_k/bias_v, add_zero_attn, a tied parameter, or outputs that the
+            # unpacked form did not reproduce: `multihead_as_projections`), it applies its
+            # projections inside F.multi_head_attention_forward, so no K-FAC factors are collected
+            # for them: only the closed-form attention gauges read them. One entry holds every
+            # parameter of it.
             reason = (
                 "attention projections (packed in_proj, out_proj) are read for gauges only "
                 "(QK rotation, VO rescale): they get no K-FAC factors, so dead directions in "
@@ -291,7 +297,9 @@ def read(
             f"the sample axis, one row per sample"
         )
     family.check_output(out)
+    unpacked, mha_passes = multihead_as_projections(work, xw)
     linear_subclasses, adapt_passes = linear_subclasses_as_linear(work, xw)
+    adapt_passes += mha_passes
     if max_directions != 0 or max_memory is not None:  # sweeps and memory planning use jvp
         check_forward_mode(work, xw[:FORWARD_MODE_SAMPLES])
     graph = trace_graph(work, xw[:GRAPH_SAMPLES])
@@ -452,6 +460,7 @@ def read(
         "truncated": list(truncated.values()),
         "conv1d_as_linear": rewritten,
         "linear_subclass_as_linear": linear_subclasses,
+        "multihead_as_projections": unpacked,
     }
     return Reading(directions=tuple(records), not_covered=tuple(not_covered), meta=meta, note=note)
 

@@ -7,12 +7,14 @@ accurate only to about √(residual), so their regularity test uses the point's 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from neuromanifold.cli import app
-from neuromanifold.linear import LCN, compare_metrics, mu
+from neuromanifold.linear import LCN, MetricComparison, compare_metrics, mu
 from neuromanifold.linear.metric import RTOL_RANK
 
 STRIDED = LCN((3, 2), (2,))
@@ -61,3 +63,20 @@ def test_cli_compare_locus_at_the_critical_example() -> None:
         assert "3/4" in row and " no " in row and " yes " not in row
     assert "undefined (K singular)" in out.output
     assert "deltas[0] critical" in out.output and "deltas[1] critical" in out.output
+
+
+@pytest.mark.parametrize(
+    "v",
+    [mu(STRIDED, CRITICAL), [0.5625, 0.0, -2.5, 0.0, 1.0]],  # critical; crossing (spec §4.2)
+    ids=["critical", "crossing"],
+)
+def test_json_round_trip_with_locus_notes(v: list) -> None:
+    """The locus reports carry notes (text) and ranks (ints): both survive to_dict/from_dict."""
+    res = compare_metrics(STRIDED, v, [[5.0], [0.0]], locus=True, n_starts=8)
+    assert all(p.locus is not None and p.locus.notes for p in res.per_delta)
+    back = MetricComparison.from_dict(json.loads(json.dumps(res.to_dict())))
+    assert back == res
+    for p in back.per_delta:
+        assert p.locus is not None
+        assert all(isinstance(n, str) for n in p.locus.notes)
+        assert all(isinstance(r, int) for r in (*p.locus.ranks, *p.locus.pair_ranks))

@@ -76,10 +76,19 @@ __all__ = ["DeltaMetric", "MetricComparison", "compare_metrics"]
 
 
 def _locus_from_dict(d: dict[str, Any]) -> LocusReport:
-    """Inverse of :meth:`~.locus.LocusReport.to_dict` (drops the derived ``max_pair_rank``)."""
-    nested = ("ranks", "singular_values", "pair_ranks", "notes", "sigma_floors")
+    """Inverse of :meth:`~.locus.LocusReport.to_dict` (drops the derived ``max_pair_rank``).
+
+    Lists become tuples of their own type: ranks ``int``, notes ``str``, numbers ``float``.
+    """
+    typed: dict[str, Any] = {
+        "ranks": lambda x: tuple(int(r) for r in x),
+        "pair_ranks": lambda x: tuple(int(r) for r in x),
+        "notes": lambda x: tuple(str(n) for n in x),
+        "singular_values": as_tuples,
+        "sigma_floors": as_tuples,
+    }
     return LocusReport(
-        **{k: (as_tuples(x) if k in nested else x) for k, x in d.items() if k != "max_pair_rank"}
+        **{k: typed.get(k, lambda y: y)(x) for k, x in d.items() if k != "max_pair_rank"}
     )
 
 

@@ -10,9 +10,12 @@ Per block (spec §6.1–6.3) with factors ``F ≈ A ⊗ G`` (`neuromanifold.sing
    in its single consumer ``c`` (through elementwise modules only), as an A-side kernel of ``c``
    containing the lift of ``g`` (Linear consumer: ``(g, 0)``, or ``(g ⊗ 𝟙_P/√P, 0)`` when it
    reads the producer's feature map of ``P`` positions flattened; conv consumer: ``g ⊗ w`` with
-   the uniform spatial pattern ``w``, bias coordinate 0). **Link rule** (`link_energy_max`): with
-   ``v = lift(g)`` (unit), the consumer's A-kernel of dimension ``k`` in ``d`` coordinates and
-   its complement (live part) of rank ``r = d − k``, the out-of-kernel energy
+   the uniform spatial pattern ``w``, bias coordinate 0). An attention's value projection has
+   its output projection as consumer although the graph stops at the attention's product
+   (`value_link`: each query head's input block is its KV head's block of ``g``).
+   **Link rule** (`link_energy_max`): with ``v = lift(g)`` (unit), the consumer's A-kernel of
+   dimension ``k`` in ``d`` coordinates and its complement (live part) of rank ``r = d − k``, the
+   out-of-kernel energy
    ``e = ‖P_{live A_c} v‖² = 1 − ‖P_{ker A_c} v‖²`` must satisfy
 
    ``e ≤ max(EXACT_DEAD_ENERGY, min(1 − MATCH_MIN², NULL_FRACTION · r/d))``.
@@ -110,6 +113,7 @@ from neuromanifold.singular.detectors.one_sided import (
     one_sided_a_modes,
     one_sided_a_modes_reference,
 )
+from neuromanifold.singular.detectors.value_link import ValueEdge, value_edges, value_lift
 from neuromanifold.singular.factor_spectrum import factor_spectrum, factor_spectrum_reference
 
 __all__ = [
@@ -223,6 +227,9 @@ class LinearDetector:
         out, idx = [], []
         if spec is not None and spec.ker_g:
             c = ctx.graph.single_consumer(name)
+            edge = _value_edge(ctx, name)
+            if c is None and edge is not None and edge.value == name:
+                c = edge.output  # the attention's value → output edge (`value_link`)
             find = self._kernel_links_reference if REFERENCE else self._kernel_links
             basis, links = find(ctx, name, spec, c)
             ctx.cache.setdefault("g_kernel", {})[name] = basis
@@ -268,8 +275,7 @@ class LinearDetector:
         if consumer is None or consumer not in ctx.factors.blocks:
             return gs, []
         cspec = block_spectrum(ctx, consumer)
-        block = _flatten_block(ctx, name, consumer)
-        vecs = input_lift_batch(self._modules(ctx)[consumer], gs, block)
+        vecs = self._lift(ctx, name, consumer, gs)
         if cspec is None or vecs is None:
             return gs, []
         m = gs.shape[1]
@@ -290,28 +296,60 @@ class LinearDetector:
         gs = columns(spec.g_vecs, spec.ker_g)
         if consumer is None or consumer not in ctx.factors.blocks:
             return gs, []
-        cspec, mod = block_spectrum(ctx, consumer), self._modules(ctx)[consumer]
-        block = _flatten_block(ctx, name, consumer)
-        lifted = [input_lift(mod, gs[:, j], block) for j in range(gs.shape[1])]
+        cspec = block_spectrum(ctx, consumer)
+        lifted = [self._lift_one(ctx, name, consumer, gs[:, j]) for j in range(gs.shape[1])]
         if cspec is None or any(v is None for v in lifted):
             return gs, []
         m, bound = gs.shape[1], link_energy_max(cspec)
         if rotates(cspec, m):
             rot, _ = principal_links_reference(cspec, torch.stack(lifted, 1), gs)
             gs, bound = gs @ rot, rotated_energy_max(cspec, m)
-            lifted = [input_lift(mod, gs[:, j], block) for j in range(m)]
+            lifted = [self._lift_one(ctx, name, consumer, gs[:, j]) for j in range(m)]
         return gs, [
             (j, (gs[:, j], consumer, v))
             for j, v in enumerate(lifted)
             if live_energy(cspec, v) <= bound
         ]
 
+    def _lift(
+        self, ctx: DetectionContext, producer: str, consumer: str, gs: Tensor
+    ) -> Tensor | None:
+        """Producer-side columns ``gs`` lifted into ``consumer``'s ``ā`` (unit columns): through an
+        attention's value → output edge by `value_lift`, else `input_lift_batch` (with the
+        columns per channel of a flattened feature map, `_flatten_block`)."""
+        mod = self._modules(ctx)[consumer]
+        edge = _value_edge(ctx, producer)
+        if edge is not None and edge.value == producer and edge.output == consumer:
+            core = value_lift(edge, gs)
+            if mod.bias is not None:
+                core = torch.cat([core, core.new_zeros(1, core.shape[1])])
+            return core / core.norm(dim=0, keepdim=True)
+        return input_lift_batch(mod, gs, _flatten_block(ctx, producer, consumer))
+
+    def _lift_one(
+        self, ctx: DetectionContext, producer: str, consumer: str, g: Tensor
+    ) -> Tensor | None:
+        """`_lift` of one vector (the reference path): `input_lift` unless the edge is an
+        attention's value → output edge."""
+        edge = _value_edge(ctx, producer)
+        if edge is not None and edge.value == producer and edge.output == consumer:
+            lifted = self._lift(ctx, producer, consumer, g[:, None])
+            return None if lifted is None else lifted[:, 0]
+        block = _flatten_block(ctx, producer, consumer)
+        return input_lift(self._modules(ctx)[consumer], g, block)
+
     def _upstream(self, ctx: DetectionContext, name: str) -> list[Tensor]:
-        """Linked vectors that land in ``name``: from its single producer, and through skips."""
+        """Linked vectors that land in ``name`` (in its input coordinates where the edge is an
+        attention's value → output edge): from its single producer, and through skips."""
         up: list[Tensor] = []
         p = ctx.graph.single_producer(name)
+        edge = _value_edge(ctx, name)
+        if p is None and edge is not None and edge.output == name:
+            p = edge.value
         if p is not None and p in ctx.factors.blocks:
             up = [g for g, c, _ in self.linked(ctx, p) if c == name]
+            if edge is not None and edge.value == p and edge.output == name:
+                up = [value_lift(edge, g[:, None])[:, 0] for g in up]
         for q, consumers in ctx.graph.skips.items():
             if name in consumers and q in ctx.factors.blocks:
                 up.extend(g for g, c, _ in self.skip_linked(ctx, q) if c == name)
@@ -465,6 +503,16 @@ class LinearDetector:
             ratio=_ratio(float(spec.gamma[spec.ker_g[0]]), float(spec.gamma[-1])),
             info={"chain_length": len(chain), **info},
         )
+
+
+def _value_edge(ctx: DetectionContext, name: str | None) -> ValueEdge | None:
+    """The attention value → output edge (`value_link.value_edges`, cached) ``name`` belongs
+    to, or None."""
+    edges = ctx.cache.get("value_edges")
+    if edges is None:
+        edges = value_edges(ctx.model)
+        ctx.cache["value_edges"] = edges
+    return edges.get(name) if name is not None else None
 
 
 def _flatten_block(ctx: DetectionContext, producer: str | None, consumer: str) -> int:

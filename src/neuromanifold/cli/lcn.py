@@ -279,7 +279,10 @@ def compare_command(
     )
     for q in res.pairs:
         if not q.defined:
-            typer.echo(f"{q.i:>2} {q.j:>2}  {q.k_rel_frobenius:>10.4g}  undefined (K singular)")
+            typer.echo(
+                f"{q.i:>2} {q.j:>2}  {q.k_rel_frobenius:>10.4g}  "
+                "undefined (K|T singular or ill-conditioned)"
+            )
             continue
         typer.echo(
             f"{q.i:>2} {q.j:>2}  {q.k_rel_frobenius:>10.4g}  {q.lambda_min:>9.6g}  "

@@ -141,7 +141,8 @@ def dln_cmd(
     rank: int = typer.Option(0, "--rank", help="True rank r."),
     json_path: str | None = typer.Option(None, "--json", help="Write JSON here ('-': stdout)."),
 ) -> None:
-    """Deep linear network λ (Aoyagi 2024) and m, with the width-1 multiplicity caveat."""
+    """Deep linear network λ (Aoyagi 2024) and m, with the multiplicity caveat (m derived where
+    every hidden width is 1 at rank 0)."""
     from neuromanifold.singular.closed_forms import deep_linear
 
     check_json_target(json_path, stdout_ok=True)

@@ -131,9 +131,11 @@ class FiberReport:
         v: the end-to-end function asked for (flattened).
         delta: the invariants asked for (flattened).
         on_manifold: False when no route found a point with ``‖Φ(θ) − (v, δ)‖ ≤ tolerance``.
-        residual: largest residual ``‖Φ(θ) − (v, δ)‖₂`` over the reported points (the best
-            residual found when ``on_manifold`` is False).
-        tolerance: the residual threshold used for ``on_manifold``.
+        residual: largest residual over the reported points (the best residual found when
+            ``on_manifold`` is False); LCN and FC fibers report the unit-scale residual
+            ``‖Φ(θ/ρ) − (v/ρ^L, δ/ρ²)‖₂`` (`neuromanifold.linear.fiber_numeric`; the plain
+            ``‖Φ(θ) − (v, δ)‖₂`` at ``ρ = 1``), so it is relative to the scale of ``(v, δ)``.
+        tolerance: the residual threshold used for ``on_manifold`` (same units).
         points: distinct fiber points (each a tuple of per-layer arrays as nested lists).
         ntks: one NTK per point (matrices as nested lists).
         ntk_labels: cluster label of each point's NTK.
@@ -146,7 +148,7 @@ class FiberReport:
         dim_M: expected dimension of the image (neuromanifold); None where not defined.
         fiber_dimension: ``n_params − rank dΦ`` at the first point (0 ⇒ isolated points).
         notes: free-text remarks (normalisations, caveats).
-        point_residuals: ``‖Φ(θ) − (v, δ)‖₂`` of each point.
+        point_residuals: the residual of each point (same units as ``residual``).
     """
 
     architecture: str

@@ -230,7 +230,8 @@ class FunctionFlowResult:
         t: times ``(n_t,)``; v: ``(n_t, *out_shape)``; loss: ``ℓ(v(t))``.
         theta_last: the last fiber point used (LCN; empty for FC).
         max_fiber_residual: largest Gauss–Newton residual over all RHS calls (LCN; 0 for FC): how
-            far solver stages strayed from ``M``.
+            far solver stages strayed from ``M``, as the unit-scale residual of
+            `solve.fiber_newton` (relative to the scale of ``(v, δ)``).
         n_rhs: number of RHS evaluations; success, message: solver status.
     """
 

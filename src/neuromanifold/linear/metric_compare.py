@@ -101,7 +101,9 @@ class DeltaMetric:
         theta: the fiber point (per-layer filters as nested tuples).
         ntk: ``K_δ(v) = Jμ Jμᵀ`` there, ``(n_v, n_v)`` (v flattened in C order).
         sq_norms: ``‖w_l‖²`` at the point (the Lemma's ``x_l``).
-        residual, tolerance: Gauss–Newton residual ``‖(μ(θ) − v, δ(θ) − δ)‖_∞`` and threshold.
+        residual, tolerance: the unit-scale Gauss–Newton residual of `solve.fiber_newton`
+            (``‖(μ(θ) − v)/ρ^L, (δ(θ) − δ)/ρ²‖_∞``, relative to the scale ``ρ`` of ``(v, δ)``) and
+            its threshold.
         smooth: :func:`~.metric.is_smooth_point` at ``theta`` (rank of ``Jμ``, ``σ_dimM``,
             ``σ_{dimM+1}``, ``rtol``; a self-crossing passes it, spec §4.2), with
             ``rtol = max(RTOL_RANK, σ_floor / σ_max)`` (:func:`~.locus.rebuilt_point_rtol`): the
@@ -340,7 +342,7 @@ def compare_metrics(
         theta: optional factorisation of ``v`` (any invariants): the fiber points start from its
             Lemma rescalings (this picks the sheet where there are several). Otherwise the first
             point comes from ``n_starts`` random starts (``seed``).
-        tol: Gauss–Newton tolerance (relative to ``max(1, ‖v‖_∞, ‖δ‖_∞)``).
+        tol: Gauss–Newton tolerance on the unit-scale residual (`solve.fiber_newton`).
         agree_tol: threshold on ``max |log λ|`` for a pair's ``agree``.
         tangent_tol: threshold on ``tangent_sin`` for :attr:`MetricComparison.same_tangent_space`.
         locus: also classify ``v`` at every ``δ`` (:func:`~.locus.classify_locus`: a full fiber

@@ -259,30 +259,41 @@ def test_identity_norms_and_foreign_widths_are_not_handled() -> None:
     assert any(isinstance(d, QKNormDetector) for d in default_registry())
 
 
-def _qwen3() -> tuple[nn.Module, Tensor]:
+def _tiny_hf(config: str, model: str, **kw) -> nn.Module:
+    """A one-layer Hugging Face model (float64, eval, eager attention) with weights large enough
+    for peaked attention and norm scales spread around 1 (a rescale of equal scales is trivial)."""
     if transformers is None:
         pytest.skip("transformers is not installed")
-    cfg = transformers.Qwen3Config(
+    common = dict(
         vocab_size=32,
         hidden_size=16,
         intermediate_size=32,
         num_hidden_layers=1,
         num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=4,
         max_position_embeddings=16,
-        num_labels=3,
         pad_token_id=0,
     )
+    cfg = getattr(transformers, config)(**{**common, **kw})
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
-    model = TensorOutput(transformers.Qwen3ForSequenceClassification(cfg)).double().eval()
+    net = TensorOutput(getattr(transformers, model)(cfg)).double().eval()
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for name, p in net.named_parameters():
             if p.dim() == 2:
                 p.normal_(0.0, 0.4)
             elif "norm" in name:
                 p.uniform_(0.7, 1.3)
+    return net
+
+
+def _qwen3() -> tuple[nn.Module, Tensor]:
+    model = _tiny_hf(
+        "Qwen3Config",
+        "Qwen3ForSequenceClassification",
+        num_key_value_heads=2,
+        head_dim=4,
+        num_labels=3,
+    )
     x = torch.randint(1, 32, (24, 6), generator=torch.Generator().manual_seed(0))
     return model, x
 
@@ -301,27 +312,7 @@ def test_qwen3_reads_a_curved_rope_half_gauge() -> None:
 
 
 def test_olmo2_full_width_norms_get_plane_units_per_head() -> None:
-    if transformers is None:
-        pytest.skip("transformers is not installed")
-    cfg = transformers.Olmo2Config(
-        vocab_size=32,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        max_position_embeddings=16,
-        pad_token_id=0,
-        eos_token_id=1,
-    )
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = TensorOutput(transformers.Olmo2ForCausalLM(cfg)).double().eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, 0.4)
-            elif "norm" in name:
-                p.uniform_(0.7, 1.3)
+    model = _tiny_hf("Olmo2Config", "Olmo2ForCausalLM", eos_token_id=1)
     attn = "model.model.layers.0.self_attn"
     assert model.get_submodule(f"{attn}.q_norm").weight.shape == (16,)  # all heads, d_h = 4
     x = torch.randint(1, 32, (8, 6), generator=torch.Generator().manual_seed(0))

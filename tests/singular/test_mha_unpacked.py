@@ -198,3 +198,41 @@ def test_separate_projections_are_factored_and_covered() -> None:
     x = _x(4)
     assert {"q", "k", "v", "o"} <= set(kfac_factors(model, x, Gaussian()).blocks)
     assert read(model, x, Gaussian(), progress=False).not_covered == ()
+
+
+class _TwiceUsed(nn.Module):
+    """One attention registered under two names (``self.b = self.a``), or its ``out_proj`` also
+    registered as the head's input projection: unpacking one name would untie the copies."""
+
+    def __init__(self, share: str) -> None:
+        super().__init__()
+        self.embed = nn.Linear(4, D)
+        self.a = nn.MultiheadAttention(D, HEADS, batch_first=True)
+        if share == "module":
+            self.b = self.a
+        else:
+            self.b = nn.MultiheadAttention(D, HEADS, batch_first=True)
+            self.proj = self.a.out_proj
+        self.head = nn.Linear(D, 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        z = self.embed(x)
+        z = z + self.a(z, z, z)[0]
+        z = z + self.b(z, z, z)[0]
+        if hasattr(self, "proj"):
+            z = self.proj(z)
+        return self.head(z.mean(1))
+
+
+@pytest.mark.parametrize("share", ["module", "out_proj"])
+def test_tied_attention_is_left_packed(share: str) -> None:
+    torch.manual_seed(0)
+    model = _TwiceUsed(share).double().eval()
+    x = _x(4)
+    n_params = sum(p.numel() for p in model.parameters())
+    names, _ = multihead_as_projections(model, x)
+    # the tied module stays packed (an untied copy would read directions the model does not
+    # have); an untied one next to it is unpacked
+    assert names == ([] if share == "module" else ["b"])
+    assert sum(p.numel() for p in model.parameters()) == n_params
+    assert isinstance(model.a, nn.MultiheadAttention)

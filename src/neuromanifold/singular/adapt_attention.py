@@ -145,16 +145,19 @@ def unpackable(module: nn.Module) -> bool:
     )
 
 
-def _shared(model: nn.Module, module: nn.Module) -> bool:
-    """Whether a parameter of ``module`` is also registered by a module outside it."""
+def _shared(model: nn.Module, name: str, module: nn.Module) -> bool:
+    """Whether ``module`` (registered as ``name``) or one of its parameters is also registered
+    under another name: the module itself used twice (``self.b = self.a``), or its ``out_proj``
+    or a weight also held by another module. Duplicates are listed explicitly
+    (``remove_duplicate=False``), since ``modules()`` and ``parameters()`` name each object once."""
+    if sum(m is module for _, m in model.named_modules(remove_duplicate=False)) > 1:
+        return True
     own = {id(p) for p in module.parameters()}
-    inside = {id(m) for m in module.modules()}
-    for m in model.modules():
-        if id(m) in inside:
-            continue
-        if any(id(p) in own for p in m.parameters(recurse=False)):
-            return True
-    return False
+    prefix = f"{name}."
+    return any(
+        id(p) in own and not key.startswith(prefix)
+        for key, p in model.named_parameters(remove_duplicate=False)
+    )
 
 
 def _outputs(model: nn.Module, x: Tensor) -> list[Tensor]:
@@ -186,7 +189,7 @@ def multihead_as_projections(model: nn.Module, x: Tensor) -> tuple[list[str], in
     targets = [
         name
         for name, mod in model.named_modules()
-        if name and unpackable(mod) and not _shared(model, mod)
+        if name and unpackable(mod) and not _shared(model, name, mod)
     ]
     if not targets:
         return [], 0

@@ -213,12 +213,12 @@ class LinearDetector:
     def linked(self, ctx: DetectionContext, name: str) -> list[tuple[Tensor, str, Tensor]]:
         """G-kernel vectors of ``name`` whose lift lies in its consumer's A-kernel.
 
-        Returns ``[(g, consumer, lifted in-vector), …]`` in ascending-eigenvalue order (cached;
-        the indices of the linked columns of ``g_vecs`` are cached under ``"linked_idx"``). All
-        G-kernel is matched against the consumer in one batch (`_kernel_links`); with `REFERENCE`
-        through the oracles, one vector at a time. The G-kernel basis the links refer to (rotated
-        to the consumer's principal directions where `link.rotates`) is cached under
-        ``"g_kernel"``, the indices of its linked columns under ``"linked_idx"``.
+        Returns ``[(g, consumer, lifted in-vector), …]`` in the order of the G-kernel basis
+        (cached). The G-kernel is matched against the consumer in one batch (`_kernel_links`);
+        with `REFERENCE` through the oracles, one vector at a time. The G-kernel basis the links
+        refer to (the kernel eigenvectors, rotated to the consumer's principal directions where
+        `link.rotates`) is cached under ``"g_kernel"``, the indices of its linked columns (into
+        that basis, not into ``g_vecs``) under ``"linked_idx"``.
         """
         cache = ctx.cache.setdefault("linked", {})
         if name in cache:

@@ -18,7 +18,12 @@ from torch import Tensor, nn
 import neuromanifold.singular.detectors.linear as lin
 from neuromanifold import read
 from neuromanifold.singular.detectors import DetectionContext, default_registry
-from neuromanifold.singular.detectors.value_link import ValueEdge, value_edges, value_lift
+from neuromanifold.singular.detectors.value_link import (
+    ValueEdge,
+    value_edges,
+    value_lift,
+    value_taps,
+)
 from neuromanifold.singular.family import Categorical
 
 # candidate directions, fast vs REFERENCE detection: the same vectors up to rounding
@@ -86,6 +91,17 @@ def _planted_gqa(heads: int, kv: int, dead: bool = True) -> nn.Module:
     return model
 
 
+def test_taps_are_every_query_heads_copy() -> None:
+    edge = ValueEdge("v", "o", heads=4, kv_heads=2, d_head=3)
+    gs = torch.linalg.qr(torch.randn(6, 2, dtype=torch.float64))[0]
+    taps = value_taps(edge, gs)
+    assert taps.shape == (12, 8)  # 2 columns × 4 query heads, independent
+    torch.testing.assert_close(taps.T @ taps, torch.eye(8, dtype=torch.float64))
+    proj = taps @ taps.T
+    lifted = value_lift(edge, gs)
+    torch.testing.assert_close(proj @ lifted, lifted)  # the summed lift lies in their span
+
+
 def test_lift_repeats_each_kv_block_for_its_query_heads() -> None:
     edge = ValueEdge("v", "o", heads=4, kv_heads=2, d_head=3)
     gs = torch.linalg.qr(torch.randn(6, 2, dtype=torch.float64))[0]
@@ -103,6 +119,14 @@ def test_dead_value_dimension_reads_as_one_order_two_chain(heads: int, kv: int) 
     reading = read(model, _x(), Categorical(), progress=False)
     chains = [(d.layers, d.klass, d.k) for d in reading.directions if d.detector == "duality"]
     assert chains == [(("attn.v_proj", "attn.o_proj"), "genuine_singularity", 2)]
+    # every query head's copy of the dead dimension is explained by the chain: the output
+    # projection's one-sided modes are those of the same model without the death
+    live = read(_planted_gqa(heads, kv, dead=False), _x(), Categorical(), progress=False)
+
+    def one_sided(r) -> list:
+        return sorted((d.detector, d.klass) for d in r.directions if d.layers == ("attn.o_proj",))
+
+    assert one_sided(reading) == one_sided(live)
 
 
 def test_no_chain_without_a_dead_value_dimension() -> None:

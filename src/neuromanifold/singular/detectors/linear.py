@@ -113,7 +113,12 @@ from neuromanifold.singular.detectors.one_sided import (
     one_sided_a_modes,
     one_sided_a_modes_reference,
 )
-from neuromanifold.singular.detectors.value_link import ValueEdge, value_edges, value_lift
+from neuromanifold.singular.detectors.value_link import (
+    ValueEdge,
+    value_edges,
+    value_lift,
+    value_taps,
+)
 from neuromanifold.singular.factor_spectrum import factor_spectrum, factor_spectrum_reference
 
 __all__ = [
@@ -339,8 +344,10 @@ class LinearDetector:
         return input_lift(self._modules(ctx)[consumer], g, block)
 
     def _upstream(self, ctx: DetectionContext, name: str) -> list[Tensor]:
-        """Linked vectors that land in ``name`` (in its input coordinates where the edge is an
-        attention's value → output edge): from its single producer, and through skips."""
+        """Linked vectors that land in ``name``: from its single producer, and through skips.
+        Through an attention's value → output edge they are given in ``name``'s input
+        coordinates, one per query head (`value_taps`), so that the one-sided modes leave out
+        every query head's copy of a dead value dimension, as a convolution's taps."""
         up: list[Tensor] = []
         p = ctx.graph.single_producer(name)
         edge = _value_edge(ctx, name)
@@ -348,8 +355,9 @@ class LinearDetector:
             p = edge.value
         if p is not None and p in ctx.factors.blocks:
             up = [g for g, c, _ in self.linked(ctx, p) if c == name]
-            if edge is not None and edge.value == p and edge.output == name:
-                up = [value_lift(edge, g[:, None])[:, 0] for g in up]
+            if edge is not None and edge.value == p and edge.output == name and up:
+                taps = value_taps(edge, torch.stack(up, 1))  # every query head's columns
+                up = [taps[:, i] for i in range(taps.shape[1])]
         for q, consumers in ctx.graph.skips.items():
             if name in consumers and q in ctx.factors.blocks:
                 up.extend(g for g, c, _ in self.skip_linked(ctx, q) if c == name)

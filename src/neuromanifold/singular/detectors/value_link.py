@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor, nn
 
 from neuromanifold.singular.detectors.attention_layout import attention_layout
 
-__all__ = ["ValueEdge", "value_edges", "value_lift"]
+__all__ = ["ValueEdge", "value_edges", "value_lift", "value_taps"]
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,6 @@ def value_lift(edge: ValueEdge, gs: Tensor) -> Tensor:
     (``heads·d_h × m``): query head ``h`` takes KV head ``⌊h/n_rep⌋``'s block, all over
     ``√n_rep`` (unit columns stay unit).
 
-    >>> import torch
     >>> e = ValueEdge("v", "o", heads=4, kv_heads=2, d_head=1)
     >>> value_lift(e, torch.tensor([[1.0], [0.0]], dtype=torch.float64)).flatten().tolist()
     [0.7071067811865475, 0.7071067811865475, 0.0, 0.0]
@@ -75,3 +75,26 @@ def value_lift(edge: ValueEdge, gs: Tensor) -> Tensor:
     rep = edge.heads // edge.kv_heads
     blocks = gs.reshape(edge.kv_heads, edge.d_head, gs.shape[1])
     return blocks.repeat_interleave(rep, dim=0).reshape(-1, gs.shape[1]) / rep**0.5
+
+
+def value_taps(edge: ValueEdge, gs: Tensor) -> Tensor:
+    """An orthonormal basis of the output-projection inputs that the value-side columns ``gs``
+    reach, one query head at a time: for each column ``g`` and each query head ``h``, head
+    ``h``'s block holds KV head ``⌊h/n_rep⌋``'s block of ``g`` and the others are zero (the
+    per-head "taps" of a dead value dimension, all in the output projection's A-kernel, which
+    `value_lift` sums into one direction). Shape ``(heads·d_h, rank)``.
+
+    >>> e = ValueEdge("v", "o", heads=4, kv_heads=2, d_head=1)
+    >>> value_taps(e, torch.tensor([[1.0], [0.0]], dtype=torch.float64)).abs().T.tolist()
+    [[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]]
+    """
+    rep, d = edge.heads // edge.kv_heads, edge.d_head
+    blocks = gs.reshape(edge.kv_heads, d, gs.shape[1])
+    cols = []
+    for h in range(edge.heads):
+        tap = gs.new_zeros(edge.heads, d, gs.shape[1])
+        tap[h] = blocks[h // rep]
+        cols.append(tap.reshape(edge.heads * d, gs.shape[1]))
+    u, s, _ = torch.linalg.svd(torch.cat(cols, 1), full_matrices=False)
+    keep = s > s.max() * 1e-12 if s.numel() and float(s.max()) > 0 else s > 0
+    return u[:, keep]

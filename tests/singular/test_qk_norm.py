@@ -23,6 +23,7 @@ from neuromanifold.singular.detectors.qk_norm import (
     QK_NORM_BASES,
     QKNormDetector,
     QKNormRescale,
+    _factor_patterns,
     certify_basis,
     qk_norm_units,
 )
@@ -169,6 +170,21 @@ def test_units_of_each_basis_partition_the_head() -> None:
         units = qk_norm_units(basis, 8, rotary=4)
         assert sorted(i for u in units for i in u) == list(range(8))
     assert qk_norm_units("rope-half", 5) == [] and qk_norm_units("rope-partial-half", 4) == []
+
+
+@pytest.mark.parametrize(("heads", "d"), [(1, 4), (1, 8), (2, 4), (4, 8)])
+def test_per_feature_elements_split_every_rotary_plane_of_every_head(heads: int, d: int) -> None:
+    """Over single features the alternating element splits every interleaved plane and the
+    halves element every half plane, in each head of a full-width norm: so neither plane basis
+    can pass for a per-feature orbit by a coincidence of factors (audit: global halves are
+    constant within a head when the norm spans an even number of heads)."""
+    alternating, halves, _ = _factor_patterns(heads * d, torch.zeros(1), period=d)
+    for h in range(heads):
+        for i in range(d // 2):
+            a, b = h * d + 2 * i, h * d + 2 * i + 1
+            assert alternating[a] != alternating[b]
+            a, b = h * d + i, h * d + i + d // 2
+            assert halves[a] != halves[b]
 
 
 def test_unknown_basis_is_refused() -> None:

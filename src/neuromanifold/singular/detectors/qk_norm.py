@@ -27,13 +27,13 @@ proposed (`certify_basis`; each element changes the model by ``max|f(g·θ) − 
 CERTIFY_RTOL``, as every rescale). One element per basis cannot tell the bases apart: the
 factors ``2, ½, 2, …`` over single features are constant on every plane ``(i, i + d_h/2)`` when
 ``d_h/2`` is even, so a per-feature orbit would pass under RoPE. Each basis is therefore tested
-with three elements over its units: alternating factors, the first half of the units at 2 and
-the rest at ½, and seeded random factors in ``{2, ½}``; under the plane bases the first two
-split every interleaved and every half plane respectively. Powers of two scale products
-exactly, so a true symmetry leaves the outputs bitwise unchanged. ``info`` records ``module``,
-``basis``, ``certified_basis`` (the largest change over the chosen basis's three elements),
-``rejected`` (that of each basis tried before it; ``None`` for a failed forward) and the fields
-of `rescale.rescale_candidate`.
+with three elements over its units: alternating factors, the first half of each head's units
+at 2 and the rest at ½, and seeded random factors in ``{2, ½}``; over single features the first
+two split every interleaved and every half plane respectively, in every head. Powers of two
+scale products exactly, so a true symmetry leaves the outputs bitwise unchanged. ``info``
+records ``module``, ``basis``, ``certified_basis`` (the largest change over the chosen basis's
+three elements), ``rejected`` (that of each basis tried before it; ``None`` for a failed
+forward) and the fields of `rescale.rescale_candidate`.
 """
 
 from __future__ import annotations
@@ -217,23 +217,26 @@ def _layout_norms(
     return None
 
 
-def _factor_patterns(n: int, like: Tensor) -> list[Tensor]:
-    """The certifying elements of a basis with ``n`` units: alternating, halves, seeded random
-    (module docstring); factors in ``{2, ½}``."""
-    halves = torch.full((n,), 0.5, dtype=torch.float64, device=like.device)
-    halves[: (n + 1) // 2] = 2.0
+def _factor_patterns(n: int, like: Tensor, period: int | None = None) -> list[Tensor]:
+    """The certifying elements of a basis with ``n`` units, ``period`` of them per head (``None``:
+    one head): alternating, halves of each head's units, seeded random (module docstring);
+    factors in ``{2, ½}``."""
+    per = n if period is None else period
+    first = torch.arange(n, device=like.device) % per < (per + 1) // 2
+    halves = torch.where(first, 2.0, 0.5).to(torch.float64)
     gen = torch.Generator().manual_seed(CERTIFY_SEED)
     coin = torch.randint(0, 2, (n,), generator=gen).to(like.device)
     rand = torch.where(coin.bool(), 2.0, 0.5).to(torch.float64)
     return [alternating_factors(n, like), halves, rand]
 
 
-def certify_basis(ctx: DetectionContext, orbit: QKNormRescale) -> float:
+def certify_basis(ctx: DetectionContext, orbit: QKNormRescale, period: int | None = None) -> float:
     """The largest `rescale.relative_change` over the basis's certifying elements
-    (`_factor_patterns`); a symmetry when at most ``CERTIFY_RTOL``."""
+    (`_factor_patterns`, ``period`` units per head); a symmetry when at most
+    ``CERTIFY_RTOL``."""
     like = ctx.params[orbit.producers[0]]
     worst = 0.0
-    for factors in _factor_patterns(orbit.n_units(ctx.params), like):
+    for factors in _factor_patterns(orbit.n_units(ctx.params), like, period):
         worst = max(worst, relative_change(ctx, orbit.act(ctx.params, factors)))
         if not worst <= CERTIFY_RTOL:
             break  # one failing element rejects the basis
@@ -270,7 +273,7 @@ class QKNormDetector:
                 tuple(h * lay.d_head + i for i in unit) for h in range(heads) for unit in per_head
             )
             orbit = QKNormRescale(q_keys, k_keys, units)
-            change = certify_basis(ctx, orbit)
+            change = certify_basis(ctx, orbit, period=len(per_head))
             if change <= CERTIFY_RTOL:
                 info: dict[str, Any] = {
                     "module": name,

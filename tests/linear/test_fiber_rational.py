@@ -27,6 +27,8 @@ from neuromanifold.linear.polynomial import mu
 
 N_RANDOM = 30  # the trial's batch size (before the fix 10 of its 30 draws were accepted here)
 RTOL_NTK = 1e-9  # NTK of a found point vs the NTK of the generating θ (as in test_fiber.py)
+# the same fiber point from two polished solves (unit-scale residuals ~1e-13), entries O(1)
+ATOL_POINTS = 1e-9
 
 
 def _gaussian(arch: LCN, seed: int, scale: float = 1.0) -> list[np.ndarray]:
@@ -129,3 +131,24 @@ def test_rational_reading_rules() -> None:
     assert rational_coefficients(np.array([3.0e11, 1.0])) is not None  # integers below the bound
     # tiny random values are not read as zeros (the tolerance is relative to max|v|)
     assert rational_coefficients(np.array([1e-13 * np.sqrt(2), 1e-13 * np.pi])) is None
+
+
+@pytest.mark.parametrize("scale", [1e-12, 1e-3, 1e6])
+def test_scaled_rational_v_keeps_the_route_and_its_points(scale: float) -> None:
+    """Φ(cθ) = (c^L v, c² δ): the fiber over a rational v scaled by a power of ten is the
+    unscaled fiber times c = scale^{1/L}. The rule reads v / max|v| when v itself does not read
+    as small rationals (1e-12 · integers has no denominator ≤ 10⁶)."""
+    arch = LCN(((2, 2), (2, 2)), ((1, 1),), dim=2)
+    th, _ = _rational_filters(arch, 3, 7)
+    v, d = mu(arch, th), delta(th)
+    base = lcn_fiber(arch, v, d)
+    scaled = lcn_fiber(arch, scale * v, scale ** (2 / arch.L) * d)
+    alg0, alg1 = base.routes[0], scaled.routes[0]
+    assert alg0.applicable and alg1.applicable
+    assert alg1.n_points == alg0.n_points == scaled.n_points == base.n_points >= 1
+    c = scale ** (1 / arch.L)
+    pts0 = sorted(np.concatenate([np.ravel(w) for w in p]).tolist() for p in base.point_arrays())
+    pts1 = sorted(
+        (np.concatenate([np.ravel(w) for w in p]) / c).tolist() for p in scaled.point_arrays()
+    )
+    np.testing.assert_allclose(np.array(pts1), np.array(pts0), rtol=0, atol=ATOL_POINTS)

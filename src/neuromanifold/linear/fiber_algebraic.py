@@ -26,7 +26,10 @@ real ``v`` fails: each of its coefficients alone is within 1e-12 of *some* fract
 denominator ≤ 10⁶, but those denominators are unrelated and their lcm is far above the bound,
 and the numerator bound (≈ 2⁴⁰, well inside the 53-bit mantissa) rejects large floats, which are
 exact dyadic rationals (a denominator 2^j ≤ 10⁶ once |x| ≳ 10¹⁰). The tolerance is relative, so
-tiny values are not read as zeros. Otherwise the route reports not applicable.
+tiny values are not read as zeros. When ``v`` itself does not read so, ``v / max|v|`` is tried
+(a factorisation of a multiple of ``v`` is one of ``v`` up to a scalar, which the route fits), so
+the verdict does not change when a rational ``v`` is scaled by a power of ten. Otherwise the
+route reports not applicable.
 
 Candidate points are polished by a Levenberg–Marquardt solve of the fiber equations started
 at them (they are already within root-finding accuracy of the fiber).
@@ -58,7 +61,8 @@ ZERO_RTOL = 1e-12
 ROOT_MATCH_RTOL = 1e-6
 #: A layer polynomial is real when its imaginary parts are below this fraction of its size.
 REAL_RTOL = 1e-6
-#: A reconstructed factorisation is kept when ‖μ(θ) − v‖ ≤ BUILD_RTOL · ‖v‖ before polishing.
+#: A reconstructed factorisation is kept when ‖μ(θ) − v‖ ≤ BUILD_RTOL · ‖v‖ before polishing
+#: (v ≠ 0 there).
 BUILD_RTOL = 1e-5
 #: Largest common denominator of the coefficients of v read as rationals (D ≥ 2 route).
 RATIONAL_MAX_DEN = 10**6
@@ -208,8 +212,8 @@ def _finish(
         return None
     c = float(np.sum(p * v)) / pp
     layers = [layers[0] * c, *layers[1:]]
-    if np.linalg.norm(mu(arch, layers) - v) > BUILD_RTOL * max(1.0, float(np.linalg.norm(v))):
-        return None
+    if np.linalg.norm(mu(arch, layers) - v) > BUILD_RTOL * float(np.linalg.norm(v)):
+        return None  # relative: the scale of v is the scale of the problem
     if any(not np.any(w) for w in layers):
         return None
     if arch.L > 1:
@@ -270,7 +274,11 @@ def algebraic_fiber_rational(arch: LCN, v: np.ndarray, delta: Any) -> AlgebraicF
     v = np.asarray(v, dtype=np.float64).reshape(arch.out_shape)
     if not np.any(v):
         return AlgebraicFiber(False, (), (), 0, "v = 0: every point with a zero layer lies over it")
+    # v as given, else v / max|v|: a factorisation of a multiple of v is one of v up to the
+    # scalar that `_finish` fits, so 1e-12 · (integers) reads as the integers do
     coeffs = rational_coefficients(v)
+    if coeffs is None:
+        coeffs = rational_coefficients(v / float(np.max(np.abs(v))))
     if coeffs is None:
         return AlgebraicFiber(
             False,

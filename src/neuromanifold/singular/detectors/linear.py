@@ -15,8 +15,7 @@ Per block (spec §6.1–6.3) with factors ``F ≈ A ⊗ G`` (`neuromanifold.sing
    (`value_link`: each query head's input block is its KV head's block of ``g``).
    **Link rule** (`link_energy_max`): with ``v = lift(g)`` (unit), the consumer's A-kernel of
    dimension ``k`` in ``d`` coordinates and its complement (live part) of rank ``r = d − k``, the
-   out-of-kernel energy
-   ``e = ‖P_{live A_c} v‖² = 1 − ‖P_{ker A_c} v‖²`` must satisfy
+   out-of-kernel energy ``e = ‖P_{live A_c} v‖² = 1 − ‖P_{ker A_c} v‖²`` must satisfy
 
    ``e ≤ max(EXACT_DEAD_ENERGY, min(1 − MATCH_MIN², NULL_FRACTION · r/d))``.
 
@@ -48,9 +47,9 @@ Per block (spec §6.1–6.3) with factors ``F ≈ A ⊗ G`` (`neuromanifold.sing
    a chain is proposed once, from its first block; each linked G-kernel vector of the first block
    starts its own chain (parallel dead units or paths give distinct directions). Kernel
    directions explained by a chain (the linked G vectors; on the consumer side every tap
-   ``g ⊗ e_s`` of a linked unit, or each of its ``P`` flattened columns) are not proposed again
-   one-sided. At most ``max_chains``
-   (default `MAX_CHAINS`) chains start at one block, and as many skip chains. A factor that
+   ``g ⊗ e_s`` of a linked unit, each of its ``P`` flattened columns, or each query head's copy of
+   a value dimension) are not proposed again one-sided. At most ``max_chains`` (default
+   `MAX_CHAINS`) chains start at one block, and as many skip chains. A factor that
    vanishes identically (``G`` under all-zero downstream weights, ``A`` above all-zero upstream
    weights) has every direction in its kernel.
    **Skip links** (`LinearDetector.skip_linked`): the same join into the blocks that receive

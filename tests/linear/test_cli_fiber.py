@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -18,16 +17,9 @@ ATOL_EXACT = 1e-12
 # the 6th digit, i.e. 5e-6 of the value (atol 0: a value printed as 0 must be 0 in the JSON)
 RTOL_PRINTED_6G = 5e-6
 runner = CliRunner()
-_FLOAT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?")
 
 
-def _printed_numbers(output: str, start: str, stop: str) -> np.ndarray:
-    """The numbers printed between the first ``start`` and the next ``stop`` of ``output``."""
-    text = output.split(start, 1)[1].split(stop, 1)[0]
-    return np.array([float(t) for t in _FLOAT.findall(text)])
-
-
-def test_fiber_command_prints_small_values(tmp_path: Path) -> None:
+def test_fiber_command_prints_small_values(tmp_path: Path, printed_numbers) -> None:
     # trial A #4 (same defect as `lcn ntk`): θ = ((1, 2), (3, 1))·1e-4, stride 2, so
     # v = (1 + 2z)(3 + z²)·1e-8 and δ = (10 − 5)·1e-8; v, δ and K were printed as zeros
     out = tmp_path / "fiber.json"
@@ -38,10 +30,10 @@ def test_fiber_command_prints_small_values(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     d = json.loads(out.read_text())
     assert d["n_points"] == 1  # strides > 1: one point modulo signs
-    v = _printed_numbers(res.output, "v = ", "δ = ")
-    delta = _printed_numbers(res.output, "δ = ", "\n")
-    w = [_printed_numbers(res.output, f"w_{i} = ", "\n") for i in (1, 2)]
-    K = _printed_numbers(res.output, "K =\n", "\n\n")
+    v = printed_numbers(res.output, "v = ", "δ = ")
+    delta = printed_numbers(res.output, "δ = ", "\n")
+    w = [printed_numbers(res.output, f"w_{i} = ", "\n") for i in (1, 2)]
+    K = printed_numbers(res.output, "K =\n", "\n\n")
     assert np.all(v != 0) and np.all(delta != 0) and np.count_nonzero(K) > 0
     np.testing.assert_allclose(v, d["v"], rtol=RTOL_PRINTED_6G, atol=0)
     np.testing.assert_allclose(delta, d["delta"], rtol=RTOL_PRINTED_6G, atol=0)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -20,13 +19,6 @@ RTOL_EXACT = 1e-12  # a few products and sums of doubles: rounding is ~1e-16 rel
 # the 6th digit, i.e. 5e-6 of the value (atol 0: a value printed as 0 must be 0 in the JSON)
 RTOL_PRINTED_6G = 5e-6
 runner = CliRunner()
-_FLOAT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?")
-
-
-def printed_numbers(output: str, start: str, stop: str) -> np.ndarray:
-    """The numbers printed between the first ``start`` and the next ``stop`` of ``output``."""
-    text = output.split(start, 1)[1].split(stop, 1)[0]
-    return np.array([float(t) for t in _FLOAT.findall(text)])
 
 
 def test_readme_example_json(tmp_path: Path) -> None:
@@ -58,7 +50,7 @@ def test_readme_example_json(tmp_path: Path) -> None:
     assert "v = [1 1 -2]" in res.output and "dim M = 3" in res.output
 
 
-def test_small_theta_prints_nonzero_values(tmp_path: Path) -> None:
+def test_small_theta_prints_nonzero_values(tmp_path: Path, printed_numbers) -> None:
     # trial A #4: θ scaled by 1e-4 gives v, δ ~ 1e-8 and K ~ 1e-7, which the text output printed
     # as exact zeros (fixed-point, suppress=True) while the JSON was right
     out = tmp_path / "o.json"

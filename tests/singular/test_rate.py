@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from neuromanifold.singular import RateFit, fit_rate, local_slopes
+from neuromanifold.singular.classify import DirectionClass, classify_with_reason
 from neuromanifold.singular.rate import MIN_DECADES, MIN_POINTS, R2_TIE
 
 K_TOL = 0.05  # |k̂ − k| on the selected window (spec §9.1 "Slope estimator")
@@ -98,6 +99,44 @@ def test_crossover_constant_plus_t2_reads_the_asymptotic_constant() -> None:
     assert fit.t_window[1] <= delta
     s_t, s = local_slopes(t, delta**2 + t**2)
     assert np.all(np.abs(s[s_t >= 30 * delta] - 2) <= LOCAL_SLOPE_TOL)
+
+
+@pytest.mark.parametrize("s", [3e-3, 1e-2])
+def test_short_plateau_reads_the_order_above_it_and_says_so(s: float) -> None:
+    """F = 1 + (t/s)² with s 1.5–2 decades above the default grid's start: the plateau bends
+    within its decade, so the t² law above it is read (k = 2, the order a near-locus point shows),
+    and ``plateau_below`` records that F is flat at the small-t end (k = 1 as t → 0)."""
+    t = grid()
+    f = 1.0 + (t / s) ** 2
+    fit = fit_rate(t, f)
+    assert fit.k == 2
+    assert fit.plateau_below
+    lo, hi = fit.small_t_window
+    assert lo == t[0] and hi == t[MIN_POINTS - 1]
+    x, y = np.log(t[:MIN_POINTS]), np.log(f[:MIN_POINTS])
+    assert abs(fit.small_t_slope - np.polyfit(x, y, 1)[0]) <= EXACT
+    klass, reason = classify_with_reason(fit, F=f, floor=0.0, scale=1.0)
+    assert klass is DirectionClass.GENUINE_SINGULARITY
+    assert "regular along u as t → 0" in reason
+
+
+@pytest.mark.parametrize("s", [3e-2, 1e-1])
+def test_long_plateau_reads_k1(s: float) -> None:
+    """The same curve with s ≥ 2.5 decades above the grid start: the plateau is a fit as good as
+    the t² law (within R2_TIE) and the smallest-t rule reads the asymptotic k = 1."""
+    t = grid()
+    fit = fit_rate(t, 1.0 + (t / s) ** 2)
+    assert fit.k == 1
+    assert fit.t_window[1] <= s
+    assert not fit.plateau_below
+
+
+@pytest.mark.parametrize("p", [2, 4])
+def test_a_clean_law_has_no_plateau_below(p: int) -> None:
+    fit = fit_rate(grid(), grid() ** p)
+    assert fit.window[0] == 0
+    assert fit.small_t_slope is None and fit.small_t_window is None
+    assert not fit.plateau_below
 
 
 def test_crossover_t2_plus_t4_reads_the_small_t_order() -> None:
@@ -246,7 +285,7 @@ def test_local_slopes_of_a_power_law() -> None:
 
 def test_ratefit_json_round_trip() -> None:
     t = grid()
-    for f in (t**2, t**3):
+    for f in (t**2, t**3, 1 + (t / 1e-2) ** 2):
         fit = fit_rate(t, f)
         again = RateFit.from_dict(json.loads(json.dumps(fit.to_dict())))
         assert again == fit

@@ -176,10 +176,18 @@ def classify_with_reason(
             f"{threshold:.3g} (magnitude at noise level)"
         )
     in_span = gauge_overlap is not None and gauge_overlap >= overlap_min
+    plateau = ""
+    if fit.plateau_below:
+        lo, hi = fit.small_t_window
+        plateau = (
+            f"; F is flat for t in [{lo:.3g}, {hi:.3g}] (slope {fit.small_t_slope:.3f}): the point "
+            f"is regular along u as t → 0 (k = 1 there), and k = {fit.k} is the order of the "
+            "structure above that plateau (a point near, not on, the singular locus)"
+        )
     if in_span and fit.k == 2:
         return DirectionClass.CURVED_GAUGE, (
             f"apparent order 2 (slope {fit.slope:.3f}) with gauge overlap "
-            f"{gauge_overlap:.3f} ≥ {overlap_min:g}: straight probe of a gauge orbit"
+            f"{gauge_overlap:.3f} ≥ {overlap_min:g}: straight probe of a gauge orbit{plateau}"
         )
     if gauge_overlap is None:
         overlap_txt = "no gauge generators"
@@ -191,7 +199,7 @@ def classify_with_reason(
     else:
         overlap_txt = f"gauge overlap {gauge_overlap:.3f} < {overlap_min:g}"
     return DirectionClass.GENUINE_SINGULARITY, (
-        f"order k = {fit.k} (slope {fit.slope:.3f}, r² {fit.r2:.4f}); {overlap_txt}"
+        f"order k = {fit.k} (slope {fit.slope:.3f}, r² {fit.r2:.4f}); {overlap_txt}{plateau}"
     )
 
 

@@ -25,6 +25,18 @@ the power law holds and reads it. The rule (spec §7.2 steps 5–6, made precise
    window with the smallest index sum ``i0 + i1``; on an uneven grid it can differ.
 6. **Read.** ``k̂ = 1 + slope/2``, ``k = round(k̂)``, residual ``|k̂ − k|``, ``λ_dir = 1/(2k)``, and
    the magnitude ``c_k = median_{window} F/t^{2(k−1)}``.
+7. **Small-t end.** When the selected window starts after the first ``min_points`` points of its run,
+   ``small_t_slope`` is the OLS slope of those points and ``small_t_window`` their t range.
+   `RateFit.plateau_below` is True when ``k ≥ 2`` and that slope is within ``slope_tol`` of 0.
+
+A plateau is preferred only when it fits as well as the best window (step 5). Its r² is judged
+against the 1 % TSS floor, so a plateau that starts to bend within its decade loses to the power
+law above it: ``F = 1 + (t/s)²`` reads k = 1 on the default grid (32 points from ``1e−4``) only
+for ``s ≳ 2·10⁻²``, i.e. when ``s`` is about 2.3 decades above the grid start, and k = 2 below. This
+is deliberate. A point near, not on, the singular locus (small dead weights whose offset is not
+along u, which the snap cannot remove) shows exactly such a short plateau below the order of the
+structure it sits near, and that order is the one the read reports. The asymptotic t → 0 order
+at such a point is 1, and ``plateau_below`` says so.
 
 When no window passes, ``k`` is ``None`` and ``reason`` says why.
 """
@@ -81,6 +93,9 @@ class RateFit:
         n_candidates, n_passing: windows examined and windows passing step 4.
         reason: why no window was selected (``""`` when one was).
         criteria: the thresholds used.
+        small_t_slope, small_t_window: OLS slope and ``(t_first, t_last)`` of the first
+            ``min_points`` points of the window's run, when the window starts after them
+            (``None`` otherwise).
     """
 
     slope: float | None
@@ -100,16 +115,29 @@ class RateFit:
     n_passing: int
     reason: str = ""
     criteria: dict = field(default_factory=dict)
+    small_t_slope: float | None = None
+    small_t_window: tuple[float, float] | None = None
 
     @property
     def ok(self) -> bool:
         """True when a window was selected."""
         return self.k is not None
 
+    @property
+    def plateau_below(self) -> bool:
+        """True when the read is ``k ≥ 2`` but F is flat at the small-t end of the window's run.
+
+        Then ``F(t) → F(0) > 0`` as ``t → 0``: the point is regular along u at the smallest
+        scales, and ``k`` is the order of the structure above the plateau (module docstring).
+        """
+        if self.k is None or self.k < 2 or self.small_t_slope is None:
+            return False
+        return abs(self.small_t_slope) <= float(self.criteria.get("slope_tol", SLOPE_TOL))
+
     def to_dict(self) -> dict:
         """JSON-safe dict (tuples become lists)."""
         d = asdict(self)
-        for key in ("window", "t_window", "half_slopes"):
+        for key in ("window", "t_window", "half_slopes", "small_t_window"):
             if d[key] is not None:
                 d[key] = list(d[key])
         return d
@@ -120,7 +148,7 @@ class RateFit:
         d = dict(d)
         if d.get("window") is not None:
             d["window"] = (int(d["window"][0]), int(d["window"][1]))
-        for key in ("t_window", "half_slopes"):
+        for key in ("t_window", "half_slopes", "small_t_window"):
             if d.get(key) is not None:
                 d[key] = (float(d[key][0]), float(d[key][1]))
         d["criteria"] = dict(d.get("criteria") or {})
@@ -291,6 +319,11 @@ def fit_rate(
     )
     k_hat = 1.0 + slope / 2.0
     k = round(k_hat)
+    a = next(r0 for r0, r1 in _runs(keep) if r0 <= i0 <= r1)
+    small_t_slope, small_t_window = None, None
+    if a + min_points - 1 < i0:
+        small_t_slope = _ols(lt[a : a + min_points], lf[a : a + min_points])[0]
+        small_t_window = (float(t[a]), float(t[a + min_points - 1]))
     window_t, window_f = t[i0 : i1 + 1], f[i0 : i1 + 1]
     magnitude = float(np.median(window_f / window_t ** (2 * (k - 1))))
     return RateFit(
@@ -311,6 +344,8 @@ def fit_rate(
         n_passing=len(passing),
         reason="",
         criteria=criteria,
+        small_t_slope=small_t_slope,
+        small_t_window=small_t_window,
     )
 
 

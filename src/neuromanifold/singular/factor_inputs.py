@@ -85,17 +85,25 @@ def install_finite_checks(model: nn.Module) -> list:
     return [mod.register_forward_hook(hook(n)) for n, mod in model.named_modules() if n]
 
 
-def forward_checked(model: nn.Module, x: Tensor) -> Tensor:
+def forward_checked(
+    model: nn.Module, x: Tensor, *, data_shape: tuple[int, ...] | None = None
+) -> Tensor:
     """``model(x)``; an error becomes a ``ValueError`` that says what is wrong:
 
     * integer data into a model whose first parameterised layer is not an ``nn.Embedding`` (it
       computes on floats): the data's dtype;
+    * floating data into a model whose first parameterised layer is an ``nn.Embedding`` that
+      rejects it as indices: the dtype first (token ids must be integers), then what the layer
+      expects;
     * otherwise an error that names float64 (``Double``), and not indices: the forward fails in
       float64, the read's working precision (an operator without a float64 kernel, or a tensor
       the model creates in float32);
-    * anything else (float token ids included): what the first layer expects, the usual cause
-      being data that does not fit.
+    * anything else: what the first layer expects, the usual cause being data that does not fit.
+
+    ``data_shape`` is the shape of the caller's whole probe set when ``x`` is a slice of it (the
+    first samples, or one batch): the message names it, not the slice's. Default: ``x``'s shape.
     """
+    shape = tuple(x.shape) if data_shape is None else tuple(data_shape)
     try:
         return model(x)
     except (RuntimeError, IndexError) as err:
@@ -115,6 +123,13 @@ def forward_checked(model: nn.Module, x: Tensor) -> Tensor:
                     f"{first[0]!r} ({type(first[1]).__name__}) computes on floating inputs "
                     f"(integer token ids go to models that start with an embedding): {err}"
                 ) from err
+        if x.is_floating_point() and first is not None and isinstance(first[1], nn.Embedding):
+            if "indices" in msg:  # torch: "Expected tensor for argument #1 'indices' to have ..."
+                raise ValueError(
+                    f"data of shape {shape} does not fit the model: its dtype {x.dtype} is not "
+                    f"an integer type, and the first layer {first[0]!r} (Embedding) takes "
+                    f"integer token ids (torch.long, indices < {first[1].num_embeddings}): {err}"
+                ) from err
         if any(w in msg for w in ("double", "float64")) and "indices" not in msg:
             raise ValueError(
                 f"the model's forward fails in float64, the precision every read evaluates in "
@@ -131,6 +146,4 @@ def forward_checked(model: nn.Module, x: Tensor) -> Tensor:
             else:
                 expect = f"; first layer {n!r} ({type(mod).__name__}) expects {mod.in_channels} "
                 expect += "input channels"
-        raise ValueError(
-            f"data of shape {tuple(x.shape)} does not fit the model{expect}: {err}"
-        ) from err
+        raise ValueError(f"data of shape {shape} does not fit the model{expect}: {err}") from err

@@ -1,0 +1,50 @@
+"""`forward_checked`'s messages: the caller's data shape, and the dtype cause of float token ids."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from neuromanifold.singular.factor_inputs import forward_checked
+
+
+def _linear_model() -> nn.Module:
+    return nn.Sequential(nn.Linear(5, 3), nn.Tanh(), nn.Linear(3, 2)).double().eval()
+
+
+def _token_model() -> nn.Module:
+    return nn.Sequential(nn.Embedding(10, 4), nn.Flatten(), nn.Linear(12, 2)).double().eval()
+
+
+def test_message_names_the_whole_data_shape_not_the_slice() -> None:
+    """A forward on the first 16 of 32 samples names the (32, 7) data the caller passed."""
+    x = torch.randn(32, 7, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"data of shape \(32, 7\) does not fit.*'0'.*5"):
+        forward_checked(_linear_model(), x[:16], data_shape=tuple(x.shape))
+    with pytest.raises(ValueError, match=r"data of shape \(16, 7\) does not fit"):
+        forward_checked(_linear_model(), x[:16])  # no data_shape: the tensor's own
+
+
+def test_out_of_range_ids_name_the_whole_data_shape() -> None:
+    ids = torch.randint(0, 12, (32, 3), generator=torch.Generator().manual_seed(0))
+    ids[0, 0] = 11  # out of range for a 10-row embedding, inside the slice
+    with pytest.raises(ValueError, match=r"data of shape \(32, 3\) does not fit.*indices < 10"):
+        forward_checked(_token_model(), ids[:16], data_shape=tuple(ids.shape))
+
+
+def test_float_token_ids_name_the_dtype_first() -> None:
+    ids = torch.randint(0, 10, (8, 3), generator=torch.Generator().manual_seed(0)).double()
+    with pytest.raises(
+        ValueError,
+        match=r"data of shape \(8, 3\) does not fit the model: its dtype torch\.float64 is not "
+        r"an integer type, and the first layer '0' \(Embedding\) takes integer token ids "
+        r"\(torch\.long, indices < 10\)",
+    ):
+        forward_checked(_token_model(), ids)
+
+
+def test_integer_ids_that_fit_pass_through() -> None:
+    model = _token_model()
+    ids = torch.randint(0, 10, (4, 3), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(forward_checked(model, ids, data_shape=(9, 3)), model(ids))

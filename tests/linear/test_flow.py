@@ -194,6 +194,30 @@ def test_function_space_flow_tracks_parameter_flow() -> None:
     np.testing.assert_allclose(delta(ff.theta_last), delta(theta), rtol=0, atol=ATOL_DELTA_FIBER)
 
 
+def test_function_space_flow_refuses_a_start_off_the_fiber() -> None:
+    """The start must be a (v0, δ)-fiber point: a guess Gauss–Newton cannot move (zero filters,
+    K = 0, formerly a frozen trajectory with success = True) and a v0 off M (a generic vector of
+    R^9 while dim M = 5) both raise before integrating, naming v0 and theta_guess."""
+    rng = np.random.default_rng(0)
+    arch = LCN((3, 2, 2), (2, 2))
+    theta = [rng.standard_normal(f) for f in arch.filters]
+    loss = QuadraticLoss(rng.standard_normal((12, 9)) / 3, rng.standard_normal(12))
+    v0, d = mu(arch, theta), delta(theta)
+    zeros = [np.zeros(f) for f in arch.filters]
+    with pytest.raises(ValueError, match=r"v0 is not realised from theta_guess: .+ > RTOL_START"):
+        function_space_flow(arch, v0, d, loss, (0.0, 0.5), theta_guess=zeros)
+    assert arch.dim_M < arch.n_v  # so a generic vector of R^{n_v} is not on M
+    v_off = rng.standard_normal(arch.out_shape)
+    with pytest.raises(ValueError, match=r"v0 is not on M with invariants delta, or theta_guess"):
+        function_space_flow(arch, v_off, d, loss, (0.0, 0.01), theta_guess=theta)
+    # the same start from a fiber point passes the check and follows μ(θ(t)) (spec §7.7)
+    T = [0.0, 0.1]
+    ff = function_space_flow(arch, v0, d, loss, (0.0, 0.1), theta_guess=theta, t_eval=T)
+    pf = gradient_flow(arch, theta, loss, (0.0, 0.1), t_eval=T)
+    assert ff.success and pf.success
+    np.testing.assert_allclose(ff.v, pf.v, rtol=0, atol=RTOL_TRACK * np.max(np.abs(pf.v)))
+
+
 def test_balanced_fc_flow_matches_a_w_formula() -> None:
     """Spec §7.11: L = 3, balanced start: W_3W_2W_1(t) from the parameter flow equals the
     solution of Ẇ = −A_W(∇ℓ(W))."""

@@ -49,6 +49,13 @@ __all__ = [
     "param_grad",
 ]
 
+# The start of `function_space_flow` must be a fiber point of (v0, δ): the unit-scale Gauss–Newton
+# residual of `solve.fiber_newton` (relative to the scale of (v0, δ)) from `theta_guess` must not
+# exceed this. fiber_newton aims at 1e-13 and reaches ~1e-16 from a start near the fiber (also at
+# the §4.6 critical points); 1e-10 leaves three orders for an ill-conditioned start, while an
+# off-M v0 or a guess Gauss–Newton cannot move (θ = 0) stays at residuals ~1e-1.
+RTOL_START_FIBER = 1e-10
+
 
 def _mu_jac(arch: Architecture, theta: Params) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(arch, LCN):
@@ -229,8 +236,8 @@ class FunctionFlowResult:
     Attributes:
         t: times ``(n_t,)``; v: ``(n_t, *out_shape)``; loss: ``ℓ(v(t))``.
         theta_last: the last fiber point used (LCN; empty for FC).
-        max_fiber_residual: largest Gauss–Newton residual over all RHS calls (LCN; 0 for FC): how
-            far solver stages strayed from ``M``, as the unit-scale residual of
+        max_fiber_residual: largest Gauss–Newton residual over the start and all RHS calls (LCN;
+            0 for FC): how far solver stages strayed from ``M``, as the unit-scale residual of
             `solve.fiber_newton` (relative to the scale of ``(v, δ)``).
         n_rhs: number of RHS evaluations; success, message: solver status.
     """
@@ -275,13 +282,25 @@ def function_space_flow(
     At every RHS call :func:`~neuromanifold.linear.solve.fiber_newton` moves the previous fiber
     point (initially ``theta_guess``, which need only be close to the ``(v0, δ)``-fiber) onto the
     ``(v, δ)``-fiber (least squares for stage points slightly off ``M``) and ``K_δ(v) = K(θ)``.
+    Before integrating, Gauss–Newton from ``theta_guess`` must reach the ``(v0, δ)``-fiber to the
+    unit-scale residual ``RTOL_START_FIBER``; otherwise (``v0`` off ``M``, or a guess from which
+    it stalls, e.g. zero filters) a ``ValueError`` names ``v0`` and ``theta_guess``.
     Meaningful where ``K`` is single-valued on the fiber: 1-D with all strides > 1, **on the
     smooth locus** (spec §4.1); crossings such as spec §4.2 carry several NTKs, and which one the
     flow uses depends on the fiber point the solver tracks.
     """
     v0, d = _check_target(arch, v0, delta)
     span = _check_span(t_span)
-    state = {"theta": fiber_newton(arch, v0, d, theta_guess).theta, "res": 0.0, "n": 0}
+    start = fiber_newton(arch, v0, d, theta_guess)
+    if not start.residual <= RTOL_START_FIBER:
+        raise ValueError(
+            f"v0 is not realised from theta_guess: Gauss–Newton from theta_guess stops at the "
+            f"unit-scale fiber residual {start.residual:.3e} > RTOL_START_FIBER = "
+            f"{RTOL_START_FIBER:g} (solve.fiber_newton); either v0 is not on M with invariants "
+            "delta, or theta_guess is not close to the (v0, delta)-fiber (solve_fiber_point "
+            "searches random starts)"
+        )
+    state = {"theta": start.theta, "res": start.residual, "n": 0}
 
     def rhs(_t: float, y: np.ndarray) -> np.ndarray:
         v = y.reshape(arch.out_shape)

@@ -4,6 +4,7 @@ integration tracking μ(θ(t)) (§7.7), balanced FC flow versus A_W (§7.11); lo
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -47,6 +48,7 @@ DRIFT_MIN = 1e-8  # the coarsest GD drift must be measurable, well above round-o
 # cancels to O(η²), so compare relatively; measured ≤ 1.1e-11 over seeds 5-11
 RTOL_GD_STEP = 1e-9
 ATOL_DELTA_FIBER = 1e-10  # δ at the function-space flow's last fiber point vs δ(θ0)
+ATOL_ROUNDOFF = 1e-15  # a few ulps of O(1) entries: spec §4.3's θ' is θ swapped, up to √2 rounding
 
 
 def _data_loss(arch: LCN, rng: np.random.Generator, n: int = 4, n_out: int = 3) -> SquaredLoss:
@@ -216,6 +218,62 @@ def test_function_space_flow_refuses_a_start_off_the_fiber() -> None:
     pf = gradient_flow(arch, theta, loss, (0.0, 0.1), t_eval=T)
     assert ff.success and pf.success
     np.testing.assert_allclose(ff.v, pf.v, rtol=0, atol=RTOL_TRACK * np.max(np.abs(pf.v)))
+
+
+def test_function_space_flow_flags_stride_one_sheets() -> None:
+    """Spec §4.3 simpler variant (k = (2, 2), s = 1): θ and θ' have the same (v, δ), yet the same
+    call from each guess follows a different trajectory (each that guess's parameter flow), so
+    K is not a function of (v, δ); the result's sheet_note and a UserWarning say so."""
+    arch = LCN((2, 2), (1,))
+    th = [np.array([1.0, 0.0]), np.array([1.0, 1.0])]
+    thp = [np.array([1.0, 1.0]) / np.sqrt(2), np.sqrt(2) * np.array([1.0, 0.0])]
+    np.testing.assert_allclose(mu(arch, thp), mu(arch, th), rtol=0, atol=ATOL_ROUNDOFF)
+    np.testing.assert_allclose(delta(thp), delta(th), rtol=0, atol=ATOL_ROUNDOFF)
+    loss = QuadraticLoss(np.eye(3), np.array([0.3, -1.0, 2.0]))
+    T = [0.0, 0.3]  # before the θ' sheet reaches the double root (t ≈ 0.45)
+    ends = []
+    for guess in (th, thp):
+        with pytest.warns(UserWarning, match=r"layers 1 and 2 have the same dilation") as rec:
+            ff = function_space_flow(
+                arch, mu(arch, th), delta(th), loss, (0.0, 0.3), theta_guess=guess, t_eval=T
+            )
+        assert ff.sheet_note is not None and str(rec[0].message) == ff.sheet_note
+        assert ff.to_dict()["sheet_note"] == ff.sheet_note
+        pf = gradient_flow(arch, guess, loss, (0.0, 0.3), t_eval=T)
+        np.testing.assert_allclose(ff.v, pf.v, rtol=0, atol=RTOL_TRACK * np.max(np.abs(pf.v)))
+        ends.append(ff.v[-1])
+    assert np.max(np.abs(ends[0] - ends[1])) > MOVE_MIN  # two sheets, two flows
+
+
+@pytest.mark.parametrize(
+    ("filters", "strides", "flagged"),
+    [
+        (((2, 2), (2, 2)), ((1, 1),), True),  # spec §4.4 swap caveat
+        (((3, 1), (2, 1)), ((1, 1),), True),  # univariate along one axis: the 1-D mechanism
+        (((2, 2), (2, 2)), ((2, 1),), False),  # a stride > 1 in between (§4.4: one NTK found)
+        (((2, 2), (3, 3)), ((1, 1),), False),  # different shapes (§4.4: one NTK found)
+        (((3, 1), (1, 2)), ((1, 1),), False),  # univariate in different variables
+    ],
+)
+def test_function_space_flow_flags_equal_shape_swaps(
+    filters: tuple, strides: tuple, flagged: bool
+) -> None:
+    rng = np.random.default_rng(9)
+    arch = LCN(filters, strides, dim=2)
+    theta = [rng.standard_normal(f) for f in arch.filters]
+    loss = QuadraticLoss(rng.standard_normal((arch.n_v, arch.n_v)), rng.standard_normal(arch.n_v))
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        ff = function_space_flow(
+            arch, mu(arch, theta), delta(theta), loss, (0.0, 0.01), theta_guess=theta
+        )
+    assert ff.success
+    notes = [str(w.message) for w in rec if issubclass(w.category, UserWarning)]
+    if flagged:
+        assert notes == [ff.sheet_note]
+        assert "layers 1 and 2 have the same dilation and filters in the same variables" in notes[0]
+    else:
+        assert notes == [] and ff.sheet_note is None
 
 
 def test_balanced_fc_flow_matches_a_w_formula() -> None:

@@ -15,6 +15,8 @@ Inf. Inference 2022 (balanced FC flow).
 
 from __future__ import annotations
 
+import itertools
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -240,6 +242,9 @@ class FunctionFlowResult:
             0 for FC): how far solver stages strayed from ``M``, as the unit-scale residual of
             `solve.fiber_newton` (relative to the scale of ``(v, δ)``).
         n_rhs: number of RHS evaluations; success, message: solver status.
+        sheet_note: None, or (LCN) why ``K`` need not be a function of ``(v, δ)`` on this
+            architecture, so that the trajectory follows the sheet of ``theta_guess``
+            (:func:`function_space_flow`; also emitted as a ``UserWarning``).
     """
 
     t: np.ndarray
@@ -250,6 +255,7 @@ class FunctionFlowResult:
     n_rhs: int
     success: bool
     message: str
+    sheet_note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form."""
@@ -262,7 +268,50 @@ class FunctionFlowResult:
             "n_rhs": self.n_rhs,
             "success": self.success,
             "message": self.message,
+            "sheet_note": self.sheet_note,
         }
+
+
+def _univariate_axis(shape: tuple[int, ...]) -> int | None:
+    """The one axis along which a filter of this shape extends, or None (several or none)."""
+    axes = [i for i, k in enumerate(shape) if k > 1]
+    return axes[0] if len(axes) == 1 else None
+
+
+def _sheet_note(arch: LCN) -> str | None:
+    """Why ``K`` need not be a function of ``(v, δ)`` on ``arch`` (spec §4.3–4.4), or None.
+
+    Two non-scalar layers with the same dilation ``S_{l−1}`` multiply polynomials in the same
+    variables, so factors of ``v`` can be regrouped between them: in 1-D always (a stride one
+    between them, spec §4.3); in ``D ≥ 2`` when the two filters have the same shape (the swap
+    caveat of §4.4) or both extend along one and the same axis (univariate, the 1-D mechanism on
+    that axis). The ``(v, δ)``-fiber then has several sheets with, in general, different NTKs.
+    None otherwise, which asserts nothing: crossings such as spec §4.2 still carry several NTKs.
+    """
+    kept = [i for i, k in enumerate(arch.layer_sizes) if k > 1]
+    pairs = []
+    for i, j in itertools.combinations(kept, 2):
+        if arch.dilations[i] != arch.dilations[j]:
+            continue
+        fi, fj = arch.filters[i], arch.filters[j]
+        axis = _univariate_axis(fi)
+        if arch.D == 1 or fi == fj or (axis is not None and axis == _univariate_axis(fj)):
+            pairs.append(f"{i + 1} and {j + 1}")
+    if not pairs:
+        return None
+    why = (
+        "the same dilation (a stride one between them, spec §4.3)"
+        if arch.D == 1
+        else "the same dilation and filters in the same variables (spec §4.4 swap caveat)"
+    )
+    return (
+        f"K need not be a function of (v, delta) here: layers {'; '.join(pairs)} have {why}, so "
+        "factors of v can be regrouped between them and the (v, delta)-fiber has several sheets "
+        "with, in general, different NTKs. This trajectory follows the sheet of theta_guess; "
+        "near points where sheets meet (critical points of mu, e.g. a double root) the tracked "
+        "fiber point is ill-conditioned and may stray or change sheet, and v(t) then departs "
+        "from mu(theta(t)) of the parameter flow from theta_guess."
+    )
 
 
 def function_space_flow(
@@ -288,6 +337,13 @@ def function_space_flow(
     Meaningful where ``K`` is single-valued on the fiber: 1-D with all strides > 1, **on the
     smooth locus** (spec §4.1); crossings such as spec §4.2 carry several NTKs, and which one the
     flow uses depends on the fiber point the solver tracks.
+
+    Where the architecture itself lets factors of ``v`` move between layers (1-D with a stride
+    one between non-scalar layers, spec §4.3; ``D ≥ 2`` with two layers of equal dilation and the
+    same filter shape, §4.4), ``K`` is not a function of ``(v, δ)``: the flow still runs (the
+    sheet-following flow is the function-space image of the parameter flow from ``theta_guess``
+    up to a point where sheets meet), and the result's ``sheet_note`` says so, also emitted as a
+    ``UserWarning``. Which sheet is followed is chosen by ``theta_guess``, not by ``(v0, δ)``.
     """
     v0, d = _check_target(arch, v0, delta)
     span = _check_span(t_span)
@@ -301,6 +357,9 @@ def function_space_flow(
             "searches random starts)"
         )
     state = {"theta": start.theta, "res": start.residual, "n": 0}
+    note = _sheet_note(arch)
+    if note is not None:
+        warnings.warn(note, UserWarning, stacklevel=2)
 
     def rhs(_t: float, y: np.ndarray) -> np.ndarray:
         v = y.reshape(arch.out_shape)
@@ -321,6 +380,7 @@ def function_space_flow(
         n_rhs=int(state["n"]),
         success=bool(sol.success),
         message=str(sol.message),
+        sheet_note=note,
     )
 
 

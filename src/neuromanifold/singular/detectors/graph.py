@@ -14,12 +14,20 @@ written inline, or in a module of any name that computes it with those functions
 steps ``("ReLU", "Square")``. So do pooling, a spatial mean and a flatten of ``(N, C, 1, 1)``
 after a source whose units are channels (convolution, BatchNorm, GroupNorm: `CHANNELWISE`, every
 channel kept apart, so unit ``c`` of the producer is still channel ``c`` of the consumer's input;
-a flatten of a whole feature map makes channel ``c`` a block of features); any other function (a
-product of two different tensors, a transpose, another reshape, a residual addition, an in-place
-operation on the tensor) breaks it, so no edge is drawn across it (the duality join and the
-LayerNorm lift are then not attempted, which is conservative). A module that is elementwise but
-computes through anything else (``torch.where``, ``clamp``, a custom kernel) continues the chain
-when it has a truthy ``elementwise`` attribute; its step is then labelled with its class name.
+a flatten of a whole feature map makes channel ``c`` a block of features), and a reshape, view or
+flatten to the same shape (GPT-2's ``ln_f(h).view(output_shape)``, labelled ``"Identity"``). So
+does a row selection after a source whose units are the last axis: basic indexing that keeps that
+axis whole and last (``h[:, s, :]``, ``h[:, -1]``, ``h[..., 1:, :]``: `ROW_SELECTIONS`), as in
+Hugging Face's ``lm_head(hidden_states[:, slice_indices, :])``, and a reshape that keeps that
+axis (``h.view(-1, d)``: `reshape_label`), both labelled ``"SelectRows"``. Each kept row holds
+every unit where it was, so the steps that act on the units pass through it (it is in
+`PASS_THROUGH`), while indexing the last axis (``h[..., :k]``), a reshape that splits it, or
+advanced indexing breaks the chain. Any other function (a product of two different tensors, a
+transpose, another reshape, a residual addition, an in-place operation on the tensor) breaks it,
+so no edge is drawn across it (the duality join and the LayerNorm lift are then not attempted,
+which is conservative). A module that is elementwise but computes through anything else
+(``torch.where``, ``clamp``, a custom kernel) continues the chain when it has a truthy
+``elementwise`` attribute; its step is then labelled with its class name.
 
 **Skip edges** are recorded separately: ``skips[p]`` lists the sinks whose first input is a sum in
 which the output of source ``p`` itself is one summand — ``c(z + f(z))`` with ``z = p(·)``, through
@@ -43,9 +51,13 @@ from neuromanifold.singular.detectors.graph_steps import (
     CHANNELWISE_LABELS,
     FUNCTIONAL_ELEMENTWISE,
     POWERS,
+    ROW_SELECTIONS,
+    SELECT_ROWS,
     channel_label,
     channels_first_ndim,
     power_label,
+    reshape_label,
+    row_selection_label,
 )
 
 __all__ = [
@@ -56,6 +68,7 @@ __all__ = [
     "FUNCTIONAL_ELEMENTWISE",
     "PASS_THROUGH",
     "POWERS",
+    "ROW_SELECTIONS",
     "ModelGraph",
     "graph_passes_through",
     "is_named_rmsnorm",
@@ -171,8 +184,9 @@ class ModelGraph:
 
     ``consumers[p]`` / ``producers[c]``: tuples of module names; ``via[(p, c)]``: the elementwise
     modules in between (their class names); ``output``: the source module whose output is the
-    model output, directly or through Identity/Dropout only (``None`` otherwise, e.g. after an
-    activation, a reshape or a mean);
+    model output, directly or through `PASS_THROUGH` steps only (Identity, Dropout, a row
+    selection such as the last position's logits; ``None`` otherwise, e.g. after an activation,
+    a reshape or a mean);
     ``called``: names of modules called during the traced forward; ``skips[p]``: the sinks that
     receive ``p``'s output as one summand of a residual sum (module docstring).
     """
@@ -195,14 +209,17 @@ class ModelGraph:
         return p[0] if len(p) == 1 else None
 
 
-PASS_THROUGH = frozenset({"Identity", "Dropout"})
-"""``via`` labels that leave a tensor as it is (evaluation mode)."""
+PASS_THROUGH = frozenset({"Identity", "Dropout", SELECT_ROWS})
+"""``via`` labels that leave every unit of a tensor as it is (evaluation mode): Identity, Dropout,
+and a row selection (`graph_steps.row_selection_label`), which keeps some rows over the batch
+and positions and, in each, every unit unchanged at its index."""
 
 
 def graph_passes_through(graph: ModelGraph, producer: str, consumer: str) -> bool:
-    """Whether the edge ``producer → consumer`` carries the producer's output unchanged (through
-    Identity/Dropout only): what detectors need whose identity would not survive an activation
-    or a pooling in between (the LayerNorm kernel)."""
+    """Whether the edge ``producer → consumer`` carries the producer's output unchanged, up to a
+    row selection (through `PASS_THROUGH` steps only): what detectors need whose identity acts
+    on the units and would not survive an activation or a pooling in between (the LayerNorm
+    kernel, the norm scale, the layer scale)."""
     return set(graph.via.get((producer, consumer), ("missing",))) <= PASS_THROUGH
 
 
@@ -260,8 +277,9 @@ class _Provenance:
 
 class _Calls(TorchFunctionMode):
     """Sees the calls a ``forward`` makes: carries provenance through the functions of
-    `FUNCTIONAL_ELEMENTWISE`, `CHANNELWISE` and `POWERS` (scalar powers only: `power_label`),
-    and records the summands of additions."""
+    `FUNCTIONAL_ELEMENTWISE`, `CHANNELWISE`, `POWERS` (scalar powers only: `power_label`) and
+    `ROW_SELECTIONS` (row selections only: `row_selection_label`), and records the summands of
+    additions."""
 
     def __init__(self, prov: _Provenance) -> None:
         super().__init__()
@@ -272,7 +290,7 @@ class _Calls(TorchFunctionMode):
         label = FUNCTIONAL_ELEMENTWISE.get(func)
         if label is None and func in POWERS:
             label = power_label(func, args, kwargs)
-        if label is not None or func in CHANNELWISE:
+        if label is not None or func in CHANNELWISE or func in ROW_SELECTIONS:
             return self._step(func, label, args, kwargs)
         if func not in _ADDS or len(args) != 2 or kwargs.get("alpha", 1) != 1:
             return func(*args, **kwargs)
@@ -290,8 +308,12 @@ class _Calls(TorchFunctionMode):
         out = func(*args, **kwargs)
         if src is None or not isinstance(out, Tensor):
             return out
-        if label is None:  # channelwise
-            label = channel_label(func, args, kwargs, out, src[2])
+        if func in ROW_SELECTIONS:
+            label = row_selection_label(args, out, src[2])
+        elif label is None:  # a reshape that keeps every unit, or channelwise
+            label = reshape_label(func, args, out, src[2]) or channel_label(
+                func, args, kwargs, out, src[2]
+            )
         elif out.shape != args[0].shape:
             label = None
         if label is not None:
@@ -357,7 +379,7 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
             h.remove()
     output = None
     final = prov.origin_of(out)
-    if final is not None and set(final[1]) <= PASS_THROUGH:  # the source's output, not φ of it
+    if final is not None and set(final[1]) <= PASS_THROUGH:  # the source's units, not φ of them
         output = final[0]
     consumers: dict[str, list[str]] = {}
     producers: dict[str, list[str]] = {}

@@ -8,6 +8,13 @@
   homogeneity (`power_degree`).
 * `CHANNELWISE`: pooling, spatial means and flattens that keep every channel of a
   channels-first source apart (`channel_label`, `channels_first_ndim`).
+* `reshape_label`: a reshape, view or flatten to the input's shape (GPT-2's
+  ``ln_f(h).view(output_shape)``) is the identity, labelled ``"Identity"``; one that keeps the
+  last (feature) axis of a source whose units lie there (``h.view(-1, d)``) regroups whole
+  rows, labelled ``"SelectRows"``.
+* `ROW_SELECTIONS`: basic indexing that keeps the last (feature) axis whole and last
+  (``h[:, s, :]``, ``h[:, -1]``, ``h[..., 1:, :]``), labelled ``"SelectRows"``
+  (`row_selection_label`).
 """
 
 from __future__ import annotations
@@ -22,10 +29,14 @@ __all__ = [
     "CHANNELWISE_LABELS",
     "FUNCTIONAL_ELEMENTWISE",
     "POWERS",
+    "ROW_SELECTIONS",
+    "SELECT_ROWS",
     "channel_label",
     "channels_first_ndim",
     "power_degree",
     "power_label",
+    "reshape_label",
+    "row_selection_label",
 ]
 
 
@@ -122,6 +133,42 @@ with their label when the output keeps ``(N, C)`` in front; a flatten of a whole
 ``(N, C, *S) → (N, C·P)`` with ``P = ΠS > 1``, continues it as ``"FlattenChannels"`` (channel
 ``c`` becomes the ``P`` features ``c·P … (c+1)·P − 1``); any other use breaks it."""
 CHANNELWISE_LABELS = frozenset({*CHANNELWISE.values(), "FlattenChannels"})
+SELECT_ROWS = "SelectRows"
+"""The label of a row selection (`row_selection_label`, `reshape_label`)."""
+_RESHAPES = frozenset((torch.flatten, Tensor.flatten, torch.reshape, Tensor.reshape, Tensor.view))
+
+
+def reshape_label(func: object, args: tuple, out: object, channels_first: bool) -> str | None:
+    """The label of a reshape, view or flatten ``func(*args) = out`` that keeps every unit where
+    it was, else None (a changed dtype, ``view(dtype)``, reinterprets the bits: None).
+
+    * ``"Identity"``: ``out`` has the input's shape (GPT-2's ``ln_f(h).view(output_shape)``);
+      the same elements in the same order, whatever the source's layout.
+    * ``"SelectRows"``: a source whose units are the last axis (``channels_first`` false), and
+      ``out`` keeps the size ``d`` of that axis (``h.view(-1, d)``). In row-major order element
+      ``(r, j)`` of the input's rows of ``d`` is element ``(r, j)`` of the output's, so every row
+      is kept whole and only regrouped over the batch and positions (`row_selection_label`).
+
+    >>> h = torch.zeros(2, 3, 4, dtype=torch.float64)
+    >>> [reshape_label(Tensor.view, (h, s), h.view(s), False) for s in ((2, 3, 4), (-1, 4))]
+    ['Identity', 'SelectRows']
+    >>> [reshape_label(Tensor.view, (h, s), h.view(s), False) for s in ((2, 12), (6, 2, 2))]
+    [None, None]
+    >>> reshape_label(Tensor.view, (h, (-1, 4)), h.view(-1, 4), True) is None
+    True
+    >>> reshape_label(Tensor.view, (h, torch.int64), h.view(torch.int64), False) is None
+    True
+    """
+    if func not in _RESHAPES or not args or not isinstance(args[0], Tensor):
+        return None
+    inp = args[0]
+    if not isinstance(out, Tensor) or out.dtype != inp.dtype:
+        return None
+    if out.shape == inp.shape:
+        return "Identity"
+    if channels_first or inp.dim() == 0 or out.dim() == 0 or out.shape[-1] != inp.shape[-1]:
+        return None
+    return SELECT_ROWS
 
 
 def _dims(arg: object, ndim: int) -> tuple[int, ...] | None:
@@ -167,3 +214,55 @@ def channel_label(
         dims = _dims(args[1] if len(args) > 1 else kwargs.get("dim"), inp.dim())
         return label if dims is not None and len(dims) > 0 and min(dims) >= 2 else None
     return label if out.dim() == inp.dim() and label != "Flatten" else None
+
+
+ROW_SELECTIONS = frozenset((Tensor.__getitem__,))
+"""Indexing calls that continue a chain when they only select rows (`row_selection_label`)."""
+
+
+def _basic_index(index: object) -> tuple | None:
+    """``index`` as a tuple when every entry is basic (an int, a slice, ``...`` or None), with
+    at most one ``...``; None for anything else (a tensor, a list, a bool: advanced indexing)."""
+    entries = index if isinstance(index, tuple) else (index,)
+    for e in entries:
+        if e is None or e is Ellipsis or isinstance(e, slice):
+            continue
+        if not isinstance(e, int) or isinstance(e, bool):
+            return None
+    return entries if sum(e is Ellipsis for e in entries) <= 1 else None
+
+
+def row_selection_label(args: tuple, out: object, channels_first: bool) -> str | None:
+    """``"SelectRows"`` when ``args[0][args[1]] = out`` (a call of `ROW_SELECTIONS`) is basic
+    indexing that keeps the last axis whole and last, else None.
+
+    The units of a source that is not channels-first (Linear, LayerNorm, RMSNorm, Embedding:
+    ``channels_first`` false) lie on the last axis of its output. Ints, slices, ``...`` and None
+    on the axes before it select, drop or add rows over the batch and positions; each kept row
+    holds every unit ``j`` unchanged at index ``j``, so a map acting on the units alone (a
+    per-unit scale, a kernel direction of a consumer's inputs) commutes with the selection.
+    Indexing the last axis (anything but a slice covering it in order, ``h[..., :k]``,
+    ``h[..., ::-1]``, ``h[..., 0]``), adding an axis after it (``h[..., None]``), advanced
+    indexing and the channels-first layout (units on dimension 1) give None.
+
+    >>> h = torch.zeros(2, 3, 4)
+    >>> [row_selection_label((h, i), h[i], False) for i in ((slice(None), -1), (..., slice(0, 4)))]
+    ['SelectRows', 'SelectRows']
+    >>> [row_selection_label((h, i), h[i], False) for i in ((..., slice(2)), (..., None), [0])]
+    [None, None, None]
+    """
+    if channels_first or len(args) < 2 or not isinstance(args[0], Tensor):
+        return None
+    inp, entries = args[0], _basic_index(args[1])
+    if entries is None or inp.dim() == 0 or not isinstance(out, Tensor) or out.dim() == 0:
+        return None
+    consumed = sum(e is not None and e is not Ellipsis for e in entries)
+    if Ellipsis not in entries:
+        entries = (*entries, Ellipsis)  # the axes not named are kept whole, after the others
+    rest = (slice(None),) * (inp.dim() - consumed)
+    i = entries.index(Ellipsis)
+    last = (*entries[:i], *rest, *entries[i + 1 :])[-1]
+    d = inp.shape[-1]
+    if not isinstance(last, slice) or range(*last.indices(d)) != range(d):
+        return None
+    return SELECT_ROWS if out.shape[-1] == d else None

@@ -298,9 +298,13 @@ def test_tied_decoder_is_read_on_the_shared_matrix() -> None:
     x = _tokens()
     reading = read(_FirstToken(), x, Categorical(), progress=False)
     tied = [r for r in reading.directions if "tied" in r.info]
-    assert tied and all(
-        r.info["tied"]["net.model.cls.predictions.decoder.weight"] == f"net.{word}" for r in tied
-    )
+    decoder = "net.model.cls.predictions.decoder"
+    # the first position's logits are a row selection of the decoder's: the CE shift is a gauge,
+    # tied through the decoder's bias only; every other tied record names the shared matrix
+    (shift,) = [r for r in reading.directions if r.detector == "ce-shift"]
+    assert shift.layers == (decoder,) and shift.klass == "flat_gauge"
+    others = [r for r in tied if r is not shift]
+    assert others and all(r.info["tied"][f"{decoder}.weight"] == f"net.{word}" for r in others)
     emb = {r.layers[0]: r for r in reading.directions if r.detector == "embedding-unseen"}
     assert emb["net.model.bert.embeddings.word_embeddings"].klass == "live"
     assert emb["net.model.bert.embeddings.position_embeddings"].klass == "flat_gauge"
@@ -311,14 +315,26 @@ def test_tied_decoder_is_read_on_the_shared_matrix() -> None:
 
 def test_equal_norms_at_initialisation_name_the_last_before_the_head(tmp_path) -> None:
     """At initialisation every LayerNorm has γ = 1, β = 0: the factor test matches all of them on
-    the pooler (through the [CLS] selection); the last norm before it is named, all are listed."""
+    a head reading the token mean (no graph edge); the last norm before it is named, all are
+    listed. The pooler reads the [CLS] row, a graph edge: the reach test leaves it alone."""
     torch.manual_seed(2)
     cfg = _config(layers=1, type_vocab_size=1, num_labels=3)
     transformers.BertForSequenceClassification(cfg).save_pretrained(str(tmp_path))
     net = load_model(None, architecture=str(tmp_path))
-    reading = read(
-        net, _tokens(), Categorical(), progress=False, detectors=[LayerNormReachDetector()]
-    )
+    pooler = net.model.bert.pooler
+
+    class _MeanPooler(nn.Module):  # BERT's pooler on the token mean instead of the [CLS] row
+        def __init__(self) -> None:
+            super().__init__()
+            self.dense, self.activation = pooler.dense, pooler.activation
+
+        def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+            return self.activation(self.dense(hidden.mean(1)))
+
+    reach = [LayerNormReachDetector()]
+    assert read(net, _tokens(), Categorical(), progress=False, detectors=reach).directions == ()
+    net.model.bert.pooler = _MeanPooler()
+    reading = read(net, _tokens(), Categorical(), progress=False, detectors=reach)
     (rec,) = reading.directions
     pre = "model.bert."
     assert rec.layers == (f"{pre}pooler.dense", f"{pre}encoder.layer.0.output.LayerNorm")

@@ -192,11 +192,12 @@ def _packed_candidate(
 
 
 class LayerNormReachDetector:
-    """LN kernel on Linear layers that read LayerNorm outputs through token selection or pooling.
+    """LN kernel on Linear layers that read LayerNorm outputs through pooling the graph skips.
 
-    The data-flow graph only follows elementwise modules, so a head reading ``LN(z)[:, 0]`` or a
-    token mean of LN outputs is not a graph consumer, yet ``⟨a*, ā⟩ = 0`` still holds for it
-    (selection and averaging preserve ``⟨γ⁻¹, ·⟩ = ⟨γ⁻¹, β⟩``). For a Linear with bias that is no
+    The data-flow graph follows elementwise modules and row selections (``LN(z)[:, 0]``) but not
+    a token mean or other pooling of LN outputs, so such a head is not a graph consumer, yet
+    ``⟨a*, ā⟩ = 0`` still holds for it (selection and averaging preserve
+    ``⟨γ⁻¹, ·⟩ = ⟨γ⁻¹, β⟩``). For a Linear with bias that is no
     graph consumer of a LayerNorm, this detector tests every LayerNorm of matching width on the
     Linear's own factor: ``a*ᵀ A a* ≤ REACH_TOL · tr A`` (exact on the probe set). On success it
     proposes the LN-kernel gauge once, listing all matches in ``info["matching_norms"]``. Norms

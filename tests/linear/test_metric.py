@@ -102,6 +102,28 @@ def test_critical_points_of_section_4_6() -> None:
     assert not is_smooth_point(arch, [np.zeros(3), np.ones(2)]).smooth
 
 
+def test_metric_undefined_on_the_critical_family() -> None:
+    """Spec §4.6: w_1 = z² − c, w_2 = y − c (k = (3, 2), s = 2) is critical (rank Jμ = 3 < 4)
+    for every c ≠ 0. There λ_dimM of K is round-off of either sign (~1e-16 λ_max), which
+    metric_tensor used to invert (entries ~1e16) whenever it came out positive."""
+    arch = LCN((3, 2), (2,))
+    for c in np.linspace(0.1, 2.0, 40):
+        theta = [np.array([-c, 0.0, 1.0]), np.array([-c, 1.0])]
+        assert is_smooth_point(arch, theta).rank == arch.dim_M - 1
+        K = ntk(arch, theta)
+        with pytest.raises(ValueError, match=r"undefined at this \(singular\) point"):
+            metric_tensor(K, arch.dim_M)
+        assert tangent_condition_number(K, arch.dim_M) == float("inf")
+        # a generic point next to it (w_1 gains a z term) is regular and has a metric
+        near = [np.array([-c, 0.5, 1.0]), np.array([-c, 1.0])]
+        assert is_smooth_point(arch, near).smooth
+        K = ntk(arch, near)
+        G = metric_tensor(K, arch.dim_M)
+        cond = tangent_condition_number(K, arch.dim_M)
+        P = _proj(tangent_basis(arch, near))
+        np.testing.assert_allclose(G @ K, P, rtol=0, atol=RTOL_IDENTITY * cond)
+
+
 def test_metric_tensor_is_pseudo_inverse_on_tangent_space() -> None:
     arch = LCN((3, 2, 2), (2, 2))
     rng = np.random.default_rng(2)
@@ -131,7 +153,7 @@ def test_error_paths() -> None:
         metric_tensor(np.array([[np.nan, 0.0], [0.0, 1.0]]), 1)
     with pytest.raises(ValueError, match=r"dim_M = 3: expected an int in \[1, 2\]"):
         metric_tensor(np.eye(2), 3)
-    with pytest.raises(ValueError, match="only 1 positive eigenvalues < dim_M = 2"):
+    with pytest.raises(ValueError, match=r"only 1 eigenvalues above RTOL_RANK .+ < dim_M = 2"):
         metric_tensor(np.diag([1.0, 0.0]), 2)
     with pytest.raises(ValueError, match="expected 2 each"):
         metric_inner(np.eye(2), 2, np.ones(3), np.ones(2))

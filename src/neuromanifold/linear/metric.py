@@ -171,15 +171,24 @@ def metric_tensor(K: Any, dim_M: int) -> np.ndarray:
     ``λ_i, u_i`` are the ``dim M`` largest eigenpairs of ``K``; the remaining ones (the normal
     space, zero up to round-off at a regular point) are discarded.
 
+    Raises ``ValueError`` unless ``λ_{dim M} > RTOL_RANK · λ_1``, the package's test of ``K|T_vM``
+    (as in :mod:`~.metric_pair`): the eigenvalues of ``K = Jμ Jμᵀ`` are ``σ_i²``, but ``K``'s
+    eigenvalues are resolved only to about ``n_v ε λ_1``, so the Jacobian's ``σ_{dim M} ≤
+    RTOL_RANK · σ_1`` (``λ`` ratio ``1e-18``) cannot be read off ``K``; at singular points (spec
+    §4.6) ``λ_{dim M}`` is round-off of either sign, ``~1e-16 λ_1``. A regular point with
+    ``cond K|T_vM ≥ 1 / RTOL_RANK`` is refused as well (ill-conditioned, not singular).
+
     >>> metric_tensor(np.diag([4.0, 2.0, 0.0]), 2).tolist()
     [[0.25, 0.0, 0.0], [0.0, 0.5, 0.0], [0.0, 0.0, 0.0]]
     """
     K = _check_K(K, dim_M)
     lam, U = _top_eig(K, dim_M)
-    if lam[-1] <= 0:
+    floor = RTOL_RANK * max(float(lam[0]), 0.0)
+    if not lam[-1] > floor:
         raise ValueError(
-            f"K has only {int(np.sum(lam > 0))} positive eigenvalues < dim_M = {dim_M}: "
-            "the metric is undefined at this (singular) point"
+            f"K has only {int(np.sum(lam > floor))} eigenvalues above RTOL_RANK · λ_max = "
+            f"{floor:.3g} < dim_M = {dim_M} (λ_dimM = {lam[-1]:.3g}): the metric is undefined at "
+            "this (singular) point"
         )
     return (U / lam) @ U.T
 
@@ -205,7 +214,14 @@ def riemannian_gradient(K: Any, grad: Any) -> np.ndarray:
 
 
 def tangent_condition_number(K: Any, dim_M: int) -> float:
-    """``λ_1 / λ_{dim M}`` of ``K`` (its condition number on ``T_vM``; ``inf`` if singular)."""
+    """``λ_1 / λ_{dim M}`` of ``K`` (its condition number on ``T_vM``; ``inf`` if singular).
+
+    ``inf`` where ``λ_{dim M} ≤ n_v ε λ_1``, the round-off of ``K``'s eigenvalues (``eigh``'s
+    backward error), below which the ratio is noise of either sign: at the singular points of
+    spec §4.6 ``λ_{dim M} ~ 1e-16 λ_1`` gave ratios near ``1e17``. Larger, resolved ratios are
+    returned even beyond ``1 / RTOL_RANK``, where :func:`metric_tensor` refuses.
+    """
     K = _check_K(K, dim_M)
     lam, _ = _top_eig(K, dim_M)
-    return float(lam[0] / lam[-1]) if lam[-1] > 0 else float("inf")
+    floor = K.shape[0] * np.finfo(np.float64).eps * max(float(lam[0]), 0.0)
+    return float(lam[0] / lam[-1]) if lam[-1] > floor else float("inf")

@@ -113,6 +113,19 @@ def test_survey_command_writes_outputs(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "indices must lie in 0..9" in res.output
 
 
+def test_survey_rows_option_keeps_each_rows_samples(tmp_path: Path) -> None:
+    """Trial D #4: `--rows 3` used the random stream of row 0; a row's line must not depend on
+    which other rows are selected (compared with the selection 0..3, its own position)."""
+    lines = []
+    for sel in ("3", "0,1,2,3"):
+        js = tmp_path / f"rows{sel.replace(',', '')}.json"
+        args = ["lcn", "survey", "--samples", "1", "--seed", "0", "--rows", sel]
+        res = runner.invoke(app, [*args, "--json", str(js)])
+        assert res.exit_code == 0, res.output
+        lines.append(json.loads(js.read_text())["rows"][-1])
+    assert lines[0]["row_index"] == 3 and lines[0] == lines[1]
+
+
 def test_converge_command(tmp_path: Path) -> None:
     res = runner.invoke(app, ["lcn", "converge", "--seeds", "1", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output

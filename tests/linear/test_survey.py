@@ -53,6 +53,22 @@ def test_reproducible_with_the_same_seed() -> None:
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
+def test_selected_rows_reproduce_the_full_survey() -> None:
+    """A row selected by index (`lcn survey --rows`) is seeded by that index: it equals its line
+    of the full survey (rows numbered by position), not the stream of selection position 0."""
+    full = run_survey(samples=1, seed=0, rows=default_rows()[:4])  # rows 0..3 as in the full run
+    sub = run_survey(samples=1, seed=0, row_indices=[3, 1])
+    assert [r.row_index for r in sub.rows] == [3, 1]
+    assert sub.rows[0].to_dict() == full.rows[3].to_dict()
+    assert sub.rows[1].to_dict() == full.rows[1].to_dict()
+    with pytest.raises(ValueError, match=r"row_indices = \[10\]: expected a non-empty list"):
+        run_survey(samples=1, row_indices=[10])
+    with pytest.raises(ValueError, match=r"row_indices = \[\]"):
+        run_survey(samples=1, row_indices=[])
+    with pytest.raises(ValueError, match="rows and row_indices: give at most one"):
+        run_survey(samples=1, rows=default_rows()[:1], row_indices=[0])
+
+
 def _fake_report(n_ntks: int) -> FiberReport:
     ntks = [np.eye(2) * (1 + i) for i in range(n_ntks)]
     return build_report(

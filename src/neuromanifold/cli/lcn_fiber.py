@@ -113,7 +113,10 @@ def survey_command(
         None, "--out", help="Directory for survey.md, survey.json and survey.png."
     ),
     rows: str | None = typer.Option(
-        None, "--rows", help="Only these rows (0-based indices, comma-separated)."
+        None,
+        "--rows",
+        help="Only these rows (0-based indices, comma-separated); each row gets the same samples "
+        "as in the full survey.",
     ),
 ) -> None:
     """Recompute the paper's NTK-determinacy table by sampling fibers (verdicts are computed)."""
@@ -124,16 +127,16 @@ def survey_command(
 
     check_json_target(json_path)
     check_out_dir(out)
-    specs = default_rows()
+    n_rows = len(default_rows())
+    idx = list(range(n_rows))
     if rows is not None:
         try:
             idx = [int(x) for x in rows.split(",") if x.strip()]
         except ValueError:
             raise typer.BadParameter(f"--rows {rows!r}: expected comma-separated ints") from None
-        bad = [i for i in idx if not 0 <= i < len(specs)]
+        bad = [i for i in idx if not 0 <= i < n_rows]
         if bad or not idx:
-            raise typer.BadParameter(f"--rows {rows!r}: indices must lie in 0..{len(specs) - 1}")
-        specs = [specs[i] for i in idx]
+            raise typer.BadParameter(f"--rows {rows!r}: indices must lie in 0..{n_rows - 1}")
     t0 = time.perf_counter()
     with Progress(
         "[progress.description]{task.description}",
@@ -142,9 +145,10 @@ def survey_command(
         TimeElapsedColumn(),
         transient=True,
     ) as bar:
-        task = bar.add_task("sampling fibers", total=samples * len(specs))
+        task = bar.add_task("sampling fibers", total=samples * len(idx))
+        # each row is seeded by its own index, so --rows reproduces the full survey's lines
         result = run_survey(
-            samples=samples, seed=seed, rows=specs, progress=lambda n: bar.advance(task, n)
+            samples=samples, seed=seed, row_indices=idx, progress=lambda n: bar.advance(task, n)
         )
     elapsed = time.perf_counter() - t0
     md = to_markdown(result)

@@ -15,16 +15,19 @@ and no stride between them, and the shallow ReLU CNN (one filter, stride > 1) an
 two notions of fiber — same outputs on a dataset inside one activation region (every unit active
 there), and same global function (represented on a seeded probe set). Each row states its notion.
 
-Sampling: every sample uses its own generator ``default_rng([seed, row, sample])``, so a run is
-reproducible and rows are independent. D ≥ 2 filters are integers in ``[−20, 20]`` so that the
-rational factoring route applies; all other parameters are standard Gaussian.
+Sampling: every sample uses its own generator ``default_rng([seed, row, sample])``, ``row`` being
+the row's index in :func:`default_rows` (also for a selection, ``row_indices`` of
+:func:`run_survey`, and recorded as ``SurveyRow.row_index``), so a run is reproducible, rows are
+independent, and a selected row reproduces its line of the full survey. D ≥ 2 filters are
+integers in ``[−20, 20]`` so that the rational factoring route applies; all other parameters are
+standard Gaussian.
 
 References: E. M. Achour, K. Kohn, H. Rauhut, arXiv:2507.06367 (summary table).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -71,7 +74,11 @@ class RowSpec:
 
 @dataclass(frozen=True)
 class SurveyRow:
-    """Result of one row (see module docstring for the verdict rule)."""
+    """Result of one row (see module docstring for the verdict rule).
+
+    ``row_index`` is the index that seeded the row's samples (its index in :func:`default_rows`
+    when the row is one of them).
+    """
 
     architecture: str
     condition: str
@@ -87,6 +94,7 @@ class SurveyRow:
     n_failed: int
     mean_points: float
     witness: dict[str, Any] | None = None
+    row_index: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable dict (the keys of the survey's ``rows``)."""
@@ -345,6 +353,7 @@ def run_row(
         n_failed=samples - len(found),
         mean_points=float(np.mean([r.n_points for r in found])) if found else 0.0,
         witness=witness,
+        row_index=row_index,
     )
 
 
@@ -353,17 +362,40 @@ def run_survey(
     samples: int = 20,
     seed: int = 0,
     rows: list[RowSpec] | None = None,
+    row_indices: Sequence[int] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> SurveyResult:
-    """Run every row (``default_rows()`` unless given); ``progress(1)`` after each sample."""
+    """Run the rows; ``progress(1)`` after each sample.
+
+    ``row_indices`` selects rows of :func:`default_rows` by index; each is seeded by that index,
+    so it reproduces its line of the full survey (``lcn survey --rows``). ``rows`` runs the given
+    specs instead, seeded by their position in the list. Neither: every default row.
+    """
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"samples must be a positive int, got {samples!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    specs = default_rows() if rows is None else rows
+    if row_indices is None:
+        specs = default_rows() if rows is None else rows
+        indices = list(range(len(specs)))
+    else:
+        if rows is not None:
+            raise ValueError("rows and row_indices: give at most one")
+        specs = default_rows()
+        indices = list(row_indices)
+        n = len(specs)
+        bad = [
+            i for i in indices if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n
+        ]
+        if bad or not indices:
+            raise ValueError(
+                f"row_indices = {row_indices!r}: expected a non-empty list of ints in "
+                f"0..{len(specs) - 1}"
+            )
+        specs = [specs[i] for i in indices]
     out = tuple(
         run_row(s, samples=samples, seed=seed, row_index=i, progress=progress)
-        for i, s in enumerate(specs)
+        for i, s in zip(indices, specs, strict=True)
     )
     notes = (
         "verdict = 'dependent' iff some sampled fiber carries two NTKs differing by more than "

@@ -162,6 +162,28 @@ def test_error_paths() -> None:
         ntk_closed_form(arch, [np.zeros(2), np.ones(2)], [0.0])
 
 
+def test_start_count_and_seed_are_validated() -> None:
+    """Trial D #5: n_starts = 0 without a guess (nothing to try) or < 0 was a bare
+    AssertionError (under python -O: None, then AttributeError)."""
+    arch = LCN((3, 2, 2), (2, 2))
+    theta = [np.ones(3), np.ones(2), np.ones(2)]
+    v, d = mu(arch, theta), delta(theta)
+    with pytest.raises(ValueError, match=r"n_starts = 0 and no theta_guess: expected an int >= 1"):
+        ntk_from_function(arch, v, d, n_starts=0)
+    with pytest.raises(ValueError, match=r"n_starts = -1: expected an int >= 0"):
+        solve_fiber_point(arch, v, d, n_starts=-1)
+    with pytest.raises(ValueError, match=r"n_starts = 2\.5: expected an int >= 0"):
+        solve_fiber_point(arch, v, d, n_starts=2.5)
+    with pytest.raises(ValueError, match=r"seed = -3: expected a non-negative int"):
+        solve_fiber_point(arch, v, d, seed=-3)
+    # a guess alone is a valid search (n_starts = 0), and NumPy ints are ints
+    res = solve_fiber_point(arch, v, d, theta_guess=theta, n_starts=0)
+    assert res.converged and res.iterations == 0  # θ itself is on the fiber
+    res = solve_fiber_point(arch, v, d, n_starts=np.int64(3), seed=np.int64(1))
+    assert res.converged
+    np.testing.assert_allclose(mu(arch, res.theta), v, rtol=0, atol=RTOL_NEWTON * np.max(np.abs(v)))
+
+
 def test_spec_2_5_example_width_one_fc_form() -> None:
     """Spec §2.5, k = (2, 2), s = 2: V = w_2 w_1ᵀ (v_{i+2j} = V_{ji}) and
     K_δ(V)Z = x_2 (VVᵀ/‖V‖²) Z + x_1 Z (VᵀV/‖V‖²), x_{2,1} = (±δ + √(δ² + 4‖V‖²))/2."""

@@ -29,6 +29,7 @@ References: Achour, Kohn, Rauhut, arXiv:2507.06367, §2.5 of the library's spec.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -207,22 +208,32 @@ def solve_fiber_point(
 
     Random starts are Gaussian filters scaled to ``Π‖w_l‖ = ‖v‖``, rescaled by the Lemma to ``δ``
     (drawn at unit scale, module docstring). Returns the first converged result, else the one
-    with the smallest (unit-scale) residual.
+    with the smallest (unit-scale) residual. ``n_starts`` (random starts) must be ``≥ 0``, and
+    ``≥ 1`` without ``theta_guess``; ``seed`` a non-negative int.
     """
     v, d = _check_target(arch, v, delta)
-    rng = np.random.default_rng(seed)
+    if isinstance(n_starts, bool) or not isinstance(n_starts, numbers.Integral) or n_starts < 0:
+        raise ValueError(f"n_starts = {n_starts!r}: expected an int >= 0 (random starts)")
+    if n_starts == 0 and theta_guess is None:
+        raise ValueError(
+            "n_starts = 0 and no theta_guess: expected an int >= 1 (there is no start to try)"
+        )
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed = {seed!r}: expected a non-negative int")
+    rng = np.random.default_rng(int(seed))
     best: NewtonResult | None = None
     starts: list[Params] = []
     if theta_guess is not None:
         starts.append(_validate_params(arch, theta_guess))
-    for i in range(n_starts + len(starts)):
+    for i in range(int(n_starts) + len(starts)):
         th0 = starts[i] if i < len(starts) else _random_start(arch, v, d, rng)
         res = fiber_newton(arch, v, d, th0, tol=tol)
         if res.converged:
             return res
         if best is None or res.residual < best.residual:
             best = res
-    assert best is not None
+    if best is None:  # excluded by the n_starts check above
+        raise ValueError(f"n_starts = {n_starts!r}: no start was tried")
     return best
 
 
@@ -238,8 +249,9 @@ def ntk_from_function(
 ) -> np.ndarray:
     """``K_δ(v)``: the NTK at a fiber point found from ``(v, δ)`` alone, shape ``(n_v, n_v)``.
 
-    Uses :func:`solve_fiber_point`; raises ``RuntimeError`` (with the best residual) if no start
-    converged. Scale-covariant: ``(c^L v, c² δ)`` gives ``c^{2L−2}`` times the NTK of ``(v, δ)``
+    Uses :func:`solve_fiber_point` (``ValueError`` for ``n_starts < 0``, or ``0`` without
+    ``theta_guess``); raises ``RuntimeError`` (with the best residual) if no start converged.
+    Scale-covariant: ``(c^L v, c² δ)`` gives ``c^{2L−2}`` times the NTK of ``(v, δ)``
     (``K = Jμ Jμᵀ`` and ``Jμ`` is homogeneous of degree ``L − 1``). Only one fiber point is
     found: where the fiber carries several NTKs (stride one, or a crossing such as spec §4.2 with
     strides > 1) the NTK returned depends on the start (use :func:`~.fiber.lcn_fiber` to see

@@ -4,6 +4,7 @@ integration tracking μ(θ(t)) (§7.7), balanced FC flow versus A_W (§7.11); lo
 from __future__ import annotations
 
 import itertools
+import re
 import warnings
 
 import numpy as np
@@ -290,6 +291,31 @@ def test_balanced_fc_flow_matches_a_w_formula() -> None:
     bf = fc_balanced_flow(fc_mu(arch, Ws), loss, (0.0, 1.0), depth=3, t_eval=T)
     assert np.max(np.abs(pf.v[-1] - pf.v[0])) > 0.1
     np.testing.assert_allclose(bf.v, pf.v, rtol=0, atol=RTOL_BALANCED * np.max(np.abs(pf.v)))
+
+
+def test_flow_tolerances_are_validated() -> None:
+    """Trial D #6: rtol <= 0 was clamped by scipy (success = True), rtol = nan ended in an error
+    about an internal x; every flow now names the tolerance."""
+    arch = LCN((3, 2, 2), (2, 2))
+    theta = [np.ones(3), np.ones(2), np.ones(2)]
+    loss = QuadraticLoss(np.eye(9), np.zeros(9))
+    v0, d = mu(arch, theta), delta(theta)
+    flows = {
+        "gradient_flow": lambda **kw: gradient_flow(arch, theta, loss, (0.0, 0.1), **kw),
+        "function_space_flow": lambda **kw: function_space_flow(
+            arch, v0, d, loss, (0.0, 0.1), theta_guess=theta, **kw
+        ),
+        "fc_balanced_flow": lambda **kw: fc_balanced_flow(
+            np.eye(3), QuadraticLoss(np.eye(9), np.zeros(9)), (0.0, 0.1), depth=2, **kw
+        ),
+    }
+    bad = [("rtol", -1.0), ("rtol", 0.0), ("rtol", float("nan")), ("atol", float("inf"))]
+    bad += [("atol", 0), ("rtol", True), ("atol", "1e-9")]
+    for flow in flows.values():
+        for name, value in bad:
+            pattern = rf"{name} = {re.escape(repr(value))}: expected a positive finite float"
+            with pytest.raises(ValueError, match=pattern):
+                flow(**{name: value})
 
 
 def test_result_to_dict() -> None:

@@ -16,6 +16,7 @@ Inf. Inference 2022 (balanced FC flow).
 from __future__ import annotations
 
 import itertools
+import numbers
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -150,6 +151,22 @@ def _check_span(t_span: Any) -> tuple[float, float]:
     return ts
 
 
+def _check_tol(rtol: Any, atol: Any) -> None:
+    """``rtol`` and ``atol`` of ``solve_ivp`` must be positive finite reals.
+
+    scipy clamps ``rtol ≤ 0`` to ``100 ε`` with only a warning, and a NaN tolerance ends in NaN
+    states (reported as an error about the parameters).
+    """
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if not (
+            isinstance(value, numbers.Real)
+            and not isinstance(value, bool)
+            and value > 0
+            and np.isfinite(value)
+        ):
+            raise ValueError(f"{name} = {value!r}: expected a positive finite float")
+
+
 def gradient_flow(
     arch: Architecture,
     theta0: Sequence[Any],
@@ -166,6 +183,7 @@ def gradient_flow(
     invariants and the loss at every recorded time.
     """
     span = _check_span(t_span)
+    _check_tol(rtol, atol)
     x0 = flatten_params(arch, theta0)
 
     def rhs(_t: float, x: np.ndarray) -> np.ndarray:
@@ -347,6 +365,7 @@ def function_space_flow(
     """
     v0, d = _check_target(arch, v0, delta)
     span = _check_span(t_span)
+    _check_tol(rtol, atol)
     start = fiber_newton(arch, v0, d, theta_guess)
     if not start.residual <= RTOL_START_FIBER:
         raise ValueError(
@@ -402,6 +421,7 @@ def fc_balanced_flow(
     if W0.ndim != 2:
         raise ValueError(f"W0 has shape {W0.shape}: expected a matrix")
     span = _check_span(t_span)
+    _check_tol(rtol, atol)
     n = {"n": 0}
 
     def rhs(_t: float, y: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from numbers import Integral
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
@@ -41,7 +41,13 @@ Params = tuple[np.ndarray, ...]
 
 
 def _is_int(x: Any) -> bool:
+    """An integer (Python or NumPy, ``numbers.Integral``) that is not a bool."""
     return isinstance(x, Integral) and not isinstance(x, bool)
+
+
+def _is_real(x: Any) -> bool:
+    """A real number (Python or NumPy, ``numbers.Real``) that is not a bool."""
+    return isinstance(x, Real) and not isinstance(x, bool)
 
 
 def _as_shape(value: Any, dim: int, *, name: str, allow_broadcast: bool) -> tuple[int, ...]:

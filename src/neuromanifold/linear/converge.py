@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from scipy.integrate import solve_ivp
 
-from neuromanifold.linear.architecture import LCN, flatten_params, unflatten_params
+from neuromanifold.linear.architecture import LCN, _is_int, flatten_params, unflatten_params
 from neuromanifold.linear.flow import param_grad
 from neuromanifold.linear.invariants import delta as lcn_delta
 from neuromanifold.linear.losses import QuadraticLoss
@@ -243,8 +243,11 @@ def convergence_experiment(
     The loss comes from ``default_rng([seed, 0])``, run ``i``'s start from
     ``default_rng([seed, 1, i])``.
     """
-    if isinstance(n_runs, bool) or not isinstance(n_runs, int) or n_runs < 1:
+    if not (_is_int(n_runs) and n_runs >= 1):
         raise ValueError(f"n_runs must be a positive int, got {n_runs!r}")
+    if not (_is_int(seed) and seed >= 0):
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    n_runs, seed = int(n_runs), int(seed)
     loss = random_least_squares(arch, np.random.default_rng([seed, 0]))
     runs = []
     for i in range(n_runs):

@@ -16,7 +16,6 @@ Inf. Inference 2022 (balanced FC flow).
 from __future__ import annotations
 
 import itertools
-import numbers
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +29,8 @@ from neuromanifold.linear.architecture import (
     LCN,
     Architecture,
     Params,
+    _is_int,
+    _is_real,
     flatten_params,
     unflatten_params,
 )
@@ -158,12 +159,7 @@ def _check_tol(rtol: Any, atol: Any) -> None:
     states (reported as an error about the parameters).
     """
     for name, value in (("rtol", rtol), ("atol", atol)):
-        if not (
-            isinstance(value, numbers.Real)
-            and not isinstance(value, bool)
-            and value > 0
-            and np.isfinite(value)
-        ):
+        if not (_is_real(value) and value > 0 and np.isfinite(value)):
             raise ValueError(f"{name} = {value!r}: expected a positive finite float")
 
 
@@ -212,15 +208,19 @@ def gradient_descent(
 ) -> FlowResult:
     """``θ_{k+1} = θ_k − lr · ∇L(θ_k)`` for ``steps`` steps; time ``t_k = k · lr``.
 
+    ``lr`` is any real number (NumPy scalars included, used as a float64), ``steps`` and
+    ``record_every`` any integers (not bools).
+
     Each step changes ``δ_l`` by exactly ``lr² (‖g_{l+1}‖² − ‖g_l‖²)`` (the first-order terms cancel
     by the Euler identity), so over a fixed horizon ``T`` the drift is ``O(lr · T)``.
     """
-    if not (isinstance(lr, (int, float)) and lr > 0 and np.isfinite(lr)):
+    if not (_is_real(lr) and lr > 0 and np.isfinite(lr)):
         raise ValueError(f"lr = {lr!r}: expected a positive finite float")
-    if not (isinstance(steps, int) and steps >= 1):
+    if not (_is_int(steps) and steps >= 1):
         raise ValueError(f"steps = {steps!r}: expected a positive int")
-    if not (isinstance(record_every, int) and record_every >= 1):
+    if not (_is_int(record_every) and record_every >= 1):
         raise ValueError(f"record_every = {record_every!r}: expected a positive int")
+    lr, steps, record_every = float(lr), int(steps), int(record_every)
     x = flatten_params(arch, theta0)
     ts, X = [0.0], [x.copy()]
     for k in range(1, steps + 1):
@@ -420,6 +420,9 @@ def fc_balanced_flow(
     W0 = np.asarray(W0, dtype=np.float64)
     if W0.ndim != 2:
         raise ValueError(f"W0 has shape {W0.shape}: expected a matrix")
+    if not (_is_int(depth) and depth >= 1):
+        raise ValueError(f"depth = {depth!r}: expected a positive int L")
+    depth = int(depth)
     span = _check_span(t_span)
     _check_tol(rtol, atol)
     n = {"n": 0}

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from neuromanifold.linear.architecture import FC, LCN, Architecture, validate_params
+from neuromanifold.linear.architecture import FC, LCN, Architecture, _is_real, validate_params
 from neuromanifold.linear.ntk import fc_jacobian, jacobian
 
 __all__ = [
@@ -55,7 +55,7 @@ def _jac(arch: Architecture, theta: Sequence[Any]) -> np.ndarray:
 
 
 def _check_rtol(rtol: float) -> None:
-    if not (isinstance(rtol, (int, float)) and 0 < rtol < 1):
+    if not (_is_real(rtol) and 0 < rtol < 1):
         raise ValueError(f"rtol = {rtol!r}: expected a float in (0, 1)")
 
 

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from neuromanifold.linear._json import as_lists, as_tuples, finite_or_none
-from neuromanifold.linear.architecture import LCN, validate_params
+from neuromanifold.linear.architecture import LCN, _is_int, _is_real, validate_params
 from neuromanifold.linear.fiber import check_lcn_target
 from neuromanifold.linear.invariants import sq_norms
 from neuromanifold.linear.locus import LocusReport, classify_locus, rebuilt_point_rtol
@@ -255,13 +255,13 @@ def _check_deltas(arch: LCN, deltas: Any) -> list[np.ndarray]:
 
 
 def _check_tol(name: str, value: Any) -> float:
-    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1):
+    if not (_is_real(value) and 0 < value < 1):
         raise ValueError(f"{name} = {value!r}: expected a float in (0, 1)")
     return float(value)
 
 
 def _check_int(name: str, value: Any, *, minimum: int) -> None:
-    if not (isinstance(value, int) and not isinstance(value, bool) and value >= minimum):
+    if not (_is_int(value) and value >= minimum):
         raise ValueError(f"{name} = {value!r}: expected an int >= {minimum}")
 
 

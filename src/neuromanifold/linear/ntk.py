@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from neuromanifold.linear.architecture import FC, LCN, validate_params
+from neuromanifold.linear.architecture import FC, LCN, _is_int, validate_params
 from neuromanifold.linear.polynomial import mul_dilated
 
 __all__ = [
@@ -207,9 +207,9 @@ def fc_balanced_operator(W: Any, Z: Any, *, depth: int) -> np.ndarray:
     Z = np.asarray(Z, dtype=np.float64)
     if W.ndim != 2 or Z.shape != W.shape:
         raise ValueError(f"W {W.shape} and Z {Z.shape}: expected two matrices of equal shape")
-    if not isinstance(depth, int) or depth < 1:
+    if not (_is_int(depth) and depth >= 1):
         raise ValueError(f"depth = {depth!r}: expected a positive int L")
-    L = depth
+    L = int(depth)
     left, right = W @ W.T, W.T @ W
     return sum(
         _psd_power(left, (L - j) / L) @ Z @ _psd_power(right, (j - 1) / L) for j in range(1, L + 1)

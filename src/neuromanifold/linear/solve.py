@@ -29,14 +29,19 @@ References: Achour, Kohn, Rauhut, arXiv:2507.06367, §2.5 of the library's spec.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from neuromanifold.linear.architecture import LCN, Params, flatten_params, unflatten_params
+from neuromanifold.linear.architecture import (
+    LCN,
+    Params,
+    _is_int,
+    flatten_params,
+    unflatten_params,
+)
 from neuromanifold.linear.architecture import validate_params as _validate_params
 from neuromanifold.linear.invariants import delta as _delta
 from neuromanifold.linear.invariants import sq_norms as _sq_norms
@@ -132,8 +137,9 @@ def fiber_newton(
     (rejected steps included).
     """
     v, d = _check_target(arch, v, delta)
-    if not (isinstance(max_iter, int) and max_iter >= 1):
+    if not (_is_int(max_iter) and max_iter >= 1):
         raise ValueError(f"max_iter = {max_iter!r}: expected a positive int")
+    max_iter = int(max_iter)
     if not tol > 0:
         raise ValueError(f"tol = {tol!r}: expected a positive float")
     rho = fiber_scale(v, d, arch.L)
@@ -212,13 +218,13 @@ def solve_fiber_point(
     ``≥ 1`` without ``theta_guess``; ``seed`` a non-negative int.
     """
     v, d = _check_target(arch, v, delta)
-    if isinstance(n_starts, bool) or not isinstance(n_starts, numbers.Integral) or n_starts < 0:
+    if not (_is_int(n_starts) and n_starts >= 0):
         raise ValueError(f"n_starts = {n_starts!r}: expected an int >= 0 (random starts)")
     if n_starts == 0 and theta_guess is None:
         raise ValueError(
             "n_starts = 0 and no theta_guess: expected an int >= 1 (there is no start to try)"
         )
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+    if not (_is_int(seed) and seed >= 0):
         raise ValueError(f"seed = {seed!r}: expected a non-negative int")
     rng = np.random.default_rng(int(seed))
     best: NewtonResult | None = None

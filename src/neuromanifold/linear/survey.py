@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from neuromanifold.linear.architecture import FC, LCN
+from neuromanifold.linear.architecture import FC, LCN, _is_int
 from neuromanifold.linear.fiber import fiber_of_params, lcn_fiber
 from neuromanifold.linear.fiber_report import NTK_DISTINCT_RTOL, FiberReport
 from neuromanifold.linear.invariants import delta as lcn_delta
@@ -371,10 +371,11 @@ def run_survey(
     so it reproduces its line of the full survey (``lcn survey --rows``). ``rows`` runs the given
     specs instead, seeded by their position in the list. Neither: every default row.
     """
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+    if not (_is_int(samples) and samples >= 1):
         raise ValueError(f"samples must be a positive int, got {samples!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+    if not (_is_int(seed) and seed >= 0):
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    samples, seed = int(samples), int(seed)
     if row_indices is None:
         specs = default_rows() if rows is None else rows
         indices = list(range(len(specs)))
@@ -384,14 +385,13 @@ def run_survey(
         specs = default_rows()
         indices = list(row_indices)
         n = len(specs)
-        bad = [
-            i for i in indices if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n
-        ]
+        bad = [i for i in indices if not (_is_int(i) and 0 <= i < n)]
         if bad or not indices:
             raise ValueError(
                 f"row_indices = {row_indices!r}: expected a non-empty list of ints in "
                 f"0..{len(specs) - 1}"
             )
+        indices = [int(i) for i in indices]
         specs = [specs[i] for i in indices]
     out = tuple(
         run_row(s, samples=samples, seed=seed, row_index=i, progress=progress)

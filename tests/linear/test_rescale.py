@@ -140,6 +140,24 @@ def test_lemma_errors(a, d, match: str) -> None:
         lemma_scalings(a, d)
 
 
+def test_fc_balanced_rank_test_is_scale_free() -> None:
+    """Trial D #8: whether W factors through width 1 does not depend on its scale. A full-rank W
+    of size 1e-13 was accepted (absolute threshold) and the factorisation was 41 % off; a rank-1
+    W factors at every scale, to relative accuracy."""
+    rng = np.random.default_rng(0)
+    arch = FC((3, 1, 3))
+    full = rng.standard_normal((3, 3))
+    rank1 = np.outer(rng.standard_normal(3), rng.standard_normal(3))
+    for c in (1e-13, 1.0, 1e13):
+        with pytest.raises(ValueError, match=r"W has rank 3 > min\(widths\) = 1"):
+            fc_balanced_params(arch, c * full)
+        W = c * rank1
+        Ws = fc_balanced_params(arch, W)
+        np.testing.assert_allclose(fc_mu(arch, Ws), W, rtol=0, atol=ATOL_EXACT * np.max(np.abs(W)))
+    zero = fc_balanced_params(arch, np.zeros((3, 3)))  # rank 0 factors (all layers zero)
+    assert all(not np.any(w) for w in zero)
+
+
 def test_balanced_errors() -> None:
     arch = FC((3, 1, 3))
     with pytest.raises(ValueError, match=r"W has shape \(2, 3\): expected \(3, 3\)"):

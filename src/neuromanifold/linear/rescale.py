@@ -37,6 +37,11 @@ __all__ = [
 ]
 
 _MAX_ITER = 200
+# fc_balanced_params: singular values s_i > RTOL_FC_RANK · s_1 count towards rank W (relative to
+# ‖W‖₂, so the verdict does not depend on the scale of W). A product of rank ≤ r computed in
+# float64 has trailing s_i of order ε·s_1 (~1e-16), well below; the discarded part bounds the
+# error of the returned factorisation, ‖W_L⋯W_1 − W‖₂ ≤ RTOL_FC_RANK · ‖W‖₂ (+ rounding).
+RTOL_FC_RANK = 1e-12
 #: ``log`` of the largest float64: ``math.exp`` raises OverflowError above it.
 _LOG_MAX = math.log(np.finfo(np.float64).max)
 
@@ -217,7 +222,8 @@ def fc_balanced_params(
 
     With ``W = U Σ Vᵀ`` truncated to ``r = min(widths)`` and orthonormal ``O_l ∈ R^{n_l×r}``
     (``O_0 = V``, ``O_L = U``; the hidden ones random if ``rng`` is given, else ``I[:, :r]``):
-    ``W_l = O_l Σ^{1/L} O_{l−1}ᵀ``. Requires ``rank W ≤ r``.
+    ``W_l = O_l Σ^{1/L} O_{l−1}ᵀ``. Requires ``rank W ≤ r`` (``ValueError`` otherwise), the rank
+    counting ``s_i > RTOL_FC_RANK · s_1``, i.e. relative to ``‖W‖₂`` (``W = 0`` has rank 0).
     """
     if not isinstance(arch, FC):
         raise TypeError(f"arch = {arch!r}: expected an FC architecture")
@@ -226,10 +232,11 @@ def fc_balanced_params(
         raise ValueError(f"W has shape {W.shape}: expected {arch.out_shape} = (n_L, n_0)")
     r = arch.rank_bound
     U, s, Vt = np.linalg.svd(W, full_matrices=False)
-    if np.any(s[r:] > 1e-12 * max(1.0, s[0])):
+    floor = RTOL_FC_RANK * s[0] if s.size else 0.0
+    if np.any(s[r:] > floor):
         raise ValueError(
-            f"W has rank {int(np.sum(s > 1e-12 * max(1.0, s[0])))} > min(widths) = {r}: "
-            "no factorisation through the hidden widths"
+            f"W has rank {int(np.sum(s > floor))} > min(widths) = {r} (singular values above "
+            f"RTOL_FC_RANK · ‖W‖₂ = {floor:.3g}): no factorisation through the hidden widths"
         )
     root = s[:r] ** (1.0 / arch.L)
     O = [Vt[:r].T]

@@ -5,9 +5,17 @@ BatchNorm and in-place ReLU, LeNet with max pooling and a flatten, a global-aver
 a GroupNorm CNN, a MobileNet-style block with a depthwise conv and squeeze-excitation, a
 ConvNeXt-style block) and, when ``transformers`` is installed, Hugging Face models built from
 configs (nothing is downloaded) — and prints per model: parameters, seconds, the modules the read
-does not cover, and the read's records by detector, class and order.
+does not cover, the read's note, and the read's records by detector, class and order.
 
-Run:  python examples/architecture_survey.py            (about a minute on one core)
+Probe-set size: a K-FAC factor summed from fewer rows than its side has a kernel whatever the
+weights are (`neuromanifold.singular.probe_rank`). With too few samples a random model shows
+"genuine singularities" that are only the probe set's: the sequence classifiers' heads read one
+pooled position, so an MLP's G gets N·(classes − 1) rows against its width (128 for GPT-2 and
+GPT-J here; 24 samples gave every text classifier 2–6 such records). The probe sets below are
+large enough that no factor is rank-limited and no such record appears; a read that is
+rank-limited says so in its note.
+
+Run:  python examples/architecture_survey.py            (a few minutes on one core)
       python examples/architecture_survey.py --only resnet lenet gpt_neox
 """
 
@@ -25,6 +33,11 @@ from torch import Tensor, nn
 
 from neuromanifold.singular.family import Categorical
 from neuromanifold.singular.read import read
+
+N_IMAGES = 160
+"""Probe images of the CNNs: above the 129-dimensional A factor of groupnorm_cnn's head."""
+N_TEXTS = 96
+"""Probe sequences of the text models: N·(classes − 1) = 192 rows for the 128-wide MLPs' G."""
 
 
 class _Block(nn.Module):
@@ -220,7 +233,7 @@ def _hf_model(name: str) -> tuple[nn.Module, Tensor] | None:
     cfg = getattr(transformers, config_name)(**{**HF_COMMON, **extra})
     cfg._attn_implementation = "eager"
     model = TensorOutput(getattr(transformers, model_name)(cfg)).eval()  # built in train mode
-    x = torch.randint(1, 64, (24, 6), generator=torch.Generator().manual_seed(0))
+    x = torch.randint(1, 64, (N_TEXTS, 6), generator=torch.Generator().manual_seed(0))
     return model, x
 
 
@@ -228,7 +241,7 @@ def survey(name: str) -> str:
     torch.manual_seed(0)
     if name in CNNS:
         model = CNNS[name]().double().eval()
-        x = torch.randn(48, 1, 8, 8, dtype=torch.float64)
+        x = torch.randn(N_IMAGES, 1, 8, 8, dtype=torch.float64)
     else:
         built = _hf_model(name)
         if built is None:
@@ -247,6 +260,7 @@ def survey(name: str) -> str:
     )
     uncovered = ", ".join(f"{n.name} ({n.type})" for n in reading.not_covered) or "—"
     lines = [f"{name:<16} {params:>8} params  {seconds:5.1f} s  not covered: {uncovered}"]
+    lines += [f"    note: {reading.note}"] if reading.note else []
     lines += [f"    {count} × {kind}" for kind, count in sorted(records.items())]
     return "\n".join(lines)
 

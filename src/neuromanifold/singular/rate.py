@@ -25,8 +25,8 @@ the power law holds and reads it. The rule (spec §7.2 steps 5–6, made precise
    window with the smallest index sum ``i0 + i1``; on an uneven grid it can differ.
 6. **Read.** ``k̂ = 1 + slope/2``, ``k = round(k̂)``, residual ``|k̂ − k|``, ``λ_dir = 1/(2k)``, and
    the magnitude ``c_k = median_{window} F/t^{2(k−1)}``.
-7. **Small-t end.** When the selected window starts after the first ``min_points`` points of its run,
-   ``small_t_slope`` is the OLS slope of those points and ``small_t_window`` their t range.
+7. **Small-t end.** When the selected window starts after the first ``min_points`` points of its
+   run, ``small_t_slope`` is the OLS slope of those points and ``small_t_window`` their t range.
    `RateFit.plateau_below` is True when ``k ≥ 2`` and that slope is within ``slope_tol`` of 0.
 
 A plateau is preferred only when it fits as well as the best window (step 5). Its r² is judged

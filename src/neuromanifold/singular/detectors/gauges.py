@@ -7,7 +7,9 @@
   choice that stays a gauge when the head's matrix is tied to an input embedding read through
   normalisations (GPT-2: every token embedding moves by the same multiple of 𝟙, which each
   LayerNorm removes); for an untied head every ``ā`` is exact, and the choice no longer depends
-  on whether the head's factors were formed.
+  on whether the head's factors were formed. An RMSNorm removes no mean, so behind a tied head
+  of an RMSNorm model (Llama, Qwen, Gemma with tied embeddings) the move changes the outputs:
+  the candidate is proposed all the same and reads ``live``, correctly.
 
 Rescaling gauges (ReLU, norm scale, gated up projection) live in
 `neuromanifold.singular.detectors.rescale`.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ from neuromanifold.singular.family import Gaussian
 from neuromanifold.singular.fisher import directional_fisher
 from neuromanifold.singular.memory import (
     BUDGET_FRACTION,
+    JVP_FRACTION,
     format_bytes,
     parse_memory,
     peak_allocated,
@@ -103,6 +105,117 @@ def test_peak_rss_stays_under_the_budget_and_the_values_do_not_change() -> None:
         assert abs(a - b) <= RTOL_CHUNKED * abs(b)
 
 
+_READ_SCRIPT = r"""
+import json, sys, torch
+torch.set_num_threads(1)
+from neuromanifold.singular.family import Gaussian
+from neuromanifold.singular.read import read
+def mlp(d_in, hidden):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(
+        torch.nn.Linear(d_in, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 4)
+    ).double()
+    with torch.no_grad():  # hidden unit 0 dead both ways: a duality chain, so the read sweeps
+        m[0].weight[0] = 0.0
+        m[0].bias[0] = 0.0
+        m[2].weight[:, 0] = 0.0
+    return m
+x = torch.randn(512, 1536, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+# first-call costs (imports, kernels) on a small model: the big model's freed blocks are then not
+# in the allocator's cache when the measured read starts, where the read would reuse them
+read(mlp(8, 8), x[:8, :8], Gaussian(), progress=False, max_memory="1GB")
+model = mlp(1536, 16)
+def _status(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+open("/proc/self/clear_refs", "w").write("5")  # reset the high-water mark VmHWM to VmRSS
+before = _status("VmRSS")
+try:
+    reading = read(model, x, Gaussian(), progress=False, max_memory=sys.argv[1])
+except ValueError as err:
+    print(json.dumps({"refused": str(err)}))
+else:
+    delta = _status("VmHWM") - before
+    print(json.dumps({"delta": delta, "n_read": len(reading.directions)}))
+"""
+TIGHT_BUDGET = 110_000_000
+"""Bytes. The first layer's input factor ``A`` is 1537 × 1537 (18.9 MB): before the detection was
+counted the plan accepted this budget and the read's RSS rose by 134–135 MB (its factors, their
+spectra and an eigendecomposition of ``A``)."""
+ROOMY_BUDGET = 350_000_000
+"""Bytes: enough for the detection's estimate (≈ 115 MB) in ``BUDGET_FRACTION`` of it."""
+
+
+def test_a_whole_read_keeps_the_budget_or_refuses_it() -> None:
+    """Peak RSS rise of a whole `read` (detection, factor pass and sweeps) in a fresh process,
+    measured as in the test above: under each budget the read either stays below it or refuses
+    to start with the documented message; the roomy budget must be accepted and read directions,
+    so the check is not met by refusing everything."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _READ_SCRIPT, str(b)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for b in (TIGHT_BUDGET, ROOMY_BUDGET)
+    ]
+    results = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=600)
+        assert p.returncode == 0, stderr
+        results.append(json.loads(stdout.strip().splitlines()[-1]))
+    tight, roomy = results
+    if "refused" in tight:
+        assert re.match(r"max_memory=110000000 bytes \(110.00 MB\) is too small", tight["refused"])
+    else:
+        assert tight["delta"] <= TIGHT_BUDGET, format_bytes(tight["delta"])
+    assert "refused" not in roomy, roomy
+    assert roomy["n_read"] >= 1
+    assert roomy["delta"] <= ROOMY_BUDGET, format_bytes(roomy["delta"])
+
+
+def test_plan_counts_the_detection() -> None:
+    """A budget that fits the factor and JVP passes but not the detection's estimate is refused,
+    naming the detection; the plan's estimate covers the factors, their spectra and one
+    eigendecomposition of the largest factor (``2F + E(d_max)``, ``E`` ≥ the ``d²`` of the
+    eigenvectors it returns)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+    x = torch.randn(32, 256, dtype=torch.float64)
+    big = plan_memory(model, x, Gaussian(), max_memory="1GB")
+    factor_bytes = 8 * (257**2 + 4**2 + 5**2 + 2**2)  # A, G of both layers (bias column in A)
+    assert big.detection >= 2 * factor_bytes + 8 * 257**2
+    passes = max(
+        (big.factor_fixed + big.factor_per_sample) / BUDGET_FRACTION,
+        (big.jvp_fixed + big.jvp_per_sample) / JVP_FRACTION,
+    )
+    detection = big.detection / BUDGET_FRACTION
+    assert passes < detection  # one 257-wide factor: the detection is the largest cost
+    budget = int((passes + detection) / 2)
+    with pytest.raises(ValueError, match=r"is too small: the detection is estimated at .* d = 257"):
+        plan_memory(model, x, Gaussian(), max_memory=budget)
+    assert plan_memory(model, x, Gaussian(), max_memory=int(detection) + 1).detection == (
+        big.detection
+    )
+
+
+def test_holding_resizes_the_sweeps_or_refuses() -> None:
+    """`MemoryPlan.holding`: bytes held through the sweeps shrink the chunk so that held bytes
+    plus the JVP pass stay within ``jvp_memory``; when one sample no longer fits it raises."""
+    model = _mlp()
+    x = torch.randn(500, 8, dtype=torch.float64)
+    plan = plan_memory(model, x, Gaussian(), max_memory="1MB", t_batch=8)
+    room = plan.jvp_memory - plan.jvp_cost(1)
+    held = plan.holding(room // 2)
+    assert held.held == room // 2 and held.chunk_size < plan.chunk_size
+    assert held.held + held.jvp_cost(held.chunk_size, held.t_batch) <= held.jvp_memory
+    assert held.held + held.jvp_cost(held.chunk_size + 1, held.t_batch) > held.jvp_memory
+    with pytest.raises(ValueError, match=r"too small: the candidates hold .* no longer fits"):
+        plan.holding(room + 1, what="the candidates")
+
+
 def _mlp() -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Sequential(
@@ -114,15 +227,17 @@ def test_plan_fits_the_budget_and_chunked_reads_agree() -> None:
     model = _mlp()
     x = torch.randn(500, 8, dtype=torch.float64)
     plan = plan_memory(model, x, Gaussian(), max_memory="1MB", t_batch=8)
-    assert plan.max_memory == int(BUDGET_FRACTION * 1_000_000)
+    assert plan.max_memory == int(BUDGET_FRACTION * 1_000_000) and plan.budget == 1_000_000
+    assert plan.jvp_memory == int(JVP_FRACTION * 1_000_000)
     assert 1 <= plan.chunk_size < 500 and plan.t_batch == 1
-    assert plan.jvp_cost(plan.chunk_size, plan.t_batch) <= plan.max_memory
+    assert plan.jvp_cost(plan.chunk_size, plan.t_batch) <= plan.jvp_memory
     assert plan.factor_fixed + plan.factor_batch * plan.factor_per_sample <= plan.max_memory
-    assert plan.jvp_cost(plan.chunk_size + 1, plan.t_batch) > plan.max_memory
+    assert plan.detection <= plan.max_memory
+    assert plan.jvp_cost(plan.chunk_size + 1, plan.t_batch) > plan.jvp_memory
     assert plan.chunk_for(2) <= plan.chunk_size
     lanes = plan.lanes_for(plan.chunk_size)  # the most lanes of this chunk within the budget
-    assert plan.jvp_cost(plan.chunk_size, lanes) <= plan.max_memory
-    assert plan.jvp_cost(plan.chunk_size, lanes + 1) > plan.max_memory
+    assert plan.jvp_cost(plan.chunk_size, lanes) <= plan.jvp_memory
+    assert plan.jvp_cost(plan.chunk_size, lanes + 1) > plan.jvp_memory
     big = plan_memory(model, x, Gaussian(), max_memory="1GB", t_batch=8)
     assert (big.chunk_size, big.t_batch) == (500, 8)  # everything fits: keep the t-batch
     p = dict(model.named_parameters())
@@ -176,10 +291,11 @@ def test_read_under_a_budget_equals_the_unbudgeted_read() -> None:
 
     net = planted_mlp(activation="relu", n=128, seed=3)
     free = read(net.model, net.data, net.family, progress=False)
-    capped = read(net.model, net.data, net.family, progress=False, max_memory="20kB")
+    capped = read(net.model, net.data, net.family, progress=False, max_memory="30kB")
     plan = capped.meta["memory_plan"]
     assert free.meta["memory_plan"] is None
-    assert plan["chunk_size"] < 128 and plan["max_memory"] == int(BUDGET_FRACTION * 20_000)
+    assert plan["chunk_size"] < 128 and plan["max_memory"] == int(BUDGET_FRACTION * 30_000)
+    assert plan["held"] > 0  # the candidates read are held through the sweeps
     assert [(r.layers, r.k, r.klass, r.window) for r in capped.directions] == [
         (r.layers, r.k, r.klass, r.window) for r in free.directions
     ]

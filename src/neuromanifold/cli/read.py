@@ -217,8 +217,11 @@ def register(app: typer.Typer) -> None:
         max_memory: str | None = typer.Option(
             None,
             "--max-memory",
-            help="memory budget for the read's passes, e.g. 2GB or 512MiB: probe samples, "
-            "t-values and factor batches are chunked to fit",
+            help="memory budget for the whole read on top of what the process holds, e.g. 2GB "
+            "or 512MiB: probe samples, t-values and factor batches are chunked to fit, and a "
+            "budget that one sample or the detection (factors, their eigendecompositions, the "
+            "candidates found) cannot fit is refused; neuromanifold.singular.memory lists what "
+            "is counted",
         ),
         live_threshold: float | None = typer.Option(
             None,

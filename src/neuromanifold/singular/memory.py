@@ -1,23 +1,38 @@
 """A memory budget for the read: measured per-sample costs and the chunk sizes they allow.
 
-The read's memory is dominated by two kinds of pass over the probe set, both linear in the number
-of samples they take at once:
+The read's memory is dominated by three phases, run one after the other:
 
 * the **factor pass** (`kfac_factors`): a forward with autograd plus one backward per output
-  column, over ``batch_size`` samples;
+  column, over ``batch_size`` samples per batch, accumulating the factor sums over the batches;
+* the **detection**: the factors ``A``, ``G`` of every factored block stay alive, every factor
+  is eigendecomposed (`neuromanifold.singular.factor_spectrum.factor_spectrum`) and its
+  spectrum is cached, and each eigendecomposition briefly holds a few more ``d × d`` copies
+  (the symmetrised factor, the eigenvectors, their canonical form);
 * the **JVP pass** (`directional_fisher`, sweeps): one forward-mode JVP over a chunk of
   ``chunk_size`` samples, for ``L`` lanes at once (``L`` = t-values per ``vmap`` group in a sweep,
-  or directions per ``vmap``).
+  or directions per ``vmap``), while the candidate directions found are held.
 
 **Cost model.** `peak_allocated` runs a callable under a ``TorchDispatchMode`` that adds the
 bytes of every non-view tensor an operator returns to a running total when it is created and
 subtracts them when it is garbage collected; the maximum of that total is the callable's peak.
 Measured at 2 and 4 samples (`PROBE_SIZES`) it gives a per-sample cost ``s`` (the slope) and a
 fixed cost ``I`` (weight-sized temporaries such as transposed, tangent or gradient weights and the
-factor accumulators; the intercept). With ``M = BUDGET_FRACTION · max_memory`` the plan assumes
+factor accumulators; the intercept). The factor pass is measured over two batches of 2 and of 4
+samples, so that ``I_fac`` includes the accumulation of one batch's sums into the last (a sum,
+its increment and the new sum alive at once: ``3 d²`` per factor, where one batch holds one).
+The detection's cost ``D`` does not depend on ``N``: with ``F`` the bytes of all factors (the
+sizes of the factors of the measured factor pass) and ``E(d)`` the peak of one dense
+`factor_spectrum` of a ``d × d`` factor (measured at ``d = SPECTRUM_PROBE_DIM`` and scaled by
+``d²``, all its tensors being ``d × d``), ``D = 2F + E(d_max)``: the factors, their cached
+spectra, and the eigendecomposition in flight of the largest one. With
+``M = BUDGET_FRACTION · max_memory``, ``M_jvp = JVP_FRACTION · max_memory`` and ``H`` the bytes
+the read holds (``held``: its float64 copy of the data, and through the sweeps, once the
+detection has run, the candidate directions and curved-gauge generators it found,
+`MemoryPlan.holding`) the plan assumes
 
-    JVP pass:    L · (I_jvp + chunk · s_jvp) ≤ M
-    factor pass: I_fac + batch · s_fac        ≤ M
+    factor pass: H + I_fac + batch · s_fac         ≤ M
+    detection:   H + D                             ≤ M
+    JVP pass:    H + L · (I_jvp + chunk · s_jvp)   ≤ M_jvp
 
 (``L ×`` the single-lane cost: under ``vmap`` every lane has its own tangent activations and, for
 t-batches, its own primal point). The JVP costs are the largest measured along three
@@ -28,17 +43,27 @@ direction on the first weight of a GELU MLP cost 1.4× per sample what one on ev
 costs, and now costs the same). `plan_memory`
 keeps ``L`` at the requested ``t_batch`` when all samples then fit one chunk, otherwise lowers
 ``L`` (fixed costs are per lane, so one lane with a large chunk moves the most samples per byte),
-and raises ``ValueError`` naming the budget and the estimated per-sample cost when even one
-sample on one lane does not fit.
+and raises ``ValueError`` naming the budget and the estimated cost when even one sample on one
+lane does not fit, or when the detection does not fit.
 
-**What is and is not counted.** ``max_memory`` bounds the memory the read allocates on top of
-what the process holds when it starts: the caller's model and probe data are not counted; the
-read's float64 working copy of the parameters is (``2 ×`` the float64 parameter bytes are added to
-both fixed costs). Not seen by the tracker: scratch memory that kernels allocate internally
-(BLAS, convolution workspaces), the allocator's caching and fragmentation, and Python objects.
+**What is and is not counted.** ``max_memory`` bounds the memory one read allocates on top of
+what its process holds when the read starts. The caller's model and probe data are not counted;
+the read's float64 working copy of the parameters is (``2 ×`` the float64 parameter bytes are
+added to every fixed cost), and so is its float64 copy of the data when it makes one (``held``,
+counted in every phase). Not foreseen by the plan: the candidate directions the detectors
+propose, while the detection runs (their bytes are known only once it has run; then the sweeps
+are sized to what remains, `MemoryPlan.holding`, and the read raises ``ValueError`` when one
+sample no longer fits); the plan's own measuring passes (on 2 and 4 samples, the factor pass on
+up to 8), and passes over fixed-size chunks outside the plan (the graph trace and the
+forward-mode check on a few samples, the adapters' and the rescale certification's passes). Not
+seen by the tracker: scratch memory that kernels allocate internally (BLAS, LAPACK eigensolver
+and convolution workspaces), the allocator's caching and fragmentation, and Python objects:
+``BUDGET_FRACTION`` and ``JVP_FRACTION`` leave room for them (their docstrings give the
+measured ratios).
 ``tests/singular/test_memory.py`` checks the bound against the peak resident set size of a fresh
-process, which includes all of these: Linux's high-water mark ``VmHWM`` is reset to ``VmRSS`` once
-the model and data are loaded, and the read's peak is ``VmHWM`` after it minus ``VmRSS`` before.
+process, which includes all of these, over one sweep and factor pass and over a whole `read`:
+Linux's high-water mark ``VmHWM`` is reset to ``VmRSS`` once the model and data are loaded, and
+the peak is ``VmHWM`` after it minus ``VmRSS`` before.
 """
 
 from __future__ import annotations
@@ -46,9 +71,10 @@ from __future__ import annotations
 import re
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
@@ -59,6 +85,7 @@ __all__ = [
     "parse_memory",
     "peak_allocated",
     "plan_memory",
+    "spectrum_peak",
 ]
 
 _UNITS = {
@@ -78,13 +105,22 @@ _UNITS = {
     "tib": 2**40,
 }
 BUDGET_FRACTION = 0.35
-"""Share of ``max_memory`` the measured costs may fill; the rest is headroom for what the tracker
-does not see (kernel workspaces, allocator fragmentation) and for directions whose tangents take
-costlier kernels than the probe directions. Measured: the process's peak RSS rise over a budgeted
-sweep + factor pass (16→512→4 GELU MLP, N = 8192) was 1.5–1.8× the tracked plan, so 0.6 let RSS
-exceed a 150 MB budget (135–165 MB); 0.35 keeps it below."""
+"""Share of ``max_memory`` the factor pass and the detection may fill; the rest is headroom for
+what the tracker does not see (kernel and eigensolver workspaces, allocator fragmentation).
+Measured: the process's peak RSS rise over the factor pass was 1.5× its tracked peak (16→512→4
+GELU MLP, N = 8192; a 2-layer ViT, dim 32, N = 2048), over the detection 0.9–1.35× its estimate
+(``D``; single factors of side 1024 and 1536)."""
+JVP_FRACTION = 0.2
+"""Share of ``max_memory`` the JVP passes (sweeps) and what is held through them may fill. Lower
+than `BUDGET_FRACTION`: over a budgeted read's sweeps, which repeat passes of the same sizes,
+glibc's heap kept up to 3.4× the tracked bytes resident (16→512→4 GELU MLP, N = 8192: RSS rise
+67 MB for a 21 MB plan; a 2-layer ViT: 2.3×); with ``JVP_FRACTION`` it stays below the budget.
+A lower share only makes the chunks smaller (more passes), it refuses no read."""
 PROBE_SIZES = (2, 4)
 """Sample counts at which `plan_memory` measures the per-sample costs."""
+SPECTRUM_PROBE_DIM = 64
+"""Side of the factor whose dense `factor_spectrum` `plan_memory` measures; its peak, scaled by
+``(d_max / SPECTRUM_PROBE_DIM)²``, estimates the eigendecomposition of the largest factor."""
 _MEMORY_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
@@ -182,9 +218,15 @@ class MemoryPlan:
     """Chunk sizes that keep the read under ``max_memory`` bytes (see the module docstring).
 
     Attributes:
-        max_memory: the bytes the chunks are sized to (``BUDGET_FRACTION`` of the budget).
+        max_memory: the bytes the factor batches are sized to and the detection must fit in
+            (``BUDGET_FRACTION`` of the budget).
+        jvp_memory: the bytes the JVP chunks and lanes are sized to, with what is held
+            (``JVP_FRACTION`` of the budget).
+        budget: the budget itself (bytes).
         jvp_per_sample, jvp_fixed: ``s_jvp`` and ``I_jvp`` (bytes per sample per lane, per lane).
         factor_per_sample, factor_fixed: ``s_fac`` and ``I_fac`` (bytes).
+        detection: ``D``, the detection's estimated peak (bytes).
+        held: ``H``, bytes the read holds through its sweeps besides the JVP pass.
         chunk_size: samples per JVP pass (sweeps).
         t_batch: t-values per ``vmap`` group (lanes of a sweep).
         factor_batch: samples per factor pass.
@@ -192,10 +234,14 @@ class MemoryPlan:
     """
 
     max_memory: int
+    jvp_memory: int
+    budget: int
     jvp_per_sample: int
     jvp_fixed: int
     factor_per_sample: int
     factor_fixed: int
+    detection: int
+    held: int
     chunk_size: int
     t_batch: int
     factor_batch: int
@@ -207,16 +253,56 @@ class MemoryPlan:
 
     def chunk_for(self, lanes: int) -> int:
         """Largest sample chunk (≤ N) for ``lanes`` JVP lanes within the budget (≥ 1)."""
-        room = self.max_memory // max(lanes, 1) - self.jvp_fixed
+        room = (self.jvp_memory - self.held) // max(lanes, 1) - self.jvp_fixed
         return max(1, min(self.n_samples, room // max(self.jvp_per_sample, 1)))
 
     def lanes_for(self, chunk: int) -> int:
         """Largest number of lanes (directions per ``vmap``) for a chunk of ``chunk`` (≥ 1)."""
-        return max(1, self.max_memory // max(self.jvp_cost(chunk), 1))
+        return max(1, (self.jvp_memory - self.held) // max(self.jvp_cost(chunk), 1))
+
+    def holding(self, nbytes: int, what: str = "the read's candidate directions") -> MemoryPlan:
+        """This plan with ``nbytes`` more held through the sweeps, its chunk and t-batch resized.
+
+        Raises:
+            ValueError: one sample on one lane no longer fits beside what is held.
+        """
+        held = self.held + int(nbytes)
+        chunk, lanes = _sweep_sizes(
+            self.jvp_memory - held,
+            self.jvp_fixed,
+            self.jvp_per_sample,
+            self.n_samples,
+            self.t_batch,
+        )
+        if chunk == 0:
+            raise ValueError(
+                f"max_memory={self.budget} bytes ({format_bytes(self.budget)}) "
+                f"is too small: {what} hold {format_bytes(nbytes)} ({format_bytes(held)} held "
+                f"in all), and beside them one sample of the JVP pass "
+                f"({format_bytes(self.jvp_cost(1))}) no longer fits in "
+                f"{JVP_FRACTION:.0%} of the budget; raise --max-memory"
+            )
+        return replace(self, held=held, chunk_size=chunk, t_batch=lanes)
 
     def to_dict(self) -> dict[str, int]:
         """JSON-safe dict."""
         return asdict(self)
+
+
+def _sweep_sizes(room: int, i_jvp: int, s_jvp: int, n: int, t_batch: int) -> tuple[int, int]:
+    """``(chunk, lanes)`` of the JVP pass within ``room`` bytes: ``t_batch`` lanes when all ``n``
+    samples then fit one chunk, else fewer (down to one lane with the largest chunk ≤ n);
+    ``(0, 0)`` when one sample on one lane does not fit."""
+    if i_jvp + s_jvp > room:
+        return 0, 0
+    for lanes in range(max(t_batch, 1), 0, -1):
+        if (room // lanes - i_jvp) // s_jvp >= n:
+            return n, lanes
+    return max(1, min(n, (room - i_jvp) // s_jvp)), 1
+
+
+def _held_note(held: int) -> str:
+    return f" beside {format_bytes(held)} held" if held else ""
 
 
 def _probe(x: Tensor, n: int) -> Tensor:
@@ -240,6 +326,26 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def spectrum_peak(d: int) -> int:
+    """Estimated peak bytes of one dense `factor_spectrum` of a ``d × d`` float64 factor.
+
+    Measured (`peak_allocated`) on a full-rank ``SPECTRUM_PROBE_DIM``-sided PSD matrix (the dense
+    path: no rank bound) and scaled by ``(d / SPECTRUM_PROBE_DIM)²``, rounded up: the
+    eigendecomposition's tensors are ``d × d`` (the symmetrised factor, the eigenvectors and their
+    canonical copies) or smaller. Not counted: the eigensolver's internal workspace.
+    """
+    from neuromanifold.singular.factor_spectrum import factor_spectrum
+
+    if d < 1:
+        return 0
+    p = min(d, SPECTRUM_PROBE_DIM)
+    gen = torch.Generator().manual_seed(0)
+    b = torch.randn(p, p, dtype=torch.float64, generator=gen)
+    m = b @ b.T + torch.eye(p, dtype=torch.float64)
+    peak = peak_allocated(lambda: factor_spectrum(m))
+    return _ceil_div(peak * d * d, p * p)
+
+
 def plan_memory(
     model: nn.Module,
     data: Tensor | tuple[Tensor, Tensor],
@@ -250,19 +356,23 @@ def plan_memory(
     factor_batch: int = 256,
     params: Mapping[str, Tensor] | None = None,
     max_factor_dim: int | None = None,
+    held: int = 0,
 ) -> MemoryPlan:
     """Measure the per-sample costs of ``model`` on ``data`` and size the chunks to ``max_memory``.
 
     Measures, under `peak_allocated`, a JVP pass on 2 and on 4 samples for each of up to three
     probe directions (one on every floating tensor, one on the first and one on the last matrix
-    parameter; the plan takes the costliest) and a factor pass on 2 and on 4 samples (1 and N
-    when N < 4). Under a process group these passes are collective: call on every rank.
+    parameter; the plan takes the costliest), a factor pass over two batches of 2 and of 4
+    samples (over the first 1 and N samples in one batch when N < 4), and the detection's
+    estimate ``D`` from the sizes of that pass's factors (module docstring). Under a process
+    group these passes are collective: call on every rank.
     ``max_factor_dim``: the factor pass's size cap, as the read will run it (``None``: the
-    default of `kfac_factors`).
+    default of `kfac_factors`). ``held``: bytes the caller holds for the read through its sweeps
+    (e.g. its float64 copy of the data), counted against the JVP pass.
 
     Raises:
-        ValueError: one sample on one lane does not fit (the message names the budget and the
-            estimated per-sample and fixed costs), or ``data`` has no sample.
+        ValueError: one sample on one lane, or the detection, does not fit (the message names
+            the budget and the estimated costs), or ``data`` has no sample.
     """
     from neuromanifold.singular._validate import prepare
     from neuromanifold.singular.factors import kfac_factors
@@ -272,6 +382,7 @@ def plan_memory(
 
     budget_total = parse_memory(max_memory)
     budget = int(BUDGET_FRACTION * budget_total)
+    jvp_budget = int(JVP_FRACTION * budget_total)
     family = check_family(family)
     x = data[0] if isinstance(data, tuple | list) else data
     if not isinstance(x, Tensor) or x.ndim == 0 or x.shape[0] == 0:
@@ -285,43 +396,63 @@ def plan_memory(
     matrices = [k for k in floating if prep1.params[k].ndim >= 2]
     probes = [floating] + [[k] for k in dict.fromkeys(matrices[:1] + matrices[-1:])]
     directions = [_random_direction(prep1.params, keys) for keys in probes if keys]
+    factor_sides: list[int] = []
 
     def jvp_peak(k: int, u: dict) -> int:
         prep = prepare(model, dict(params or {}), _probe(x, k))
         return peak_allocated(lambda: fisher_prepared(model, prep, prep.params, [u], family))
 
     def factor_peak(k: int) -> int:
-        xk = _probe(x, k)
+        # two batches of k (when N allows): the second adds its sums to the first's
+        xk = _probe(x, 2 * k if n >= 2 * PROBE_SIZES[1] else k)
         cap = {} if max_factor_dim is None else {"max_factor_dim": max_factor_dim}
-        return peak_allocated(lambda: kfac_factors(model, xk, family, batch_size=k, **cap))
+
+        def run() -> None:
+            f = kfac_factors(model, xk, family, batch_size=k, **cap)
+            factor_sides[:] = [s for b in f.blocks.values() for s in (b.A.shape[0], b.G.shape[0])]
+
+        return peak_allocated(run)
 
     costs = [_linear_cost(lambda k, u=u: jvp_peak(k, u), n) for u in directions]
     s_jvp, i_jvp = max(c[0] for c in costs), max(c[1] for c in costs)
     s_fac, i_fac = _linear_cost(factor_peak, n)
     i_jvp += 2 * param_bytes
     i_fac += 2 * param_bytes
-    for what, fixed, per in (("JVP", i_jvp, s_jvp), ("factor", i_fac, s_fac)):
-        if fixed + per > budget:
+    factor_bytes = 8 * sum(d * d for d in factor_sides)
+    d_max = max(factor_sides, default=0)
+    detection = 2 * factor_bytes + spectrum_peak(d_max) + 2 * param_bytes
+    for what, fixed, per, share in (
+        ("JVP", i_jvp + held, s_jvp, JVP_FRACTION),
+        ("factor", i_fac + held, s_fac, BUDGET_FRACTION),
+    ):
+        if fixed + per > int(share * budget_total):
             raise ValueError(
                 f"max_memory={budget_total} bytes ({format_bytes(budget_total)}) is too small: "
                 f"one sample of the {what} pass is estimated at {format_bytes(fixed + per)} "
                 f"(per-sample cost {format_bytes(per)} plus fixed cost {format_bytes(fixed)}), "
-                f"more than "
-                f"{BUDGET_FRACTION:.0%} of the budget; raise --max-memory"
+                f"more than {share:.0%} of the budget; raise --max-memory"
             )
-    factor = max(1, min(factor_batch, n, (budget - i_fac) // s_fac))
-    lanes, chunk = 1, max(1, min(n, (budget - i_jvp) // s_jvp))
-    for lane_count in range(max(t_batch, 1), 0, -1):
-        c = (budget // lane_count - i_jvp) // s_jvp
-        if c >= n:
-            lanes, chunk = lane_count, n
-            break
+    if detection + held > budget:
+        raise ValueError(
+            f"max_memory={budget_total} bytes ({format_bytes(budget_total)}) is too small: "
+            f"the detection is estimated at {format_bytes(detection)} (the K-FAC factors, "
+            f"{format_bytes(factor_bytes)}, their cached spectra as much again, and "
+            f"{format_bytes(spectrum_peak(d_max))} for the eigendecomposition of the largest "
+            f"factor, d = {d_max}){_held_note(held)}, more than {BUDGET_FRACTION:.0%} of the "
+            f"budget; raise --max-memory"
+        )
+    factor = max(1, min(factor_batch, n, (budget - held - i_fac) // s_fac))
+    chunk, lanes = _sweep_sizes(jvp_budget - held, i_jvp, s_jvp, n, t_batch)
     return MemoryPlan(
         max_memory=budget,
+        jvp_memory=jvp_budget,
+        budget=budget_total,
         jvp_per_sample=int(s_jvp),
         jvp_fixed=int(i_jvp),
         factor_per_sample=int(s_fac),
         factor_fixed=int(i_fac),
+        detection=int(detection),
+        held=int(held),
         chunk_size=int(chunk),
         t_batch=int(lanes),
         factor_batch=int(factor),

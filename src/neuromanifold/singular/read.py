@@ -228,11 +228,17 @@ def read(
             they are not read again, their records are used as they are. A record whose layers or
             detector differ from candidate ``i`` raises ``ValueError`` (the log is from another
             read).
-        max_memory: memory budget in bytes (or ``"2GB"``-style string) for the read's passes:
-            sample chunks, t-values per ``vmap`` and factor batches are sized by `plan_memory`
-            (``ValueError`` naming the budget and the per-sample cost when one sample does not
-            fit); ``None`` = no chunking (all samples per pass, ``T_BATCH`` t-values per group).
-            ``meta["memory_plan"]`` records the plan.
+        max_memory: memory budget in bytes (or ``"2GB"``-style string) for the whole read, on
+            top of what the process holds when it starts: sample chunks, t-values per ``vmap``
+            and factor batches are sized by `plan_memory`, which also counts the detection's
+            factors and eigendecompositions, and once the detection has run the sweeps are
+            resized to leave room for the candidate directions it found (`MemoryPlan.holding`).
+            ``ValueError`` naming the budget and the estimated cost when one sample, or the
+            detection, does not fit. Not foreseen: the candidates' own storage while the
+            detection runs, and the few fixed-size passes outside the plan
+            (`neuromanifold.singular.memory` lists what is and is not counted).
+            ``None`` = no chunking (all samples per pass, ``T_BATCH`` t-values per group).
+            ``meta["memory_plan"]`` records the plan (as resized for the sweeps).
         device: where the read runs (``"cpu"``, ``"cuda"``, ``"cuda:1"``; validated by
             `resolve_device`); the working copy of the model and the probe data are moved there.
             ``None``: where the model's parameters are.
@@ -312,10 +318,9 @@ def read(
             max_memory=max_memory,
             factor_batch=batch_size,
             max_factor_dim=max_factor_dim,
+            held=_own_bytes(xw, x),
         )
         batch_size = plan.factor_batch
-    chunk = None if plan is None else plan.chunk_size
-    t_batch = T_BATCH if plan is None else plan.t_batch
     factors = kfac_factors(work, xw, family, batch_size=batch_size, max_factor_dim=max_factor_dim)
     seen, emb_passes = embedding_rows_seen(work, xw, batch_size)
     params = {k: v.detach().clone() for k, v in work.named_parameters()}
@@ -354,6 +359,14 @@ def read(
     gauges = [g for c in candidates if c.gauge == "curved" for g in (c.gauge_generators or ())]
     if max_directions is not None:
         candidates = candidates[:max_directions]
+    if plan is not None:  # the candidates stay alive through the sweeps: resize them
+        plan = plan.holding(
+            _candidate_bytes(candidates, gauges),
+            what=f"the {len(candidates)} candidate directions to read and the curved-gauge "
+            f"generators",
+        )
+    chunk = None if plan is None else plan.chunk_size
+    t_batch = T_BATCH if plan is None else plan.t_batch
 
     records: list[DirectionRecord] = []
     n_sweep_passes = 0
@@ -463,6 +476,25 @@ def read(
         "multihead_as_projections": unpacked,
     }
     return Reading(directions=tuple(records), not_covered=tuple(not_covered), meta=meta, note=note)
+
+
+def _own_bytes(copy: Tensor, original: Tensor) -> int:
+    """Bytes of ``copy`` when it does not share storage with ``original`` (else 0)."""
+    if copy.untyped_storage().data_ptr() == original.untyped_storage().data_ptr():
+        return 0
+    return copy.numel() * copy.element_size()
+
+
+def _candidate_bytes(candidates: list[Candidate], gauges: list[dict[str, Tensor]]) -> int:
+    """Bytes of the distinct tensor storages the candidates and gauge generators hold."""
+    seen: dict[int, int] = {}
+    tensors = [t for c in candidates for t in c.u.values()]
+    tensors += [t for c in candidates for g in c.gauge_generators or () for t in g.values()]
+    tensors += [t for g in gauges for t in g.values()]
+    for t in tensors:
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
 
 
 def _note_truncation(truncated: dict[tuple, dict[str, Any]], cand: Candidate) -> None:

@@ -328,3 +328,34 @@ def test_plan_measures_the_factor_pass_with_the_reads_size_cap(monkeypatch) -> N
     )
     assert caps == [3] * len(caps) and len(caps) >= 2
     assert [c.name for c in reading.not_covered] == ["0", "2"]
+
+
+def test_the_baseline_scan_is_chunked_by_the_plan(monkeypatch) -> None:
+    """``read(baseline=True, max_memory=...)``: every coordinate read of the scan gets the plan's
+    sample chunk and t-batch (it ran unchunked before, 4.5× over a 30 MB budget), and the scan's
+    values equal those of the unbudgeted read."""
+    import importlib
+
+    from neuromanifold.cells.planted import planted_mlp
+    from neuromanifold.singular.read import read
+
+    # the package re-exports the function `coordinate_scan` under the module's name
+    scan_module = importlib.import_module("neuromanifold.singular.coordinate_scan")
+    calls = []
+    real = scan_module.read_direction
+
+    def spy(*args, **kwargs):
+        calls.append((kwargs.get("chunk_size"), kwargs.get("t_batch")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(scan_module, "read_direction", spy)
+    net = planted_mlp(activation="relu", n=128, seed=3)
+    options = {"progress": False, "max_directions": 1, "baseline": True}
+    capped = read(net.model, net.data, net.family, max_memory="30kB", **options)
+    plan = capped.meta["memory_plan"]
+    assert capped.meta["n_baseline_reads"] == len(calls) >= 1
+    # the scan holds one more copy of the parameters: its chunk is at most the read's
+    assert all(1 <= c <= plan["chunk_size"] < 128 for c, _ in calls), calls
+    assert all(t is not None and 1 <= t <= plan["t_batch"] for _, t in calls), calls
+    free = read(net.model, net.data, net.family, **options)
+    assert [r.baseline for r in capped.directions] == [r.baseline for r in free.directions]

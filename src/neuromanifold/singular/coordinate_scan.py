@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from neuromanifold.singular.blocks import is_supported_block
 from neuromanifold.singular.direction import read_direction
+from neuromanifold.singular.sweep import T_BATCH
 
 __all__ = ["CoordinateRecord", "CoordinateScan", "coordinate_scan"]
 
@@ -80,11 +81,15 @@ def coordinate_scan(
     layers: Sequence[str] | None = None,
     per_tensor: int = 2,
     grid: Sequence[float] | Tensor | None = None,
+    chunk_size: int | None = None,
+    t_batch: int = T_BATCH,
 ) -> CoordinateScan:
     """Read the ``per_tensor`` smallest-``|value|`` weight axes of each block (module docstring).
 
     ``layers`` selects blocks by module name (default: every Linear/Conv block). Never mutates
-    ``model`` (reads run on a float64 copy).
+    ``model`` (reads run on a float64 copy). ``chunk_size`` (samples per pass) and ``t_batch``
+    (t-values per ``vmap``) are passed to every `read_direction`, e.g. from a
+    `neuromanifold.singular.memory.MemoryPlan`; they change the memory, not the values.
     """
     if not isinstance(per_tensor, int) or per_tensor < 1:
         raise ValueError(f"per_tensor must be a positive int; got {per_tensor!r}")
@@ -103,7 +108,16 @@ def coordinate_scan(
         for flat in order.tolist():
             e = torch.zeros(w.numel(), dtype=torch.float64, device=w.device)
             e[flat] = 1.0
-            r = read_direction(work, params, {key: e.reshape(w.shape)}, data, family, grid=grid)
+            r = read_direction(
+                work,
+                params,
+                {key: e.reshape(w.shape)},
+                data,
+                family,
+                grid=grid,
+                chunk_size=chunk_size,
+                t_batch=t_batch,
+            )
             idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), w.shape))
             records.append(
                 CoordinateRecord(

@@ -214,7 +214,8 @@ def read(
             (`neuromanifold.singular.read_candidate.per_layer_rates`).
         baseline: beside every genuine singularity, run the per-coordinate scan
             (`coordinate_scan`, 2 smallest-|θ| axes per weight) on the blocks it touches and
-            store ``{layer: {"best_k", "classes"}}`` in its record's ``baseline``.
+            store ``{layer: {"best_k", "classes"}}`` in its record's ``baseline``. Under
+            ``max_memory`` its sweeps are chunked by the plan, as the read's own.
         batch_size: probe samples per factor-pass batch.
         max_factor_dim: blocks with a K-FAC factor side above it are not factored
             (`kfac_factors`' size cap): no K-FAC candidates there, the block is listed in
@@ -415,7 +416,13 @@ def read(
 
     n_baseline = 0
     if baseline:
-        records, n_baseline = _attach_baseline(records, work, xw, family, grid)
+        scan_plan = plan
+        if plan is not None:  # the scan reads on its own float64 copy of the model
+            scan_plan = plan.holding(
+                sum(p.numel() * 8 for p in work.parameters()),
+                what="the coordinate scan's copy of the parameters",
+            )
+        records, n_baseline = _attach_baseline(records, work, xw, family, grid, scan_plan)
     note = ""
     if n_supported == 0:
         note = "no supported layers: no detector applies to any module of this model"
@@ -552,12 +559,21 @@ def _working_copy(model: nn.Module) -> nn.Module:
 
 
 def _attach_baseline(
-    records: list[DirectionRecord], model: nn.Module, x: Tensor, family: Any, grid: Any
+    records: list[DirectionRecord],
+    model: nn.Module,
+    x: Tensor,
+    family: Any,
+    grid: Any,
+    plan: MemoryPlan | None = None,
 ) -> tuple[list[DirectionRecord], int]:
-    """Coordinate-scan results beside each genuine singularity (cached per block).
+    """Coordinate-scan results beside each genuine singularity (cached per block), its sweeps
+    chunked as ``plan`` says (``None``: no chunking, ``T_BATCH`` t-values per group).
 
     Returns the new records and the number of coordinate reads made.
     """
+    sizes: dict[str, Any] = {}
+    if plan is not None:
+        sizes = {"chunk_size": plan.chunk_size, "t_batch": plan.t_batch}
     cache: dict[str, dict[str, Any]] = {}
     out = []
     n_reads = 0
@@ -571,7 +587,7 @@ def _attach_baseline(
             if is_supported_block(model.get_submodule(layer)) and layer not in cache
         ]
         if blocks:
-            scan = coordinate_scan(model, x, family, layers=blocks, grid=grid)
+            scan = coordinate_scan(model, x, family, layers=blocks, grid=grid, **sizes)
             n_reads += len(scan.records)
             for layer in blocks:
                 cache[layer] = {"best_k": scan.best_k(layer), "classes": scan.classes(layer)}

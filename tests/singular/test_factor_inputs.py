@@ -48,3 +48,16 @@ def test_integer_ids_that_fit_pass_through() -> None:
     model = _token_model()
     ids = torch.randint(0, 10, (4, 3), generator=torch.Generator().manual_seed(0))
     assert torch.equal(forward_checked(model, ids, data_shape=(9, 3)), model(ids))
+
+
+def test_factor_pass_names_the_whole_data_shape_when_a_later_batch_fails() -> None:
+    """`kfac_factors` runs the data in batches; an out-of-range id in the second batch of 8 is
+    reported against the (12, 3) data, not the (4, 3) batch it sits in."""
+    from neuromanifold.singular.factors import kfac_factors
+    from neuromanifold.singular.family import Gaussian
+
+    model = _token_model()
+    ids = torch.randint(0, 10, (12, 3), generator=torch.Generator().manual_seed(0))
+    ids[10, 1] = 11
+    with pytest.raises(ValueError, match=r"data of shape \(12, 3\) does not fit.*indices < 10"):
+        kfac_factors(model, ids, Gaussian(), batch_size=8)

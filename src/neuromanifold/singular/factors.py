@@ -299,7 +299,7 @@ def kfac_factors(
             outs_seen.clear()
             out_of.clear()
             with torch.enable_grad():
-                out = forward_checked(m, xb)
+                out = forward_checked(m, xb, data_shape=tuple(x_all.shape))
             n_fwd += 1
             if not torch.isfinite(out).all():
                 raise ValueError("model output holds NaN or Inf values")

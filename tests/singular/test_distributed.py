@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from neuromanifold.cells.planted import planted_conv
+from neuromanifold.singular.distributed import PER_RANK_META as PASS_COUNTS_PER_RANK
 from neuromanifold.singular.distributed import (
     all_gather_union,
     is_main_process,
@@ -152,8 +153,12 @@ def test_torchrun_cli_reads_on_two_ranks_and_only_rank_zero_writes(tmp_path) -> 
     dist_reading = json.loads(out.read_text())
     net = planted_mlp()
     single = read(net.model, net.data, net.family, progress=False).to_dict()
-    assert dist_reading["meta"]["world_size"] == 2
-    assert dist_reading["meta"]["n_samples"] == net.data.shape[0]
+    meta = dist_reading["meta"]
+    assert meta["world_size"] == 2 and meta["rank"] == 0
+    assert meta["n_samples"] == net.data.shape[0]
+    sl = shard_slice(net.data.shape[0], 0, 2)
+    assert meta["shard"] == [sl.start, sl.stop] and meta["n_samples_local"] == sl.stop - sl.start
+    assert set(meta["per_rank"]) == {"n_forward_passes", "n_certify_passes", "n_backward_passes"}
     pairs = zip(dist_reading["directions"], single["directions"], strict=True)
     for d, s in pairs:
         assert (d["layers"], d["k"], d["class"], d["window"]) == (
@@ -285,3 +290,19 @@ def test_launch_retries_when_its_port_was_taken(monkeypatch) -> None:
     assert len(calls) == 2
     with pytest.raises(RuntimeError, match="something else"):
         launch_local(1, FACTORY)
+
+
+def test_ranks_agree_on_the_memory_plan() -> None:
+    """7 samples on 2 ranks (shards of 3 and 4): each rank measures its own shard, the costs are
+    all-reduced with MAX, so both hold the same plan, made for the larger shard (before, each
+    rank planned alone: different plans, and a budget between the two estimates was refused on
+    one rank while the other went on into the next collective)."""
+    kw = {"progress": False, "max_memory": "2GB", "max_directions": 1}
+    per_rank = launch_local(
+        2, "neuromanifold.cells.planted:planted_mlp", factory_kwargs={"n": 7}, read_kwargs=kw
+    )
+    plans = [out["reading"]["meta"]["memory_plan"] for out in per_rank]
+    assert plans[0] == plans[1] and plans[0]["n_samples"] == 4
+    assert plans[0]["budget"] == 2 * 10**9
+    for out in per_rank:
+        assert out["reading"]["meta"]["per_rank"] == list(PASS_COUNTS_PER_RANK)

@@ -3,7 +3,9 @@
 Data-parallel: ``torchrun --nproc_per_node W -m neuromanifold read ...`` initialises a process
 group from torchrun's environment (gloo on CPU, nccl with ``--device cuda``); every rank loads the
 model and the probe set, reads its contiguous shard (`neuromanifold.singular.distributed`), the
-sums are all-reduced, and only rank 0 prints and writes files. ``--resume`` is single-process.
+sums are all-reduced, and only rank 0 prints and writes files. ``--resume`` is single-process;
+``--max-memory`` is a budget per process (the ranks agree on one plan). The JSON's ``meta`` holds
+rank 0's shard (``rank``, ``shard``, ``n_samples_local``) and its pass counts (``per_rank``).
 """
 
 from __future__ import annotations
@@ -149,6 +151,13 @@ def _family_label(family: str | None, default_family: Any, fam: Any) -> str:
     )
 
 
+def _n_samples(data: Any) -> int:
+    """Leading size of the probe inputs ``data`` (a tensor or an ``(x, y)`` pair; 0 if none)."""
+    x = data[0] if isinstance(data, tuple | list) else data
+    shape = getattr(x, "shape", ())
+    return int(shape[0]) if len(shape) else 0
+
+
 def _scan_summary(b: dict[str, Any]) -> str:
     if b["best_k"] is not None:
         return f"k = {b['best_k']}"
@@ -217,11 +226,11 @@ def register(app: typer.Typer) -> None:
         max_memory: str | None = typer.Option(
             None,
             "--max-memory",
-            help="memory budget for the whole read on top of what the process holds, e.g. 2GB "
-            "or 512MiB: probe samples, t-values and factor batches are chunked to fit, and a "
-            "budget that one sample or the detection (factors, their eigendecompositions, the "
-            "candidates found) cannot fit is refused; neuromanifold.singular.memory lists what "
-            "is counted",
+            help="memory budget for the whole read on top of what the process holds, per "
+            "process under torchrun, e.g. 2GB or 512MiB: probe samples, t-values and factor "
+            "batches are chunked to fit, and a budget that one sample or the detection (factors, "
+            "their eigendecompositions, the candidates found) cannot fit is refused; "
+            "neuromanifold.singular.memory lists what is counted",
         ),
         live_threshold: float | None = typer.Option(
             None,
@@ -315,6 +324,7 @@ def register(app: typer.Typer) -> None:
         if not main_rank:
             options["progress"] = False
         try:
+            n_global = _n_samples(x)
             x = dp.shard_data(x)  # this rank's contiguous shard (everything without torchrun)
             if out is not None and main_rank:
                 from neuromanifold.report.resume import LOG_NAME, resumable_read
@@ -327,6 +337,10 @@ def register(app: typer.Typer) -> None:
         except (ValueError, TypeError) as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(code=2) from err
+        if dp.world_size() > 1:  # this rank's shard beside the global N (the pass counts are its)
+            import dataclasses
+
+            reading = dataclasses.replace(reading, meta={**reading.meta, **dp.shard_meta(n_global)})
         factors = None
         if out is not None:  # collective under torchrun: every rank takes part
             from neuromanifold.singular.factors import kfac_factors

@@ -21,6 +21,11 @@ Conventions fixed here:
 * **Output.** Only rank 0 (`is_main_process`) writes reports or prints.
 * **Devices.** `resolve_device` validates ``--device``; under torchrun ``cuda`` means
   ``cuda:LOCAL_RANK``.
+* **Memory.** ``max_memory`` is a budget per process: every rank plans for its own shard, and
+  `neuromanifold.singular.memory.plan_memory` all-reduces the measured costs with ``MAX``
+  (`all_reduce_max`), so every rank takes the same plan, or every rank refuses.
+* **Per-rank meta.** The pass counts (`PER_RANK_META`, listed in ``meta["per_rank"]``) count
+  this rank's passes over its shard; `shard_meta` adds the shard layout.
 
 `launch_local` spawns ``W`` gloo processes on this machine (free TCP port on 127.0.0.1), each
 running `read_sharded` on its shard of a model built by an importable factory; tests and the
@@ -35,7 +40,7 @@ import json
 import os
 import socket
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +49,10 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 __all__ = [
+    "PER_RANK_META",
     "TORCHRUN_ENV",
     "all_gather_union",
+    "all_reduce_max",
     "backend_for",
     "init_from_env",
     "is_main_process",
@@ -55,12 +62,17 @@ __all__ = [
     "read_sharded",
     "resolve_device",
     "shard_data",
+    "shard_meta",
     "shard_slice",
     "world_size",
 ]
 
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 """Environment variables torchrun sets that `init_from_env` requires."""
+PER_RANK_META = ("n_forward_passes", "n_certify_passes", "n_backward_passes")
+"""Keys of a `Reading`'s ``meta`` that count this rank's passes over its own shard (listed in
+``meta["per_rank"]`` under a process group); every other key holds the same value on every rank
+(``n_samples`` the global N) except the shard layout of `shard_meta`."""
 
 
 def _active() -> bool:
@@ -200,6 +212,35 @@ def all_gather_union(values: Tensor) -> Tensor:
     return torch.unique(torch.cat(gathered)).to(values.device)
 
 
+def all_reduce_max(values: Sequence[int], device: torch.device | None = None) -> list[int]:
+    """Elementwise maximum of the integers ``values`` over the ranks (``values`` without a group).
+
+    Collective under a process group: every rank must call it with as many values. ``device``:
+    where the reduction runs (a CUDA device under nccl).
+
+    >>> all_reduce_max([3, 1])
+    [3, 1]
+    """
+    if not _active():
+        return [int(v) for v in values]
+    t = torch.tensor([int(v) for v in values], dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return [int(v) for v in t.tolist()]
+
+
+def shard_meta(n_global: int) -> dict[str, Any]:
+    """This rank's layout for a `Reading`'s ``meta``: ``n_samples`` (the global N),
+    ``n_samples_local``, ``world_size``, ``rank`` and ``shard`` (``[start, stop)``)."""
+    sl = shard_slice(n_global, rank(), world_size())
+    return {
+        "n_samples": n_global,
+        "n_samples_local": sl.stop - sl.start,
+        "world_size": world_size(),
+        "rank": rank(),
+        "shard": [sl.start, sl.stop],
+    }
+
+
 def _move(data: Any, device: torch.device) -> Any:
     if isinstance(data, tuple | list):
         return tuple(d.to(device) for d in data)
@@ -228,19 +269,10 @@ def read_sharded(
     x = data[0] if isinstance(data, tuple | list) else data
     n_global = int(x.shape[0]) if isinstance(x, Tensor) and x.ndim > 0 else 0
     local = shard_data(data)
-    sl = shard_slice(n_global, rank(), world_size())
     if not is_main_process():
         read_kwargs = {**read_kwargs, "progress": False}
     reading = read(model, _move(local, dev), family, device=dev, **read_kwargs)
-    meta = {
-        **reading.meta,
-        "n_samples": n_global,
-        "n_samples_local": sl.stop - sl.start,
-        "world_size": world_size(),
-        "rank": rank(),
-        "shard": [sl.start, sl.stop],
-        "device": str(dev),
-    }
+    meta = {**reading.meta, **shard_meta(n_global), "device": str(dev)}
     return dataclasses.replace(reading, meta=meta)
 
 

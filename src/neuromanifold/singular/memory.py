@@ -47,7 +47,9 @@ and raises ``ValueError`` naming the budget and the estimated cost when even one
 lane does not fit, or when the detection does not fit.
 
 **What is and is not counted.** ``max_memory`` bounds the memory one read allocates on top of
-what its process holds when the read starts. The caller's model and probe data are not counted;
+what its process holds when the read starts. Under ``torch.distributed`` it is a budget per
+process (rank): each rank plans for its own shard and the ranks agree on the largest costs
+(`plan_memory`). The caller's model and probe data are not counted;
 the read's float64 working copy of the parameters is (``2 ×`` the float64 parameter bytes are
 added to every fixed cost), and so is its float64 copy of the data when it makes one (``held``,
 counted in every phase). Not foreseen by the plan: the candidate directions the detectors
@@ -78,6 +80,8 @@ import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+
+from neuromanifold.singular.distributed import all_reduce_max
 
 __all__ = [
     "MemoryPlan",
@@ -230,7 +234,7 @@ class MemoryPlan:
         chunk_size: samples per JVP pass (sweeps).
         t_batch: t-values per ``vmap`` group (lanes of a sweep).
         factor_batch: samples per factor pass.
-        n_samples: N the plan was made for.
+        n_samples: N the plan was made for (under a process group: the largest shard's).
     """
 
     max_memory: int
@@ -365,7 +369,10 @@ def plan_memory(
     parameter; the plan takes the costliest), a factor pass over two batches of 2 and of 4
     samples (over the first 1 and N samples in one batch when N < 4), and the detection's
     estimate ``D`` from the sizes of that pass's factors (module docstring). Under a process
-    group these passes are collective: call on every rank.
+    group these passes are collective: call on every rank. The budget is then per process: each
+    rank measures on its own shard, the costs, ``held`` and ``N`` are all-reduced with ``MAX``
+    (`neuromanifold.singular.distributed.all_reduce_max`), and every rank returns the same plan
+    (``n_samples``: the largest shard) or raises the same error.
     ``max_factor_dim``: the factor pass's size cap, as the read will run it (``None``: the
     default of `kfac_factors`). ``held``: bytes the caller holds for the read through its sweeps
     (e.g. its float64 copy of the data), counted against the JVP pass.
@@ -421,6 +428,12 @@ def plan_memory(
     factor_bytes = 8 * sum(d * d for d in factor_sides)
     d_max = max(factor_sides, default=0)
     detection = 2 * factor_bytes + spectrum_peak(d_max) + 2 * param_bytes
+    # under a process group each rank measured its own shard: every rank takes the largest
+    # costs (and N), so all reach the same decision and the same plan
+    agreed = all_reduce_max(
+        [s_jvp, i_jvp, s_fac, i_fac, factor_bytes, d_max, detection, held, n], device=x.device
+    )
+    s_jvp, i_jvp, s_fac, i_fac, factor_bytes, d_max, detection, held, n = agreed
     for what, fixed, per, share in (
         ("JVP", i_jvp + held, s_jvp, JVP_FRACTION),
         ("factor", i_fac + held, s_fac, BUDGET_FRACTION),

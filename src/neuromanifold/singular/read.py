@@ -62,7 +62,7 @@ from neuromanifold.singular.detectors.base import Candidate, DetectionContext, D
 from neuromanifold.singular.detectors.embedding import embedding_rows_seen
 from neuromanifold.singular.detectors.graph import trace_graph
 from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
-from neuromanifold.singular.distributed import resolve_device, world_size
+from neuromanifold.singular.distributed import PER_RANK_META, resolve_device, world_size
 from neuromanifold.singular.factor_inputs import forward_checked
 from neuromanifold.singular.factors import MAX_FACTOR_DIM, kfac_factors
 from neuromanifold.singular.family import check_family
@@ -253,7 +253,10 @@ def read(
     Data parallelism: under an initialised ``torch.distributed`` process group, pass each rank's
     shard of the probe set (`neuromanifold.singular.distributed.read_sharded`); factor and Fisher
     sums, the sample count and the embedding rows seen are combined over the ranks, so every rank
-    returns the same `Reading` and ``meta["n_samples"]`` is the global N.
+    returns the same `Reading` and ``meta["n_samples"]`` is the global N. The pass counts are
+    this rank's, over its shard: their keys are listed in ``meta["per_rank"]``
+    (`neuromanifold.singular.distributed.PER_RANK_META`). ``max_memory`` is a budget per
+    process; the ranks agree on one plan (`plan_memory`), recorded in ``meta["memory_plan"]``.
 
     Returns:
         `Reading` (see `neuromanifold.singular.reading`). ``meta["truncated"]`` lists every
@@ -476,6 +479,7 @@ def read(
         "device": str(xw.device),
         "world_size": world_size(),
         "memory_plan": None if plan is None else plan.to_dict(),
+        **({"per_rank": list(PER_RANK_META)} if world_size() > 1 else {}),
         "live_threshold": live_threshold,
         "truncated": list(truncated.values()),
         "conv1d_as_linear": rewritten,

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -306,3 +310,55 @@ def test_ranks_agree_on_the_memory_plan() -> None:
     assert plans[0]["budget"] == 2 * 10**9
     for out in per_rank:
         assert out["reading"]["meta"]["per_rank"] == list(PASS_COUNTS_PER_RANK)
+
+
+def nan_in_the_second_shard() -> SimpleNamespace:
+    """Factory for `launch_local`: `planted_mlp` on 7 samples (shards [0, 3) and [3, 7)) with a
+    NaN in sample 6, which only rank 1 holds."""
+    from neuromanifold.cells.planted import planted_mlp
+
+    net = planted_mlp(n=7)
+    x = net.data.clone()
+    x[6, 0] = float("nan")
+    return SimpleNamespace(model=net.model, data=x, family=net.family)
+
+
+def test_a_bad_shard_stops_every_rank_with_the_global_sample_index() -> None:
+    """Rank 1 alone sees the NaN; the ranks agree on their input checks before the first
+    collective, so both raise, naming sample 6 of the whole probe set (before, rank 1 named its
+    local index 3 and rank 0 went on into the factor all-reduce and died in gloo)."""
+    from torch.multiprocessing import ProcessRaisedException
+
+    with pytest.raises(ProcessRaisedException, match=r"NaN or Inf values \(first in sample 6\)"):
+        launch_local(2, "test_distributed:nan_in_the_second_shard", read_kwargs={"progress": False})
+
+
+def _torchrun_read(data: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    """``torchrun --nproc_per_node 2 -m neuromanifold read --model zoo:planted-mlp --data …``."""
+    torchrun = shutil.which("torchrun")
+    if torchrun is None:
+        pytest.skip("torchrun is not on PATH")
+    cmd = [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "neuromanifold", "read"]
+    cmd += ["--model", "zoo:planted-mlp", "--data", str(data)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+
+
+def test_torchrun_cli_prints_an_input_error_once_with_the_global_index(tmp_path) -> None:
+    """Bad probe data under torchrun: one error line (rank 0's), naming the sample's index in the
+    whole probe set, and no rank dies in a collective; a probe set smaller than the world is
+    reported once too."""
+    from neuromanifold.cells.planted import planted_mlp
+
+    x = planted_mlp().data[:7].clone()
+    x[6, 0] = float("nan")
+    torch.save(x, tmp_path / "x7nan.pt")
+    torch.save(x[:1].nan_to_num(), tmp_path / "x1.pt")
+    bad = _torchrun_read(tmp_path / "x7nan.pt", tmp_path)
+    assert bad.returncode != 0
+    assert bad.stderr.count("error: data inputs hold NaN or Inf values") == 1, bad.stderr[-3000:]
+    assert "(first in sample 6)" in bad.stderr
+    assert "Connection closed by peer" not in bad.stderr
+    small = _torchrun_read(tmp_path / "x1.pt", tmp_path)
+    assert small.returncode != 0
+    assert small.stderr.count("error: the probe set has 1 samples but there are 2 ranks") == 1

@@ -151,6 +151,19 @@ def _family_label(family: str | None, default_family: Any, fam: Any) -> str:
     )
 
 
+def _error(message: str) -> None:
+    """Print ``message`` on stderr from rank 0 only: under torchrun every rank meets the same
+    error (the read agrees on its checks over the ranks), and it is printed once. Before the
+    process group is initialised the rank is torchrun's ``RANK``."""
+    import os
+
+    from neuromanifold.singular import distributed as dp
+
+    launched_rank = int(os.environ.get("RANK", "0")) if dp.launched_by_torchrun() else 0
+    if dp.rank() == 0 and launched_rank == 0:
+        typer.echo(message, err=True)
+
+
 def _n_samples(data: Any) -> int:
     """Leading size of the probe inputs ``data`` (a tensor or an ``(x, y)`` pair; 0 if none)."""
     x = data[0] if isinstance(data, tuple | list) else data
@@ -258,12 +271,12 @@ def register(app: typer.Typer) -> None:
             dev = dp.resolve_device(device)
             budget = None if max_memory is None else parse_memory(max_memory)
         except (ValueError, TypeError) as err:
-            typer.echo(f"error: {err}", err=True)
+            _error(f"error: {err}")
             raise typer.Exit(code=2) from err
         try:
             live_threshold = check_live_threshold(live_threshold)
         except (ValueError, TypeError) as err:
-            typer.echo(f"error: --live-threshold: {err}", err=True)
+            _error(f"error: --live-threshold: {err}")
             raise typer.Exit(code=2) from err
         if dp.init_from_env(dev):
             import atexit
@@ -334,8 +347,8 @@ def register(app: typer.Typer) -> None:
                 )
             else:
                 reading = read(net, x, fam, **options)
-        except (ValueError, TypeError) as err:
-            typer.echo(f"error: {err}", err=True)
+        except (ValueError, TypeError) as err:  # the read agrees on its input checks over ranks
+            _error(f"error: {err}")
             raise typer.Exit(code=2) from err
         if dp.world_size() > 1:  # this rank's shard beside the global N (the pass counts are its)
             import dataclasses

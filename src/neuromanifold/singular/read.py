@@ -103,10 +103,60 @@ def _inputs(data: Any) -> tuple[Tensor, Tensor | None]:
                 f"data labels y have shape {tuple(y.shape)}; expected a leading dimension "
                 f"N = {x.shape[0]} matching the inputs"
             )
-    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
-        first = int((~torch.isfinite(x.reshape(x.shape[0], -1))).any(1).nonzero()[0, 0])
-        raise ValueError(f"data inputs hold NaN or Inf values (first in sample {first})")
+    first = _first_nonfinite(x)
+    if first is not None:
+        raise ValueError(_NONFINITE.format(first))
     return x, y
+
+
+_NONFINITE = "data inputs hold NaN or Inf values (first in sample {})"
+
+
+def _first_nonfinite(x: Tensor) -> int | None:
+    """Index of the first sample of ``x`` holding a NaN or Inf (``None``: all finite, or not
+    floating)."""
+    if not x.is_floating_point() or bool(torch.isfinite(x).all()):
+        return None
+    return int((~torch.isfinite(x.reshape(x.shape[0], -1))).any(1).nonzero()[0, 0])
+
+
+def _inputs_on_every_rank(data: Any) -> tuple[Tensor, Tensor | None]:
+    """`_inputs`, agreed over the ranks of a process group before the read's first collective.
+
+    Every rank checks its own shard; the shard sizes, the first non-finite sample and any
+    other error are all-gathered, so that when one rank's shard is bad every rank raises the
+    same error (a rank that went on would wait in the next collective for one that stopped).
+    A non-finite sample is named by its index in the whole probe set (the shards are
+    contiguous, in rank order: `neuromanifold.singular.distributed.shard_slice`). Without a
+    process group this is `_inputs`.
+    """
+    if world_size() == 1:
+        return _inputs(data)
+    import torch.distributed as dist
+
+    got, err, n_local, first = None, None, 0, None
+    try:
+        got = _inputs(data)
+    except (TypeError, ValueError) as e:
+        x = data[0] if isinstance(data, tuple | list) else data
+        if isinstance(x, Tensor) and x.ndim > 0:
+            n_local, first = int(x.shape[0]), _first_nonfinite(x)
+        err = None if first is not None else (type(e).__name__, str(e))
+    else:
+        n_local = int(got[0].shape[0])
+    states: list[Any] = [None] * world_size()
+    dist.all_gather_object(states, (n_local, first, err))
+    offset = 0
+    for n_rank, first_rank, _ in states:
+        if first_rank is not None:
+            raise ValueError(_NONFINITE.format(offset + first_rank))
+        offset += n_rank
+    for _, _, err_rank in states:
+        if err_rank is not None:
+            kind = TypeError if err_rank[0] == "TypeError" else ValueError
+            raise kind(err_rank[1])
+    assert got is not None  # no rank failed
+    return got
 
 
 def _registry(detectors: DetectorRegistry | Iterable[Detector] | None) -> DetectorRegistry:
@@ -275,7 +325,7 @@ def read(
     if snap not in (True, False, "auto"):
         raise ValueError(f"snap must be True, False or 'auto'; got {snap!r}")
     live_threshold = check_live_threshold(live_threshold)
-    x, y = _inputs(data)
+    x, y = _inputs_on_every_rank(data)
     registry = _registry(detectors)
     upcast = any(p.is_floating_point() and p.dtype != torch.float64 for p in model.parameters())
     dev = resolve_device(device) if device is not None else None

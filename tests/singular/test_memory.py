@@ -272,6 +272,9 @@ def test_memory_errors() -> None:
         parse_memory("2 parsecs")
     with pytest.raises(ValueError, match=r"max_memory must be at least 1 byte; got 0"):
         parse_memory(0)
+    for huge in ("1e400", "9" * 400, "1e300 TiB"):  # beyond a float (raised OverflowError)
+        with pytest.raises(ValueError, match=r"is too large to be a memory size"):
+            parse_memory(huge)
     with pytest.raises(TypeError, match=r"max_memory must be an int \(bytes\) or a string"):
         parse_memory(2.5)  # type: ignore[arg-type]
     x = torch.randn(16, 8, dtype=torch.float64)
@@ -359,3 +362,15 @@ def test_the_baseline_scan_is_chunked_by_the_plan(monkeypatch) -> None:
     assert all(t is not None and 1 <= t <= plan["t_batch"] for _, t in calls), calls
     free = read(net.model, net.data, net.family, **options)
     assert [r.baseline for r in capped.directions] == [r.baseline for r in free.directions]
+
+
+def test_cli_rejects_a_budget_beyond_a_float_in_one_line() -> None:
+    """``--max-memory 1e400``: exit 2 with the one-line error, no OverflowError traceback."""
+    from typer.testing import CliRunner
+
+    from neuromanifold.cli import app
+
+    res = CliRunner().invoke(app, ["read", "--model", "zoo:planted-mlp", "--max-memory", "1e400"])
+    assert res.exit_code == 2, res.output
+    assert "error: max_memory '1e400' is too large to be a memory size" in res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)

@@ -70,6 +70,7 @@ the peak is ``VmHWM`` after it minus ``VmRSS`` before.
 
 from __future__ import annotations
 
+import math
 import re
 import weakref
 from collections.abc import Callable, Mapping
@@ -152,7 +153,12 @@ def parse_memory(value: int | str) -> int:
                 f"max_memory {value!r} is not a memory size; expected a number with an optional "
                 f"unit B, kB, MB, GB, TB, KiB, MiB, GiB or TiB, e.g. '2GB'"
             )
-        n = int(float(m.group(1)) * _UNITS[unit])
+        size = float(m.group(1)) * _UNITS[unit]
+        if not math.isfinite(size):  # e.g. "1e400", or 400 digits: beyond a float
+            raise ValueError(
+                f"max_memory {value!r} is too large to be a memory size (it overflows a float)"
+            )
+        n = int(size)
     if n < 1:
         raise ValueError(f"max_memory must be at least 1 byte; got {value!r}")
     return n

@@ -35,11 +35,12 @@ Printed in one run (all times in seconds, float64, CPU, ``--threads`` intra-op t
    CE-shift gauge is proposed, so the read's slope in N mixes cost and workload.
 3. **Peak memory.** The process's resident-set high-water mark (``ru_maxrss``) after each model,
    which is monotone: with sizes increasing it is the peak of the largest model so far.
-4. **Data parallel.** The whole read of the ``w = 256`` MLP on 256 samples in 1, 2 and 4 spawned
-   gloo processes (`launch_local`, one thread each, contiguous shards), against the same read in
-   this process. The time is the slowest rank's read after a barrier (process start-up excluded).
-   On a machine with fewer cores than processes the ranks share cores: the 4-process row then
-   measures oversubscription, not scaling (the core count is printed).
+4. **Data parallel.** The whole read of the ``w = 256`` MLP on 256 samples in ``--worlds``
+   spawned gloo processes (default 1, 2 and 4; `launch_local`, one thread each, contiguous
+   shards), against the same read in this process. The time is the slowest rank's read after a
+   barrier (process start-up excluded). On a machine with fewer cores than processes the ranks
+   share cores: such a row measures oversubscription, not scaling (the core count is printed;
+   ``--worlds 1 2`` on a 2-core machine).
 5. **Batching.** 16 directions on a small ViT (dim 32, depth 2, about 2.7·10⁴ parameters,
    N = 16, 64, 256): one ``vmap``-batched `directional_fisher` call against 16 calls of one
    direction; and a 32-point sweep asking for 8 t-values per ``vmap`` group against one t at a
@@ -52,11 +53,16 @@ Printed in one run (all times in seconds, float64, CPU, ``--threads`` intra-op t
    directions). Passes with many lanes are split by the library's lane policy
    (`neuromanifold.singular.passes.LANE_BYTES`). ``--threads 2`` on a 2-core machine lets the
    lanes' large elementwise kernels use both cores while per-call overhead stays serial, which
-   raises the gain at small N.
+   raises the gain at small N. ``J`` and the loop are timed separately, so on a busy machine the
+   measured ratio can exceed the printed limit ``J/m``.
+
+``--quick`` shrinks every section (`sections`): widths up to 512, ViT dims up to 64, N up to 512,
+the data-parallel read on 128 samples in 1 and 2 processes, batching at N = 16 and 64.
 
 Run:  python benchmarks/scaling.py                       (≈ 16 minutes on a busy 2-core machine)
       python benchmarks/scaling.py --only samples parallel batching
-      python benchmarks/scaling.py --quick               (smaller sizes)
+      python benchmarks/scaling.py --quick               (smaller sizes, 1 and 2 processes)
+      python benchmarks/scaling.py --only parallel --worlds 1 2
       python benchmarks/scaling.py --only params samples --plot scaling.png   (log–log figure)
 """
 
@@ -319,7 +325,33 @@ def batching(sizes: list[int]) -> None:
         print(f"  32-point sweep: t_batch=8 {t8:.3f} s, t_batch=1 {t1:.3f} s, ratio {t1 / t8:.2f}×")
 
 
-def main() -> None:
+def sections(quick: bool, worlds: list[int] | None = None) -> dict[str, list[int]]:
+    """Sizes of every section: ``widths`` and ``dims`` (parameters), ``sizes`` (probe samples),
+    ``parallel_n`` (one value: the data-parallel read's N), ``worlds`` (process counts; the
+    given ones, else 1, 2 with ``quick`` and 1, 2, 4 without) and ``batching`` (N)."""
+    if worlds is not None and (not worlds or any(w < 1 for w in worlds)):
+        raise ValueError(f"--worlds must be positive process counts; got {worlds}")
+    if quick:
+        return {
+            "widths": [64, 128, 256, 512],
+            "dims": [16, 32, 64],
+            "sizes": [64, 128, 256, 512],
+            "parallel_n": [128],
+            "worlds": worlds or [1, 2],
+            "batching": [16, 64],
+        }
+    return {
+        "widths": [64, 128, 256, 512, 1024, 2048, 3072],
+        "dims": [16, 32, 64, 128, 256, 512, 640],
+        "sizes": [64, 128, 256, 512, 1024],
+        "parallel_n": [256],
+        "worlds": worlds or [1, 2, 4],
+        "batching": [16, 64, 256],
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``argv``: ``sys.argv[1:]`` when None)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--n", type=int, default=64, help="probe samples for the parameter sweep")
@@ -337,14 +369,30 @@ def main() -> None:
         default=None,
         help="run only these sections",
     )
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="smaller sizes in every section")
+    ap.add_argument(
+        "--worlds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="process counts of the data-parallel section (default 1 2 4; 1 2 with --quick)",
+    )
     ap.add_argument("--plot", default=None, help="write the log-log cost curves to this PNG")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    try:
+        sections(args.quick, args.worlds)
+    except ValueError as err:
+        ap.error(str(err))
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    size = sections(args.quick, args.worlds)
     torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
     print(f"torch {torch.__version__}, threads {args.threads}, cores {os.cpu_count()}")
-    widths = [64, 128, 256, 512] if args.quick else [64, 128, 256, 512, 1024, 2048, 3072]
-    dims = [16, 32, 64] if args.quick else [16, 32, 64, 128, 256, 512, 640]
+    widths, dims = size["widths"], size["dims"]
     mlps = [(f"mlp w={w}", mlp_case(w, args.n)) for w in widths]
     vits = [(f"vit dim={d}", vit_case(d, args.n)) for d in dims]
     mlps = [c for c in mlps if n_params(c[1].model) <= args.max_params]
@@ -359,7 +407,7 @@ def main() -> None:
         results.append(
             series("cost vs parameters: ViT", vits, lambda p, n: p, lambda p, n: p <= big)
         )
-    sizes = [64, 128, 256, 512] if args.quick else [64, 128, 256, 512, 1024]
+    sizes = size["sizes"]
     if "samples" in only:
         results.append(
             series(
@@ -372,9 +420,9 @@ def main() -> None:
     if args.plot and results:
         plot_series(results, args.plot)
     if "parallel" in only:
-        data_parallel(256, 256, [1, 2, 4])
+        data_parallel(256, size["parallel_n"][0], size["worlds"])
     if "batching" in only:
-        batching([16, 64, 256])
+        batching(size["batching"])
     print(f"\ntotal {time.perf_counter() - t_start:.0f} s; peak RSS {rss_mb():.0f} MB")
 
 

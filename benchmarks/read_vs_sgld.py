@@ -62,11 +62,12 @@ Pass accounting (one pass = one evaluation of the batch at one parameter point):
 forward+backward of the batch loss per chain step counts 1 (batch = all n = 1000 samples), + 1
 forward for L_n(w*). The read counts ``n_forward_passes + n_backward_passes`` of its Reading
 (probe batch N = 256 samples; the node cells' own probe set, 128): 2 structure passes (output
-check and graph trace, on 16 samples, counted as full passes), the factor pass (1 forward + 1
+check and graph trace, on 16 samples, counted as full passes), the probe-rank count (1 forward +
+1 backward on 16 samples, counted as 2 full passes), the factor pass (1 forward + 1
 backward per output Hessian column: the forward those backwards reuse counts 1 more, an
 over-count by one), and per read direction 32 forward-mode JVP passes (one per t, also when
 ``vmap`` evaluates several t at once) + 1 for the floor's random direction, again for a snapped
-re-read. E.g. ``rrr 3-2-3``: 2 + (1 + 3) + 33 = 39. A JVP pass (primal + tangent) is counted
+re-read. E.g. ``rrr 3-2-3``: 2 + 2 + (1 + 3) + 33 = 41. A JVP pass (primal + tangent) is counted
 like an SGLD forward+backward. An SGLD pass touches 1000 samples, a read pass 256 (128): per
 sample processed, the ratios below would be ×3.9 (×7.8) larger.
 

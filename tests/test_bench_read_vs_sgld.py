@@ -28,6 +28,8 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "read_vs_sgld.py"
 SWEEP_PASSES = 33
 #: structure passes of a read (output check + graph trace).
 STRUCTURE_PASSES = 2
+#: the probe-rank count's passes (one forward and one backward on a few samples).
+PROBE_RANK_PASSES = 2
 #: running LLC of a constant trace vs λ, float64 (measured 2.2e-16 at the end, 1.3e-15 at worst).
 RTOL_RUNNING_LLC = 1e-12
 #: read rows checked here (fast; the L4 chain and the re-read rows are left to the benchmark).
@@ -108,7 +110,8 @@ def test_read_passes_are_the_documented_sum(bench):
     reading = read(model, probe, bench.Gaussian(sigma=1.0), progress=False, per_layer=False)
     n_out = model[-1].weight.shape[0]
     re_reads = sum("unsnapped" in d.info or "unprojected" in d.info for d in reading.directions)
-    expected = STRUCTURE_PASSES + (1 + n_out) + SWEEP_PASSES * (len(reading.directions) + re_reads)
+    sweeps = SWEEP_PASSES * (len(reading.directions) + re_reads)
+    expected = STRUCTURE_PASSES + PROBE_RANK_PASSES + (1 + n_out) + sweeps
     total = reading.meta["n_forward_passes"] + reading.meta["n_backward_passes"]
     assert total == expected
     assert bench.read_row(model, probe, bench.Gaussian(sigma=1.0), bench._rrr_dims).passes == total

@@ -533,7 +533,7 @@ def test_offset_beyond_the_sweep_is_not_re_read_snapped() -> None:
     (chain,) = _genuine(reading)
     assert chain.k == 4 and chain.offset < chain.sweep["t"][-1]
     sweeps = len(reading.directions) + sum("unsnapped" in d.info for d in reading.directions)
-    n_sweep = reading.meta["n_forward_passes"] - 2 - 1  # structure passes, factor forward
+    n_sweep = reading.meta["n_forward_passes"] - 3 - 1  # structure and probe-rank passes, factors
     assert n_sweep == sweeps * (len(chain.sweep["t"]) + 1)
 
 
@@ -663,3 +663,25 @@ def test_note_of_a_read_with_max_directions_zero_counts_the_candidates() -> None
     assert reading.note == (
         f"{n} candidate direction(s) were detected and none was read (max_directions=0)"
     )
+
+
+def test_read_notes_factors_with_fewer_rows_than_their_side() -> None:
+    """8 samples, 3 classes: the hidden layer's G has 8·2 = 16 rows for 32 dimensions and the
+    head's A has 8 rows for 32 inputs; with 64 samples neither is limited."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 32), nn.Tanh(), nn.Linear(32, 3)).double().eval()
+    kw = {"max_directions": 0, "progress": False}
+    small = read(model, torch.randn(8, 4, dtype=torch.float64), Categorical(), **kw)
+    limited = {(e["layer"], e["factor"]) for e in small.meta["probe_rank_limited"]}
+    assert limited == {("0", "G"), ("2", "A")}
+    assert "probe-size artefacts" in small.note
+    big = read(model, torch.randn(64, 4, dtype=torch.float64), Categorical(), **kw)
+    assert big.meta["probe_rank_limited"] == [] and "probe-size" not in big.note
+
+
+def test_data_that_does_not_fit_is_named_by_its_whole_shape() -> None:
+    model = nn.Sequential(nn.Embedding(10, 4), nn.Flatten(), nn.Linear(12, 2)).double().eval()
+    ids = torch.randint(0, 10, (32, 3), generator=torch.Generator().manual_seed(0))
+    ids[0, 0] = 11
+    with pytest.raises(ValueError, match=r"data of shape \(32, 3\) does not fit.*indices < 10"):
+        read(model, ids, Gaussian(), progress=False)

@@ -69,6 +69,7 @@ from neuromanifold.singular.family import check_family
 from neuromanifold.singular.groups import group_key, is_grouped_conv
 from neuromanifold.singular.memory import MemoryPlan, plan_memory
 from neuromanifold.singular.passes import check_forward_mode
+from neuromanifold.singular.probe_rank import g_rows, probe_size_note, rank_limited
 from neuromanifold.singular.read_candidate import MIN_RESIDUAL, PROJECT_MIN_OVERLAP, read_candidate
 from neuromanifold.singular.reading import DirectionRecord, NotCovered, Reading
 from neuromanifold.singular.sweep import T_BATCH
@@ -342,7 +343,7 @@ def read(
         xw = xw.to(dev)
     labels = None if y is None else y.to(xw.device)
     with torch.no_grad():
-        out = forward_checked(work, xw[:GRAPH_SAMPLES])
+        out = forward_checked(work, xw[:GRAPH_SAMPLES], data_shape=tuple(x.shape))
     if not isinstance(out, Tensor):
         raise TypeError(
             f"model output must be a Tensor (N, ...); got {type(out).__name__}: wrap the model so "
@@ -376,6 +377,8 @@ def read(
         )
         batch_size = plan.factor_batch
     factors = kfac_factors(work, xw, family, batch_size=batch_size, max_factor_dim=max_factor_dim)
+    # one forward + backward on a few samples: which G factors have fewer rows than their side
+    probe_limited = rank_limited(factors, g_rows(work, xw, family, factors))
     seen, emb_passes = embedding_rows_seen(work, xw, batch_size)
     params = {k: v.detach().clone() for k, v in work.named_parameters()}
     ctx = DetectionContext(
@@ -494,6 +497,9 @@ def read(
             "by one, shows as one-sided records on each side, not as one duality chain"
         )
         note = f"{note}; {grouped_note}" if note else grouped_note
+    size_note = probe_size_note(probe_limited)
+    if size_note:
+        note = f"{note}; {size_note}" if note else size_note
     meta = {
         "model": type(model).__name__,
         "n_params": sum(p.numel() for p in model.parameters()),
@@ -514,14 +520,15 @@ def read(
         "upcast_note": "float32 parameters were up-cast to float64 for the read" if upcast else "",
         "n_candidates": n_found,
         "n_read": len(records),
-        "n_forward_passes": 2
+        "n_forward_passes": 3
         + factor_counts["n_forward"]
         + emb_passes
         + adapt_passes
         + n_sweep_passes
         + n_certify,
         "n_certify_passes": n_certify,
-        "n_backward_passes": factor_counts["n_backward"],
+        "n_backward_passes": factor_counts["n_backward"] + 1,
+        "probe_rank_limited": probe_limited,
         "factor_fisher": factor_counts["fisher"],
         "snap": snap if snap == "auto" else bool(snap),
         "n_baseline_reads": n_baseline,

@@ -111,7 +111,12 @@ def test_tiny_gpt2_is_covered_and_the_callers_model_untouched() -> None:
     assert kinds[("qk-rotation", "curved_gauge", 2)] == 2  # fused c_attn, one per head
     assert kinds[("vo-rescale", "curved_gauge", 2)] == 2
     scale = {r.layers for r in reading.directions if r.detector == "norm-scale"}
-    assert scale == {(f"{pre}ln_1", f"{pre}attn.c_attn"), (f"{pre}ln_2", f"{pre}mlp.c_fc")}
+    # the final ln_f reaches the score head through GPT-2's same-shape view (a graph edge)
+    assert scale == {
+        (f"{pre}ln_1", f"{pre}attn.c_attn"),
+        (f"{pre}ln_2", f"{pre}mlp.c_fc"),
+        ("model.transformer.ln_f", "model.score"),
+    }
     assert "4 Hugging Face `Conv1D` modules were read as the equal `nn.Linear`" in (
         reading_markdown(reading)
     )

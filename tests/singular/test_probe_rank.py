@@ -284,3 +284,23 @@ def test_ranks_with_different_shards_count_the_rows_of_the_whole_probe_set(tmp_p
     )
     per_rank = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert per_rank[0] == per_rank[1] == single  # rank 0 alone sees one real token per sample
+
+
+def test_the_rank_maximum_is_the_shared_all_reduce_max(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`g_rows` maximises its per-sample counts over the ranks through
+    `neuromanifold.singular.distributed.all_reduce_max` (one collective contract), once, with
+    one value per counted block; without a process group the counts are unchanged."""
+    import neuromanifold.singular.probe_rank as probe_rank
+
+    calls: list[list[int]] = []
+    shared = probe_rank.all_reduce_max
+
+    def spy(values: list[int], device: torch.device | None = None) -> list[int]:
+        calls.append(list(values))
+        return shared(values, device)
+
+    monkeypatch.setattr(probe_rank, "all_reduce_max", spy)
+    model, ids = _masked_model_and_ids()
+    counts = g_rows(model, ids, Categorical(), kfac_factors(model, ids, Categorical()))
+    assert len(calls) == 1 and len(calls[0]) == 2  # fc1 and fc2
+    assert counts["fc1"] == 8 * 3 * 2  # N · three real tokens · (C − 1), as without the spy

@@ -45,6 +45,7 @@ import torch
 from torch import Tensor, nn
 
 from neuromanifold.singular.blocks import gradient_positions, is_supported_block
+from neuromanifold.singular.distributed import all_reduce_max
 from neuromanifold.singular.factors import BlockFactors
 
 __all__ = ["PROBE_SAMPLES", "g_rows", "probe_size_note", "rank_limited"]
@@ -129,9 +130,9 @@ def g_rows(
     finally:
         for h in handles:
             h.remove()
-    most = _max_over_ranks(
-        {n: int(c.max()) if c.numel() else 0 for n, c in counts.items()}, xs.device
-    )
+    names = sorted(counts)  # every rank has the same blocks (the same model)
+    local = [int(counts[n].max()) if counts[n].numel() else 0 for n in names]
+    most = dict(zip(names, all_reduce_max(local, xs.device), strict=True))
     result: dict[str, int] = {}
     for n, bf in factors.items():
         if bf.g_rank_bound is None:
@@ -143,20 +144,6 @@ def g_rows(
         rows = bf.n_samples * most[n] * _score_rank(family, bf.fisher, out)
         result[n] = min(int(bf.g_rank_bound), rows)
     return result
-
-
-def _max_over_ranks(values: dict[str, int], device: torch.device) -> dict[str, int]:
-    """``values`` maximised over the ranks of an initialised ``torch.distributed`` process group
-    (every rank passes the same keys: the same model), so that every rank counts the same rows;
-    unchanged without one."""
-    import torch.distributed as dist
-
-    if not values or not (dist.is_available() and dist.is_initialized()):
-        return values
-    names = sorted(values)
-    t = torch.tensor([float(values[n]) for n in names], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return {n: int(v) for n, v in zip(names, t.tolist(), strict=True)}
 
 
 def rank_limited(

@@ -179,12 +179,12 @@ def test_sampled_labels_give_one_row_per_position_and_the_head_keeps_its_closed_
     assert ("fc", "G") in listed and ("head", "G") not in listed
 
 
-def test_samples_must_be_positive() -> None:
+def test_batch_must_be_positive() -> None:
     model = _PooledClassifier().double().eval()
     x = _ids(3)
     factors = kfac_factors(model, x, Categorical())
-    with pytest.raises(ValueError, match=r"samples must be a positive int; got 0"):
-        g_rows(model, x, Categorical(), factors, samples=0)
+    with pytest.raises(ValueError, match=r"batch must be a positive int; got 0"):
+        g_rows(model, x, Categorical(), factors, batch=0)
 
 
 def test_frozen_parameters_and_an_in_place_activation_are_counted_and_left_as_they_are() -> None:
@@ -304,3 +304,22 @@ def test_the_rank_maximum_is_the_shared_all_reduce_max(monkeypatch: pytest.Monke
     counts = g_rows(model, ids, Categorical(), kfac_factors(model, ids, Categorical()))
     assert len(calls) == 1 and len(calls[0]) == 2  # fc1 and fc2
     assert counts["fc1"] == 8 * 3 * 2  # N · three real tokens · (C − 1), as without the spy
+
+
+def test_samples_beyond_the_first_chunk_are_counted_so_a_full_rank_g_is_not_listed() -> None:
+    """The audit's example: a masked mean of width 88, N = 40, T = 4, the first 16 samples with
+    one real token and the other 24 with four (a probe set sorted by length). G of fc1 has full
+    rank 88; the count must bound it (rank ≤ rows), so the factor is not listed."""
+    torch.manual_seed(0)
+    model = _MaskedMean()
+    width = 88
+    model.emb, model.fc1, model.fc2 = nn.Embedding(50, 6), nn.Linear(6, width), nn.Linear(width, 3)
+    model = model.double().eval()
+    ids = torch.randint(1, 50, (40, 4), generator=torch.Generator().manual_seed(1))
+    ids[:16, 1:] = 0
+    factors = kfac_factors(model, ids, Categorical())
+    counts = g_rows(model, ids, Categorical(), factors)
+    rank = factor_spectrum(factors["fc1"].G).rank
+    assert rank == width  # full rank: no kernel for N to shrink
+    assert counts["fc1"] >= rank
+    assert ("fc1", "G") not in [(e["layer"], e["factor"]) for e in rank_limited(factors, counts)]

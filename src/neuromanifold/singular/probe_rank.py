@@ -23,12 +23,15 @@ Contributing rows of block ``b`` (``N`` probe samples):
   `BlockFactors.g_rank_bound`. `BlockFactors.g_rank_bound` counts every position and every
   column, zero or dependent ones included: a sequence-classification head reads only the pooled
   position, so the MLP of the last layer gets ``N·(C − 1)`` rows, not ``N·T·C``. `g_rows`
-  measures ``P_b`` on the first ``samples`` probe samples (one forward and one backward pass of
-  a seeded random output cotangent: a position gets a non-zero gradient from it exactly when the
-  output depends on it at first order, up to a measure-zero draw) and takes the largest
-  per-sample count (over all ranks of an initialised ``torch.distributed`` process group, each
-  with its shard). A block applied to rows flattened over samples and positions (OPT's MLP
-  sees ``(N·T, d)``) is counted per sample in sample-major order.
+  measures ``P_b`` on every probe sample, a chunk of samples at a time (one forward and one
+  backward pass per chunk of a seeded random output cotangent: a position gets a non-zero
+  gradient from it exactly when the output depends on it at first order, up to a measure-zero
+  draw) and takes the largest per-sample count (over all ranks of an initialised
+  ``torch.distributed`` process group, each with its shard), so ``N · max P_b · r`` bounds the
+  rows whichever samples hold the most positions (padding, masks). It costs one more forward
+  and backward pass over the probe set, the factor pass taking one backward per score column.
+  A block applied to rows flattened over samples and positions (OPT's MLP sees
+  ``(N·T, d)``) is counted per sample in sample-major order.
 
 The count bounds the rank; it does not explain every small rank: per-sample contributions that
 share directions (e.g. the fixed span of a classifier's weights) leave a kernel that also shrinks
@@ -51,7 +54,7 @@ from neuromanifold.singular.factors import BlockFactors
 __all__ = ["PROBE_SAMPLES", "g_rows", "probe_size_note", "rank_limited"]
 
 PROBE_SAMPLES = 16
-"""Probe samples on which `g_rows` counts the positions carrying an output gradient."""
+"""Samples per forward and backward pass of `g_rows` when no ``batch`` is given."""
 NOTE_NAMES = 2
 """Factors named in `probe_size_note` (the rest are counted; all are in the list)."""
 
@@ -74,30 +77,34 @@ def g_rows(
     family: Any,
     factors: Mapping[str, BlockFactors],
     *,
-    samples: int = PROBE_SAMPLES,
+    batch: int = PROBE_SAMPLES,
     seed: int = 0,
 ) -> dict[str, int]:
     """Contributing rows of each block's ``G`` (module docstring), ``{block: rows}``.
 
     ``model``: the model the factors were taken on, evaluated as it is (through
     ``torch.func.functional_call`` with detached views of its parameters: nothing is copied or
-    changed); ``x``: the probe inputs (only the first ``samples`` are run; floating inputs in the
-    dtype of the model's parameters); ``factors``: its `BlockFactors` by block name (``N =
+    changed); ``x``: the probe inputs (floating inputs in the dtype of the model's parameters),
+    every sample of which is run, ``batch`` samples per forward and backward pass (the read
+    passes its memory plan's factor batch); ``factors``: its `BlockFactors` by block name (``N =
     n_samples``, the sampling mode ``fisher``, ``g_rank_bound``). A block is given
-    ``min(g_rank_bound, N · P_b · r)``; blocks the pass does not see as a module call (the
+    ``min(g_rank_bound, N · max_n P_b(n) · r)``, with ``max_n P_b(n)`` the largest count over
+    every sample of ``x`` (and every rank): an upper bound on the rows, so a factor of full rank
+    is never given fewer rows than its side. Blocks the pass does not see as a module call (the
     per-group keys ``"name[g]"`` of a grouped convolution) and the closed-form head keep
     ``g_rank_bound``. Blocks without a ``g_rank_bound`` are left out.
     """
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        raise ValueError(f"samples must be a positive int; got {samples!r}")
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be a positive int; got {batch!r}")
     mods = dict(model.named_modules())
     wanted = {n for n in factors if n in mods and is_supported_block(mods[n])}
     params = {k: v.detach().requires_grad_(True) for k, v in model.named_parameters()}
     dtype = next((p.dtype for p in params.values() if p.is_floating_point()), torch.float64)
-    xs = x[:samples]
-    xs = xs.to(dtype) if xs.is_floating_point() else xs
+    most = dict.fromkeys(wanted, 0)
+    heads: set[str] = set()
+    sample_out: Tensor | None = None
     outs: dict[str, list[Tensor]] = {n: [] for n in wanted}
-    counts = {n: torch.zeros(xs.shape[0], dtype=torch.long, device=xs.device) for n in wanted}
+    counts: dict[str, Tensor] = {}
 
     def hook(name: str):
         def fn(mod: nn.Module, inputs: tuple[Tensor, ...], output: Tensor) -> None:
@@ -116,32 +123,46 @@ def g_rows(
 
         return fn
 
+    gen: torch.Generator | None = None
     handles = [mods[n].register_forward_hook(hook(n)) for n in wanted]
     try:
-        with torch.enable_grad():
-            out = torch.func.functional_call(model, params, (xs,))
-            gen = torch.Generator(device=out.device).manual_seed(seed)
-            cot = torch.randn(out.shape, generator=gen, dtype=out.dtype, device=out.device)
-            targets = [t for ts in outs.values() for t in ts]
-            if out.requires_grad and targets:
-                # the hooks record every block output's gradient; ``params`` as the inputs keeps
-                # this valid when an in-place op changed a block output after it was recorded
-                torch.autograd.grad((out * cot).sum(), list(params.values()), allow_unused=True)
+        for lo in range(0, x.shape[0], batch):
+            xs = x[lo : lo + batch]
+            xs = xs.to(dtype) if xs.is_floating_point() else xs
+            for n in wanted:
+                outs[n] = []
+                counts[n] = torch.zeros(xs.shape[0], dtype=torch.long, device=xs.device)
+            with torch.enable_grad():
+                out = torch.func.functional_call(model, params, (xs,))
+                if gen is None:
+                    gen = torch.Generator(device=out.device).manual_seed(seed)
+                cot = torch.randn(out.shape, generator=gen, dtype=out.dtype, device=out.device)
+                targets = [t for ts in outs.values() for t in ts]
+                if out.requires_grad and targets:
+                    # the hooks record every block output's gradient; ``params`` as the inputs
+                    # keeps this valid when an in-place op changed a block output after it was
+                    # recorded
+                    torch.autograd.grad((out * cot).sum(), list(params.values()), allow_unused=True)
+            heads |= {n for n, ts in outs.items() if any(t is out for t in ts)}
+            sample_out = out[:1].detach()  # per-sample output shape, for `_score_rank`
+            for n, c in counts.items():
+                most[n] = max(most[n], int(c.max()) if c.numel() else 0)
+            del out, cot, targets
     finally:
         for h in handles:
             h.remove()
-    names = sorted(counts)  # every rank has the same blocks (the same model)
-    local = [int(counts[n].max()) if counts[n].numel() else 0 for n in names]
-    most = dict(zip(names, all_reduce_max(local, xs.device), strict=True))
+        outs.clear()
+    names = sorted(most)  # every rank has the same blocks (the same model)
+    most = dict(zip(names, all_reduce_max([most[n] for n in names], x.device), strict=True))
     result: dict[str, int] = {}
     for n, bf in factors.items():
         if bf.g_rank_bound is None:
             continue
-        head = any(t is out for t in outs.get(n, ()))
-        if n not in wanted or (head and bf.fisher != "exact"):
+        if n not in wanted or (n in heads and bf.fisher != "exact"):
             result[n] = int(bf.g_rank_bound)
             continue
-        rows = bf.n_samples * most[n] * _score_rank(family, bf.fisher, out)
+        r = 0 if sample_out is None else _score_rank(family, bf.fisher, sample_out)  # no samples
+        rows = bf.n_samples * most[n] * r
         result[n] = min(int(bf.g_rank_bound), rows)
     return result
 

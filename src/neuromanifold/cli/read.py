@@ -6,6 +6,9 @@ model and the probe set, reads its contiguous shard (`neuromanifold.singular.dis
 sums are all-reduced, and only rank 0 prints and writes files. ``--resume`` is single-process;
 ``--max-memory`` is a budget per process (the ranks agree on one plan). The JSON's ``meta`` holds
 rank 0's shard (``rank``, ``shard``, ``n_samples_local``) and its pass counts (``per_rank``).
+An error every rank meets (the arguments, the input checks agreed over the ranks) is printed
+once; an error of one rank's own shard (its forward pass, its token ids) is printed by that rank,
+as ``rank r: error: ...``.
 """
 
 from __future__ import annotations
@@ -151,17 +154,36 @@ def _family_label(family: str | None, default_family: Any, fam: Any) -> str:
     )
 
 
-def _error(message: str) -> None:
-    """Print ``message`` on stderr from rank 0 only: under torchrun every rank meets the same
-    error (the read agrees on its checks over the ranks), and it is printed once. Before the
-    process group is initialised the rank is torchrun's ``RANK``."""
+def _launch_rank_world() -> tuple[int, int]:
+    """This process's rank and the world size: the process group's, else torchrun's ``RANK`` and
+    ``WORLD_SIZE`` (before the group is initialised), else ``(0, 1)``."""
     import os
 
     from neuromanifold.singular import distributed as dp
 
-    launched_rank = int(os.environ.get("RANK", "0")) if dp.launched_by_torchrun() else 0
-    if dp.rank() == 0 and launched_rank == 0:
-        typer.echo(message, err=True)
+    if dp.world_size() > 1:
+        return dp.rank(), dp.world_size()
+    if dp.launched_by_torchrun():
+        return int(os.environ["RANK"]), int(os.environ.get("WORLD_SIZE", "1"))
+    return 0, 1
+
+
+def _error(message: str, *, agreed: bool) -> None:
+    """Print ``message`` on stderr.
+
+    ``agreed=True``: every rank meets the same error (a check on the arguments, or the read's
+    input checks, which are agreed over the ranks), so only rank 0 prints it, once.
+    ``agreed=False``: the error is this rank's own (its shard's forward pass, token ids, model
+    outputs); the rank that hit it prints it, prefixed ``rank r: `` when there are several
+    ranks. The other ranks then stop in their next collective (gloo: "Connection closed by
+    peer").
+    """
+    r, world = _launch_rank_world()
+    if agreed:
+        if r == 0:
+            typer.echo(message, err=True)
+    else:
+        typer.echo(message if world == 1 else f"rank {r}: {message}", err=True)
 
 
 def _n_samples(data: Any) -> int:
@@ -261,7 +283,7 @@ def register(app: typer.Typer) -> None:
         from neuromanifold.singular import distributed as dp
         from neuromanifold.singular.family import Categorical, Gaussian
         from neuromanifold.singular.memory import parse_memory
-        from neuromanifold.singular.read import check_live_threshold, read
+        from neuromanifold.singular.read import _inputs_on_every_rank, check_live_threshold, read
 
         if resume and out is None:
             raise typer.BadParameter("--resume needs --out DIR (the read log lives there)")
@@ -271,12 +293,12 @@ def register(app: typer.Typer) -> None:
             dev = dp.resolve_device(device)
             budget = None if max_memory is None else parse_memory(max_memory)
         except (ValueError, TypeError) as err:
-            _error(f"error: {err}")
+            _error(f"error: {err}", agreed=True)
             raise typer.Exit(code=2) from err
         try:
             live_threshold = check_live_threshold(live_threshold)
         except (ValueError, TypeError) as err:
-            _error(f"error: --live-threshold: {err}")
+            _error(f"error: --live-threshold: {err}", agreed=True)
             raise typer.Exit(code=2) from err
         if dp.init_from_env(dev):
             import atexit
@@ -336,9 +358,14 @@ def register(app: typer.Typer) -> None:
             options["live_threshold"] = live_threshold
         if not main_rank:
             options["progress"] = False
-        try:
+        try:  # the same on every rank: the data's shape, and the input checks agreed over ranks
             n_global = _n_samples(x)
             x = dp.shard_data(x)  # this rank's contiguous shard (everything without torchrun)
+            _inputs_on_every_rank(x)
+        except (ValueError, TypeError) as err:
+            _error(f"error: {err}", agreed=True)
+            raise typer.Exit(code=2) from err
+        try:
             if out is not None and main_rank:
                 from neuromanifold.report.resume import LOG_NAME, resumable_read
 
@@ -347,8 +374,8 @@ def register(app: typer.Typer) -> None:
                 )
             else:
                 reading = read(net, x, fam, **options)
-        except (ValueError, TypeError) as err:  # the read agrees on its input checks over ranks
-            _error(f"error: {err}")
+        except (ValueError, TypeError) as err:  # past the agreed checks: this rank's own error
+            _error(f"error: {err}", agreed=False)
             raise typer.Exit(code=2) from err
         if dp.world_size() > 1:  # this rank's shard beside the global N (the pass counts are its)
             import dataclasses

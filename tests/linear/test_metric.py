@@ -160,3 +160,27 @@ def test_error_paths() -> None:
     with pytest.raises(ValueError, match=r"grad with K\.shape"):
         riemannian_gradient(np.eye(2), np.ones(3))
     assert tangent_condition_number(np.diag([1.0, 0.0]), 2) == float("inf")
+
+
+def test_metric_refusal_says_singular_or_ill_conditioned() -> None:
+    """metric_tensor tests λ = σ² of K at RTOL_RANK, so a point the rank tests call regular can
+    be refused; the message calls a point singular only where λ_dimM is within K's round-off
+    (rank < dim M), and otherwise names it regular but ill-conditioned, with its condition
+    number. Before, both said "undefined at this (singular) point"."""
+    arch = LCN((3, 2), (2,))
+    near = [np.array([-0.49, 0.0, 1.0]), np.array([-0.49 + 1e-5, 1.0])]  # 1e-5 off spec §4.6
+    assert jacobian_rank(arch, near) == arch.dim_M and is_smooth_point(arch, near).smooth
+    K = ntk(arch, near)
+    cond = tangent_condition_number(K, arch.dim_M)
+    assert 1 / RTOL_RANK <= cond < float("inf")  # resolved by K, yet beyond the metric's bound
+    with pytest.raises(ValueError, match=r"not singular.+too ill-conditioned.+≥ 1 / RTOL_RANK"):
+        metric_tensor(K, arch.dim_M)
+    critical = [np.array([-0.49, 0.0, 1.0]), np.array([-0.49, 1.0])]
+    assert jacobian_rank(arch, critical) == arch.dim_M - 1
+    with pytest.raises(ValueError, match=r"round-off .+ rank < dim_M.+\(singular\) point"):
+        metric_tensor(ntk(arch, critical), arch.dim_M)
+    # the same two verdicts on K alone: λ_2 = 1e-12 λ_1 is resolved (n_v ε ≈ 7e-16), λ_2 = 0 not
+    with pytest.raises(ValueError, match=r"too ill-conditioned .+ = 1e\+12"):
+        metric_tensor(np.diag([1.0, 1e-12, 0.0]), 2)
+    with pytest.raises(ValueError, match=r"rank < dim_M.+\(singular\) point"):
+        metric_tensor(np.diag([1.0, 0.0, 0.0]), 2)

@@ -40,7 +40,11 @@ RTOL_RANK = 1e-9
 """The one rank threshold: a singular value ``σ_i`` counts iff ``σ_i > RTOL_RANK · σ_max``.
 
 Shared by :func:`jacobian_rank`, :func:`is_smooth_point`, the locus classification, the fiber
-dimension and the convergence experiment (they import it), so their verdicts agree. Gradient flow
+dimension and the convergence experiment (they import it), so their rank verdicts agree.
+:func:`metric_tensor` and :mod:`~.metric_pair` apply the same constant to the eigenvalues
+``λ = σ²`` of ``K``, not to ``σ``: they refuse a point with ``σ_dimM / σ_max ≤ √RTOL_RANK ≈ 3e-5``
+(a condition number of ``K|T_vM`` of at least ``1 / RTOL_RANK``), which the rank tests above may
+call regular; :func:`metric_tensor`'s message says which of the two it is. Gradient flow
 limits on the stride-one critical locus keep ``σ_dimM / σ_max`` near ``1e-10`` (measured up to
 ``1.4e-10`` at ``‖∇L‖ = 1e-10``), so a threshold of ``1e-10`` would call them regular.
 """
@@ -176,7 +180,10 @@ def metric_tensor(K: Any, dim_M: int) -> np.ndarray:
     eigenvalues are resolved only to about ``n_v ε λ_1``, so the Jacobian's ``σ_{dim M} ≤
     RTOL_RANK · σ_1`` (``λ`` ratio ``1e-18``) cannot be read off ``K``; at singular points (spec
     §4.6) ``λ_{dim M}`` is round-off of either sign, ``~1e-16 λ_1``. A regular point with
-    ``cond K|T_vM ≥ 1 / RTOL_RANK`` is refused as well (ill-conditioned, not singular).
+    ``cond K|T_vM ≥ 1 / RTOL_RANK`` is refused as well (ill-conditioned, not singular): the
+    message says "singular" only where ``λ_{dim M} ≤ n_v ε λ_1`` (``K`` has rank ``< dim M`` to
+    its round-off, the floor of :func:`tangent_condition_number`), and otherwise gives the
+    condition number of the regular but ill-conditioned point.
 
     >>> metric_tensor(np.diag([4.0, 2.0, 0.0]), 2).tolist()
     [[0.25, 0.0, 0.0], [0.0, 0.5, 0.0], [0.0, 0.0, 0.0]]
@@ -185,12 +192,29 @@ def metric_tensor(K: Any, dim_M: int) -> np.ndarray:
     lam, U = _top_eig(K, dim_M)
     floor = RTOL_RANK * max(float(lam[0]), 0.0)
     if not lam[-1] > floor:
-        raise ValueError(
+        head = (
             f"K has only {int(np.sum(lam > floor))} eigenvalues above RTOL_RANK · λ_max = "
-            f"{floor:.3g} < dim_M = {dim_M} (λ_dimM = {lam[-1]:.3g}): the metric is undefined at "
-            "this (singular) point"
+            f"{floor:.3g} < dim_M = {dim_M} (λ_dimM = {lam[-1]:.3g}): "
+        )
+        roundoff = _roundoff_floor(K, lam)
+        if not lam[-1] > roundoff:
+            raise ValueError(
+                head + f"λ_dimM is within K's round-off n_v·ε·λ_max = {roundoff:.3g}, so K has "
+                "rank < dim_M; the metric is undefined at this (singular) point"
+            )
+        raise ValueError(
+            head + f"λ_dimM is above K's round-off {roundoff:.3g} (rank dim_M: the point is not "
+            "singular), but K|T_vM is too ill-conditioned for a reliable inverse (condition "
+            f"number λ_max / λ_dimM = {lam[0] / lam[-1]:.3g} ≥ 1 / RTOL_RANK = {1 / RTOL_RANK:.3g};"
+            f" the Jacobian's σ_dimM / σ_max = {np.sqrt(lam[-1] / lam[0]):.3g}, which "
+            "jacobian_rank counts when it exceeds RTOL_RANK)"
         )
     return (U / lam) @ U.T
+
+
+def _roundoff_floor(K: np.ndarray, lam: np.ndarray) -> float:
+    """``n_v ε λ_1``: the round-off of ``K``'s eigenvalues (``eigh``'s backward error)."""
+    return K.shape[0] * float(np.finfo(np.float64).eps) * max(float(lam[0]), 0.0)
 
 
 def metric_inner(K: Any, dim_M: int, xi: Any, eta: Any) -> float:
@@ -223,5 +247,4 @@ def tangent_condition_number(K: Any, dim_M: int) -> float:
     """
     K = _check_K(K, dim_M)
     lam, _ = _top_eig(K, dim_M)
-    floor = K.shape[0] * np.finfo(np.float64).eps * max(float(lam[0]), 0.0)
-    return float(lam[0] / lam[-1]) if lam[-1] > floor else float("inf")
+    return float(lam[0] / lam[-1]) if lam[-1] > _roundoff_floor(K, lam) else float("inf")

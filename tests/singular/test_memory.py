@@ -374,3 +374,32 @@ def test_cli_rejects_a_budget_beyond_a_float_in_one_line() -> None:
     assert res.exit_code == 2, res.output
     assert "error: max_memory '1e400' is too large to be a memory size" in res.output
     assert res.exception is None or isinstance(res.exception, SystemExit)
+
+
+def test_the_probe_rank_pass_keeps_the_factor_share_of_the_budget(monkeypatch) -> None:
+    """``read(max_memory=30 MB)`` on a per-position MLP over (16, 512, 16): the plan takes factor
+    batches of 1 sample, and `g_rows` (one forward and backward per chunk, about a factor
+    batch's cost) runs in chunks of that batch, so its tracked peak stays within the factor
+    pass's share ``plan["max_memory"]`` (it ran 16 samples at once before: 51 MB tracked)."""
+    import neuromanifold.singular.read as read_module
+
+    real = read_module.g_rows
+    seen: dict[str, object] = {}
+
+    def spy(*args, **kwargs):
+        out: dict[str, dict[str, int]] = {}
+        seen["peak"] = peak_allocated(lambda: out.setdefault("rows", real(*args, **kwargs)))
+        seen["batch"] = kwargs.get("batch")
+        return out["rows"]
+
+    monkeypatch.setattr(read_module, "g_rows", spy)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 256), nn.GELU(), nn.Linear(256, 4)).double()
+    x = torch.randn(16, 512, 16, dtype=torch.float64)
+    reading = read_module.read(
+        model, x, Gaussian(), max_memory=30_000_000, max_directions=0, progress=False
+    )
+    plan = reading.meta["memory_plan"]
+    assert plan["factor_batch"] < x.shape[0]  # the budget does bind the factor pass
+    assert seen["batch"] == plan["factor_batch"]
+    assert seen["peak"] <= plan["max_memory"]

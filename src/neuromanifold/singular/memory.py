@@ -55,9 +55,12 @@ added to every fixed cost), and so is its float64 copy of the data when it makes
 counted in every phase). Not foreseen by the plan: the candidate directions the detectors
 propose, while the detection runs (their bytes are known only once it has run; then the sweeps
 are sized to what remains, `MemoryPlan.holding`, and the read raises ``ValueError`` when one
-sample no longer fits); the plan's own measuring passes (on 2 and 4 samples, the factor pass on
-up to 8), and passes over fixed-size chunks outside the plan (the graph trace and the
-forward-mode check on a few samples, the adapters' and the rescale certification's passes). Not
+sample no longer fits); the probe-rank pass (`neuromanifold.singular.probe_rank.g_rows`, one
+forward and one backward of a random cotangent) is not measured, but runs in chunks of
+``factor_batch`` samples, about what one factor batch costs; the plan's own measuring passes
+(on 2 and 4 samples, the factor pass on up to 8), and passes over fixed-size chunks outside the
+plan (the graph trace and the forward-mode check on a few samples, the adapters' and the rescale
+certification's passes). Not
 seen by the tracker: scratch memory that kernels allocate internally (BLAS, LAPACK eigensolver
 and convolution workspaces), the allocator's caching and fragmentation, and Python objects:
 ``BUDGET_FRACTION`` and ``JVP_FRACTION`` leave room for them (their docstrings give the

@@ -377,8 +377,10 @@ def read(
         )
         batch_size = plan.factor_batch
     factors = kfac_factors(work, xw, family, batch_size=batch_size, max_factor_dim=max_factor_dim)
-    # one forward + backward on a few samples: which G factors have fewer rows than their side
-    probe_limited = rank_limited(factors, g_rows(work, xw, family, factors))
+    # one forward + backward over the samples: which G factors have fewer rows than their side;
+    # under a plan in chunks of its factor batch (the pass costs about what a factor batch does)
+    rows_batch = {} if plan is None else {"batch": plan.factor_batch}
+    probe_limited = rank_limited(factors, g_rows(work, xw, family, factors, **rows_batch))
     seen, emb_passes = embedding_rows_seen(work, xw, batch_size)
     params = {k: v.detach().clone() for k, v in work.named_parameters()}
     ctx = DetectionContext(

@@ -685,3 +685,32 @@ def test_data_that_does_not_fit_is_named_by_its_whole_shape() -> None:
     ids[0, 0] = 11
     with pytest.raises(ValueError, match=r"data of shape \(32, 3\) does not fit.*indices < 10"):
         read(model, ids, Gaussian(), progress=False)
+
+
+def test_baseline_under_a_budget_refuses_before_the_sweeps(monkeypatch) -> None:
+    """``read(baseline=True, max_memory=24kB)`` on the planted ReLU MLP: the scan's copy of the
+    parameters does not fit beside the candidates and one JVP sample; the refusal comes before
+    any candidate is read (it came after every sweep before, the records discarded)."""
+    import neuromanifold.singular.read as read_module
+    from neuromanifold.cells.planted import planted_mlp
+
+    swept: list[int] = []
+    real = read_module.read_candidate
+
+    def spy(*args, **kwargs):
+        swept.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(read_module, "read_candidate", spy)
+    net = planted_mlp(activation="relu", n=128, seed=3)
+    with pytest.raises(ValueError, match=r"coordinate scan's copy of the parameters"):
+        read_module.read(
+            net.model,
+            net.data,
+            net.family,
+            max_memory="24kB",
+            max_directions=2,
+            baseline=True,
+            progress=False,
+        )
+    assert swept == []

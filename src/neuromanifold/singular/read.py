@@ -376,6 +376,8 @@ def read(
             held=_own_bytes(xw, x),
         )
         batch_size = plan.factor_batch
+        if baseline:  # the scan's copy of the parameters is known now: refuse before the read
+            plan.holding(_scan_bytes(work), what="the coordinate scan's copy of the parameters")
     factors = kfac_factors(work, xw, family, batch_size=batch_size, max_factor_dim=max_factor_dim)
     # one forward + backward over the samples: which G factors have fewer rows than their side;
     # under a plan in chunks of its factor batch (the pass costs about what a factor batch does)
@@ -424,6 +426,8 @@ def read(
             what=f"the {len(candidates)} candidate directions to read and the curved-gauge "
             f"generators",
         )
+        if baseline:  # and beside them, the scan's copy: refuse before the sweeps
+            plan.holding(_scan_bytes(work), what="the coordinate scan's copy of the parameters")
     chunk = None if plan is None else plan.chunk_size
     t_batch = T_BATCH if plan is None else plan.t_batch
 
@@ -477,8 +481,7 @@ def read(
         scan_plan = plan
         if plan is not None:  # the scan reads on its own float64 copy of the model
             scan_plan = plan.holding(
-                sum(p.numel() * 8 for p in work.parameters()),
-                what="the coordinate scan's copy of the parameters",
+                _scan_bytes(work), what="the coordinate scan's copy of the parameters"
             )
         records, n_baseline = _attach_baseline(records, work, xw, family, grid, scan_plan)
     note = ""
@@ -619,6 +622,11 @@ def _working_copy(model: nn.Module) -> nn.Module:
                     sub.dropout = 0.0
                 sub.train()
     return work
+
+
+def _scan_bytes(model: nn.Module) -> int:
+    """Bytes of the coordinate scan's float64 copy of ``model``'s parameters."""
+    return sum(p.numel() * 8 for p in model.parameters())
 
 
 def _attach_baseline(

@@ -63,7 +63,7 @@ forward+backward of the batch loss per chain step counts 1 (batch = all n = 1000
 forward for L_n(w*). The read counts ``n_forward_passes + n_backward_passes`` of its Reading
 (probe batch N = 256 samples; the node cells' own probe set, 128): 2 structure passes (output
 check and graph trace, on 16 samples, counted as full passes), the probe-rank count (1 forward +
-1 backward on 16 samples, counted as 2 full passes), the factor pass (1 forward + 1
+1 backward over the probe set, counted as 2 passes), the factor pass (1 forward + 1
 backward per output Hessian column: the forward those backwards reuse counts 1 more, an
 over-count by one), and per read direction 32 forward-mode JVP passes (one per t, also when
 ``vmap`` evaluates several t at once) + 1 for the floor's random direction, again for a snapped

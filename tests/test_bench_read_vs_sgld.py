@@ -28,7 +28,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "read_vs_sgld.py"
 SWEEP_PASSES = 33
 #: structure passes of a read (output check + graph trace).
 STRUCTURE_PASSES = 2
-#: the probe-rank count's passes (one forward and one backward on a few samples).
+#: the probe-rank count's passes (one forward and one backward over the probe set).
 PROBE_RANK_PASSES = 2
 #: running LLC of a constant trace vs λ, float64 (measured 2.2e-16 at the end, 1.3e-15 at worst).
 RTOL_RUNNING_LLC = 1e-12

@@ -379,10 +379,10 @@ def read(
         if baseline:  # the scan's copy of the parameters is known now: refuse before the read
             plan.holding(_scan_bytes(work), what="the coordinate scan's copy of the parameters")
     factors = kfac_factors(work, xw, family, batch_size=batch_size, max_factor_dim=max_factor_dim)
-    # one forward + backward over the samples: which G factors have fewer rows than their side;
-    # under a plan in chunks of its factor batch (the pass costs about what a factor batch does)
-    rows_batch = {} if plan is None else {"batch": plan.factor_batch}
-    probe_limited = rank_limited(factors, g_rows(work, xw, family, factors, **rows_batch))
+    # one forward + backward over the samples in chunks of the factor batch (the plan's under a
+    # budget): which G factors have fewer contributing rows than their side
+    probe_limited = rank_limited(factors, g_rows(work, xw, family, factors, batch=batch_size))
+    probe_passes = -(-int(xw.shape[0]) // batch_size)
     seen, emb_passes = embedding_rows_seen(work, xw, batch_size)
     params = {k: v.detach().clone() for k, v in work.named_parameters()}
     ctx = DetectionContext(
@@ -525,14 +525,15 @@ def read(
         "upcast_note": "float32 parameters were up-cast to float64 for the read" if upcast else "",
         "n_candidates": n_found,
         "n_read": len(records),
-        "n_forward_passes": 3
+        "n_forward_passes": 2
+        + probe_passes
         + factor_counts["n_forward"]
         + emb_passes
         + adapt_passes
         + n_sweep_passes
         + n_certify,
         "n_certify_passes": n_certify,
-        "n_backward_passes": factor_counts["n_backward"] + 1,
+        "n_backward_passes": factor_counts["n_backward"] + probe_passes,
         "probe_rank_limited": probe_limited,
         "factor_fisher": factor_counts["fisher"],
         "snap": snap if snap == "auto" else bool(snap),

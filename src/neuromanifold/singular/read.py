@@ -13,9 +13,11 @@ Pipeline (spec §7.2):
    (`neuromanifold.singular.adapt_attention`); see `_working_copy` for fused attention). Non-finite
    parameters or activations raise ``ValueError`` naming the parameter or module; data that does
    not fit the model raises ``ValueError`` naming the shapes.
-2. One hooked forward on a few samples traces the data-flow graph (`trace_graph`); one pass over the
-   probe set collects the K-FAC/KFC factors (`kfac_factors`); a no-grad pass records the embedding
-   indices seen (only when the model has embeddings).
+2. One hooked forward on a few samples traces the data-flow graph (`trace_graph`; a norm whose
+   output the graph loses at a function it does not follow is named in the ``note`` and in
+   ``meta["graph_stops"]``, `_norm_stops`); one pass over the probe set collects the K-FAC/KFC
+   factors (`kfac_factors`); a no-grad pass records the embedding indices seen (only when the
+   model has embeddings).
 3. Coverage: every module holding parameters must be handled by some detector of the registry;
    the others are listed in ``not_covered`` with a reason (also supported blocks never called, and
    blocks too large to factor, `kfac_factors`' size cap).
@@ -60,7 +62,7 @@ from neuromanifold.singular.classify import check_live_threshold
 from neuromanifold.singular.coordinate_scan import coordinate_scan
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, Detector
 from neuromanifold.singular.detectors.embedding import embedding_rows_seen
-from neuromanifold.singular.detectors.graph import trace_graph
+from neuromanifold.singular.detectors.graph import ModelGraph, is_named_rmsnorm, trace_graph
 from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
 from neuromanifold.singular.distributed import PER_RANK_META, resolve_device, world_size
 from neuromanifold.singular.factor_inputs import forward_checked
@@ -505,6 +507,10 @@ def read(
     size_note = probe_size_note(probe_limited)
     if size_note:
         note = f"{note}; {size_note}" if note else size_note
+    graph_stops = _norm_stops(work, graph)
+    stops_note = _norm_stops_note(work, graph_stops)
+    if stops_note:
+        note = f"{note}; {stops_note}" if note else stops_note
     meta = {
         "model": type(model).__name__,
         "n_params": sum(p.numel() for p in model.parameters()),
@@ -548,8 +554,39 @@ def read(
         "conv1d_as_linear": rewritten,
         "linear_subclass_as_linear": linear_subclasses,
         "multihead_as_projections": unpacked,
+        "graph_stops": graph_stops,
     }
     return Reading(directions=tuple(records), not_covered=tuple(not_covered), meta=meta, note=note)
+
+
+def _norm_stops(model: nn.Module, graph: ModelGraph) -> dict[str, list[str]]:
+    """Norms (``nn.LayerNorm``, ``nn.RMSNorm``, `is_named_rmsnorm`) whose output reaches no graph
+    consumer and is not the model output, and went through functions the graph does not follow
+    (``graph.stops``): norm → those functions' names. Their norm-scale (and, for a LayerNorm,
+    LayerNorm-kernel) gauges need a graph consumer, so none was proposed."""
+    out: dict[str, list[str]] = {}
+    for name, mod in model.named_modules():
+        is_norm = isinstance(mod, nn.LayerNorm | nn.RMSNorm) or is_named_rmsnorm(mod)
+        stopped = graph.stops.get(name, ())
+        if is_norm and stopped and not graph.consumers.get(name) and graph.output != name:
+            out[name] = list(stopped)
+    return out
+
+
+def _norm_stops_note(model: nn.Module, stops: Mapping[str, Sequence[str]]) -> str:
+    """One clause per norm of `_norm_stops`, naming the functions and the gauges not proposed."""
+    clauses = []
+    for name, funcs in stops.items():
+        gauges = (
+            "norm-scale and LayerNorm-kernel gauges were"
+            if isinstance(model.get_submodule(name), nn.LayerNorm)
+            else "norm-scale gauge was"
+        )
+        clauses.append(
+            f"the output of '{name}' reaches the next layer through {', '.join(funcs)}, which the "
+            f"graph does not follow: its {gauges} not proposed"
+        )
+    return "; ".join(clauses)
 
 
 def _own_bytes(copy: Tensor, original: Tensor) -> int:

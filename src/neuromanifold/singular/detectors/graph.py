@@ -25,9 +25,12 @@ every unit where it was, so the steps that act on the units pass through it (it 
 advanced indexing breaks the chain. Any other function (a product of two different tensors, a
 transpose, another reshape, a residual addition, an in-place operation on the tensor) breaks it,
 so no edge is drawn across it (the duality join and the LayerNorm lift are then not attempted,
-which is conservative). A module that is elementwise but computes through anything else
-(``torch.where``, ``clamp``, a custom kernel) continues the chain when it has a truthy
-``elementwise`` attribute; its step is then labelled with its class name.
+which is conservative). The functions that stopped a source's output this way are recorded in
+``ModelGraph.stops`` (calls made inside a sink's own ``forward``, where the sink computes on its
+input, are not stops), so that a read can say where a chain was cut. A module that is
+elementwise but computes through anything else (``torch.where``, ``clamp``, a custom kernel)
+continues the chain when it has a truthy ``elementwise`` attribute; its step is then labelled
+with its class name.
 
 **Skip edges** are recorded separately: ``skips[p]`` lists the sinks whose first input is a sum in
 which the output of source ``p`` itself is one summand — ``c(z + f(z))`` with ``z = p(·)``, through
@@ -44,7 +47,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
-from torch.overrides import TorchFunctionMode
+from torch.overrides import TorchFunctionMode, resolve_name
 
 from neuromanifold.singular.detectors.graph_steps import (
     CHANNELWISE,
@@ -188,7 +191,11 @@ class ModelGraph:
     selection such as the last position's logits; ``None`` otherwise, e.g. after an activation,
     a reshape or a mean);
     ``called``: names of modules called during the traced forward; ``skips[p]``: the sinks that
-    receive ``p``'s output as one summand of a residual sum (module docstring).
+    receive ``p``'s output as one summand of a residual sum (module docstring); ``stops[p]``: the
+    functions the graph does not follow (``torch.overrides.resolve_name`` names, such as
+    ``"torch.Tensor.transpose"``, each once, in call order) that received a tensor still carrying
+    ``p``'s provenance and returned a tensor, outside any sink's own ``forward``: where a chain from
+    ``p`` was cut.
     """
 
     consumers: dict[str, tuple[str, ...]]
@@ -197,6 +204,7 @@ class ModelGraph:
     output: str | None
     called: frozenset[str]
     skips: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    stops: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def single_consumer(self, name: str) -> str | None:
         """The only consumer of ``name``, or ``None`` (none or several)."""
@@ -246,6 +254,19 @@ class _Provenance:
         self.summands: dict[int, frozenset[str]] = {}
         self.stamp: dict[int, int] = {}
         self.keep: list[Tensor] = []  # keeps tensors alive so that ids are not reused
+        self.stops: dict[str, list[str]] = {}
+        self.in_sink = 0  # depth of sink forwards running: their own calls are no stops
+
+    def stop(self, func: object, args: tuple, kwargs: dict, out: object) -> None:
+        """Record ``func`` as a stop for each source whose provenance a tensor argument of the
+        call still carries, when ``func`` returned a tensor outside any sink's ``forward``."""
+        if self.in_sink or not isinstance(out, Tensor):
+            return
+        name = resolve_name(func) or getattr(func, "__qualname__", repr(func))
+        for a in (*args, *kwargs.values()):
+            origin = self.origin_of(a)
+            if origin is not None and name not in self.stops.setdefault(origin[0], []):
+                self.stops[origin[0]].append(name)
 
     def _current(self, t: object) -> bool:
         return isinstance(t, Tensor) and self.stamp.get(id(t)) == _version_of(t)
@@ -293,7 +314,9 @@ class _Calls(TorchFunctionMode):
         if label is not None or func in CHANNELWISE or func in ROW_SELECTIONS:
             return self._step(func, label, args, kwargs)
         if func not in _ADDS or len(args) != 2 or kwargs.get("alpha", 1) != 1:
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            self.prov.stop(func, args, kwargs, out)
+            return out
         srcs = self.prov.raw_sources(args[0]) | self.prov.raw_sources(args[1])
         out = func(*args, **kwargs)
         if isinstance(out, Tensor):
@@ -318,6 +341,8 @@ class _Calls(TorchFunctionMode):
             label = None
         if label is not None:
             self.prov.tag(out, src[0], (*src[1], label), src[2])
+        else:
+            self.prov.stop(func, args, kwargs, out)
         return out
 
 
@@ -339,6 +364,8 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
     def pre(name: str, mod: nn.Module):
         def fn(_m: nn.Module, inputs: tuple) -> None:
             called.add(name)
+            if _is_sink(mod):
+                prov.in_sink += 1
             if not inputs or not isinstance(inputs[0], Tensor):
                 return
             src = prov.origin_of(inputs[0])
@@ -355,6 +382,8 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
 
     def post(name: str, mod: nn.Module):
         def fn(_m: nn.Module, inputs: tuple, out: object) -> None:
+            if _is_sink(mod):
+                prov.in_sink -= 1
             if not isinstance(out, Tensor):
                 return
             if _is_source(mod):
@@ -393,4 +422,5 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
         output=output,
         called=frozenset(called),
         skips={k: tuple(v) for k, v in skip_edges.items()},
+        stops={k: tuple(v) for k, v in prov.stops.items()},
     )

@@ -283,7 +283,7 @@ def register(app: typer.Typer) -> None:
         from neuromanifold.singular import distributed as dp
         from neuromanifold.singular.family import Categorical, Gaussian
         from neuromanifold.singular.memory import parse_memory
-        from neuromanifold.singular.read import _inputs_on_every_rank, check_live_threshold, read
+        from neuromanifold.singular.read import check_live_threshold, read
 
         if resume and out is None:
             raise typer.BadParameter("--resume needs --out DIR (the read log lives there)")
@@ -358,10 +358,9 @@ def register(app: typer.Typer) -> None:
             options["live_threshold"] = live_threshold
         if not main_rank:
             options["progress"] = False
-        try:  # the same on every rank: the data's shape, and the input checks agreed over ranks
+        try:  # the same on every rank: the data's shape
             n_global = _n_samples(x)
             x = dp.shard_data(x)  # this rank's contiguous shard (everything without torchrun)
-            _inputs_on_every_rank(x)
         except (ValueError, TypeError) as err:
             _error(f"error: {err}", agreed=True)
             raise typer.Exit(code=2) from err
@@ -374,8 +373,8 @@ def register(app: typer.Typer) -> None:
                 )
             else:
                 reading = read(net, x, fam, **options)
-        except (ValueError, TypeError) as err:  # past the agreed checks: this rank's own error
-            _error(f"error: {err}", agreed=False)
+        except (ValueError, TypeError) as err:  # agreed checks are marked; others: this rank's
+            _error(f"error: {err}", agreed=dp.is_agreed(err))
             raise typer.Exit(code=2) from err
         if dp.world_size() > 1:  # this rank's shard beside the global N (the pass counts are its)
             import dataclasses

@@ -40,7 +40,8 @@ import json
 import os
 import socket
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -51,13 +52,16 @@ from torch import Tensor, nn
 __all__ = [
     "PER_RANK_META",
     "TORCHRUN_ENV",
+    "agreed_errors",
     "all_gather_union",
     "all_reduce_max",
     "backend_for",
     "init_from_env",
+    "is_agreed",
     "is_main_process",
     "launch_local",
     "launched_by_torchrun",
+    "mark_agreed",
     "rank",
     "read_sharded",
     "resolve_device",
@@ -73,6 +77,37 @@ PER_RANK_META = ("n_forward_passes", "n_certify_passes", "n_backward_passes")
 """Keys of a `Reading`'s ``meta`` that count this rank's passes over its own shard (listed in
 ``meta["per_rank"]`` under a process group); every other key holds the same value on every rank
 (``n_samples`` the global N) except the shard layout of `shard_meta`."""
+
+
+_AGREED_ATTR = "agreed_over_ranks"
+
+
+def mark_agreed(err: BaseException) -> BaseException:
+    """Mark ``err`` as an error every rank raises alike, and return it (to re-raise).
+
+    Such errors come from checks whose inputs are the same on every rank: the arguments, values
+    all-gathered or all-reduced before the check (the read's input checks, the memory plan, the
+    candidates built from all-reduced factors). A caller that prints errors prints a marked one
+    once (rank 0), an unmarked one from the rank that met it (`is_agreed`).
+    """
+    setattr(err, _AGREED_ATTR, True)
+    return err
+
+
+def is_agreed(err: BaseException) -> bool:
+    """Whether ``err`` was marked by `mark_agreed`."""
+    return bool(getattr(err, _AGREED_ATTR, False))
+
+
+@contextmanager
+def agreed_errors() -> Iterator[None]:
+    """Run a block of checks whose inputs are the same on every rank: a ``ValueError`` or
+    ``TypeError`` raised inside is marked (`mark_agreed`) and re-raised unchanged."""
+    try:
+        yield
+    except (ValueError, TypeError) as err:
+        mark_agreed(err)
+        raise
 
 
 def _active() -> bool:

@@ -64,7 +64,12 @@ from neuromanifold.singular.detectors.base import Candidate, DetectionContext, D
 from neuromanifold.singular.detectors.embedding import embedding_rows_seen
 from neuromanifold.singular.detectors.graph import ModelGraph, is_named_rmsnorm, trace_graph
 from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
-from neuromanifold.singular.distributed import PER_RANK_META, resolve_device, world_size
+from neuromanifold.singular.distributed import (
+    PER_RANK_META,
+    agreed_errors,
+    resolve_device,
+    world_size,
+)
 from neuromanifold.singular.factor_inputs import forward_checked
 from neuromanifold.singular.factors import MAX_FACTOR_DIM, kfac_factors
 from neuromanifold.singular.family import check_family
@@ -318,17 +323,20 @@ def read(
         directions from this reading is a lower bound (raise the cap, e.g.
         ``detectors=[..., LinearDetector(max_chains=…)]``).
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
-    family = check_family(family)
-    if max_directions is not None and (not isinstance(max_directions, int) or max_directions < 0):
-        raise ValueError(
-            f"max_directions must be a non-negative int or None; got {max_directions!r}"
-        )
-    if snap not in (True, False, "auto"):
-        raise ValueError(f"snap must be True, False or 'auto'; got {snap!r}")
-    live_threshold = check_live_threshold(live_threshold)
-    x, y = _inputs_on_every_rank(data)
+    with agreed_errors():  # the arguments, and the input checks agreed over the ranks
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
+        family = check_family(family)
+        if max_directions is not None and (
+            not isinstance(max_directions, int) or max_directions < 0
+        ):
+            raise ValueError(
+                f"max_directions must be a non-negative int or None; got {max_directions!r}"
+            )
+        if snap not in (True, False, "auto"):
+            raise ValueError(f"snap must be True, False or 'auto'; got {snap!r}")
+        live_threshold = check_live_threshold(live_threshold)
+        x, y = _inputs_on_every_rank(data)
     registry = _registry(detectors)
     upcast = any(p.is_floating_point() and p.dtype != torch.float64 for p in model.parameters())
     dev = resolve_device(device) if device is not None else None
@@ -368,18 +376,19 @@ def read(
     graph = trace_graph(work, xw[:GRAPH_SAMPLES])
     plan: MemoryPlan | None = None
     if max_memory is not None:
-        plan = plan_memory(
-            work,
-            xw,
-            family,
-            max_memory=max_memory,
-            factor_batch=batch_size,
-            max_factor_dim=max_factor_dim,
-            held=_own_bytes(xw, x),
-        )
-        batch_size = plan.factor_batch
-        if baseline:  # the scan's copy of the parameters is known now: refuse before the read
-            plan.holding(_scan_bytes(work), what="the coordinate scan's copy of the parameters")
+        with agreed_errors():  # the plan is agreed over the ranks (all_reduce_max)
+            plan = plan_memory(
+                work,
+                xw,
+                family,
+                max_memory=max_memory,
+                factor_batch=batch_size,
+                max_factor_dim=max_factor_dim,
+                held=_own_bytes(xw, x),
+            )
+            batch_size = plan.factor_batch
+            if baseline:  # the scan's copy of the parameters is known now: refuse before the read
+                plan.holding(_scan_bytes(work), what="the coordinate scan's copy of the parameters")
     factors = kfac_factors(work, xw, family, batch_size=batch_size, max_factor_dim=max_factor_dim)
     # one forward + backward over the samples in chunks of the factor batch (the plan's under a
     # budget): which G factors have fewer contributing rows than their side
@@ -423,13 +432,14 @@ def read(
     if max_directions is not None:
         candidates = candidates[:max_directions]
     if plan is not None:  # the candidates stay alive through the sweeps: resize them
-        plan = plan.holding(
-            _candidate_bytes(candidates, gauges),
-            what=f"the {len(candidates)} candidate directions to read and the curved-gauge "
-            f"generators",
-        )
-        if baseline:  # and beside them, the scan's copy: refuse before the sweeps
-            plan.holding(_scan_bytes(work), what="the coordinate scan's copy of the parameters")
+        with agreed_errors():  # candidates come from all-reduced factors: the same on every rank
+            plan = plan.holding(
+                _candidate_bytes(candidates, gauges),
+                what=f"the {len(candidates)} candidate directions to read and the curved-gauge "
+                f"generators",
+            )
+            if baseline:  # and beside them, the scan's copy: refuse before the sweeps
+                plan.holding(_scan_bytes(work), what="the coordinate scan's copy of the parameters")
     chunk = None if plan is None else plan.chunk_size
     t_batch = T_BATCH if plan is None else plan.t_batch
 

@@ -20,6 +20,7 @@ from neuromanifold.linear import (
     mu,
     ntk,
 )
+from neuromanifold.linear import flow as flow_mod
 from neuromanifold.linear.flow import (
     fc_balanced_flow,
     function_space_flow,
@@ -244,6 +245,72 @@ def test_function_space_flow_flags_stride_one_sheets() -> None:
         np.testing.assert_allclose(ff.v, pf.v, rtol=0, atol=RTOL_TRACK * np.max(np.abs(pf.v)))
         ends.append(ff.v[-1])
     assert np.max(np.abs(ends[0] - ends[1])) > MOVE_MIN  # two sheets, two flows
+
+
+def test_function_space_flow_flags_a_pass_near_the_singular_locus() -> None:
+    """Trial D: on the θ' sheet of spec §4.3's stride-one example the flow reaches a double root
+    of v (t ≈ 0.45), where the sheets meet; from there v(t) departs from the parameter flow by
+    ~1e-4 while residuals stayed small and success was True, with nothing in the result. Now the
+    smooth-point margin of the tracked point falls below SINGULAR_MARGIN there, and
+    ``singular_note`` (and a UserWarning) says when. On the θ sheet, which meets no double root,
+    the margin stays above 0.1 and there is no note."""
+    arch = LCN((2, 2), (1,))
+    th = [np.array([1.0, 0.0]), np.array([1.0, 1.0])]
+    thp = [np.array([1.0, 1.0]) / np.sqrt(2), np.sqrt(2) * np.array([1.0, 0.0])]
+    loss = QuadraticLoss(np.eye(3), np.array([0.3, -1.0, 2.0]))
+    T = [0.0, 0.5]
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        near = function_space_flow(
+            arch, mu(arch, th), delta(th), loss, (0.0, 0.5), theta_guess=thp, t_eval=T
+        )
+        far = function_space_flow(
+            arch, mu(arch, th), delta(th), loss, (0.0, 0.5), theta_guess=th, t_eval=T
+        )
+    notes = [str(w.message) for w in rec]
+    assert near.min_smooth_margin < flow_mod.SINGULAR_MARGIN
+    assert near.t_min_margin is not None and 0.3 < near.t_min_margin < 0.5
+    assert near.singular_note is not None and near.singular_note in notes
+    assert "passed near the singular locus of mu" in near.singular_note
+    assert near.to_dict()["singular_note"] == near.singular_note
+    pf = gradient_flow(arch, thp, loss, (0.0, 0.5), t_eval=T)
+    assert np.max(np.abs(near.v[-1] - pf.v[-1])) > 10 * RTOL_TRACK  # the departure it warns of
+    assert far.singular_note is None and far.min_smooth_margin > 0.1
+    assert sum("singular locus" in n for n in notes) == 1
+
+
+def test_function_space_flow_success_needs_the_end_on_its_fiber() -> None:
+    """A regular flow ends on its fiber (residual within the integration tolerance) and succeeds;
+    the status logic turns a solver success into a failure when v(t_end) is off its fiber by more
+    than max(RTOL_END_FIBER, END_FIBER_PER_TOL · max(rtol, atol)), naming the residual."""
+    rng = np.random.default_rng(7)
+    arch = LCN((3, 2, 2), (2, 2))
+    theta = [rng.standard_normal(f) for f in arch.filters]
+    loss = _data_loss(arch, rng)
+    for tol in (1e-12, 1e-6):
+        ff = function_space_flow(
+            arch,
+            mu(arch, theta),
+            delta(theta),
+            loss,
+            (0.0, 1.0),
+            theta_guess=theta,
+            rtol=tol,
+            atol=tol,
+        )
+        assert ff.success, ff.message
+        assert ff.end_fiber_residual <= max(
+            flow_mod.RTOL_END_FIBER, flow_mod.END_FIBER_PER_TOL * tol
+        )
+        assert ff.singular_note is None and ff.min_smooth_margin > flow_mod.SINGULAR_MARGIN
+        assert ff.to_dict()["end_fiber_residual"] == ff.end_fiber_residual
+    ok, msg = flow_mod._end_status(True, "done.", 1e-11, 1e-12, 1e-12)
+    assert ok and msg == "done."
+    ok, msg = flow_mod._end_status(True, "done.", 1e-3, 1e-6, 1e-8)
+    assert not ok
+    assert re.search(r"not realised on its \(v, delta\)-fiber: residual 1\.000e-03 > 1\.0e-04", msg)
+    ok, msg = flow_mod._end_status(False, "step size too small.", 1e-3, 1e-6, 1e-8)
+    assert not ok and msg == "step size too small."
 
 
 @pytest.mark.parametrize(

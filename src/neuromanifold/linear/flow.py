@@ -37,7 +37,7 @@ from neuromanifold.linear.architecture import (
 from neuromanifold.linear.invariants import delta as _delta
 from neuromanifold.linear.invariants import fc_delta
 from neuromanifold.linear.losses import FunctionLoss
-from neuromanifold.linear.ntk import fc_balanced_operator, fc_jacobian, jacobian, ntk
+from neuromanifold.linear.ntk import fc_balanced_operator, fc_jacobian, jacobian
 from neuromanifold.linear.polynomial import fc_mu, mu
 from neuromanifold.linear.solve import _check_target, fiber_newton
 
@@ -59,6 +59,20 @@ __all__ = [
 # the §4.6 critical points); 1e-10 leaves three orders for an ill-conditioned start, while an
 # off-M v0 or a guess Gauss–Newton cannot move (θ = 0) stays at residuals ~1e-1.
 RTOL_START_FIBER = 1e-10
+# `function_space_flow` also requires the final v(t_end) to be realised (from the last tracked
+# fiber point) to the residual max(RTOL_END_FIBER, END_FIBER_PER_TOL · max(rtol, atol)): the
+# integration itself moves v off M by its own error. Measured on a depth-3 stride-2 flow over
+# t ∈ [0, 2]: end residual 4e-13 at tolerances 1e-12, 3e-8 at 1e-6, 1.3e-6 at 1e-3 (at most 0.03×
+# the tolerance); a lost fiber point stays at residuals ~1e-1. Solver stage points may stray
+# further (~1e-6) and are not held to it.
+RTOL_END_FIBER = RTOL_START_FIBER
+END_FIBER_PER_TOL = 100.0
+# Smooth-point margin σ_{dim M}(J)/σ_max(J) of the tracked fiber point below which the flow is
+# said to pass near the singular locus of mu, where sheets of the fiber meet and K is not single
+# valued. On the trajectories of tests/linear/test_flow.py away from it the margin stays above
+# 1e-2; the stride-one trajectory that crosses a double root (spec §4.3) reaches 5e-10 and then
+# departs from the parameter flow by 1.4e-4. Between the two lies a factor 1e7.
+SINGULAR_MARGIN = 1e-6
 
 
 def _mu_jac(arch: Architecture, theta: Params) -> tuple[np.ndarray, np.ndarray]:
@@ -263,6 +277,13 @@ class FunctionFlowResult:
         sheet_note: None, or (LCN) why ``K`` need not be a function of ``(v, δ)`` on this
             architecture, so that the trajectory follows the sheet of ``theta_guess``
             (:func:`function_space_flow`; also emitted as a ``UserWarning``).
+        min_smooth_margin: (LCN) the smallest ``σ_{dim M}(J)/σ_max(J)`` of the tracked fiber
+            point over all RHS calls (1 for FC); t_min_margin: the time of that call.
+        singular_note: None, or (LCN) a statement that the flow passed within
+            ``SINGULAR_MARGIN`` of the singular locus of ``μ`` (also a ``UserWarning``).
+        end_fiber_residual: (LCN) residual of ``v(t_end)`` on its fiber, from the last tracked
+            point; ``success`` is False when it exceeds
+            ``max(RTOL_END_FIBER, END_FIBER_PER_TOL · max(rtol, atol))`` (0 for FC).
     """
 
     t: np.ndarray
@@ -274,6 +295,10 @@ class FunctionFlowResult:
     success: bool
     message: str
     sheet_note: str | None = None
+    min_smooth_margin: float = 1.0
+    t_min_margin: float | None = None
+    singular_note: str | None = None
+    end_fiber_residual: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form."""
@@ -287,6 +312,10 @@ class FunctionFlowResult:
             "success": self.success,
             "message": self.message,
             "sheet_note": self.sheet_note,
+            "min_smooth_margin": self.min_smooth_margin,
+            "t_min_margin": self.t_min_margin,
+            "singular_note": self.singular_note,
+            "end_fiber_residual": self.end_fiber_residual,
         }
 
 
@@ -362,6 +391,13 @@ def function_space_flow(
     sheet-following flow is the function-space image of the parameter flow from ``theta_guess``
     up to a point where sheets meet), and the result's ``sheet_note`` says so, also emitted as a
     ``UserWarning``. Which sheet is followed is chosen by ``theta_guess``, not by ``(v0, δ)``.
+
+    Every RHS call also records the smooth-point margin ``σ_{dim M}(J)/σ_max(J)`` of the tracked
+    fiber point (from the eigenvalues of ``JᵀJ``). Where it falls below ``SINGULAR_MARGIN`` the
+    flow passed near the singular locus of ``μ``, where sheets meet and the tracked point can
+    change sheet: ``singular_note`` says when, also as a ``UserWarning`` (compare with the
+    parameter flow there). ``success`` requires the solver's success and ``v(t_end)`` on its
+    fiber to ``max(RTOL_END_FIBER, END_FIBER_PER_TOL · max(rtol, atol))``.
     """
     v0, d = _check_target(arch, v0, delta)
     span = _check_span(t_span)
@@ -375,32 +411,85 @@ def function_space_flow(
             "delta, or theta_guess is not close to the (v0, delta)-fiber (solve_fiber_point "
             "searches random starts)"
         )
-    state = {"theta": start.theta, "res": start.residual, "n": 0}
+    state: dict[str, Any] = {
+        "theta": start.theta,
+        "res": start.residual,
+        "n": 0,
+        "margin": 1.0,
+        "t_margin": None,
+    }
     note = _sheet_note(arch)
     if note is not None:
         warnings.warn(note, UserWarning, stacklevel=2)
 
-    def rhs(_t: float, y: np.ndarray) -> np.ndarray:
+    def rhs(t: float, y: np.ndarray) -> np.ndarray:
         v = y.reshape(arch.out_shape)
         res = fiber_newton(arch, v, d, state["theta"], max_iter=30)
         state["theta"] = res.theta
         state["res"] = max(state["res"], res.residual)
         state["n"] += 1
-        return -(ntk(arch, res.theta) @ np.ravel(loss.grad(v)))
+        J = jacobian(arch, res.theta)
+        margin = _smooth_margin(J, arch.dim_M)
+        if margin < state["margin"]:
+            state["margin"], state["t_margin"] = margin, float(t)
+        return -(J @ (J.T @ np.ravel(loss.grad(v))))  # K ∇ℓ with K = J Jᵀ
 
     sol = solve_ivp(rhs, span, v0.ravel(), method="DOP853", rtol=rtol, atol=atol, t_eval=t_eval)
     vs = sol.y.T.reshape(-1, *arch.out_shape)
+    end = fiber_newton(arch, vs[-1], d, state["theta"])
+    success, message = _end_status(bool(sol.success), str(sol.message), end.residual, rtol, atol)
+    singular = None
+    if state["margin"] < SINGULAR_MARGIN:
+        singular = (
+            f"the flow passed near the singular locus of mu: the smooth-point margin "
+            f"sigma_dimM(J)/sigma_max(J) of the tracked fiber point fell to "
+            f"{state['margin']:.1e} < SINGULAR_MARGIN = {SINGULAR_MARGIN:g} at t = "
+            f"{state['t_margin']:.4g}. Sheets of the fiber meet there and K is not single "
+            "valued; the tracked point may have changed sheet, and v(t) can depart from the "
+            "parameter flow after that time."
+        )
+        warnings.warn(singular, UserWarning, stacklevel=2)
     return FunctionFlowResult(
         t=sol.t,
         v=vs,
         loss=np.array([loss.value(v) for v in vs]),
-        theta_last=state["theta"],
+        theta_last=end.theta,
         max_fiber_residual=float(state["res"]),
         n_rhs=int(state["n"]),
-        success=bool(sol.success),
-        message=str(sol.message),
+        success=success,
+        message=message,
         sheet_note=note,
+        min_smooth_margin=float(state["margin"]),
+        t_min_margin=state["t_margin"],
+        singular_note=singular,
+        end_fiber_residual=float(end.residual),
     )
+
+
+def _end_status(
+    solved: bool, message: str, end_residual: float, rtol: float, atol: float
+) -> tuple[bool, str]:
+    """``(success, message)``: the solver's, and False where ``v(t_end)`` is off its fiber by more
+    than ``max(RTOL_END_FIBER, END_FIBER_PER_TOL · max(rtol, atol))``."""
+    limit = max(RTOL_END_FIBER, END_FIBER_PER_TOL * max(rtol, atol))
+    if solved and not end_residual <= limit:
+        return False, (
+            f"{message} But v(t_end) is not realised on its (v, delta)-fiber: residual "
+            f"{end_residual:.3e} > {limit:.1e} = max(RTOL_END_FIBER, END_FIBER_PER_TOL · "
+            "max(rtol, atol)) from the last tracked fiber point."
+        )
+    return solved, message
+
+
+def _smooth_margin(J: np.ndarray, dim_M: int) -> float:
+    """``σ_{dim M}(J) / σ_max(J)`` from the eigenvalues of the small Gram matrix ``JᵀJ``.
+
+    ``σ² = eig(JᵀJ)``; eigenvalues below zero by round-off count as 0. 0 for a zero ``J``.
+    """
+    lam = np.linalg.eigvalsh(J.T @ J)[::-1]
+    if lam[0] <= 0:
+        return 0.0
+    return float(np.sqrt(max(lam[dim_M - 1], 0.0) / lam[0]))
 
 
 def fc_balanced_flow(

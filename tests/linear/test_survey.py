@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from neuromanifold.linear import LCN, regrouping_pairs
 from neuromanifold.linear.fiber_report import FiberReport, build_report
 from neuromanifold.linear.survey import (
     RowSpec,
@@ -111,3 +112,40 @@ def test_bad_arguments() -> None:
         run_survey(samples=0)
     with pytest.raises(ValueError, match="seed must be a non-negative int, got -1"):
         run_survey(samples=1, seed=-1)
+
+
+def test_generic_d2_row_draws_no_regrouping_pair(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trial D: the generic D = 2 row (index 4) could draw two layers of one shape with stride
+    (1, 1) between them — the swap case of spec §4.4, which is the next row — so its verdict
+    depended on the draw. Its architectures now have no regrouping pair; row 5's always have one.
+    Over 200 draws the unfiltered sampler would meet a pair about 1 in 16 times (shape 1/4 ×
+    stride 1/4 for a neighbouring pair), so the filter is exercised."""
+    from neuromanifold.linear import survey
+
+    drawn: list[LCN] = []
+    monkeypatch.setattr(survey, "_lcn_from_function", lambda arch, *a, **k: drawn.append(arch))
+    for j in range(200):
+        survey._lcn_2d(np.random.default_rng([0, 4, j]), equal_pair=False)
+    assert len(drawn) == 200 and all(regrouping_pairs(a) == [] for a in drawn)
+    drawn.clear()
+    for j in range(50):
+        survey._lcn_2d(np.random.default_rng([0, 5, j]), equal_pair=True)
+    assert all(regrouping_pairs(a) for a in drawn)
+    assert "no two layers of one shape and dilation" in default_rows()[4].condition
+
+
+@pytest.mark.parametrize(
+    ("filters", "strides", "dim", "pairs"),
+    [
+        ((3, 2), (1,), 1, [(0, 1)]),  # spec §4.3: stride one in 1-D
+        ((3, 2, 2), (2, 1), 1, [(1, 2)]),  # only the pair with equal dilation
+        ((3, 1, 2), (1, 1), 1, [(0, 2)]),  # a scalar layer takes part in none
+        (((2, 2), (2, 2)), ((1, 1),), 2, [(0, 1)]),  # §4.4 swap caveat
+        (((2, 2), (3, 3)), ((1, 1),), 2, []),  # different shapes
+        (((2, 2), (2, 2)), ((2, 1),), 2, []),  # a stride in between
+        (((3, 1), (2, 1)), ((1, 1),), 2, [(0, 1)]),  # univariate along one axis
+        (((3, 1), (1, 2)), ((1, 1),), 2, []),  # univariate along different axes
+    ],
+)
+def test_regrouping_pairs(filters: tuple, strides: tuple, dim: int, pairs: list) -> None:
+    assert regrouping_pairs(LCN(filters, strides, dim=dim)) == pairs

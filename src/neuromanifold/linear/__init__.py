@@ -101,6 +101,7 @@ from neuromanifold.linear.rescale import (
     lemma_squared_norms,
     rescale_to_delta,
 )
+from neuromanifold.linear.sheets import regrouping_pairs
 from neuromanifold.linear.solve import (
     NewtonResult,
     fiber_newton,
@@ -162,6 +163,7 @@ __all__ = [  # noqa: RUF022
     "fiber_of_params",
     "lcn_fiber",
     "numeric_fiber",
+    "regrouping_pairs",
     # smooth point, crossing or critical point
     "LocusReport",
     "classify_locus",

@@ -15,7 +15,6 @@ Inf. Inference 2022 (balanced FC flow).
 
 from __future__ import annotations
 
-import itertools
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from neuromanifold.linear.invariants import fc_delta
 from neuromanifold.linear.losses import FunctionLoss
 from neuromanifold.linear.ntk import fc_balanced_operator, fc_jacobian, jacobian
 from neuromanifold.linear.polynomial import fc_mu, mu
+from neuromanifold.linear.sheets import regrouping_pairs
 from neuromanifold.linear.solve import _check_target, fiber_newton
 
 __all__ = [
@@ -319,31 +319,13 @@ class FunctionFlowResult:
         }
 
 
-def _univariate_axis(shape: tuple[int, ...]) -> int | None:
-    """The one axis along which a filter of this shape extends, or None (several or none)."""
-    axes = [i for i, k in enumerate(shape) if k > 1]
-    return axes[0] if len(axes) == 1 else None
-
-
 def _sheet_note(arch: LCN) -> str | None:
     """Why ``K`` need not be a function of ``(v, δ)`` on ``arch`` (spec §4.3–4.4), or None.
 
-    Two non-scalar layers with the same dilation ``S_{l−1}`` multiply polynomials in the same
-    variables, so factors of ``v`` can be regrouped between them: in 1-D always (a stride one
-    between them, spec §4.3); in ``D ≥ 2`` when the two filters have the same shape (the swap
-    caveat of §4.4) or both extend along one and the same axis (univariate, the 1-D mechanism on
-    that axis). The ``(v, δ)``-fiber then has several sheets with, in general, different NTKs.
-    None otherwise, which asserts nothing: crossings such as spec §4.2 still carry several NTKs.
+    None when :func:`~neuromanifold.linear.sheets.regrouping_pairs` finds no pair, which asserts
+    nothing: crossings such as spec §4.2 still carry several NTKs.
     """
-    kept = [i for i, k in enumerate(arch.layer_sizes) if k > 1]
-    pairs = []
-    for i, j in itertools.combinations(kept, 2):
-        if arch.dilations[i] != arch.dilations[j]:
-            continue
-        fi, fj = arch.filters[i], arch.filters[j]
-        axis = _univariate_axis(fi)
-        if arch.D == 1 or fi == fj or (axis is not None and axis == _univariate_axis(fj)):
-            pairs.append(f"{i + 1} and {j + 1}")
+    pairs = regrouping_pairs(arch)
     if not pairs:
         return None
     why = (
@@ -351,8 +333,9 @@ def _sheet_note(arch: LCN) -> str | None:
         if arch.D == 1
         else "the same dilation and filters in the same variables (spec §4.4 swap caveat)"
     )
+    names = "; ".join(f"{i + 1} and {j + 1}" for i, j in pairs)
     return (
-        f"K need not be a function of (v, delta) here: layers {'; '.join(pairs)} have {why}, so "
+        f"K need not be a function of (v, delta) here: layers {names} have {why}, so "
         "factors of v can be regrouped between them and the (v, delta)-fiber has several sheets "
         "with, in general, different NTKs. This trajectory follows the sheet of theta_guess; "
         "near points where sheets meet (critical points of mu, e.g. a double root) the tracked "

@@ -45,6 +45,7 @@ from neuromanifold.linear.relu import (
 )
 from neuromanifold.linear.relu_fiber import region_dataset, relu_fiber
 from neuromanifold.linear.rescale import fc_balanced_params
+from neuromanifold.linear.sheets import regrouping_pairs
 
 __all__ = [
     "NOTION_DATASET",
@@ -179,14 +180,21 @@ def _int_filters(arch: LCN, rng: np.random.Generator) -> list[np.ndarray]:
 
 
 def _lcn_2d(rng: np.random.Generator, *, equal_pair: bool) -> FiberReport:
-    L = int(rng.integers(2, 4))
-    shapes = [_SHAPES_2D[int(i)] for i in rng.integers(len(_SHAPES_2D), size=L)]
-    strides = [tuple(int(x) for x in rng.integers(1, 3, size=2)) for _ in range(L - 1)]
-    if equal_pair:
-        i = int(rng.integers(L - 1))
-        shapes[i + 1] = shapes[i]
-        strides[i] = (1, 1)
-    arch = LCN(tuple(shapes), tuple(strides), dim=2)
+    """A random D = 2 LCN: with ``equal_pair`` two neighbouring layers of one shape and stride
+    ``(1, 1)`` between them (spec §4.4 swap caveat); without, drawn again until no two layers
+    can regroup factors (:func:`~neuromanifold.linear.sheets.regrouping_pairs`: the generic
+    case, the swap case being the next row)."""
+    while True:
+        L = int(rng.integers(2, 4))
+        shapes = [_SHAPES_2D[int(i)] for i in rng.integers(len(_SHAPES_2D), size=L)]
+        strides = [tuple(int(x) for x in rng.integers(1, 3, size=2)) for _ in range(L - 1)]
+        if equal_pair:
+            i = int(rng.integers(L - 1))
+            shapes[i + 1] = shapes[i]
+            strides[i] = (1, 1)
+        arch = LCN(tuple(shapes), tuple(strides), dim=2)
+        if equal_pair or not regrouping_pairs(arch):
+            break
     theta = _int_filters(arch, rng)
     return _lcn_from_function(arch, theta, rng, n_starts=30)
 
@@ -233,7 +241,8 @@ def default_rows() -> list[RowSpec]:
         ),
         RowSpec(
             "D-dim convolution (D = 2)",
-            "any strides (shapes in {2,3}², strides in {1,2}², L ∈ {2,3})",
+            "any strides (shapes in {2,3}², strides in {1,2}², L ∈ {2,3}; no two layers of one "
+            "shape and dilation: the next row)",
             NOTION_PARAMS,
             "independent",
             lambda r: _lcn_2d(r, equal_pair=False),

@@ -37,5 +37,34 @@ for _module in (lcn, cells, triple, read, train, demo):
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point.
+
+    Under torchrun every rank parses the same command line, so a usage error (an unknown option,
+    a bad value) is met by every rank alike: rank 0 prints it, the other ranks exit with the same
+    code silently (before, the message appeared once per rank).
+    """
+    r = _torchrun_rank()
+    if r is None or r == 0:
+        app()
+        return
+    # click's base of usage errors; recent typer versions vendor click, so take it from typer
+    usage = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+    try:
+        code = app(standalone_mode=False)
+    except usage as err:  # printed by rank 0
+        raise SystemExit(getattr(err, "exit_code", 2)) from None
+    except typer.Abort:
+        raise SystemExit(1) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _torchrun_rank() -> int | None:
+    """torchrun's ``RANK`` when this process was launched by torchrun, else None (the check
+    imports torch.distributed only when ``RANK`` is set)."""
+    import os
+
+    if "RANK" not in os.environ:
+        return None
+    from neuromanifold.singular.distributed import launched_by_torchrun
+
+    return int(os.environ["RANK"]) if launched_by_torchrun() else None

@@ -22,6 +22,17 @@ garbage collector off); each round runs every timed function once, in an
 order rotated from round to round, so that load changes on a shared machine hit all of them alike
 (the minimum is the least disturbed).
 
+Tried and not adopted (2026-12-01): a compiled kernel (numba) that sums each ``G_l`` along its
+diagonals by ``G_l[a, b] = G_l[a − d, b − d] + R_l[a] R_l[b] − R_l[a − k d] R_l[b − k d]``
+(``d = S_{l−1}``; about ``3 L`` instead of ``Σ_l k_l`` multiply-adds per entry), in strips of
+256 diagonals whose running sums stay in L2 and whose rows are written contiguously to both
+triangles. At L = 8, k = 16, s = 2 it took 0.070–0.084 s against 0.097–0.10 s for ``J Jᵀ`` (one
+thread; 0.048 s with two), ratio to jacrev 14–15 instead of 12; it was slower than ``J Jᵀ`` for
+k ≤ 4 (0.0056 s vs 0.0029 s at L = 8, k = 4). Writing the fresh 117 MB ``K`` (page faults and
+two triangles) alone costs 0.03–0.04 s in that pattern. A gain of at most 1.3× did not justify a
+compiled dependency (numba, llvmlite) and its first-call compilation; the prototype is recorded
+in the session-11 closing note.
+
 Run: ``python benchmarks/ntk_structured_vs_autograd.py`` (about a minute on one core).
 """
 

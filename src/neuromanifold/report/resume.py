@@ -39,14 +39,15 @@ __all__ = ["LOG_KIND", "LOG_NAME", "ReadLog", "read_fingerprint", "resumable_rea
 
 LOG_KIND = "neuromanifold-read-log"
 LOG_NAME = "read.jsonl"
-LOG_VERSION = 5
+LOG_VERSION = 6
 """Bumped whenever the records a read writes change for the same inputs (2: ``snap=True`` no
 longer snaps gauge candidates; grouped convolutions are read; 3: ``snap="auto"`` keeps a genuine
 unsnapped read the snap would lose, the CE shift of a bias-free head is ``𝟙𝟙ᵀ``; 4: G-kernels
 are matched as subspaces, duality links cross flattened feature maps and attention value →
 output edges, ``nn.MultiheadAttention`` is read unpacked, query/key-norm rescales are proposed;
 5: row selections such as Hugging Face's ``lm_head(h[:, s, :])`` keep the graph's feature-axis
-edges, so final-norm gauges and CE shifts behind them are proposed): an older log is refused."""
+edges, so final-norm gauges and CE shifts behind them are proposed; 6: a duality chain through a
+live layer carries ``info["through_live"]``): an older log is refused."""
 
 
 def _hash_tensor(h: Any, t: Tensor) -> None:

@@ -514,6 +514,9 @@ def read(
             "by one, shows as one-sided records on each side, not as one duality chain"
         )
         note = f"{note}; {grouped_note}" if note else grouped_note
+    crossing_note = _crossing_chains_note(records)
+    if crossing_note:
+        note = f"{note}; {crossing_note}" if note else crossing_note
     size_note = probe_size_note(probe_limited)
     if size_note:
         note = f"{note}; {size_note}" if note else size_note
@@ -567,6 +570,29 @@ def read(
         "graph_stops": graph_stops,
     }
     return Reading(directions=tuple(records), not_covered=tuple(not_covered), meta=meta, note=note)
+
+
+def _crossing_chains_note(records: Sequence[DirectionRecord]) -> str:
+    """A clause naming the duality chains that pass through live layers, or "".
+
+    Such a chain (``info["through_live"]``, `LinearDetector`) joins dead units that are, each
+    with the live layer's other units, dead directions of their own of lower order (a node
+    death: order 2); the chain's direction is their crossing. The read reports the chain's order
+    and proposes no two-layer pieces, and the assembly counts the chain as one locus.
+    """
+    chains = [
+        f"{'+'.join(r.layers)} (through {', '.join(r.info['through_live'])})"
+        for r in records
+        if r.info.get("through_live")
+    ]
+    if not chains:
+        return ""
+    return (
+        f"the duality chain(s) {'; '.join(chains)} pass through live layers: each dead unit on "
+        "such a chain can be a lower-order dead direction on its own (a node death, order 2, "
+        "with the live layer's other units), which this read does not propose; the chain's "
+        "order is that of their crossing (read the pieces with read_direction)"
+    )
 
 
 def _norm_stops(model: nn.Module, graph: ModelGraph) -> dict[str, list[str]]:

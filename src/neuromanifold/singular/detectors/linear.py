@@ -503,6 +503,9 @@ class LinearDetector:
         for blk, o, a in chain:
             u.update(lift(blk, mods[blk], o, a))
         u = normalise(_equalise(u, [(blk, mods[blk]) for blk, _, _ in chain]))
+        live = [blk for blk, _, _ in chain[1:-1] if _live_block(block_spectrum(ctx, blk))]
+        if live:  # the chain crosses dead units that may be lower-order directions on their own
+            info = {**info, "through_live": live}
         return Candidate(
             layers=tuple(b for b, _, _ in chain),
             detector="duality",
@@ -510,6 +513,18 @@ class LinearDetector:
             ratio=_ratio(float(spec.gamma[spec.ker_g[0]]), float(spec.gamma[-1])),
             info={"chain_length": len(chain), **info},
         )
+
+
+def _live_block(spec: BlockSpectrum | None) -> bool:
+    """Whether a block has live inputs and live outputs (``α_max > 0`` and ``γ_max > 0``).
+
+    A duality chain through such a middle block joins the dead unit entering it to the one
+    leaving it. Each of them, paired with the block's live outputs or inputs instead, is a dead
+    direction of its own (a node death: order 2 for linear or ReLU layers), of lower order than
+    the chain: the chain's direction is a crossing of those loci. `read` names such chains in
+    its note (``info["through_live"]``).
+    """
+    return spec is not None and float(spec.alpha[-1]) > 0 and float(spec.gamma[-1]) > 0
 
 
 def _value_edge(ctx: DetectionContext, name: str | None) -> ValueEdge | None:

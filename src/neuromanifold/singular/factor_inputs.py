@@ -3,7 +3,7 @@
 The factor pass works on a float64 deep copy of the caller's model (the caller's module and
 tensors are never touched), rejects non-finite parameters and activations with the name of the
 module that produced them, and turns a shape mismatch in the first layer into a ``ValueError``
-that says what that layer expects.
+that says what that layer expects, or that the data lacks its sample axis.
 """
 
 from __future__ import annotations
@@ -100,13 +100,35 @@ def forward_checked(
       the model creates in float32);
     * anything else: what the first layer expects, the usual cause being data that does not fit.
 
+    Whether the forward fails or not, data that a convolution receives unchanged and reads as one
+    unbatched sample (``(C, L)`` for ``nn.Conv1d``, ``(C, H, W)`` for ``nn.Conv2d``: the data's
+    first axis taken as channels) raises a ``ValueError`` that names the data's shape and says that
+    its first axis must be the sample axis; such a forward can succeed and return one row per
+    channel, which would pass for one row per sample.
+
     ``data_shape`` is the shape of the caller's whole probe set when ``x`` is a slice of it (the
     first samples, or one batch): the message names it, not the slice's. Default: ``x``'s shape.
     """
     shape = tuple(x.shape) if data_shape is None else tuple(data_shape)
+    unbatched: list[tuple[str, nn.Module]] = []  # convolutions that took x as one sample
+
+    def pre_hook(name: str):
+        def fn(mod: nn.Module, args: tuple[Any, ...]) -> None:
+            if args and args[0] is x and x.ndim == _CONV_DIMS[type(mod)] + 1:
+                unbatched.append((name, mod))
+
+        return fn
+
+    handles = [
+        mod.register_forward_pre_hook(pre_hook(n))
+        for n, mod in model.named_modules()
+        if type(mod) in _CONV_DIMS
+    ]
     try:
-        return model(x)
+        out = model(x)
     except (RuntimeError, IndexError) as err:
+        if unbatched:
+            raise _no_sample_axis(shape, *unbatched[0], err) from err
         msg = str(err).lower()
         first = next(
             (
@@ -147,3 +169,27 @@ def forward_checked(
                 expect = f"; first layer {n!r} ({type(mod).__name__}) expects {mod.in_channels} "
                 expect += "input channels"
         raise ValueError(f"data of shape {shape} does not fit the model{expect}: {err}") from err
+    finally:
+        for h in handles:
+            h.remove()
+    if unbatched:
+        raise _no_sample_axis(shape, *unbatched[0], None)
+    return out
+
+
+_CONV_DIMS: dict[type, int] = {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}
+"""Spatial dimensions of the convolutions whose unbatched input `forward_checked` recognises."""
+
+
+def _no_sample_axis(
+    shape: tuple[int, ...], name: str, mod: nn.Module, err: Exception | None
+) -> ValueError:
+    """The error for data that convolution ``name`` read as one sample without the sample axis."""
+    spatial = {1: "L", 2: "H, W", 3: "D, H, W"}[_CONV_DIMS[type(mod)]]
+    cause = "" if err is None else f": {err}"
+    return ValueError(
+        f"data of shape {shape} does not fit the model: its layer {name!r} "
+        f"({type(mod).__name__}, {mod.in_channels} input channels) reads the data as one sample "
+        f"of shape (C, {spatial}), its first axis as the channel axis; the data's first axis must "
+        f"be the sample axis (one sample is passed as shape (1, C, {spatial})){cause}"
+    )

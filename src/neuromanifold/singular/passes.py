@@ -47,6 +47,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 from neuromanifold.singular._validate import Prepared
+from neuromanifold.singular.factor_inputs import forward_checked
 
 __all__ = [
     "DEFAULT_L2_BYTES",
@@ -137,7 +138,9 @@ def differentiable_kernels() -> Iterator[None]:
         torch.backends.mha.set_fastpath_enabled(previous)
 
 
-def check_forward_mode(model: nn.Module, x: Tensor) -> None:
+def check_forward_mode(
+    model: nn.Module, x: Tensor, *, data_shape: tuple[int, ...] | None = None
+) -> None:
     """Raise a ``ValueError`` unless ``torch.func.jvp`` of ``model`` on ``x`` runs.
 
     One forward-mode pass (inside `differentiable_kernels`, along a tangent of ones on every
@@ -145,6 +148,12 @@ def check_forward_mode(model: nn.Module, x: Tensor) -> None:
     cannot be differentiated in forward mode — a custom ``torch.autograd.Function`` without
     ``setup_context`` and ``jvp``, an operator without a forward-mode formula — fails at once,
     with the cause named, instead of in its first sweep.
+
+    When the pass fails, a plain forward (no derivatives, `forward_checked`) is run on ``x``; if
+    that fails too, the cause is not forward mode, and the error is `forward_checked`'s, which
+    names the data's shape. ``x`` is the data's first samples; a model that ran on more of them
+    but not on these reads the data's first axis as something other than the sample axis, and
+    the message says so. ``data_shape``: the whole probe set's shape, as in `forward_checked`.
     """
     params = {k: v.detach() for k, v in model.named_parameters() if v.is_floating_point()}
     tangents = {k: torch.ones_like(v) for k, v in params.items()}
@@ -156,6 +165,16 @@ def check_forward_mode(model: nn.Module, x: Tensor) -> None:
         with differentiable_kernels():
             jvp(f, (params,), (tangents,))
     except (RuntimeError, NotImplementedError) as err:
+        try:
+            with torch.no_grad():
+                forward_checked(model, x, data_shape=data_shape)
+        except ValueError as plain:
+            raise ValueError(
+                f"the model's forward fails without derivatives too on the data's first "
+                f"{x.shape[0]} samples (shape {tuple(x.shape)}); a model that runs on more "
+                f"samples but not on these reads the data's first axis as something other than "
+                f"the sample axis, which it must be: {plain}"
+            ) from plain
         raise ValueError(
             f"the read needs forward-mode derivatives of the model (torch.func.jvp), which "
             f"failed: {err}"

@@ -14,8 +14,9 @@ written inline, or in a module of any name that computes it with those functions
 steps ``("ReLU", "Square")``. So do pooling, a spatial mean and a flatten of ``(N, C, 1, 1)``
 after a source whose units are channels (convolution, BatchNorm, GroupNorm: `CHANNELWISE`, every
 channel kept apart, so unit ``c`` of the producer is still channel ``c`` of the consumer's input;
-a flatten of a whole feature map makes channel ``c`` a block of features), and a reshape, view or
-flatten to the same shape (GPT-2's ``ln_f(h).view(output_shape)``, labelled ``"Identity"``). So
+a flatten of a whole feature map makes channel ``c`` a block of features; after a channel-wise
+residual sum: **Skip edges** below), and a reshape, view or flatten to the same shape (GPT-2's
+``ln_f(h).view(output_shape)``, labelled ``"Identity"``). So
 does a row selection after a source whose units are the last axis: basic indexing that keeps that
 axis whole and last (``h[:, s, :]``, ``h[:, -1]``, ``h[..., 1:, :]``: `ROW_SELECTIONS`), as in
 Hugging Face's ``lm_head(hidden_states[:, slice_indices, :])``, and a reshape that keeps that
@@ -36,8 +37,16 @@ with its class name.
 which the output of source ``p`` itself is one summand — ``c(z + f(z))`` with ``z = p(·)``, through
 any number of such additions (a residual stream), the direct producer excepted. A torch-function
 mode sees the additions (``+``, ``+=``, ``torch.add`` with ``alpha = 1``); anything else applied to
-the sum (a scale, an activation, a normalisation) ends the provenance. Skip edges let the linear
-detector follow a dead path through residual blocks (spec §6.6: skips cost nothing on the
+the sum (a scale, an activation, a normalisation) ends the provenance, except pooling that keeps
+channels after a **channel-wise** sum: one whose every term is channel-wise with the sum's number
+of dimensions and channels (the output of a convolution, BatchNorm or GroupNorm, through steps the
+graph follows, such as a ReLU of one, or an earlier channel-wise sum). As after a convolution
+(`CHANNELWISE`), pooling, a spatial mean, a flatten of ``(N, C, 1, 1)`` and a reshape to the same
+shape keep every channel in place there, so the summands reach a ResNet's head ``fc(h.mean((2,
+3)))`` as skip edges. A flatten of a whole summed feature map is not followed (a skip edge
+records no steps, so channel ``c``'s block of features could not be told), nor a sum with any
+other term (a Linear output, whose units lie on the last axis; a constant). Skip edges let the
+linear detector follow a dead path through residual blocks (spec §6.6: skips cost nothing on the
 shortest weighted path).
 """
 
@@ -245,13 +254,15 @@ def _version_of(t: Tensor) -> int:
 class _Provenance:
     """What the traced forward knows of each live tensor (by id): the source whose output it is,
     the steps since, and whether that source's units are channels (``origin``); or the sources
-    whose raw outputs were summed into it (``summands``). Each entry is stamped with the tensor's
+    whose raw outputs were summed into it (``summands``) and whether that sum is channel-wise
+    (``channel_sum``, module docstring). Each entry is stamped with the tensor's
     version counter and void once the tensor is written in place by anything else (``h[:, 0] =
     0``, ``h.tanh_()``, a write through a view, ``out=h``)."""
 
     def __init__(self) -> None:
         self.origin: dict[int, tuple[str, tuple[str, ...], bool]] = {}
         self.summands: dict[int, frozenset[str]] = {}
+        self.channel_sum: dict[int, bool] = {}  # per sum: whether every summand is channel-wise
         self.stamp: dict[int, int] = {}
         self.keep: list[Tensor] = []  # keeps tensors alive so that ids are not reused
         self.stops: dict[str, list[str]] = {}
@@ -277,15 +288,37 @@ class _Provenance:
     def summands_of(self, t: object) -> frozenset[str]:
         return self.summands.get(id(t), frozenset()) if self._current(t) else frozenset()
 
+    def channel_layout(self, t: object) -> tuple[int, int] | None:
+        """``(t.dim(), t.shape[1])`` when ``t`` is channel-wise: the output of a source whose units
+        are channels (dimension 1) through steps the graph follows (a ReLU of a convolution, a
+        pooled BatchNorm output), or a channel-wise sum (`sum_of`); None otherwise."""
+        if not isinstance(t, Tensor) or t.dim() < 2:
+            return None
+        origin = self.origin_of(t)
+        if origin is not None and origin[2]:
+            return t.dim(), t.shape[1]
+        if self._current(t) and self.channel_sum.get(id(t), False):
+            return t.dim(), t.shape[1]
+        return None
+
+    def channel_summands(self, t: object) -> frozenset[str]:
+        """The summands of ``t`` when it is a channel-wise sum (`sum_of`), else none."""
+        return self.summands_of(t) if self.channel_sum.get(id(t), False) else frozenset()
+
     def tag(self, t: Tensor, src: str, via: tuple[str, ...], channels: bool) -> None:
         self.origin[id(t)] = (src, via, channels)
         self.summands.pop(id(t), None)
+        self.channel_sum.pop(id(t), None)
         self.stamp[id(t)] = _version_of(t)
         self.keep.append(t)
 
-    def sum_of(self, t: Tensor, srcs: frozenset[str]) -> None:
+    def sum_of(self, t: Tensor, srcs: frozenset[str], channels: bool = False) -> None:
+        """Record ``t`` as a sum with the raw summands ``srcs``; ``channels``: whether it is
+        channel-wise (every term channel-wise with ``t``'s number of dimensions and channels),
+        so that pooling that keeps channels may follow it (`_Calls._step`)."""
         self.origin.pop(id(t), None)
         self.summands[id(t)] = srcs
+        self.channel_sum[id(t)] = channels
         self.stamp[id(t)] = _version_of(t)
         self.keep.append(t)
 
@@ -299,8 +332,9 @@ class _Provenance:
 class _Calls(TorchFunctionMode):
     """Sees the calls a ``forward`` makes: carries provenance through the functions of
     `FUNCTIONAL_ELEMENTWISE`, `CHANNELWISE`, `POWERS` (scalar powers only: `power_label`) and
-    `ROW_SELECTIONS` (row selections only: `row_selection_label`), and records the summands of
-    additions."""
+    `ROW_SELECTIONS` (row selections only: `row_selection_label`), records the summands of
+    additions, and carries those of a channel-wise sum through channel-keeping pooling
+    (`_pool_sum`)."""
 
     def __init__(self, prov: _Provenance) -> None:
         super().__init__()
@@ -318,17 +352,24 @@ class _Calls(TorchFunctionMode):
             self.prov.stop(func, args, kwargs, out)
             return out
         srcs = self.prov.raw_sources(args[0]) | self.prov.raw_sources(args[1])
+        layouts = [self.prov.channel_layout(a) for a in args]  # read before ``+=`` writes
         out = func(*args, **kwargs)
         if isinstance(out, Tensor):
             if srcs:
-                self.prov.sum_of(out, srcs)
+                channels = out.dim() >= 2 and all(
+                    lay == (out.dim(), out.shape[1]) for lay in layouts
+                )
+                self.prov.sum_of(out, srcs, channels)
             else:  # ``z += f(z)`` with no source in it: z is no longer anything it was
                 self.prov.origin.pop(id(out), None)
         return out
 
     def _step(self, func, label: str | None, args: tuple, kwargs: dict) -> object:
         src = self.prov.origin_of(args[0]) if args else None
+        sums = self.prov.channel_summands(args[0]) if args and func in CHANNELWISE else None
         out = func(*args, **kwargs)
+        if src is None and sums and isinstance(out, Tensor):
+            self._pool_sum(func, args, kwargs, out, sums)
         if src is None or not isinstance(out, Tensor):
             return out
         if func in ROW_SELECTIONS:
@@ -344,6 +385,18 @@ class _Calls(TorchFunctionMode):
         else:
             self.prov.stop(func, args, kwargs, out)
         return out
+
+    def _pool_sum(
+        self, func: object, args: tuple, kwargs: dict, out: Tensor, sums: frozenset[str]
+    ) -> None:
+        """Carry the summands of a channel-wise sum ``args[0]`` to ``out = func(*args)`` (``func``
+        in `CHANNELWISE`) when the call keeps every channel in place: a reshape to the same
+        shape, pooling, a spatial mean, a flatten of ``(N, C, 1, 1)``. Not a flatten of a whole
+        feature map (``"FlattenChannels"``): a skip edge carries no steps, so the consumer could
+        not tell channel ``c``'s block of features."""
+        label = reshape_label(func, args, out, True) or channel_label(func, args, kwargs, out, True)
+        if label is not None and label != "FlattenChannels":
+            self.prov.sum_of(out, sums, True)
 
 
 def _channels_first(mod: nn.Module, out: Tensor) -> bool:

@@ -7,7 +7,8 @@
   ``h * h``), labelled ``"Square"`` or ``"Pow(p)"`` (`power_label`), with their degree of
   homogeneity (`power_degree`).
 * `CHANNELWISE`: pooling, spatial means and flattens that keep every channel of a
-  channels-first source apart (`channel_label`, `channels_first_ndim`).
+  channels-first source apart (`channel_label`, `channels_first_ndim`); `graph` applies the
+  same test after a residual sum of channel-wise terms.
 * `reshape_label`: a reshape, view or flatten to the input's shape (GPT-2's
   ``ln_f(h).view(output_shape)``) is the identity, labelled ``"Identity"``; one that keeps the
   last (feature) axis of a source whose units lie there (``h.view(-1, d)``) regroups whole
@@ -197,8 +198,8 @@ def channel_label(
 ) -> str | None:
     """The label of the call ``func(*args, **kwargs) = out`` of `CHANNELWISE` if it kept every
     channel apart (see there), else None. ``channels_first``: whether the source whose output the
-    input carries had its units on dimension 1 of a batched output (`channels_first_ndim`); if
-    not, no pooling keeps them."""
+    input carries had its units on dimension 1 of a batched output (`channels_first_ndim`), or
+    the input is a residual sum of such outputs (`graph`); if not, no pooling keeps them."""
     inp, label = args[0], CHANNELWISE[func]
     if not channels_first:
         return None

@@ -55,3 +55,19 @@ def test_cells_command_rejects_an_unknown_cell() -> None:
     result = CliRunner().invoke(app, ["cells", "--only", "nope"])
     assert result.exit_code == 2
     assert "unknown cell 'nope'" in result.output
+
+
+def test_cells_table_is_complete_at_80_columns() -> None:
+    """Trial F: piped output is 80 columns wide; the k and class columns shrank to zero width and
+    k̂ was cut to "2.00…". Every column is now whole or folded, never cut."""
+    names = ["mlp_node_death_gelu_rotated", "relu_rescale"]
+    args = ["cells"] + [a for n in names for a in ("--only", n)]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.output
+    header = next(line for line in result.output.splitlines() if "cell" in line and "k̂" in line)
+    for col in ("expected", " k ", "slope", "r²", "class", "pass"):
+        assert col in header, header
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+    rows = result.output.replace("│", " ")
+    assert "2.0000" in rows and "1.00000" in rows  # k̂ and r² in full

@@ -46,11 +46,14 @@ def cells(
         return "—" if v is None else format(v, spec)
 
     table = Table(title="Constructed cells: directional-Fisher order read")
-    table.add_column("cell", no_wrap=True)
-    for col in ("expected", "k", "k̂", "slope", "r²"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("class")
-    table.add_column("pass", no_wrap=True)
+    # narrow terminals (80 columns whenever the output is piped) fold the long names onto
+    # further lines; the short columns keep their full width, never cut to an ellipsis or to 0
+    table.add_column("cell", overflow="fold")
+    table.add_column("expected", overflow="fold")
+    for col, width in (("k", 2), ("k̂", 6), ("slope", 6), ("r²", 7)):
+        table.add_column(col, no_wrap=True, min_width=width)
+    table.add_column("class", overflow="fold")
+    table.add_column("pass", no_wrap=True, min_width=4)
     for _, _, res in rows:
         expected = res.expected_class if res.expected_k is None else f"k={res.expected_k}"
         table.add_row(

@@ -10,7 +10,7 @@ import pytest
 
 from neuromanifold.singular import RateFit, fit_rate, local_slopes
 from neuromanifold.singular.classify import DirectionClass, classify_with_reason
-from neuromanifold.singular.rate import MIN_DECADES, MIN_POINTS, R2_TIE
+from neuromanifold.singular.rate import MIN_DECADES, MIN_POINTS, R2_TIE, SLOPE_TOL
 
 K_TOL = 0.05  # |k̂ − k| on the selected window (spec §9.1 "Slope estimator")
 EXACT = 1e-12  # exact power laws: k̂, c_k, slope and r² to rounding of log/OLS (measured ≤ 1.8e-15)
@@ -137,6 +137,25 @@ def test_a_clean_law_has_no_plateau_below(p: int) -> None:
     assert fit.window[0] == 0
     assert fit.small_t_slope is None and fit.small_t_window is None
     assert not fit.plateau_below
+
+
+def test_a_lower_order_below_the_window_is_stated() -> None:
+    """Trial F: F = t² + t⁴/s² with s = 1e-3 on the default grid: the t⁴ branch above s wins the
+    window (k = 3), while F falls as t² below s (true order 2 as t → 0). The small-t slope was
+    computed and dropped, because only a plateau was flagged. ``order_below`` = 2 now, and the
+    classification's reason says so; a plateau is the case order_below = 1."""
+    t = grid()
+    f = t**2 + t**4 / 1e-3**2
+    fit = fit_rate(t, f)
+    assert fit.k == 3
+    assert fit.order_below == 2 and not fit.plateau_below
+    assert abs(fit.small_t_slope - 2.0) <= SLOPE_TOL
+    _, reason = classify_with_reason(fit, F=f, floor=0.0, scale=1.0)
+    assert "the order along u as t → 0 is 2, and k = 3 is the order of the branch above" in reason
+    assert RateFit.from_dict(fit.to_dict()).order_below == 2
+    plateau = fit_rate(t, 1.0 + (t / 1e-2) ** 2)
+    assert plateau.order_below == 1 and plateau.plateau_below
+    assert fit_rate(t, t**4).order_below is None
 
 
 def test_crossover_t2_plus_t4_reads_the_small_t_order() -> None:

@@ -177,12 +177,20 @@ def classify_with_reason(
         )
     in_span = gauge_overlap is not None and gauge_overlap >= overlap_min
     plateau = ""
-    if fit.plateau_below:
+    below = fit.order_below
+    if below == 1:
         lo, hi = fit.small_t_window
         plateau = (
             f"; F is flat for t in [{lo:.3g}, {hi:.3g}] (slope {fit.small_t_slope:.3f}): the point "
             f"is regular along u as t → 0 (k = 1 there), and k = {fit.k} is the order of the "
             "structure above that plateau (a point near, not on, the singular locus)"
+        )
+    elif below is not None:
+        lo, hi = fit.small_t_window
+        plateau = (
+            f"; F falls as t^{2 * (below - 1)} for t in [{lo:.3g}, {hi:.3g}] (slope "
+            f"{fit.small_t_slope:.3f}): the order along u as t → 0 is {below}, and k = {fit.k} is "
+            "the order of the branch above"
         )
     if in_span and fit.k == 2:
         return DirectionClass.CURVED_GAUGE, (

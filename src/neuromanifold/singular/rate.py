@@ -27,7 +27,10 @@ the power law holds and reads it. The rule (spec §7.2 steps 5–6, made precise
    the magnitude ``c_k = median_{window} F/t^{2(k−1)}``.
 7. **Small-t end.** When the selected window starts after the first ``min_points`` points of its
    run, ``small_t_slope`` is the OLS slope of those points and ``small_t_window`` their t range.
-   `RateFit.plateau_below` is True when ``k ≥ 2`` and that slope is within ``slope_tol`` of 0.
+   `RateFit.order_below` is the order ``k_s < k`` of that slope when it is within ``slope_tol``
+   of an even integer ``2(k_s − 1)``; `RateFit.plateau_below` is the case ``k_s = 1`` (slope ≈ 0).
+   The read keeps ``k`` (the order of the selected window) and the classification's reason
+   states the lower order below it.
 
 A plateau is preferred only when it fits as well as the best window (step 5). Its r² is judged
 against the 1 % TSS floor, so a plateau that starts to bend within its decade loses to the power
@@ -130,9 +133,25 @@ class RateFit:
         Then ``F(t) → F(0) > 0`` as ``t → 0``: the point is regular along u at the smallest
         scales, and ``k`` is the order of the structure above the plateau (module docstring).
         """
+        return self.order_below == 1
+
+    @property
+    def order_below(self) -> int | None:
+        """The lower order ``k_s < k`` that F shows at the small-t end of the window's run, or None.
+
+        ``k_s = round(1 + s/2)`` of ``small_t_slope`` ``s``, when ``s`` lies within ``slope_tol``
+        of its even integer ``2(k_s − 1)`` and ``k_s < k``: as ``t → 0`` F falls as
+        ``t^{2(k_s−1)}``, so the order along u at the point is ``k_s``, and ``k`` is the order of
+        the branch above (``F = t² + t⁴/s²`` with ``s`` inside the grid: ``k_s = 2``, ``k = 3``).
+        ``k_s = 1`` is a plateau (`plateau_below`). None when no such end was measured.
+        """
         if self.k is None or self.k < 2 or self.small_t_slope is None:
-            return False
-        return abs(self.small_t_slope) <= float(self.criteria.get("slope_tol", SLOPE_TOL))
+            return None
+        k_s = round(1.0 + self.small_t_slope / 2.0)
+        tol = float(self.criteria.get("slope_tol", SLOPE_TOL))
+        if 1 <= k_s < self.k and abs(self.small_t_slope - 2.0 * (k_s - 1)) <= tol:
+            return k_s
+        return None
 
     def to_dict(self) -> dict:
         """JSON-safe dict (tuples become lists)."""

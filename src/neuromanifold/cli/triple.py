@@ -184,6 +184,8 @@ def read_cmd(
         typer.echo(f"λ = {result.lam} ({float(result.lam):.6g}), m = {result.m}")
         if regular_dims is None:
             typer.echo(READ_ONLY_NOTE)
+        if isinstance(data.get("note"), str) and data["note"]:
+            typer.echo(f"reading note: {data['note']}")
         if result.dominant_block is None:
             typer.echo(f"no genuine block: ν = {nu_text} (regular)")
         else:

@@ -341,6 +341,12 @@ def _records(reading: Any) -> list[Any]:
     )
 
 
+def _record_name(i: int, rec: Any) -> str:
+    """The name of record i in loci and notes: ``"{i}:{layer}:{detector}"``."""
+    layer = _field(rec, "layer") or ",".join(_field(rec, "direction_keys") or ()) or str(i)
+    return f"{i}:{layer}:{_field(rec, 'detector') or 'direction'}"
+
+
 def loci_from_reading(
     reading: Any,
     *,
@@ -378,8 +384,7 @@ def loci_from_reading(
     notes: list[str] = []
     for i, rec in enumerate(records):
         klass, k = _class_of(rec), _field(rec, "k")
-        layer = _field(rec, "layer") or ",".join(_field(rec, "direction_keys") or ()) or str(i)
-        name = f"{i}:{layer}:{_field(rec, 'detector') or 'direction'}"
+        name = _record_name(i, rec)
         if klass in _GAUGES:
             loci.append(Locus(name, "gauge", dim=1))
         elif klass == _LIVE:
@@ -423,7 +428,9 @@ def assemble_from_reading(
     read structure (one-node cells, width-1 chains) the result is the global (λ, m).
     ``component_dims``: see :func:`loci_from_reading`. A reading that left directions out
     (``max_directions``, or a detector cap that cut dead directions: ``meta["truncated"]``)
-    gets a note saying so; after a cap cut of dead directions m and λ are lower bounds.
+    gets a note saying so; after a cap cut of dead directions m and λ are lower bounds. Genuine
+    records on a factor the probe set under-samples (``meta["probe_rank_limited"]``) are named
+    in a note as possible probe-size artefacts (:func:`_probe_size_notes`).
     """
     if regular_dims is not None and (
         isinstance(regular_dims, bool) or not isinstance(regular_dims, int) or regular_dims < 0
@@ -432,7 +439,7 @@ def assemble_from_reading(
     loci, notes = loci_from_reading(
         reading, component_dims=component_dims, count_live=regular_dims is None
     )
-    notes = _truncation_notes(reading) + notes
+    notes = _truncation_notes(reading) + _probe_size_notes(reading) + notes
     if regular_dims:
         loci.append(Locus("caller: regular directions", "regular", dim=regular_dims))
     return assemble(loci, notes=notes)
@@ -452,9 +459,7 @@ def _truncation_notes(reading: Any) -> list[str]:
       generators or of live modes change neither and are not noted.
     """
     notes: list[str] = []
-    meta = reading.get("meta") if isinstance(reading, Mapping) else getattr(reading, "meta", None)
-    if not isinstance(meta, Mapping):
-        meta = {}
+    meta = _meta(reading)
     found, read_ = meta.get("n_candidates"), meta.get("n_read")
     if isinstance(found, int) and isinstance(read_, int) and read_ < found:
         notes.append(
@@ -488,3 +493,68 @@ def _truncation_notes(reading: Any) -> list[str]:
             f"so m and λ are lower bounds"
         )
     return notes
+
+
+def _meta(reading: Any) -> Mapping[str, Any]:
+    """``meta`` of a `Reading` or its JSON (empty for a bare iterable of records)."""
+    meta = reading.get("meta") if isinstance(reading, Mapping) else getattr(reading, "meta", None)
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _probe_size_notes(reading: Any) -> list[str]:
+    """A note naming the genuine records that lie on a factor the probe set under-samples.
+
+    ``meta["probe_rank_limited"]`` (written by `read`, see
+    :func:`neuromanifold.singular.probe_rank.rank_limited`) lists the K-FAC factors with fewer
+    contributing rows than their side, each ``{"layer", "factor", "dim", "rows", "n_min"}``. Part
+    of such a factor's kernel belongs to the probe set: a G-kernel direction then reads
+    ``genuine_singularity`` of order 2 and is regular on a larger probe set (docs/order_read.md,
+    "Probe-set size"). A genuine record is named when one of its layers has a listed factor on
+    the side its detector reads: ``G`` for ``kfac-G``, ``A`` for ``kfac-A``, either for every
+    other detector (a duality chain links a G-kernel to the next layer's A-kernel). The note
+    does not change λ or m: they count these records as genuine blocks.
+    """
+    limited: dict[tuple[str, str], Mapping[str, Any]] = {}
+    entries = _meta(reading).get("probe_rank_limited")
+    for entry in entries if isinstance(entries, list | tuple) else ():
+        if isinstance(entry, Mapping) and "layer" in entry:
+            limited.setdefault((str(entry["layer"]), str(entry.get("factor"))), entry)
+    if not limited:
+        return []
+    try:
+        records = _records(reading)
+    except TypeError:
+        return []
+    names: list[str] = []
+    hit: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for i, rec in enumerate(records):
+        if _class_of(rec) != _GENUINE:
+            continue
+        layers = tuple(map(str, _field(rec, "layers") or ())) or (str(_field(rec, "layer")),)
+        detector = str(_field(rec, "detector"))
+        sides = {"kfac-G": ("G",), "kfac-A": ("A",)}.get(detector, ("A", "G"))
+        keys = [(layer, side) for layer in layers for side in sides if (layer, side) in limited]
+        if keys:
+            names.append(_record_name(i, rec))
+            hit.update((key, limited[key]) for key in keys)
+    if not names:
+        return []
+    factors = "; ".join(
+        f"factor {side} of {layer!r}: {e.get('rows')} contributing rows for {e.get('dim')} "
+        f"dimensions"
+        for (layer, side), e in hit.items()
+    )
+    n_min = max(
+        (e.get("n_min") for e in hit.values() if isinstance(e.get("n_min"), int)), default=None
+    )
+    again = (
+        f"read again with N well above {n_min}"
+        if n_min is not None
+        else "read again on more samples"
+    )
+    return [
+        f"genuine records {', '.join(names)} lie on under-sampled factors ({factors}; "
+        f"meta['probe_rank_limited']): they may be probe-size artefacts, regular on a larger "
+        f"probe set (docs/order_read.md, 'Probe-set size'). λ and m count them as genuine "
+        f"blocks, and a cap note's 'lower bounds' holds only if they are genuine; {again}"
+    ]

@@ -1,0 +1,110 @@
+"""Notes of the assembly from a read: what the numbers do not cover (user trial F, items 2–4).
+
+The notes never change (λ, m): each test also checks the numbers against the rules (the
+additive law λ = Σ λ_block, m = 1 + Σ(m_b − 1), docs/triple.md §3).
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from typer.testing import CliRunner
+
+from neuromanifold import read
+from neuromanifold.cli import app
+from neuromanifold.singular import Gaussian
+from neuromanifold.singular.assembly import assemble_from_reading
+
+runner = CliRunner()
+
+
+def _rec(klass: str, k: int | None, layers: tuple[str, ...], detector: str) -> dict[str, Any]:
+    return {
+        "class": klass,
+        "k": k,
+        "layer": layers[0],
+        "layers": list(layers),
+        "detector": detector,
+    }
+
+
+def _limited(layer: str, factor: str, dim: int, rows: int, n_min: int) -> dict[str, Any]:
+    """One `meta["probe_rank_limited"]` entry (the structure `probe_rank.rank_limited` writes)."""
+    return {"layer": layer, "factor": factor, "dim": dim, "rows": rows, "n_min": n_min}
+
+
+# --- item 2: genuine records on an under-sampled factor -------------------------------------
+
+
+def _probe_limited_reading() -> dict[str, Any]:
+    directions = [
+        _rec("flat_gauge", None, ("2",), "kfac-A"),
+        _rec("genuine_singularity", 2, ("0",), "kfac-G"),  # G of '0' limited: named
+        _rec("genuine_singularity", 2, ("1",), "kfac-G"),  # only A of '1' limited: not named
+        _rec("genuine_singularity", 2, ("3", "4"), "duality"),  # crosses A of '4': named
+        _rec("live", 1, ("0",), "kfac-A"),
+    ]
+    meta = {
+        "probe_rank_limited": [
+            _limited("0", "G", 32, 16, 16),
+            _limited("1", "A", 33, 8, 33),
+            _limited("4", "A", 40, 8, 40),
+        ]
+    }
+    return {"directions": directions, "meta": meta, "note": "factor G of '0' has 16 rows"}
+
+
+def test_genuine_records_on_a_probe_limited_factor_are_named() -> None:
+    reading = _probe_limited_reading()
+    a = assemble_from_reading(reading)
+    probe = [n for n in a.notes if "probe-size artefact" in n]
+    assert len(probe) == 1, a.notes
+    assert "1:0:kfac-G" in probe[0] and "3:3:duality" in probe[0]
+    assert "2:1:kfac-G" not in probe[0]  # its G factor is fully sampled
+    assert "factor G of '0'" in probe[0] and "factor A of '4'" in probe[0]
+    assert "N well above 40" in probe[0]  # the largest n_min of the factors it names
+    # the numbers are the rules' (three order-2 blocks: (1/4, 1), (1/4, 1), (1/2, 2); one live)
+    assert (a.lam, a.m) == (Fraction(1, 4) + Fraction(1, 4) + Fraction(1, 2) + Fraction(1, 2), 2)
+    plain = assemble_from_reading({**reading, "meta": {}})
+    assert (plain.lam, plain.m) == (a.lam, a.m)
+    assert not any("probe-size" in n for n in plain.notes)
+
+
+def test_no_probe_note_without_a_genuine_record_on_a_limited_factor() -> None:
+    reading = _probe_limited_reading()
+    reading["directions"] = [reading["directions"][0], reading["directions"][2]]
+    assert not any("probe-size" in n for n in assemble_from_reading(reading).notes)
+
+
+def test_read_on_eight_samples_names_its_kfac_g_records() -> None:
+    # trial F #2: 8 samples give G of the 32-wide layer 0 16 rows (Gaussian, 2 outputs): its
+    # kernel reads genuine k = 2, which the read's own note calls a possible probe-size artefact
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 32), nn.GELU(), nn.Linear(32, 2)).double().eval()
+    x = torch.randn(8, 3, dtype=torch.float64)
+    r = read(model, x, Gaussian(1.0), progress=False)
+    limited = {(e["layer"], e["factor"]) for e in r.meta["probe_rank_limited"]}
+    genuine = [
+        f"{i}:{d.layer}:{d.detector}"
+        for i, d in enumerate(r.directions)
+        if d.klass == "genuine_singularity"
+    ]
+    assert ("0", "G") in limited and genuine
+    a = assemble_from_reading(r)
+    probe = [n for n in a.notes if "probe-size artefact" in n]
+    assert len(probe) == 1 and all(name in probe[0] for name in genuine)
+    assert assemble_from_reading(r.to_dict()).notes == a.notes
+
+
+def test_triple_read_prints_the_probe_note_and_the_readings_note(tmp_path: Path) -> None:
+    path = tmp_path / "reading.json"
+    path.write_text(json.dumps(_probe_limited_reading()))
+    res = runner.invoke(app, ["triple", "read", "--reading", str(path)])
+    assert res.exit_code == 0, res.output
+    assert "reading note: factor G of '0' has 16 rows" in res.output
+    assert "probe-size artefact" in res.output and "1:0:kfac-G" in res.output

@@ -163,6 +163,52 @@ def test_optimizer_row_fields(record_of):
     assert OptimizerRow.from_dict(json.loads(json.dumps(row.to_dict()))) == row
 
 
+def test_optimizer_figure_uses_the_table_categories(record_of, monkeypatch, tmp_path):
+    """Trial F: the figure's grey "not readable" bars were the flat gauges (21 of 42 for AdamW)
+    while the table reported "unreadable 0.00". Flat gauges without a window now get their own
+    bar, and "not readable" counts what the table calls unreadable or a gauge-detector record."""
+    import types
+
+    from matplotlib.axes import Axes
+
+    from neuromanifold.report.demo_report import plot_optimizers
+
+    recs = [
+        record_of(FC1, "duality", "genuine_singularity", 2, 0.99),  # readable
+        record_of(FC1, "duality", "genuine_singularity", 2, 0.9),  # unreadable
+        record_of(FC1, "kfac-G", "flat_gauge"),  # flat gauge, no window
+        record_of(FC1, "kfac-A", "live"),  # unreadable
+        record_of(FC1, "ln-kernel", "flat_gauge"),  # flat gauge of a gauge detector
+    ]
+    mr = _model_read(recs, {})
+    row = optimizer_row(mr)
+    bars: dict[str, list[float]] = {}
+    real_bar = Axes.bar
+
+    def spy(self, x, height, *args, **kwargs):
+        bars[kwargs.get("label")] = list(height)
+        return real_bar(self, x, height, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "bar", spy)
+    plot_optimizers(types.SimpleNamespace(optimizers=[mr], rows=[row]), tmp_path / "o.png")
+    assert bars["flat gauge (at the floor)"] == [2]
+    assert bars["not readable"] == [2]
+    assert row.unreadable_fraction == 2 / row.n_possible  # the table's count of the same two
+    assert sum(h[0] for h in bars.values()) == row.n_read
+
+
+def test_timed_measures_the_job_where_it_runs():
+    """Trial F: the demo's per-read times were measured from the pool submission, so they
+    included the wait in the queue (445.8 s for a 189.3 s read). Jobs now run through `_timed`,
+    which measures inside the worker."""
+    import time
+
+    from neuromanifold.demo import _timed
+
+    out, seconds = _timed(time.sleep, 0.05)
+    assert out is None and 0.05 <= seconds < 5.0  # a sleep is never shorter than asked
+
+
 def test_optimizer_row_of_an_empty_read(record_of):
     """No possible direction: no unreadable fraction; no fc2 block: zero spread; no metrics: NaN."""
     row = optimizer_row(_model_read([record_of(FC1, "ce-shift", "flat_gauge")], {}, stage="custom"))

@@ -28,6 +28,7 @@ The configuration and result types live in :mod:`neuromanifold.demo_result`; `De
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -121,11 +122,19 @@ def _reads_of(recipe: str, res: Any, config: DemoConfig) -> list[tuple[Any, ...]
     return [(recipe, s, str(res.checkpoints[s]), s in res.cached, config, baseline) for s in stages]
 
 
+def _timed(fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
+    """``(fn(*args), seconds it took)``, measured where it runs (a pool worker)."""
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - t0
+
+
 def _run_jobs(config: DemoConfig, timings: dict[str, float]) -> dict[tuple[str, str], ModelRead]:
     """Train the three recipes and read their checkpoints, on ``config.workers`` processes.
 
     Each read is submitted as soon as its recipe is trained; with one worker everything runs
-    here, in order.
+    here, in order. ``timings`` gets each job's own duration, measured in the process that ran
+    it (not the time it waited in the pool's queue).
     """
     reads: dict[tuple[str, str], ModelRead] = {}
     if config.workers == 1:
@@ -142,26 +151,22 @@ def _run_jobs(config: DemoConfig, timings: dict[str, float]) -> dict[tuple[str, 
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     bar = _bar(config, 3 + 6)
-    started: dict[Any, tuple[str, str, float]] = {}
+    started: dict[Any, tuple[str, str]] = {}
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=config.workers, mp_context=ctx) as pool:
         for recipe in _RECIPES:
-            started[pool.submit(_train_job, recipe, config)] = (
-                "train",
-                recipe,
-                time.perf_counter(),
-            )
+            started[pool.submit(_timed, _train_job, recipe, config)] = ("train", recipe)
         pending = set(started)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
-                kind, label, t0 = started[fut]
-                result = fut.result()  # a worker's exception propagates here
-                timings[f"{kind} {label}"] = time.perf_counter() - t0
+                kind, label = started[fut]
+                result, seconds = fut.result()  # a worker's exception propagates here
+                timings[f"{kind} {label}"] = seconds  # in the worker: no time queued
                 if kind == "train":
                     for job in _reads_of(label, result, config):
-                        f = pool.submit(_read_job, *job)
-                        started[f] = ("read", job[1], time.perf_counter())
+                        f = pool.submit(_timed, _read_job, *job)
+                        started[f] = ("read", job[1])
                         pending.add(f)
                 else:
                     reads[(result.name, result.stage)] = result

@@ -65,7 +65,8 @@ def demo_markdown(result: Any, figures: dict[str, str]) -> str:
     lines = [
         "# neuromanifold demo",
         "",
-        f"Wall time {t.get('total', float('nan')):.1f} s ("
+        f"Wall time {t.get('total', float('nan')):.1f} s (each step's own duration, steps in "
+        "parallel workers overlap: "
         + ", ".join(f"{k} {v:.1f} s" for k, v in t.items() if k != "total")
         + f"). Probe: {result.config.probe} validation digits per read; categorical family, "
         "true Fisher. A direction is *readable* when its selected window fits with "
@@ -232,14 +233,26 @@ def plot_optimizers(result: Any, path: str | Path) -> Path:
         vals = [r.readable_kinds.get(k, 0) for r in result.rows]
         ax1.bar(xs, vals, bottom=bottom, label=k)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
-    unread = [r.n_read - r.n_readable for r in result.rows]
+    # the same categories as the table: a flat gauge has no window by definition (its magnitude
+    # at the floor decides its class), so it is not counted as unreadable
+    flat = [_flat_without_window(mr.reading.directions) for mr in result.optimizers]
+    ax1.bar(xs, flat, bottom=bottom, color="darkgrey", label="flat gauge (at the floor)")
+    bottom = [b + v for b, v in zip(bottom, flat, strict=True)]
+    unread = [r.n_read - r.n_readable - f for r, f in zip(result.rows, flat, strict=True)]
     ax1.bar(xs, unread, bottom=bottom, color="lightgrey", label="not readable")
     ax1.set_xticks(xs, [r.optimizer.replace(" + ", "\n+ ") for r in result.rows], fontsize=7)
     ax1.set_ylabel("directions read")
     ax1.legend(fontsize=6)
-    fig.suptitle("optimizer comparison: MLP spectra and readable dead directions", fontsize=9)
+    fig.suptitle("optimizer comparison: MLP spectra and the directions read, by class", fontsize=9)
     fig.tight_layout()
     return save_png(fig, path)
+
+
+def _flat_without_window(recs: Any) -> int:
+    """Records classed flat gauge whose window is not readable (``r² < READABLE_R2`` or none)."""
+    from neuromanifold.demo_result import READABLE_R2
+
+    return sum(1 for r in recs if r.klass == "flat_gauge" and (r.r2 is None or r.r2 < READABLE_R2))
 
 
 def write_demo_report(result: Any, out: str | Path, *, figures: bool = True) -> dict[str, Path]:

@@ -27,8 +27,23 @@ non-finite loss or nβ(L_B(w) − L_n(w*)) > ``DIVERGENCE_FACTOR``·d (d = param
 posterior has λ ≤ d/2) stops the run and reports ``diverged=True`` with the chain and step, and
 ``llc=None``.
 
-Pass accounting: ``n_passes`` counts forward+backward passes over one batch, per chain:
-chains × (steps + 1) (the + 1 is ∇U at w*), plus one forward pass over the data for L_n(w*).
+MALA acceptance of the step w → w' (diagnostic only; every move is kept), with U_B(w) =
+nβ L_B(w) + (γ/2)‖w − w*‖² and q(a → b) ∝ exp(−‖b − a + (ε/2) ∇U(a)‖²/(2ε)):
+
+    a = min(1, exp(−(U_{B_t}(w') − U_{B_t}(w))) q(w' → w)/q(w → w')),
+
+both potentials on the *same* batch B_t, the one drawn for the step (full batch: U_n). The
+forward term uses the gradient the move used, the reverse term ∇U_{B_t}(w'). With minibatches
+U_{B_t}(w) is one extra forward pass at w (the gradient at w came from the previous batch):
+comparing potentials from different batches would add nβ(L_{B_t}(w') − L_{B_{t−1}}(w)), batch
+noise that does not shrink with ε. What is left of the batch noise, (√ε/2) ξ·(∇U_{B_{t−1}}(w) −
+∇U_{B_t}(w')) to leading order (ξ the step's noise), vanishes as ε → 0, so a → 1 as ε → 0 with
+and without minibatches.
+
+Pass accounting: ``n_passes`` counts evaluations of one batch at one parameter point, per chain:
+a forward+backward counts 1, and so does the extra forward of a minibatch step. Full batch:
+chains × (steps + 1) + 1 (the + 1 inside is ∇U at w*, the + 1 outside one forward pass over the
+data for L_n(w*)); minibatches (``batch_size`` < n): chains × (2 steps + 1) + 1.
 
 References: E. Lau, Z. Furman, G. Wang, D. Murfet, S. Wei, The Local Learning Coefficient,
 arXiv:2308.12108; M. Welling, Y. W. Teh, Bayesian learning via stochastic gradient Langevin
@@ -134,7 +149,9 @@ class SGLDResult:
     ``loss_trace[c][t]``: minibatch loss of chain c at step t, burn-in steps included (the
     estimate uses the steps after ``burnin``; truncated at a divergence). ``rhat``: Gelman–Rubin
     R̂ of the loss traces (None for one chain).
-    ``mala_acceptance[c]``: mean MALA acceptance probability of chain c's steps.
+    ``mala_acceptance[c]``: mean MALA acceptance probability of chain c's steps (both potentials
+    on the step's batch, see the module docstring). ``n_passes``: batch evaluations, all chains
+    (full batch chains × (steps + 1) + 1, minibatches chains × (2 steps + 1) + 1).
     """
 
     llc: float | None
@@ -223,11 +240,16 @@ def _run(
     if vectorized:
         batched = torch.func.vmap(gv, in_dims=(0, None, None))
         batched_idx = torch.func.vmap(gv, in_dims=(0, 0, 0))
+        losses_idx = torch.func.vmap(loss_fn, in_dims=(0, 0, 0))
 
         def grads(w: dict[str, Tensor], idx: Tensor | None):
             if idx is None:
                 return batched(w, x, y)
             return batched_idx(w, x[idx], y[idx])
+
+        def batch_losses(w: dict[str, Tensor], idx: Tensor) -> Tensor:
+            with torch.no_grad():
+                return losses_idx(w, x[idx], y[idx])
     else:
 
         def grads(w: dict[str, Tensor], idx: Tensor | None):
@@ -238,6 +260,15 @@ def _run(
                 outs.append(gv(wc, xb, yb))
             g = {k: torch.stack([o[0][k] for o in outs]) for k in w}
             return g, torch.stack([o[1] for o in outs])
+
+        def batch_losses(w: dict[str, Tensor], idx: Tensor) -> Tensor:
+            with torch.no_grad():
+                return torch.stack(
+                    [
+                        loss_fn({k: v[ci] for k, v in w.items()}, x[idx[ci]], y[idx[ci]])
+                        for ci in range(c)
+                    ]
+                )
 
     def potential(w, g, loss):
         """U = nβ L + γ/2‖w − w*‖² and ∇U, per chain."""
@@ -264,6 +295,10 @@ def _run(
         g_new, loss_new = grads(proposal, idx)
         n_passes += c
         u_new, grad_u_new = potential(proposal, g_new, loss_new)
+        if idx is not None:
+            # U_{B_t}(w): the potential at w on the proposal's batch (u came from B_{t-1}).
+            u = u + nbeta * (batch_losses(w, idx) - loss)
+            n_passes += c
         # MALA log acceptance ratio of the Langevin proposal (diagnostic only; all moves kept).
         fwd = sum(
             (proposal[k] - w[k] + 0.5 * eps * grad_u[k]).reshape(c, -1).pow(2).sum(1) for k in w

@@ -108,3 +108,29 @@ def test_triple_read_prints_the_probe_note_and_the_readings_note(tmp_path: Path)
     assert res.exit_code == 0, res.output
     assert "reading note: factor G of '0' has 16 rows" in res.output
     assert "probe-size artefact" in res.output and "1:0:kfac-G" in res.output
+
+
+# --- item 3: several genuine records on the same layers -------------------------------------
+
+
+def test_two_dead_units_of_one_layer_pair_get_the_determinantal_note() -> None:
+    # trial F #3: RRR (M, H, N, r) = (5, 3, 5, 1) reads two duality records on ('0', '1'); the
+    # closed form is (8, 1), the two blocks give (17/2, 3) (docs/triple.md §4)
+    M, N, r = 5, 5, 1
+    records = [
+        _rec("genuine_singularity", 2, ("0", "1"), "duality"),
+        _rec("genuine_singularity", 2, ("0", "1"), "duality"),
+        _rec("genuine_singularity", 2, ("2", "3"), "duality"),  # another pair: not named
+        _rec("live", 1, ("0", "1"), "kfac-A"),
+    ]
+    dims = {i: (M - r, N - r) for i in range(3)}
+    a = assemble_from_reading(records, regular_dims=r * (M + N - r), component_dims=dims)
+    det = [n for n in a.notes if "determinantal" in n]
+    assert len(det) == 1, a.notes
+    assert "0:0:duality" in det[0] and "1:0:duality" in det[0] and "2:2:duality" not in det[0]
+    assert "3:0:kfac-A" not in det[0] and "0+1" in det[0]
+    # unchanged numbers: three blocks of slices (M−r)/2 = (N−r)/2 tied, plus r(M+N−r)/2
+    slice_ = Fraction(M - r, 2)
+    assert (a.lam, a.m) == (3 * slice_ + Fraction(r * (M + N - r), 2), 1 + 3 * (2 - 1))
+    alone = assemble_from_reading(records[1:], regular_dims=r * (M + N - r))
+    assert not any("determinantal" in n for n in alone.notes)

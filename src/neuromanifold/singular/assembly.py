@@ -378,10 +378,16 @@ def loci_from_reading(
     components of dimensions (fan-in − r, fan-out − r)). With dimension 1 the slice
     coefficient d/(2k) is a lower bound for wider components; it is exact for scalar units,
     width-1 chains and dead paths through square linear layers of deficiency one.
+
+    Two or more genuine records crossing the same ``layers`` (e.g. two dead units of one
+    reduced-rank-regression layer pair) are still separate blocks, but a note names them: such
+    units may mix into a determinantal structure that does not split into independent crossings
+    (docs/triple.md §4), and the blocks' sum is then not the closed form.
     """
     records = _records(reading)
     loci: list[Locus] = []
     notes: list[str] = []
+    shared: dict[tuple[str, ...], list[str]] = {}
     for i, rec in enumerate(records):
         klass, k = _class_of(rec), _field(rec, "k")
         name = _record_name(i, rec)
@@ -407,8 +413,22 @@ def loci_from_reading(
                     f"the orders {orders}), got {dims}"
                 )
             loci.append(Locus(name, "genuine", orders=orders, dims=dims, block=name))
+            layers = tuple(map(str, _field(rec, "layers") or ()))
+            if layers:
+                shared.setdefault(layers, []).append(name)
         else:
             notes.append(f"{name}: skipped (class {klass!r}, k={k!r})")
+    for layers, names in shared.items():
+        if len(names) >= 2:
+            notes.append(
+                f"genuine records {', '.join(names)} cross the same layers "
+                f"{'+'.join(layers)}: several dead units of one layer set may mix into a "
+                f"determinantal (non-enumerable) structure, e.g. two dead units of reduced-rank "
+                f"regression under GL(2) (docs/triple.md §4, 'Where the assembly stops'); they "
+                f"are added here as independent blocks, whose sum is then not the closed form "
+                f"(there: λ = 5 as two blocks against 9/2 for (5, 2, 5, 0)); use the closed "
+                f"forms or posterior sampling"
+            )
     return loci, notes
 
 

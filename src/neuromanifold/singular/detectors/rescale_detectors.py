@@ -1,9 +1,9 @@
 """Rescaling-gauge detectors: ReLU-family units, LayerNorm/RMSNorm scale, GLU up projection.
 
-Each builds a `UnitRescale` orbit for one block pair (or norm and its consumers, or gated block)
-and proposes one certified curved-gauge candidate through `rescale_candidate`; the orbit, its
-tangent, the certification by evaluation and the generator budget are documented in
-`neuromanifold.singular.detectors.rescale`.
+Each builds a `UnitRescale` orbit for one block and its consumer blocks (or norm and its
+consumers, or gated block) and proposes one certified curved-gauge candidate through
+`rescale_candidate`; the orbit, its tangent, the certification by evaluation and the generator
+budget are documented in `neuromanifold.singular.detectors.rescale`.
 """
 
 from __future__ import annotations
@@ -101,13 +101,18 @@ class ReLURescaleDetector:
     BatchNorm → ReLU → conv), followed (through positively homogeneous activations and powers of
     total degree p, `_chain_degree`: ReLU and LeakyReLU p = 1, ``SquaredReLU``, Hugging Face's
     ``ReLUSquaredActivation`` and an inline ``F.relu(h) ** 2`` p = 2, and any channelwise
-    pooling, spatial mean or singleton flatten, degree 1: `graph.CHANNELWISE`) by a single
-    consumer block: unit ``j``'s orbit ``(w_in, b_in, w_out) → (c w_in, c b_in, w_out/c^p)``
-    has tangent ``(W1[j], b1[j], −p·W2[:, j])`` (`UnitRescale`;
+    pooling, spatial mean or singleton flatten, degree 1: `graph.CHANNELWISE`) by consumer
+    blocks, one or several (a ResNet block's ``relu(stem(x))`` read by its first conv and its
+    1×1 shortcut), each through steps of the same degree p and reading the same number of
+    columns per unit: unit ``j``'s orbit ``(w_in, b_in, w_out) → (c w_in, c b_in, w_out/c^p)``,
+    with ``w_out`` the columns of every consumer at once, has tangent
+    ``(W1[j], b1[j], −p·W2[:, j] ∀ consumers)`` (`UnitRescale`;
     for a conv consumer ``W2[:, j]`` is input channel ``j`` of every output channel and kernel
     position; for a Linear reading a flattened feature map, channel ``j``'s block of columns),
     certified by evaluation (`certify`: a ReLU output that also enters a residual
-    sum is no symmetry). Candidate ``"relu-rescale"`` (`rescale_candidate`).
+    sum is no symmetry). Nothing is proposed when a consumer is not a supported block or reads
+    the output through a step that is not positively homogeneous (Tanh, GELU). Candidate
+    ``"relu-rescale"`` (`rescale_candidate`), on the producer and all its consumers.
     """
 
     name = "relu-rescale"
@@ -119,28 +124,40 @@ class ReLURescaleDetector:
 
     def applies_to(self, module: nn.Module) -> bool:
         """Supported blocks and affine BatchNorm/GroupNorm (`_channel_affine_width`); proposes
-        only when followed by a homogeneous activation and one consumer block."""
+        only when every consumer block reads it through homogeneous activations."""
         return is_supported_block(module) or _channel_affine_width(module) is not None
 
     def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
-        """One certified curved-gauge candidate for the block pair, or nothing."""
-        c = ctx.graph.single_consumer(name)
-        via = ctx.graph.via.get((name, c)) if c is not None else None
-        steps = [v for v in via or () if v not in PASS_THROUGH]
-        degree = _chain_degree(steps)
-        if via is None or degree is None:
-            return []
-        cons = ctx.model.get_submodule(c)
-        if not is_supported_block(cons):
-            return []
+        """One certified curved-gauge candidate for the block and all its consumers, or
+        nothing."""
+        consumers = tuple(ctx.graph.consumers.get(name, ()))
         producers = _producer_keys(name, module)
-        units, cols = ctx.params[producers[0]].shape[0], ctx.params[f"{c}.weight"].shape[1]
-        block = cols // units if steps[-1] == "FlattenChannels" else 1
-        if cols != units * block:
+        units = ctx.params[producers[0]].shape[0]
+        found: set[tuple[int, int]] = set()  # (degree, block) of each consumer
+        for c in consumers:
+            via = ctx.graph.via.get((name, c))
+            steps = [v for v in via or () if v not in PASS_THROUGH]
+            degree = _chain_degree(steps)
+            if via is None or degree is None:
+                return []
+            if not is_supported_block(ctx.model.get_submodule(c)):
+                return []
+            cols = ctx.params[f"{c}.weight"].shape[1]
+            block = cols // units if steps[-1] == "FlattenChannels" else 1
+            if cols != units * block:
+                return []
+            found.add((degree, block))
+        if len(found) != 1:  # no consumer, or consumers that need different orbits
             return []
-        orbit = UnitRescale(tuple(producers), (f"{c}.weight",), degree, block)
+        ((degree, block),) = found
+        weights = tuple(f"{c}.weight" for c in consumers)
+        orbit = UnitRescale(tuple(producers), weights, degree, block)
         return rescale_candidate(
-            ctx, orbit, layers=(name, c), detector="relu-rescale", max_units=self.max_units
+            ctx,
+            orbit,
+            layers=(name, *consumers),
+            detector="relu-rescale",
+            max_units=self.max_units,
         )
 
 

@@ -108,6 +108,17 @@ def test_node_death_through_the_skip_reads_as_one_order_two_chain() -> None:
     assert (d.klass.value, d.k) == ("genuine_singularity", GENUINE_K)
 
 
+def test_the_skip_chain_s_g_vector_is_not_proposed_again_one_sided() -> None:
+    """A linked G vector is explained by its chain and not proposed one-sided (LinearDetector,
+    step 2); for a skip chain it was, giving a second record ``c2 kfac-G`` (flat: c2's row DEAD
+    with the top input, which fc does not read) next to ``c2+fc``. c2's other one-sided G mode,
+    not linked to anything, is still proposed (it reads live here)."""
+    r = read(_dead_stream(), _x(), Gaussian(1.0), progress=False)
+    assert any(d.layers == ("c2", "fc") for d in r.directions)
+    one_sided = [d.klass for d in r.directions if d.layers == ("c2",) and d.detector == "kfac-G"]
+    assert one_sided == ["live"]
+
+
 class _LinearRes(nn.Module):
     """The same shape of network over Linear layers: units on the last axis, so a mean over
     dimension 2 mixes the units and must not pass."""

@@ -46,7 +46,8 @@ Per block (spec §6.1–6.3) with factors ``F ≈ A ⊗ G`` (`neuromanifold.sing
    rank-one increment ``ΔW̄ = out inᵀ`` with equal norm ``1/√(#blocks)``. Provenance ``"duality"``;
    a chain is proposed once, from its first block; each linked G-kernel vector of the first block
    starts its own chain (parallel dead units or paths give distinct directions). Kernel
-   directions explained by a chain (the linked G vectors; on the consumer side every tap
+   directions explained by a chain (the linked G vectors, of skip chains too; on the consumer
+   side every tap
    ``g ⊗ e_s`` of a linked unit, each of its ``P`` flattened columns, or each query head's copy of
    a value dimension) are not proposed again one-sided. At most ``max_chains`` (default
    `MAX_CHAINS`) chains start at one block, and as many skip chains. A factor that
@@ -409,13 +410,16 @@ class LinearDetector:
         out: list[Candidate] = []
         upstream = self._upstream(ctx, name)
         links = self.linked(ctx, name)
+        skip_g = None  # the first-block G vectors of the skip chains proposed here
         if not upstream:
             chains = [(i, c) for i in range(len(links)) if (c := self.chain_from(ctx, name, i))]
             trunc = _truncation(self.max_chains, len(chains))
             for i, chain in chains[: self.max_chains]:
                 info = {"chain_index": i, **trunc}
                 out.append(self._chain_candidate(ctx, chain, spec, info))
-            out.extend(self._skip_chains(ctx, name, spec))
+            skip = self._skip_chains(ctx, name, spec)
+            out.extend(cand for cand, _ in skip)
+            skip_g = torch.stack([g for _, g in skip], 1) if skip else None
         a_max, g_max = float(spec.alpha[-1]), float(spec.gamma[-1])
         one_sided = one_sided_a_modes_reference if REFERENCE else one_sided_a_modes
         block = _flatten_block(ctx, ctx.graph.single_producer(name), name)
@@ -438,6 +442,8 @@ class LinearDetector:
                 continue
             if linked_g is None and j in linked_idx:  # orthonormal columns: norm 1 or 0
                 continue
+            if skip_g is not None and float((skip_g.T @ g).norm()) >= MATCH_MIN:
+                continue  # explained by a skip chain, as linked vectors are by a chain
             g_side.append(j)
         trunc = _truncation(self.max_one_sided, len(g_side))
         for j in g_side[: self.max_one_sided]:
@@ -465,8 +471,11 @@ class LinearDetector:
             out.append(Candidate(layers=(name,), detector="kfac-joint", u=u, ratio=r, info=info))
         return out
 
-    def _skip_chains(self, ctx: DetectionContext, name: str, spec: BlockSpectrum) -> list:
-        """Duality chains that leave ``name`` through a skip link (`skip_linked`).
+    def _skip_chains(
+        self, ctx: DetectionContext, name: str, spec: BlockSpectrum
+    ) -> list[tuple[Candidate, Tensor]]:
+        """Duality chains that leave ``name`` through a skip link (`skip_linked`), each with its
+        first block's G-kernel vector (not proposed again one-sided).
 
         The chain takes one skip hop, from its first block: skips are free on the weighted path,
         so the direct hop is the shortest way to any later block; past it the chain follows
@@ -485,7 +494,10 @@ class LinearDetector:
             chains.append(chain)
         trunc = _truncation(self.max_chains, len(chains))
         return [
-            self._chain_candidate(ctx, chain, spec, {"chain_index": i, "skip": True, **trunc})
+            (
+                self._chain_candidate(ctx, chain, spec, {"chain_index": i, "skip": True, **trunc}),
+                chain[0][1],
+            )
             for i, chain in enumerate(chains[: self.max_chains])
         ]
 

@@ -134,3 +134,30 @@ def test_two_dead_units_of_one_layer_pair_get_the_determinantal_note() -> None:
     assert (a.lam, a.m) == (3 * slice_ + Fraction(r * (M + N - r), 2), 1 + 3 * (2 - 1))
     alone = assemble_from_reading(records[1:], regular_dims=r * (M + N - r))
     assert not any("determinantal" in n for n in alone.notes)
+
+
+# --- item 4: the ν printed is per direction, not the model's ν ------------------------------
+
+
+def test_triple_read_labels_nu_as_per_direction_not_the_models(tmp_path: Path) -> None:
+    # trial F #4: two live records with --regular-dims 10 give λ = d/2 = 5; the ν printed is
+    # ν(1) = 1/2 of one regular direction, while a regular model of dimension d has ν = d/2
+    live = {"directions": [_rec("live", 1, (str(i),), "kfac-A") for i in range(2)], "meta": {}}
+    path = tmp_path / "live.json"
+    path.write_text(json.dumps(live))
+    res = runner.invoke(app, ["triple", "read", "--reading", str(path), "--regular-dims", "10"])
+    assert res.exit_code == 0, res.output
+    line = next(s for s in res.output.splitlines() if "no genuine block" in s)
+    assert "per regular direction" in line and "not the model's ν" in line and "d/2" in line
+    res = runner.invoke(
+        app, ["triple", "read", "--reading", str(path), "--regular-dims", "10", "--json", "-"]
+    )
+    data = json.loads(res.output)
+    assert (data["lambda"], data["m"], data["nu_universal"]) == ("5", 1, 0.5)  # keys kept
+    assert "not the model's ν" in data["nu_universal_scope"]
+    node = {"directions": [_rec("genuine_singularity", 2, ("0", "2"), "duality")], "meta": {}}
+    path.write_text(json.dumps(node))
+    res = runner.invoke(app, ["triple", "read", "--reading", str(path)])
+    line = next(s for s in res.output.splitlines() if s.startswith("dominant block"))
+    assert "per-direction ν(k_diag) of the dominant direction" in line
+    assert "not the model's ν" in line and "λ = 1/2 (0.5), m = 2" in res.output

@@ -8,7 +8,8 @@ JSON outputs (``--json PATH``; ``-`` writes to stdout):
   ``lambda_float`` its float value.
 * ``triple read``: the :class:`~neuromanifold.singular.assembly.Assembly` JSON of a saved Reading
   (``dominant_order`` is the diagonal order Σ k_i of the smallest-λ genuine block, ``nu_universal``
-  ν of that order; see docs/triple.md).
+  the per-direction ν of that order, 1/2 of one regular direction when there is no genuine block:
+  not the model's ν, see ``nu_universal_scope`` and docs/triple.md).
 """
 
 from __future__ import annotations
@@ -163,7 +164,8 @@ def read_cmd(
     ),
     json_path: str | None = typer.Option(None, "--json", help="Write JSON here ('-': stdout)."),
 ) -> None:
-    """(λ, m) and ν(k) assembled from the directions of a saved Reading."""
+    """(λ, m) assembled from the directions of a saved Reading, with the per-direction ν(k_diag)
+    of its dominant direction (not the model's ν)."""
     from neuromanifold.singular.assembly import assemble_from_reading
 
     check_json_target(json_path, stdout_ok=True)
@@ -187,11 +189,16 @@ def read_cmd(
         if isinstance(data.get("note"), str) and data["note"]:
             typer.echo(f"reading note: {data['note']}")
         if result.dominant_block is None:
-            typer.echo(f"no genuine block: ν = {nu_text} (regular)")
+            typer.echo(
+                f"no genuine block: ν = {nu_text} (regular) is ν(1) = 1/2 per regular direction, "
+                f"not the model's ν (a regular model of dimension d has ν = d/2)"
+            )
         else:
             typer.echo(
                 f"dominant block {result.dominant_block} (smallest λ_block): diagonal order "
-                f"k = Σ k_i = {result.dominant_order}, ν(k) = {nu_text} (universal upper reference)"
+                f"k = Σ k_i = {result.dominant_order}, ν(k) = {nu_text}: the per-direction "
+                f"ν(k_diag) of the dominant direction (universal upper reference), not the "
+                f"model's ν"
             )
         for b in result.blocks:
             typer.echo(

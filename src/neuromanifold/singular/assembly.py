@@ -27,9 +27,11 @@ the block's diagonal measures (a node death a·σ(b·) with σ of leading order 
 (1, p), k_diag = 1 + p; a width-one chain of depth L: k_diag = L). ``dominant_order`` is that
 k_diag and ``nu_universal`` = ν(k_diag), the universal upper reference for the fluctuation of
 the dominant dead direction, not the realized value (see
-:mod:`neuromanifold.singular.realized_nu`). Note that k_diag is not the order entering λ: the
+:mod:`neuromanifold.singular.realized_nu`), and a per-direction value, not the model's ν (spec
+§2: a regular model of dimension d has ν = d/2; the other blocks and the regular directions do
+not enter it). Note that k_diag is not the order entering λ: the
 crossing's λ_block = min_i d_i/(2k_i) uses the component orders. With no genuine block,
-``dominant_order`` = 1 and ν = 1/2 (regular); when k_diag exceeds
+``dominant_order`` = 1 and ν = ν(1) = 1/2, that of one regular direction; when k_diag exceeds
 :data:`~neuromanifold.singular.nu.K_MAX`, ν is not computed (``None``, with a note).
 
 References: S. Watanabe, Algebraic Geometry and Statistical Learning Theory (2009);
@@ -51,6 +53,7 @@ from typing import Any, Literal
 from neuromanifold.singular.nu import K_MAX, nu
 
 __all__ = [
+    "NU_UNIVERSAL_SCOPE",
     "SINGLE_LOCUS_ASSUMPTION",
     "Assembly",
     "BlockTriple",
@@ -63,6 +66,12 @@ __all__ = [
 
 LocusKind = Literal["genuine", "regular", "gauge"]
 _KINDS = ("genuine", "regular", "gauge")
+
+NU_UNIVERSAL_SCOPE = (
+    "per-direction ν(k_diag) of the dominant block's diagonal direction (ν(1) = 1/2 of one "
+    "regular direction when there is no genuine block), a universal upper reference: not the "
+    "model's ν (a regular model of dimension d has ν = d/2)"
+)
 
 SINGLE_LOCUS_ASSUMPTION = (
     "single-locus assumption: each block is one crossing of the listed components through θ*; "
@@ -176,14 +185,16 @@ class BlockTriple:
 
 @dataclass(frozen=True)
 class Assembly:
-    """Global (λ, m) assembled from typed loci, plus ν(k) of the dominant order.
+    """Global (λ, m) assembled from typed loci, plus the per-direction ν(k) of the dominant order.
 
     ``lam`` exact; ``regular_dims`` the regular directions counted at 1/2 each; ``gauge`` the
     gauge loci ignored; ``dominant_block`` the id of the genuine block with the smallest λ_block
     (ties: the largest diagonal order, then the first listed; ``None`` if no genuine block);
     ``dominant_order`` its diagonal order k_diag = Σ_i k_i (1 if none); ``nu_universal`` =
-    ν(dominant_order), the universal upper reference (``None`` when k_diag > ``K_MAX``);
-    ``assumption`` the single-locus statement.
+    ν(dominant_order), the per-direction universal upper reference of the dominant direction
+    (1/2 of one regular direction if no genuine block), not the model's ν (``None`` when
+    k_diag > ``K_MAX``; its JSON says so in ``nu_universal_scope``); ``assumption`` the
+    single-locus statement.
     """
 
     lam: Fraction
@@ -203,7 +214,8 @@ class Assembly:
         return float(self.lam)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form: ``lambda`` the exact fraction as a string, ``lambda_float``, ``m``, …."""
+        """JSON form: ``lambda`` the exact fraction as a string, ``lambda_float``, ``m``, …;
+        ``nu_universal_scope`` states what ``nu_universal`` is (`NU_UNIVERSAL_SCOPE`)."""
         return {
             "lambda": str(self.lam),
             "lambda_float": float(self.lam),
@@ -211,6 +223,7 @@ class Assembly:
             "dominant_block": self.dominant_block,
             "dominant_order": self.dominant_order,
             "nu_universal": self.nu_universal,
+            "nu_universal_scope": NU_UNIVERSAL_SCOPE,
             "blocks": [b.to_dict() for b in self.blocks],
             "regular_dims": self.regular_dims,
             "gauge": list(self.gauge),

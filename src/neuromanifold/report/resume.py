@@ -47,7 +47,10 @@ are matched as subspaces, duality links cross flattened feature maps and attenti
 output edges, ``nn.MultiheadAttention`` is read unpacked, query/key-norm rescales are proposed;
 5: row selections such as Hugging Face's ``lm_head(h[:, s, :])`` keep the graph's feature-axis
 edges, so final-norm gauges and CE shifts behind them are proposed; 6: a duality chain through a
-live layer carries ``info["through_live"]``): an older log is refused."""
+live layer carries ``info["through_live"]``, skip edges continue through channel-keeping pooling
+after a channel-wise residual sum, a ReLU output read by several blocks gets its
+``relu-rescale``, a skip chain's G vector is not proposed again one-sided): an older log is
+refused."""
 
 
 def _hash_tensor(h: Any, t: Tensor) -> None:

@@ -372,7 +372,7 @@ def read(
     linear_subclasses, adapt_passes = linear_subclasses_as_linear(work, xw)
     adapt_passes += mha_passes
     if max_directions != 0 or max_memory is not None:  # sweeps and memory planning use jvp
-        check_forward_mode(work, xw[:FORWARD_MODE_SAMPLES])
+        check_forward_mode(work, xw[:FORWARD_MODE_SAMPLES], data_shape=tuple(x.shape))
     graph = trace_graph(work, xw[:GRAPH_SAMPLES])
     plan: MemoryPlan | None = None
     if max_memory is not None:

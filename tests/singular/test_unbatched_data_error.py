@@ -74,6 +74,14 @@ def test_forward_mode_check_does_not_blame_jvp_for_a_failing_forward() -> None:
     assert "torch.func.jvp" not in str(info.value)
 
 
+def test_read_names_the_whole_data_shape_in_that_fallback() -> None:
+    """Through `read`, the same fallback names the user's data shape (3, 8, 8), not only the
+    2-sample slice it ran (read passes ``data_shape`` to the check)."""
+    x = torch.randn(3, 8, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    with pytest.raises(ValueError, match=r"data of shape \(3, 8, 8\) does not fit the model"):
+        read(_model(scale=1.0), x, Gaussian(1.0), progress=False)
+
+
 def test_batched_data_still_reads() -> None:
     """The same model on a proper (N, C, H, W) batch reads, and `forward_checked` returns the
     model's own output unchanged."""

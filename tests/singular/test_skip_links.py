@@ -101,7 +101,7 @@ def test_chains_ending_without_output_gradient_are_dropped(monkeypatch) -> None:
         if name == "inp":
             assert {c for _, c, _ in links} == {"blocks.1", "out"}
         out = original(self, ctx, name, spec)
-        proposed.extend(c.layers for c in out)
+        proposed.extend(c.layers for c, _ in out)  # (candidate, first-block G vector)
         return out
 
     monkeypatch.setattr(lin.LinearDetector, "_skip_chains", spy)

@@ -61,3 +61,24 @@ def test_an_error_of_the_forward_pass_on_this_shard_is_not_agreed() -> None:
     with pytest.raises(ValueError, match="data of shape") as info:
         read(_mlp(), x4, Gaussian(), progress=False)
     assert not dp.is_agreed(info.value)
+
+
+def test_parameter_mode_and_output_checks_are_agreed() -> None:
+    """Audit s11 #1: a NaN parameter, a module in training mode and an output the family does not
+    fit are the same on every rank; they were printed once per rank."""
+    from neuromanifold.singular.family import Categorical
+
+    bad = _mlp()
+    with torch.no_grad():
+        bad[0].weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"parameter '0\.weight' holds NaN or Inf") as info:
+        read(bad, _x(), Gaussian(), progress=False)
+    assert dp.is_agreed(info.value)
+    train = nn.Sequential(nn.Linear(3, 4), nn.Dropout(0.1), nn.Linear(4, 2)).double().train()
+    with pytest.raises(ValueError, match="training mode") as info:
+        read(train, _x(), Gaussian(), progress=False)
+    assert dp.is_agreed(info.value)
+    one = nn.Sequential(nn.Linear(3, 1), nn.Flatten(0)).double()  # (N,) output
+    with pytest.raises(ValueError, match="Categorical family expects floating logits") as info:
+        read(one, _x(), Categorical(), progress=False)
+    assert dp.is_agreed(info.value)

@@ -337,37 +337,39 @@ def read(
             raise ValueError(f"snap must be True, False or 'auto'; got {snap!r}")
         live_threshold = check_live_threshold(live_threshold)
         x, y = _inputs_on_every_rank(data)
-    registry = _registry(detectors)
-    upcast = any(p.is_floating_point() and p.dtype != torch.float64 for p in model.parameters())
-    dev = resolve_device(device) if device is not None else None
-    check_eval_mode(model)  # the caller's modes: the working copy below is set to eval mode
-    work = _working_copy(model)
-    rewritten = conv1d_as_linear(work)
-    if dev is not None:
-        work = work.to(dev)
-    for name, p in work.named_parameters():
-        if not torch.isfinite(p).all():
-            raise ValueError(f"parameter {name!r} holds NaN or Inf values")
+    with agreed_errors():  # the detectors, device, modes and parameters: the same on every rank
+        registry = _registry(detectors)
+        upcast = any(p.is_floating_point() and p.dtype != torch.float64 for p in model.parameters())
+        dev = resolve_device(device) if device is not None else None
+        check_eval_mode(model)  # the caller's modes: the working copy below is set to eval mode
+        work = _working_copy(model)
+        rewritten = conv1d_as_linear(work)
+        if dev is not None:
+            work = work.to(dev)
+        for name, p in work.named_parameters():
+            if not torch.isfinite(p).all():
+                raise ValueError(f"parameter {name!r} holds NaN or Inf values")
     xw = x.to(torch.float64) if x.is_floating_point() else x
     if dev is not None:
         xw = xw.to(dev)
     labels = None if y is None else y.to(xw.device)
     with torch.no_grad():
         out = forward_checked(work, xw[:GRAPH_SAMPLES], data_shape=tuple(x.shape))
-    if not isinstance(out, Tensor):
-        raise TypeError(
-            f"model output must be a Tensor (N, ...); got {type(out).__name__}: wrap the model so "
-            f"that it returns the logits or means (neuromanifold.io.TensorOutput picks the "
-            f"'logits' of a Hugging Face output)"
-        )
-    n_graph = min(GRAPH_SAMPLES, xw.shape[0])
-    if out.ndim == 0 or out.shape[0] != n_graph:
-        raise ValueError(
-            f"the model returned shape {tuple(out.shape)} for {n_graph} samples of data of shape "
-            f"{tuple(xw[:n_graph].shape)}: the first axis of the data and of the output must be "
-            f"the sample axis, one row per sample"
-        )
-    family.check_output(out)
+    with agreed_errors():  # the output's type and shape, not its values: the same on every rank
+        if not isinstance(out, Tensor):
+            raise TypeError(
+                f"model output must be a Tensor (N, ...); got {type(out).__name__}: wrap the "
+                f"model so that it returns the logits or means (neuromanifold.io.TensorOutput "
+                f"picks the 'logits' of a Hugging Face output)"
+            )
+        n_graph = min(GRAPH_SAMPLES, xw.shape[0])
+        if out.ndim == 0 or out.shape[0] != n_graph:
+            raise ValueError(
+                f"the model returned shape {tuple(out.shape)} for {n_graph} samples of data of "
+                f"shape {tuple(xw[:n_graph].shape)}: the first axis of the data and of the output "
+                f"must be the sample axis, one row per sample"
+            )
+        family.check_output(out)
     unpacked, mha_passes = multihead_as_projections(work, xw)
     linear_subclasses, adapt_passes = linear_subclasses_as_linear(work, xw)
     adapt_passes += mha_passes

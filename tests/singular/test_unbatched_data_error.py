@@ -82,6 +82,26 @@ def test_read_names_the_whole_data_shape_in_that_fallback() -> None:
         read(_model(scale=1.0), x, Gaussian(1.0), progress=False)
 
 
+def test_a_batchnorm_after_the_convolution_does_not_hide_the_cause() -> None:
+    """Audit s11 #2: Conv2d → BatchNorm2d, the usual layout; BatchNorm raises a ValueError
+    ("expected 4D input") on the unbatched activation, which escaped unchanged."""
+    torch.manual_seed(0)
+    m = nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(4, 3),
+    )
+    m = m.double().eval()
+    x = torch.randn(3, 8, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    with pytest.raises(ValueError, match=r"data of shape \(3, 8, 8\).*" + _NO_SAMPLE_AXIS):
+        forward_checked(m, x)
+    with pytest.raises(ValueError, match=r"data of shape \(3, 8, 8\).*" + _NO_SAMPLE_AXIS):
+        read(m, x, Gaussian(1.0), progress=False)
+
+
 def test_batched_data_still_reads() -> None:
     """The same model on a proper (N, C, H, W) batch reads, and `forward_checked` returns the
     model's own output unchanged."""

@@ -126,9 +126,11 @@ def forward_checked(
     ]
     try:
         out = model(x)
-    except (RuntimeError, IndexError) as err:
-        if unbatched:
+    except (RuntimeError, IndexError, ValueError, TypeError) as err:
+        if unbatched:  # whatever a later layer raised (BatchNorm: a ValueError): the cause
             raise _no_sample_axis(shape, *unbatched[0], err) from err
+        if isinstance(err, ValueError | TypeError):
+            raise
         msg = str(err).lower()
         first = next(
             (

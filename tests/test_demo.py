@@ -166,7 +166,8 @@ def test_optimizer_row_fields(record_of):
 def test_optimizer_figure_uses_the_table_categories(record_of, monkeypatch, tmp_path):
     """Trial F: the figure's grey "not readable" bars were the flat gauges (21 of 42 for AdamW)
     while the table reported "unreadable 0.00". Flat gauges without a window now get their own
-    bar, and "not readable" counts what the table calls unreadable or a gauge-detector record."""
+    bar, "not readable" is the table's unreadable set, and a gauge detector's record without a
+    readable window (audit s11: it was counted as not readable) has a bar of its own."""
     import types
 
     from matplotlib.axes import Axes
@@ -179,6 +180,8 @@ def test_optimizer_figure_uses_the_table_categories(record_of, monkeypatch, tmp_
         record_of(FC1, "kfac-G", "flat_gauge"),  # flat gauge, no window
         record_of(FC1, "kfac-A", "live"),  # unreadable
         record_of(FC1, "ln-kernel", "flat_gauge"),  # flat gauge of a gauge detector
+        record_of(FC1, "relu-rescale", "curved_gauge", 2, 0.5),  # gauge detector, poor window
+        record_of(FC1, "qk-rotation", "live", 1, 0.3),  # gauge detector, poor window
     ]
     mr = _model_read(recs, {})
     row = optimizer_row(mr)
@@ -194,6 +197,7 @@ def test_optimizer_figure_uses_the_table_categories(record_of, monkeypatch, tmp_
     assert bars["flat gauge (at the floor)"] == [2]
     assert bars["not readable"] == [2]
     assert row.unreadable_fraction == 2 / row.n_possible  # the table's count of the same two
+    assert bars["gauge detector, no readable window"] == [2]
     assert sum(h[0] for h in bars.values()) == row.n_read
 
 

@@ -233,13 +233,21 @@ def plot_optimizers(result: Any, path: str | Path) -> Path:
         vals = [r.readable_kinds.get(k, 0) for r in result.rows]
         ax1.bar(xs, vals, bottom=bottom, label=k)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
-    # the same categories as the table: a flat gauge has no window by definition (its magnitude
-    # at the floor decides its class), so it is not counted as unreadable
-    flat = [_flat_without_window(mr.reading.directions) for mr in result.optimizers]
-    ax1.bar(xs, flat, bottom=bottom, color="darkgrey", label="flat gauge (at the floor)")
-    bottom = [b + v for b, v in zip(bottom, flat, strict=True)]
-    unread = [r.n_read - r.n_readable - f for r, f in zip(result.rows, flat, strict=True)]
-    ax1.bar(xs, unread, bottom=bottom, color="lightgrey", label="not readable")
+    # the table's categories (`optimizer_row`): a flat gauge has no window by definition (its
+    # magnitude at the floor decides its class); "not readable" is the table's unreadable set
+    # (possible directions, not gauge detectors); a gauge detector's record without a readable
+    # window gets its own bar
+    split = [_unreadable_split(mr.reading.directions) for mr in result.optimizers]
+    for i, (label, colour) in enumerate(
+        (
+            ("flat gauge (at the floor)", "darkgrey"),
+            ("not readable", "lightgrey"),
+            ("gauge detector, no readable window", "whitesmoke"),
+        )
+    ):
+        vals = [parts[i] for parts in split]
+        ax1.bar(xs, vals, bottom=bottom, color=colour, edgecolor="grey", lw=0.3, label=label)
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     ax1.set_xticks(xs, [r.optimizer.replace(" + ", "\n+ ") for r in result.rows], fontsize=7)
     ax1.set_ylabel("directions read")
     ax1.legend(fontsize=6)
@@ -248,11 +256,17 @@ def plot_optimizers(result: Any, path: str | Path) -> Path:
     return save_png(fig, path)
 
 
-def _flat_without_window(recs: Any) -> int:
-    """Records classed flat gauge whose window is not readable (``r² < READABLE_R2`` or none)."""
-    from neuromanifold.demo_result import READABLE_R2
+def _unreadable_split(recs: Any) -> tuple[int, int, int]:
+    """The records without a readable window (``r² < READABLE_R2`` or none), split as the table
+    splits them (`demo_result.optimizer_row`): ``(flat gauges, the table's unreadable ones, from
+    detectors not in GAUGE_DETECTORS; the other gauge-detector records)``."""
+    from neuromanifold.demo_result import GAUGE_DETECTORS, READABLE_R2
 
-    return sum(1 for r in recs if r.klass == "flat_gauge" and (r.r2 is None or r.r2 < READABLE_R2))
+    rest = [r for r in recs if r.r2 is None or r.r2 < READABLE_R2]
+    flat = [r for r in rest if r.klass == "flat_gauge"]
+    other = [r for r in rest if r.klass != "flat_gauge"]
+    unread = [r for r in other if r.detector not in GAUGE_DETECTORS]
+    return len(flat), len(unread), len(other) - len(unread)
 
 
 def write_demo_report(result: Any, out: str | Path, *, figures: bool = True) -> dict[str, Path]:

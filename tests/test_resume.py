@@ -187,3 +187,21 @@ def test_resumable_read_rejects_options_that_are_not_json(net, tmp_path):
     ):
         resumable_read(m, x, fam, log_path=tmp_path / LOG_NAME, grid=object())
     assert not (tmp_path / LOG_NAME).exists()  # rejected before any log is written
+
+
+def test_a_read_refused_by_its_input_checks_leaves_the_old_log(net, tmp_path) -> None:
+    """Audit s11 #4: the log was replaced before read's input checks ran, so a run with NaN data
+    left an empty log in place of a finished one. It is now written from the first direction."""
+    m, x, fam = net
+    log = tmp_path / LOG_NAME
+    resumable_read(m, x, fam, log_path=log, grid=GRID, progress=False)
+    before = log.read_bytes()
+    bad = x.clone()
+    bad[3, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"NaN or Inf values \(first in sample 3\)"):
+        resumable_read(m, bad, fam, log_path=log, grid=GRID, progress=False)
+    assert log.read_bytes() == before
+    # a read with nothing left to read still leaves a (complete) log
+    empty = tmp_path / "none.jsonl"
+    resumable_read(m, x, fam, log_path=empty, grid=GRID, progress=False, max_directions=0)
+    assert json.loads(empty.read_text().splitlines()[0])["kind"] == "neuromanifold-read-log"

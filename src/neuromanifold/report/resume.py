@@ -157,7 +157,8 @@ def resumable_read(
 ) -> Reading:
     """`read` that logs every finished direction to ``log_path``; with ``resume`` it continues.
 
-    ``resume=False`` starts a fresh log (an old one is replaced); ``resume=True`` reuses the
+    ``resume=False`` starts a fresh log (an old one is replaced once the read reaches its first
+    direction, so a read its input checks refuse leaves the old log); ``resume=True`` reuses the
     directions of an existing log with the same fingerprint (``ValueError`` for another one) and
     starts a fresh log when there is none. ``options`` are passed to `read` (and fingerprinted;
     they must be JSON-serialisable, so ``detectors`` and tensor grids are not accepted here).
@@ -176,8 +177,20 @@ def resumable_read(
         ) from err
     log = ReadLog(log_path, read_fingerprint(model, data, family, options))
     finished = log.load() if resume else {}
-    if finished:
-        log.rewrite(finished)
-    else:
-        log.start()
-    return read(model, data, family, on_direction=log.append, finished=finished, **options)
+    opened = False
+
+    def begin() -> None:
+        # the log is (re)written only once the read is under way: a read refused by its input
+        # checks leaves an existing log as it was
+        nonlocal opened
+        if not opened:
+            log.rewrite(finished) if finished else log.start()
+            opened = True
+
+    def append(i: int, rec: Any, passes: int) -> None:
+        begin()
+        log.append(i, rec, passes)
+
+    reading = read(model, data, family, on_direction=append, finished=finished, **options)
+    begin()  # also when no direction was left to read
+    return reading

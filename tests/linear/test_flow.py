@@ -313,6 +313,26 @@ def test_function_space_flow_success_needs_the_end_on_its_fiber() -> None:
     assert not ok and msg == "step size too small."
 
 
+def test_function_space_flow_checks_t_end_when_t_eval_stops_earlier() -> None:
+    """Audit s11 #5: with t_eval ending before t_span[1] the end check and theta_last used the
+    last t_eval point; now v(t_end) is checked and realised, and the returned trajectory is
+    still exactly t_eval."""
+    rng = np.random.default_rng(7)
+    arch = LCN((3, 2, 2), (2, 2))
+    theta = [rng.standard_normal(f) for f in arch.filters]
+    loss = _data_loss(arch, rng)
+    v0, d = mu(arch, theta), delta(theta)
+    early = function_space_flow(arch, v0, d, loss, (0.0, 1.0), theta_guess=theta, t_eval=[0.0, 0.5])
+    full = function_space_flow(arch, v0, d, loss, (0.0, 1.0), theta_guess=theta, t_eval=[1.0])
+    assert early.t.tolist() == [0.0, 0.5] and early.v.shape[0] == 2
+    assert np.max(np.abs(full.v[-1] - early.v[-1])) > MOVE_MIN  # v(1) is not v(0.5)
+    scale = np.max(np.abs(full.v[-1]))
+    np.testing.assert_allclose(
+        mu(arch, early.theta_last), full.v[-1], rtol=0, atol=RTOL_TRACK * scale
+    )
+    assert early.success and early.end_fiber_residual <= flow_mod.RTOL_END_FIBER
+
+
 @pytest.mark.parametrize(
     ("filters", "strides", "flagged"),
     [

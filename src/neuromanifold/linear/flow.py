@@ -269,7 +269,8 @@ class FunctionFlowResult:
 
     Attributes:
         t: times ``(n_t,)``; v: ``(n_t, *out_shape)``; loss: ``ℓ(v(t))``.
-        theta_last: the last fiber point used (LCN; empty for FC).
+        theta_last: (LCN) a fiber point of ``v(t_end)`` (also when ``t_eval`` stops earlier);
+            empty for FC.
         max_fiber_residual: largest Gauss–Newton residual over the start and all RHS calls (LCN;
             0 for FC): how far solver stages strayed from ``M``, as the unit-scale residual of
             `solve.fiber_newton` (relative to the scale of ``(v, δ)``).
@@ -417,9 +418,25 @@ def function_space_flow(
             state["margin"], state["t_margin"] = margin, float(t)
         return -(J @ (J.T @ np.ravel(loss.grad(v))))  # K ∇ℓ with K = J Jᵀ
 
-    sol = solve_ivp(rhs, span, v0.ravel(), method="DOP853", rtol=rtol, atol=atol, t_eval=t_eval)
-    vs = sol.y.T.reshape(-1, *arch.out_shape)
-    end = fiber_newton(arch, vs[-1], d, state["theta"])
+    # the end check needs v(t_end): a t_eval that stops before it gets t_end appended, and the
+    # appended point is dropped from the returned trajectory
+    te = None if t_eval is None else np.asarray(t_eval, dtype=np.float64).ravel()
+    extra = te is not None and te.size > 0 and te[-1] < span[1]
+    sol = solve_ivp(
+        rhs,
+        span,
+        v0.ravel(),
+        method="DOP853",
+        rtol=rtol,
+        atol=atol,
+        t_eval=np.append(te, span[1]) if extra else te,
+    )
+    v_end = sol.y[:, -1].reshape(arch.out_shape)  # v(t_end), or the last state reached
+    t_out, y_out = sol.t, sol.y
+    if extra and sol.t.size and sol.t[-1] == span[1]:
+        t_out, y_out = sol.t[:-1], sol.y[:, :-1]
+    vs = y_out.T.reshape(-1, *arch.out_shape)
+    end = fiber_newton(arch, v_end, d, state["theta"])
     success, message = _end_status(bool(sol.success), str(sol.message), end.residual, rtol, atol)
     singular = None
     if state["margin"] < SINGULAR_MARGIN:
@@ -433,7 +450,7 @@ def function_space_flow(
         )
         warnings.warn(singular, UserWarning, stacklevel=2)
     return FunctionFlowResult(
-        t=sol.t,
+        t=t_out,
         v=vs,
         loss=np.array([loss.value(v) for v in vs]),
         theta_last=end.theta,

@@ -36,3 +36,39 @@ def test_width_one_chain_has_no_live_layer() -> None:
     r = read(cell.model, cell.data, cell.family, progress=False)
     assert all("through_live" not in d.info for d in r.directions)
     assert "live layers" not in r.note
+
+
+def test_a_unit_read_by_two_blocks_is_named_in_the_note() -> None:
+    """Trial G #3: a node death of a ReLU output read by two convolutions (a ResNet block's branch
+    and 1×1 shortcut) reads as one-sided records only, since the duality join follows a single
+    consumer; the reading's note now says so. A single-consumer model gets no such note."""
+    from torch import nn
+
+    from neuromanifold import Gaussian
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Conv2d(2, 4, 3, padding=1)
+            self.c1 = nn.Conv2d(4, 6, 3, stride=2, padding=1)
+            self.sc = nn.Conv2d(4, 6, 1, stride=2)
+            self.fc = nn.Linear(6, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.relu(self.stem(x))
+            return self.fc(torch.relu(self.c1(h) + self.sc(h)).mean((2, 3)))
+
+    torch.manual_seed(0)
+    m = Block().double()
+    with torch.no_grad():  # stem channel 1: no input, and neither consumer reads it
+        m.stem.weight[1] = 0
+        m.stem.bias[1] = 0
+        m.c1.weight[:, 1] = 0
+        m.sc.weight[:, 1] = 0
+    x = torch.randn(64, 2, 8, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    r = read(m.eval(), x, Gaussian(1.0), progress=False)
+    assert any(d.layers == ("stem",) and d.detector == "kfac-G" for d in r.directions)
+    assert "the output of stem → c1, sc goes to several blocks" in r.note
+    cell = matrix_chain(depth=2)
+    single = read(cell.model, cell.data, cell.family, progress=False)
+    assert "several blocks" not in single.note

@@ -516,9 +516,9 @@ def read(
             "by one, shows as one-sided records on each side, not as one duality chain"
         )
         note = f"{note}; {grouped_note}" if note else grouped_note
-    crossing_note = _crossing_chains_note(records)
-    if crossing_note:
-        note = f"{note}; {crossing_note}" if note else crossing_note
+    for extra in (_crossing_chains_note(records), _shared_output_note(records, graph)):
+        if extra:
+            note = f"{note}; {extra}" if note else extra
     size_note = probe_size_note(probe_limited)
     if size_note:
         note = f"{note}; {size_note}" if note else size_note
@@ -594,6 +594,26 @@ def _crossing_chains_note(records: Sequence[DirectionRecord]) -> str:
         "such a chain can be a lower-order dead direction on its own (a node death, order 2, "
         "with the live layer's other units), which this read does not propose; the chain's "
         "order is that of their crossing (read the pieces with read_direction)"
+    )
+
+
+def _shared_output_note(records: Sequence[DirectionRecord], graph: ModelGraph) -> str:
+    """A clause naming the blocks whose ``kfac-G`` modes were read one-sided because their output
+    goes to several blocks, which the duality join does not follow (docs/order_read.md §5), or
+    ""."""
+    shared = sorted(
+        {
+            r.layers[0]
+            for r in records
+            if r.detector == "kfac-G" and len(graph.consumers.get(r.layers[0], ())) >= 2
+        }
+    )
+    if not shared:
+        return ""
+    where = "; ".join(f"{b} → {', '.join(graph.consumers[b])}" for b in shared)
+    return (
+        f"the output of {where} goes to several blocks, which the duality join does not follow: "
+        "a dead unit there shows as one-sided records on each side, not as one duality chain"
     )
 
 

@@ -49,8 +49,8 @@ output edges, ``nn.MultiheadAttention`` is read unpacked, query/key-norm rescale
 edges, so final-norm gauges and CE shifts behind them are proposed; 6: a duality chain through a
 live layer carries ``info["through_live"]``, skip edges continue through channel-keeping pooling
 after a channel-wise residual sum, a ReLU output read by several blocks gets its
-``relu-rescale``, a skip chain's G vector is not proposed again one-sided): an older log is
-refused."""
+``relu-rescale``, a skip chain's G vector is not proposed again one-sided, the taps of a
+linked unit its consumer still reads are proposed one-sided): an older log is refused."""
 
 
 def _hash_tensor(h: Any, t: Tensor) -> None:

@@ -47,7 +47,7 @@ Per block (spec §6.1–6.3) with factors ``F ≈ A ⊗ G`` (`neuromanifold.sing
    a chain is proposed once, from its first block; each linked G-kernel vector of the first block
    starts its own chain (parallel dead units or paths give distinct directions). Kernel
    directions explained by a chain (the linked G vectors, of skip chains too; on the consumer
-   side every tap
+   side, for a linked unit the consumer does not read (`_reads_unit`: a node death), every tap
    ``g ⊗ e_s`` of a linked unit, each of its ``P`` flattened columns, or each query head's copy of
    a value dimension) are not proposed again one-sided. At most ``max_chains`` (default
    `MAX_CHAINS`) chains start at one block, and as many skip chains. A factor that
@@ -105,6 +105,7 @@ from neuromanifold.singular.detectors.link import (
     principal_links_reference,
     rotated_energy_max,
     rotates,
+    tap_span,
 )
 from neuromanifold.singular.detectors.near_kernel import near_kernel
 from neuromanifold.singular.detectors.one_sided import (
@@ -140,6 +141,10 @@ MAX_CHAINS = 4
 MAX_JOINT = 2
 """Default cap on the joint modes (``kfac-joint``) of one block."""
 LOGIT_SHIFT_COS = 0.9999
+UNIT_READ_TOL = 1e-8
+"""Relative weight below which a consumer counts as not reading a linked upstream unit
+(`_reads_unit`): planted and pruned units read exactly 0; a unit whose columns are 1e-8 of the
+weight's norm contributes below float64 resolution of the sums it enters at unit activations."""
 REFERENCE = False
 """Route the detector through its brute-force oracles (dense ``eigh``, one ``live_energy`` per
 vector, QR + SVD one-sided modes); tests set it to compare a whole read with the fast paths."""
@@ -423,7 +428,10 @@ class LinearDetector:
         a_max, g_max = float(spec.alpha[-1]), float(spec.gamma[-1])
         one_sided = one_sided_a_modes_reference if REFERENCE else one_sided_a_modes
         block = _flatten_block(ctx, ctx.graph.single_producer(name), name)
-        modes, n_a = one_sided(spec, module, upstream, max_modes=self.max_one_sided, block=block)
+        # taps of linked units this block still reads are not explained by their chain (the
+        # chain reads live there): they stay one-sided candidates, exact flat directions
+        explained = [g for g in upstream if not _reads_unit(module, g, block)]
+        modes, n_a = one_sided(spec, module, explained, max_modes=self.max_one_sided, block=block)
         trunc = _truncation(self.max_one_sided, n_a)
         for vec, ratio in modes:
             u = normalise(lift(name, module, spec.g_top, vec))
@@ -525,6 +533,20 @@ class LinearDetector:
             ratio=_ratio(float(spec.gamma[spec.ker_g[0]]), float(spec.gamma[-1])),
             info={"chain_length": len(chain), **info},
         )
+
+
+def _reads_unit(module: nn.Module, g: Tensor, block: int) -> bool:
+    """Whether ``module`` reads the upstream unit ``g`` (input channels, shape ``(C,)``):
+    ``‖W̄ S‖ > UNIT_READ_TOL · ‖W̄‖`` with ``S`` the unit's taps in ``ā`` (`tap_span`) and ``W̄``
+    the weight flattened like ``ā`` (output rows; the bias column meets no tap).
+
+    A linked unit the consumer does not read is a node death (its taps are explained by the
+    chain, which reads its order); one the consumer still reads is dead on the input side only,
+    the chain reads live, and the unit's taps are exact flat directions of their own.
+    """
+    W = module.weight.detach().reshape(module.weight.shape[0], -1)
+    S = tap_span(module, g.to(W.dtype), block)[: W.shape[1]]
+    return float((W @ S).norm()) > UNIT_READ_TOL * float(W.norm())
 
 
 def _live_block(spec: BlockSpectrum | None) -> bool:

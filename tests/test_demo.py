@@ -194,7 +194,7 @@ def test_optimizer_figure_uses_the_table_categories(record_of, monkeypatch, tmp_
 
     monkeypatch.setattr(Axes, "bar", spy)
     plot_optimizers(types.SimpleNamespace(optimizers=[mr], rows=[row]), tmp_path / "o.png")
-    assert bars["flat gauge (at the floor)"] == [2]
+    assert bars["flat gauge, no window (at the floor)"] == [2]
     assert bars["not readable"] == [2]
     assert row.unreadable_fraction == 2 / row.n_possible  # the table's count of the same two
     assert bars["gauge detector, no readable window"] == [2]

@@ -204,11 +204,12 @@ def demo_markdown(result: Any, figures: dict[str, str]) -> str:
 
 
 def plot_optimizers(result: Any, path: str | Path) -> Path:
-    """Left: fc2 ``A`` ratio spectra per optimizer; right: readable directions by kind."""
+    """Left: fc2 ``A`` ratio spectra per optimizer; right: the directions read, the readable ones
+    by kind and the others as the table splits them (`_unreadable_split`)."""
     from neuromanifold.report.figures import _plt, save_png
 
     plt = _plt()
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(10.0, 3.8), dpi=90)
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11.5, 3.8), dpi=90)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (mr, row) in enumerate(zip(result.optimizers, result.rows, strict=True)):
         c = colours[i % len(colours)]
@@ -231,7 +232,7 @@ def plot_optimizers(result: Any, path: str | Path) -> Path:
     bottom = [0] * len(result.rows)
     for k in kinds:
         vals = [r.readable_kinds.get(k, 0) for r in result.rows]
-        ax1.bar(xs, vals, bottom=bottom, label=k)
+        ax1.bar(xs, vals, bottom=bottom, label=f"readable: {k}")
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     # the table's categories (`optimizer_row`): a flat gauge has no window by definition (its
     # magnitude at the floor decides its class); "not readable" is the table's unreadable set
@@ -240,7 +241,7 @@ def plot_optimizers(result: Any, path: str | Path) -> Path:
     split = [_unreadable_split(mr.reading.directions) for mr in result.optimizers]
     for i, (label, colour) in enumerate(
         (
-            ("flat gauge (at the floor)", "darkgrey"),
+            ("flat gauge, no window (at the floor)", "darkgrey"),
             ("not readable", "lightgrey"),
             ("gauge detector, no readable window", "whitesmoke"),
         )
@@ -248,9 +249,9 @@ def plot_optimizers(result: Any, path: str | Path) -> Path:
         vals = [parts[i] for parts in split]
         ax1.bar(xs, vals, bottom=bottom, color=colour, edgecolor="grey", lw=0.3, label=label)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
-    ax1.set_xticks(xs, [r.optimizer.replace(" + ", "\n+ ") for r in result.rows], fontsize=7)
+    ax1.set_xticks(xs, [r.optimizer.replace(" + ", "\n+ ") for r in result.rows], fontsize=6)
     ax1.set_ylabel("directions read")
-    ax1.legend(fontsize=6)
+    ax1.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars
     fig.suptitle("optimizer comparison: MLP spectra and the directions read, by class", fontsize=9)
     fig.tight_layout()
     return save_png(fig, path)

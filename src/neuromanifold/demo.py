@@ -139,13 +139,9 @@ def _run_jobs(config: DemoConfig, timings: dict[str, float]) -> dict[tuple[str, 
     reads: dict[tuple[str, str], ModelRead] = {}
     if config.workers == 1:
         for recipe in _RECIPES:
-            t0 = time.perf_counter()
-            res = _train_job(recipe, config)
-            timings[f"train {recipe}"] = time.perf_counter() - t0
+            res, timings[f"train {recipe}"] = _timed(_train_job, recipe, config)
             for job in _reads_of(recipe, res, config):
-                t0 = time.perf_counter()
-                reads[(job[0], job[1])] = _read_job(*job)
-                timings[f"read {job[1]}"] = time.perf_counter() - t0
+                reads[(job[0], job[1])], timings[f"read {job[1]}"] = _timed(_read_job, *job)
         return reads
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait

@@ -146,3 +146,17 @@ def test_errors(planted, tmp_path):
     bad.write_text("{")
     with pytest.raises(ValueError, match="does not hold a Reading"):
         load_reading(bad)
+
+
+def test_markdown_says_whose_passes_a_data_parallel_read_counts(planted):
+    """Under data parallelism the pass counts are rank 0's over its shard (PER_RANK_META)."""
+    import dataclasses
+
+    _, reading = planted
+    one = reading_markdown(reading)
+    fwd = reading.meta["n_forward_passes"]
+    assert f"{fwd} forward / " in one and "shard" not in one
+    shard = {"world_size": 2, "rank": 0, "n_samples_local": 24, "shard": [0, 24]}
+    two = dataclasses.replace(reading, meta={**reading.meta, **shard})
+    md = reading_markdown(two)
+    assert "backward passes on rank 0's shard of 24 samples (each of the 2 ranks" in md

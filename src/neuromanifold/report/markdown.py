@@ -54,6 +54,20 @@ def _window(r: DirectionRecord) -> str:
     return "—" if r.window is None else f"[{r.window[0]:.2g}, {r.window[1]:.2g}]"
 
 
+def _passes_scope(meta: Mapping) -> str:
+    """``""`` for a one-process read; under data parallelism, whose passes the counts are.
+
+    The pass counts of a data-parallel read are one rank's passes over its own shard
+    (`neuromanifold.singular.distributed.PER_RANK_META`); the report is written by rank 0.
+    """
+    world = meta.get("world_size", 1)
+    if not isinstance(world, int) or world <= 1:
+        return ""
+    shard = meta.get("n_samples_local")
+    of = f" of {shard} samples" if isinstance(shard, int) else ""
+    return f" on rank {meta.get('rank', 0)}'s shard{of} (each of the {world} ranks reads its own)"
+
+
 def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2) -> str:
     """Markdown for ``reading`` under a heading of ``level`` (module docstring: the columns)."""
     if not isinstance(reading, Reading):
@@ -69,7 +83,7 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
         f"{meta.get('n_samples', '?')} probe samples",
         f"{meta.get('n_candidates', '?')} candidates, {meta.get('n_read', '?')} read",
         f"{meta.get('n_forward_passes', '?')} forward / "
-        f"{meta.get('n_backward_passes', '?')} backward passes",
+        f"{meta.get('n_backward_passes', '?')} backward passes{_passes_scope(meta)}",
     ]
     out.append("; ".join(summary) + ".")
     if meta.get("upcast_note"):

@@ -161,3 +161,17 @@ def test_triple_read_labels_nu_as_per_direction_not_the_models(tmp_path: Path) -
     line = next(s for s in res.output.splitlines() if s.startswith("dominant block"))
     assert "per-direction ν(k_diag) of the dominant direction" in line
     assert "not the model's ν" in line and "λ = 1/2 (0.5), m = 2" in res.output
+
+
+# --- trial F: a genuine record whose order is below its number of tensors ------------------
+
+
+def test_order_below_the_factor_count_is_noted_as_a_lower_bound_on_its_block():
+    """k = 2 across 5 tensors: read as one normal form t^4, λ_block = 1/4; any crossing of
+    components with orders summing to 2 has λ_block = 1/(2 max k_i) ≥ 1/4, so 1/4 bounds it
+    from below, and the note says so."""
+    reading = {"directions": [_rec("genuine_singularity", 2, ("a", "b", "c", "d", "e"), "skip")]}
+    res = assemble_from_reading(reading)
+    assert res.lam == Fraction(1, 4) and res.m == 1
+    note = next(n for n in res.notes if "below its 5 factors" in n)
+    assert "t^4" in note and "1/4 is a lower bound" in note

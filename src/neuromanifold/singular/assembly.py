@@ -381,9 +381,13 @@ def loci_from_reading(
     Σ_i k_i is the read order k, so the assembly's ``dominant_order`` and ν are those of the
     order the read measured. Each genuine direction is its own block
     (distinct dead units are independent coordinates). A direction inside one tensor (n = 1) is a
-    1-D normal form (k). Live directions are regular (1/2 each) when ``count_live`` (otherwise
-    they are only named in the notes); flat and curved gauges contribute nothing. Records with
-    another class or with no order are skipped and named in the notes.
+    1-D normal form (k). A direction whose order is below its number of tensors (k < n, e.g. a
+    path that a skip connection keeps partly alive) is read as one normal form (k) too; its
+    λ_block = 1/(2k) is then a lower bound, since components of orders k_i summing to k have
+    λ_block = 1/(2 max k_i) ≥ 1/(2k), and a note says so. Live directions are regular (1/2
+    each) when ``count_live`` (otherwise they are only named in the notes); flat and curved
+    gauges contribute nothing. Records with another class or with no order are skipped and
+    named in the notes.
 
     Component dimensions: 1 each, unless ``component_dims[i]`` gives them for record i. The read
     measures orders, not how many coordinates each crossing component has beyond what the live
@@ -418,7 +422,12 @@ def loci_from_reading(
             else:
                 orders = (k,)
                 if n >= 2:
-                    notes.append(f"{name}: order k={k} below its {n} factors; read as t^{2 * k}")
+                    notes.append(
+                        f"{name}: order k={k} below its {n} factors; read as one normal form "
+                        f"t^{2 * k}, so its λ_block = 1/(2k) = {Fraction(1, 2 * k)} is a lower "
+                        f"bound (a crossing of components whose orders k_i sum to k has "
+                        f"λ_block = 1/(2 max k_i) ≥ 1/(2k))"
+                    )
             dims = tuple(component_dims[i]) if component_dims and i in component_dims else ()
             if dims and len(dims) != len(orders):
                 raise ValueError(

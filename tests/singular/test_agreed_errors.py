@@ -63,9 +63,9 @@ def test_an_error_of_the_forward_pass_on_this_shard_is_not_agreed() -> None:
     assert not dp.is_agreed(info.value)
 
 
-def test_parameter_mode_and_output_checks_are_agreed() -> None:
-    """Audit s11 #1: a NaN parameter, a module in training mode and an output the family does not
-    fit are the same on every rank; they were printed once per rank."""
+def test_parameter_and_mode_checks_are_agreed() -> None:
+    """Audit s11 #1: a NaN parameter and a module in training mode are the same on every rank;
+    they were printed once per rank."""
     from neuromanifold.singular.family import Categorical
 
     bad = _mlp()
@@ -78,7 +78,39 @@ def test_parameter_mode_and_output_checks_are_agreed() -> None:
     with pytest.raises(ValueError, match="training mode") as info:
         read(train, _x(), Gaussian(), progress=False)
     assert dp.is_agreed(info.value)
+    with pytest.raises(TypeError, match="model output must be a Tensor") as info:
+        read(_TupleOut(), _x(), Categorical(), progress=False)
+    assert dp.is_agreed(info.value)  # the output's type does not depend on the shard
+
+
+class _TupleOut(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 2).double()
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        return (self.fc(x),)
+
+
+def test_output_shape_checks_are_this_ranks_own() -> None:
+    """Audit S12 #1: the output's shape can depend on the shard's size. A model ending in
+    ``squeeze()`` gives (N, 2) logits on a shard of N ≥ 2 samples but (2,) on a one-sample
+    shard, so only that rank fails: its error must not be marked agreed (printed by rank 0
+    only, it vanished when rank 0's shard was the larger one)."""
+    from neuromanifold.singular.family import Categorical
+
+    squeeze = nn.Sequential(_mlp(), _Squeeze())
+    reading = read(squeeze, _x(4), Categorical(), max_directions=0, progress=False)
+    assert reading.meta["n_samples"] == 4  # a shard of several samples reads
+    with pytest.raises(ValueError, match=r"returned shape \(2,\) for 1 samples") as info:
+        read(squeeze, _x(1), Categorical(), progress=False)
+    assert not dp.is_agreed(info.value)
     one = nn.Sequential(nn.Linear(3, 1), nn.Flatten(0)).double()  # (N,) output
     with pytest.raises(ValueError, match="Categorical family expects floating logits") as info:
         read(one, _x(), Categorical(), progress=False)
-    assert dp.is_agreed(info.value)
+    assert not dp.is_agreed(info.value)
+
+
+class _Squeeze(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.squeeze()

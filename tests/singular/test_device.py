@@ -52,10 +52,31 @@ def test_cuda_index_out_of_range_on_a_one_gpu_machine(monkeypatch: pytest.Monkey
     ):
         resolve_device("cuda:1")
     assert resolve_device("cuda:0") == torch.device("cuda", 0)
-    for key, value in {**{k: "0" for k in TORCHRUN_ENV}, "LOCAL_RANK": "1"}.items():
-        monkeypatch.setenv(key, value)
-    with pytest.raises(ValueError, match=r"'cuda' resolves to cuda:1 but this machine has 1 CUDA"):
+    for key in TORCHRUN_ENV:
+        monkeypatch.setenv(key, "0")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert resolve_device("cuda") == torch.device("cuda", 0)
+
+
+@pytest.mark.parametrize("local_rank", ["0", "1"])
+def test_too_many_torchrun_processes_per_gpu_fail_on_every_rank_alike(
+    monkeypatch: pytest.MonkeyPatch, local_rank: str
+) -> None:
+    """Two torchrun processes on a one-GPU node: rank 0 (cuda:0 exists) must fail like rank 1,
+    since the CLI prints an agreed error from the node's first process only (audit S12 #1:
+    before, rank 1 alone failed and nobody printed the error)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for key in TORCHRUN_ENV:
+        monkeypatch.setenv(key, "0")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", local_rank)
+    with pytest.raises(
+        ValueError, match=r"node's 2 processes its own GPU .* has 1 CUDA device\(s\): launch at"
+    ):
         resolve_device("cuda")
+    assert resolve_device("cuda:0") == torch.device("cuda", 0)  # an explicit index: every rank
 
 
 def test_device_errors() -> None:

@@ -38,6 +38,21 @@ def test_printing_decision(monkeypatch: pytest.MonkeyPatch, capsys, r: int) -> N
     assert capsys.readouterr().err.splitlines() == ["error: agreed", "error: own"]
 
 
+@pytest.mark.parametrize(
+    ("r", "local", "prints"), [(0, "0", True), (1, "1", False), (2, "0", True)]
+)
+def test_a_per_node_error_is_printed_by_each_nodes_first_process(
+    monkeypatch: pytest.MonkeyPatch, capsys, r: int, local: str, prints: bool
+) -> None:
+    """The device check is the same on every process of a node, not over nodes (two nodes of
+    two processes here): each node's LOCAL_RANK 0 prints it, so a node that fails is heard
+    even when rank 0's node passes."""
+    _as_rank(monkeypatch, r, 4)
+    monkeypatch.setenv("LOCAL_RANK", local)
+    cli_read._error("error: device", agreed=True, per_node=True)
+    assert capsys.readouterr().err.splitlines() == (["error: device"] if prints else [])
+
+
 def test_before_the_group_exists_torchrun_rank_decides(monkeypatch, capsys) -> None:
     """Argument errors come before the process group: torchrun's RANK and WORLD_SIZE decide."""
     env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "localhost", "MASTER_PORT": "1"}

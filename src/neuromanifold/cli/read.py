@@ -7,12 +7,14 @@ sums are all-reduced, and only rank 0 prints and writes files. ``--resume`` is s
 ``--max-memory`` is a budget per process (the ranks agree on one plan). The JSON's ``meta`` holds
 rank 0's shard (``rank``, ``shard``, ``n_samples_local``) and its pass counts (``per_rank``).
 An error every rank meets (the arguments, the input checks agreed over the ranks) is printed
-once; an error of one rank's own shard (its forward pass, its token ids) is printed by that rank,
-as ``rank r: error: ...``.
+once; a device error (the same on every process of a node) once per node; an error of one rank's
+own shard (its forward pass, its output's shape, its token ids) is printed by that rank, as
+``rank r: error: ...``.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -157,7 +159,6 @@ def _family_label(family: str | None, default_family: Any, fam: Any) -> str:
 def _launch_rank_world() -> tuple[int, int]:
     """This process's rank and the world size: the process group's, else torchrun's ``RANK`` and
     ``WORLD_SIZE`` (before the group is initialised), else ``(0, 1)``."""
-    import os
 
     from neuromanifold.singular import distributed as dp
 
@@ -168,11 +169,14 @@ def _launch_rank_world() -> tuple[int, int]:
     return 0, 1
 
 
-def _error(message: str, *, agreed: bool) -> None:
+def _error(message: str, *, agreed: bool, per_node: bool = False) -> None:
     """Print ``message`` on stderr.
 
     ``agreed=True``: every rank meets the same error (a check on the arguments, or the read's
     input checks, which are agreed over the ranks), so only rank 0 prints it, once.
+    ``per_node=True`` (with ``agreed``): every process of one node meets the same error (the
+    device check against that node's GPUs), so each node's first process (``LOCAL_RANK`` 0)
+    prints it.
     ``agreed=False``: the error is this rank's own (its shard's forward pass, token ids, model
     outputs); the rank that hit it prints it, prefixed ``rank r: `` when there are several
     ranks. The other ranks then stop in their next collective (gloo: "Connection closed by
@@ -180,7 +184,8 @@ def _error(message: str, *, agreed: bool) -> None:
     """
     r, world = _launch_rank_world()
     if agreed:
-        if r == 0:
+        first = int(os.environ.get("LOCAL_RANK", "0")) == 0 if per_node and world > 1 else r == 0
+        if first:
             typer.echo(message, err=True)
     else:
         typer.echo(message if world == 1 else f"rank {r}: {message}", err=True)
@@ -289,8 +294,12 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("--resume needs --out DIR (the read log lives there)")
         check_json_target(json_path)
         check_out_dir(out)
-        try:
+        try:  # the same on every process of a node (`resolve_device`)
             dev = dp.resolve_device(device)
+        except (ValueError, TypeError) as err:
+            _error(f"error: {err}", agreed=True, per_node=True)
+            raise typer.Exit(code=2) from err
+        try:
             budget = None if max_memory is None else parse_memory(max_memory)
         except (ValueError, TypeError) as err:
             _error(f"error: {err}", agreed=True)

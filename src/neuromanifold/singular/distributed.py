@@ -132,10 +132,15 @@ def is_main_process() -> bool:
 def resolve_device(device: str | torch.device | None = None) -> torch.device:
     """Validate a device request; ``None`` → CPU; ``"cuda"`` under torchrun → ``cuda:LOCAL_RANK``.
 
+    Under torchrun, ``"cuda"`` is checked against the node's process count (``LOCAL_WORLD_SIZE``),
+    so every process of a node raises the same error or none does: the CLI prints such an
+    error once (`agreed_errors`).
+
     Raises:
         TypeError: ``device`` is not a string, ``torch.device`` or None.
         ValueError: the string is not a device, CUDA is requested but unavailable, the CUDA index
-            is out of range, or the device type is neither ``cpu`` nor ``cuda``.
+            is out of range, the node runs more torchrun processes than it has GPUs, or the
+            device type is neither ``cpu`` nor ``cuda``.
 
     >>> resolve_device("cpu")
     device(type='cpu')
@@ -164,8 +169,22 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
         )
     count = torch.cuda.device_count()
     index = dev.index
-    if index is None:
-        index = int(os.environ.get("LOCAL_RANK", "0")) if launched_by_torchrun() else 0
+    if index is None and launched_by_torchrun():
+        # every process of this node meets the same verdict (agreed errors, `agreed_errors`):
+        # the node's processes against its device count, not this rank's LOCAL_RANK alone
+        local = os.environ.get("LOCAL_WORLD_SIZE")
+        procs = (
+            int(local) if local and local.isdigit() else int(os.environ.get("LOCAL_RANK", "0")) + 1
+        )
+        if procs > count:
+            raise ValueError(
+                f"device {device!r} under torchrun gives each of this node's {procs} processes "
+                f"its own GPU (cuda:LOCAL_RANK), but this machine has {count} CUDA device(s): "
+                f"launch at most {count} process(es) per node (--nproc_per_node)"
+            )
+        index = int(os.environ.get("LOCAL_RANK", "0"))
+    elif index is None:
+        index = 0
     if not 0 <= index < count:
         raise ValueError(
             f"device {device!r} resolves to cuda:{index} but this machine has {count} CUDA "
@@ -346,6 +365,7 @@ def _worker(
         RANK=str(local_rank),
         WORLD_SIZE=str(world),
         LOCAL_RANK=str(local_rank),
+        LOCAL_WORLD_SIZE=str(world),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
     )

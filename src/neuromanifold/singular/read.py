@@ -355,21 +355,23 @@ def read(
     labels = None if y is None else y.to(xw.device)
     with torch.no_grad():
         out = forward_checked(work, xw[:GRAPH_SAMPLES], data_shape=tuple(x.shape))
-    with agreed_errors():  # the output's type and shape, not its values: the same on every rank
+    with agreed_errors():  # the output's type: the same on every rank
         if not isinstance(out, Tensor):
             raise TypeError(
                 f"model output must be a Tensor (N, ...); got {type(out).__name__}: wrap the "
                 f"model so that it returns the logits or means (neuromanifold.io.TensorOutput "
                 f"picks the 'logits' of a Hugging Face output)"
             )
-        n_graph = min(GRAPH_SAMPLES, xw.shape[0])
-        if out.ndim == 0 or out.shape[0] != n_graph:
-            raise ValueError(
-                f"the model returned shape {tuple(out.shape)} for {n_graph} samples of data of "
-                f"shape {tuple(xw[:n_graph].shape)}: the first axis of the data and of the output "
-                f"must be the sample axis, one row per sample"
-            )
-        family.check_output(out)
+    # the output's shape is this rank's own: it can depend on the shard's size (a model ending in
+    # ``squeeze()`` fails on a one-sample shard only), so every rank that fails reports it
+    n_graph = min(GRAPH_SAMPLES, xw.shape[0])
+    if out.ndim == 0 or out.shape[0] != n_graph:
+        raise ValueError(
+            f"the model returned shape {tuple(out.shape)} for {n_graph} samples of data of "
+            f"shape {tuple(xw[:n_graph].shape)}: the first axis of the data and of the output "
+            f"must be the sample axis, one row per sample"
+        )
+    family.check_output(out)
     unpacked, mha_passes = multihead_as_projections(work, xw)
     linear_subclasses, adapt_passes = linear_subclasses_as_linear(work, xw)
     adapt_passes += mha_passes

@@ -452,3 +452,31 @@ def test_error_paths() -> None:
     with np.errstate(over="ignore", invalid="ignore"):
         diverged = gradient_descent(arch, theta, loss, lr=1e3, steps=50)
     assert not diverged.success and "diverged" in diverged.message
+
+
+@pytest.mark.parametrize(
+    ("t_eval", "match"),
+    [
+        ([], "t_eval is empty: pass None"),
+        ([0.5, 0.2], "finite, non-decreasing times"),
+        ([0.0, np.nan], "finite, non-decreasing times"),
+        ([0.0, 2.0], r"every time must lie in t_span = \(0\.0, 1\.0\)"),
+        ([["a"]], "expected a sequence of times"),
+    ],
+)
+def test_t_eval_errors_name_the_argument(t_eval: list, match: str) -> None:
+    """Audit S12 #4: ``t_eval=[]`` crashed ``function_space_flow`` (``sol.y[:, -1]`` of an
+    empty solution) and left the other flows with no state; every flow now refuses it, and
+    scipy's own t_eval conditions, with the argument's name."""
+    arch = LCN((2, 2), (2,))
+    theta = [[1.0, 2.0], [3.0, 1.0]]
+    loss = QuadraticLoss(np.eye(4), np.zeros(4))
+    with pytest.raises(ValueError, match=match):
+        gradient_flow(arch, theta, loss, (0.0, 1.0), t_eval=t_eval)
+    v0, d = mu(arch, theta), delta(theta)
+    with pytest.raises(ValueError, match=match):
+        function_space_flow(arch, v0, d, loss, (0.0, 1.0), theta_guess=theta, t_eval=t_eval)
+    with pytest.raises(ValueError, match=match):
+        fc_balanced_flow(
+            np.eye(2), QuadraticLoss(np.eye(4), np.zeros(4)), (0.0, 1.0), depth=2, t_eval=t_eval
+        )

@@ -166,6 +166,27 @@ def _check_span(t_span: Any) -> tuple[float, float]:
     return ts
 
 
+def _check_t_eval(t_eval: Any, span: tuple[float, float]) -> np.ndarray | None:
+    """``None`` (the solver's own steps) or ``t_eval`` as a 1-D float64 array: at least one finite
+    time, non-decreasing, inside ``span`` (scipy's conditions, checked here with the argument's
+    name; an empty ``t_eval`` would leave no state to report)."""
+    if t_eval is None:
+        return None
+    try:
+        te = np.asarray(t_eval, dtype=np.float64).ravel()
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"t_eval = {t_eval!r}: expected a sequence of times") from err
+    if te.size == 0:
+        raise ValueError(
+            "t_eval is empty: pass None (the solver's own steps) or at least one time in t_span"
+        )
+    if not np.all(np.isfinite(te)) or np.any(np.diff(te) < 0):
+        raise ValueError(f"t_eval = {t_eval!r}: expected finite, non-decreasing times")
+    if te[0] < span[0] or te[-1] > span[1]:
+        raise ValueError(f"t_eval = {t_eval!r}: every time must lie in t_span = {span}")
+    return te
+
+
 def _check_tol(rtol: Any, atol: Any) -> None:
     """``rtol`` and ``atol`` of ``solve_ivp`` must be positive finite reals.
 
@@ -194,6 +215,7 @@ def gradient_flow(
     """
     span = _check_span(t_span)
     _check_tol(rtol, atol)
+    t_eval = _check_t_eval(t_eval, span)
     x0 = flatten_params(arch, theta0)
 
     def rhs(_t: float, x: np.ndarray) -> np.ndarray:
@@ -386,6 +408,7 @@ def function_space_flow(
     v0, d = _check_target(arch, v0, delta)
     span = _check_span(t_span)
     _check_tol(rtol, atol)
+    te = _check_t_eval(t_eval, span)
     start = fiber_newton(arch, v0, d, theta_guess)
     if not start.residual <= RTOL_START_FIBER:
         raise ValueError(
@@ -420,8 +443,7 @@ def function_space_flow(
 
     # the end check needs v(t_end): a t_eval that stops before it gets t_end appended, and the
     # appended point is dropped from the returned trajectory
-    te = None if t_eval is None else np.asarray(t_eval, dtype=np.float64).ravel()
-    extra = te is not None and te.size > 0 and te[-1] < span[1]
+    extra = te is not None and te[-1] < span[1]
     sol = solve_ivp(
         rhs,
         span,
@@ -514,6 +536,7 @@ def fc_balanced_flow(
     depth = int(depth)
     span = _check_span(t_span)
     _check_tol(rtol, atol)
+    t_eval = _check_t_eval(t_eval, span)
     n = {"n": 0}
 
     def rhs(_t: float, y: np.ndarray) -> np.ndarray:

@@ -337,6 +337,19 @@ def test_component_dims_give_rrr_single_dead_unit() -> None:
         assemble_from_reading(42)
 
 
+@pytest.mark.parametrize("key", ["0", 7, -1, True, 1])
+def test_component_dims_keys_must_name_a_genuine_record(key: object) -> None:
+    """User trial H #1: a key naming no genuine record (a JSON string key, out of range,
+    negative, a bool, a live record's index) was ignored, so the record kept dimension 1 and
+    λ = 15/2, m = 2 came back where the caller's dims give the closed form 8, m = 1."""
+    recs = [_rec("genuine_singularity", 2, ("0", "1")), _rec("live", 1, ("0",))]
+    with pytest.raises(ValueError, match=r"component_dims key .*: expected the int index of a "):
+        assemble_from_reading(recs, regular_dims=14, component_dims={key: (3, 2)})
+    if key == "0":
+        with pytest.raises(ValueError, match=r"convert them with int\(\)"):
+            assemble_from_reading(recs, regular_dims=14, component_dims={key: (3, 2)})
+
+
 @pytest.mark.parametrize(
     "name",
     [

@@ -360,6 +360,37 @@ def _record_name(i: int, rec: Any) -> str:
     return f"{i}:{layer}:{_field(rec, 'detector') or 'direction'}"
 
 
+def _check_component_dims(
+    records: Sequence[Any], component_dims: Mapping[int, Sequence[int]] | None
+) -> None:
+    """Every key of ``component_dims`` must be the int index of a genuine record with an order.
+
+    A key that names no such record would be ignored and leave that record at dimension 1, a
+    different λ with no sign of it (user trial H #1); string keys are what a JSON round trip of
+    an int-keyed dict gives back.
+    """
+    if not component_dims:
+        return
+    genuine = [
+        i
+        for i, rec in enumerate(records)
+        if _class_of(rec) == _GENUINE
+        and isinstance(_field(rec, "k"), int)
+        and _field(rec, "k") >= 1
+    ]
+    for key in component_dims:
+        if isinstance(key, bool) or not isinstance(key, int) or key not in genuine:
+            hint = (
+                " (a JSON round trip turns int keys into strings: convert them with int())"
+                if isinstance(key, str)
+                else ""
+            )
+            raise ValueError(
+                f"component_dims key {key!r}: expected the int index of a genuine record with "
+                f"an order; the genuine records are {genuine}{hint}"
+            )
+
+
 def loci_from_reading(
     reading: Any,
     *,
@@ -389,7 +420,8 @@ def loci_from_reading(
     gauges contribute nothing. Records with another class or with no order are skipped and
     named in the notes.
 
-    Component dimensions: 1 each, unless ``component_dims[i]`` gives them for record i. The read
+    Component dimensions: 1 each, unless ``component_dims[i]`` gives them for record i (every
+    key must be the int index of a genuine record with an order, else ``ValueError``). The read
     measures orders, not how many coordinates each crossing component has beyond what the live
     part absorbs: that is architecture (e.g. a dead unit of a rank-r linear layer pair has
     components of dimensions (fan-in − r, fan-out − r)). With dimension 1 the slice
@@ -402,6 +434,7 @@ def loci_from_reading(
     (docs/triple.md §4), and the blocks' sum is then not the closed form.
     """
     records = _records(reading)
+    _check_component_dims(records, component_dims)
     loci: list[Locus] = []
     notes: list[str] = []
     shared: dict[tuple[str, ...], list[str]] = {}

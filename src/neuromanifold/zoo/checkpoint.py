@@ -10,14 +10,13 @@ weights that are not on disk.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from torch import nn
+
+from neuromanifold._atomic import atomic_write
 
 __all__ = ["CheckpointMeta", "atomic_write", "load_checkpoint", "read_meta", "save_checkpoint"]
 
@@ -57,23 +56,6 @@ class CheckpointMeta:
         if unknown:
             raise ValueError(f"sidecar has unknown fields {unknown}")
         return cls(**data)
-
-
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp)`` on a temporary file beside ``path``, then ``os.replace(tmp, path)``.
-
-    On any exception the temporary file is removed and ``path`` is untouched.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _sidecar_path(path: Path) -> Path:

@@ -10,6 +10,7 @@ import pytest
 
 from neuromanifold.singular import nu as nu_mod
 from neuromanifold.singular.nu import (
+    K_MAX,
     lambda_dir,
     lambda_dir_exact,
     nu,
@@ -129,6 +130,24 @@ def test_errors() -> None:
         nu(2.0)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="k must be an int"):
         lambda_dir(True)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="k must satisfy k >= 1"):
+        lambda_dir(0)
+    with pytest.raises(ValueError, match=f"k must satisfy 1 <= k <= {K_MAX}"):
+        nu(K_MAX + 1)
+
+
+def test_lambda_dir_has_no_upper_bound_and_agrees_with_records() -> None:
+    """User trial H #6: λ_dir = 1/(2k) is defined for every order; it refused k > K_MAX while a
+    record of order 35 reported 1/70. Only ν(k) (a quadrature) stops at K_MAX."""
+    from neuromanifold.singular.reading import DirectionRecord
+
+    k = K_MAX + 5
+    rec = DirectionRecord(
+        "a", ("a",), "x", k, float(k), 2.0 * (k - 1), 1.0, 1.0, "genuine_singularity",
+        (0.1, 1.0), 0.0, None, None,
+    )  # fmt: skip
+    assert lambda_dir(k) == rec.lambda_dir == 1 / (2 * k)
+    assert rec.nu_k is None
     with pytest.raises(ValueError, match="method must be"):
         nu_quadrature(2, method="simpson")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="z must be >= 0"):

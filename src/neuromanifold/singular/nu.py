@@ -73,21 +73,27 @@ _INNER_EPSREL = 1e-13
 _OUTER_EPSREL = 1e-12
 
 
-def _check_k(k: object) -> int:
+def _check_k(k: object, k_max: int | None = K_MAX) -> int:
+    """``k`` as an int in ``1..k_max`` (no upper bound when ``k_max`` is None)."""
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise TypeError(f"k must be an int (the KL order, k >= 1), got {type(k).__name__} {k!r}")
-    if not 1 <= int(k) <= K_MAX:
-        raise ValueError(f"k must satisfy 1 <= k <= {K_MAX} (the KL order), got {k}")
+    if k_max is None and int(k) < 1:
+        raise ValueError(f"k must satisfy k >= 1 (the KL order), got {k}")
+    if k_max is not None and not 1 <= int(k) <= k_max:
+        raise ValueError(f"k must satisfy 1 <= k <= {k_max} (the KL order), got {k}")
     return int(k)
 
 
 def lambda_dir_exact(k: int) -> Fraction:
-    """Per-direction learning coefficient λ_dir = 1/(2k) as an exact fraction.
+    """Per-direction learning coefficient λ_dir = 1/(2k) as an exact fraction, for any k ≥ 1
+    (only ν(k), a quadrature, is limited to ``k ≤ K_MAX``; a record's ``lambda_dir`` agrees).
 
     >>> lambda_dir_exact(3)
     Fraction(1, 6)
+    >>> lambda_dir_exact(35)
+    Fraction(1, 70)
     """
-    return Fraction(1, 2 * _check_k(k))
+    return Fraction(1, 2 * _check_k(k, None))
 
 
 def lambda_dir(k: int) -> float:

@@ -363,7 +363,8 @@ def sgld_llc(
     """Localized-SGLD LLC λ̂ = nβ(E[L_n(w)] − L_n(w*)) at w* = ``params``; chains vmapped.
 
     ``loss_fn(params, x_batch, y_batch)`` returns the batch-mean NLL (e.g.
-    :func:`gaussian_nll_loss`); ``x``, ``y``: the n training samples on dimension 0.
+    ``gaussian_nll_loss(model)``: :func:`gaussian_nll_loss` builds it from the model); ``x``,
+    ``y``: the n training samples on dimension 0.
     """
     return _run(loss_fn, params, x, y, config or SGLDConfig(), vectorized=True)
 

@@ -5,12 +5,16 @@ Every command with ``--json PATH`` or ``--out DIR`` calls :func:`check_json_targ
 once, and writes through :func:`write_json` / :func:`prepare_out_dir` (or inside
 :func:`writing`), which create missing parent directories. A problem is one line
 ``error: --json PATH: ...`` on stderr and exit status 2, never a traceback.
+
+``--json -`` means the same for every command: the JSON on stdout instead of the text output
+(:func:`json_to_stdout`, :func:`text_echo`, :func:`emit_json`); nothing else is printed on
+stdout then, and a file named ``-`` is never created (``./-`` names that file).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
@@ -18,13 +22,24 @@ from typing import Any, NoReturn
 import typer
 
 __all__ = [
+    "JSON_STDOUT",
+    "JSON_STDOUT_HELP",
     "check_json_target",
     "check_out_dir",
+    "emit_json",
     "fail",
+    "json_to_stdout",
     "prepare_out_dir",
+    "text_echo",
     "write_json",
     "writing",
 ]
+
+#: The ``--json`` value that prints the JSON on stdout instead of the text output.
+JSON_STDOUT = "-"
+
+#: The end of every ``--json`` help text: the ``-`` convention shared by all commands.
+JSON_STDOUT_HELP = "('-': the JSON on stdout instead of the text output)"
 
 
 def fail(message: str) -> NoReturn:
@@ -56,6 +71,37 @@ def check_json_target(
     blocker = _blocking_ancestor(p)
     if blocker is not None:
         fail(f"{option} {p}: {blocker} is a file, not a directory")
+
+
+def json_to_stdout(path: str | Path | None) -> bool:
+    """Whether ``--json`` is ``-``: the command prints its JSON on stdout and no text output.
+
+    Compared as text, so ``./-`` (a ``str`` option) still names a file called ``-``.
+    """
+    return path is not None and str(path) == JSON_STDOUT
+
+
+def _no_echo(*args: Any, **kwargs: Any) -> None:
+    """Print nothing (the text output under ``--json -``)."""
+
+
+def text_echo(json_path: str | Path | None) -> Callable[..., None]:
+    """``typer.echo`` for a command's text output, or a function printing nothing under
+    ``--json -`` (stdout then holds the JSON only)."""
+    return _no_echo if json_to_stdout(json_path) else typer.echo
+
+
+def emit_json(path: str | Path | None, obj: Any, *, option: str = "--json") -> Path | None:
+    """Nothing for ``None``; the indented JSON on stdout for ``-``; else :func:`write_json`.
+
+    Returns the file written (``None`` when none was).
+    """
+    if path is None:
+        return None
+    if json_to_stdout(path):
+        typer.echo(json.dumps(obj, indent=2))
+        return None
+    return write_json(path, obj, option=option)
 
 
 def check_out_dir(path: str | Path | None, *, option: str = "--out") -> None:

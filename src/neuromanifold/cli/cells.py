@@ -7,17 +7,19 @@ from pathlib import Path
 import typer
 
 from neuromanifold.cli._files import (
+    JSON_STDOUT_HELP,
     check_json_target,
     check_out_dir,
+    emit_json,
+    json_to_stdout,
     prepare_out_dir,
-    write_json,
     writing,
 )
 
 
 def cells(
-    json_path: Path | None = typer.Option(
-        None, "--json", help="Write the results as JSON to PATH."
+    json_path: str | None = typer.Option(
+        None, "--json", help=f"Write the results as JSON to PATH {JSON_STDOUT_HELP}."
     ),
     out: Path | None = typer.Option(None, "--out", help="Write one log–log PNG per cell into DIR."),
     only: list[str] | None = typer.Option(None, "--only", help="Read only this cell (repeatable)."),
@@ -25,7 +27,8 @@ def cells(
 ) -> None:
     """Read every constructed cell; print cell, expected, k, k̂, slope, r², class, pass/fail.
 
-    Exits with code 1 (naming the failing cells) if any cell fails its expected order or class.
+    Exits with code 1 (naming the failing cells) if any cell fails its expected order or class;
+    under ``--json -`` the table is not printed and the failures are named on stderr.
     """
     from rich.console import Console
     from rich.table import Table
@@ -33,9 +36,11 @@ def cells(
     from neuromanifold.cells.registry import all_cells, get_cell
     from neuromanifold.cells.table import read_cells
 
-    check_json_target(json_path)
+    check_json_target(json_path, stdout_ok=True)
     check_out_dir(out)
-    console = Console()
+    to_stdout = json_to_stdout(json_path)
+    console = Console(quiet=to_stdout)  # the text output; stdout holds the JSON under --json -
+    failures = Console(stderr=True) if to_stdout else console
     try:
         chosen = [get_cell(name, seed=seed) for name in only] if only else all_cells(seed=seed)
     except ValueError as exc:
@@ -68,8 +73,7 @@ def cells(
         )
     console.print(table)
 
-    if json_path is not None:
-        write_json(json_path, {"cells": [res.to_dict() for _, _, res in rows]})
+    emit_json(json_path, {"cells": [res.to_dict() for _, _, res in rows]})
     if out is not None:
         from neuromanifold.cells.plot import plot_reading
 
@@ -83,8 +87,8 @@ def cells(
     failed = [res for _, _, res in rows if not res.passed]
     if failed:
         for res in failed:
-            console.print(f"[red]FAIL[/red] {res.name}: {'; '.join(res.failures)}")
-        console.print(
+            failures.print(f"[red]FAIL[/red] {res.name}: {'; '.join(res.failures)}")
+        failures.print(
             f"{len(failed)} of {len(rows)} cells failed: {', '.join(r.name for r in failed)}"
         )
         raise typer.Exit(code=1)

@@ -12,13 +12,19 @@ inside their functions):
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import typer
 
 from neuromanifold.cli import lcn_fiber
-from neuromanifold.cli._files import check_json_target, fail, write_json
+from neuromanifold.cli._files import (
+    JSON_STDOUT_HELP,
+    check_json_target,
+    emit_json,
+    fail,
+    json_to_stdout,
+    text_echo,
+)
 
 #: Relative tolerance of the check that ``--theta`` multiplies out to ``--v`` in `lcn compare`:
 #: ``max|μ(θ) − v| ≤ THETA_V_RTOL · max(max|v|, max|μ(θ)|)``.
@@ -135,7 +141,9 @@ def ntk_command(
         None, "--strides", help="Strides s_1..s_{L-1} (or s_1..s_L), e.g. 1 or 2,3 or 1x1."
     ),
     dim: int = typer.Option(1, "--dim", min=1, help="Signal dimension D."),
-    json_path: Path | None = typer.Option(None, "--json", help="Also write the result as JSON."),
+    json_path: str | None = typer.Option(
+        None, "--json", help=f"Also write the result as JSON {JSON_STDOUT_HELP}."
+    ),
 ) -> None:
     """Print v = μ(θ), δ, the NTK K = Jμ Jμᵀ, rank, dim M and whether θ is a regular parameter.
 
@@ -152,7 +160,8 @@ def ntk_command(
     from neuromanifold.linear.metric import is_smooth_point
     from neuromanifold.linear.normalize import normal_form_note
 
-    check_json_target(json_path)
+    check_json_target(json_path, stdout_ok=True)
+    echo = text_echo(json_path)
     shapes = parse_filters(filters, dim)
     try:
         arch = LCN(shapes, parse_strides(strides, len(shapes), dim), dim=dim)
@@ -165,19 +174,19 @@ def ntk_command(
     report = is_smooth_point(arch, th)
     note = normal_form_note(arch)
     with np.printoptions(formatter=FLOAT_FORMATTER, linewidth=120):
-        typer.echo(f"architecture: filters {arch.filters}, strides {arch.strides}, D = {arch.D}")
-        typer.echo(f"v = {np.array2string(v)}")
-        typer.echo(f"delta = {np.array2string(d)}")
-        typer.echo(f"K ({K.shape[0]}x{K.shape[1]}) =\n{np.array2string(K)}")
-    typer.echo(f"rank J = {report.rank}, dim M = {report.dim_M}")
-    typer.echo(
+        echo(f"architecture: filters {arch.filters}, strides {arch.strides}, D = {arch.D}")
+        echo(f"v = {np.array2string(v)}")
+        echo(f"delta = {np.array2string(d)}")
+        echo(f"K ({K.shape[0]}x{K.shape[1]}) =\n{np.array2string(K)}")
+    echo(f"rank J = {report.rank}, dim M = {report.dim_M}")
+    echo(
         f"smooth point (rank Jμ = dim M at θ): {'yes' if report.smooth else 'no'} "
         f"(sigma_dimM = {report.sigma_dim:.3e}, sigma_next = {report.sigma_next:.3e}, "
         f"rtol = {report.rtol:.0e}, min |w_l| = {report.min_filter_norm:.3e})"
     )
-    typer.echo("  (a check at θ only: crossings of several fiber components need `lcn fiber`)")
+    echo("  (a check at θ only: crossings of several fiber components need `lcn fiber`)")
     if note:
-        typer.echo(f"note: {note}")
+        echo(f"note: {note}")
     if json_path is not None:
         payload = {
             "v": v.tolist(),
@@ -190,8 +199,8 @@ def ntk_command(
             "smooth_report": report.to_dict(),
             "notes": [note] if note else [],
         }
-        write_json(json_path, payload)
-        typer.echo(f"wrote {json_path}")
+        if emit_json(json_path, payload) is not None:
+            typer.echo(f"wrote {json_path}")
 
 
 @lcn_app.command("compare")
@@ -216,7 +225,9 @@ def compare_command(
     locus: bool = typer.Option(
         False, "--locus", help="Also classify v at each δ (all fiber points: crossings, sheets)."
     ),
-    json_path: Path | None = typer.Option(None, "--json", help="Also write the result as JSON."),
+    json_path: str | None = typer.Option(
+        None, "--json", help=f"Also write the result as JSON {JSON_STDOUT_HELP}."
+    ),
 ) -> None:
     """Compare the metrics g = K_δ(v)⁺ on T_vM at one v for several δ (pencil, distance).
 
@@ -233,7 +244,8 @@ def compare_command(
     from neuromanifold.linear.architecture import LCN
     from neuromanifold.linear.metric_compare import compare_metrics
 
-    check_json_target(json_path)
+    check_json_target(json_path, stdout_ok=True)
+    echo = text_echo(json_path)
     shapes = parse_filters(filters, dim)
     try:
         arch = LCN(shapes, parse_strides(strides, len(shapes), dim), dim=dim)
@@ -251,48 +263,48 @@ def compare_command(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     except RuntimeError as exc:
-        typer.echo(f"NOT ON THE NEUROMANIFOLD: {exc}")
+        # on stderr under --json -: no JSON is written, and stdout holds nothing else
+        typer.echo(f"NOT ON THE NEUROMANIFOLD: {exc}", err=json_to_stdout(json_path))
         raise typer.Exit(code=1) from None
     with np.printoptions(formatter=FLOAT_FORMATTER, linewidth=120):
-        typer.echo(f"architecture: filters {arch.filters}, strides {arch.strides}, D = {arch.D}")
-        typer.echo(f"v = {np.array(res.v)}   dim M = {res.dim_M}\nroute: {res.route}")
-        typer.echo(
+        echo(f"architecture: filters {arch.filters}, strides {arch.strides}, D = {arch.D}")
+        echo(f"v = {np.array(res.v)}   dim M = {res.dim_M}\nroute: {res.route}")
+        echo(
             f"\n{'i':>2}  {'delta':<16} {'|w_l|^2':<24} {'residual':>9}  {'rank J':>6}  "
             f"{'smooth':>6}  {'s_dimM/s_max':>12}  {'cond K|T':>9}"
         )
         for i, p in enumerate(res.per_delta):
             sm = p.smooth
             cond = "inf" if p.tangent_condition is None else f"{p.tangent_condition:.4g}"
-            typer.echo(
+            echo(
                 f"{i:>2}  {np.array2string(np.array(p.delta)):<16} "
                 f"{np.array2string(np.array(p.sq_norms)):<24} {p.residual:>9.2e}  "
                 f"{sm.rank:>3}/{sm.dim_M:<2}  {'yes' if sm.smooth else 'no':>6}  "
                 f"{sm.sigma_dim / sm.sigma_max:>12.3e}  {cond:>9}"
             )
-    typer.echo(
+    echo(
         f"\npairs: λ = generalized eigenvalues of K_i ξ = λ K_j ξ on T_vM, d = √Σ log² λ, "
         f"agree iff max|log λ| ≤ {res.agree_tol:g}"
     )
-    typer.echo(
+    echo(
         f"{'i':>2} {'j':>2}  {'|dK|_F rel':>10}  {'λ_min':>9}  {'λ_max':>9}  {'d':>9}  "
         f"{'sin T':>8}  agree"
     )
     for q in res.pairs:
         if not q.defined:
-            typer.echo(
+            echo(
                 f"{q.i:>2} {q.j:>2}  {q.k_rel_frobenius:>10.4g}  "
                 "undefined (K|T singular or ill-conditioned)"
             )
             continue
-        typer.echo(
+        echo(
             f"{q.i:>2} {q.j:>2}  {q.k_rel_frobenius:>10.4g}  {q.lambda_min:>9.6g}  "
             f"{q.lambda_max:>9.6g}  {q.affine_invariant_distance:>9.6g}  {q.tangent_sin:>8.1e}  "
             f"{'yes' if q.agree else 'no'}"
         )
     for note in res.notes:
-        typer.echo(f"note: {note}")
-    if json_path is not None:
-        write_json(json_path, res.to_dict())
+        echo(f"note: {note}")
+    if emit_json(json_path, res.to_dict()) is not None:
         typer.echo(f"wrote {json_path}")
 
 

@@ -13,10 +13,13 @@ from pathlib import Path
 import typer
 
 from neuromanifold.cli._files import (
+    JSON_STDOUT_HELP,
     check_json_target,
     check_out_dir,
+    emit_json,
+    json_to_stdout,
     prepare_out_dir,
-    write_json,
+    text_echo,
     writing,
 )
 
@@ -43,7 +46,9 @@ def fiber_command(
     dim: int = typer.Option(1, "--dim", min=1, help="Signal dimension D."),
     starts: int = typer.Option(40, "--starts", min=1, help="Random starts of the numeric route."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the numeric route."),
-    json_path: Path | None = typer.Option(None, "--json", help="Also write the report as JSON."),
+    json_path: str | None = typer.Option(
+        None, "--json", help=f"Also write the report as JSON {JSON_STDOUT_HELP}."
+    ),
 ) -> None:
     """All parameters with μ(θ) = v and δ(θ) = δ (modulo signs), their NTKs, route agreement.
 
@@ -59,7 +64,8 @@ def fiber_command(
     from neuromanifold.linear.architecture import LCN
     from neuromanifold.linear.fiber import lcn_fiber
 
-    check_json_target(json_path)
+    check_json_target(json_path, stdout_ok=True)
+    echo = text_echo(json_path)
     shapes = parse_filters(filters, dim)
     try:
         arch = LCN(shapes, parse_strides(strides, len(shapes), dim), dim=dim)
@@ -69,37 +75,37 @@ def fiber_command(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     with np.printoptions(formatter=FLOAT_FORMATTER, linewidth=120):
-        typer.echo(f"architecture: {rep.architecture}  (dim M = {rep.dim_M})")
-        typer.echo(f"v = {np.array(rep.v)}   δ = {np.array(rep.delta)}")
+        echo(f"architecture: {rep.architecture}  (dim M = {rep.dim_M})")
+        echo(f"v = {np.array(rep.v)}   δ = {np.array(rep.delta)}")
         for r in rep.routes:
             status = "" if r.applicable else f" (not applicable: {r.note})"
-            typer.echo(
+            echo(
                 f"route {r.name}: {r.n_points} point(s), {r.n_distinct_ntks} distinct NTK(s), "
                 f"{r.n_converged}/{r.n_starts} converged{status}"
             )
         for note in rep.notes:
-            typer.echo(f"note: {note}")
-        if not rep.on_manifold:
+            echo(f"note: {note}")
+        if not rep.on_manifold:  # on stderr under --json - (the JSON has on_manifold false)
             typer.echo(
                 f"NOT ON THE NEUROMANIFOLD: no parameters give (v, δ); best residual "
-                f"{rep.residual:.3g} > tolerance {rep.tolerance:.3g}"
+                f"{rep.residual:.3g} > tolerance {rep.tolerance:.3g}",
+                err=json_to_stdout(json_path),
             )
         for i, (p, K) in enumerate(zip(rep.point_arrays(), rep.ntk_arrays(), strict=True)):
-            typer.echo(
+            echo(
                 f"\npoint {i + 1} (NTK class {rep.ntk_labels[i] + 1}, rank J = "
                 f"{rep.jacobian_ranks[i]}):"
             )
             for l, w in enumerate(p):
-                typer.echo(f"  w_{l + 1} = {w}")
-            typer.echo(f"  K =\n{K}")
-        typer.echo(
+                echo(f"  w_{l + 1} = {w}")
+            echo(f"  K =\n{K}")
+        echo(
             f"\n{rep.n_points} point(s) modulo signs, {rep.n_distinct_ntks} distinct NTK(s); "
             f"largest NTK difference {rep.max_ntk_diff_abs:.6g} (relative "
             f"{rep.max_ntk_diff_rel:.3g}); routes agree: {rep.routes_agree}; "
             f"max residual {rep.residual:.3g}"
         )
-    if json_path is not None:
-        write_json(json_path, rep.to_dict())
+    if emit_json(json_path, rep.to_dict()) is not None:
         typer.echo(f"wrote {json_path}")
     if not rep.on_manifold:
         raise typer.Exit(code=1)
@@ -108,7 +114,9 @@ def fiber_command(
 def survey_command(
     samples: int = typer.Option(20, "--samples", min=1, help="Samples per row."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed (the run is reproducible)."),
-    json_path: Path | None = typer.Option(None, "--json", help="Write the rows as JSON here."),
+    json_path: str | None = typer.Option(
+        None, "--json", help=f"Write the rows as JSON here {JSON_STDOUT_HELP}."
+    ),
     out: Path | None = typer.Option(
         None, "--out", help="Directory for survey.md, survey.json and survey.png."
     ),
@@ -120,12 +128,14 @@ def survey_command(
     ),
 ) -> None:
     """Recompute the paper's NTK-determinacy table by sampling fibers (verdicts are computed)."""
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from neuromanifold.linear.survey import default_rows, run_survey
     from neuromanifold.linear.survey_report import plot_survey, to_markdown
 
-    check_json_target(json_path)
+    check_json_target(json_path, stdout_ok=True)
+    echo = text_echo(json_path)
     check_out_dir(out)
     n_rows = len(default_rows())
     idx = list(range(n_rows))
@@ -144,6 +154,7 @@ def survey_command(
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         transient=True,
+        console=Console(stderr=True),  # progress, not output: stdout may hold the JSON
     ) as bar:
         task = bar.add_task("sampling fibers", total=samples * len(idx))
         # each row is seeded by its own index, so --rows reproduces the full survey's lines
@@ -152,11 +163,10 @@ def survey_command(
         )
     elapsed = time.perf_counter() - t0
     md = to_markdown(result)
-    typer.echo(md)
-    typer.echo(f"elapsed: {elapsed:.1f} s")
+    echo(md)
+    echo(f"elapsed: {elapsed:.1f} s")
     payload = {**result.to_dict(), "elapsed_s": elapsed}
-    if json_path is not None:
-        write_json(json_path, payload)
+    if emit_json(json_path, payload) is not None:
         typer.echo(f"wrote {json_path}")
     if out is not None:
         prepare_out_dir(out)
@@ -164,7 +174,10 @@ def survey_command(
             (out / "survey.md").write_text(md)
             (out / "survey.json").write_text(json.dumps(payload, indent=2))
             plot_survey(result, str(out / "survey.png"))
-        typer.echo(f"wrote {out / 'survey.md'}, {out / 'survey.json'}, {out / 'survey.png'}")
+        typer.echo(
+            f"wrote {out / 'survey.md'}, {out / 'survey.json'}, {out / 'survey.png'}",
+            err=json_to_stdout(json_path),
+        )
 
 
 CONVERGE_ARCHS = [((3, 2, 2), (2, 2)), ((2, 3, 2), (2, 3)), ((3, 2, 2), (1, 1))]

@@ -20,7 +20,7 @@ from typing import Any
 
 import typer
 
-from neuromanifold.cli._files import check_json_target, write_json
+from neuromanifold.cli._files import JSON_STDOUT_HELP, check_json_target, emit_json
 
 #: Let a negative number reach a command's own argument check (``triple rrr 3 4 5 -1``: "r must
 #: be >= 0") instead of click's "No such option: -1".
@@ -73,27 +73,20 @@ def _parse_widths(spec: str) -> list[int]:
     return widths
 
 
-def _emit(payload: dict[str, Any], json_path: str | None) -> None:
-    if json_path is None:
-        return
-    if json_path == "-":
-        typer.echo(json.dumps(payload, indent=2))
-    else:
-        write_json(json_path, payload)
-
-
 def _print_closed_form(cf: Any, json_path: str | None) -> None:
     if json_path != "-":
         typer.echo(f"{cf.model}: λ = {cf.lam} ({float(cf.lam):.6g}), m = {cf.m}  [case {cf.case}]")
         if cf.caveat:
             typer.echo(f"caveat: {cf.caveat}")
-    _emit(cf.to_dict(), json_path)
+    emit_json(json_path, cf.to_dict())
 
 
 @triple_app.command("nu")
 def nu_cmd(
     k: str = typer.Option("1-8", "--k", help="Orders, e.g. '1-8' or '2,3,5'."),
-    json_path: str | None = typer.Option(None, "--json", help="Write JSON here ('-': stdout)."),
+    json_path: str | None = typer.Option(
+        None, "--json", help=f"Write JSON here {JSON_STDOUT_HELP}."
+    ),
 ) -> None:
     """ν(k), λ_dir = 1/(2k) and the frozen V_k(0) for each order k (quadrature)."""
     from neuromanifold.singular.nu import K_MAX, lambda_dir, nu, v_frozen_zero
@@ -107,13 +100,13 @@ def nu_cmd(
         typer.echo(f"{'k':>3} {'λ_dir':>10} {'ν(k)':>12} {'V_k(0)':>12}")
         for kk, (lam, nuk, v0) in rows.items():
             typer.echo(f"{kk:>3} {lam:>10.6f} {nuk:>12.9f} {v0:>12.9f}")
-    _emit(
+    emit_json(
+        json_path,
         {
             "nu": {str(kk): v[1] for kk, v in rows.items()},
             "lambda_dir": {str(kk): v[0] for kk, v in rows.items()},
             "v_frozen_zero": {str(kk): v[2] for kk, v in rows.items()},
         },
-        json_path,
     )
 
 
@@ -123,7 +116,9 @@ def rrr_cmd(
     H: int = typer.Argument(..., help="Inner (hidden) dimension."),
     N: int = typer.Argument(..., help="Output dimension."),
     r: int = typer.Argument(..., help="True rank."),
-    json_path: str | None = typer.Option(None, "--json", help="Write JSON here ('-': stdout)."),
+    json_path: str | None = typer.Option(
+        None, "--json", help=f"Write JSON here {JSON_STDOUT_HELP}."
+    ),
 ) -> None:
     """Reduced-rank regression (λ, m) (Aoyagi–Watanabe 2005), exact."""
     from neuromanifold.singular.closed_forms import rrr
@@ -140,7 +135,9 @@ def rrr_cmd(
 def dln_cmd(
     widths: str = typer.Option(..., "--widths", help="Widths input,…,output, e.g. '4,4,4,4'."),
     rank: int = typer.Option(0, "--rank", help="True rank r."),
-    json_path: str | None = typer.Option(None, "--json", help="Write JSON here ('-': stdout)."),
+    json_path: str | None = typer.Option(
+        None, "--json", help=f"Write JSON here {JSON_STDOUT_HELP}."
+    ),
 ) -> None:
     """Deep linear network λ (Aoyagi 2024) and m, with the multiplicity caveat (m derived where
     every hidden width is 1 at rank 0)."""
@@ -162,7 +159,9 @@ def read_cmd(
         "--regular-dims",
         help="Live-part dimension (1/2 each); replaces the Reading's live records.",
     ),
-    json_path: str | None = typer.Option(None, "--json", help="Write JSON here ('-': stdout)."),
+    json_path: str | None = typer.Option(
+        None, "--json", help=f"Write JSON here {JSON_STDOUT_HELP}."
+    ),
 ) -> None:
     """(λ, m) assembled from the directions of a saved Reading, with the per-direction ν(k_diag)
     of its dominant direction (not the model's ν)."""
@@ -208,7 +207,7 @@ def read_cmd(
         for note in result.notes:
             typer.echo(f"  note: {note}")
         typer.echo(result.assumption)
-    _emit(result.to_dict(), json_path)
+    emit_json(json_path, result.to_dict())
 
 
 def register(app: typer.Typer) -> None:

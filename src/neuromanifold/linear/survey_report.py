@@ -14,6 +14,10 @@ from neuromanifold.linear.survey import NOTION_DATASET, NOTION_GLOBAL, SurveyRes
 
 __all__ = ["plot_survey", "to_markdown"]
 
+#: the spread panel's log axis starts this factor (one decade) below the smallest positive spread
+#: or the threshold, whichever is smaller; rows with a spread of exactly 0 are marked there
+_AXIS_MARGIN = 10.0
+
 
 def to_markdown(result: SurveyResult) -> str:
     """A Markdown table of the rows, followed by the witnesses of disagreements."""
@@ -52,7 +56,13 @@ def _yes_no(x: bool | None) -> str:
 
 
 def plot_survey(result: SurveyResult, path: str) -> None:
-    """Bar chart of the fraction of dependent samples per row, paper claims marked (PNG)."""
+    """Bar chart of the fraction of dependent samples per row, paper claims marked (PNG).
+
+    The right panel draws each row's ``max_spread`` on a log axis; a row whose spread is exactly
+    0 draws no bar (a bar clipped at some small value would read as a tiny positive spread) but
+    a hollow circle and "0 (exactly)" at the axis' left end, one decade (`_AXIS_MARGIN`) below the
+    smallest positive spread or the threshold ``ntk_rtol``.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -77,11 +87,20 @@ def plot_survey(result: SurveyResult, path: str) -> None:
     ax1.set_title(
         "computed (bars) vs paper claim (red ◆: 0 = independent, 1 = dependent)", fontsize=9
     )
-    spreads = [max(r.max_spread, 1e-17) for r in rows]
-    ax2.barh(y, spreads, color="tab:orange")
+    # an exact 0 has no place on the log axis: no bar, a "0" at the axis' left end instead
+    positive = [i for i, r in enumerate(rows) if r.max_spread > 0]
+    zero = [i for i, r in enumerate(rows) if r.max_spread == 0]
+    left = min([rows[i].max_spread for i in positive] + [result.ntk_rtol]) / _AXIS_MARGIN
+    ax2.barh(y[positive], [rows[i].max_spread for i in positive], color="tab:orange")
     ax2.set_xscale("log")
+    ax2.set_xlim(left=left)
+    for i in zero:
+        ax2.plot([left], [i], marker="o", ms=7, mfc="white", color="k", clip_on=False)
+        ax2.annotate(
+            "0 (exactly)", (left, i), xytext=(8, 0), textcoords="offset points", va="center"
+        )
     ax2.axvline(result.ntk_rtol, color="k", ls="--", lw=1)
-    ax2.set_xlabel("largest relative NTK spread on a fiber (dashed: threshold)")
+    ax2.set_xlabel("largest relative NTK spread on a fiber (dashed: threshold; ○ 0: exactly zero)")
     fig.suptitle(f"NTK determinacy survey, samples={result.samples}, seed={result.seed}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -3,13 +3,15 @@
 matplotlib (Agg backend) is imported inside each function; every PNG is written atomically
 (`neuromanifold.report._atomic`), so a failed write leaves an older figure intact.
 
-* `plot_sweeps`: one log–log panel per direction, ``F_u(t)`` against t, points at or below the
-  floor greyed, the selected window shaded and the line ``c_k·t^{2(k−1)}`` (the fit's magnitude
-  and order) drawn over it.
+* `plot_sweeps`: one log–log panel per direction, ``F_u(t)`` (y axis) against t (x axis), the
+  floor dashed, points at or below ten times the floor greyed, the selected window shaded and
+  the line ``c_k·t^{2(k−1)}`` (the fit's magnitude and order) drawn over it; the title carries
+  this key.
 * `plot_spectra`: per block, the eigenvalue ratios ``α_i/α_max`` of ``A`` and ``γ_j/γ_max`` of
   ``G`` (descending, log scale; `neuromanifold.report.spectra.block_spectra`) with the
   detector's near-kernel (ratio below ``1e-3`` with a decade gap) marked in red.
-* `plot_class_map`: a layer × class matrix of direction counts.
+* `plot_class_map`: a layer × class matrix of direction counts, each count drawn in white on a
+  dark cell and in black on a light one (`_text_colour`).
 
 Each figure's title is wrapped (`textwrap`) into lines that fit the figure's width, and the
 figure grows by the lines added (`_fit_title`), so a long title (the CLI's names the model and
@@ -35,6 +37,19 @@ _MAX_PANELS = 24
 _TITLE_WIDTH = 0.94
 _TITLE_FONTSIZE = 9
 _LINE_SPACING = 1.2  # matplotlib's default text line spacing, in units of the font size
+#: resolution of the sweep and class-map PNGs; a sweep panel of `_SWEEP_PANEL` inches is then
+#: about 400 × 330 px (at dpi 90 and 3.2 × 2.5 in it was 288 × 238 px with 6-pt ticks: too small)
+_DPI = 110
+_SWEEP_PANEL = (3.6, 3.0)
+_TICK_FONTSIZE = 7
+_LABEL_FONTSIZE = 8
+#: relative luminance (WCAG 2) below which white text contrasts more than black:
+#: ``(1 + 0.05) / (L + 0.05) = (L + 0.05) / (0 + 0.05)`` at ``L = √(1.05 · 0.05) − 0.05``
+_DARK_LUMINANCE = math.sqrt(1.05 * 0.05) - 0.05
+_SWEEP_KEY = (
+    "x: t, y: F_u(t) (log–log); dashed: floor; grey: points ≤ 10 × floor; "
+    "shaded: rate window; orange line: fit c_k·t^(2(k−1))"
+)
 
 
 def _plt():
@@ -86,6 +101,18 @@ def _fit_title(fig: Any, text: str, *, fontsize: float = _TITLE_FONTSIZE) -> Any
     return title
 
 
+def _relative_luminance(rgba: Sequence[float]) -> float:
+    """WCAG 2 relative luminance ``0.2126 R + 0.7152 G + 0.0722 B`` of linearised sRGB."""
+    lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3]]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def _text_colour(rgba: Sequence[float]) -> str:
+    """``"white"`` on a cell of colour ``rgba`` darker than `_DARK_LUMINANCE`, else ``"black"``:
+    the one of the two with the larger WCAG contrast ratio against the cell."""
+    return "white" if _relative_luminance(rgba) < _DARK_LUMINANCE else "black"
+
+
 def _grid(n: int) -> tuple[int, int]:
     cols = min(4, max(1, n))
     return math.ceil(n / cols), cols
@@ -94,11 +121,16 @@ def _grid(n: int) -> tuple[int, int]:
 def plot_sweeps(
     reading: Reading, path: str | Path, *, title: str = "", max_panels: int = _MAX_PANELS
 ) -> Path:
-    """Log–log sweeps of the first ``max_panels`` directions (module docstring)."""
+    """Log–log sweeps of the first ``max_panels`` directions (module docstring).
+
+    Each panel's axes are labelled (x: ``t``, y: ``F_u(t)``), the dashed floor line carries the
+    label ``floor`` and the figure's title ends with `_SWEEP_KEY`, which says what each mark is.
+    """
     plt = _plt()
     recs = list(reading.directions)[:max_panels]
     rows, cols = _grid(max(1, len(recs)))
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.5 * rows), dpi=90, squeeze=False)
+    w, h = _SWEEP_PANEL
+    fig, axes = plt.subplots(rows, cols, figsize=(w * cols, h * rows), dpi=_DPI, squeeze=False)
     for ax in axes.flat[len(recs) :]:
         ax.axis("off")
     if not recs:
@@ -113,7 +145,7 @@ def plot_sweeps(
         if below:
             ax.loglog(*zip(*below, strict=True), "o", ms=2.5, color="lightgrey")
         if floor > 0:
-            ax.axhline(floor, ls="--", lw=0.7, color="grey")
+            ax.axhline(floor, ls="--", lw=0.7, color="grey", label="floor")
         if r.window is not None:
             t0, t1 = r.window
             ax.axvspan(t0, t1, color="tab:orange", alpha=0.15)
@@ -130,10 +162,11 @@ def plot_sweeps(
         ax.set_yscale("log")
         k = "—" if r.k_hat is None else f"{r.k_hat:.2f}"
         r2 = "—" if r.r2 is None else f"{r.r2:.3f}"
-        ax.set_title(f"{r.layer} · {r.detector}\n{r.klass}, k̂={k}, r²={r2}", fontsize=7)
-        ax.tick_params(labelsize=6)
-    if title:
-        _fit_title(fig, title)
+        ax.set_title(f"{r.layer} · {r.detector}\n{r.klass}, k̂={k}, r²={r2}", fontsize=8)
+        ax.set_xlabel("t", fontsize=_LABEL_FONTSIZE, labelpad=1)
+        ax.set_ylabel("$F_u(t)$", fontsize=_LABEL_FONTSIZE, labelpad=1)
+        ax.tick_params(labelsize=_TICK_FONTSIZE)
+    _fit_title(fig, f"{title}\n{_SWEEP_KEY}" if title else _SWEEP_KEY)
     fig.tight_layout()
     return save_png(fig, path)
 
@@ -179,19 +212,24 @@ def plot_spectra(
 
 
 def plot_class_map(reading: Reading, path: str | Path, *, title: str = "") -> Path:
-    """Layer × class matrix of direction counts (a chain counts under each of its layers)."""
+    """Layer × class matrix of direction counts (a chain counts under each of its layers).
+
+    Each non-zero count is drawn in the colour (`_text_colour`) that contrasts with its cell's
+    colour in the colormap.
+    """
     plt = _plt()
     by_layer = reading.by_layer()
     layers = list(by_layer) or ["(none)"]
     counts = [
         [sum(r.klass == c for r in by_layer.get(layer, [])) for c in CLASSES] for layer in layers
     ]
-    fig, ax = plt.subplots(figsize=(6.0, 0.35 * len(layers) + 1.6), dpi=90)
-    ax.imshow(counts, aspect="auto", cmap="Blues", vmin=0)
+    fig, ax = plt.subplots(figsize=(6.0, 0.35 * len(layers) + 1.6), dpi=_DPI)
+    image = ax.imshow(counts, aspect="auto", cmap="Blues", vmin=0)
     for i, row in enumerate(counts):
         for j, v in enumerate(row):
             if v:
-                ax.text(j, i, str(v), ha="center", va="center", fontsize=7)
+                colour = _text_colour(image.cmap(image.norm(v)))
+                ax.text(j, i, str(v), ha="center", va="center", fontsize=8, color=colour)
     ax.set_xticks(range(len(CLASSES)), [c.replace("_", "\n") for c in CLASSES], fontsize=7)
     ax.set_yticks(range(len(layers)), layers, fontsize=7)
     _fit_title(fig, title or "dead structure by layer and class")

@@ -10,6 +10,8 @@ from typer.testing import CliRunner
 
 from neuromanifold.cli import app
 from neuromanifold.linear import LCN
+from neuromanifold.linear.fiber import continuum_note
+from neuromanifold.linear.fiber_numeric import FIBER_RTOL
 from neuromanifold.linear.normalize import normal_form_note
 
 ATOL_EXACT = 1e-12
@@ -67,6 +69,43 @@ def test_fiber_command_prints_normal_form_note(tmp_path: Path) -> None:
     assert json.loads(out.read_text())["notes"] == [note]
     res = runner.invoke(app, ["lcn", "fiber", "--filters", "2,2", "--v", "1,1,-2", "--delta", "-3"])
     assert res.exit_code == 0 and "normal form" not in res.output
+
+
+def test_fiber_command_says_a_positive_dimensional_fiber_is_sampled(tmp_path: Path) -> None:
+    # trial H #2: over v = 0 with δ = −3 the stride-one (2, 2) fiber is the circle
+    # {w_2 = 0, ‖w_1‖² = 3}; the output counted "N point(s) modulo signs" with N = --starts
+    out = tmp_path / "fiber.json"
+    args = ["lcn", "fiber", "--filters", "2,2", "--strides", "1", "--v", "0,0,0", "--delta", "-3"]
+    res = runner.invoke(app, [*args, "--starts", "3", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    d = json.loads(out.read_text())
+    assert d["fiber_dimension"] == 1 and d["n_points"] >= 1
+    # the points lie on the circle: residuals are unit-scale (ρ² = |δ| = 3 here), so the
+    # absolute error of ‖w_1‖² and of w_2 is at most FIBER_RTOL·ρ² (fiber_numeric docstring)
+    atol_circle = FIBER_RTOL * 3.0
+    for w1, w2 in d["points"]:
+        assert abs(float(np.sum(np.square(w1))) - 3.0) <= atol_circle
+        assert float(np.max(np.abs(w2))) <= atol_circle
+    note = continuum_note(1, d["n_points"])
+    assert note is not None and "dimension 1" in note and "samples of a continuum" in note
+    assert note in d["notes"]
+    flat = " ".join(res.stdout.split())
+    assert f"note: {note}" in flat
+    assert f"{d['n_points']} sample point(s) of a fiber of dimension 1 modulo signs" in flat
+
+
+def test_fiber_command_finite_fiber_has_no_continuum_note(tmp_path: Path) -> None:
+    # θ = ((1, 2), (1, −1)) (the spec example): v = (1 + 2z)(1 − z) = (1, 1, −2), δ = 2 − 5
+    # = −3; the fiber is finite (two points modulo signs), so nothing speaks of a continuum
+    out = tmp_path / "fiber.json"
+    args = ["lcn", "fiber", "--filters", "2,2", "--strides", "1", "--v", "1,1,-2", "--delta", "-3"]
+    res = runner.invoke(app, [*args, "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    d = json.loads(out.read_text())
+    assert d["fiber_dimension"] == 0 and continuum_note(0, d["n_points"]) is None
+    assert not any("continuum" in n for n in d["notes"])
+    assert "continuum" not in res.stdout and "sample point(s)" not in res.stdout
+    assert f"{d['n_points']} point(s) modulo signs" in res.stdout
 
 
 def test_fiber_command_two_dimensional() -> None:

@@ -56,7 +56,8 @@ def fiber_command(
     Exit status 1 when no parameters realise (v, δ) (v off the neuromanifold); the report and
     its best residual are still printed (and written with --json). The report's notes are
     printed, among them whether the network is not in the paper's normal form (it is used as
-    given).
+    given) and whether the fiber has positive dimension (then the points are samples of a
+    continuum, as many as the starts found, not all of it).
     """
     import numpy as np
 
@@ -99,8 +100,14 @@ def fiber_command(
             for l, w in enumerate(p):
                 echo(f"  w_{l + 1} = {w}")
             echo(f"  K =\n{K}")
+        # a continuum (the report's note says so): the points are samples, not the fiber
+        counted = (
+            f"{rep.n_points} sample point(s) of a fiber of dimension {rep.fiber_dimension}"
+            if rep.fiber_dimension
+            else f"{rep.n_points} point(s)"
+        )
         echo(
-            f"\n{rep.n_points} point(s) modulo signs, {rep.n_distinct_ntks} distinct NTK(s); "
+            f"\n{counted} modulo signs, {rep.n_distinct_ntks} distinct NTK(s); "
             f"largest NTK difference {rep.max_ntk_diff_abs:.6g} (relative "
             f"{rep.max_ntk_diff_rel:.3g}); routes agree: {rep.routes_agree}; "
             f"max residual {rep.residual:.3g}"

@@ -59,6 +59,20 @@ ROUTE_AGREE_RTOL = 1e-9
 Route = Literal["algebraic", "numeric"]
 
 
+def continuum_note(fiber_dimension: int | None, n_points: int) -> str | None:
+    """The note of a fiber of positive dimension: its points are samples, not the whole fiber.
+
+    ``None`` when ``fiber_dimension`` is ``None`` (no point) or 0 (isolated points). The
+    dimension is ``n_params − rank dΦ`` at the first point (`FiberReport.fiber_dimension`).
+    """
+    if not fiber_dimension:
+        return None
+    return (
+        f"the fiber has dimension {fiber_dimension}: the {n_points} point(s) are samples of a "
+        f"continuum, not all of it (their number follows the numeric route's starts)"
+    )
+
+
 def _rank(M: np.ndarray) -> int:
     s = np.linalg.svd(M, compute_uv=False)
     return int(np.sum(s > RANK_RTOL * s[0])) if s.size and s[0] > 0 else 0
@@ -114,7 +128,9 @@ def lcn_fiber(
     A point counts when its unit-scale residual ``‖Φ(θ/ρ) − (v/ρ^L, δ/ρ²)‖₂`` is at most
     ``FIBER_RTOL`` (module docstring), whichever route found it. The network is used as given;
     when it is not in the paper's normal form (a scalar layer, ``s_L ≠ 1``) the report's first
-    note says so (:func:`~.normalize.normal_form_note`).
+    note says so (:func:`~.normalize.normal_form_note`). When the fiber has positive dimension
+    (a continuum, e.g. the circle over ``v = 0``) the points are samples and a note says so
+    (:func:`continuum_note`).
 
     Args:
         arch: the LCN (any D; the last stride is irrelevant and is ignored by μ).
@@ -207,6 +223,10 @@ def lcn_fiber(
             f"no parameters found over (v, δ): v is off the neuromanifold or unreachable "
             f"(best residual {best:.3g}, tolerance {tol:.3g})"
         )
+    fiber_dim = fiber_dimension(arch, pts[0]) if pts else None
+    continuum = continuum_note(fiber_dim, len(pts))
+    if continuum:
+        notes.append(continuum)
     return build_report(
         architecture=_describe(arch),
         v=v,
@@ -220,7 +240,7 @@ def lcn_fiber(
         routes_agree=agree,
         jacobian_ranks=[_rank(jacobian(arch, th)) for th in thetas],
         dim_M=arch.dim_M,
-        fiber_dimension=fiber_dimension(arch, pts[0]) if pts else None,
+        fiber_dimension=fiber_dim,
         notes=notes,
     )
 

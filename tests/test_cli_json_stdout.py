@@ -65,9 +65,6 @@ def test_json_dash_prints_the_json_on_stdout_only(
     _dash_equals_file(name, JSON_COMMANDS[name], tmp_path)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="`read` writes a file named '-' until cli/read.py uses the shared helper"
-)
 def test_read_json_dash_prints_the_json_on_stdout_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

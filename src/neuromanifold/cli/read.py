@@ -20,7 +20,14 @@ from typing import Any
 
 import typer
 
-from neuromanifold.cli._files import check_json_target, check_out_dir, fail, writing
+from neuromanifold.cli._files import (
+    JSON_STDOUT_HELP,
+    check_json_target,
+    check_out_dir,
+    fail,
+    json_to_stdout,
+    writing,
+)
 
 _FAMILIES = ("gaussian", "categorical")
 
@@ -215,7 +222,9 @@ def register(app: typer.Typer) -> None:
             help="zoo:planted-mlp, package.module:factory, or a Hugging Face model directory "
             "(config.json and weights; read as saved)",
         ),
-        json_path: Path | None = typer.Option(None, "--json", help="write the Reading as JSON"),
+        json_path: str | None = typer.Option(
+            None, "--json", help=f"write the Reading as JSON {JSON_STDOUT_HELP}"
+        ),
         data: Path | None = typer.Option(
             None, "--data", help="probe inputs: a torch file (tensor or {'x': ...}) or safetensors"
         ),
@@ -292,7 +301,7 @@ def register(app: typer.Typer) -> None:
 
         if resume and out is None:
             raise typer.BadParameter("--resume needs --out DIR (the read log lives there)")
-        check_json_target(json_path)
+        check_json_target(json_path, stdout_ok=True)
         check_out_dir(out)
         try:  # the same on every process of a node (`resolve_device`)
             dev = dp.resolve_device(device)
@@ -418,7 +427,7 @@ def register(app: typer.Typer) -> None:
                     "—" if r.magnitude is None else f"{r.magnitude:.3g}",
                     *extra,
                 )
-        console = Console()
+        console = Console(quiet=json_to_stdout(json_path))  # stdout: the JSON only
         console.print(family_line)
         console.print(table)
         for nc in reading.not_covered:
@@ -426,11 +435,14 @@ def register(app: typer.Typer) -> None:
         if reading.note:
             console.print(reading.note)
         if json_path is not None:
-            from neuromanifold.report.archive import write_reading_json
+            from neuromanifold.report.archive import reading_json, write_reading_json
 
-            with writing(json_path, option="--json"):
-                write_reading_json(reading, json_path)
-            console.print(f"wrote {json_path}")
+            if json_to_stdout(json_path):
+                typer.echo(reading_json(reading))
+            else:
+                with writing(json_path, option="--json"):
+                    write_reading_json(reading, json_path)
+                console.print(f"wrote {json_path}")
         if out is not None:
             from neuromanifold.report.write import write_report
 

@@ -350,6 +350,17 @@ def test_component_dims_keys_must_name_a_genuine_record(key: object) -> None:
             assemble_from_reading(recs, regular_dims=14, component_dims={key: (3, 2)})
 
 
+def test_component_dims_accept_numpy_integer_keys() -> None:
+    """Audit S12b #1: keys from np.flatnonzero / np.where are NumPy integers; they name record 0
+    as well as 0 does (RRR (5, 3, 4, 2): λ = 8, m = 1)."""
+    import numpy as np
+
+    recs = [_rec("genuine_singularity", 2, ("0", "1")), _rec("live", 1, ("0",))]
+    (key,) = np.flatnonzero([True, False])
+    a = assemble_from_reading(recs, regular_dims=14, component_dims={key: (3, 2)})
+    assert (a.lam, a.m) == (rrr(5, 3, 4, 2).lam, rrr(5, 3, 4, 2).m)
+
+
 @pytest.mark.parametrize(
     "name",
     [

@@ -48,6 +48,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from numbers import Integral
 from typing import Any, Literal
 
 from neuromanifold.singular.nu import K_MAX, nu
@@ -379,7 +380,7 @@ def _check_component_dims(
         and _field(rec, "k") >= 1
     ]
     for key in component_dims:
-        if isinstance(key, bool) or not isinstance(key, int) or key not in genuine:
+        if isinstance(key, bool) or not isinstance(key, Integral) or int(key) not in genuine:
             hint = (
                 " (a JSON round trip turns int keys into strings: convert them with int())"
                 if isinstance(key, str)
@@ -421,7 +422,8 @@ def loci_from_reading(
     named in the notes.
 
     Component dimensions: 1 each, unless ``component_dims[i]`` gives them for record i (every
-    key must be the int index of a genuine record with an order, else ``ValueError``). The read
+    key must be the integer index — Python or NumPy int — of a genuine record with an order, else
+    ``ValueError``). The read
     measures orders, not how many coordinates each crossing component has beyond what the live
     part absorbs: that is architecture (e.g. a dead unit of a rank-r linear layer pair has
     components of dimensions (fan-in − r, fan-out − r)). With dimension 1 the slice

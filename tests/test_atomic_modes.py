@@ -54,3 +54,40 @@ def test_checkpoints_follow_the_umask(tmp_path: Path, umask_022) -> None:
         tmp_path / "m.safetensors", nn.Linear(2, 1), CheckpointMeta({"kind": "linear"})
     )
     assert _mode(path) == _mode(path.with_suffix(".json")) == 0o644
+
+
+def test_a_read_only_or_setuid_target_is_replaced_with_its_plain_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Audit S12b #2: the temporary file was chmod-ed to a mode without read permission and then
+    reopened for the fsync (PermissionError for non-root users), and setuid/setgid/sticky bits
+    were copied onto the new content. Now the fsync comes first and only 0o777 bits carry over.
+    Root may reopen any file, so the order of the two calls is checked directly."""
+    import neuromanifold._atomic as atomic
+
+    calls: list[str] = []
+    fsync, chmod = os.fsync, os.chmod
+
+    def spy_fsync(fd: int) -> None:
+        calls.append("fsync")
+        fsync(fd)
+
+    def spy_chmod(path, mode, **kw) -> None:  # os is shared: record the temporary file only
+        if str(path).endswith(".tmp"):
+            calls.append(f"chmod {mode:o}")
+        chmod(path, mode, **kw)
+
+    monkeypatch.setattr(atomic.os, "fsync", spy_fsync)
+    monkeypatch.setattr(atomic.os, "chmod", spy_chmod)
+    target = tmp_path / "locked.txt"
+    target.write_text("old")
+    target.chmod(0o200)  # write-only
+    atomic_write_text(target, "new")
+    assert calls == ["fsync", "chmod 200"]
+    assert _mode(target) == 0o200
+    target.chmod(0o644)
+    assert target.read_text() == "new"
+    target.chmod(0o4755)
+    assert new_file_mode(target) == 0o755
+    atomic_write_text(target, "newer")
+    assert _mode(target) == 0o755

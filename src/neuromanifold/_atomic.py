@@ -19,10 +19,11 @@ __all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "new_file_
 
 
 def new_file_mode(target: Path) -> int:
-    """Permission bits for a file written to ``target``: those of the file there now, else
+    """Permission bits for a file written to ``target``: the read/write/execute bits of the file
+    there now (not its setuid, setgid or sticky bits: new content does not inherit them), else
     ``0o666 & ~umask`` (what ``open(target, "w")`` would give a new file)."""
     try:
-        return target.stat().st_mode & 0o7777
+        return target.stat().st_mode & 0o777
     except FileNotFoundError:
         mask = os.umask(0)  # reading the umask means setting it: restored at once
         os.umask(mask)
@@ -43,9 +44,9 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     tmp = Path(name)
     try:
         write(tmp)
-        os.chmod(tmp, mode)
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
+        os.chmod(tmp, mode)  # after the fsync: a read-only mode must not stop it
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from neuromanifold.cells.planted import planted_deep_linear
+from neuromanifold.singular import distributed as dp
 from neuromanifold.singular.distributed import (
     TORCHRUN_ENV,
     backend_for,
@@ -77,6 +78,29 @@ def test_too_many_torchrun_processes_per_gpu_fail_on_every_rank_alike(
     ):
         resolve_device("cuda")
     assert resolve_device("cuda:0") == torch.device("cuda", 0)  # an explicit index: every rank
+    assert dp.device_errors_per_node()
+
+
+def test_without_local_world_size_each_rank_checks_its_own_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Audit S12b #3: a launcher that sets the torchrun variables but not LOCAL_WORLD_SIZE. The
+    node's process count is unknown, so rank 1 alone fails on a one-GPU node (guessing the
+    count as LOCAL_RANK + 1 also failed some ranks only, and named a made-up count); such a
+    device error is the rank's own, printed by that rank (`device_errors_per_node` False)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for key in TORCHRUN_ENV:
+        monkeypatch.setenv(key, "0")
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert resolve_device("cuda") == torch.device("cuda", 0)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(ValueError, match=r"'cuda' resolves to cuda:1 but this machine has 1 CUDA"):
+        resolve_device("cuda")
+    assert not dp.device_errors_per_node()
+    monkeypatch.delenv("RANK")
+    assert dp.device_errors_per_node()  # one process: nothing to agree on
 
 
 def test_device_errors() -> None:

@@ -105,3 +105,40 @@ def test_torchrun_prints_a_rank_local_error_from_that_rank(tmp_path: Path) -> No
     assert proc.stderr.count("rank 1: error: data of shape") == 1, proc.stderr[-3000:]
     assert "expects indices < 10" in proc.stderr
     assert "rank 0: error" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("local_world", "local_rank", "expected"),
+    [
+        ("2", "0", "error: device 'cuda' under torchrun gives each of this node's 2 processes"),
+        ("2", "1", None),  # the node's first process prints it
+        (None, "1", "rank 1: error: device 'cuda' resolves to cuda:1 but this machine has 1"),
+    ],
+)
+def test_cli_device_error_reaches_the_user(
+    monkeypatch: pytest.MonkeyPatch, local_world, local_rank, expected
+) -> None:
+    """Audit S12 #1 and S12b #3, through the CLI: 2 processes on a (faked) one-GPU node. With
+    LOCAL_WORLD_SIZE every process fails alike and LOCAL_RANK 0 prints once; without it only
+    rank 1 fails, and it prints its own error (before: nobody printed anything)."""
+    from typer.testing import CliRunner
+
+    from neuromanifold.cli import app
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    env = {"RANK": local_rank, "WORLD_SIZE": "2", "MASTER_ADDR": "localhost", "MASTER_PORT": "1"}
+    env["LOCAL_RANK"] = local_rank
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    if local_world is None:
+        monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", local_world)
+    r = CliRunner().invoke(app, ["read", "--model", "zoo:planted-mlp", "--device", "cuda"])
+    assert r.exit_code == 2
+    assert r.stdout == ""
+    if expected is None:
+        assert r.stderr == ""
+    else:
+        assert r.stderr.startswith(expected)

@@ -303,10 +303,11 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("--resume needs --out DIR (the read log lives there)")
         check_json_target(json_path, stdout_ok=True)
         check_out_dir(out)
-        try:  # the same on every process of a node (`resolve_device`)
+        try:  # the same on every process of a node where torchrun says how many there are
             dev = dp.resolve_device(device)
         except (ValueError, TypeError) as err:
-            _error(f"error: {err}", agreed=True, per_node=True)
+            node = dp.device_errors_per_node()
+            _error(f"error: {err}", agreed=node, per_node=node)
             raise typer.Exit(code=2) from err
         try:
             budget = None if max_memory is None else parse_memory(max_memory)

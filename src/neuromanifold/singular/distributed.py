@@ -56,6 +56,7 @@ __all__ = [
     "all_gather_union",
     "all_reduce_max",
     "backend_for",
+    "device_errors_per_node",
     "init_from_env",
     "is_agreed",
     "is_main_process",
@@ -133,8 +134,9 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
     """Validate a device request; ``None`` → CPU; ``"cuda"`` under torchrun → ``cuda:LOCAL_RANK``.
 
     Under torchrun, ``"cuda"`` is checked against the node's process count (``LOCAL_WORLD_SIZE``),
-    so every process of a node raises the same error or none does: the CLI prints such an
-    error once (`agreed_errors`).
+    so every process of a node raises the same error or none does (`device_errors_per_node`);
+    a launcher that does not set ``LOCAL_WORLD_SIZE`` gets this rank's ``cuda:LOCAL_RANK`` checked
+    alone.
 
     Raises:
         TypeError: ``device`` is not a string, ``torch.device`` or None.
@@ -169,13 +171,11 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
         )
     count = torch.cuda.device_count()
     index = dev.index
-    if index is None and launched_by_torchrun():
-        # every process of this node meets the same verdict (agreed errors, `agreed_errors`):
-        # the node's processes against its device count, not this rank's LOCAL_RANK alone
-        local = os.environ.get("LOCAL_WORLD_SIZE")
-        procs = (
-            int(local) if local and local.isdigit() else int(os.environ.get("LOCAL_RANK", "0")) + 1
-        )
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    if index is None and launched_by_torchrun() and local.isdigit():
+        # every process of this node meets the same verdict (`device_errors_per_node`): the
+        # node's processes against its device count, not this rank's LOCAL_RANK alone
+        procs = int(local)
         if procs > count:
             raise ValueError(
                 f"device {device!r} under torchrun gives each of this node's {procs} processes "
@@ -183,14 +183,21 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
                 f"launch at most {count} process(es) per node (--nproc_per_node)"
             )
         index = int(os.environ.get("LOCAL_RANK", "0"))
-    elif index is None:
-        index = 0
+    elif index is None:  # without LOCAL_WORLD_SIZE only this rank's own index can be checked
+        index = int(os.environ.get("LOCAL_RANK", "0")) if launched_by_torchrun() else 0
     if not 0 <= index < count:
         raise ValueError(
             f"device {device!r} resolves to cuda:{index} but this machine has {count} CUDA "
             f"device(s) (indices 0..{count - 1})"
         )
     return torch.device("cuda", index)
+
+
+def device_errors_per_node() -> bool:
+    """Whether `resolve_device` gives every process of this node the same verdict: outside
+    torchrun, or under torchrun with ``LOCAL_WORLD_SIZE`` set. Otherwise a device error is this
+    rank's own (its ``LOCAL_RANK`` against the node's GPUs)."""
+    return not launched_by_torchrun() or os.environ.get("LOCAL_WORLD_SIZE", "").isdigit()
 
 
 def backend_for(device: torch.device) -> str:

@@ -337,10 +337,11 @@ def read(
             raise ValueError(f"snap must be True, False or 'auto'; got {snap!r}")
         live_threshold = check_live_threshold(live_threshold)
         x, y = _inputs_on_every_rank(data)
-    with agreed_errors():  # the detectors, device, modes and parameters: the same on every rank
+    # the device can differ between nodes, and between ranks without LOCAL_WORLD_SIZE
+    dev = resolve_device(device) if device is not None else None
+    with agreed_errors():  # the detectors, modes and parameters: the same on every rank
         registry = _registry(detectors)
         upcast = any(p.is_floating_point() and p.dtype != torch.float64 for p in model.parameters())
-        dev = resolve_device(device) if device is not None else None
         check_eval_mode(model)  # the caller's modes: the working copy below is set to eval mode
         work = _working_copy(model)
         rewritten = conv1d_as_linear(work)

@@ -458,13 +458,19 @@ def test_error_paths() -> None:
     ("t_eval", "match"),
     [
         ([], "t_eval is empty: pass None"),
-        ([0.5, 0.2], "finite, non-decreasing times"),
-        ([0.0, np.nan], "finite, non-decreasing times"),
-        ([0.0, 2.0], r"every time must lie in t_span = \(0\.0, 1\.0\)"),
+        ([0.5, 0.2], "finite, strictly increasing times"),
+        ([0.2, 0.2], "finite, strictly increasing times"),  # scipy refuses repeats too
+        ([0.0, np.nan], "finite, strictly increasing times"),
+        ([0.0, 2.0], r"t_eval\[-1\] = 2\.0 lies outside t_span = \(0\.0, 1\.0\)"),
+        ([-0.5, 0.5], r"t_eval\[0\] = -0\.5 lies outside t_span"),
+        # float32's nearest 1.0000001 is 1.0000001192…: the message shows the value exactly
+        (np.float32([0.5, 1.0000001]), r"\] = 1\.00000011920\d+ lies outside .* float32"),
         ([["a"]], "expected a sequence of times"),
+        ([[0.0, 0.5]], r"t_eval has shape \(1, 2\): expected a 1-D sequence"),
+        (0.5, r"t_eval has shape \(\): expected a 1-D"),
     ],
 )
-def test_t_eval_errors_name_the_argument(t_eval: list, match: str) -> None:
+def test_t_eval_errors_name_the_argument(t_eval: object, match: str) -> None:
     """Audit S12 #4: ``t_eval=[]`` crashed ``function_space_flow`` (``sol.y[:, -1]`` of an
     empty solution) and left the other flows with no state; every flow now refuses it, and
     scipy's own t_eval conditions, with the argument's name."""

@@ -167,23 +167,29 @@ def _check_span(t_span: Any) -> tuple[float, float]:
 
 
 def _check_t_eval(t_eval: Any, span: tuple[float, float]) -> np.ndarray | None:
-    """``None`` (the solver's own steps) or ``t_eval`` as a 1-D float64 array: at least one finite
-    time, non-decreasing, inside ``span`` (scipy's conditions, checked here with the argument's
-    name; an empty ``t_eval`` would leave no state to report)."""
+    """``None`` (the solver's own steps) or ``t_eval`` as a float64 array: one-dimensional, at
+    least one finite time, strictly increasing, inside ``span`` — scipy's conditions, checked here
+    with the argument's name (an empty ``t_eval`` would leave no state to report)."""
     if t_eval is None:
         return None
     try:
-        te = np.asarray(t_eval, dtype=np.float64).ravel()
+        te = np.asarray(t_eval, dtype=np.float64)
     except (TypeError, ValueError) as err:
         raise ValueError(f"t_eval = {t_eval!r}: expected a sequence of times") from err
+    if te.ndim != 1:
+        raise ValueError(f"t_eval has shape {te.shape}: expected a 1-D sequence of times")
     if te.size == 0:
         raise ValueError(
             "t_eval is empty: pass None (the solver's own steps) or at least one time in t_span"
         )
-    if not np.all(np.isfinite(te)) or np.any(np.diff(te) < 0):
-        raise ValueError(f"t_eval = {t_eval!r}: expected finite, non-decreasing times")
-    if te[0] < span[0] or te[-1] > span[1]:
-        raise ValueError(f"t_eval = {t_eval!r}: every time must lie in t_span = {span}")
+    if not np.all(np.isfinite(te)) or np.any(np.diff(te) <= 0):
+        raise ValueError(f"t_eval = {t_eval!r}: expected finite, strictly increasing times")
+    for i, end, outside in ((0, span[0], te[0] < span[0]), (-1, span[1], te[-1] > span[1])):
+        if outside:  # repr: a float32 grid's 0.1 is 0.10000000149011612
+            raise ValueError(
+                f"t_eval[{i}] = {float(te[i])!r} lies outside t_span = {span} (end {end!r}); "
+                f"every time must lie in t_span (a float32 grid? pass float64 times)"
+            )
     return te
 
 

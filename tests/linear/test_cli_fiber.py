@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from neuromanifold.cli import app
 from neuromanifold.linear import LCN
-from neuromanifold.linear.fiber import continuum_note
+from neuromanifold.linear.fiber import continuum_note, lcn_fiber
 from neuromanifold.linear.fiber_numeric import FIBER_RTOL
 from neuromanifold.linear.normalize import normal_form_note
 
@@ -86,8 +86,9 @@ def test_fiber_command_says_a_positive_dimensional_fiber_is_sampled(tmp_path: Pa
     for w1, w2 in d["points"]:
         assert abs(float(np.sum(np.square(w1))) - 3.0) <= atol_circle
         assert float(np.max(np.abs(w2))) <= atol_circle
+    assert d["continuum"] is True
     note = continuum_note(1, d["n_points"])
-    assert note is not None and "dimension 1" in note and "samples of a continuum" in note
+    assert note is not None and "is a continuum (dimension 1" in note and "samples of it" in note
     assert note in d["notes"]
     flat = " ".join(res.stdout.split())
     assert f"note: {note}" in flat
@@ -103,9 +104,28 @@ def test_fiber_command_finite_fiber_has_no_continuum_note(tmp_path: Path) -> Non
     assert res.exit_code == 0, res.output
     d = json.loads(out.read_text())
     assert d["fiber_dimension"] == 0 and continuum_note(0, d["n_points"]) is None
+    assert d["continuum"] is False
     assert not any("continuum" in n for n in d["notes"])
     assert "continuum" not in res.stdout and "sample point(s)" not in res.stdout
     assert f"{d['n_points']} point(s) modulo signs" in res.stdout
+
+
+def test_an_isolated_singular_point_is_not_called_a_continuum(tmp_path: Path) -> None:
+    """Audit S12c #1: over v = (1 + z)², δ = 0, the only point (modulo signs) is w_1 = w_2 =
+    (1, 1), where the two factors coincide and dΦ loses rank, so n_params − rank dΦ = 1 there.
+    A step along the null vector polishes back to the same point: no curve, no continuum note,
+    also when only the algebraic route runs (n_starts = 0)."""
+    out = tmp_path / "fiber.json"
+    args = ["lcn", "fiber", "--filters", "2,2", "--strides", "1", "--v", "1,2,1", "--delta", "0"]
+    res = runner.invoke(app, [*args, "--starts", "5", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    d = json.loads(out.read_text())
+    assert d["n_points"] == 1 and d["fiber_dimension"] == 1  # dΦ's null space at the point
+    assert d["continuum"] is False
+    assert not any("continuum" in n for n in d["notes"])
+    assert "sample point(s)" not in res.stdout and "1 point(s) modulo signs" in res.stdout
+    algebraic = lcn_fiber(LCN((2, 2), (1,)), [1.0, 2.0, 1.0], [0.0], n_starts=0)
+    assert algebraic.n_points == 1 and algebraic.continuum is False and not algebraic.notes
 
 
 def test_fiber_command_two_dimensional() -> None:

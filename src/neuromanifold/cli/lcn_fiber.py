@@ -56,8 +56,8 @@ def fiber_command(
     Exit status 1 when no parameters realise (v, δ) (v off the neuromanifold); the report and
     its best residual are still printed (and written with --json). The report's notes are
     printed, among them whether the network is not in the paper's normal form (it is used as
-    given) and whether the fiber has positive dimension (then the points are samples of a
-    continuum, as many as the starts found, not all of it).
+    given) and whether the fiber is a continuum through the first point (then the points are
+    samples of it, not all of it).
     """
     import numpy as np
 
@@ -103,7 +103,7 @@ def fiber_command(
         # a continuum (the report's note says so): the points are samples, not the fiber
         counted = (
             f"{rep.n_points} sample point(s) of a fiber of dimension {rep.fiber_dimension}"
-            if rep.fiber_dimension
+            if rep.continuum
             else f"{rep.n_points} point(s)"
         )
         echo(

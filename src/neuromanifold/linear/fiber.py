@@ -34,6 +34,7 @@ from neuromanifold.linear.fiber_algebraic import algebraic_fiber
 from neuromanifold.linear.fiber_numeric import (
     FIBER_RTOL,
     RANK_RTOL,
+    curve_through,
     fiber_dimension,
     numeric_fiber,
     point_distance,
@@ -60,16 +61,18 @@ Route = Literal["algebraic", "numeric"]
 
 
 def continuum_note(fiber_dimension: int | None, n_points: int) -> str | None:
-    """The note of a fiber of positive dimension: its points are samples, not the whole fiber.
+    """The note of a fiber through whose points a curve of fiber points passes: the points found
+    are samples of it, not all of it.
 
-    ``None`` when ``fiber_dimension`` is ``None`` (no point) or 0 (isolated points). The
-    dimension is ``n_params − rank dΦ`` at the first point (`FiberReport.fiber_dimension`).
+    ``None`` when ``fiber_dimension`` is ``None`` (no point) or 0. The caller passes the
+    dimension only where :func:`~.fiber_numeric.curve_through` found a curve (a positive
+    ``n_params − rank dΦ`` alone can be an isolated singular point of Φ).
     """
     if not fiber_dimension:
         return None
     return (
-        f"the fiber has dimension {fiber_dimension}: the {n_points} point(s) are samples of a "
-        f"continuum, not all of it (their number follows the numeric route's starts)"
+        f"the fiber is a continuum (dimension {fiber_dimension} at the first point, "
+        f"n_params − rank dΦ): the {n_points} point(s) found are samples of it, not all of it"
     )
 
 
@@ -224,7 +227,8 @@ def lcn_fiber(
             f"(best residual {best:.3g}, tolerance {tol:.3g})"
         )
     fiber_dim = fiber_dimension(arch, pts[0]) if pts else None
-    continuum = continuum_note(fiber_dim, len(pts))
+    is_curve = bool(fiber_dim) and curve_through(arch, v, d, pts[0])
+    continuum = continuum_note(fiber_dim if is_curve else 0, len(pts))
     if continuum:
         notes.append(continuum)
     return build_report(
@@ -241,6 +245,7 @@ def lcn_fiber(
         jacobian_ranks=[_rank(jacobian(arch, th)) for th in thetas],
         dim_M=arch.dim_M,
         fiber_dimension=fiber_dim,
+        continuum=is_curve if pts else None,
         notes=notes,
     )
 

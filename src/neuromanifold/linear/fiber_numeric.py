@@ -242,8 +242,41 @@ def polish(arch: LCN | FC, v: np.ndarray, delta: Any, x0: np.ndarray) -> tuple[n
     return rho * res.x, res.residual
 
 
+CURVE_STEP = 1e-3
+"""Step of :func:`curve_through`, relative to ``‖θ/ρ‖``: large against the polish's accuracy
+(fiber points to ``FIBER_RTOL``, so an isolated singular point is found again to about
+``√FIBER_RTOL`` = 1e-5), small against the distance to other fiber points."""
+
+
+def curve_through(arch: LCN | FC, v: np.ndarray, delta: Any, x: np.ndarray) -> bool:
+    """Whether a curve of fiber points passes through the fiber point ``x`` (flat parameters).
+
+    ``n_params − rank dΦ(x) > 0`` (:func:`fiber_dimension`) says only that dΦ has a null space
+    at ``x``; at a singular point of Φ an isolated point has one too (e.g. ``w_1 = w_2`` over
+    ``v = (1 + z)²``). So from ``x`` (unit scale) a step of ``ε = CURVE_STEP·‖x/ρ‖`` is taken
+    along each null vector of dΦ and polished back onto the fiber (:func:`polish`): on a curve
+    tangent to that vector the polished point lies about ``ε`` from ``x`` (the step's
+    projection onto the fiber); at an isolated point the polish returns to ``x`` (up to the
+    sign group). True when some null vector gives a fiber point at distance in ``[ε/2, 2ε]``.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    rho = problem_scale(arch, v, delta)
+    xu = x / rho
+    jac = phi_jacobian(arch, xu)
+    _, s, vt = np.linalg.svd(jac)
+    rank = int(np.sum(s > RANK_RTOL * s[0])) if s.size and s[0] > 0 else 0
+    eps = CURVE_STEP * max(float(np.linalg.norm(xu)), 1.0)
+    for n in vt[rank:]:
+        y, res = polish(arch, v, delta, rho * (xu + eps * n))
+        if res <= FIBER_RTOL and 0.5 * eps <= point_distance(arch, y / rho, xu) <= 2.0 * eps:
+            return True
+    return False
+
+
 def fiber_dimension(arch: LCN | FC, x: np.ndarray) -> int:
-    """``n_params − rank dΦ(θ)``: 0 means the fiber is a finite set of points near θ.
+    """``n_params − rank dΦ(θ)``: 0 means the fiber is a finite set of points near θ; a positive
+    value is the fiber's dimension at a smooth point of Φ and an upper bound at a singular one
+    (:func:`curve_through` tells a continuum from an isolated singular point).
 
     The rank is taken at the unit-scale point ``θ/ρ`` (``ρ`` from ``Φ(θ)``, module docstring):
     the rows of ``dΦ`` have degrees ``L − 1`` (``μ``) and 1 (invariants), so a relative rank

@@ -146,7 +146,10 @@ class FiberReport:
             only one route ran).
         jacobian_ranks: rank of the parametrisation's Jacobian at each point.
         dim_M: expected dimension of the image (neuromanifold); None where not defined.
-        fiber_dimension: ``n_params − rank dΦ`` at the first point (0 ⇒ isolated points).
+        fiber_dimension: ``n_params − rank dΦ`` at the first point (0 ⇒ isolated points; a
+            positive value is an upper bound on the fiber's dimension at a singular point of Φ).
+        continuum: whether a curve of fiber points passes through the first point
+            (`neuromanifold.linear.fiber_numeric.curve_through`); None where not checked.
         notes: free-text remarks (normalisations, caveats).
         point_residuals: the residual of each point (same units as ``residual``).
     """
@@ -169,6 +172,7 @@ class FiberReport:
     dim_M: int | None = None
     fiber_dimension: int | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    continuum: bool | None = None
     point_residuals: tuple[float, ...] = ()
 
     @property
@@ -210,6 +214,7 @@ class FiberReport:
             "jacobian_ranks": list(self.jacobian_ranks),
             "dim_M": self.dim_M,
             "fiber_dimension": self.fiber_dimension,
+            "continuum": self.continuum,
             "notes": list(self.notes),
             "point_residuals": list(self.point_residuals),
         }
@@ -230,6 +235,7 @@ def build_report(
     jacobian_ranks: Sequence[int] = (),
     dim_M: int | None = None,
     fiber_dimension: int | None = None,
+    continuum: bool | None = None,
     notes: Sequence[str] = (),
 ) -> FiberReport:
     """Assemble a :class:`FiberReport` from already de-duplicated points and their NTKs."""
@@ -255,6 +261,7 @@ def build_report(
         jacobian_ranks=tuple(int(r) for r in jacobian_ranks),
         dim_M=dim_M,
         fiber_dimension=fiber_dimension,
+        continuum=continuum,
         notes=tuple(notes),
         point_residuals=tuple(float(r) for r in residuals),
     )

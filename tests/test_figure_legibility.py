@@ -171,3 +171,34 @@ def test_survey_marks_an_exact_zero_spread_as_zero(tmp_path: Path, monkeypatch) 
     x, y = mark.xy if hasattr(mark, "xy") else mark.get_position()
     assert round(y) == 0
     assert x == ax.get_xlim()[0] and x < smallest_positive
+
+
+def test_survey_threshold_line_stays_inside_and_a_failed_row_is_not_a_zero(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Audit S12c #2 and #5: with every positive spread below ntk_rtol, set_xlim(left=…) turned
+    off autoscaling and the dashed threshold line fell outside the axis; a row whose samples all
+    failed (no spread measured) was marked "0 (exactly)" like a measured zero."""
+    import dataclasses
+
+    saved: list[Any] = []
+
+    def capture(fig: Any, *args: Any, **kwargs: Any) -> None:
+        fig.canvas.draw()
+        saved.append(fig)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", capture)
+    failed = dataclasses.replace(
+        _row("failed", 0.0), n_failed=2, fraction_dependent=float("nan"), verdict=None
+    )
+    rows = (_row("zero", 0.0), _row("roundoff", 1.05e-15), failed)
+    result = SurveyResult(rows=rows, samples=2, seed=0)
+    plot_survey(result, str(tmp_path / "survey.png"))
+    (fig,) = saved
+    ax = fig.axes[1]
+    lo, hi = ax.get_xlim()
+    (threshold,) = [ln for ln in ax.lines if ln.get_linestyle() == "--"]
+    assert lo < threshold.get_xdata()[0] == result.ntk_rtol < hi
+    marks = {round(t.xy[1]): t.get_text() for t in ax.texts}
+    assert marks[0] == "0 (exactly)"
+    assert marks[2] == "no sample on the manifold"

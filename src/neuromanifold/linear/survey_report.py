@@ -61,7 +61,9 @@ def plot_survey(result: SurveyResult, path: str) -> None:
     The right panel draws each row's ``max_spread`` on a log axis; a row whose spread is exactly
     0 draws no bar (a bar clipped at some small value would read as a tiny positive spread) but
     a hollow circle and "0 (exactly)" at the axis' left end, one decade (`_AXIS_MARGIN`) below the
-    smallest positive spread or the threshold ``ntk_rtol``.
+    smallest positive spread or the threshold ``ntk_rtol``; the axis ends one decade above the
+    largest of them, so the dashed threshold line is always inside. A row whose samples all
+    failed (no point on the manifold, ``n_failed == samples``) has no spread and says so.
     """
     import matplotlib
 
@@ -87,18 +89,26 @@ def plot_survey(result: SurveyResult, path: str) -> None:
     ax1.set_title(
         "computed (bars) vs paper claim (red ◆: 0 = independent, 1 = dependent)", fontsize=9
     )
-    # an exact 0 has no place on the log axis: no bar, a "0" at the axis' left end instead
-    positive = [i for i, r in enumerate(rows) if r.max_spread > 0]
-    zero = [i for i, r in enumerate(rows) if r.max_spread == 0]
-    left = min([rows[i].max_spread for i in positive] + [result.ntk_rtol]) / _AXIS_MARGIN
+    # an exact 0 has no place on the log axis: no bar, a "0" at the axis' left end instead; a
+    # row without a sample on the manifold measured no spread at all and says so
+    measured = [i for i, r in enumerate(rows) if r.n_failed < r.samples]
+    positive = [i for i in measured if rows[i].max_spread > 0]
+    zero = [i for i in measured if rows[i].max_spread == 0]
+    spreads = [rows[i].max_spread for i in positive] + [result.ntk_rtol]
+    left, right = min(spreads) / _AXIS_MARGIN, max(spreads) * _AXIS_MARGIN
     ax2.barh(y[positive], [rows[i].max_spread for i in positive], color="tab:orange")
     ax2.set_xscale("log")
-    ax2.set_xlim(left=left)
+    ax2.set_xlim(left, right)  # both ends: the threshold line stays inside
     for i in zero:
         ax2.plot([left], [i], marker="o", ms=7, mfc="white", color="k", clip_on=False)
         ax2.annotate(
             "0 (exactly)", (left, i), xytext=(8, 0), textcoords="offset points", va="center"
         )
+    for i in sorted(set(range(len(rows))) - set(measured)):
+        ax2.annotate(
+            "no sample on the manifold", (left, i), xytext=(8, 0), textcoords="offset points",
+            va="center", color="tab:gray",
+        )  # fmt: skip
     ax2.axvline(result.ntk_rtol, color="k", ls="--", lw=1)
     ax2.set_xlabel("largest relative NTK spread on a fiber (dashed: threshold; ○ 0: exactly zero)")
     fig.suptitle(f"NTK determinacy survey, samples={result.samples}, seed={result.seed}")

@@ -93,3 +93,26 @@ def _json_option_help(command: list[str]) -> str:
 def test_json_help_states_the_dash_convention(name: str) -> None:
     words = [w for w in JSON_COMMANDS[name] if not w.startswith("-")][: len(name.split())]
     assert JSON_STDOUT_HELP in _json_option_help(words)
+
+
+def test_read_json_dash_keeps_progress_and_wrote_lines_off_stdout(tmp_path: Path) -> None:
+    """Audit S12c #3 and #4: with a terminal-like stdout (FORCE_COLOR) the read's progress bar
+    was drawn on stdout, ahead of the JSON; with --out the "wrote …" line went to a silenced
+    console. Progress is on stderr, and so is what was written when stdout holds the JSON."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "FORCE_COLOR": "1", "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "rep"
+    cmd = [sys.executable, "-m", "neuromanifold", "read", "--model", "zoo:planted-mlp"]
+    r = subprocess.run(
+        [*cmd, "--json", "-", "--out", str(out)], capture_output=True, text=True, env=env,
+        timeout=300, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["directions"]
+    import re
+
+    plain = " ".join(re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", r.stderr).split())  # no colour codes
+    assert "wrote " in plain and "report.md" in plain and "figures" in plain

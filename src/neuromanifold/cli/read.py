@@ -429,6 +429,8 @@ def register(app: typer.Typer) -> None:
                     *extra,
                 )
         console = Console(quiet=json_to_stdout(json_path))  # stdout: the JSON only
+        # what was written is said on stdout, or on stderr when stdout holds the JSON
+        said = Console(stderr=json_to_stdout(json_path))
         console.print(family_line)
         console.print(table)
         for nc in reading.not_covered:
@@ -450,4 +452,4 @@ def register(app: typer.Typer) -> None:
             title = f"read: {model}, {family_line}"
             with writing(out, option="--out"):
                 files = write_report(reading, out, title=title, factors=factors)
-            console.print(f"wrote {files.markdown}, {files.json} and {len(files.figures)} figures")
+            said.print(f"wrote {files.markdown}, {files.json} and {len(files.figures)} figures")

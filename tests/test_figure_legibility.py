@@ -202,3 +202,31 @@ def test_survey_threshold_line_stays_inside_and_a_failed_row_is_not_a_zero(
     marks = {round(t.xy[1]): t.get_text() for t in ax.texts}
     assert marks[0] == "0 (exactly)"
     assert marks[2] == "no sample on the manifold"
+
+
+def test_spectra_panels_name_their_axes_and_the_threshold(tmp_path: Path, monkeypatch) -> None:
+    """The factor-spectrum figure of `read --out` gets the sweeps' treatment (it had 6-pt ticks
+    at dpi 90 and no axis labels): labelled axes, readable ticks, the dotted threshold named."""
+    from neuromanifold.report.spectra import SPREAD_TAU
+
+    drawn = _captured(monkeypatch)
+    spectra = {
+        f"fc{i}": {"A": [1.0, 0.1, 1e-16], "G": [1.0, 0.5], "A_kernel": 1, "G_kernel": 0}
+        for i in range(3)
+    }
+    figures.plot_spectra(spectra, tmp_path / "spectra.png", title="planted")
+    (fig,) = drawn
+    panels = [ax for ax in fig.axes if ax.axison]
+    assert len(panels) == 3
+    renderer = fig.canvas.get_renderer()
+    for ax in panels:
+        assert "eigenvalue index" in ax.get_xlabel() and "λ_max" in ax.get_ylabel()
+        for label in ax.get_xticklabels() + ax.get_yticklabels():
+            assert label.get_fontsize() >= MIN_TICK_PT
+        box = ax.get_window_extent(renderer)
+        assert box.width >= MIN_PANEL_PX[0] and box.height >= MIN_PANEL_PX[1], box
+        (dotted,) = [ln for ln in ax.get_lines() if ln.get_linestyle() == ":"]
+        assert dotted.get_ydata()[0] == SPREAD_TAU
+    words = " ".join(t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text")))
+    assert " ".join(figures.SPECTRA_KEY.split()) in " ".join(words.split())
+    assert f"dotted: its threshold τ = {SPREAD_TAU:g}" in figures.SPECTRA_KEY

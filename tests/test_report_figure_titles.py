@@ -16,7 +16,7 @@ LONG_TITLE = (
     "read: mymodels:mlp_relu_dead, output family: gaussian (the default: --family was not "
     "given and the model names none; pass --family categorical for a classifier)"
 )
-SPECTRA_KEY = "eigenvalue ratios (red: detected near-kernel)"
+SPECTRA_KEY = figures.SPECTRA_KEY
 
 
 def _record(layer: str) -> DirectionRecord:

@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from neuromanifold.report._atomic import atomic_write
+from neuromanifold.report.spectra import SPREAD_TAU
 from neuromanifold.singular.reading import Reading
 
-__all__ = ["CLASSES", "plot_class_map", "plot_spectra", "plot_sweeps", "save_png"]
+__all__ = ["SPECTRA_KEY", "CLASSES", "plot_class_map", "plot_spectra", "plot_sweeps", "save_png"]
 
 CLASSES = ("genuine_singularity", "curved_gauge", "flat_gauge", "live", "unresolved")
 _MAX_PANELS = 24
@@ -46,6 +47,11 @@ _LABEL_FONTSIZE = 8
 #: relative luminance (WCAG 2) below which white text contrasts more than black:
 #: ``(1 + 0.05) / (L + 0.05) = (L + 0.05) / (0 + 0.05)`` at ``L = √(1.05 · 0.05) − 0.05``
 _DARK_LUMINANCE = math.sqrt(1.05 * 0.05) - 0.05
+SPECTRA_KEY = (
+    f"K-FAC factor eigenvalue ratios, A (inputs) and G (output gradients); "
+    f"red ○: detected near-kernel; dotted: its threshold τ = {SPREAD_TAU:g}"
+)
+"""The key that ends the title of `plot_spectra`'s figure."""
 _SWEEP_KEY = (
     "x: t, y: F_u(t) (log–log); dashed: floor; grey: points ≤ 10 × floor; "
     "shaded: rate window; orange line: fit c_k·t^(2(k−1))"
@@ -183,12 +189,11 @@ def plot_spectra(
     ``spectra`` is `block_spectra` of the factors (`kfac_factors` of the read's model and probe
     set): descending ratios; the smallest ``A_kernel``/``G_kernel`` of them are marked.
     """
-    from neuromanifold.report.spectra import SPREAD_TAU
-
     plt = _plt()
     names = list(spectra) if blocks is None else [b for b in blocks if b in spectra]
     rows, cols = _grid(max(1, len(names)))
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.5 * rows), dpi=90, squeeze=False)
+    w, h = _SWEEP_PANEL
+    fig, axes = plt.subplots(rows, cols, figsize=(w * cols, h * rows), dpi=_DPI, squeeze=False)
     for ax in axes.flat[len(names) :]:
         ax.axis("off")
     for ax, name in zip(axes.flat, names, strict=False):
@@ -196,16 +201,18 @@ def plot_spectra(
         for which, colour in (("A", "tab:blue"), ("G", "tab:green")):
             ratios = [max(r, 1e-18) for r in s[which]]
             xs = list(range(1, len(ratios) + 1))
-            ax.semilogy(xs, ratios, ".-", ms=2.5, lw=0.7, color=colour, label=which)
+            ax.semilogy(xs, ratios, ".-", ms=3, lw=0.8, color=colour, label=which)
             n_kern = int(s[f"{which}_kernel"])
             if n_kern:
-                ax.semilogy(xs[-n_kern:], ratios[-n_kern:], "o", ms=4, mfc="none", color="red")
-        ax.axhline(SPREAD_TAU, ls=":", lw=0.6, color="grey")
+                ax.semilogy(xs[-n_kern:], ratios[-n_kern:], "o", ms=5, mfc="none", color="red")
+        ax.axhline(SPREAD_TAU, ls=":", lw=0.8, color="grey")
         ax.set_ylim(1e-18, 2.0)
-        ax.set_title(name, fontsize=7)
-        ax.tick_params(labelsize=6)
-        ax.legend(fontsize=6, loc="lower left")
-    key = "eigenvalue ratios (red: detected near-kernel)"
+        ax.set_title(name, fontsize=8)
+        ax.set_xlabel("eigenvalue index (descending)", fontsize=_LABEL_FONTSIZE, labelpad=1)
+        ax.set_ylabel("λ_i / λ_max", fontsize=_LABEL_FONTSIZE, labelpad=1)
+        ax.tick_params(labelsize=_TICK_FONTSIZE)
+        ax.legend(fontsize=_TICK_FONTSIZE, loc="lower left")
+    key = SPECTRA_KEY
     _fit_title(fig, f"{title}\n{key}" if title else key)
     fig.tight_layout()
     return save_png(fig, path)

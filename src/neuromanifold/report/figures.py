@@ -30,7 +30,7 @@ from neuromanifold.report._atomic import atomic_write
 from neuromanifold.report.spectra import SPREAD_TAU
 from neuromanifold.singular.reading import Reading
 
-__all__ = ["SPECTRA_KEY", "CLASSES", "plot_class_map", "plot_spectra", "plot_sweeps", "save_png"]
+__all__ = ["CLASSES", "SPECTRA_KEY", "plot_class_map", "plot_spectra", "plot_sweeps", "save_png"]
 
 CLASSES = ("genuine_singularity", "curved_gauge", "flat_gauge", "live", "unresolved")
 _MAX_PANELS = 24

@@ -115,4 +115,4 @@ def test_read_json_dash_keeps_progress_and_wrote_lines_off_stdout(tmp_path: Path
     import re
 
     plain = " ".join(re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", r.stderr).split())  # no colour codes
-    assert "wrote " in plain and "report.md" in plain and "figures" in plain
+    assert f"wrote {out / 'report.md'}, {out / 'report.json'} and 3 figures" in plain

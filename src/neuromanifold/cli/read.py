@@ -430,7 +430,7 @@ def register(app: typer.Typer) -> None:
                 )
         console = Console(quiet=json_to_stdout(json_path))  # stdout: the JSON only
         # what was written is said on stdout, or on stderr when stdout holds the JSON
-        said = Console(stderr=json_to_stdout(json_path))
+        said = Console(stderr=json_to_stdout(json_path), soft_wrap=True)  # paths stay whole
         console.print(family_line)
         console.print(table)
         for nc in reading.not_covered:

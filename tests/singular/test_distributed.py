@@ -362,3 +362,41 @@ def test_torchrun_cli_prints_an_input_error_once_with_the_global_index(tmp_path)
     small = _torchrun_read(tmp_path / "x1.pt", tmp_path)
     assert small.returncode != 0
     assert small.stderr.count("error: the probe set has 1 samples but there are 2 ranks") == 1
+
+
+def nearly_dead_mc_net() -> SimpleNamespace:
+    """80 classes (> MAX_EXACT_CLASSES: sampled G labels) and a GELU unit scaled by 1e-3, so the
+    read's duality direction comes from the sampled G's eigenvectors (trial I, finding 1)."""
+    from torch import nn
+
+    from neuromanifold.singular.family import Categorical
+
+    gen = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 10), nn.GELU(), nn.Linear(10, 80))
+    with torch.no_grad():
+        m[2].weight[0].mul_(1e-3)
+        m[2].bias[0] = 0.0
+        m[4].weight[:, 0].mul_(1e-3)
+    x = torch.randn(96, 6, generator=gen, dtype=torch.float64)
+    return SimpleNamespace(model=m.double().eval(), data=x, family=Categorical())
+
+
+def test_two_ranks_agree_with_one_process_when_factor_labels_are_sampled() -> None:
+    """User trial I #1: with more than 64 classes the hidden layers' G comes from sampled labels
+    (``factor_fisher = "mc(1)"``). One label stream seeded per process, in shard order, gave rank
+    1's first sample the labels one process gave sample 0: the direction found along the nearly
+    dead unit, and the two-rank sweeps, differed by about 10 %. Labels keyed by sample content
+    make the sharded factors the same sums."""
+    net = nearly_dead_mc_net()
+    single = read_sharded(net.model, net.data, net.family, progress=False).to_dict()
+    assert single["meta"]["factor_fisher"] == "mc(1)" and single["directions"]
+    kw = {"progress": False}
+    ranks = launch_local(2, "test_distributed:nearly_dead_mc_net", read_kwargs=kw)
+    for reading in (r["reading"] for r in ranks):
+        assert [
+            (d["layers"], d["detector"], d["k"], d["class"]) for d in reading["directions"]
+        ] == [(d["layers"], d["detector"], d["k"], d["class"]) for d in single["directions"]]
+        for d, s in zip(reading["directions"], single["directions"], strict=True):
+            for f_dist, f_one in zip(d["sweep"]["F"], s["sweep"]["F"], strict=True):
+                assert _close(f_dist, f_one, RTOL_PERTURBED_DIRECTION), (f_dist, f_one)

@@ -448,3 +448,35 @@ def test_conv_output_block_keeps_its_channel_g() -> None:
         model[0].bias[1] = 0.0
     reading = read(model, x, Gaussian(0.5), max_directions=1, progress=False)
     assert reading.meta["n_candidates"] >= 1 and reading.meta["n_read"] == 1
+
+
+# Monte Carlo labels keyed by sample content: the same labels whatever the order or batching, so
+# the factors differ only in the order of the float64 sums (observed ≤ 1e-15 relative)
+RTOL_SUM_ORDER = 1e-12
+
+
+def test_monte_carlo_factors_do_not_depend_on_sample_order_or_batching() -> None:
+    """User trial I #1: the labels were drawn from one stream seeded 0, in sample order, so
+    permuting, re-batching or sharding the probe set changed the sampled G (10 % on the sweeps
+    of a two-rank read). Keyed by each sample's content, the labels follow the sample."""
+    from neuromanifold.cells.planted import planted_mlp
+
+    net = planted_mlp(categorical=True, d_out=80, n=64)  # 80 > MAX_EXACT_CLASSES: mc(1)
+    base = kfac_factors(net.model, net.data, net.family, batch_size=64)
+    assert base.fisher == "mc(1)"
+    perm = torch.randperm(64, generator=torch.Generator().manual_seed(5))
+    x32 = net.data.float()  # float32 data and its float64 copy are the same samples
+    pairs = [
+        (base, kfac_factors(net.model, net.data[perm], net.family, batch_size=64)),
+        (base, kfac_factors(net.model, net.data, net.family, batch_size=7)),
+        (
+            kfac_factors(net.model, x32, net.family, batch_size=64),
+            kfac_factors(net.model, x32.double(), net.family, batch_size=64),
+        ),
+    ]
+    for a, b in pairs:
+        for name in ("0", "2"):
+            rel = torch.linalg.norm(a[name].G - b[name].G) / torch.linalg.norm(b[name].G)
+            assert float(rel) <= RTOL_SUM_ORDER, (name, float(rel))
+    reseeded = kfac_factors(net.model, net.data, net.family, batch_size=64, seed=1)
+    assert not torch.allclose(reseeded["0"].G, base["0"].G)  # the seed still picks the labels

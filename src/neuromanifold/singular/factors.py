@@ -26,7 +26,9 @@ Expectation over labels (the true Fisher, never the empirical one):
   ``√p_c (e_c − p)`` (one backward pass per class).
 * More classes (or Gaussian outputs with more than ``max_exact_classes`` coordinates, or
   categorical logits with extra position axes ``(N, ..., C)``): Monte Carlo with ``mc_samples``
-  labels drawn from the model (seeded), ``E_y[g gᵀ] ≈ (1/S) Σ_s g_s g_sᵀ``. A Gaussian output of any
+  labels drawn from the model, ``E_y[g gᵀ] ≈ (1/S) Σ_s g_s g_sᵀ``; each sample's labels are keyed
+  by ``seed`` and the sample's content (`output_scores.keyed_score`), so the factors do not depend
+  on the batch size, the sample order or the sharding over ranks. A Gaussian output of any
   shape ``(N, ...)`` is one sample's mean (trailing coordinates summed in the log-likelihood).
   The ``nn.Linear`` whose output *is* the model output (a classifier's or language model's head,
   called once, its output not changed in place afterwards) takes its ``G`` in closed form even
@@ -75,7 +77,7 @@ from neuromanifold.singular.factor_inputs import (
     probe_inputs,
 )
 from neuromanifold.singular.groups import group_key, group_slices, group_views, is_grouped_conv
-from neuromanifold.singular.output_scores import hessian_root, sampled_score
+from neuromanifold.singular.output_scores import hessian_root, keyed_score, sample_keys
 
 __all__ = [
     "KRONECKER_CONVENTION",
@@ -235,7 +237,7 @@ def kfac_factors(
     rows_g: dict[str, int] = {n: 0 for n in blocks}
     inputs_seen: dict[str, list[Tensor]] = {n: [] for n in blocks}
     grads_seen: dict[str, list[Tensor]] = {n: [] for n in blocks}
-    gen = torch.Generator(device=x_all.device).manual_seed(seed)
+    keys: list[int] | None = None  # per-sample label keys, made at the first Monte Carlo batch
 
     def pre_hook(name: str):
         def fn(mod: nn.Module, inputs: tuple[Tensor, ...]) -> None:
@@ -319,7 +321,10 @@ def kfac_factors(
                 scale = 1.0
             else:
                 fisher_used = f"mc({mc_samples})"
-                cols = [sampled_score(family, out.detach(), gen) for _ in range(mc_samples)]
+                if keys is None:
+                    keys = sample_keys(x_all, seed)
+                kb = keys[start : start + xb.shape[0]]
+                cols = [keyed_score(family, out.detach(), kb, d) for d in range(mc_samples)]
                 scale = 1.0 / mc_samples
             # the block whose output is the model's output: its G in closed form, no sampling;
             # only a Linear (units on the last axis) called once, its output not changed in place

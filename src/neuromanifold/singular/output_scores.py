@@ -13,17 +13,26 @@ per column), and a label drawn from the model gives an unbiased one-sample estim
 
 The family is recognised by its class name (``"gauss"`` in it means Gaussian, anything else is
 categorical), as :func:`neuromanifold.singular.factors.kfac_factors` documents.
+
+**Keyed draws.** :func:`keyed_score` draws sample i's label from a generator seeded by a key of
+that sample's content (:func:`sample_keys`: a hash of the seed and the sample's float64 or int64
+bytes) and the draw's index, not from one stream in sample order. The labels, hence the Monte
+Carlo factors, are then the same whatever the batch size, the order of the probe samples, or
+how they are sharded over data-parallel ranks (with one stream, rank 1's first sample took the
+labels that one process gave sample 0).
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-__all__ = ["hessian_root", "sampled_score"]
+__all__ = ["hessian_root", "keyed_score", "sample_keys"]
 
 
 def hessian_root(family: Any, out: Tensor, *, exact_limit: int) -> tuple[str, Tensor | None]:
@@ -53,15 +62,39 @@ def hessian_root(family: Any, out: Tensor, *, exact_limit: int) -> tuple[str, Te
     return "exact", s.transpose(1, 2)
 
 
-def sampled_score(family: Any, out: Tensor, gen: torch.Generator) -> Tensor:
-    """∂ log p(y|out)/∂out at a label drawn from the model, shape of ``out``."""
+def sample_keys(x: Tensor, seed: int) -> list[int]:
+    """One 63-bit key per sample of ``x`` (leading axis): BLAKE2b of ``seed`` and the sample's
+    bytes, floating samples as float64 (so a float32 copy of the data keys alike)."""
+    rows = x.detach().to("cpu")
+    rows = rows.to(torch.float64) if rows.is_floating_point() else rows.to(torch.int64)
+    rows = rows.reshape(rows.shape[0], -1).contiguous().numpy()
+    salt = int(seed).to_bytes(8, "little", signed=True)
+    return [
+        int.from_bytes(hashlib.blake2b(salt + r.tobytes(), digest_size=8).digest(), "little") >> 1
+        for r in rows
+    ]
+
+
+def keyed_score(family: Any, out: Tensor, keys: Sequence[int], draw: int) -> Tensor:
+    """``∂ log p(y|out)/∂out`` at a label drawn from the model, shape of ``out``; sample i's random
+    numbers come from a generator seeded by ``(keys[i], draw)`` (module docstring, keyed draws).
+
+    Categorical: a uniform ``u`` per position and the label ``y = min{c : Σ_{c' ≤ c} p_c' > u}``
+    (inverse CDF, ``y ~ softmax``); Gaussian: ``ε ~ N(0, I)``, score ``ε/σ``.
+    """
+    if len(keys) != out.shape[0]:
+        raise ValueError(f"{len(keys)} sample keys for an output of {out.shape[0]} samples")
+    gens = [torch.Generator().manual_seed((k + 0x9E3779B97F4A7C15 * draw) % 2**63) for k in keys]
     name = type(family).__name__.lower()
     if "gauss" in name:
         sigma = float(getattr(family, "sigma", 1.0))
-        eps = torch.randn(out.shape, generator=gen, dtype=out.dtype, device=out.device)
-        return eps / sigma  # (y − f)/σ² with y = f + σ ε
+        eps = torch.stack(
+            [torch.randn(out.shape[1:], generator=g, dtype=torch.float64) for g in gens]
+        )
+        return eps.to(device=out.device, dtype=out.dtype) / sigma
     p = torch.softmax(out, dim=-1)
-    flat = p.reshape(-1, p.shape[-1])
-    y = torch.multinomial(flat, 1, generator=gen).squeeze(-1)
-    onehot = F.one_hot(y, p.shape[-1]).to(out.dtype).reshape(p.shape)
-    return onehot - p
+    u = torch.stack([torch.rand(out.shape[1:-1], generator=g, dtype=torch.float64) for g in gens])
+    cdf = torch.cumsum(p.to(torch.float64), dim=-1)
+    y = torch.searchsorted(cdf, u.to(cdf.device).unsqueeze(-1), right=True).squeeze(-1)
+    y = y.clamp(max=p.shape[-1] - 1)  # u at the rounding edge of cdf[-1] ≈ 1
+    return F.one_hot(y, p.shape[-1]).to(out.dtype) - p

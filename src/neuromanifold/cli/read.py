@@ -429,8 +429,9 @@ def register(app: typer.Typer) -> None:
                     *extra,
                 )
         console = Console(quiet=json_to_stdout(json_path))  # stdout: the JSON only
-        # what was written is said on stdout, or on stderr when stdout holds the JSON
-        said = Console(stderr=json_to_stdout(json_path), soft_wrap=True)  # paths stay whole
+        # what was written is said with the text output, or on stderr (unwrapped, paths whole)
+        # when stdout holds the JSON
+        said = Console(stderr=True, soft_wrap=True) if json_to_stdout(json_path) else console
         console.print(family_line)
         console.print(table)
         for nc in reading.not_covered:

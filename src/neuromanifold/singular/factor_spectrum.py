@@ -24,6 +24,7 @@ __all__ = [
     "FactorSpectrum",
     "factor_spectrum",
     "factor_spectrum_reference",
+    "sign_fix",
 ]
 
 
@@ -36,6 +37,9 @@ LOWRANK_MAX_FRACTION = 0.5
 TRACE_RTOL = 1e-10
 """The low-rank path falls back to the dense one when it misses this fraction of ``tr M``."""
 SIGN_FRACTION = 0.5
+SIGN_CUBE_RTOL = 1e-8
+"""`sign_fix` orients a vector by the sign of ``Σ v_i³`` unless ``|Σ v_i³|`` is below this
+fraction of ``Σ |v_i|³`` (rounding of unit vectors is about 1e-16 of it)."""
 RANGE_SEED = 0
 
 
@@ -46,9 +50,9 @@ class FactorSpectrum:
     ``evals`` (``d``, ascending) and ``vecs`` (``d × d``, orthonormal columns) with
     ``M ≈ vecs diag(evals) vecsᵀ``. The first ``d − rank`` columns span the null space
     (eigenvalues ``≤ NULL_RTOL · λ_max``, reported as exactly 0) in the canonical basis of
-    `_null_basis` (computed from the range alone); the range eigenvectors are sign-fixed (first
-    entry of modulus ``≥ SIGN_FRACTION · max`` positive). So the result does not depend on the
-    arbitrary basis an eigensolver picks in the (degenerate) null space.
+    `_null_basis` (computed from the range alone); the range eigenvectors are sign-fixed
+    (`sign_fix`: ``Σ v_i³ > 0``, independent of the coordinates' order). So the result does not
+    depend on the arbitrary basis an eigensolver picks in the (degenerate) null space.
     ``method``: ``"dense"`` (``eigh`` of ``M``) or ``"lowrank"`` (range finder, see
     `factor_spectrum`).
     """
@@ -59,12 +63,24 @@ class FactorSpectrum:
     method: str
 
 
-def _sign_fix(vecs: Tensor) -> Tensor:
+def sign_fix(vecs: Tensor) -> Tensor:
+    """The columns of ``vecs`` (``d × m``), each multiplied by ±1: ``Σ_i v_i³ > 0``.
+
+    That orientation does not depend on the order of the coordinates, so relabelling a layer's
+    units (a permutation, the same network) relabels the vectors and keeps their signs, and
+    with them the relative orientation of the halves of a duality chain (spec §9.1: k̂ unchanged
+    under hidden-unit permutations). Where ``|Σ v_i³| ≤ SIGN_CUBE_RTOL · Σ |v_i|³`` (e.g. a vector
+    symmetric under negation of its entries' multiset) the first entry of modulus
+    ``≥ SIGN_FRACTION · max`` is made positive instead.
+    """
     if vecs.shape[1] == 0:
         return vecs
+    cube = vecs.pow(3).sum(0)
+    decided = cube.abs() > SIGN_CUBE_RTOL * vecs.abs().pow(3).sum(0)
     mag = vecs.abs()
     first = (mag >= SIGN_FRACTION * mag.max(0, keepdim=True).values).to(torch.int8).argmax(0)
-    signs = torch.sign(vecs.gather(0, first.unsqueeze(0)))
+    fallback = torch.sign(vecs.gather(0, first.unsqueeze(0)))[0]
+    signs = torch.where(decided, torch.sign(cube), fallback)
     signs[signs == 0] = 1.0
     return vecs * signs
 
@@ -104,7 +120,7 @@ def _canonical(vals: Tensor, vecs: Tensor, d: int, method: str) -> FactorSpectru
     """Zero the null eigenvalues and replace their vectors by the canonical `_null_basis`."""
     top = float(vals.max()) if vals.numel() else 0.0
     keep = vals > NULL_RTOL * top if top > 0.0 else torch.zeros_like(vals, dtype=torch.bool)
-    rng = _sign_fix(vecs[:, keep])
+    rng = sign_fix(vecs[:, keep])
     r = rng.shape[1]
     out_vecs = torch.cat([_null_basis(rng), rng], 1) if r < d else rng
     evals = torch.cat([vals.new_zeros(d - r), vals[keep]])

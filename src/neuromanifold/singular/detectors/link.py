@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from neuromanifold.singular.factor_spectrum import sign_fix
+
 __all__ = [
     "EXACT_DEAD_ENERGY",
     "MATCH_MIN",
@@ -200,11 +202,11 @@ def rotated_energy_max(spec: BlockSpectrum, m: int) -> float:
 
 
 def _sign_fix(c: Tensor, basis: Tensor) -> Tensor:
-    """Columns of ``c`` signed so that the largest entry of each ``basis @ c`` column is positive
-    (the first of equal magnitude): a deterministic orientation of each principal direction."""
+    """Columns of ``c`` signed so that each ``basis @ c`` column is oriented by `sign_fix`
+    (``Σ v_i³ > 0``): a deterministic orientation of each principal direction that does not
+    depend on the order of the units."""
     rot = basis @ c
-    idx = rot.abs().argmax(dim=0)
-    signs = torch.sign(rot[idx, torch.arange(rot.shape[1], device=rot.device)])
+    signs = (sign_fix(rot) * rot).sum(0).sign()  # +1 where sign_fix kept the column, −1 else
     return c * torch.where(signs == 0, torch.ones_like(signs), signs)
 
 

@@ -60,9 +60,9 @@ def _cluster_vectors(project, probes: Tensor, dim: int) -> list[Tensor]:
 
 
 def _sign_fixed(v: Tensor) -> Tensor:
-    from neuromanifold.singular.factor_spectrum import _sign_fix
+    from neuromanifold.singular.factor_spectrum import sign_fix
 
-    return _sign_fix(v.unsqueeze(1))[:, 0]
+    return sign_fix(v.unsqueeze(1))[:, 0]
 
 
 def one_sided_a_modes(

@@ -205,3 +205,40 @@ def test_a_read_refused_by_its_input_checks_leaves_the_old_log(net, tmp_path) ->
     empty = tmp_path / "none.jsonl"
     resumable_read(m, x, fam, log_path=empty, grid=GRID, progress=False, max_directions=0)
     assert json.loads(empty.read_text().splitlines()[0])["kind"] == "neuromanifold-read-log"
+
+
+def test_a_read_killed_for_memory_resumes_with_a_budget(net, uninterrupted, tmp_path, monkeypatch):
+    """User trial I #3: the budget (like the device and the progress bar) only sizes the passes,
+    but it was fingerprinted, so rerunning an interrupted read with --max-memory was refused."""
+    m, x, fam = net
+    log = tmp_path / LOG_NAME
+    original_append = ReadLog.append
+
+    def append_then_stop(self, index, record, n_passes):
+        original_append(self, index, record, n_passes)
+        raise _Stop
+
+    monkeypatch.setattr(ReadLog, "append", append_then_stop)
+    with pytest.raises(_Stop):
+        resumable_read(m, x, fam, log_path=log, grid=GRID, progress=False)
+    monkeypatch.setattr(ReadLog, "append", original_append)
+    calls = _count_reads(monkeypatch)
+    resumed = resumable_read(
+        m, x, fam, log_path=log, resume=True, grid=GRID, progress=False, max_memory=2**30
+    )
+    assert len(calls) == N_DEAD - 1  # the finished direction was reused
+    assert [(d.layers, d.klass, d.k) for d in resumed.directions] == [
+        (d.layers, d.klass, d.k) for d in uninterrupted.directions
+    ]
+
+
+def test_a_refused_log_names_what_differs(net, tmp_path):
+    m, x, fam = net
+    log = tmp_path / LOG_NAME
+    resumable_read(m, x, fam, log_path=log, grid=GRID, progress=False, max_directions=1)
+    with pytest.raises(ValueError, match=r"differing: options max_directions \(1 → 2\)"):
+        resumable_read(
+            m, x, fam, log_path=log, resume=True, grid=GRID, progress=False, max_directions=2
+        )
+    with pytest.raises(ValueError, match=r"differing: data\)"):
+        resumable_read(m, x[:-1], fam, log_path=log, resume=True, grid=GRID, max_directions=1)

@@ -14,10 +14,13 @@ as written, so the resumed `Reading` equals the uninterrupted one (the read is d
 JSON keeps floats exactly).
 
 The **fingerprint** is the SHA-256 of the model's parameters and buffers (names, dtypes, shapes,
-bytes), the probe inputs, the output family and the read options. A log with another
-fingerprint is refused (``ValueError``): it belongs to another model, data set or option set. A
-torn last line (the process died while writing it) is dropped; a malformed line elsewhere raises
-``ValueError`` naming the line.
+bytes), the probe inputs, the output family and the read options, less those that only change
+how the read runs (`RUN_ONLY_OPTIONS`: the memory budget, the device, the progress bar; the
+records agree to rounding), so a read killed for memory resumes with ``--max-memory``. The
+header also keeps the parts (model and data hashes, family, options), and a log with another
+fingerprint is refused (``ValueError``) naming the parts that differ. A torn last line (the
+process died while writing it) is dropped; a malformed line elsewhere raises ``ValueError``
+naming the line.
 """
 
 from __future__ import annotations
@@ -61,32 +64,64 @@ def _hash_tensor(h: Any, t: Tensor) -> None:
     h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
 
 
+RUN_ONLY_OPTIONS = ("max_memory", "device", "progress")
+"""Read options left out of the fingerprint: they size passes, place them or draw a bar, and the
+records agree to rounding whatever they are."""
+
+
+def fingerprint_parts(
+    model: nn.Module, data: Tensor | tuple[Tensor, Tensor], family: Any, options: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``{"model", "data"}`` SHA-256 hashes (parameters and buffers; probe inputs),
+    ``"family"`` (``family.to_dict()``) and ``"options"`` (less `RUN_ONLY_OPTIONS`)."""
+    hm = hashlib.sha256()
+    for name, t in sorted([*model.named_parameters(), *model.named_buffers()]):
+        hm.update(name.encode())
+        _hash_tensor(hm, t)
+    hd = hashlib.sha256()
+    _hash_tensor(hd, data[0] if isinstance(data, (tuple, list)) else data)
+    fam = family.to_dict() if hasattr(family, "to_dict") else repr(family)
+    kept = {k: v for k, v in options.items() if k not in RUN_ONLY_OPTIONS}
+    return {"model": hm.hexdigest(), "data": hd.hexdigest(), "family": fam, "options": kept}
+
+
 def read_fingerprint(
     model: nn.Module, data: Tensor | tuple[Tensor, Tensor], family: Any, options: Mapping[str, Any]
 ) -> str:
-    """SHA-256 (hex) of parameters, buffers, probe inputs, ``family.to_dict()`` and ``options``."""
-    h = hashlib.sha256()
-    for name, t in sorted([*model.named_parameters(), *model.named_buffers()]):
-        h.update(name.encode())
-        _hash_tensor(h, t)
-    x = data[0] if isinstance(data, (tuple, list)) else data
-    _hash_tensor(h, x)
-    fam = family.to_dict() if hasattr(family, "to_dict") else repr(family)
-    h.update(json.dumps({"family": fam, "options": dict(options)}, sort_keys=True).encode())
-    return h.hexdigest()
+    """SHA-256 (hex) of `fingerprint_parts`: parameters, buffers, probe inputs, family, options."""
+    parts = fingerprint_parts(model, data, family, options)
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _differing(old: Any, new: Mapping[str, Any] | None) -> str:
+    """The parts (and option names) in which a log's header differs from this read."""
+    if not isinstance(old, Mapping) or new is None:
+        return "model, data, family or options"
+    names = [k for k in ("model", "data", "family") if old.get(k) != new.get(k)]
+    o, n = old.get("options") or {}, new.get("options") or {}
+    opts = sorted(k for k in set(o) | set(n) if o.get(k) != n.get(k))
+    if opts:
+        names.append("options " + ", ".join(f"{k} ({o.get(k)!r} → {n.get(k)!r})" for k in opts))
+    return "; ".join(names) or "model, data, family or options"
 
 
 class ReadLog:
     """The per-direction JSONL log of one read (module docstring: format and checks)."""
 
-    def __init__(self, path: str | Path, fingerprint: str) -> None:
+    def __init__(
+        self, path: str | Path, fingerprint: str, parts: Mapping[str, Any] | None = None
+    ) -> None:
         self.path = Path(path)
         self.fingerprint = fingerprint
+        self.parts = None if parts is None else dict(parts)
+
+    def _header(self) -> dict[str, Any]:
+        header = {"kind": LOG_KIND, "version": LOG_VERSION, "fingerprint": self.fingerprint}
+        return header if self.parts is None else {**header, "parts": self.parts}
 
     def start(self) -> None:
         """(Re)create the log with only its header (atomically: an old log is replaced whole)."""
-        header = {"kind": LOG_KIND, "version": LOG_VERSION, "fingerprint": self.fingerprint}
-        atomic_write_text(self.path, json.dumps(header) + "\n")
+        atomic_write_text(self.path, json.dumps(self._header()) + "\n")
 
     def load(self) -> dict[int, tuple[DirectionRecord, int]]:
         """Finished directions ``{index: (record, n_passes)}``; ``{}`` when there is no log.
@@ -112,8 +147,9 @@ class ReadLog:
         if header.get("fingerprint") != self.fingerprint:
             raise ValueError(
                 f"{self.path} was written by a different read (fingerprint "
-                f"{str(header.get('fingerprint'))[:12]}… != {self.fingerprint[:12]}…: model, data, "
-                "family or options differ); remove it or read into another directory"
+                f"{str(header.get('fingerprint'))[:12]}… != {self.fingerprint[:12]}…; differing: "
+                f"{_differing(header.get('parts'), self.parts)}); remove it or read into another "
+                "directory"
             )
         body = lines[1:]
         while body and body[-1] == "":
@@ -132,8 +168,7 @@ class ReadLog:
 
     def rewrite(self, finished: Mapping[int, tuple[DirectionRecord, int]]) -> None:
         """Replace the log (atomically) by its header and ``finished`` (drops a torn last line)."""
-        header = {"kind": LOG_KIND, "version": LOG_VERSION, "fingerprint": self.fingerprint}
-        lines = [json.dumps(header)] + [
+        lines = [json.dumps(self._header())] + [
             json.dumps({"index": i, "n_passes": n, "record": rec.to_dict()})
             for i, (rec, n) in sorted(finished.items())
         ]
@@ -162,8 +197,9 @@ def resumable_read(
     ``resume=False`` starts a fresh log (an old one is replaced once the read reaches its first
     direction, so a read its input checks refuse leaves the old log); ``resume=True`` reuses the
     directions of an existing log with the same fingerprint (``ValueError`` for another one) and
-    starts a fresh log when there is none. ``options`` are passed to `read` (and fingerprinted;
-    they must be JSON-serialisable, so ``detectors`` and tensor grids are not accepted here).
+    starts a fresh log when there is none. ``options`` are passed to `read` (and fingerprinted,
+    less `RUN_ONLY_OPTIONS`; they must be JSON-serialisable, so ``detectors`` and tensor grids
+    are not accepted here).
     ``meta["resumed_directions"]`` is not added: the result equals an uninterrupted read.
     """
     from neuromanifold.singular.read import read
@@ -177,7 +213,8 @@ def resumable_read(
         raise TypeError(
             f"read options must be JSON-serialisable to fingerprint them: {err}"
         ) from err
-    log = ReadLog(log_path, read_fingerprint(model, data, family, options))
+    parts = fingerprint_parts(model, data, family, options)
+    log = ReadLog(log_path, read_fingerprint(model, data, family, options), parts)
     finished = log.load() if resume else {}
     opened = False
 

@@ -72,3 +72,19 @@ def test_cells_table_is_complete_at_80_columns() -> None:
     assert max(cell_len(line) for line in result.output.splitlines()) <= 80  # display width
     rows = result.output.replace("│", " ")
     assert "2.0000" in rows and "1.00000" in rows  # k̂ and r² in full
+
+
+def test_cells_json_records_the_seed_and_the_selection(tmp_path) -> None:
+    """User trial I #4: `cells --seed N --json` wrote only the results, so a saved file could not
+    be reproduced (the seed changes 32 of the 44 cells' numbers); survey and converge record it."""
+    path = tmp_path / "cells.json"
+    args = ["cells", "--seed", "3", "--only", "node_death_relu", "--json", str(path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    saved = json.loads(path.read_text())
+    assert saved["seed"] == 3 and saved["only"] == ["node_death_relu"]
+    again = tmp_path / "again.json"
+    rerun = ["cells", "--seed", str(saved["seed"])]
+    rerun += [a for n in saved["only"] for a in ("--only", n)] + ["--json", str(again)]
+    assert CliRunner().invoke(app, rerun).exit_code == 0
+    assert json.loads(again.read_text()) == saved

@@ -73,7 +73,9 @@ def cells(
         )
     console.print(table)
 
-    emit_json(json_path, {"cells": [res.to_dict() for _, _, res in rows]})
+    # the seed and the selection with the results: the file alone reproduces them
+    payload = {"seed": seed, "only": list(only) if only else None}
+    emit_json(json_path, {**payload, "cells": [res.to_dict() for _, _, res in rows]})
     if out is not None:
         from neuromanifold.cells.plot import plot_reading
 

@@ -199,6 +199,17 @@ def test_model_is_never_mutated_and_float32_is_upcast() -> None:
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
 
 
+def test_the_upcast_note_names_the_dtypes_that_were_upcast() -> None:
+    """User trial I #5: bfloat16 and float16 models were said to hold float32 parameters."""
+    p = planted_mlp(activation="tanh", n=16, seed=2)
+    mixed = copy.deepcopy(p.model).to(torch.bfloat16)
+    mixed[2].float()
+    note = read(mixed, p.data, p.family, max_directions=0, progress=False).meta["upcast_note"]
+    assert note == "bfloat16/float32 parameters were up-cast to float64 for the read"
+    plain = read(p.model, p.data, p.family, max_directions=0, progress=False).meta
+    assert plain["upcast_note"] == "" and not plain["upcast"]
+
+
 def test_reading_json_round_trip() -> None:
     p = planted_deep_linear(depth=2, n=32)
     reading = read(p.model, p.data, p.family, progress=False)

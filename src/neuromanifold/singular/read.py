@@ -546,7 +546,7 @@ def read(
         if any(True for _ in model.parameters())
         else "",
         "upcast": bool(upcast),
-        "upcast_note": "float32 parameters were up-cast to float64 for the read" if upcast else "",
+        "upcast_note": _upcast_note(model),
         "n_candidates": n_found,
         "n_read": len(records),
         "n_forward_passes": 2
@@ -575,6 +575,19 @@ def read(
         "graph_stops": graph_stops,
     }
     return Reading(directions=tuple(records), not_covered=tuple(not_covered), meta=meta, note=note)
+
+
+def _upcast_note(model: nn.Module) -> str:
+    """Which floating dtypes were up-cast to float64 (empty for a float64 model; user trial I #5:
+    a bfloat16 model was said to hold float32 parameters)."""
+    dtypes = {
+        str(p.dtype).removeprefix("torch.")
+        for p in model.parameters()
+        if p.is_floating_point() and p.dtype != torch.float64
+    }
+    if not dtypes:
+        return ""
+    return f"{'/'.join(sorted(dtypes))} parameters were up-cast to float64 for the read"
 
 
 def _crossing_chains_note(records: Sequence[DirectionRecord]) -> str:

@@ -6,12 +6,14 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from neuromanifold.cli import app
 from neuromanifold.linear import LCN
+from neuromanifold.linear.architecture import flatten_params
 from neuromanifold.linear.fiber import continuum_note, lcn_fiber
-from neuromanifold.linear.fiber_numeric import FIBER_RTOL
+from neuromanifold.linear.fiber_numeric import FIBER_RTOL, curve_through
 from neuromanifold.linear.normalize import normal_form_note
 
 ATOL_EXACT = 1e-12
@@ -192,3 +194,28 @@ def test_converge_command(tmp_path: Path) -> None:
     reps = json.loads((tmp_path / "converge.json").read_text())
     assert len(reps) == 3 and all(len(r["runs"]) == 1 for r in reps)
     assert (tmp_path / "converge.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("delta", [-5.0, -2.0, 1.0, 2.0, 3.0])
+def test_every_point_of_a_circle_fiber_has_a_curve_through_it(delta: float) -> None:
+    """Audit S12d #1: the first `curve_through` polished the stepped point freely; the solver
+    slid along the circle by 0.15–3.2 step lengths, outside the accepted band, so most circles
+    (δ = ±2, ±5) were called finite. Solving on the hyperplane through the step, ⊥ the null
+    vector, finds the crossing at every point of every circle."""
+    arch = LCN((2, 2), (1,))
+    rep = lcn_fiber(arch, [0.0, 0.0, 0.0], [delta], n_starts=4)
+    assert rep.n_points >= 2 and rep.continuum is True
+    for point in rep.point_arrays():
+        assert curve_through(arch, np.zeros(3), [delta], flatten_params(arch, list(point)))
+
+
+@pytest.mark.parametrize("delta", [2.0, -3.0])
+def test_every_point_of_a_two_dimensional_sphere_fiber_has_a_curve_through_it(delta: float) -> None:
+    """D = 2, filters 2×2 and 2×2 over v = 0: the fiber is a 3-sphere in one layer (dimension 3);
+    the other null directions, on which dΦ vanishes, stalled the solver before (audit S12d)."""
+    arch = LCN(((2, 2), (2, 2)), ((1, 1),), dim=2)
+    v = np.zeros((3, 3))
+    rep = lcn_fiber(arch, v, [delta], n_starts=3)
+    assert rep.n_points >= 2 and rep.fiber_dimension == 3 and rep.continuum is True
+    for point in rep.point_arrays():
+        assert curve_through(arch, v, [delta], flatten_params(arch, list(point)))

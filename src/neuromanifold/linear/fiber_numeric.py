@@ -242,10 +242,10 @@ def polish(arch: LCN | FC, v: np.ndarray, delta: Any, x0: np.ndarray) -> tuple[n
     return rho * res.x, res.residual
 
 
-CURVE_STEP = 1e-3
-"""Step of :func:`curve_through`, relative to ``‖θ/ρ‖``: large against the polish's accuracy
-(fiber points to ``FIBER_RTOL``, so an isolated singular point is found again to about
-``√FIBER_RTOL`` = 1e-5), small against the distance to other fiber points."""
+CURVE_STEP = 1e-2
+"""Step of :func:`curve_through`, relative to ``‖θ/ρ‖``: an isolated point leaves a residual of
+order ``ε^j`` on the hyperplane at distance ``ε`` (``j`` the order of the first obstruction),
+above ``FIBER_RTOL`` = 1e-10 up to ``j = 4``; small against the distance to other fiber points."""
 
 
 def curve_through(arch: LCN | FC, v: np.ndarray, delta: Any, x: np.ndarray) -> bool:
@@ -253,22 +253,36 @@ def curve_through(arch: LCN | FC, v: np.ndarray, delta: Any, x: np.ndarray) -> b
 
     ``n_params − rank dΦ(x) > 0`` (:func:`fiber_dimension`) says only that dΦ has a null space
     at ``x``; at a singular point of Φ an isolated point has one too (e.g. ``w_1 = w_2`` over
-    ``v = (1 + z)²``). So from ``x`` (unit scale) a step of ``ε = CURVE_STEP·‖x/ρ‖`` is taken
-    along each null vector of dΦ and polished back onto the fiber (:func:`polish`): on a curve
-    tangent to that vector the polished point lies about ``ε`` from ``x`` (the step's
-    projection onto the fiber); at an isolated point the polish returns to ``x`` (up to the
-    sign group). True when some null vector gives a fiber point at distance in ``[ε/2, 2ε]``.
+    ``v = (1 + z)²``). So, at unit scale, for each null vector ``n`` of dΦ the fiber equations
+    are solved on the affine space ``{x + ε n + z : z ∈ row space of dΦ}`` (``ε =
+    CURVE_STEP·‖x/ρ‖``), from ``z = 0``. Where the fiber is smooth at ``x`` (its tangent space is
+    dΦ's null space) it is a graph over that null space, so a fiber point with ``‖z‖ = O(ε²)``
+    exists there; a solution with ``‖z‖ ≤ ε`` and residual ``≤ FIBER_RTOL`` means a curve. Near
+    an isolated point no fiber point lies there and the residual stays of order ``ε^j``. (Polishing
+    the stepped point freely lets the solver slide along a curve by an arbitrary amount, or
+    return to ``x``; the other null directions are left out of ``z`` because dΦ vanishes on them
+    and the solver's column scaling then stalls.) True when some null vector gives such a point.
     """
     x = np.asarray(x, dtype=np.float64)
     rho = problem_scale(arch, v, delta)
+    vu, du = unit_problem(arch, v, delta, rho)
+    target = target_vector(arch, vu, du)
     xu = x / rho
-    jac = phi_jacobian(arch, xu)
-    _, s, vt = np.linalg.svd(jac)
+    _, s, vt = np.linalg.svd(phi_jacobian(arch, xu))
     rank = int(np.sum(s > RANK_RTOL * s[0])) if s.size and s[0] > 0 else 0
     eps = CURVE_STEP * max(float(np.linalg.norm(xu)), 1.0)
-    for n in vt[rank:]:
-        y, res = polish(arch, v, delta, rho * (xu + eps * n))
-        if res <= FIBER_RTOL and 0.5 * eps <= point_distance(arch, y / rho, xu) <= 2.0 * eps:
+    Z = vt[:rank].T  # orthonormal basis of dΦ's row space
+    for i in range(rank, vt.shape[0]):
+        start = xu + eps * vt[i]
+
+        def fun(w: np.ndarray, start=start, Z=Z) -> np.ndarray:
+            return phi(arch, start + Z @ w) - target
+
+        def jac(w: np.ndarray, start=start, Z=Z) -> np.ndarray:
+            return phi_jacobian(arch, start + Z @ w) @ Z
+
+        res = _lsq.solve(fun, jac, np.zeros(Z.shape[1]))
+        if res.residual <= FIBER_RTOL and float(np.linalg.norm(res.x)) <= eps:
             return True
     return False
 

@@ -480,3 +480,16 @@ def test_monte_carlo_factors_do_not_depend_on_sample_order_or_batching() -> None
             assert float(rel) <= RTOL_SUM_ORDER, (name, float(rel))
     reseeded = kfac_factors(net.model, net.data, net.family, batch_size=64, seed=1)
     assert not torch.allclose(reseeded["0"].G, base["0"].G)  # the seed still picks the labels
+
+
+def test_keyed_draws_use_the_whole_key() -> None:
+    """Audit S12d #3: torch's CPU generator keeps only 32 bits of its seed, so keys equal in
+    their low 32 bits drew the same labels (about N²/2³³ coinciding pairs among N samples)."""
+    from neuromanifold.singular.output_scores import keyed_score
+
+    keys = [5, 5 + 2**40]
+    out = torch.zeros(2, 3, dtype=torch.float64)
+    noise = keyed_score(Gaussian(sigma=1.0), out, keys, 0)
+    assert not torch.equal(noise[0], noise[1])
+    assert torch.equal(keyed_score(Gaussian(sigma=1.0), out, keys, 0), noise)  # deterministic
+    assert not torch.equal(keyed_score(Gaussian(sigma=1.0), out, keys, 1), noise)  # draw index

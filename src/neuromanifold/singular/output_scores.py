@@ -28,6 +28,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch.nn import functional as F
@@ -64,7 +65,7 @@ def hessian_root(family: Any, out: Tensor, *, exact_limit: int) -> tuple[str, Te
 
 def sample_keys(x: Tensor, seed: int) -> list[int]:
     """One 63-bit key per sample of ``x`` (leading axis): BLAKE2b of ``seed`` and the sample's
-    bytes, floating samples as float64 (so a float32 copy of the data keys alike)."""
+    bytes, floating samples as float64 (float32 data and its float64 copy key alike)."""
     rows = x.detach().to("cpu")
     rows = rows.to(torch.float64) if rows.is_floating_point() else rows.to(torch.int64)
     rows = rows.reshape(rows.shape[0], -1).contiguous().numpy()
@@ -84,16 +85,16 @@ def keyed_score(family: Any, out: Tensor, keys: Sequence[int], draw: int) -> Ten
     """
     if len(keys) != out.shape[0]:
         raise ValueError(f"{len(keys)} sample keys for an output of {out.shape[0]} samples")
-    gens = [torch.Generator().manual_seed((k + 0x9E3779B97F4A7C15 * draw) % 2**63) for k in keys]
+    # numpy's seed sequences take the whole key (torch's CPU generator keeps only 32 bits of a
+    # seed, so distinct samples shared their draws about N²/2³³ times)
+    rngs = [np.random.default_rng([k, draw]) for k in keys]
     name = type(family).__name__.lower()
     if "gauss" in name:
         sigma = float(getattr(family, "sigma", 1.0))
-        eps = torch.stack(
-            [torch.randn(out.shape[1:], generator=g, dtype=torch.float64) for g in gens]
-        )
+        eps = torch.from_numpy(np.stack([r.standard_normal(out.shape[1:]) for r in rngs]))
         return eps.to(device=out.device, dtype=out.dtype) / sigma
     p = torch.softmax(out, dim=-1)
-    u = torch.stack([torch.rand(out.shape[1:-1], generator=g, dtype=torch.float64) for g in gens])
+    u = torch.from_numpy(np.stack([r.random(out.shape[1:-1]) for r in rngs]))
     cdf = torch.cumsum(p.to(torch.float64), dim=-1)
     y = torch.searchsorted(cdf, u.to(cdf.device).unsqueeze(-1), right=True).squeeze(-1)
     y = y.clamp(max=p.shape[-1] - 1)  # u at the rounding edge of cdf[-1] ≈ 1

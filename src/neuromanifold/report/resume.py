@@ -42,7 +42,7 @@ __all__ = ["LOG_KIND", "LOG_NAME", "ReadLog", "read_fingerprint", "resumable_rea
 
 LOG_KIND = "neuromanifold-read-log"
 LOG_NAME = "read.jsonl"
-LOG_VERSION = 9
+LOG_VERSION = 10
 """Bumped whenever the records a read writes change for the same inputs (2: ``snap=True`` no
 longer snaps gauge candidates; grouped convolutions are read; 3: ``snap="auto"`` keeps a genuine
 unsnapped read the snap would lose, the CE shift of a bias-free head is ``𝟙𝟙ᵀ``; 4: G-kernels
@@ -54,8 +54,9 @@ live layer carries ``info["through_live"]``, skip edges continue through channel
 after a channel-wise residual sum, a ReLU output read by several blocks gets its
 ``relu-rescale``, a skip chain's G vector is not proposed again one-sided; 7: the taps of a
 linked unit its consumer still reads are proposed one-sided; 8: sampled factor labels are keyed
-by sample content; 9: eigenvectors are oriented by the sign of Σ v_i³): an older log is
-refused."""
+by sample content; 9: eigenvectors are oriented by the sign of Σ v_i³; 10: the fingerprint
+leaves out `RUN_ONLY_OPTIONS` and the header keeps its parts, and sampled labels take the whole
+63-bit key): an older log is refused."""
 
 
 def _hash_tensor(h: Any, t: Tensor) -> None:

@@ -237,7 +237,6 @@ def kfac_factors(
     rows_g: dict[str, int] = {n: 0 for n in blocks}
     inputs_seen: dict[str, list[Tensor]] = {n: [] for n in blocks}
     grads_seen: dict[str, list[Tensor]] = {n: [] for n in blocks}
-    keys: list[int] | None = None  # per-sample label keys, made at the first Monte Carlo batch
 
     def pre_hook(name: str):
         def fn(mod: nn.Module, inputs: tuple[Tensor, ...]) -> None:
@@ -321,9 +320,7 @@ def kfac_factors(
                 scale = 1.0
             else:
                 fisher_used = f"mc({mc_samples})"
-                if keys is None:
-                    keys = sample_keys(x_all, seed)
-                kb = keys[start : start + xb.shape[0]]
+                kb = sample_keys(xb, seed)  # per batch: no copy of the whole probe set
                 cols = [keyed_score(family, out.detach(), kb, d) for d in range(mc_samples)]
                 scale = 1.0 / mc_samples
             # the block whose output is the model's output: its G in closed form, no sampling;

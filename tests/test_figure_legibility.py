@@ -19,7 +19,8 @@ from matplotlib.colors import to_rgb
 from neuromanifold.linear.survey import SurveyResult, SurveyRow
 from neuromanifold.linear.survey_report import plot_survey
 from neuromanifold.report import figures
-from neuromanifold.singular.reading import DirectionRecord, Reading
+from neuromanifold.singular.reading import Reading
+from test_report_figure_titles import _record  # the same stand-in record
 
 #: smallest tick-label size the trial could read on the saved PNG (it measured 6 pt: too small)
 MIN_TICK_PT = 7.0
@@ -28,26 +29,6 @@ MIN_TICK_PT = 7.0
 MIN_PANEL_PX = (280.0, 180.0)
 #: WCAG 2 minimum contrast ratio for normal text (level AA)
 WCAG_AA_CONTRAST = 4.5
-
-
-def _record(layer: str, klass: str) -> DirectionRecord:
-    ts = [10.0**e for e in (-3.0, -2.5, -2.0, -1.5, -1.0)]
-    return DirectionRecord(
-        layer=layer,
-        layers=(layer,),
-        detector="duality",
-        k=2,
-        k_hat=2.0,
-        slope=2.0,
-        r2=1.0,
-        magnitude=1.0,
-        klass=klass,
-        window=(ts[0], ts[-1]),
-        offset=0.0,
-        gauge_overlap=None,
-        ratio=None,
-        sweep={"t": ts, "F": [t * t for t in ts], "floor": 1e-12},
-    )
 
 
 def _captured(monkeypatch) -> list[Any]:

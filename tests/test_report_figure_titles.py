@@ -19,7 +19,8 @@ LONG_TITLE = (
 SPECTRA_KEY = figures.SPECTRA_KEY
 
 
-def _record(layer: str) -> DirectionRecord:
+def _record(layer: str, klass: str = "genuine_singularity") -> DirectionRecord:
+    """A genuine-looking order-2 record on ``layer`` (F = t² on a five-point grid)."""
     ts = [10.0**e for e in (-3.0, -2.5, -2.0, -1.5, -1.0)]
     return DirectionRecord(
         layer=layer,
@@ -30,7 +31,7 @@ def _record(layer: str) -> DirectionRecord:
         slope=2.0,
         r2=1.0,
         magnitude=1.0,
-        klass="genuine_singularity",
+        klass=klass,
         window=(ts[0], ts[-1]),
         offset=0.0,
         gauge_overlap=None,

@@ -90,7 +90,10 @@ def read_fingerprint(
     model: nn.Module, data: Tensor | tuple[Tensor, Tensor], family: Any, options: Mapping[str, Any]
 ) -> str:
     """SHA-256 (hex) of `fingerprint_parts`: parameters, buffers, probe inputs, family, options."""
-    parts = fingerprint_parts(model, data, family, options)
+    return _digest(fingerprint_parts(model, data, family, options))
+
+
+def _digest(parts: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
@@ -214,8 +217,8 @@ def resumable_read(
         raise TypeError(
             f"read options must be JSON-serialisable to fingerprint them: {err}"
         ) from err
-    parts = fingerprint_parts(model, data, family, options)
-    log = ReadLog(log_path, read_fingerprint(model, data, family, options), parts)
+    parts = fingerprint_parts(model, data, family, options)  # the model is hashed once
+    log = ReadLog(log_path, _digest(parts), parts)
     finished = log.load() if resume else {}
     opened = False
 

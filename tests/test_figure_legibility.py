@@ -20,7 +20,7 @@ from neuromanifold.linear.survey import SurveyResult, SurveyRow
 from neuromanifold.linear.survey_report import plot_survey
 from neuromanifold.report import figures
 from neuromanifold.singular.reading import Reading
-from test_report_figure_titles import _record  # the same stand-in record
+from test_report_figure_titles import _captured, _record  # shared with the title tests
 
 #: smallest tick-label size the trial could read on the saved PNG (it measured 6 pt: too small)
 MIN_TICK_PT = 7.0
@@ -31,17 +31,19 @@ MIN_PANEL_PX = (280.0, 180.0)
 WCAG_AA_CONTRAST = 4.5
 
 
-def _captured(monkeypatch) -> list[Any]:
-    """Figures handed to `figures.save_png`, drawn with the Agg renderer instead of saved."""
-    drawn: list[Any] = []
-
-    def capture(fig: Any, path: str | Path) -> Path:
-        fig.canvas.draw()
-        drawn.append(fig)
-        return Path(path)
-
-    monkeypatch.setattr(figures, "save_png", capture)
-    return drawn
+def _legible_panels(fig: Any, n: int, xlabel: str, ylabel: str) -> list[Any]:
+    """The ``n`` visible panels of ``fig``, each checked: its axis labels contain ``xlabel`` and
+    ``ylabel`` (``$`` dropped), ticks of at least `MIN_TICK_PT`, a plot area of `MIN_PANEL_PX`."""
+    panels = [ax for ax in fig.axes if ax.axison]
+    assert len(panels) == n
+    renderer = fig.canvas.get_renderer()
+    for ax in panels:
+        assert xlabel in ax.get_xlabel() and ylabel in ax.get_ylabel().replace("$", "")
+        for label in ax.get_xticklabels() + ax.get_yticklabels():
+            assert label.get_fontsize() >= MIN_TICK_PT
+        box = ax.get_window_extent(renderer)
+        assert box.width >= MIN_PANEL_PX[0] and box.height >= MIN_PANEL_PX[1], box
+    return panels
 
 
 def _relative_luminance(colour: Any) -> float:
@@ -65,16 +67,8 @@ def test_sweep_panels_name_their_axes_and_the_floor(tmp_path: Path, monkeypatch)
     )
     figures.plot_sweeps(reading, tmp_path / "sweeps.png", title="planted")
     (fig,) = drawn
-    panels = [ax for ax in fig.axes if ax.axison]
-    assert len(panels) == 5
-    renderer = fig.canvas.get_renderer()
-    for ax in panels:
+    for ax in _legible_panels(fig, 5, "t", "F_u(t)"):
         assert ax.get_xlabel().strip() == "t"
-        assert "F_u(t)" in ax.get_ylabel().replace("$", "")
-        for label in ax.get_xticklabels() + ax.get_yticklabels():
-            assert label.get_fontsize() >= MIN_TICK_PT
-        box = ax.get_window_extent(renderer)
-        assert box.width >= MIN_PANEL_PX[0] and box.height >= MIN_PANEL_PX[1], box
         (floor,) = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
         assert floor.get_label() == "floor"
     # the figure says in words that the dashed line is the floor
@@ -197,15 +191,7 @@ def test_spectra_panels_name_their_axes_and_the_threshold(tmp_path: Path, monkey
     }
     figures.plot_spectra(spectra, tmp_path / "spectra.png", title="planted")
     (fig,) = drawn
-    panels = [ax for ax in fig.axes if ax.axison]
-    assert len(panels) == 3
-    renderer = fig.canvas.get_renderer()
-    for ax in panels:
-        assert "eigenvalue index" in ax.get_xlabel() and "λ_max" in ax.get_ylabel()
-        for label in ax.get_xticklabels() + ax.get_yticklabels():
-            assert label.get_fontsize() >= MIN_TICK_PT
-        box = ax.get_window_extent(renderer)
-        assert box.width >= MIN_PANEL_PX[0] and box.height >= MIN_PANEL_PX[1], box
+    for ax in _legible_panels(fig, 3, "eigenvalue index", "λ_max"):
         (dotted,) = [ln for ln in ax.get_lines() if ln.get_linestyle() == ":"]
         assert dotted.get_ydata()[0] == SPREAD_TAU
     words = " ".join(t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text")))

@@ -56,8 +56,8 @@ def _words(text: str) -> str:
     return " ".join(text.split())
 
 
-def _drawn_texts(plot: Any, title: str, tmp_path: Path, monkeypatch) -> tuple[Any, list[Any]]:
-    """The figure ``plot`` saves, drawn with the Agg renderer, and its visible texts."""
+def _captured(monkeypatch) -> list[Any]:
+    """Figures handed to `figures.save_png`, drawn with the Agg renderer instead of saved."""
     drawn: list[Any] = []
 
     def capture(fig: Any, path: str | Path) -> Path:
@@ -66,6 +66,12 @@ def _drawn_texts(plot: Any, title: str, tmp_path: Path, monkeypatch) -> tuple[An
         return Path(path)
 
     monkeypatch.setattr(figures, "save_png", capture)
+    return drawn
+
+
+def _drawn_texts(plot: Any, title: str, tmp_path: Path, monkeypatch) -> tuple[Any, list[Any]]:
+    """The figure ``plot`` saves, drawn with the Agg renderer, and its visible texts."""
+    drawn = _captured(monkeypatch)
     plot(tmp_path / "figure.png", title)
     (fig,) = drawn
     texts = [t for t in fig.findobj(lambda a: hasattr(a, "get_text")) if t.get_visible()]

@@ -176,9 +176,15 @@ def _run_jobs(config: DemoConfig, timings: dict[str, float]) -> dict[tuple[str, 
 def _bar(config: DemoConfig, total: int) -> Any:
     if not config.progress:
         return None
+    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),  # progress, not output: stdout keeps the findings
+    )
     task = bar.add_task(
         f"demo: training 3 recipes, then 6 reads on {config.workers} workers", total=total
     )

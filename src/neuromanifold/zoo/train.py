@@ -200,6 +200,7 @@ def _train(
             advance(recent[-1])
 
     if progress:
+        from rich.console import Console
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -215,7 +216,8 @@ def _train(
             TextColumn("loss {task.fields[loss]:.3f}"),
             TimeElapsedColumn(),
         )
-        with Progress(*columns, transient=True) as bar:
+        # progress, not output: drawn on stderr so that stdout carries only the results
+        with Progress(*columns, transient=True, console=Console(stderr=True)) as bar:
             task = bar.add_task(description, total=config.steps, loss=float("nan"))
             run(lambda loss: bar.update(task, advance=1, loss=loss))
     else:

@@ -80,3 +80,62 @@ def test_sign_fix_is_permutation_equivariant_and_falls_back_on_ties() -> None:
     assert torch.equal(sign_fix(v[perm]), fixed[perm])
     tie = torch.tensor([[-0.6], [0.6]], dtype=torch.float64)  # Σ v³ = 0: first large entry > 0
     assert torch.equal(sign_fix(tie), -tie)
+
+
+def _relabelled_heads(m: nn.Module, heads: torch.Tensor, seed: int) -> nn.Module:
+    """The same ViT with block 0's attention heads relabelled (head i of the copy is head
+    ``heads[i]`` of ``m``) and, inside every head, the q/k coordinates and the v coordinates each
+    permuted (q and k alike, v with the matching columns of out_proj)."""
+    r = copy.deepcopy(m)
+    a, b = m.blocks[0].attn, r.blocks[0].attn
+    d_head = a.q_proj.out_features // a.num_heads
+    gen = torch.Generator().manual_seed(seed)
+    qk, vv = torch.randperm(d_head, generator=gen), torch.randperm(d_head, generator=gen)
+    rows_qk = torch.cat([h * d_head + qk for h in heads])
+    rows_v = torch.cat([h * d_head + vv for h in heads])
+    with torch.no_grad():
+        for name, rows in (("q_proj", rows_qk), ("k_proj", rows_qk), ("v_proj", rows_v)):
+            getattr(b, name).weight.copy_(getattr(a, name).weight[rows])
+            getattr(b, name).bias.copy_(getattr(a, name).bias[rows])
+        b.out_proj.weight.copy_(a.out_proj.weight[:, rows_v])
+    return r
+
+
+def test_relabelled_attention_heads_permute_the_head_records() -> None:
+    """Spec §9.1 for attention: relabelling heads (and coordinates inside a head) is a symmetry,
+    so the read finds the same records, each per-head gauge now under its head's new index."""
+    from neuromanifold.zoo.models import ViTConfig, build_model
+
+    cfg = ViTConfig(dim=16, heads=4, depth=1, mlp_ratio=2, patch_size=4)
+    m = build_model(cfg, seed=0).double().eval()
+    x = torch.randn(40, 1, 8, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    heads = torch.tensor([2, 0, 3, 1])
+    r = _relabelled_heads(m, heads, seed=5)
+    assert torch.allclose(m(x), r(x), rtol=0, atol=1e-13)  # the same function
+    a = read(m, x, Categorical(), progress=False).directions
+    b = read(r, x, Categorical(), progress=False).directions
+
+    def key(d, rename: torch.Tensor | None = None) -> tuple:
+        head = d.info.get("head")
+        if head is not None and rename is not None:
+            head = int(rename[head])
+        return (d.layers, d.detector, d.klass, d.k, head)
+
+    assert {d.info["generator"] for d in a if d.detector == "qk-rotation"} == {"weights"}
+    per_head = [d for d in a if "head" in d.info]
+    assert len({d.info["head"] for d in per_head}) == 4  # every head has its gauge records
+    # the copy's head i is m's head heads[i]: rename the copy's records to m's head indices
+    assert sorted(map(key, a), key=repr) == sorted((key(d, heads) for d in b), key=repr)
+    # records without a head keep their order; per-head records are matched by their head
+    same = [(da, db) for da, db in zip(a, b, strict=True) if "head" not in da.info]
+    by_head = {key(d): d for d in per_head}
+    assert len(by_head) == len(per_head)
+    same += [(by_head[key(db, heads)], db) for db in b if "head" in db.info]
+    assert len(same) == len(a)
+    for da, db in same:
+        assert key(da) == key(db, heads)
+        floor = max(da.sweep["floor"], db.sweep["floor"])  # see the MLP test above
+        for fa, fb in zip(da.sweep["F"], db.sweep["F"], strict=True):
+            if max(fa, fb) <= 10 * floor:
+                continue
+            assert abs(fa - fb) <= RTOL_RELABELLED * max(fa, fb), (db.layers, fa, fb)

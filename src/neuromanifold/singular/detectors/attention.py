@@ -34,8 +34,14 @@ A basis certifies when its change is at most ``QK_CERTIFY_RTOL`` (rounding, belo
 proposed, none if none does or if the reference is 0 (the
 outputs do not see the scores). ``info`` records ``basis``, ``certified`` (its change),
 ``reference`` and ``rejected`` (the changes of the bases tried before; ``None`` for a failed
-forward). ``u`` is the tangent of one seeded
-generic ``S`` in the basis span, ``gauge_generators`` the tangents of the basis. Each is dense
+forward). ``u`` is the tangent of ``S_g = P(M − Mᵀ)``, ``M = Σ_{h: g(h) = g} Q̃_h K̃_gᵀ``,
+where ``Q̃_h = [W_Q[r_h] | b_Q[r_h]]`` and ``K̃_g`` alike (the weights with the bias as one more
+column) and ``P`` keeps the basis's entries: an element of the basis span built from the weights,
+so relabelling heads or the coordinates inside a head (``Q̃, K̃ → R Q̃, R K̃`` gives
+``S → R S Rᵀ``) moves ``u`` with them and the read is unchanged (spec §9.1). Where that element
+vanishes to ``QK_WEIGHT_GENERATOR_RTOL`` (e.g. ``W_Q = W_K``) ``u`` comes from a seeded generic
+``S`` in the span instead; ``info["generator"]`` says which (``"weights"``, ``"seeded"``).
+``gauge_generators`` the tangents of the basis. Each is dense
 over the Q and K tensors it touches, and ``so(d_h)`` has ``d_h(d_h − 1)/2`` of them (2 016 per
 head at ``d_h = 64``: 230 GB of float64 for BERT-base's 144 heads), so they are kept within the
 rescale budget `rescale.MAX_GENERATOR_ENTRIES` per candidate; beyond it the generators are ``u``
@@ -92,6 +98,7 @@ __all__ = [
     "QK_BASES",
     "QK_CERTIFY_RATIO",
     "QK_CERTIFY_RTOL",
+    "QK_WEIGHT_GENERATOR_RTOL",
     "AttentionDetector",
     "AttentionLayout",
     "QKRotation",
@@ -173,6 +180,41 @@ def _generic(pairs: list[tuple[int, int]], d: int, seed: int, device: torch.devi
         i, j = (torch.tensor(idx, device=device) for idx in zip(*pairs, strict=True))
         s[i, j], s[j, i] = coef, -coef
     return s / torch.linalg.matrix_norm(s, ord=2)
+
+
+QK_WEIGHT_GENERATOR_RTOL = 1e-10
+"""Below this Frobenius norm, relative to ``Σ_h ‖Q̃_h‖·‖K̃_g‖``, the weight-built QK generator
+``P(M − Mᵀ)`` counts as vanishing and a seeded generic one is used (module docstring); rounding
+leaves ~1e-16 relative where ``Q̃_h = K̃_g`` exactly."""
+
+
+def _weights_generator(
+    orbit: QKRotation, params: dict[str, Tensor], g: int, pairs: list[tuple[int, int]]
+) -> Tensor | None:
+    """``S_g = P(M − Mᵀ) / ‖P(M − Mᵀ)‖₂`` with ``M = Σ_{h ∈ group(g)} Q̃_h K̃_gᵀ`` (d_h × d_h;
+    module docstring), ``P`` keeping the entries of ``pairs``; None where it vanishes."""
+    lay, d = orbit.layout, orbit.layout.d_head
+
+    def block(keys: tuple[str, str | None, int], head: int) -> Tensor:
+        w_key, b_key, off = keys
+        rows = lay.rows(off, head)
+        parts = [params[orbit.prefix + w_key][rows].reshape(d, -1)]
+        if b_key is not None:
+            parts.append(params[orbit.prefix + b_key][rows].reshape(d, 1))
+        return torch.cat(parts, dim=1).to(torch.float64)
+
+    k = block(lay.k, g)
+    qs = [block(lay.q, h) for h in lay.group(g)]
+    m = sum(q @ k.T for q in qs)
+    scale = sum(float(torch.linalg.norm(q)) for q in qs) * float(torch.linalg.norm(k))
+    keep = torch.zeros(d, d, dtype=torch.bool, device=k.device)
+    if pairs:
+        i, j = (torch.tensor(idx, device=k.device) for idx in zip(*pairs, strict=True))
+        keep[i, j] = keep[j, i] = True
+    s_mat = torch.where(keep, m - m.T, torch.zeros_like(m))
+    if not float(torch.linalg.norm(s_mat)) > QK_WEIGHT_GENERATOR_RTOL * scale:
+        return None
+    return s_mat / torch.linalg.matrix_norm(s_mat, ord=2)
 
 
 @dataclass(frozen=True)
@@ -369,13 +411,17 @@ class AttentionDetector:
         )
         out = []
         for g in range(lay.n_kv):
-            tangent = orbit.tangent(ctx.params, g, _generic(pairs, dh, 1000 + g, dev))
+            s_mat = _weights_generator(orbit, ctx.params, g, pairs)
+            kind = "weights" if s_mat is not None else "seeded"
+            if s_mat is None:
+                s_mat = _generic(pairs, dh, 1000 + g, dev)
+            tangent = orbit.tangent(ctx.params, g, s_mat)
             if not _nonzero(tangent):
                 continue
             u = normalise(tangent)
             del tangent
             cap = generator_cap(sum(ctx.params[key].numel() for key in u))
-            info = {"module": name, "head": g, "d_head": dh, "basis": basis}
+            info = {"module": name, "head": g, "d_head": dh, "basis": basis, "generator": kind}
             info.update(
                 certified=record["certified"],
                 reference=record["reference"],

@@ -265,3 +265,27 @@ def test_read_factory_of_a_classification_head_defaults_to_categorical(
     r = RUNNER.invoke(app, args, env=ENV)
     assert r.exit_code == 0, r.output
     assert "output family: categorical (the model's own; --family was not given)" in r.output
+
+
+def test_read_factory_with_dropout_is_read_in_eval_mode(tmp_path: Path, monkeypatch) -> None:
+    """User trial J #7: a factory's freshly built module is in training mode; with --checkpoint
+    `io.load_model` puts it in eval mode, without it the read refused its Dropout ("call
+    model.eval()", which a CLI user cannot do). Both paths now read the same eval-mode model."""
+
+    def drop() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(
+            torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Dropout(0.1), torch.nn.Linear(8, 3)
+        )
+
+    mod = _fake_module(monkeypatch, drop=drop)
+    data, ckpt = tmp_path / "x.pt", tmp_path / "drop.pt"
+    torch.save(torch.randn(16, 4, dtype=torch.float64), data)
+    torch.save(drop().state_dict(), ckpt)
+    base = ["read", "--model", f"{mod}:drop", "--data", str(data), "--json", "-"]
+    readings = []
+    for extra in ([], ["--checkpoint", str(ckpt)]):
+        r = RUNNER.invoke(app, [*base, *extra], env=ENV)
+        assert r.exit_code == 0, r.output
+        readings.append(json.loads(r.stdout)["directions"])
+    assert readings[0] == readings[1]

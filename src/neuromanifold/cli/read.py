@@ -84,7 +84,8 @@ def _resolve_model(spec: str) -> tuple[Any, Any, Any]:
 
     As in `neuromanifold.io` (``_from_factory``), a callable that is not a module instance (a
     function, or an ``nn.Module`` class) is called with no arguments; it may return a module or
-    an object with ``model``, ``data`` (and ``family``) such as the planted cells.
+    an object with ``model``, ``data`` (and ``family``) such as the planted cells. The module is
+    put in eval mode, as `neuromanifold.io.load_model` puts it with ``--checkpoint``.
     """
     if spec == "zoo:planted-mlp":
         from neuromanifold.cells.planted import planted_mlp
@@ -108,9 +109,12 @@ def _resolve_model(spec: str) -> tuple[Any, Any, Any]:
             obj = factory()
         except Exception as err:  # user code: one line instead of its traceback
             fail(f"--model: the factory {spec} raised {type(err).__name__}: {err}")
+    model, data, family = obj, None, None
     if hasattr(obj, "model") and hasattr(obj, "data"):
-        return obj.model, obj.data, getattr(obj, "family", None)
-    return obj, None, None
+        model, data, family = obj.model, obj.data, getattr(obj, "family", None)
+    if isinstance(model, nn.Module):  # as io.load_model does with --checkpoint: a freshly built
+        model = model.eval()  # module is in training mode, which the read refuses for dropout
+    return model, data, family
 
 
 def _load_data(path: Path) -> Any:

@@ -17,6 +17,7 @@ from neuromanifold.linear import (
     delta,
     fc_balanced_params,
     fc_mu,
+    lcn_fiber,
     mu,
     ntk,
 )
@@ -247,6 +248,20 @@ def test_function_space_flow_flags_stride_one_sheets() -> None:
     assert np.max(np.abs(ends[0] - ends[1])) > MOVE_MIN  # two sheets, two flows
 
 
+def test_function_space_flow_flags_sheets_behind_a_stride_on_an_unused_axis() -> None:
+    """User trial L #1: two (2, 1) filters with stride (1, 2) between them are the 1-D stride-one
+    network of spec §4.3 in disguise (the stride acts on an axis neither filter uses): the fiber
+    of its v = (1, 1, −2), δ = −3 holds two NTKs, and the flow says so as for stride (1, 1)."""
+    arch = LCN(((2, 1), (2, 1)), ((1, 2),), dim=2)
+    th = [np.array([[1.0], [2.0]]), np.array([[1.0], [-1.0]])]
+    v, d = mu(arch, th), delta(th)
+    assert lcn_fiber(arch, v, d, n_starts=8).n_distinct_ntks == 2
+    loss = QuadraticLoss(np.eye(3), np.array([0.3, -1.0, 2.0]))
+    with pytest.warns(UserWarning, match=r"layers 1 and 2 have the same dilation") as rec:
+        ff = function_space_flow(arch, v, d, loss, (0.0, 0.3), theta_guess=th, t_eval=[0.0, 0.3])
+    assert ff.sheet_note is not None and str(rec[0].message) == ff.sheet_note
+
+
 def test_function_space_flow_flags_a_pass_near_the_singular_locus() -> None:
     """Trial D: on the θ' sheet of spec §4.3's stride-one example the flow reaches a double root
     of v (t ≈ 0.45), where the sheets meet; from there v(t) departs from the parameter flow by
@@ -341,6 +356,7 @@ def test_function_space_flow_checks_t_end_when_t_eval_stops_earlier() -> None:
         (((2, 2), (2, 2)), ((2, 1),), False),  # a stride > 1 in between (§4.4: one NTK found)
         (((2, 2), (3, 3)), ((1, 1),), False),  # different shapes (§4.4: one NTK found)
         (((3, 1), (1, 2)), ((1, 1),), False),  # univariate in different variables
+        (((2, 1), (3, 1)), ((1, 2),), True),  # a stride on the unused axis: no new variable
     ],
 )
 def test_function_space_flow_flags_equal_shape_swaps(

@@ -156,6 +156,13 @@ def test_generic_d2_row_draws_no_regrouping_pair(monkeypatch: pytest.MonkeyPatch
         (((2, 2), (2, 2)), ((2, 1),), 2, []),  # a stride in between
         (((3, 1), (2, 1)), ((1, 1),), 2, [(0, 1)]),  # univariate along one axis
         (((3, 1), (1, 2)), ((1, 1),), 2, []),  # univariate along different axes
+        # user trial L #1: a stride on an axis no filter uses changes no variable
+        (((2, 1), (2, 1)), ((1, 2),), 2, [(0, 1)]),
+        (((2, 1), (3, 1)), ((1, 5),), 2, [(0, 1)]),
+        (((1, 2), (1, 2)), ((3, 1),), 2, [(0, 1)]),
+        (((2, 1), (2, 1)), ((2, 1),), 2, []),  # ... but one on the used axis does
+        (((2, 2, 1), (2, 2, 1)), ((1, 1, 3),), 3, [(0, 1)]),  # same shape, unused third axis
+        (((2, 2, 2), (2, 2, 2)), ((1, 1, 3),), 3, []),  # a stride on a used axis counts
     ],
 )
 def test_regrouping_pairs(filters: tuple, strides: tuple, dim: int, pairs: list) -> None:

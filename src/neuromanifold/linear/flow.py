@@ -398,8 +398,10 @@ def function_space_flow(
     flow uses depends on the fiber point the solver tracks.
 
     Where the architecture itself lets factors of ``v`` move between layers (1-D with a stride
-    one between non-scalar layers, spec §4.3; ``D ≥ 2`` with two layers of equal dilation and the
-    same filter shape, §4.4), ``K`` is not a function of ``(v, δ)``: the flow still runs (the
+    one between non-scalar layers, spec §4.3; ``D ≥ 2`` with two layers of equal dilation on the
+    axes their filters use and the same filter shape, §4.4, or filters along one and the same
+    axis only, the 1-D mechanism; `neuromanifold.linear.sheets.regrouping_pairs`), ``K`` is not a
+    function of ``(v, δ)``: the flow still runs (the
     sheet-following flow is the function-space image of the parameter flow from ``theta_guess``
     up to a point where sheets meet), and the result's ``sheet_note`` says so, also emitted as a
     ``UserWarning``. Which sheet is followed is chosen by ``theta_guess``, not by ``(v0, δ)``.

@@ -1,8 +1,9 @@
 """Layer pairs whose factors of ``v`` can be regrouped, so that a ``(v, δ)``-fiber has sheets.
 
-Two non-scalar layers ``i < j`` with the same cumulative dilation ``S_{i−1} = S_{j−1}`` multiply
-polynomials in the same variables, so factors of ``v`` can move between them (with the rescaling
-Lemma keeping ``δ``):
+Two non-scalar layers ``i < j`` with the same cumulative dilation ``S_{i−1} = S_{j−1}`` on every
+axis that either filter extends along (an axis where both have size 1 carries no variable, so its
+dilation does not matter) multiply polynomials in the same variables, so factors of ``v`` can move
+between them (with the rescaling Lemma keeping ``δ``):
 
 * ``D = 1``: always — a stride one between them (spec §4.3);
 * ``D ≥ 2``: when the two filters have the same shape (the swap caveat of spec §4.4), or both
@@ -41,9 +42,10 @@ def regrouping_pairs(arch: LCN) -> list[tuple[int, int]]:
     kept = [i for i, k in enumerate(arch.layer_sizes) if k > 1]
     pairs = []
     for i, j in itertools.combinations(kept, 2):
-        if arch.dilations[i] != arch.dilations[j]:
-            continue
         fi, fj = arch.filters[i], arch.filters[j]
+        used = [a for a in range(arch.D) if fi[a] > 1 or fj[a] > 1]  # axes with a variable
+        if any(arch.dilations[i][a] != arch.dilations[j][a] for a in used):
+            continue
         axis = _univariate_axis(fi)
         if arch.D == 1 or fi == fj or (axis is not None and axis == _univariate_axis(fj)):
             pairs.append((i, j))

@@ -8,8 +8,10 @@ Conventions fixed here:
 
 * Parameters are ``dict[str, Tensor]`` keyed like ``model.named_parameters()``. Names the caller
   leaves out are taken from the model itself. All floating tensors are copied to float64.
-* The model's floating buffers are copied to float64 too and passed to ``functional_call``, so the
-  caller's module and tensors are never mutated.
+* Parameters and buffers are always copied (float64 ones too) before ``functional_call`` sees
+  them, so a forward that writes into them writes into the copies: the caller's module and tensors
+  are never mutated. A module whose forward writes into its own weight (``nn.Embedding`` with
+  ``max_norm``) is refused (`check_parameter_writes`): forward mode cannot differentiate the write.
 * A direction is ``dict[str, Tensor]`` over a subset of the parameter names (missing names are
   zero). It is normalised to unit Euclidean norm over all of its entries; the original norm is
   returned so that readers can record it.
@@ -96,8 +98,30 @@ def check_eval_mode(model: nn.Module) -> None:
             )
 
 
+def check_parameter_writes(model: nn.Module) -> None:
+    """Reject modules whose forward writes into their own parameters.
+
+    ``nn.Embedding`` and ``nn.EmbeddingBag`` with ``max_norm`` set rescale every looked-up row of
+    norm above ``max_norm`` in place, under ``no_grad`` (``torch.embedding_renorm_``). The model's
+    output then depends on ``W_row · min(1, max_norm/‖W_row‖)``, but forward-mode derivatives see
+    only the lookup, not the renormalisation, so ``F_u`` along such a row would be wrong (and the
+    weight changes during the read).
+    """
+    for name, mod in model.named_modules():
+        if isinstance(mod, nn.Embedding | nn.EmbeddingBag) and mod.max_norm is not None:
+            raise ValueError(
+                f"model submodule {name or '<root>'!r} ({type(mod).__name__}) has "
+                f"max_norm={mod.max_norm}: its forward renormalises the weight's rows in place "
+                f"under no_grad, so forward-mode derivatives miss the renormalisation and the "
+                f"read would be wrong; renormalise the weight once beforehand (torch.renorm("
+                f"weight, p=norm_type, dim=0, maxnorm=max_norm)) and set max_norm=None"
+            )
+
+
 def prepare_params(model: nn.Module, params: Mapping[str, Tensor]) -> tuple[Params, bool]:
     """Float64 copy of all model parameters with the caller's values substituted.
+
+    Every value is copied, float64 ones too, so the model never holds the caller's storage.
 
     Raises:
         TypeError: ``params`` is not a mapping of tensors.
@@ -130,12 +154,14 @@ def prepare_params(model: nn.Module, params: Mapping[str, Tensor]) -> tuple[Para
         value = value.detach()
         if value.is_floating_point():
             upcast = upcast or value.dtype != DTYPE
-            value = value.to(DTYPE)
+            value = value.to(DTYPE, copy=True)
             if not bool(torch.isfinite(value).all()):
                 raise ValueError(
                     f"params[{name!r}] contains non-finite values (nan or inf); "
                     f"the read needs finite parameters"
                 )
+        else:
+            value = value.clone()
         out[name] = value
     return out, upcast
 
@@ -195,6 +221,7 @@ def prepare(model: object, params: Mapping[str, Tensor], data: object) -> Prepar
     """Validate and up-cast everything a read needs (see module docstring)."""
     model = check_model(model)
     check_eval_mode(model)
+    check_parameter_writes(model)
     p, up_p = prepare_params(model, params)
     x, y, up_x = prepare_data(data)
     return Prepared(params=p, buffers=prepare_buffers(model), x=x, y=y, upcast=up_p or up_x)

@@ -1,0 +1,61 @@
+"""The per-direction API (`directional_fisher`, `read_direction`) on models that are not textbook:
+forwards that write into their parameters, random forwards, embedding padding rows, non-tensor
+outputs and tied parameters (s13 trial J)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from neuromanifold.singular import Gaussian, directional_fisher, read_direction
+
+D = torch.float64
+
+
+class ClampsItsWeight(nn.Module):
+    """A forward that clamps its own weight in place, under no_grad (as embedding max_norm does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(3.0 * torch.randn(3, 4, dtype=D))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.w.clamp_(-1.0, 1.0)
+        return x @ self.w.T
+
+
+@pytest.mark.filterwarnings("ignore:There is a performance drop")
+def test_float64_parameters_of_the_caller_are_never_written() -> None:
+    torch.manual_seed(0)
+    m = ClampsItsWeight().eval()
+    x = torch.randn(16, 4, dtype=D)
+    own = m.w.detach().clone()
+    given = {"w": 3.0 * torch.randn(3, 4, dtype=D)}
+    given0 = given["w"].clone()
+    u = {"w": torch.randn(3, 4, dtype=D)}
+    directional_fisher(m, given, u, x, Gaussian())  # the caller's values substituted
+    directional_fisher(m, {}, u, x, Gaussian())  # the model's own values
+    read_direction(m, dict(m.named_parameters()), u, x, Gaussian())
+    assert torch.equal(given["w"], given0)
+    assert torch.equal(m.w.detach(), own)
+
+
+@pytest.mark.parametrize(("cls", "width"), [(nn.Embedding, 20), (nn.EmbeddingBag, 4)])
+def test_embedding_with_max_norm_is_refused(cls: type[nn.Module], width: int) -> None:
+    torch.manual_seed(0)
+    m = nn.Sequential(cls(10, 4, max_norm=1.0), nn.Flatten(), nn.Linear(width, 3)).double().eval()
+    with torch.no_grad():
+        m[0].weight.mul_(3.0)  # rows above max_norm: the forward would rescale them
+    ids = torch.randint(0, 10, (8, 5))
+    before = m[0].weight.detach().clone()
+    u = {"0.weight": torch.randn(10, 4, dtype=D)}
+    for fn in (directional_fisher, read_direction):
+        with pytest.raises(
+            ValueError,
+            match=r"submodule '0' \(Embedding(Bag)?\) has max_norm=1.0.*"
+            r"renormalises .* in place .*set max_norm=None",
+        ):
+            fn(m, dict(m.named_parameters()), u, ids, Gaussian())
+    assert torch.equal(m[0].weight.detach(), before)

@@ -226,6 +226,32 @@ def test_truncated_files_raise_value_error_naming_file(tmp_path, suffix) -> None
             load_model(path, architecture=CFG)
 
 
+def test_common_checkpoint_layouts_are_read_or_named(tmp_path) -> None:
+    """User trial K #6: a whole pickled module was refused with torch's seven lines of advice, the
+    PyTorch tutorial's ``{"model_state_dict": …, "epoch": …}`` with "expected a dict … got dict",
+    an empty file with nothing after the colon."""
+    net = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    torch.save(net, tmp_path / "whole.pt")
+    with pytest.raises(
+        ValueError,
+        match=r"whole\.pt holds a pickled torch\.nn\.modules\.container"
+        r"\.Sequential object, not a state dict; save `model\.state_dict\(\)`",
+    ) as err:
+        read_state_dict(tmp_path / "whole.pt")
+    assert "\n" not in str(err.value)  # one line, none of torch's advice
+    tutorial = {"model_state_dict": net.state_dict(), "optimizer_state_dict": {}, "epoch": 3}
+    torch.save(tutorial, tmp_path / "tutorial.pt")
+    loaded = read_state_dict(tmp_path / "tutorial.pt")
+    assert loaded.keys() == net.state_dict().keys()
+    assert all(torch.equal(loaded[k], v) for k, v in net.state_dict().items())
+    torch.save({"weights": net.state_dict(), "epoch": 3}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match=r"entries \['epoch', 'weights'\] are not tensors"):
+        read_state_dict(tmp_path / "other.pt")
+    (tmp_path / "empty.pt").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"empty\.pt is empty \(0 bytes\)"):
+        read_state_dict(tmp_path / "empty.pt")
+
+
 def test_file_errors(tmp_path) -> None:
     with pytest.raises(
         FileNotFoundError, match=r"checkpoint file .*missing\.safetensors does not exist"

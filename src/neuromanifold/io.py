@@ -44,6 +44,7 @@ from torch import Tensor, nn
 
 __all__ = [
     "CATEGORICAL_HEADS",
+    "STATE_DICT_KEYS",
     "TensorOutput",
     "family_hint",
     "import_transformers",
@@ -65,8 +66,33 @@ CATEGORICAL_HEADS = (
 _EXTRA_HINT = "install the optional loaders with `pip install 'neuromanifold[loaders]'`"
 
 
+STATE_DICT_KEYS = ("state_dict", "model", "model_state_dict")
+"""Entries of a torch checkpoint dict that `read_state_dict` takes the state dict from, in this
+order (Lightning's ``state_dict``, ``model``, and the PyTorch tutorial's ``model_state_dict``)."""
+
+
+def _torch_load_error(path: Path, err: Exception) -> str:
+    """One readable line for a failed weights-only ``torch.load``: a pickled object (a whole
+    ``nn.Module``) is named by its class; otherwise the first line of torch's message."""
+    import re
+
+    text = str(err)
+    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+    if found:
+        return (
+            f"{path} holds a pickled {found.group(1)} object, not a state dict; save "
+            f"`model.state_dict()` instead (checkpoints are loaded weights-only: no pickled "
+            f"classes or code)"
+        )
+    first = next((line.strip() for line in text.splitlines() if line.strip()), repr(err))
+    return f"cannot read torch file {path} (truncated, corrupt or not weights-only?): {first}"
+
+
 def read_state_dict(path: str | Path) -> dict[str, Tensor]:
-    """Read a ``.safetensors`` or torch (``.pt/.pth/.bin``) weights file into ``{name: tensor}``."""
+    """Read a ``.safetensors`` or torch (``.pt/.pth/.bin``) weights file into ``{name: tensor}``.
+
+    A torch file may hold the state dict itself or a dict with it under one of `STATE_DICT_KEYS`.
+    """
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"checkpoint file {p} does not exist")
@@ -81,20 +107,27 @@ def read_state_dict(path: str | Path) -> dict[str, Tensor]:
                 f"cannot read safetensors file {p} (truncated or corrupt?): {err}"
             ) from err
     if suffix in _TORCH_SUFFIXES:
+        if p.stat().st_size == 0:
+            raise ValueError(f"checkpoint file {p} is empty (0 bytes); expected a state dict")
         try:
             obj = torch.load(p, map_location="cpu", weights_only=True)
         except Exception as err:
-            raise ValueError(
-                f"cannot read torch file {p} (truncated, corrupt or not weights-only?): {err}"
-            ) from err
+            raise ValueError(_torch_load_error(p, err)) from err
         if isinstance(obj, dict):
-            for key in ("state_dict", "model"):
+            for key in STATE_DICT_KEYS:
                 if key in obj and isinstance(obj[key], dict):
                     obj = obj[key]
                     break
-        if not isinstance(obj, dict) or not all(isinstance(v, Tensor) for v in obj.values()):
+        if not isinstance(obj, dict):
             raise ValueError(
                 f"{p}: expected a dict of tensors (a state dict), got {type(obj).__name__}"
+            )
+        other = sorted(str(k) for k, v in obj.items() if not isinstance(v, Tensor))
+        if other:
+            raise ValueError(
+                f"{p}: expected a dict of tensors (a state dict), or a dict holding one under "
+                f"{' or '.join(repr(k) for k in STATE_DICT_KEYS)}; entries {other[:6]}"
+                f"{' …' if len(other) > 6 else ''} are not tensors"
             )
         return dict(obj)
     raise ValueError(

@@ -23,7 +23,14 @@ def register(app: typer.Typer) -> None:
             help="Output directory (default: the user cache, reused when it matches).",
         ),
         steps: int | None = typer.Option(
-            None, "--steps", min=1, help="Override every stage's steps."
+            None,
+            "--steps",
+            min=1,
+            help=(
+                "Override every stage's steps. Each value is its own run (a decaying learning-rate "
+                "schedule spans the given steps), not a snapshot of a longer one; the checkpoints "
+                "are written as OUT/<stage>.safetensors, so give each run its own --out."
+            ),
         ),
         seed: int = typer.Option(0, "--seed", help="Model initialisation and batch-order seed."),
         no_cache: bool = typer.Option(

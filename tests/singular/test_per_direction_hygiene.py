@@ -7,8 +7,15 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional as F
 
-from neuromanifold.singular import Gaussian, directional_fisher, read_direction
+from neuromanifold.singular import (
+    Gaussian,
+    directional_fisher,
+    directional_fisher_reference,
+    read_direction,
+    sweep,
+)
 
 D = torch.float64
 
@@ -59,3 +66,42 @@ def test_embedding_with_max_norm_is_refused(cls: type[nn.Module], width: int) ->
         ):
             fn(m, dict(m.named_parameters()), u, ids, Gaussian())
     assert torch.equal(m[0].weight.detach(), before)
+
+
+class MCDropout(nn.Module):
+    """Monte-Carlo dropout hard-wired on in forward: random whatever the module's mode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 16), nn.Linear(16, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(F.dropout(torch.relu(self.a(x)), 0.3, training=True))
+
+
+def test_random_forward_is_refused_not_read_one_t_at_a_time() -> None:
+    torch.manual_seed(0)
+    m = MCDropout().double().eval()
+    x = torch.randn(32, 4, dtype=D)
+    p = dict(m.named_parameters())
+    u = {"a.weight": torch.randn(16, 4, dtype=D)}
+    random = r"forward is random .*dropout called with training=True.*deterministic"
+    with pytest.raises(ValueError, match=random):
+        read_direction(m, p, u, x, Gaussian(), grid=[0.1, 0.2, 0.3, 0.4], t_batch=4)
+    with pytest.raises(ValueError, match=random):
+        sweep(m, p, u, x, Gaussian(), grid=[0.1, 0.2, 0.3, 0.4], t_batch=4)
+    with pytest.raises(ValueError, match=random):  # several directions: vmap over the tangents
+        directional_fisher(m, p, [u, {"b.weight": torch.randn(2, 16, dtype=D)}], x, Gaussian())
+    with pytest.raises(ValueError, match=random):
+        directional_fisher_reference(m, p, u, x, Gaussian())
+
+
+def test_rrelu_in_training_mode_is_refused() -> None:
+    m = nn.Sequential(nn.Linear(4, 16), nn.RReLU(), nn.Linear(16, 2)).double().train()
+    x = torch.randn(16, 4, dtype=D)
+    u = {"0.weight": torch.randn(16, 4, dtype=D)}
+    for fn in (directional_fisher, read_direction):
+        with pytest.raises(ValueError, match=r"submodule '1' \(RReLU\) is in training mode.*eval"):
+            fn(m, dict(m.named_parameters()), u, x, Gaussian())
+    # in evaluation mode RReLU is the fixed leaky slope (lower + upper) / 2: read as usual
+    assert float(directional_fisher(m.eval(), dict(m.named_parameters()), u, x, Gaussian())) > 0

@@ -71,8 +71,9 @@ def check_eval_mode(model: nn.Module) -> None:
     """Reject modules whose forward is not a per-sample function of θ.
 
     BatchNorm in training mode couples the samples of a batch through batch statistics (and
-    updates buffers in place); Dropout in training mode is random. Either makes ``F_u`` depend on
-    chunking or on the random stream, so the read requires ``model.eval()`` for them. A BatchNorm
+    updates buffers in place); Dropout and RReLU (random negative slopes) in training mode are
+    random. Either makes ``F_u`` depend on chunking or on the random stream, so the read requires
+    ``model.eval()`` for them. A BatchNorm
     without running statistics (``track_running_stats=False``) uses the batch's statistics in
     evaluation mode too, and is rejected in either mode.
     """
@@ -88,7 +89,7 @@ def check_eval_mode(model: nn.Module) -> None:
             )
         if not mod.training:
             continue
-        if isinstance(mod, nn.modules.batchnorm._BatchNorm) or (
+        if isinstance(mod, nn.modules.batchnorm._BatchNorm | nn.RReLU) or (
             isinstance(mod, nn.modules.dropout._DropoutNd) and mod.p > 0
         ):
             raise ValueError(

@@ -89,6 +89,18 @@ def _as_direction_list(params: Mapping[str, Tensor], u: object) -> tuple[list[Di
     return [check_direction(params, u)[0]], False
 
 
+def _random_forward(err: BaseException) -> ValueError | None:
+    """The refusal for functorch's randomness error (a random op met under ``vmap``), else None."""
+    if "random operation" not in str(err):
+        return None
+    return ValueError(
+        "the model's forward is random (torch.func.vmap met a random operation, e.g. dropout "
+        "called with training=True inside forward): the read needs a deterministic function of "
+        "the parameters; make the forward deterministic (F.dropout(..., training=self.training) "
+        "and model.eval())"
+    )
+
+
 def _stack_tangents(dirs: Sequence[Direction], keys: Sequence[str], params: Mapping[str, Tensor]):
     """Per key, stack the directions' entries (zero where a direction lacks the key)."""
     return {
@@ -154,7 +166,8 @@ def fisher_along_line(
     most ``SWEEP_LANE_BYTES`` per thread). Parameters downstream of ``u`` carry zero tangents
     (`tangent_keys`). If the model cannot be vmapped over its
     parameters (in-place updates, data-dependent control flow), the group is recomputed one t at
-    a time.
+    a time; a random forward (functorch's randomness error) is refused with a ``ValueError``
+    instead, since one t at a time would read a different random draw at every t.
 
     Returns:
         ``(values, batched)``: the Fisher values and whether every group ran under ``vmap``.
@@ -183,7 +196,9 @@ def fisher_along_line(
                 if group.numel() > 1:
                     try:
                         part = vmap(at_t)(group)
-                    except (RuntimeError, NotImplementedError):
+                    except (RuntimeError, NotImplementedError) as err:
+                        if (refusal := _random_forward(err)) is not None:
+                            raise refusal from err
                         all_batched = False
                 if part is None:
                     part = torch.stack([at_t(t) for t in group])
@@ -226,7 +241,12 @@ def fisher_prepared(
                 one = {k: v[0] for k, v in tangents.items()}
                 total = total + q_sum(primal, one).reshape(1)
             else:
-                total = total + vmap(q_sum, in_dims=(None, 0))(primal, tangents)
+                try:
+                    total = total + vmap(q_sum, in_dims=(None, 0))(primal, tangents)
+                except RuntimeError as err:
+                    if (refusal := _random_forward(err)) is not None:
+                        raise refusal from err
+                    raise
     return global_mean(total, prep.n)
 
 
@@ -348,7 +368,12 @@ def directional_fisher_reference(
         else:
             raise TypeError(f"no reference label set for family {family.name!r}")
         with differentiable_kernels():
-            g = per_sample_grad(primal, xs, ys)
+            try:
+                g = per_sample_grad(primal, xs, ys)
+            except RuntimeError as err:
+                if (refusal := _random_forward(err)) is not None:
+                    raise refusal from err
+                raise
         for j in range(len(dirs)):
             proj = sum(
                 (g[k].reshape(g[k].shape[0], -1) * tangents[k][j].reshape(1, -1)).sum(1)

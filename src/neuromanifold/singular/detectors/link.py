@@ -14,13 +14,16 @@ projections are computed through the smaller of the kernel basis and its complem
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
+import scipy.linalg
 import torch
 from torch import Tensor, nn
 
 from neuromanifold.singular.factor_spectrum import sign_fix
 
 __all__ = [
+    "DEGENERATE_ENERGY_TOL",
     "EXACT_DEAD_ENERGY",
     "MATCH_MIN",
     "NULL_FRACTION",
@@ -48,6 +51,16 @@ NULL_FRACTION = 0.04
 (with ``(1 − MATCH_MIN²)/NULL_FRACTION ≈ 0.5``: the old rule holds unchanged while ``k ≤ d/2``)."""
 EXACT_DEAD_ENERGY = 1e-10
 """Out-of-kernel energy at rounding level: an exactly dead unit, linked whatever ``r/d``."""
+DEGENERATE_ENERGY_TOL = 1e-8
+"""Principal energies (`principal_links`) closer than this are one degenerate cluster, whose
+directions are replaced by a canonical basis of the cluster's span (`_canonical_span`). The
+energies of unit lifts lie in ``[0, 1]``, so this is relative to their unit scale. Inside a gap
+``δ`` a principal direction is determined only to an angle of about ``ε/δ`` by the matrix's
+rounding ``ε`` (Davis–Kahan): at ``δ ≤ 1e-8 ≈ √ε_float64`` that is no better than ``√ε``, and
+the inputs themselves (canonical factor spectra) agree across CPU kernels to about 1e-12, which
+moves such a direction by up to 1e-4 (user trial K #1: exactly dead units give one cluster of
+energies 0, rotated at will by the SVD's rounding). A gap above the tolerance keeps the
+directions determined to about ``ε/1e-8 ≈ 1e-8`` or better."""
 
 
 @dataclass(frozen=True)
@@ -210,6 +223,44 @@ def _sign_fix(c: Tensor, basis: Tensor) -> Tensor:
     return c * torch.where(signs == 0, torch.ones_like(signs), signs)
 
 
+def _canonical_span(w: Tensor) -> Tensor:
+    """Canonical orthonormal basis of ``span(w)`` (``w``: ``d × s``, orthonormal columns) that
+    depends only on the projector ``w wᵀ``, not on the basis ``w``.
+
+    As `neuromanifold.singular.factor_spectrum._null_basis`: pivot coordinates ``P`` (``s`` of
+    them) are chosen by column-pivoted QR of ``wᵀ`` (its Gram matrix is the projector, so the
+    pivots are too); ``E = w (w_P)⁻¹`` is the echelon basis of the span with ``E_P = I``; it is
+    orthonormalised symmetrically (Löwdin: the polar factor ``E (EᵀE)^{-1/2}``, unique and
+    independent of column order), columns ordered by pivot coordinate. A span of coordinate axes
+    (exactly dead units) is returned as those axes. Signs are left to `_sign_fix`."""
+    s = w.shape[1]
+    _, piv = scipy.linalg.qr(w.T.detach().cpu().numpy(), mode="r", pivoting=True)
+    pivots = torch.as_tensor(piv[:s], device=w.device).sort().values
+    echelon = torch.linalg.solve(w[pivots].T, w.T).T  # w (w_P)⁻¹, rows P = I
+    u, _, vh = torch.linalg.svd(echelon, full_matrices=False)
+    return u @ vh
+
+
+def _canonical_clusters(c: Tensor, energy: Tensor, basis: Tensor) -> tuple[Tensor, Tensor]:
+    """``(c, energy)`` (energies ascending) with each cluster of energies closer than
+    `DEGENERATE_ENERGY_TOL` (consecutive gaps) given the canonical basis of its span in the
+    G-kernel coordinates ``basis @ c`` (`_canonical_span`, mapped back by ``basisᵀ``) and the
+    cluster's mean energy. The rotation an eigensolver picks inside a degenerate cluster then
+    does not reach the result; the order by energy between clusters is kept."""
+    m = energy.numel()
+    if m < 2:
+        return c, energy
+    cuts = ((energy[1:] - energy[:-1]) > DEGENERATE_ENERGY_TOL).nonzero().flatten() + 1
+    bounds = [0, *cuts.tolist(), m]
+    c, energy = c.clone(), energy.clone()
+    for lo, hi in pairwise(bounds):
+        if hi - lo < 2:
+            continue
+        c[:, lo:hi] = basis.T @ _canonical_span(basis @ c[:, lo:hi])
+        energy[lo:hi] = energy[lo:hi].mean()
+    return c, energy
+
+
 def principal_links(spec: BlockSpectrum, vecs: Tensor, basis: Tensor) -> tuple[Tensor, Tensor]:
     """The principal directions of the lifted G-kernel ``span(vecs)`` against the A-kernel.
 
@@ -220,7 +271,10 @@ def principal_links(spec: BlockSpectrum, vecs: Tensor, basis: Tensor) -> tuple[T
     are the combinations closest to the A-kernel. Computed by an SVD of ``Lᵀ vecs`` (``L`` the
     live basis; energies = squared singular values) or of ``Kᵀ vecs`` (``K`` the kernel basis;
     energies = ``1 − σ²``), whichever basis is smaller, like `live_energy_batch`; oracle
-    `principal_links_reference`.
+    `principal_links_reference`. Energies within `DEGENERATE_ENERGY_TOL` of each other form a
+    cluster whose directions are the canonical basis of its span and whose energies are the
+    cluster's mean (`_canonical_clusters`): the result does not depend on the rotation the SVD
+    picks inside a degenerate singular space (e.g. exactly dead units, all of energy 0).
     """
     k, d, m = len(spec.ker_a), spec.a_vecs.shape[0], vecs.shape[1]
     if k <= d - k:
@@ -233,6 +287,7 @@ def principal_links(spec: BlockSpectrum, vecs: Tensor, basis: Tensor) -> tuple[T
         e = torch.zeros(m, dtype=vecs.dtype, device=vecs.device)
         e[: sv.numel()] = sv.pow(2)
         energy, c = e.flip(0), vh.T.flip(1)  # σ² descending: flipped to ascending
+    c, energy = _canonical_clusters(c, energy, basis)
     return _sign_fix(c, basis), energy
 
 
@@ -240,11 +295,12 @@ def principal_links_reference(
     spec: BlockSpectrum, vecs: Tensor, basis: Tensor
 ) -> tuple[Tensor, Tensor]:
     """Oracle of `principal_links`: ``eigh`` of ``vecsᵀ (I − K Kᵀ) vecs`` with the dense
-    projector onto the live part."""
+    projector onto the live part, degenerate clusters made canonical the same way."""
     ker = spec.ker_a_basis()
     live = torch.eye(vecs.shape[0], dtype=vecs.dtype, device=vecs.device) - ker @ ker.T
     energy, c = torch.linalg.eigh(vecs.T @ live @ vecs)
-    return _sign_fix(c, basis), energy.clamp_min(0.0)
+    c, energy = _canonical_clusters(c, energy.clamp_min(0.0), basis)
+    return _sign_fix(c, basis), energy
 
 
 def live_energy(spec: BlockSpectrum, vec: Tensor) -> float:

@@ -119,6 +119,24 @@ def _text_colour(rgba: Sequence[float]) -> str:
     return "white" if _relative_luminance(rgba) < _DARK_LUMINANCE else "black"
 
 
+#: factor by which a sweep panel's y range extends past the smallest and the largest positive
+#: value it draws (points, floor, fit line): a constant F still gets a range of ``_Y_PAD²``
+_Y_PAD = 3.0
+
+
+def _y_limits(values: Sequence[float]) -> tuple[float, float]:
+    """Log-axis limits ``(min/_Y_PAD, max·_Y_PAD)`` over the finite positive ``values``.
+
+    Set explicitly because matplotlib's autoscale collapses on a constant F (a flat gauge's F is
+    constant to rounding: the range came out ~1e-14 relative, matplotlib divided by zero and the
+    panel lost its axes); ``(1/_Y_PAD, _Y_PAD)`` when there is no positive value.
+    """
+    pos = [v for v in values if math.isfinite(v) and v > 0]
+    if not pos:
+        return 1.0 / _Y_PAD, _Y_PAD
+    return min(pos) / _Y_PAD, max(pos) * _Y_PAD
+
+
 def _grid(n: int) -> tuple[int, int]:
     cols = min(4, max(1, n))
     return math.ceil(n / cols), cols
@@ -131,6 +149,7 @@ def plot_sweeps(
 
     Each panel's axes are labelled (x: ``t``, y: ``F_u(t)``), the dashed floor line carries the
     label ``floor`` and the figure's title ends with `_SWEEP_KEY`, which says what each mark is.
+    The y range is set from the panel's positive values (`_y_limits`), so a constant F is drawn.
     """
     plt = _plt()
     recs = list(reading.directions)[:max_panels]
@@ -144,6 +163,16 @@ def plot_sweeps(
     for ax, r in zip(axes.flat, recs, strict=False):
         ts, fs = r.sweep.get("t", []), r.sweep.get("F", [])
         floor = float(r.sweep.get("floor", 0.0) or 0.0)
+        tw: list[float] = []
+        fit: list[float] = []
+        if r.window is not None and r.magnitude is not None and r.k is not None:
+            tw = [t for t in ts if r.window[0] <= t <= r.window[1]]
+            fit = [r.magnitude * t ** (2 * (r.k - 1)) for t in tw]
+        # scales and limits before anything is drawn: adding a line to an axis whose autoscaled
+        # range has collapsed (a constant F) already divides by zero
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_ylim(*_y_limits([*fs, floor, *fit]))
         above = [(t, f) for t, f in zip(ts, fs, strict=True) if f > 10 * floor and f > 0]
         below = [(t, f) for t, f in zip(ts, fs, strict=True) if 0 < f <= 10 * floor]
         if above:
@@ -153,19 +182,9 @@ def plot_sweeps(
         if floor > 0:
             ax.axhline(floor, ls="--", lw=0.7, color="grey", label="floor")
         if r.window is not None:
-            t0, t1 = r.window
-            ax.axvspan(t0, t1, color="tab:orange", alpha=0.15)
-            if r.magnitude is not None and r.k is not None:
-                tw = [t for t in ts if t0 <= t <= t1]
-                ax.loglog(
-                    tw,
-                    [r.magnitude * t ** (2 * (r.k - 1)) for t in tw],
-                    "-",
-                    lw=1.2,
-                    color="tab:orange",
-                )
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+            ax.axvspan(*r.window, color="tab:orange", alpha=0.15)
+        if fit:
+            ax.loglog(tw, fit, "-", lw=1.2, color="tab:orange")
         k = "—" if r.k_hat is None else f"{r.k_hat:.2f}"
         r2 = "—" if r.r2 is None else f"{r.r2:.3f}"
         ax.set_title(f"{r.layer} · {r.detector}\n{r.klass}, k̂={k}, r²={r2}", fontsize=8)

@@ -1,0 +1,64 @@
+"""Sweep panels of `plot_sweeps` (s13 user trial K #2-#5 and the panel titles).
+
+* #2: a flat gauge whose F is constant to rounding got a collapsed y range (matplotlib divided by
+  zero) and the panel lost its axes in the layout;
+* #3: F ≡ 0 drew only the floor on matplotlib's default x range 1-10;
+* #4: with 5-6 rows of panels the two-line title ran through the top row's panel titles;
+* #5: every direction after the 24th was dropped silently, and the first 24 were mostly flat;
+* a chain's panel named only its first layer.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+from neuromanifold.report import figures
+from neuromanifold.singular.reading import DirectionRecord, Reading
+from test_report_figure_titles import _captured
+
+#: the trial's sweep grid: 32 points log-spaced over four decades from 1e-5
+GRID = [1e-5 * 10 ** (4 * i / 31) for i in range(32)]
+
+
+def _flat(
+    F: list[float],
+    floor: float,
+    *,
+    t: list[float] = GRID,
+    layers: tuple[str, ...] = ("fc",),
+    detector: str = "kfac-A",
+    klass: str = "flat_gauge",
+) -> DirectionRecord:
+    """A record without a rate fit (as a flat gauge is read) with sweep ``(t, F, floor)``."""
+    return DirectionRecord(
+        layers[0], layers, detector, None, None, None, None, None, klass, None, 0.0, None, 0.0,
+        sweep={"t": list(t), "F": list(F), "floor": floor},
+    )  # fmt: skip
+
+
+def _one_panel(rec: DirectionRecord, tmp_path: Path, monkeypatch) -> tuple[Any, Any]:
+    drawn = _captured(monkeypatch)
+    figures.plot_sweeps(Reading((rec,), (), {}), tmp_path / "s.png", title="one")
+    (fig,) = drawn
+    (ax,) = [a for a in fig.axes if a.axison]
+    return fig, ax
+
+
+def test_a_constant_F_gets_a_finite_y_range_and_its_points(tmp_path: Path, monkeypatch) -> None:
+    """Trial K #2: F constant to rounding (a ViT flat gauge: 11 distinct values within 3e-16)."""
+    F = [1.7255848983103538e-28 + 5e-44 * (i % 11) for i in range(len(GRID))]
+    floor = 5.0e-28
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # matplotlib's divide by zero
+        fig, ax = _one_panel(_flat(F, floor), tmp_path, monkeypatch)
+    box = ax.get_window_extent(fig.canvas.get_renderer())
+    assert box.width > 0 and box.height > 0  # the panel keeps its axes in the layout
+    lo, hi = ax.get_ylim()
+    assert math.isfinite(lo) and math.isfinite(hi) and 0 < lo < hi
+    # every point and the floor lie strictly inside the range
+    assert lo < min(F) and max(F) < hi and lo < floor < hi
+    drawn_points = [ln for ln in ax.get_lines() if ln.get_marker() == "o"]
+    assert sum(len(ln.get_xdata()) for ln in drawn_points) == len(F)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+from torch.func import functional_call
 from torch.nn import functional as F
 
 from neuromanifold.singular import (
@@ -105,3 +106,35 @@ def test_rrelu_in_training_mode_is_refused() -> None:
             fn(m, dict(m.named_parameters()), u, x, Gaussian())
     # in evaluation mode RReLU is the fixed leaky slope (lower + upper) / 2: read as usual
     assert float(directional_fisher(m.eval(), dict(m.named_parameters()), u, x, Gaussian())) > 0
+
+
+# JVP vs per-sample gradients in float64 (as in test_fisher.py, issue 4 "Done when")
+RTOL_ORACLE = 1e-10
+# Central differences with h = 1e-6 of an output linear in the embedding weight: no truncation
+# error, rounding ε_mach·|out|/h ≈ 1e-10 relative on J u (measured 3.7e-11 in the trial report)
+RTOL_FD = 1e-8
+
+
+def test_reference_differentiates_the_padding_row_the_forward_reads() -> None:
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Embedding(10, 4, padding_idx=0), nn.Flatten(), nn.Linear(20, 3))
+    m = m.double().eval()
+    with torch.no_grad():
+        m[0].weight[0] = torch.randn(4)  # a non-zero (e.g. pretrained) pad row
+    ids = torch.randint(0, 10, (32, 5))
+    ids[:, -1] = 0
+    p = {k: v.detach() for k, v in m.named_parameters()}
+    u = {"0.weight": torch.zeros(10, 4, dtype=D)}
+    u["0.weight"][0, 0] = 1.0
+    h = 1e-6
+
+    def out(s: float) -> torch.Tensor:
+        return functional_call(m, {**p, "0.weight": p["0.weight"] + s * u["0.weight"]}, (ids,))
+
+    fd = float((((out(h) - out(-h)) / (2 * h)) ** 2).sum(1).mean())
+    jvp = float(directional_fisher(m, p, u, ids, Gaussian()))
+    ref = float(directional_fisher_reference(m, p, u, ids, Gaussian()))
+    assert fd > 0
+    assert ref == pytest.approx(jvp, rel=RTOL_ORACLE)
+    assert jvp == pytest.approx(fd, rel=RTOL_FD)
+    assert m[0].padding_idx == 0  # the caller's module keeps its padding_idx

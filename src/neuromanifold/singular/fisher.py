@@ -38,6 +38,8 @@ for ``F = E[Jᵀ H_out J]``; arXiv:2607.00603 for the forward-mode directional r
 
 from __future__ import annotations
 
+import copy
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 
@@ -297,6 +299,25 @@ def directional_fisher(
     return values if batched else values[0]
 
 
+def _unmasked_embeddings(model: nn.Module) -> nn.Module:
+    """``model``, or a copy of it whose ``nn.Embedding`` modules have ``padding_idx=None``.
+
+    An embedding's ``padding_idx`` leaves its forward unchanged (the pad row is looked up like any
+    other) and only zeroes that row's gradient in the backward. The forward-mode read
+    differentiates the forward, so the per-sample gradients of the oracle must not be masked. The
+    copy shares the model's parameters and buffers (``functional_call`` replaces them anyway).
+    ``nn.EmbeddingBag`` is left alone: its ``padding_idx`` changes the forward.
+    """
+    if not any(isinstance(m, nn.Embedding) and m.padding_idx is not None for m in model.modules()):
+        return model
+    shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
+    clone = copy.deepcopy(model, memo=shared)
+    for m in clone.modules():
+        if isinstance(m, nn.Embedding):
+            m.padding_idx = None
+    return clone
+
+
 def directional_fisher_reference(
     model: nn.Module,
     params: Mapping[str, Tensor],
@@ -316,10 +337,13 @@ def directional_fisher_reference(
     and the log-likelihood of position j alone (the scores of distinct positions are uncorrelated,
     so these terms are the whole expectation; a test checks it against the enumerated product
     distribution). Same arguments and return shape as `directional_fisher`; ``chunk_size``
-    bounds the samples per ``vmap``.
+    bounds the samples per ``vmap``. The gradients are the true ones of the forward: an
+    ``nn.Embedding``'s ``padding_idx`` row, which torch's backward masks, is differentiated like
+    any other row (`_unmasked_embeddings`).
     """
     family = check_family(family)
     prep = prepare(model, params, data)
+    model = _unmasked_embeddings(model)
     dirs, batched = _as_direction_list(prep.params, u)
     if empirical and prep.y is None:
         raise ValueError("empirical=True needs labels: pass data as a pair (x, y)")

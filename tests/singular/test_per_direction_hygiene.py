@@ -4,6 +4,8 @@ outputs and tied parameters (s13 trial J)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 import torch
 from torch import nn
@@ -11,6 +13,7 @@ from torch.func import functional_call
 from torch.nn import functional as F
 
 from neuromanifold.singular import (
+    Categorical,
     Gaussian,
     directional_fisher,
     directional_fisher_reference,
@@ -138,3 +141,34 @@ def test_reference_differentiates_the_padding_row_the_forward_reads() -> None:
     assert ref == pytest.approx(jvp, rel=RTOL_ORACLE)
     assert jvp == pytest.approx(fd, rel=RTOL_FD)
     assert m[0].padding_idx == 0  # the caller's module keeps its padding_idx
+
+
+@dataclass
+class Out:
+    logits: torch.Tensor
+
+
+class Wrapped(nn.Module):
+    """A linear layer whose output comes wrapped in a container."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.l, self.kind = nn.Linear(4, 3), kind
+
+    def forward(self, x: torch.Tensor) -> object:
+        z = self.l(x)
+        return {"dict": {"logits": z}, "tuple": (z,), "list": [z], "Out": Out(z)}[self.kind]
+
+
+@pytest.mark.parametrize("kind", ["dict", "tuple", "list", "Out"])
+def test_non_tensor_output_is_refused_with_the_reads_message(kind: str) -> None:
+    m = Wrapped(kind).double().eval()
+    x = torch.randn(8, 4, dtype=D)
+    p = dict(m.named_parameters())
+    u = {"l.weight": torch.ones(3, 4, dtype=D)}
+    msg = rf"model output must be a Tensor \(N, \.\.\.\); got {kind}: wrap the model.*TensorOutput"
+    for fn in (directional_fisher, read_direction, directional_fisher_reference):
+        with pytest.raises(TypeError, match=msg):
+            fn(m, p, u, x, Categorical())
+    with pytest.raises(TypeError, match=msg):  # several directions: vmap over the tangents
+        directional_fisher(m, p, [u, {"l.bias": torch.ones(3, dtype=D)}], x, Categorical())

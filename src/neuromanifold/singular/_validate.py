@@ -119,6 +119,21 @@ def check_parameter_writes(model: nn.Module) -> None:
             )
 
 
+def check_tensor_output(out: object) -> Tensor:
+    """Return the model's output ``out`` if it is a Tensor, else raise ``TypeError``.
+
+    The read needs the logits or means as one Tensor with a leading sample axis; a model returning
+    a dict, tuple, list or dataclass (a Hugging Face output) has to be wrapped.
+    """
+    if not isinstance(out, Tensor):
+        raise TypeError(
+            f"model output must be a Tensor (N, ...); got {type(out).__name__}: wrap the "
+            f"model so that it returns the logits or means (neuromanifold.io.TensorOutput "
+            f"picks the 'logits' of a Hugging Face output)"
+        )
+    return out
+
+
 def prepare_params(model: nn.Module, params: Mapping[str, Tensor]) -> tuple[Params, bool]:
     """Float64 copy of all model parameters with the caller's values substituted.
 

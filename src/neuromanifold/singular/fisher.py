@@ -48,7 +48,14 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.func import functional_call, grad, jvp, vmap
 
-from neuromanifold.singular._validate import DTYPE, Direction, Prepared, check_direction, prepare
+from neuromanifold.singular._validate import (
+    DTYPE,
+    Direction,
+    Prepared,
+    check_direction,
+    check_tensor_output,
+    prepare,
+)
 from neuromanifold.singular.family import OutputFamily, check_family
 from neuromanifold.singular.passes import (
     chunks,
@@ -129,7 +136,8 @@ def _chunk_quadratic(
     yc = prep.y[sl] if prep.y is not None else None
 
     def f(pu: dict[str, Tensor]) -> Tensor:
-        return functional_call(model, ({**rest, **pu}, prep.buffers), (xc,))
+        # checked inside the jvp: a non-tensor output (a dataclass) fails in jvp itself
+        return check_tensor_output(functional_call(model, ({**rest, **pu}, prep.buffers), (xc,)))
 
     def q_sum(primal: dict[str, Tensor], tangent: dict[str, Tensor]) -> Tensor:
         out, jv = jvp(f, (primal,), (tangent,))
@@ -367,7 +375,7 @@ def directional_fisher_reference(
         xc = prep.x[sl]
         n = xc.shape[0]
         with torch.no_grad():
-            out = functional_call(model, (prep.params, prep.buffers), (xc,))
+            out = check_tensor_output(functional_call(model, (prep.params, prep.buffers), (xc,)))
         family.check_output(out)
         if empirical:
             if family.name == "categorical":  # the observed labels: no position is masked

@@ -62,3 +62,47 @@ def test_a_constant_F_gets_a_finite_y_range_and_its_points(tmp_path: Path, monke
     assert lo < min(F) and max(F) < hi and lo < floor < hi
     drawn_points = [ln for ln in ax.get_lines() if ln.get_marker() == "o"]
     assert sum(len(ln.get_xdata()) for ln in drawn_points) == len(F)
+
+
+#: the widest padding of the x range past the sweep's grid the panel may add, as a factor on
+#: each side (a third of a decade: the grid's ends stay where the reader looks for them)
+X_PAD_MAX = 10 ** (1 / 3)
+
+
+def _assert_x_range_is_the_grid(ax: Any, t: list[float]) -> None:
+    lo, hi = ax.get_xlim()
+    assert min(t) / X_PAD_MAX <= lo <= min(t) and max(t) <= hi <= max(t) * X_PAD_MAX, (lo, hi)
+
+
+def _zero_marks(ax: Any) -> list[tuple[float, float]]:
+    """The (t, y) of the marks drawn on the panel's lower edge."""
+    lo = ax.get_ylim()[0]
+    return [
+        (float(x), float(y))
+        for ln in ax.get_lines()
+        if ln.get_marker() not in ("None", "", None, "o")
+        for x, y in zip(ln.get_xdata(), ln.get_ydata(), strict=True)
+        if y == lo
+    ]
+
+
+def test_an_identically_zero_F_is_marked_on_the_sweep_grid(tmp_path: Path, monkeypatch) -> None:
+    """Trial K #3: F ≡ 0 (a dead unit's incoming weights) drew the floor alone on t ∈ [1, 10]."""
+    t = [2.2e-5 * 10 ** (4 * i / 31) for i in range(32)]  # the trial's MLP grid, 2.2e-5 … 0.22
+    _, ax = _one_panel(_flat([0.0] * len(t), 2.05e-27, t=t), tmp_path, monkeypatch)
+    _assert_x_range_is_the_grid(ax, t)
+    assert sorted(x for x, _ in _zero_marks(ax)) == sorted(t)
+    assert any(txt.get_text() == "F = 0 at every t" for txt in ax.texts)
+
+
+def test_some_zeros_are_marked_at_their_t_and_the_x_range_is_the_grid(
+    tmp_path: Path, monkeypatch
+) -> None:
+    F = [0.0 if i % 3 == 0 else 1e-10 * GRID[i] ** 2 for i in range(len(GRID))]
+    _, ax = _one_panel(_flat(F, 1e-27), tmp_path, monkeypatch)
+    _assert_x_range_is_the_grid(ax, GRID)
+    assert sorted(x for x, _ in _zero_marks(ax)) == sorted(
+        t for t, f in zip(GRID, F, strict=True) if f == 0
+    )
+    n_zero = sum(f == 0 for f in F)
+    assert any(txt.get_text() == f"F = 0 at {n_zero} of {len(F)} t" for txt in ax.texts)

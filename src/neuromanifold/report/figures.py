@@ -5,8 +5,8 @@ matplotlib (Agg backend) is imported inside each function; every PNG is written 
 
 * `plot_sweeps`: one log–log panel per direction, ``F_u(t)`` (y axis) against t (x axis), the
   floor dashed, points at or below ten times the floor greyed, the selected window shaded and
-  the line ``c_k·t^{2(k−1)}`` (the fit's magnitude and order) drawn over it; the title carries
-  this key.
+  the line ``c_k·t^{2(k−1)}`` (the fit's magnitude and order) drawn over it, exact zeros of F
+  as triangles on the lower edge; the title carries this key.
 * `plot_spectra`: per block, the eigenvalue ratios ``α_i/α_max`` of ``A`` and ``γ_j/γ_max`` of
   ``G`` (descending, log scale; `neuromanifold.report.spectra.block_spectra`) with the
   detector's near-kernel (ratio below ``1e-3`` with a decade gap) marked in red.
@@ -54,7 +54,8 @@ SPECTRA_KEY = (
 """The key that ends the title of `plot_spectra`'s figure."""
 _SWEEP_KEY = (
     "x: t, y: F_u(t) (log–log); dashed: floor; grey: points ≤ 10 × floor; "
-    "shaded: rate window; orange line: fit c_k·t^(2(k−1))"
+    "shaded: rate window; orange line: fit c_k·t^(2(k−1)); "
+    "triangles on the lower edge: F = 0 exactly"
 )
 
 
@@ -137,6 +138,22 @@ def _y_limits(values: Sequence[float]) -> tuple[float, float]:
     return min(pos) / _Y_PAD, max(pos) * _Y_PAD
 
 
+#: factor by which a sweep panel's x range extends past the sweep's grid on each side (a 20th of
+#: a decade, so the end points are not cut in half)
+_X_PAD = 10 ** (1 / 20)
+
+
+def _x_limits(ts: Sequence[float]) -> tuple[float, float] | None:
+    """``(min t/_X_PAD, max t·_X_PAD)`` over the finite positive grid ``ts``; ``None`` if empty."""
+    pos = [t for t in ts if math.isfinite(t) and t > 0]
+    return (min(pos) / _X_PAD, max(pos) * _X_PAD) if pos else None
+
+
+def _zero_note(n_zero: int, n: int) -> str:
+    """The in-panel text of a sweep with ``n_zero`` exact zeros among ``n`` values."""
+    return "F = 0 at every t" if n_zero == n else f"F = 0 at {n_zero} of {n} t"
+
+
 def _grid(n: int) -> tuple[int, int]:
     cols = min(4, max(1, n))
     return math.ceil(n / cols), cols
@@ -149,7 +166,10 @@ def plot_sweeps(
 
     Each panel's axes are labelled (x: ``t``, y: ``F_u(t)``), the dashed floor line carries the
     label ``floor`` and the figure's title ends with `_SWEEP_KEY`, which says what each mark is.
-    The y range is set from the panel's positive values (`_y_limits`), so a constant F is drawn.
+    The y range is set from the panel's positive values (`_y_limits`), so a constant F is drawn;
+    the x range is the sweep's grid (`_x_limits`). An exact zero of F (no place on a log axis) is
+    marked by a triangle on the panel's lower edge at its t, and the panel says how many there are
+    (``F = 0 at every t`` for a direction along which F vanishes identically, `_zero_note`).
     """
     plt = _plt()
     recs = list(reading.directions)[:max_panels]
@@ -173,6 +193,9 @@ def plot_sweeps(
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_ylim(*_y_limits([*fs, floor, *fit]))
+        xlim = _x_limits(ts)
+        if xlim is not None:
+            ax.set_xlim(*xlim)
         above = [(t, f) for t, f in zip(ts, fs, strict=True) if f > 10 * floor and f > 0]
         below = [(t, f) for t, f in zip(ts, fs, strict=True) if 0 < f <= 10 * floor]
         if above:
@@ -181,6 +204,20 @@ def plot_sweeps(
             ax.loglog(*zip(*below, strict=True), "o", ms=2.5, color="lightgrey")
         if floor > 0:
             ax.axhline(floor, ls="--", lw=0.7, color="grey", label="floor")
+        zeros = [t for t, f in zip(ts, fs, strict=True) if f == 0]
+        if zeros:
+            lower = ax.get_ylim()[0]
+            ax.plot(
+                zeros,
+                [lower] * len(zeros),
+                ls="none",
+                marker="^",
+                ms=5,
+                color="dimgrey",
+                clip_on=False,
+            )
+            note = _zero_note(len(zeros), len(fs))
+            ax.text(0.5, 0.08, note, transform=ax.transAxes, ha="center", va="bottom", fontsize=7)
         if r.window is not None:
             ax.axvspan(*r.window, color="tab:orange", alpha=0.15)
         if fit:

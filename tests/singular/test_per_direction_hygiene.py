@@ -172,3 +172,34 @@ def test_non_tensor_output_is_refused_with_the_reads_message(kind: str) -> None:
             fn(m, p, u, x, Categorical())
     with pytest.raises(TypeError, match=msg):  # several directions: vmap over the tangents
         directional_fisher(m, p, [u, {"l.bias": torch.ones(3, dtype=D)}], x, Categorical())
+
+
+class TiedLM(nn.Module):
+    """Embedding and output head sharing one weight (``head.weight`` is ``emb.weight``)."""
+
+    def __init__(self, vocab: int = 12, d: int = 8) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.emb(ids).mean(1))
+
+
+def test_alias_of_a_tied_parameter_is_refused_naming_the_tie() -> None:
+    torch.manual_seed(0)
+    m = TiedLM().double().eval()
+    ids = torch.randint(0, 12, (16, 5))
+    p = dict(m.named_parameters())
+    w = torch.randn(12, 8, dtype=D)
+    tie = r"'head\.weight' is tied to 'emb\.weight' \(the same Parameter\): use 'emb\.weight'"
+    for fn in (directional_fisher, read_direction, sweep):
+        with pytest.raises(ValueError, match=rf"direction u names a tied parameter .*{tie}"):
+            fn(m, p, {"head.weight": w}, ids, Categorical())
+    with pytest.raises(ValueError, match=rf"params names a tied parameter .*{tie}"):
+        directional_fisher(m, dict(m.state_dict()), {"emb.weight": w}, ids, Categorical())
+    # the first name reads the shared weight; an unknown name is still reported as unknown
+    assert float(directional_fisher(m, p, {"emb.weight": w}, ids, Categorical())) > 0
+    with pytest.raises(ValueError, match=r"keys that are not parameter names: \['nope'\]"):
+        directional_fisher(m, p, {"nope": w}, ids, Categorical())

@@ -12,6 +12,9 @@ Conventions fixed here:
   them, so a forward that writes into them writes into the copies: the caller's module and tensors
   are never mutated. A module whose forward writes into its own weight (``nn.Embedding`` with
   ``max_norm``) is refused (`check_parameter_writes`): forward mode cannot differentiate the write.
+* A parameter registered under several names (tied weights, ``head.weight = emb.weight``) is
+  keyed by its first name only, as in ``model.named_parameters()``; an alias name in ``params`` or
+  in a direction is refused with a message that names the tie (`ModelParams.tied`).
 * A direction is ``dict[str, Tensor]`` over a subset of the parameter names (missing names are
   zero). It is normalised to unit Euclidean norm over all of its entries; the original norm is
   returned so that readers can record it.
@@ -30,6 +33,56 @@ Params = dict[str, Tensor]
 Direction = dict[str, Tensor]
 
 DTYPE = torch.float64
+
+
+class ModelParams(dict[str, Tensor]):
+    """The parameter dict of `prepare_params`, which also records the model's tied aliases.
+
+    Attributes:
+        tied: every alias name of a parameter registered under several names, mapped to the name
+            this dict uses for it (its first name in ``model.named_parameters()``).
+    """
+
+    def __init__(self, values: Mapping[str, Tensor], tied: Mapping[str, str]) -> None:
+        super().__init__(values)
+        self.tied = dict(tied)
+
+
+def tied_aliases(model: nn.Module) -> dict[str, str]:
+    """Alias name → first name, for every parameter that the model registers under several names.
+
+    >>> lin = nn.Linear(2, 2)
+    >>> net = nn.Sequential(lin, nn.Linear(2, 2))
+    >>> net[1].weight = lin.weight
+    >>> tied_aliases(net)
+    {'1.weight': '0.weight'}
+    """
+    first: dict[int, str] = {}
+    aliases: dict[str, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        canonical = first.setdefault(id(p), name)
+        if canonical != name:
+            aliases[name] = canonical
+    return aliases
+
+
+def _unknown_names(
+    subject: str, unknown: list[str], tied: Mapping[str, str], what: str, expected: str
+) -> str:
+    """The refusal of names outside the parameter dict: ``"{subject} {what}: {names}; {expected}"``
+    for unknown names, and for an alias of a tied parameter the tie and the name to use."""
+    parts = []
+    others = [k for k in unknown if k not in tied]
+    if others:
+        parts.append(f"{subject} {what}: {others}; {expected}")
+    ties = [
+        f"{k!r} is tied to {tied[k]!r} (the same Parameter): use {tied[k]!r}"
+        for k in unknown
+        if k in tied
+    ]
+    if ties:
+        parts.append(f"{subject} names a tied parameter by an alias: {'; '.join(ties)}")
+    return ". ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -134,10 +187,11 @@ def check_tensor_output(out: object) -> Tensor:
     return out
 
 
-def prepare_params(model: nn.Module, params: Mapping[str, Tensor]) -> tuple[Params, bool]:
+def prepare_params(model: nn.Module, params: Mapping[str, Tensor]) -> tuple[ModelParams, bool]:
     """Float64 copy of all model parameters with the caller's values substituted.
 
-    Every value is copied, float64 ones too, so the model never holds the caller's storage.
+    Every value is copied, float64 ones too, so the model never holds the caller's storage. The
+    result is a `ModelParams`: it records the model's tied aliases for `check_direction`.
 
     Raises:
         TypeError: ``params`` is not a mapping of tensors.
@@ -150,11 +204,17 @@ def prepare_params(model: nn.Module, params: Mapping[str, Tensor]) -> tuple[Para
             f"got {type(params).__name__}"
         )
     own = dict(model.named_parameters())
+    tied = tied_aliases(model)
     unknown = sorted(set(params) - set(own))
     if unknown:
         raise ValueError(
-            f"params has names that are not parameters of the model: {unknown}; "
-            f"expected names from model.named_parameters(), e.g. {sorted(own)[:5]}"
+            _unknown_names(
+                "params",
+                unknown,
+                tied,
+                "has names that are not parameters of the model",
+                f"expected names from model.named_parameters(), e.g. {sorted(own)[:5]}",
+            )
         )
     out: Params = {}
     upcast = False
@@ -179,7 +239,7 @@ def prepare_params(model: nn.Module, params: Mapping[str, Tensor]) -> tuple[Para
         else:
             value = value.clone()
         out[name] = value
-    return out, upcast
+    return ModelParams(out, tied), upcast
 
 
 def prepare_buffers(model: nn.Module) -> dict[str, Tensor]:
@@ -248,6 +308,9 @@ def check_direction(
 ) -> tuple[Direction, float]:
     """Validate a direction against ``params`` and normalise it to unit norm.
 
+    When ``params`` comes from `prepare` (a `ModelParams`), a key that is an alias of a tied
+    parameter is refused with a message that names the tie and the name to use.
+
     Returns:
         ``(u_unit, norm)``: float64 copies of the entries divided by the Euclidean norm taken over
         all entries, and the original norm.
@@ -265,8 +328,13 @@ def check_direction(
     unknown = sorted(set(u) - set(params))
     if unknown:
         raise ValueError(
-            f"direction {name} has keys that are not parameter names: {unknown}; expected a "
-            f"subset of {sorted(params)[:8]}"
+            _unknown_names(
+                f"direction {name}",
+                unknown,
+                getattr(params, "tied", {}),
+                "has keys that are not parameter names",
+                f"expected a subset of {sorted(params)[:8]}",
+            )
         )
     out: Direction = {}
     for key, value in u.items():

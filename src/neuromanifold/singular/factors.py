@@ -180,6 +180,8 @@ class Factors(Mapping[str, BlockFactors]):
         return len(self.blocks)
 
 
+@torch.inference_mode(False)
+@torch.enable_grad()
 def kfac_factors(
     model: nn.Module,
     data: Any,
@@ -198,6 +200,11 @@ def kfac_factors(
     Fisher). ``params`` (optional) replaces the model's parameters for the pass. The caller's
     model is never modified (the pass runs on a float64 eval-mode copy). Blocks with a factor
     side above ``max_factor_dim`` are skipped (``Factors.skipped``, module docstring).
+
+    The pass runs under ``torch.inference_mode(False)`` and ``torch.enable_grad()``, so the
+    factors are the same whatever grad mode the caller is in (``G`` is a backward pass: under
+    the caller's ``inference_mode`` it would silently be 0, under ``no_grad`` it would fail);
+    probe inputs created under inference mode are cloned before they reach the backward.
 
     Raises ValueError when a parameter or an activation is non-finite (naming the parameter or the
     module), when the data does not fit the model (naming the shapes), or when ``max_factor_dim``
@@ -295,6 +302,8 @@ def kfac_factors(
         for start in range(0, n_total, batch_size):
             xb = x_all[start : start + batch_size]
             xb = xb.to(torch.float64) if xb.is_floating_point() else xb
+            if xb.is_inference():  # an inference tensor cannot be saved for the backward
+                xb = xb.clone()
             for n in blocks:
                 inputs_seen[n].clear()
             outs_seen.clear()

@@ -71,6 +71,8 @@ def _score_rank(family: Any, fisher: str, out: Tensor) -> int:
     return max(per_sample - 1, 0)
 
 
+@torch.inference_mode(False)
+@torch.enable_grad()
 def g_rows(
     model: nn.Module,
     x: Tensor,
@@ -83,22 +85,29 @@ def g_rows(
     """Contributing rows of each block's ``G`` (module docstring), ``{block: rows}``.
 
     ``model``: the model the factors were taken on, evaluated as it is (through
-    ``torch.func.functional_call`` with detached views of its parameters: nothing is copied or
-    changed); ``x``: the probe inputs (floating inputs in the dtype of the model's parameters),
-    every sample of which is run, ``batch`` samples per forward and backward pass (the read
-    passes its memory plan's factor batch); ``factors``: its `BlockFactors` by block name (``N =
-    n_samples``, the sampling mode ``fisher``, ``g_rank_bound``). A block is given
+    ``torch.func.functional_call`` with detached views of its parameters: nothing is changed,
+    nothing but inference tensors is copied); ``x``: the probe inputs (floating inputs in the
+    dtype of the model's parameters), every sample of which is run, ``batch`` samples per
+    forward and backward pass (the read passes its memory plan's factor batch); ``factors``: its
+    `BlockFactors` by block name (``N = n_samples``, the sampling mode ``fisher``,
+    ``g_rank_bound``). A block is given
     ``min(g_rank_bound, N · max_n P_b(n) · r)``, with ``max_n P_b(n)`` the largest count over
     every sample of ``x`` (and every rank): an upper bound on the rows, so a factor of full rank
     is never given fewer rows than its side. Blocks the pass does not see as a module call (the
     per-group keys ``"name[g]"`` of a grouped convolution) and the closed-form head keep
     ``g_rank_bound``. Blocks without a ``g_rank_bound`` are left out.
+
+    The pass runs under ``torch.inference_mode(False)`` and ``torch.enable_grad()``, so the
+    counts are the same whatever grad mode the caller is in; parameters, buffers and inputs
+    created under inference mode are cloned (an inference tensor cannot be saved for the
+    backward), the others are used as they are.
     """
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive int; got {batch!r}")
     mods = dict(model.named_modules())
     wanted = {n for n in factors if n in mods and is_supported_block(mods[n])}
-    params = {k: v.detach().requires_grad_(True) for k, v in model.named_parameters()}
+    params = {k: _normal(v.detach()).requires_grad_(True) for k, v in model.named_parameters()}
+    state = {**params, **{k: _normal(b) for k, b in model.named_buffers() if b.is_inference()}}
     dtype = next((p.dtype for p in params.values() if p.is_floating_point()), torch.float64)
     most = dict.fromkeys(wanted, 0)
     heads: set[str] = set()
@@ -128,12 +137,12 @@ def g_rows(
     try:
         for lo in range(0, x.shape[0], batch):
             xs = x[lo : lo + batch]
-            xs = xs.to(dtype) if xs.is_floating_point() else xs
+            xs = _normal(xs.to(dtype) if xs.is_floating_point() else xs)
             for n in wanted:
                 outs[n] = []
                 counts[n] = torch.zeros(xs.shape[0], dtype=torch.long, device=xs.device)
             with torch.enable_grad():
-                out = torch.func.functional_call(model, params, (xs,))
+                out = torch.func.functional_call(model, state, (xs,))
                 if gen is None:
                     gen = torch.Generator(device=out.device).manual_seed(seed)
                 cot = torch.randn(out.shape, generator=gen, dtype=out.dtype, device=out.device)
@@ -165,6 +174,12 @@ def g_rows(
         rows = bf.n_samples * most[n] * r
         result[n] = min(int(bf.g_rank_bound), rows)
     return result
+
+
+def _normal(t: Tensor) -> Tensor:
+    """``t``, or a clone of it when it is an inference tensor (one made under
+    ``torch.inference_mode``, which autograd cannot save for a backward)."""
+    return t.clone() if t.is_inference() else t
 
 
 def rank_limited(

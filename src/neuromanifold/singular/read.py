@@ -220,6 +220,8 @@ def _not_covered(
     return out
 
 
+@torch.inference_mode(False)
+@torch.enable_grad()
 def read(
     model: nn.Module,
     data: Tensor | tuple[Tensor, Tensor],
@@ -308,6 +310,11 @@ def read(
             ``LIVE_REL·F_scale`` (`neuromanifold.singular.classify`). Recorded in
             ``meta["live_threshold"]``.
 
+    Grad modes: the read runs under ``torch.inference_mode(False)`` and ``torch.enable_grad()``
+    (its K-FAC factor pass and probe-rank count are backward passes), so it gives the same
+    `Reading` when called under ``torch.no_grad()`` or ``torch.inference_mode()``; probe data
+    created under inference mode is cloned (the working copy of the model is a copy anyway).
+
     Data parallelism: under an initialised ``torch.distributed`` process group, pass each rank's
     shard of the probe set (`neuromanifold.singular.distributed.read_sharded`); factor and Fisher
     sums, the sample count and the embedding rows seen are combined over the ranks, so every rank
@@ -351,6 +358,8 @@ def read(
             if not torch.isfinite(p).all():
                 raise ValueError(f"parameter {name!r} holds NaN or Inf values")
     xw = x.to(torch.float64) if x.is_floating_point() else x
+    if xw.is_inference():  # made under inference mode: autograd cannot save it for a backward
+        xw = xw.clone()
     if dev is not None:
         xw = xw.to(dev)
     labels = None if y is None else y.to(xw.device)

@@ -15,9 +15,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from neuromanifold.report import figures
 from neuromanifold.singular.reading import DirectionRecord, Reading
-from test_report_figure_titles import _captured
+from test_report_figure_titles import LONG_TITLE, _captured, _record
 
 #: the trial's sweep grid: 32 points log-spaced over four decades from 1e-5
 GRID = [1e-5 * 10 ** (4 * i / 31) for i in range(32)]
@@ -106,3 +108,23 @@ def test_some_zeros_are_marked_at_their_t_and_the_x_range_is_the_grid(
     )
     n_zero = sum(f == 0 for f in F)
     assert any(txt.get_text() == f"F = 0 at {n_zero} of {len(F)} t" for txt in ax.texts)
+
+
+@pytest.mark.parametrize("n", [8, 24])
+@pytest.mark.parametrize("title", ["planted", LONG_TITLE])
+def test_the_title_block_clears_every_panel_title(
+    n: int, title: str, tmp_path: Path, monkeypatch
+) -> None:
+    """Trial K #4: with 6 rows of panels the key line ran through the top row's panel titles."""
+    drawn = _captured(monkeypatch)
+    reading = Reading(tuple(_record(f"fc{i}") for i in range(n)), (), {})
+    figures.plot_sweeps(reading, tmp_path / "s.png", title=title)
+    (fig,) = drawn
+    renderer = fig.canvas.get_renderer()
+    head = fig._suptitle.get_window_extent(renderer)  # the title and the key, one text
+    assert fig.bbox.y0 <= head.y0 and head.y1 <= fig.bbox.y1
+    panels = [ax for ax in fig.axes if ax.axison]
+    assert len(panels) == n
+    for ax in panels:
+        for box in (ax.title.get_window_extent(renderer), ax.get_window_extent(renderer)):
+            assert not head.overlaps(box), (ax.get_title(), head, box)

@@ -15,7 +15,8 @@ matplotlib (Agg backend) is imported inside each function; every PNG is written 
 
 Each figure's title is wrapped (`textwrap`) into lines that fit the figure's width, and the
 figure grows by the lines added (`_fit_title`), so a long title (the CLI's names the model and
-the output family) is never cut at the figure's edges.
+the output family) is never cut at the figure's edges; the sweep panels are laid out below the
+drawn title, the figure growing by its height (`_layout_below`), so it covers no panel's title.
 """
 
 from __future__ import annotations
@@ -106,6 +107,28 @@ def _fit_title(fig: Any, text: str, *, fontsize: float = _TITLE_FONTSIZE) -> Any
     if added > 0:
         fig.set_figheight(fig.get_figheight() + added * _LINE_SPACING * fontsize / 72)
     return title
+
+
+def _layout_below(
+    fig: Any, head: Any, panels_height: float, *, gap: float = 0.5 * _TITLE_FONTSIZE
+) -> None:
+    """Lay out ``fig``'s panels (their titles included) below its drawn title ``head``.
+
+    The figure's height becomes ``panels_height`` inches plus the rendered height of ``head``,
+    ``gap`` points and the title's top margin, so the panels keep their size; `tight_layout`
+    then fills the part below ``head``'s box less ``gap``. With only ``tight_layout()`` a title
+    and key overlapped the top row's panel titles once the sweeps figure had 5-6 rows of panels
+    (user trial K #4).
+    """
+    renderer = fig.canvas.get_renderer()
+    _, y = head.get_position()  # the suptitle's anchor, in figure fractions (top-aligned)
+    head_in = head.get_window_extent(renderer).height / fig.dpi
+    gap_in = gap / 72
+    height = (panels_height + head_in + gap_in) / y
+    fig.set_figheight(height)
+    box = head.get_window_extent(fig.canvas.get_renderer())
+    top = (box.y0 - gap_in * fig.dpi) / fig.bbox.height
+    fig.tight_layout(rect=(0.0, 0.0, 1.0, top))
 
 
 def _relative_luminance(rgba: Sequence[float]) -> float:
@@ -228,8 +251,8 @@ def plot_sweeps(
         ax.set_xlabel("t", fontsize=_LABEL_FONTSIZE, labelpad=1)
         ax.set_ylabel("$F_u(t)$", fontsize=_LABEL_FONTSIZE, labelpad=1)
         ax.tick_params(labelsize=_TICK_FONTSIZE)
-    _fit_title(fig, f"{title}\n{_SWEEP_KEY}" if title else _SWEEP_KEY)
-    fig.tight_layout()
+    head = _fit_title(fig, f"{title}\n{_SWEEP_KEY}" if title else _SWEEP_KEY)
+    _layout_below(fig, head, rows * h)
     return save_png(fig, path)
 
 

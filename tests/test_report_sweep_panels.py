@@ -128,3 +128,63 @@ def test_the_title_block_clears_every_panel_title(
     for ax in panels:
         for box in (ax.title.get_window_extent(renderer), ax.get_window_extent(renderer)):
             assert not head.overlaps(box), (ax.get_title(), head, box)
+
+
+def _mixed_reading() -> Reading:
+    """30 records: 20 flat gauges first (as the ViT's record order had them), then ten with a
+    measured order or none, interleaved over the classes; each named by its layer."""
+    flats = [_flat([1e-28] * 32, 1e-27, layers=(f"flat{i}",)) for i in range(20)]
+    klasses = ["curved_gauge", "unresolved", "genuine_singularity", "live"] * 3
+    others = [
+        _flat([1e-6] * 32, 1e-27, layers=(f"{k}{i}",), klass=k) for i, k in enumerate(klasses[:10])
+    ]
+    return Reading(tuple(flats + others), (), {})
+
+
+def test_dropped_directions_are_flat_gauges_and_are_counted(tmp_path: Path, monkeypatch) -> None:
+    """Trial K #5: the first 24 records (mostly flat gauges) were kept and the rest dropped
+    without a word."""
+    drawn = _captured(monkeypatch)
+    reading = _mixed_reading()
+    figures.plot_sweeps(reading, tmp_path / "s.png", title="vit")
+    (fig,) = drawn
+    shown = [ax.get_title().split(" · ")[0] for ax in fig.axes if ax.axison]
+    assert len(shown) == figures.MAX_SWEEP_PANELS < len(reading.directions)
+    # every record that is not a flat gauge is shown, by class priority, in record order within
+    # a class; the flat gauges fill the rest in record order
+    expected = [
+        r.layer
+        for klass in ("genuine_singularity", "live", "curved_gauge", "unresolved")
+        for r in reading.directions
+        if r.klass == klass
+    ] + [r.layer for r in reading.directions if r.klass == "flat_gauge"]
+    assert shown == expected[: figures.MAX_SWEEP_PANELS]
+    head = " ".join(fig._suptitle.get_text().split())
+    note = f"showing {figures.MAX_SWEEP_PANELS} of {len(reading.directions)} directions"
+    assert note in head and "the rest are listed in the report" in head
+
+
+def test_a_reading_that_fits_says_nothing_about_dropped_directions(
+    tmp_path: Path, monkeypatch
+) -> None:
+    drawn = _captured(monkeypatch)
+    figures.plot_sweeps(Reading((_record("fc1"),), (), {}), tmp_path / "s.png", title="one")
+    (fig,) = drawn
+    assert "showing" not in fig._suptitle.get_text()
+
+
+def test_report_md_says_how_many_directions_the_sweeps_figure_shows(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from neuromanifold.report import write_report
+
+    monkeypatch.setattr(figures, "save_png", lambda fig, path: Path(path))
+    reading = _mixed_reading()
+    files = write_report(reading, tmp_path / "out", title="vit")
+    lines = files.markdown.read_text().splitlines()
+    link = lines.index("![sweeps](figures/sweeps.png)")
+    n, total = figures.MAX_SWEEP_PANELS, len(reading.directions)
+    assert f"showing {n} of {total} directions" in lines[link + 1]
+    # a reading that fits gets no such line
+    files = write_report(Reading((_record("fc1"),), (), {}), tmp_path / "one", title="one")
+    assert "showing" not in files.markdown.read_text()

@@ -29,12 +29,28 @@ from typing import Any
 
 from neuromanifold.report._atomic import atomic_write
 from neuromanifold.report.spectra import SPREAD_TAU
-from neuromanifold.singular.reading import Reading
+from neuromanifold.singular.reading import DirectionRecord, Reading
 
-__all__ = ["CLASSES", "SPECTRA_KEY", "plot_class_map", "plot_spectra", "plot_sweeps", "save_png"]
+__all__ = [
+    "CLASSES",
+    "MAX_SWEEP_PANELS",
+    "SPECTRA_KEY",
+    "plot_class_map",
+    "plot_spectra",
+    "plot_sweeps",
+    "save_png",
+    "sweep_panels",
+    "sweeps_note",
+]
 
 CLASSES = ("genuine_singularity", "curved_gauge", "flat_gauge", "live", "unresolved")
-_MAX_PANELS = 24
+MAX_SWEEP_PANELS = 24
+"""The most panels `plot_sweeps` draws by default."""
+#: the order in which `sweep_panels` fills the panels: records with a measured order (or whose
+#: order the read could not settle) before flat gauges, whose F is flat at the floor; a class
+#: not named here comes before the flat gauges
+_PANEL_PRIORITY = {"genuine_singularity": 0, "live": 1, "curved_gauge": 2, "unresolved": 3}
+_FLAT_PRIORITY = 5
 #: fraction of the figure's width a title line may take (the rest is the side margins)
 _TITLE_WIDTH = 0.94
 _TITLE_FONTSIZE = 9
@@ -182,10 +198,34 @@ def _grid(n: int) -> tuple[int, int]:
     return math.ceil(n / cols), cols
 
 
+def sweep_panels(reading: Reading, max_panels: int = MAX_SWEEP_PANELS) -> list[DirectionRecord]:
+    """The records `plot_sweeps` draws: at most ``max_panels`` of ``reading.directions``, by
+    class (`_PANEL_PRIORITY`: genuine singularity, live, curved gauge, unresolved, then any
+    other class, flat gauges last), in the records' order within a class."""
+
+    def priority(r: DirectionRecord) -> int:
+        if r.klass == "flat_gauge":
+            return _FLAT_PRIORITY
+        return _PANEL_PRIORITY.get(r.klass, _FLAT_PRIORITY - 1)
+
+    return sorted(reading.directions, key=priority)[: max(0, max_panels)]  # sorted is stable
+
+
+def sweeps_note(shown: int, total: int) -> str:
+    """What the sweeps figure and report say when ``shown`` of ``total`` directions are drawn
+    (``""`` when all are)."""
+    if shown >= total:
+        return ""
+    return f"showing {shown} of {total} directions; the rest are listed in the report"
+
+
 def plot_sweeps(
-    reading: Reading, path: str | Path, *, title: str = "", max_panels: int = _MAX_PANELS
+    reading: Reading, path: str | Path, *, title: str = "", max_panels: int = MAX_SWEEP_PANELS
 ) -> Path:
-    """Log–log sweeps of the first ``max_panels`` directions (module docstring).
+    """Log–log sweeps of at most ``max_panels`` directions (module docstring).
+
+    The panels are `sweep_panels`: records with a measured order first, flat gauges last; when
+    directions are left out the title says how many are shown (`sweeps_note`).
 
     Each panel's axes are labelled (x: ``t``, y: ``F_u(t)``), the dashed floor line carries the
     label ``floor`` and the figure's title ends with `_SWEEP_KEY`, which says what each mark is.
@@ -195,7 +235,7 @@ def plot_sweeps(
     (``F = 0 at every t`` for a direction along which F vanishes identically, `_zero_note`).
     """
     plt = _plt()
-    recs = list(reading.directions)[:max_panels]
+    recs = sweep_panels(reading, max_panels)
     rows, cols = _grid(max(1, len(recs)))
     w, h = _SWEEP_PANEL
     fig, axes = plt.subplots(rows, cols, figsize=(w * cols, h * rows), dpi=_DPI, squeeze=False)
@@ -251,7 +291,8 @@ def plot_sweeps(
         ax.set_xlabel("t", fontsize=_LABEL_FONTSIZE, labelpad=1)
         ax.set_ylabel("$F_u(t)$", fontsize=_LABEL_FONTSIZE, labelpad=1)
         ax.tick_params(labelsize=_TICK_FONTSIZE)
-    head = _fit_title(fig, f"{title}\n{_SWEEP_KEY}" if title else _SWEEP_KEY)
+    note = sweeps_note(len(recs), len(reading.directions))
+    head = _fit_title(fig, "\n".join(p for p in (title, note, _SWEEP_KEY) if p))
     _layout_below(fig, head, rows * h)
     return save_png(fig, path)
 

@@ -52,6 +52,8 @@ def write_report(
 
     ``factors`` (optional; `kfac_factors` of the same model and probe set — `read` does not
     return them) adds the A/G spectra figure. ``figures=False`` writes JSON and Markdown only.
+    When the sweeps figure leaves directions out (`sweep_panels`), the line under its link says
+    how many it shows (`sweeps_note`); the tables list them all.
     """
     if not isinstance(reading, Reading):
         raise TypeError(f"reading must be a Reading; got {type(reading).__name__}")
@@ -62,9 +64,16 @@ def write_report(
     json_path = write_reading_json(reading, directory / "report.json")
     figs: dict[str, Path] = {}
     if figures:
-        from neuromanifold.report.figures import plot_class_map, plot_spectra, plot_sweeps
+        from neuromanifold.report.figures import (
+            plot_class_map,
+            plot_spectra,
+            plot_sweeps,
+            sweep_panels,
+            sweeps_note,
+        )
 
         fig_dir = directory / "figures"
+        shown = sweep_panels(reading)
         figs["sweeps"] = plot_sweeps(reading, fig_dir / "sweeps.png", title=title)
         if factors is not None:
             from neuromanifold.report.spectra import block_spectra
@@ -74,12 +83,11 @@ def write_report(
         figs["classes"] = plot_class_map(reading, fig_dir / "classes.png", title=title)
     text = reading_markdown(reading, title=title, level=1)
     if figs:
-        text += (
-            "\n## Figures\n\n"
-            + "\n".join(
-                f"![{name}]({p.relative_to(directory).as_posix()})" for name, p in figs.items()
-            )
-            + "\n"
-        )
+        lines = []
+        for name, p in figs.items():
+            lines.append(f"![{name}]({p.relative_to(directory).as_posix()})")
+            if name == "sweeps" and (note := sweeps_note(len(shown), len(reading.directions))):
+                lines.append(f"*{p.name}: {note} (the tables above).*")
+        text += "\n## Figures\n\n" + "\n".join(lines) + "\n"
     md_path = atomic_write_text(directory / "report.md", text)
     return ReportFiles(directory=directory, json=json_path, markdown=md_path, figures=figs)

@@ -188,3 +188,27 @@ def test_report_md_says_how_many_directions_the_sweeps_figure_shows(
     # a reading that fits gets no such line
     files = write_report(Reading((_record("fc1"),), (), {}), tmp_path / "one", title="one")
     assert "showing" not in files.markdown.read_text()
+
+
+def test_a_chain_panel_names_all_its_layers_and_the_detector(tmp_path: Path, monkeypatch) -> None:
+    """Trial K (smaller observation): a chain's panel named only its first layer, so the chains
+    1+3+5 and 1+3 both read "1 · duality"."""
+    drawn = _captured(monkeypatch)
+    vit = ("blocks.0.attn.q_proj", "blocks.0.attn.k_proj")
+    recs = (
+        _flat([1e-6] * 32, 1e-27, layers=("1", "3", "5"), detector="duality", klass="live"),
+        _flat([1e-6] * 32, 1e-27, layers=("1", "3"), detector="duality", klass="live"),
+        _flat([1e-6] * 32, 1e-27, layers=vit, detector="qk-rotation", klass="curved_gauge"),
+    )
+    figures.plot_sweeps(Reading(recs, (), {}), tmp_path / "s.png", title="chains")
+    (fig,) = drawn
+    panels = [ax for ax in fig.axes if ax.axison]
+    heads = [ax.get_title().split("\n")[0] for ax in panels]
+    assert len(set(heads)) == len(recs)  # the chains are told apart
+    renderer = fig.canvas.get_renderer()
+    for ax, head, rec in zip(panels, heads, recs, strict=True):
+        assert head.endswith(f" · {rec.detector}")
+        for layer in rec.layers:  # every layer is named, at least by its last component
+            assert layer.split(".")[-1] in head
+        # the title line stays within its panel's width
+        assert ax.title.get_window_extent(renderer).width <= ax.get_window_extent(renderer).width

@@ -193,6 +193,30 @@ def _zero_note(n_zero: int, n: int) -> str:
     return "F = 0 at every t" if n_zero == n else f"F = 0 at {n_zero} of {n} t"
 
 
+#: the longest layer list a sweep panel's title shows in full, in characters (at 8 pt a
+#: `_SWEEP_PANEL` panel's title line holds about 55, and the detector follows the layers)
+_PANEL_LAYERS_CHARS = 38
+
+
+def _layers_label(layers: Sequence[str], limit: int = _PANEL_LAYERS_CHARS) -> str:
+    """A record's layers for its panel title: joined with ``+``; if longer than ``limit``, their
+    common dotted prefix once (``blocks.0.attn.{q_proj+k_proj}``); if still longer, the first
+    and the last with the count (``a+…+z (5 layers)``)."""
+    joined = "+".join(layers)
+    if len(joined) <= limit or len(layers) < 2:
+        return joined
+    parts = [name.split(".") for name in layers]
+    common = 0
+    while all(len(p) > common + 1 and p[common] == parts[0][common] for p in parts):
+        common += 1
+    if common:
+        rests = "+".join(".".join(p[common:]) for p in parts)
+        label = ".".join(parts[0][:common]) + ".{" + rests + "}"
+        if len(label) <= limit:
+            return label
+    return f"{layers[0]}+…+{layers[-1]} ({len(layers)} layers)"
+
+
 def _grid(n: int) -> tuple[int, int]:
     cols = min(4, max(1, n))
     return math.ceil(n / cols), cols
@@ -225,7 +249,8 @@ def plot_sweeps(
     """Log–log sweeps of at most ``max_panels`` directions (module docstring).
 
     The panels are `sweep_panels`: records with a measured order first, flat gauges last; when
-    directions are left out the title says how many are shown (`sweeps_note`).
+    directions are left out the title says how many are shown (`sweeps_note`). A panel's title
+    names all of its record's layers (`_layers_label`) and the detector.
 
     Each panel's axes are labelled (x: ``t``, y: ``F_u(t)``), the dashed floor line carries the
     label ``floor`` and the figure's title ends with `_SWEEP_KEY`, which says what each mark is.
@@ -287,7 +312,8 @@ def plot_sweeps(
             ax.loglog(tw, fit, "-", lw=1.2, color="tab:orange")
         k = "—" if r.k_hat is None else f"{r.k_hat:.2f}"
         r2 = "—" if r.r2 is None else f"{r.r2:.3f}"
-        ax.set_title(f"{r.layer} · {r.detector}\n{r.klass}, k̂={k}, r²={r2}", fontsize=8)
+        where = _layers_label(r.layers or (r.layer,))
+        ax.set_title(f"{where} · {r.detector}\n{r.klass}, k̂={k}, r²={r2}", fontsize=8)
         ax.set_xlabel("t", fontsize=_LABEL_FONTSIZE, labelpad=1)
         ax.set_ylabel("$F_u(t)$", fontsize=_LABEL_FONTSIZE, labelpad=1)
         ax.tick_params(labelsize=_TICK_FONTSIZE)

@@ -12,7 +12,8 @@ Pipeline (spec §7.2):
    ``in_proj_weight``; records name them so), ``meta["multihead_as_projections"]``
    (`neuromanifold.singular.adapt_attention`); see `_working_copy` for fused attention). Non-finite
    parameters or activations raise ``ValueError`` naming the parameter or module; data that does
-   not fit the model raises ``ValueError`` naming the shapes.
+   not fit the model raises ``ValueError`` naming the shapes; a random forward (two evaluations
+   on the same samples differ, `_check_repeatable`) raises ``ValueError``.
 2. One hooked forward on a few samples traces the data-flow graph (`trace_graph`; a norm whose
    output the graph loses at a function it does not follow is named in the ``note`` and in
    ``meta["graph_stops"]``, `_norm_stops`); one pass over the probe set collects the K-FAC/KFC
@@ -87,6 +88,14 @@ DEDUP_OVERLAP = 0.999
 GRAPH_SAMPLES = 16
 FORWARD_MODE_SAMPLES = 2
 """Probe samples of the read's early forward-mode test (`check_forward_mode`)."""
+REPEAT_RTOL = 1e-10
+"""Largest ``max|y₂ − y₁| / max|y₁|`` between two evaluations of the working copy on the same
+probe samples for which its forward counts as a fixed function of θ (`_check_repeatable`). A
+deterministic forward repeats bitwise on CPU; on a GPU, nondeterministic (atomic) float64
+reductions reorder sums and differ by rounding: ``SAME_MAP_RTOL`` (1e-12, one layer's products in
+another order, `neuromanifold.singular.adapt`) with 100× room for that rounding to grow through
+the layers of a deep model. A random forward differs by far more (dropout at rate ``p`` sets a
+fraction ``p`` of the units to 0 and scales the others by ``1/(1 − p)``)."""
 
 
 def _inputs(data: Any) -> tuple[Tensor, Tensor | None]:
@@ -382,6 +391,7 @@ def read(
             f"must be the sample axis, one row per sample"
         )
     family.check_output(out)
+    _check_repeatable(work, xw[:GRAPH_SAMPLES], out, data_shape=tuple(x.shape))
     unpacked, mha_passes = multihead_as_projections(work, xw)
     linear_subclasses, adapt_passes = linear_subclasses_as_linear(work, xw)
     adapt_passes += mha_passes
@@ -584,6 +594,43 @@ def read(
         "graph_stops": graph_stops,
     }
     return Reading(directions=tuple(records), not_covered=tuple(not_covered), meta=meta, note=note)
+
+
+def _check_repeatable(
+    model: nn.Module, x: Tensor, first: Tensor, *, data_shape: tuple[int, ...]
+) -> None:
+    """Raise a ``ValueError`` unless ``model(x)`` evaluated again equals ``first`` (its output on
+    ``x``) to ``REPEAT_RTOL`` relative.
+
+    The read takes the model as a fixed function of θ (its Fisher, factors and sweeps are
+    derivatives of that function); a forward that draws random numbers even in eval mode
+    (dropout hard-wired on, ``F.dropout(..., training=True)``; noise added in ``forward``) would be
+    read as structure from noise. One extra forward on the first ``GRAPH_SAMPLES`` samples, a
+    fixed check like `check_forward_mode`'s and, like it, not counted in
+    ``meta["n_forward_passes"]``. A non-finite ``first`` is left to the factor pass, which names
+    it.
+    """
+    if not bool(torch.isfinite(first).all()):
+        return
+    with torch.no_grad():
+        again = forward_checked(model, x, data_shape=data_shape)
+    if isinstance(again, Tensor) and again.shape == first.shape:
+        if first.numel() == 0 or torch.equal(again, first):
+            return
+        change = float((again - first).abs().max())
+        scale = float(first.abs().max())
+        if change <= REPEAT_RTOL * scale:
+            return
+        what = f"by up to {change:.3g} (outputs of size up to {scale:.3g})"
+    else:
+        what = "in type or shape"
+    raise ValueError(
+        f"the model's forward is random: two evaluations on the same {x.shape[0]} probe samples "
+        f"(in eval mode) differ {what}; this is typically dropout or noise applied in forward "
+        f"whatever the mode (F.dropout(..., training=True), torch.rand/randn in forward, "
+        f"Monte Carlo dropout) or a state that each call changes. The read needs the model to "
+        f"be a fixed function of its parameters θ: make the forward deterministic in eval mode"
+    )
 
 
 def _upcast_note(model: nn.Module) -> str:

@@ -10,6 +10,7 @@ convolutions, ``(C_in, k_h, k_w)`` row-major; the middle axes of a Linear's inpu
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from torch import Tensor, nn
@@ -79,8 +80,8 @@ def patches(module: nn.Module, x: Tensor) -> Tensor:
     >>> bool(torch.allclose(y, conv(x).flatten(2).transpose(1, 2)))
     True
     """
-    if isinstance(module, nn.Linear):
-        return x.reshape(x.shape[0], -1, x.shape[-1])
+    if isinstance(module, nn.Linear):  # positions named, not -1: d_in may be 0 (nn.Linear(0, k))
+        return x.reshape(x.shape[0], math.prod(x.shape[1:-1]), x.shape[-1])
     if isinstance(module, nn.Conv1d):
         x4 = x.unsqueeze(-2)
         cols = F.unfold(
@@ -104,5 +105,5 @@ def patches(module: nn.Module, x: Tensor) -> Tensor:
 def gradient_positions(module: nn.Module, g: Tensor) -> Tensor:
     """Output-side gradients as ``(B, P, d_out)`` (conv: channels last)."""
     if isinstance(module, nn.Linear):
-        return g.reshape(g.shape[0], -1, g.shape[-1])
+        return g.reshape(g.shape[0], math.prod(g.shape[1:-1]), g.shape[-1])
     return g.flatten(2).transpose(1, 2)

@@ -54,6 +54,7 @@ convolution layers*, ICML 2016.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -159,7 +160,8 @@ class Factors(Mapping[str, BlockFactors]):
 
     ``n_forward_passes`` counts forward passes over probe batches, ``n_backward_passes`` the
     backward passes (one per Hessian column or label sample per batch). ``skipped`` maps the
-    supported blocks left unfactored by the size cap (module docstring) to the reason.
+    supported blocks left unfactored by the size cap (module docstring), or because they hold no
+    parameters at all (zero-size, e.g. ``nn.Linear(4, 0)``), to the reason.
     """
 
     blocks: Mapping[str, BlockFactors]
@@ -199,7 +201,8 @@ def kfac_factors(
     ``data`` is a tensor of probe inputs ``(N, ...)`` or an ``(X, y)`` tuple (labels unused: true
     Fisher). ``params`` (optional) replaces the model's parameters for the pass. The caller's
     model is never modified (the pass runs on a float64 eval-mode copy). Blocks with a factor
-    side above ``max_factor_dim`` are skipped (``Factors.skipped``, module docstring).
+    side above ``max_factor_dim`` are skipped (``Factors.skipped``, module docstring), and so are
+    blocks holding no parameters (zero width, e.g. ``nn.Linear(4, 0)``: no directions).
 
     The pass runs under ``torch.inference_mode(False)`` and ``torch.enable_grad()``, so the
     factors are the same whatever grad mode the caller is in (``G`` is a backward pass: under
@@ -222,8 +225,14 @@ def kfac_factors(
     blocks = {n: mod for n, mod in m.named_modules() if is_supported_block(mod)}
     grouped = {n: mod for n, mod in m.named_modules() if is_grouped_conv(mod)}
     views = {n: group_views(mod) for n, mod in grouped.items()}
-    skipped = {n: r for n, mod in blocks.items() if (r := _too_large(mod, max_factor_dim))}
-    skipped |= {n: r for n, vs in views.items() if (r := _too_large(vs[0], max_factor_dim))}
+    skipped = {
+        n: r for n, mod in blocks.items() if (r := _empty(mod) or _too_large(mod, max_factor_dim))
+    }
+    skipped |= {
+        n: r
+        for n, vs in views.items()
+        if (r := _empty(grouped[n]) or _too_large(vs[0], max_factor_dim))
+    }
     blocks = {n: mod for n, mod in blocks.items() if n not in skipped}
     grouped = {n: mod for n, mod in grouped.items() if n not in skipped}
     for n in grouped:  # one block per group: a plain convolution on views of the group's rows
@@ -438,11 +447,25 @@ def output_block_g(family: Any, out: Tensor) -> tuple[Tensor, int]:
     return torch.diag(p.sum(0)) - p.T @ p, flat.shape[0] * d
 
 
+def _empty(mod: nn.Module) -> str | None:
+    """Why block ``mod``'s factors are not formed because it holds no parameters (a zero-width
+    layer, e.g. an optional branch configured as ``nn.Linear(4, 0)``), or ``None``. A block whose
+    weight alone is empty but whose bias is not (``nn.Linear(0, 3)``) is factored: ``A`` is the
+    bias coordinate's ``[[1]]``."""
+    if mod.weight.numel() + (0 if mod.bias is None else mod.bias.numel()) > 0:
+        return None
+    return (
+        f"zero-size block (weight of shape {tuple(mod.weight.shape)}"
+        f"{'' if mod.bias is None else ', empty bias'}): it holds no parameters, so it has no "
+        f"directions to read"
+    )
+
+
 def _too_large(mod: nn.Module, max_dim: int) -> str | None:
     """Why block ``mod``'s factors are not formed (its larger side exceeds ``max_dim``), or
     ``None``: e.g. ``"no K-FAC directions: its factor G would be 50257 × 50257 (20.2 GB float64)
     above max_factor_dim 16384 (...)"``."""
-    d_in = mod.weight[0].numel() + (1 if mod.bias is not None else 0)
+    d_in = math.prod(mod.weight.shape[1:]) + (1 if mod.bias is not None else 0)
     d_out = mod.weight.shape[0]
     side, d = ("A", d_in) if d_in >= d_out else ("G", d_out)
     if d <= max_dim:
@@ -502,7 +525,7 @@ def _all_reduce_sums(
         called[n] = bool(flag.item() > 0)
         if not called[n]:
             continue
-        d_in = mod.weight[0].numel() + (1 if mod.bias is not None else 0)
+        d_in = math.prod(mod.weight.shape[1:]) + (1 if mod.bias is not None else 0)
         d_out = mod.weight.shape[0]
         dev = mod.weight.device
         a = sums_a[n]

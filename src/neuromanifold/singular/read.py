@@ -20,8 +20,9 @@ Pipeline (spec §7.2):
    factors (`kfac_factors`); a no-grad pass records the embedding indices seen (only when the
    model has embeddings).
 3. Coverage: every module holding parameters must be handled by some detector of the registry;
-   the others are listed in ``not_covered`` with a reason (also supported blocks never called, and
-   blocks too large to factor, `kfac_factors`' size cap).
+   the others are listed in ``not_covered`` with a reason (also supported blocks never called,
+   blocks too large to factor, `kfac_factors`' size cap, and zero-size blocks, which hold no
+   parameters, e.g. an optional branch ``nn.Linear(4, 0)``).
 4. Detect: each detector, in registry order, proposes `Candidate` directions for every module it
    applies to. They are read in `_reading_order` (possible dead directions first, by eigenvalue
    ratio; gauges last), which is also the order ``max_directions`` truncates.
@@ -193,7 +194,7 @@ def _not_covered(
     out = []
     for name, mod in model.named_modules():
         own = sum(p.numel() for p in mod.parameters(recurse=False))
-        if own == 0:
+        if own == 0 and name not in skipped:  # a skipped zero-size block is listed all the same
             continue
         label = name or "<root>"
         if not registry.covers(mod):

@@ -12,6 +12,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
 
+from neuromanifold import read
 from neuromanifold.singular import (
     Categorical,
     Gaussian,
@@ -69,6 +70,8 @@ def test_embedding_with_max_norm_is_refused(cls: type[nn.Module], width: int) ->
             r"renormalises .* in place .*set max_norm=None",
         ):
             fn(m, dict(m.named_parameters()), u, ids, Gaussian())
+    with pytest.raises(ValueError, match=r"submodule '0' \(Embedding(Bag)?\) has max_norm=1.0"):
+        read(m, ids, Gaussian(), progress=False)  # the whole-model read refuses it up front too
     assert torch.equal(m[0].weight.detach(), before)
 
 

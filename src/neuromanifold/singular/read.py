@@ -56,7 +56,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from neuromanifold.singular._validate import check_eval_mode
+from neuromanifold.singular._validate import check_eval_mode, check_parameter_writes
 from neuromanifold.singular.adapt import conv1d_as_linear, linear_subclasses_as_linear
 from neuromanifold.singular.adapt_attention import multihead_as_projections
 from neuromanifold.singular.blocks import conv_padding, is_supported_block
@@ -360,6 +360,7 @@ def read(
         registry = _registry(detectors)
         upcast = any(p.is_floating_point() and p.dtype != torch.float64 for p in model.parameters())
         check_eval_mode(model)  # the caller's modes: the working copy below is set to eval mode
+        check_parameter_writes(model)  # a forward writing into its weights (max_norm)
         work = _working_copy(model)
         rewritten = conv1d_as_linear(work)
         if dev is not None:

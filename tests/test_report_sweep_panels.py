@@ -66,6 +66,19 @@ def test_a_constant_F_gets_a_finite_y_range_and_its_points(tmp_path: Path, monke
     assert sum(len(ln.get_xdata()) for ln in drawn_points) == len(F)
 
 
+def test_minor_tick_labels_of_a_narrow_range_get_the_panel_tick_size(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A flat gauge just above its floor (the demo's ViT: F ≈ 5.5e-26, floor 4e-26) spans about
+    one decade, which matplotlib labels with minor ticks: they were drawn at its default 10 pt,
+    larger than the panel's title, while the major ticks had the panels' tick size."""
+    _, ax = _one_panel(_flat([5.5e-26] * len(GRID), 4e-26), tmp_path, monkeypatch)
+    minor = [lab for lab in ax.yaxis.get_ticklabels(minor=True) if lab.get_text()]
+    assert minor  # this range is labelled by minor ticks
+    shown = [lab for lab in ax.yaxis.get_ticklabels(which="both") if lab.get_text()]
+    assert {lab.get_fontsize() for lab in shown} == {figures._TICK_FONTSIZE}
+
+
 #: the widest padding of the x range past the sweep's grid the panel may add, as a factor on
 #: each side (a third of a decade: the grid's ends stay where the reader looks for them)
 X_PAD_MAX = 10 ** (1 / 3)

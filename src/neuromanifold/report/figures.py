@@ -316,7 +316,8 @@ def plot_sweeps(
         ax.set_title(f"{where} · {r.detector}\n{r.klass}, k̂={k}, r²={r2}", fontsize=8)
         ax.set_xlabel("t", fontsize=_LABEL_FONTSIZE, labelpad=1)
         ax.set_ylabel("$F_u(t)$", fontsize=_LABEL_FONTSIZE, labelpad=1)
-        ax.tick_params(labelsize=_TICK_FONTSIZE)
+        # minor ticks too: a range under about a decade is labelled by them
+        ax.tick_params(which="both", labelsize=_TICK_FONTSIZE)
     note = sweeps_note(len(recs), len(reading.directions))
     head = _fit_title(fig, "\n".join(p for p in (title, note, _SWEEP_KEY) if p))
     _layout_below(fig, head, rows * h)
@@ -356,7 +357,7 @@ def plot_spectra(
         ax.set_title(name, fontsize=8)
         ax.set_xlabel("eigenvalue index (descending)", fontsize=_LABEL_FONTSIZE, labelpad=1)
         ax.set_ylabel("λ_i / λ_max", fontsize=_LABEL_FONTSIZE, labelpad=1)
-        ax.tick_params(labelsize=_TICK_FONTSIZE)
+        ax.tick_params(which="both", labelsize=_TICK_FONTSIZE)
         ax.legend(fontsize=_TICK_FONTSIZE, loc="lower left")
     key = SPECTRA_KEY
     _fit_title(fig, f"{title}\n{key}" if title else key)

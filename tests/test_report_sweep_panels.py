@@ -225,3 +225,33 @@ def test_a_chain_panel_names_all_its_layers_and_the_detector(tmp_path: Path, mon
             assert layer.split(".")[-1] in head
         # the title line stays within its panel's width
         assert ax.title.get_window_extent(renderer).width <= ax.get_window_extent(renderer).width
+
+
+def test_demo_report_says_how_many_sweeps_it_shows(tmp_path: Path, monkeypatch) -> None:
+    """The demo's report.md carries the same note as `write_report` under a sweeps figure that
+    leaves directions out (it carried none; the demo's ViTs read 43 directions)."""
+    from neuromanifold.demo_result import DemoConfig, DemoResult, ModelRead
+    from neuromanifold.report.demo_report import demo_markdown
+
+    def model(n: int) -> ModelRead:
+        recs = tuple(_record(f"fc{i}") for i in range(n))
+        return ModelRead(
+            name="vit", stage="scratch", task="digits", checkpoint="c.safetensors",
+            metrics={"val_accuracy": 0.9, "val_loss": 0.3}, reading=Reading(recs, (), {}),
+            spectra={}, cached=True, read_s=1.0,
+        )  # fmt: skip
+
+    many = figures.MAX_SWEEP_PANELS + 6
+    result = DemoResult(
+        config=DemoConfig(),
+        cells=[],
+        models={"vit-digits-scratch": model(many), "vit-digits-finetune": model(3)},
+        optimizers=[],
+        rows=[],
+    )
+    names = ("vit-digits-scratch-sweeps", "vit-digits-finetune-sweeps")
+    md = demo_markdown(result, {name: f"figures/{name}.png" for name in names})
+    note = figures.sweeps_note(figures.MAX_SWEEP_PANELS, many)
+    assert md.count(note) == 1 and f"{figures.MAX_SWEEP_PANELS} of {many}" in note
+    assert md.index(note) > md.index("figures/vit-digits-scratch-sweeps.png")
+    assert md.index(note) < md.index("figures/vit-digits-finetune-sweeps.png")

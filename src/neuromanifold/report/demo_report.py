@@ -10,7 +10,6 @@ atomically, JSON first.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,6 @@ from neuromanifold.report._atomic import atomic_write_text
 from neuromanifold.report.markdown import fmt, reading_markdown, scan_summary, table
 
 __all__ = ["demo_findings", "demo_markdown", "load_demo", "plot_optimizers", "write_demo_report"]
-
-_ORDER = {"genuine_singularity": 0, "unresolved": 1, "live": 2, "curved_gauge": 3, "flat_gauge": 4}
 
 
 def demo_findings(result: Any) -> list[Any]:
@@ -155,6 +152,12 @@ def demo_markdown(result: Any, figures: dict[str, str]) -> str:
             name = f"{key}-{fig}"
             if name in figures:
                 lines.append(f"![{name}]({figures[name]})")
+            if fig == "sweeps" and name in figures:
+                from neuromanifold.report.figures import sweep_panels, sweeps_note
+
+                total = len(mr.reading.directions)
+                if note := sweeps_note(len(sweep_panels(mr.reading)), total):
+                    lines.append(f"*{note} (the tables above).*")
     if result.rows:
         lines += ["", "## Optimizer comparison", ""]
         lines.append(
@@ -281,10 +284,8 @@ def write_demo_report(result: Any, out: str | Path, *, figures: bool = True) -> 
     if figures:
         fig_dir = directory / "figures"
         for key, mr in result.models.items():
-            recs = sorted(mr.reading.directions, key=lambda r: _ORDER.get(r.klass, 9))
-            shown = replace(mr.reading, directions=tuple(recs))
-            made = {
-                "sweeps": plot_sweeps(shown, fig_dir / f"{key}-sweeps.png", title=key),
+            made = {  # plot_sweeps orders the panels (flat gauges last)
+                "sweeps": plot_sweeps(mr.reading, fig_dir / f"{key}-sweeps.png", title=key),
                 "spectra": plot_spectra(mr.spectra, fig_dir / f"{key}-spectra.png", title=key),
                 "classes": plot_class_map(mr.reading, fig_dir / f"{key}-classes.png", title=key),
             }

@@ -20,9 +20,13 @@ from torch import Tensor
 
 from neuromanifold.singular.detectors.link import (
     DEGENERATE_ENERGY_TOL,
+    EXACT_DEAD_ENERGY,
     BlockSpectrum,
+    _clusters,
+    live_energy_batch,
     principal_links,
     principal_links_reference,
+    rotated_energy_max,
 )
 
 # chains from the same subspace through differently rotated solver outputs: rounding of O(1)
@@ -192,3 +196,48 @@ def test_energies_apart_by_more_than_the_tolerance_stay_principal():
     torch.testing.assert_close(
         c.abs(), torch.eye(2, dtype=torch.float64), atol=ATOL_SPLIT_DIRECTION, rtol=0
     )
+
+
+def _dead_and_near_dead(e_near: float) -> tuple[BlockSpectrum, Tensor]:
+    """d = 4, A-kernel = axes 0, 1 (live rank r = 2 = m): an exactly dead lift (axis 0, energy 0)
+    and a near-dead one with out-of-kernel energy ``e_near`` (s13 audit B #2)."""
+    alpha = torch.tensor([0.0, 0.0, 1.0, 2.0], dtype=torch.float64)
+    eye = torch.eye(4, dtype=torch.float64)
+    spec = BlockSpectrum(alpha, eye, alpha, eye, [0, 1], [0, 1])
+    near = torch.tensor([0.0, math.sqrt(1 - e_near), math.sqrt(e_near), 0.0], dtype=torch.float64)
+    return spec, torch.stack([eye[:, 0], near], 1)
+
+
+@pytest.mark.parametrize("e_near", [2e-10, 5e-9])
+def test_an_exactly_dead_path_keeps_its_own_energy_inside_a_cluster(e_near: float) -> None:
+    """With r = m the link bound is `EXACT_DEAD_ENERGY`; the cluster {0, e_near} got its mean
+    energy, so the exactly dead path stopped linking. Each direction now carries its own energy,
+    equal to its lift's out-of-kernel energy, in the fast path and the oracle alike."""
+    spec, vecs = _dead_and_near_dead(e_near)
+    basis = torch.eye(2, dtype=torch.float64)
+    bound = rotated_energy_max(spec, 2)
+    assert bound == EXACT_DEAD_ENERGY
+    for fn in (principal_links, principal_links_reference):
+        c, e = fn(spec, vecs, basis)
+        torch.testing.assert_close(e, live_energy_batch(spec, vecs @ c), atol=ATOL_ENERGY, rtol=0)
+        assert (e <= bound).tolist() == [True, False]  # the dead path links, the other does not
+
+
+def test_a_run_of_small_gaps_does_not_chain_into_one_wide_cluster() -> None:
+    """Energies 0, 0.9e-8, …, 4.5e-8 (every gap below the tolerance) were one cluster with the
+    mean energy 2.25e-8; clusters now span at most `DEGENERATE_ENERGY_TOL` from their lowest
+    energy, and every returned energy is its direction's own."""
+    d, k, m = 16, 8, 6
+    gen = torch.Generator().manual_seed(5)
+    q = torch.linalg.qr(torch.randn(d, d, generator=gen).double())[0]
+    ker, live = q[:, :k], q[:, k:]
+    planted = torch.arange(m, dtype=torch.float64) * 0.9 * DEGENERATE_ENERGY_TOL
+    vecs = torch.stack(
+        [ker[:, i] * (1 - planted[i]).sqrt() + live[:, i] * planted[i].sqrt() for i in range(m)], 1
+    )
+    ev = torch.cat([torch.zeros(k), torch.linspace(0.5, 2.0, d - k)]).double()
+    spec = BlockSpectrum(ev, q, ev, q, list(range(k)), list(range(k)))
+    c, e = principal_links(spec, vecs, torch.eye(m, dtype=torch.float64))
+    torch.testing.assert_close(e, live_energy_batch(spec, vecs @ c), atol=ATOL_ENERGY, rtol=0)
+    assert [hi - lo for lo, hi in _clusters(planted)] == [2, 2, 2]
+    assert float(e.max() - e.min()) > 4 * DEGENERATE_ENERGY_TOL  # the spread is kept

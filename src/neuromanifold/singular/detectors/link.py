@@ -13,8 +13,8 @@ projections are computed through the smaller of the kernel basis and its complem
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import pairwise
 
 import scipy.linalg
 import torch
@@ -52,8 +52,9 @@ NULL_FRACTION = 0.04
 EXACT_DEAD_ENERGY = 1e-10
 """Out-of-kernel energy at rounding level: an exactly dead unit, linked whatever ``r/d``."""
 DEGENERATE_ENERGY_TOL = 1e-8
-"""Principal energies (`principal_links`) closer than this are one degenerate cluster, whose
-directions are replaced by a canonical basis of the cluster's span (`_canonical_span`). The
+"""Principal energies (`principal_links`) within this of a cluster's lowest energy are one
+degenerate cluster, whose directions are replaced by a canonical basis of the cluster's span
+(`_canonical_span`), each with its own energy. The
 energies of unit lifts lie in ``[0, 1]``, so this is relative to their unit scale. Inside a gap
 ``δ`` a principal direction is determined only to an angle of about ``ε/δ`` by the matrix's
 rounding ``ε`` (Davis–Kahan): at ``δ ≤ 1e-8 ≈ √ε_float64`` that is no better than ``√ε``, and
@@ -241,23 +242,35 @@ def _canonical_span(w: Tensor) -> Tensor:
     return u @ vh
 
 
-def _canonical_clusters(c: Tensor, energy: Tensor, basis: Tensor) -> tuple[Tensor, Tensor]:
-    """``(c, energy)`` (energies ascending) with each cluster of energies closer than
-    `DEGENERATE_ENERGY_TOL` (consecutive gaps) given the canonical basis of its span in the
-    G-kernel coordinates ``basis @ c`` (`_canonical_span`, mapped back by ``basisᵀ``) and the
-    cluster's mean energy. The rotation an eigensolver picks inside a degenerate cluster then
-    does not reach the result; the order by energy between clusters is kept."""
-    m = energy.numel()
-    if m < 2:
-        return c, energy
-    cuts = ((energy[1:] - energy[:-1]) > DEGENERATE_ENERGY_TOL).nonzero().flatten() + 1
-    bounds = [0, *cuts.tolist(), m]
+def _clusters(energy: Tensor) -> list[tuple[int, int]]:
+    """``[lo, hi)`` index ranges of the ascending ``energy`` whose values lie within
+    `DEGENERATE_ENERGY_TOL` of the range's first value (a new range starts past that width, so
+    a run of small gaps does not chain into one wide cluster)."""
+    values = energy.tolist()
+    ranges, lo = [], 0
+    for i, e in enumerate(values[1:], start=1):
+        if e - values[lo] > DEGENERATE_ENERGY_TOL:
+            ranges.append((lo, i))
+            lo = i
+    return [*ranges, (lo, len(values))] if values else []
+
+
+def _canonical_clusters(
+    c: Tensor, energy: Tensor, basis: Tensor, energy_of: Callable[[Tensor], Tensor]
+) -> tuple[Tensor, Tensor]:
+    """``(c, energy)`` (energies ascending) with each cluster of energies within
+    `DEGENERATE_ENERGY_TOL` (`_clusters`) given the canonical basis of its span in the G-kernel
+    coordinates ``basis @ c`` (`_canonical_span`, mapped back by ``basisᵀ``), and each of those
+    directions its own energy ``energy_of(c_cluster)`` (not the cluster's mean: the link test
+    compares a direction's energy with a bound that can be as small as `EXACT_DEAD_ENERGY`). The
+    rotation an eigensolver picks inside a degenerate cluster then does not reach the result; the
+    order by energy between clusters is kept."""
     c, energy = c.clone(), energy.clone()
-    for lo, hi in pairwise(bounds):
+    for lo, hi in _clusters(energy):
         if hi - lo < 2:
             continue
         c[:, lo:hi] = basis.T @ _canonical_span(basis @ c[:, lo:hi])
-        energy[lo:hi] = energy[lo:hi].mean()
+        energy[lo:hi] = energy_of(c[:, lo:hi])
     return c, energy
 
 
@@ -267,14 +280,15 @@ def principal_links(spec: BlockSpectrum, vecs: Tensor, basis: Tensor) -> tuple[T
     ``vecs`` (``d × m``, orthonormal columns: the lifts of the orthonormal G-kernel ``basis``,
     ``d_out × m``) is rotated by an ``m × m`` orthogonal ``C`` so that the out-of-kernel energies
     ``e_i = ‖P_{live A} vecs c_i‖²`` are the stationary values of the energy over the span,
-    ascending; returns ``(C, e)``. ``basis @ C`` is then a G-kernel basis whose first vectors
-    are the combinations closest to the A-kernel. Computed by an SVD of ``Lᵀ vecs`` (``L`` the
+    ascending (inside a degenerate cluster, to `DEGENERATE_ENERGY_TOL`); returns ``(C, e)``.
+    ``basis @ C`` is then a G-kernel basis whose first vectors are the combinations closest to
+    the A-kernel. Computed by an SVD of ``Lᵀ vecs`` (``L`` the
     live basis; energies = squared singular values) or of ``Kᵀ vecs`` (``K`` the kernel basis;
     energies = ``1 − σ²``), whichever basis is smaller, like `live_energy_batch`; oracle
-    `principal_links_reference`. Energies within `DEGENERATE_ENERGY_TOL` of each other form a
-    cluster whose directions are the canonical basis of its span and whose energies are the
-    cluster's mean (`_canonical_clusters`): the result does not depend on the rotation the SVD
-    picks inside a degenerate singular space (e.g. exactly dead units, all of energy 0).
+    `principal_links_reference`. Energies within `DEGENERATE_ENERGY_TOL` of a cluster's lowest form
+    a cluster whose directions are the canonical basis of its span, each with its own energy
+    (`_canonical_clusters`): the result does not depend on the rotation the SVD picks inside a
+    degenerate singular space (e.g. exactly dead units, all of energy 0).
     """
     k, d, m = len(spec.ker_a), spec.a_vecs.shape[0], vecs.shape[1]
     if k <= d - k:
@@ -287,7 +301,9 @@ def principal_links(spec: BlockSpectrum, vecs: Tensor, basis: Tensor) -> tuple[T
         e = torch.zeros(m, dtype=vecs.dtype, device=vecs.device)
         e[: sv.numel()] = sv.pow(2)
         energy, c = e.flip(0), vh.T.flip(1)  # σ² descending: flipped to ascending
-    c, energy = _canonical_clusters(c, energy, basis)
+    c, energy = _canonical_clusters(
+        c, energy, basis, lambda cols: live_energy_batch(spec, vecs @ cols)
+    )
     return _sign_fix(c, basis), energy
 
 
@@ -298,8 +314,11 @@ def principal_links_reference(
     projector onto the live part, degenerate clusters made canonical the same way."""
     ker = spec.ker_a_basis()
     live = torch.eye(vecs.shape[0], dtype=vecs.dtype, device=vecs.device) - ker @ ker.T
-    energy, c = torch.linalg.eigh(vecs.T @ live @ vecs)
-    c, energy = _canonical_clusters(c, energy.clamp_min(0.0), basis)
+    gram = vecs.T @ live @ vecs
+    energy, c = torch.linalg.eigh(gram)
+    c, energy = _canonical_clusters(  # Rayleigh quotients cᵀ (vecsᵀ P_live vecs) c
+        c, energy.clamp_min(0.0), basis, lambda cols: (cols * (gram @ cols)).sum(0).clamp_min(0.0)
+    )
     return _sign_fix(c, basis), energy
 
 

@@ -235,7 +235,7 @@ def test_common_checkpoint_layouts_are_read_or_named(tmp_path) -> None:
     with pytest.raises(
         ValueError,
         match=r"whole\.pt holds a pickled torch\.nn\.modules\.container"
-        r"\.Sequential object, not a state dict; save `model\.state_dict\(\)`",
+        r"\.Sequential module, not a state dict; save `model\.state_dict\(\)`",
     ) as err:
         read_state_dict(tmp_path / "whole.pt")
     assert "\n" not in str(err.value)  # one line, none of torch's advice
@@ -250,6 +250,26 @@ def test_common_checkpoint_layouts_are_read_or_named(tmp_path) -> None:
     (tmp_path / "empty.pt").write_bytes(b"")
     with pytest.raises(ValueError, match=r"empty\.pt is empty \(0 bytes\)"):
         read_state_dict(tmp_path / "empty.pt")
+
+
+def test_checkpoint_beside_other_objects(tmp_path) -> None:
+    """s13 audit B #6: a state dict saved beside training arguments was told it "holds a pickled
+    argparse.Namespace object, not a state dict"; a ``model`` entry that is no state dict hid a
+    valid ``model_state_dict``."""
+    import argparse
+
+    net = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    torch.save({"model": net.state_dict(), "args": argparse.Namespace(lr=0.1)}, tmp_path / "a.pt")
+    with pytest.raises(
+        ValueError, match=r"a\.pt contains a pickled argparse\.Namespace object, which weights-only"
+    ) as err:
+        read_state_dict(tmp_path / "a.pt")
+    assert "not a state dict" not in str(err.value)
+    both = {"model": {"arch": "mlp", "width": 24}, "model_state_dict": net.state_dict()}
+    torch.save(both, tmp_path / "both.pt")
+    loaded = read_state_dict(tmp_path / "both.pt")
+    assert all(torch.equal(loaded[k], v) for k, v in net.state_dict().items())
+    assert loaded.keys() == net.state_dict().keys()
 
 
 def test_file_errors(tmp_path) -> None:

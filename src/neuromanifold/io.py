@@ -67,8 +67,14 @@ _EXTRA_HINT = "install the optional loaders with `pip install 'neuromanifold[loa
 
 
 STATE_DICT_KEYS = ("state_dict", "model", "model_state_dict")
-"""Entries of a torch checkpoint dict that `read_state_dict` takes the state dict from, in this
-order (Lightning's ``state_dict``, ``model``, and the PyTorch tutorial's ``model_state_dict``)."""
+"""Entries of a torch checkpoint dict that `read_state_dict` takes the state dict from: the first
+of them, in this order, that is a dict of tensors (Lightning's ``state_dict``, ``model``, and the
+PyTorch tutorial's ``model_state_dict``)."""
+
+
+_MODULE_PATHS = ("torch.nn.modules.", "torch.nn.parallel.", "transformers.models.", "timm.models.")
+"""Dotted-path prefixes of the classes a whole pickled model is made of (the first global a
+weights-only load refuses names the model's own class)."""
 
 
 def _torch_load_error(path: Path, err: Exception) -> str:
@@ -78,11 +84,17 @@ def _torch_load_error(path: Path, err: Exception) -> str:
 
     text = str(err)
     found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
-    if found:
+    if found and found.group(1).startswith(_MODULE_PATHS):  # a whole pickled module
         return (
-            f"{path} holds a pickled {found.group(1)} object, not a state dict; save "
+            f"{path} holds a pickled {found.group(1)} module, not a state dict; save "
             f"`model.state_dict()` instead (checkpoints are loaded weights-only: no pickled "
             f"classes or code)"
+        )
+    if found:  # e.g. training arguments (argparse.Namespace) or a numpy scalar beside the weights
+        return (
+            f"{path} contains a pickled {found.group(1)} object, which weights-only loading "
+            f"refuses (no pickled classes or code); save the state dict with tensors, numbers and "
+            f"strings only (e.g. torch.save(model.state_dict(), path))"
         )
     first = next((line.strip() for line in text.splitlines() if line.strip()), repr(err))
     return f"cannot read torch file {path} (truncated, corrupt or not weights-only?): {first}"
@@ -114,9 +126,10 @@ def read_state_dict(path: str | Path) -> dict[str, Tensor]:
         except Exception as err:
             raise ValueError(_torch_load_error(p, err)) from err
         if isinstance(obj, dict):
-            for key in STATE_DICT_KEYS:
-                if key in obj and isinstance(obj[key], dict):
-                    obj = obj[key]
+            for key in STATE_DICT_KEYS:  # the first entry that is a dict of tensors
+                entry = obj.get(key)
+                if isinstance(entry, dict) and all(isinstance(v, Tensor) for v in entry.values()):
+                    obj = entry
                     break
         if not isinstance(obj, dict):
             raise ValueError(

@@ -165,12 +165,13 @@ def test_dropped_directions_are_flat_gauges_and_are_counted(tmp_path: Path, monk
     assert len(shown) == figures.MAX_SWEEP_PANELS < len(reading.directions)
     # every record that is not a flat gauge is shown, by class priority, in record order within
     # a class; the flat gauges fill the rest in record order
+    # (a panel's title starts with its record's number #i, the index in reading.directions)
     expected = [
-        r.layer
+        f"#{i} {r.layer}"
         for klass in ("genuine_singularity", "live", "curved_gauge", "unresolved")
-        for r in reading.directions
+        for i, r in enumerate(reading.directions)
         if r.klass == klass
-    ] + [r.layer for r in reading.directions if r.klass == "flat_gauge"]
+    ] + [f"#{i} {r.layer}" for i, r in enumerate(reading.directions) if r.klass == "flat_gauge"]
     assert shown == expected[: figures.MAX_SWEEP_PANELS]
     head = " ".join(fig._suptitle.get_text().split())
     note = f"showing {figures.MAX_SWEEP_PANELS} of {len(reading.directions)} directions"
@@ -255,3 +256,21 @@ def test_demo_report_says_how_many_sweeps_it_shows(tmp_path: Path, monkeypatch) 
     assert md.count(note) == 1 and f"{figures.MAX_SWEEP_PANELS} of {many}" in note
     assert md.index(note) > md.index("figures/vit-digits-scratch-sweeps.png")
     assert md.index(note) < md.index("figures/vit-digits-finetune-sweeps.png")
+
+
+def test_long_layer_lists_are_cut_to_the_panel_limit() -> None:
+    """s13 audit B #5: the last fallback (`first+…+last (n layers)`) ignored the limit, and
+    Llama-style chains gave 68–75-character titles that ran into their neighbours."""
+    chains = [
+        ("model.layers.3.mlp.down_proj", "model.layers.4.self_attn.v_proj",
+         "model.layers.4.self_attn.o_proj"),
+        ("model.layers.10.mlp.down_proj", "model.layers.11.self_attn.q_proj"),
+        ("model.embed_tokens.weight_that_is_very_long_indeed_and_longer",),
+    ]  # fmt: skip
+    labels = [figures._layers_label(c) for c in chains]
+    limit = figures._PANEL_LAYERS_CHARS
+    assert all(len(label) <= limit for label in labels), labels
+    assert len(set(labels)) == len(labels)
+    for chain, label in zip(chains, labels, strict=True):  # both ends stay readable
+        body = label.removesuffix(f" ({len(chain)} layers)")
+        assert body.startswith(chain[0][: limit // 4]) and body.endswith(chain[-1][-limit // 4 :])

@@ -201,10 +201,13 @@ _PANEL_LAYERS_CHARS = 38
 def _layers_label(layers: Sequence[str], limit: int = _PANEL_LAYERS_CHARS) -> str:
     """A record's layers for its panel title: joined with ``+``; if longer than ``limit``, their
     common dotted prefix once (``blocks.0.attn.{q_proj+k_proj}``); if still longer, the first
-    and the last with the count (``a+…+z (5 layers)``)."""
+    and the last with the count (``a+…+z (5 layers)``); whatever is still longer is cut in its
+    middle (`_cut_middle`), so a label never exceeds ``limit``."""
     joined = "+".join(layers)
-    if len(joined) <= limit or len(layers) < 2:
+    if len(joined) <= limit:
         return joined
+    if len(layers) < 2:
+        return _cut_middle(joined, limit)
     parts = [name.split(".") for name in layers]
     common = 0
     while all(len(p) > common + 1 and p[common] == parts[0][common] for p in parts):
@@ -214,7 +217,17 @@ def _layers_label(layers: Sequence[str], limit: int = _PANEL_LAYERS_CHARS) -> st
         label = ".".join(parts[0][:common]) + ".{" + rests + "}"
         if len(label) <= limit:
             return label
-    return f"{layers[0]}+…+{layers[-1]} ({len(layers)} layers)"
+    count = f" ({len(layers)} layers)"
+    return _cut_middle(f"{layers[0]}+…+{layers[-1]}", limit - len(count)) + count
+
+
+def _cut_middle(text: str, limit: int) -> str:
+    """``text`` shortened to ``limit`` characters by an ellipsis in its middle (both ends, where
+    module names differ most, stay)."""
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) // 2
+    return text[:head] + "…" + text[len(text) - (limit - 1 - head) :]
 
 
 def _grid(n: int) -> tuple[int, int]:
@@ -250,7 +263,8 @@ def plot_sweeps(
 
     The panels are `sweep_panels`: records with a measured order first, flat gauges last; when
     directions are left out the title says how many are shown (`sweeps_note`). A panel's title
-    names all of its record's layers (`_layers_label`) and the detector.
+    starts with the record's number ``#i`` (its index in ``reading.directions``: the ``#`` column
+    of the report's tables) and names its layers (`_layers_label`) and the detector.
 
     Each panel's axes are labelled (x: ``t``, y: ``F_u(t)``), the dashed floor line carries the
     label ``floor`` and the figure's title ends with `_SWEEP_KEY`, which says what each mark is.
@@ -261,6 +275,7 @@ def plot_sweeps(
     """
     plt = _plt()
     recs = sweep_panels(reading, max_panels)
+    index = {id(r): i for i, r in enumerate(reading.directions)}  # the records' report numbers
     rows, cols = _grid(max(1, len(recs)))
     w, h = _SWEEP_PANEL
     fig, axes = plt.subplots(rows, cols, figsize=(w * cols, h * rows), dpi=_DPI, squeeze=False)
@@ -313,7 +328,9 @@ def plot_sweeps(
         k = "—" if r.k_hat is None else f"{r.k_hat:.2f}"
         r2 = "—" if r.r2 is None else f"{r.r2:.3f}"
         where = _layers_label(r.layers or (r.layer,))
-        ax.set_title(f"{where} · {r.detector}\n{r.klass}, k̂={k}, r²={r2}", fontsize=8)
+        ax.set_title(
+            f"#{index[id(r)]} {where} · {r.detector}\n{r.klass}, k̂={k}, r²={r2}", fontsize=8
+        )
         ax.set_xlabel("t", fontsize=_LABEL_FONTSIZE, labelpad=1)
         ax.set_ylabel("$F_u(t)$", fontsize=_LABEL_FONTSIZE, labelpad=1)
         # minor ticks too: a range under about a decade is labelled by them

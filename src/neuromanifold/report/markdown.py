@@ -1,7 +1,9 @@
 """A `Reading` as Markdown: one table per layer, the modules not covered, the read's summary.
 
-Table columns: detector, class, k, k̂ = 1 + slope/2, λ_dir = 1/(2k) and the universal ν(k) (an
-upper reference; genuine and live records with an order), slope, r² (of the selected window),
+Table columns: ``#`` (the record's index in ``reading.directions``, as in ``report.json`` and
+the sweeps figure's panel titles), detector, class, k, k̂ = 1 + slope/2, λ_dir = 1/(2k) and the
+universal ν(k) (an upper reference; genuine and live records with an order), slope, r² (of the
+selected window),
 magnitude ``c_k = median F/t^{2(k−1)}`` over the window, window ``[t₀, t₁]``, offset ``|uᵀθ₀|``
 and — when the read ran with ``baseline=True`` — what the per-coordinate scan read on that layer
 (``k = …`` for the largest genuine order it found, else the classes it returned). A chain that
@@ -119,7 +121,8 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
                 f"{cut['cap']}): the others were not read."
             )
     has_scan = any(r.baseline for r in reading.directions)
-    header = ["detector", "class", "k", "k̂", "λ_dir", "ν(k)", "slope", "r²", "magnitude"]
+    index = {id(r): i for i, r in enumerate(reading.directions)}
+    header = ["#", "detector", "class", "k", "k̂", "λ_dir", "ν(k)", "slope", "r²", "magnitude"]
     header += ["window", "offset"]
     if has_scan:
         header.append("coord. scan")
@@ -128,6 +131,7 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
         rows = []
         for r in recs:
             row = [
+                str(index[id(r)]),
                 r.detector,
                 r.klass,
                 fmt(r.k),

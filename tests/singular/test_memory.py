@@ -403,3 +403,22 @@ def test_the_probe_rank_pass_keeps_the_factor_share_of_the_budget(monkeypatch) -
     assert plan["factor_batch"] < x.shape[0]  # the budget does bind the factor pass
     assert seen["batch"] == plan["factor_batch"]
     assert seen["peak"] <= plan["max_memory"]
+
+
+def test_the_sweep_plan_counts_the_copy_each_per_direction_call_makes() -> None:
+    """s13 audit A #7: every per-direction call copies the parameters it is given (so a forward
+    never writes into the caller's storage), float64 ones too. The read holds its float64
+    working copy and its parameter dict beside each sweep pass; what one call allocates on top
+    (its copy and its JVP pass) must fit in the plan's per-lane fixed cost less those two."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 512), nn.GELU(), nn.Linear(512, 512), nn.Linear(512, 4))
+    model = model.double()
+    x = torch.randn(2, 64, dtype=torch.float64)
+    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    param_bytes = 8 * sum(v.numel() for v in params.values())
+    u = {"2.weight": torch.randn(512, 512, dtype=torch.float64)}
+    call = peak_allocated(lambda: directional_fisher(model, params, u, x[:1], Gaussian()))
+    assert call >= param_bytes  # the call's own copy of the parameters
+    plan = plan_memory(model, x, Gaussian(), max_memory="1GB", t_batch=1)
+    held = 2 * param_bytes  # the read's working copy and its parameter dict
+    assert call <= plan.jvp_fixed + plan.jvp_per_sample - held

@@ -50,8 +50,10 @@ lane does not fit, or when the detection does not fit.
 what its process holds when the read starts. Under ``torch.distributed`` it is a budget per
 process (rank): each rank plans for its own shard and the ranks agree on the largest costs
 (`plan_memory`). The caller's model and probe data are not counted;
-the read's float64 working copy of the parameters is (``2 ×`` the float64 parameter bytes are
-added to every fixed cost), and so is its float64 copy of the data when it makes one (``held``,
+the read's float64 copies of the parameters are (``3 ×`` the float64 parameter bytes are added
+to the sweeps' fixed cost: the working copy, the read's parameter dict and the copy each
+per-direction call makes; ``2 ×`` to the factor pass's and the detection's), and so is its float64
+copy of the data when it makes one (``held``,
 counted in every phase). Not foreseen by the plan: the candidate directions the detectors
 propose, while the detection runs (their bytes are known only once it has run; then the sweeps
 are sized to what remains, `MemoryPlan.holding`, and the read raises ``ValueError`` when one
@@ -432,7 +434,10 @@ def plan_memory(
     costs = [_linear_cost(lambda k, u=u: jvp_peak(k, u), n) for u in directions]
     s_jvp, i_jvp = max(c[0] for c in costs), max(c[1] for c in costs)
     s_fac, i_fac = _linear_cost(factor_peak, n)
-    i_jvp += 2 * param_bytes
+    # held beside every sweep pass: the float64 working copy, the read's parameter dict and the
+    # copy each per-direction call makes of it (`_validate.prepare_params` never hands the
+    # caller's storage to the model); beside the factor pass: the working copy, one spare
+    i_jvp += 3 * param_bytes
     i_fac += 2 * param_bytes
     factor_bytes = 8 * sum(d * d for d in factor_sides)
     d_max = max(factor_sides, default=0)

@@ -92,15 +92,74 @@ def test_random_forward_is_refused_not_read_one_t_at_a_time() -> None:
     x = torch.randn(32, 4, dtype=D)
     p = dict(m.named_parameters())
     u = {"a.weight": torch.randn(16, 4, dtype=D)}
-    random = r"forward is random .*dropout called with training=True.*deterministic"
-    with pytest.raises(ValueError, match=random):
-        read_direction(m, p, u, x, Gaussian(), grid=[0.1, 0.2, 0.3, 0.4], t_batch=4)
-    with pytest.raises(ValueError, match=random):
-        sweep(m, p, u, x, Gaussian(), grid=[0.1, 0.2, 0.3, 0.4], t_batch=4)
+    grid = [0.1, 0.2, 0.3, 0.4]
+    random = r"forward is random.*dropout called with training=True.*deterministic"
+    for t_batch in (1, 4):  # t_batch=1 never meets vmap: refused by the repeat check alone
+        with pytest.raises(ValueError, match=random):
+            read_direction(m, p, u, x, Gaussian(), grid=grid, t_batch=t_batch)
+        with pytest.raises(ValueError, match=random):
+            sweep(m, p, u, x, Gaussian(), grid=grid, t_batch=t_batch)
+    with pytest.raises(ValueError, match=random):  # one direction: no vmap either
+        directional_fisher(m, p, u, x, Gaussian())
     with pytest.raises(ValueError, match=random):  # several directions: vmap over the tangents
         directional_fisher(m, p, [u, {"b.weight": torch.randn(2, 16, dtype=D)}], x, Gaussian())
     with pytest.raises(ValueError, match=random):
         directional_fisher_reference(m, p, u, x, Gaussian())
+
+
+class SeededFeatures(nn.Module):
+    """Fixed random features drawn in every forward from a generator re-seeded there: the forward
+    repeats exactly (a deterministic function of θ), though vmap refuses its random operation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 16), nn.Linear(16, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g = torch.Generator().manual_seed(123)
+        r = torch.randn(16, 16, generator=g, dtype=x.dtype)
+        return self.b(torch.tanh(self.a(x)) @ r)
+
+
+# Central differences with step H_FD of a smooth float64 forward: the truncation error
+# (H_FD**2 / 6) |f'''| and the rounding eps_mach |f| / H_FD are both ~1e-11 relative on J u.
+RTOL_FD_SMOOTH = 1e-8
+H_FD = 1e-5
+
+
+def _fd_fisher(m: nn.Module, p: dict, u: dict, x: torch.Tensor, t: float = 0.0) -> float:
+    """Gaussian (σ = 1) ``(1/N) Σ_i ‖J_i û‖²`` at ``p + t·û`` by central differences, û = u/‖u‖."""
+    norm = float(torch.sqrt(sum((v**2).sum() for v in u.values())))
+    unit = {k: v / norm for k, v in u.items()}
+
+    def out(s: float) -> torch.Tensor:
+        at = {k: v + (t + s) * unit[k] if k in unit else v for k, v in p.items()}
+        return functional_call(m, at, (x,))
+
+    return float((((out(H_FD) - out(-H_FD)) / (2 * H_FD)) ** 2).sum(1).mean())
+
+
+def test_forward_from_a_reseeded_generator_is_read_without_vmap() -> None:
+    torch.manual_seed(0)
+    m = SeededFeatures().double().eval()
+    x = torch.randn(32, 4, dtype=D)
+    p = {k: v.detach() for k, v in m.named_parameters()}
+    u = {"a.weight": torch.randn(16, 4, dtype=D)}
+    v = {"b.weight": torch.randn(2, 16, dtype=D), "a.bias": torch.randn(16, dtype=D)}
+    fd_u, fd_v = _fd_fisher(m, p, u, x), _fd_fisher(m, p, v, x)
+    one = float(directional_fisher(m, p, u, x, Gaussian()))
+    assert one == pytest.approx(fd_u, rel=RTOL_FD_SMOOTH)
+    both = directional_fisher(m, p, [u, v], x, Gaussian())  # vmap refuses: one at a time
+    assert both.tolist() == pytest.approx([fd_u, fd_v], rel=RTOL_FD_SMOOTH)
+    ref = directional_fisher_reference(m, p, [u, v], x, Gaussian())  # one sample at a time
+    assert ref.tolist() == pytest.approx([fd_u, fd_v], rel=RTOL_FD_SMOOTH)
+    grid = [0.1, 0.2, 0.3, 0.4]
+    fd_line = [_fd_fisher(m, p, u, x, t) for t in grid]
+    for t_batch in (1, 4):
+        sw = sweep(m, p, u, x, Gaussian(), grid=grid, t_batch=t_batch)
+        assert list(sw.F) == pytest.approx(fd_line, rel=RTOL_FD_SMOOTH)
+        rd = read_direction(m, p, u, x, Gaussian(), grid=grid, t_batch=t_batch)
+        assert list(rd.sweep.F) == pytest.approx(fd_line, rel=RTOL_FD_SMOOTH)
 
 
 def test_rrelu_in_training_mode_is_refused() -> None:

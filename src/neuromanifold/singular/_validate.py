@@ -15,6 +15,9 @@ Conventions fixed here:
 * A parameter registered under several names (tied weights, ``head.weight = emb.weight``) is
   keyed by its first name only, as in ``model.named_parameters()``; an alias name in ``params`` or
   in a direction is refused with a message that names the tie (`ModelParams.tied`).
+* The forward must be a fixed function of θ: `prepare` evaluates it twice on the first
+  ``REPEAT_SAMPLES`` samples and refuses a forward whose two outputs differ (`check_repeatable`),
+  whether or not a later ``vmap`` would meet a random operation.
 * A direction is ``dict[str, Tensor]`` over a subset of the parameter names (missing names are
   zero). It is normalised to unit Euclidean norm over all of its entries; the original norm is
   returned so that readers can record it.
@@ -28,11 +31,16 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+from torch.func import functional_call
 
 Params = dict[str, Tensor]
 Direction = dict[str, Tensor]
 
 DTYPE = torch.float64
+
+REPEAT_SAMPLES = 8
+"""Samples on which `check_repeatable` evaluates the forward twice: enough for a random forward
+(dropout, noise) to show, few enough that the two extra forwards cost little beside the read."""
 
 
 class ModelParams(dict[str, Tensor]):
@@ -293,14 +301,61 @@ def prepare_data(data: object) -> tuple[Tensor, Tensor | None, bool]:
     return x, y, upcast
 
 
+def check_repeatable(
+    model: nn.Module, params: Params, buffers: Mapping[str, Tensor], x: Tensor
+) -> None:
+    """Raise a ``ValueError`` unless two evaluations of ``model`` at ``(params, buffers)`` on the
+    first `REPEAT_SAMPLES` samples of ``x`` agree to the whole-model read's ``REPEAT_RTOL``
+    (relative to the largest output; `neuromanifold.singular.read`, which states its origin).
+
+    The read differentiates the model as a fixed function of θ. A random forward (dropout
+    hard-wired on, noise drawn in ``forward``) would be read as structure from noise, whether the
+    read batches it under ``vmap`` (where functorch refuses any random operation) or not (one
+    direction, one t at a time). Conversely, a forward that draws from a generator it re-seeds on
+    every call repeats exactly and is read (the Fisher code then runs it without ``vmap``). A
+    non-tensor or non-finite output is left to the read, which names it.
+    """
+    from neuromanifold.singular.read import REPEAT_RTOL  # read imports this module
+
+    xs = x[:REPEAT_SAMPLES]
+    tensors = {**params, **buffers}
+    with torch.no_grad():
+        first = functional_call(model, tensors, (xs,))
+        if not isinstance(first, Tensor) or not bool(torch.isfinite(first).all()):
+            return
+        again = functional_call(model, tensors, (xs,))
+    if isinstance(again, Tensor) and again.shape == first.shape:
+        if first.numel() == 0 or torch.equal(again, first):
+            return
+        change = float((again - first).abs().max())
+        scale = float(first.abs().max())
+        if change <= REPEAT_RTOL * scale:
+            return
+        what = f"by up to {change:.3g} (outputs of size up to {scale:.3g})"
+    else:
+        what = "in type or shape"
+    raise ValueError(
+        f"the model's forward is random: two evaluations on the same {xs.shape[0]} samples "
+        f"differ {what}, e.g. dropout called with training=True inside forward or noise drawn "
+        f"in forward: the read needs a deterministic function of the parameters; make the "
+        f"forward deterministic (F.dropout(..., training=self.training) and model.eval())"
+    )
+
+
 def prepare(model: object, params: Mapping[str, Tensor], data: object) -> Prepared:
-    """Validate and up-cast everything a read needs (see module docstring)."""
+    """Validate and up-cast everything a read needs (see module docstring).
+
+    Besides the argument checks, two forwards on the first `REPEAT_SAMPLES` samples check that
+    the forward is deterministic (`check_repeatable`).
+    """
     model = check_model(model)
     check_eval_mode(model)
     check_parameter_writes(model)
     p, up_p = prepare_params(model, params)
     x, y, up_x = prepare_data(data)
-    return Prepared(params=p, buffers=prepare_buffers(model), x=x, y=y, upcast=up_p or up_x)
+    buffers = prepare_buffers(model)
+    check_repeatable(model, p, buffers, x)
+    return Prepared(params=p, buffers=buffers, x=x, y=y, upcast=up_p or up_x)
 
 
 def check_direction(

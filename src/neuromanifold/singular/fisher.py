@@ -98,16 +98,15 @@ def _as_direction_list(params: Mapping[str, Tensor], u: object) -> tuple[list[Di
     return [check_direction(params, u)[0]], False
 
 
-def _random_forward(err: BaseException) -> ValueError | None:
-    """The refusal for functorch's randomness error (a random op met under ``vmap``), else None."""
-    if "random operation" not in str(err):
-        return None
-    return ValueError(
-        "the model's forward is random (torch.func.vmap met a random operation, e.g. dropout "
-        "called with training=True inside forward): the read needs a deterministic function of "
-        "the parameters; make the forward deterministic (F.dropout(..., training=self.training) "
-        "and model.eval())"
-    )
+def _random_op(err: BaseException) -> bool:
+    """Whether ``err`` is functorch's randomness error (a random operation met under ``vmap``).
+
+    `prepare` has already refused a forward whose two evaluations differ
+    (`neuromanifold.singular._validate.check_repeatable`), so a random operation that reaches
+    ``vmap`` draws the same numbers on every call (a generator re-seeded in ``forward``): the
+    callers then evaluate it without ``vmap``.
+    """
+    return "random operation" in str(err)
 
 
 def _stack_tangents(dirs: Sequence[Direction], keys: Sequence[str], params: Mapping[str, Tensor]):
@@ -175,9 +174,9 @@ def fisher_along_line(
     a pass stays within its lane budget (``LANE_BYTES`` per tensor; on CPU a group of t-lanes at
     most ``SWEEP_LANE_BYTES`` per thread). Parameters downstream of ``u`` carry zero tangents
     (`tangent_keys`). If the model cannot be vmapped over its
-    parameters (in-place updates, data-dependent control flow), the group is recomputed one t at
-    a time; a random forward (functorch's randomness error) is refused with a ``ValueError``
-    instead, since one t at a time would read a different random draw at every t.
+    parameters (in-place updates, data-dependent control flow, a random operation drawn from a
+    re-seeded generator), the group is recomputed one t at a time. A forward that is really random
+    never gets here: `prepare` refused it (`neuromanifold.singular._validate.check_repeatable`).
 
     Returns:
         ``(values, batched)``: the Fisher values and whether every group ran under ``vmap``.
@@ -206,9 +205,7 @@ def fisher_along_line(
                 if group.numel() > 1:
                     try:
                         part = vmap(at_t)(group)
-                    except (RuntimeError, NotImplementedError) as err:
-                        if (refusal := _random_forward(err)) is not None:
-                            raise refusal from err
+                    except (RuntimeError, NotImplementedError):
                         all_batched = False
                 if part is None:
                     part = torch.stack([at_t(t) for t in group])
@@ -237,7 +234,9 @@ def fisher_prepared(
         float64 tensor of shape ``(len(dirs),)``: ``(1/N) Σ_i q_i(J_i u)`` per direction.
 
     Several directions run as ``vmap`` lanes over the tangents with the primal point un-batched
-    (one primal pass per chunk, shared by every lane); samples are split by `lane_chunk`.
+    (one primal pass per chunk, shared by every lane); samples are split by `lane_chunk`. A
+    forward with a random operation (a generator re-seeded in ``forward``, which `prepare` found
+    to repeat exactly) cannot run under ``vmap``: its directions then run one at a time.
     """
     keys = tangent_keys(base, set().union(*(d.keys() for d in dirs)))
     primal = {k: base[k] for k in keys}
@@ -247,16 +246,17 @@ def fisher_prepared(
     for sl in chunks(prep.n, chunk_size):
         q_sum = _chunk_quadratic(model, prep, base, keys, family, sl, empirical=empirical)
         with differentiable_kernels():
-            if len(dirs) == 1:
-                one = {k: v[0] for k, v in tangents.items()}
-                total = total + q_sum(primal, one).reshape(1)
-            else:
+            part = None
+            if len(dirs) > 1:
                 try:
-                    total = total + vmap(q_sum, in_dims=(None, 0))(primal, tangents)
+                    part = vmap(q_sum, in_dims=(None, 0))(primal, tangents)
                 except RuntimeError as err:
-                    if (refusal := _random_forward(err)) is not None:
-                        raise refusal from err
-                    raise
+                    if not _random_op(err):
+                        raise
+            if part is None:
+                one = [{k: v[j] for k, v in tangents.items()} for j in range(len(dirs))]
+                part = torch.stack([q_sum(primal, t) for t in one])
+            total = total + part
     return global_mean(total, prep.n)
 
 
@@ -403,9 +403,12 @@ def directional_fisher_reference(
             try:
                 g = per_sample_grad(primal, xs, ys)
             except RuntimeError as err:
-                if (refusal := _random_forward(err)) is not None:
-                    raise refusal from err
-                raise
+                if not _random_op(err):
+                    raise
+                # a random operation that repeats exactly (`prepare` refused any other): one
+                # sample at a time, without vmap
+                rows = [grad(loglik)(primal, xs[i], ys[i]) for i in range(xs.shape[0])]
+                g = {k: torch.stack([r[k] for r in rows]) for k in keys}
         for j in range(len(dirs)):
             proj = sum(
                 (g[k].reshape(g[k].shape[0], -1) * tangents[k][j].reshape(1, -1)).sum(1)

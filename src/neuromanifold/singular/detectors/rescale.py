@@ -159,11 +159,18 @@ class UnitRescale:
     def _row_norms(
         params: dict[str, Tensor], keys: tuple[str, ...], dim: int, block: int = 1
     ) -> Tensor:
+        """Per unit, the root of the summed squares of its entries in ``keys`` (the unit along
+        ``dim``, or along 0 in a one-dimensional tensor; ``block`` entries per unit there), shape
+        ``(n_units,)``; empty for a layer of zero width."""
         total = None
         for key in keys:
             p = params[key].double()
             axis = min(dim, p.dim() - 1)  # a one-dimensional consumer holds the unit along 0
-            sq = p.transpose(0, axis).reshape(p.shape[axis] // block, -1).pow(2).sum(1)
+            rows = p.shape[axis] // block
+            # the row length is named, not -1: a zero-width layer has 0 rows, for which -1 is
+            # ambiguous (and so is a zero-size tensor's)
+            cols = p.numel() // rows if rows else 0
+            sq = p.transpose(0, axis).reshape(rows, cols).pow(2).sum(1)
             total = sq if total is None else total + sq
         return torch.sqrt(total)
 
@@ -287,7 +294,8 @@ def rescale_candidate(
 ) -> list[Candidate]:
     """One curved-gauge candidate for ``orbit``, or none.
 
-    None when no unit has a non-zero tangent or when `certify` finds the orbit is not a symmetry.
+    None when the layer has no unit (zero width), when no unit has a non-zero tangent or when
+    `certify` finds the orbit is not a symmetry.
     Otherwise ``u`` is the normalised tangent of the unit of largest `UnitRescale.strength` times
     `unit_activity` (a clearly live unit, read to certify the curved-gauge class: the largest
     weights may belong to a unit no probe sample excites, whose line reads flat; the strength
@@ -299,6 +307,8 @@ def rescale_candidate(
     ``info`` also records ``unit``, ``degree``, ``generator_units`` and ``certified`` (the
     relative change `certify` measured).
     """
+    if orbit.n_units(ctx.params) == 0:  # a layer of zero width: no unit, nothing to rescale
+        return []
     score = orbit.strength(ctx.params)
     activity = unit_activity(ctx, orbit)
     if activity is not None and float((score * activity).max()) > 0.0:

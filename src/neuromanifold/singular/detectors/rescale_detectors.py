@@ -133,6 +133,8 @@ class ReLURescaleDetector:
         consumers = tuple(ctx.graph.consumers.get(name, ()))
         producers = _producer_keys(name, module)
         units = ctx.params[producers[0]].shape[0]
+        if units == 0:  # a layer of zero width: no unit to rescale
+            return []
         found: set[tuple[int, int]] = set()  # (degree, block) of each consumer
         for c in consumers:
             via = ctx.graph.via.get((name, c))

@@ -205,6 +205,46 @@ def test_reference_differentiates_the_padding_row_the_forward_reads() -> None:
     assert m[0].padding_idx == 0  # the caller's module keeps its padding_idx
 
 
+class PadMasked(nn.Module):
+    """A masked mean over tokens whose mask reads the embedding's own ``padding_idx``."""
+
+    def __init__(self, conditional: bool) -> None:
+        super().__init__()
+        self.emb, self.out = nn.Embedding(10, 4, padding_idx=0), nn.Linear(4, 3)
+        self.conditional = conditional
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        e = self.emb(ids)
+        if self.conditional and self.emb.padding_idx is None:
+            return self.out(e.mean(1))
+        mask = (ids != self.emb.padding_idx).unsqueeze(-1).to(e.dtype)
+        return self.out((e * mask).sum(1) / mask.sum(1).clamp(min=1))
+
+
+@pytest.mark.parametrize("conditional", [True, False])
+def test_reference_keeps_the_padding_idx_a_forward_reads(conditional: bool) -> None:
+    torch.manual_seed(0)
+    m = PadMasked(conditional).double().eval()
+    ids = torch.randint(1, 10, (32, 6))
+    ids[:, -2:] = 0
+    p = {k: v.detach() for k, v in m.named_parameters()}
+    u = {"emb.weight": torch.randn(10, 4, dtype=D)}
+    h = 1e-6  # the output is linear in the embedding weight: RTOL_FD as above
+
+    def out(s: float) -> torch.Tensor:
+        return functional_call(
+            m, {**p, "emb.weight": p["emb.weight"] + s * u["emb.weight"]}, (ids,)
+        )
+
+    fd = float((((out(h) - out(-h)) / (2 * h)) ** 2).sum(1).mean()) / float(
+        (u["emb.weight"] ** 2).sum()
+    )
+    jvp = float(directional_fisher(m, p, u, ids, Gaussian()))
+    ref = float(directional_fisher_reference(m, p, u, ids, Gaussian()))
+    assert ref == pytest.approx(jvp, rel=RTOL_ORACLE)
+    assert jvp == pytest.approx(fd, rel=RTOL_FD)
+
+
 @dataclass
 class Out:
     logits: torch.Tensor

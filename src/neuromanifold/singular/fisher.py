@@ -41,12 +41,14 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import types
 from collections.abc import Mapping, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.func import functional_call, grad, jvp, vmap
+from torch.nn import functional as F
 
 from neuromanifold.singular._validate import (
     DTYPE,
@@ -307,22 +309,39 @@ def directional_fisher(
     return values if batched else values[0]
 
 
+def _unmasked_forward(self: nn.Embedding, input: Tensor) -> Tensor:
+    """``nn.Embedding.forward`` without ``padding_idx``: the lookup, with no gradient mask."""
+    return F.embedding(
+        input,
+        self.weight,
+        None,
+        self.max_norm,
+        self.norm_type,
+        self.scale_grad_by_freq,
+        self.sparse,
+    )
+
+
 def _unmasked_embeddings(model: nn.Module) -> nn.Module:
-    """``model``, or a copy of it whose ``nn.Embedding`` modules have ``padding_idx=None``.
+    """``model``, or a copy of it whose ``nn.Embedding`` modules look up without the pad mask.
 
     An embedding's ``padding_idx`` leaves its forward unchanged (the pad row is looked up like any
     other) and only zeroes that row's gradient in the backward. The forward-mode read
-    differentiates the forward, so the per-sample gradients of the oracle must not be masked. The
-    copy shares the model's parameters and buffers (``functional_call`` replaces them anyway).
-    ``nn.EmbeddingBag`` is left alone: its ``padding_idx`` changes the forward.
+    differentiates the forward, so the per-sample gradients of the oracle must not be masked. Each
+    copied module of exact type ``nn.Embedding`` with a ``padding_idx`` gets an instance
+    ``forward`` that calls ``F.embedding`` with ``padding_idx=None``; the attribute itself is kept,
+    so a forward that reads it (a pad mask, position ids) computes as in the model. Subclasses of
+    ``nn.Embedding`` keep their own ``forward`` (and with it any mask), and ``nn.EmbeddingBag`` is
+    left alone: its ``padding_idx`` changes the forward. The copy shares the model's parameters
+    and buffers (``functional_call`` replaces them anyway).
     """
-    if not any(isinstance(m, nn.Embedding) and m.padding_idx is not None for m in model.modules()):
+    if not any(type(m) is nn.Embedding and m.padding_idx is not None for m in model.modules()):
         return model
     shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
     clone = copy.deepcopy(model, memo=shared)
     for m in clone.modules():
-        if isinstance(m, nn.Embedding):
-            m.padding_idx = None
+        if type(m) is nn.Embedding and m.padding_idx is not None:
+            m.forward = types.MethodType(_unmasked_forward, m)
     return clone
 
 

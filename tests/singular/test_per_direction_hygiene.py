@@ -276,6 +276,31 @@ def test_non_tensor_output_is_refused_with_the_reads_message(kind: str) -> None:
         directional_fisher(m, p, [u, {"l.bias": torch.ones(3, dtype=D)}], x, Categorical())
 
 
+class HoldsFloat32(nn.Module):
+    """A linear layer followed by a plain float32 tensor attribute (neither parameter nor buffer,
+    so the float64 up-cast misses it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.l, self.scale = nn.Linear(4, 3), torch.ones(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l(x) @ self.scale
+
+
+def test_forward_failing_in_float64_gets_the_reads_message() -> None:
+    m = HoldsFloat32().eval()
+    x = torch.randn(8, 4)
+    p = dict(m.named_parameters())
+    u = {"l.weight": torch.ones(3, 4)}
+    msg = r"^the model's forward fails in float64, the precision every read evaluates in"
+    for fn in (directional_fisher, directional_fisher_reference, read_direction, sweep):
+        with pytest.raises(ValueError, match=msg):
+            fn(m, p, u, x, Categorical())
+    with pytest.raises(ValueError, match=msg):
+        read(m, x, Categorical(), progress=False)
+
+
 class TiedLM(nn.Module):
     """Embedding and output head sharing one weight (``head.weight`` is ``emb.weight``)."""
 

@@ -17,7 +17,9 @@ Conventions fixed here:
   in a direction is refused with a message that names the tie (`ModelParams.tied`).
 * The forward must be a fixed function of θ: `prepare` evaluates it twice on the first
   ``REPEAT_SAMPLES`` samples and refuses a forward whose two outputs differ (`check_repeatable`),
-  whether or not a later ``vmap`` would meet a random operation.
+  whether or not a later ``vmap`` would meet a random operation. A forward that fails there (in
+  float64, the read's precision, or on data that does not fit) raises the whole-model read's
+  ``ValueError`` (`neuromanifold.singular.factor_inputs.forward_checked`).
 * A direction is ``dict[str, Tensor]`` over a subset of the parameter names (missing names are
   zero). It is normalised to unit Euclidean norm over all of its entries; the original norm is
   returned so that readers can record it.
@@ -26,12 +28,15 @@ Conventions fixed here:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
+
+from neuromanifold.singular.factor_inputs import forward_checked
 
 Params = dict[str, Tensor]
 Direction = dict[str, Tensor]
@@ -301,6 +306,22 @@ def prepare_data(data: object) -> tuple[Tensor, Tensor | None, bool]:
     return x, y, upcast
 
 
+class _AtParams(nn.Module):
+    """``model`` evaluated at given parameters and buffers (``functional_call``), in the form
+    `forward_checked` takes; its ``named_modules`` are the model's own."""
+
+    def __init__(self, model: nn.Module, tensors: Mapping[str, Tensor]) -> None:
+        super().__init__()
+        object.__setattr__(self, "inner", model)  # not registered: no "inner." name prefix
+        self.tensors = dict(tensors)
+
+    def forward(self, x: Tensor) -> object:
+        return functional_call(self.inner, self.tensors, (x,))
+
+    def named_modules(self, *args: Any, **kwargs: Any) -> Iterator[tuple[str, nn.Module]]:
+        return self.inner.named_modules(*args, **kwargs)
+
+
 def check_repeatable(
     model: nn.Module, params: Params, buffers: Mapping[str, Tensor], x: Tensor
 ) -> None:
@@ -314,13 +335,17 @@ def check_repeatable(
     direction, one t at a time). Conversely, a forward that draws from a generator it re-seeds on
     every call repeats exactly and is read (the Fisher code then runs it without ``vmap``). A
     non-tensor or non-finite output is left to the read, which names it.
+
+    The first evaluation runs through `neuromanifold.singular.factor_inputs.forward_checked`, so a
+    forward that fails (in float64, or on data that does not fit) fails with the whole-model
+    read's ``ValueError``.
     """
     from neuromanifold.singular.read import REPEAT_RTOL  # read imports this module
 
     xs = x[:REPEAT_SAMPLES]
     tensors = {**params, **buffers}
     with torch.no_grad():
-        first = functional_call(model, tensors, (xs,))
+        first = forward_checked(_AtParams(model, tensors), xs, data_shape=tuple(x.shape))
         if not isinstance(first, Tensor) or not bool(torch.isfinite(first).all()):
             return
         again = functional_call(model, tensors, (xs,))

@@ -325,7 +325,19 @@ def test_alias_of_a_tied_parameter_is_refused_naming_the_tie() -> None:
         with pytest.raises(ValueError, match=rf"direction u names a tied parameter .*{tie}"):
             fn(m, p, {"head.weight": w}, ids, Categorical())
     with pytest.raises(ValueError, match=rf"params names a tied parameter .*{tie}"):
+        directional_fisher(m, {"head.weight": w}, {"emb.weight": w}, ids, Categorical())
+    # a state_dict() holds the first name beside the alias: the alias is to be dropped
+    drop = (
+        r"params names a tied parameter by an alias: 'head\.weight' is tied to 'emb\.weight' "
+        r"\(the same Parameter\), which params already holds: drop 'head\.weight' — pass "
+        r"dict\(model\.named_parameters\(\)\), not state_dict\(\)$"
+    )
+    with pytest.raises(ValueError, match=drop):
         directional_fisher(m, dict(m.state_dict()), {"emb.weight": w}, ids, Categorical())
+    with pytest.raises(
+        ValueError, match=r"direction u names .*, which direction u already holds: "
+    ):
+        directional_fisher(m, p, {"emb.weight": w, "head.weight": w}, ids, Categorical())
     # the first name reads the shared weight; an unknown name is still reported as unknown
     assert float(directional_fisher(m, p, {"emb.weight": w}, ids, Categorical())) > 0
     with pytest.raises(ValueError, match=r"keys that are not parameter names: \['nope'\]"):

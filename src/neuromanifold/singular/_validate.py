@@ -28,7 +28,7 @@ Conventions fixed here:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,19 +80,32 @@ def tied_aliases(model: nn.Module) -> dict[str, str]:
 
 
 def _unknown_names(
-    subject: str, unknown: list[str], tied: Mapping[str, str], what: str, expected: str
+    subject: str,
+    unknown: list[str],
+    tied: Mapping[str, str],
+    what: str,
+    expected: str,
+    *,
+    given: Collection[str] = (),
+    drop_hint: str = "",
 ) -> str:
     """The refusal of names outside the parameter dict: ``"{subject} {what}: {names}; {expected}"``
-    for unknown names, and for an alias of a tied parameter the tie and the name to use."""
+    for unknown names, and for an alias of a tied parameter the tie and what to do: use the first
+    name, or, when ``given`` (the names the caller passed) already holds it, drop the alias
+    (followed by ``drop_hint``)."""
     parts = []
     others = [k for k in unknown if k not in tied]
     if others:
         parts.append(f"{subject} {what}: {others}; {expected}")
-    ties = [
-        f"{k!r} is tied to {tied[k]!r} (the same Parameter): use {tied[k]!r}"
-        for k in unknown
-        if k in tied
-    ]
+    ties = []
+    for k in unknown:
+        if k not in tied:
+            continue
+        tie = f"{k!r} is tied to {tied[k]!r} (the same Parameter)"
+        if tied[k] in given:
+            ties.append(f"{tie}, which {subject} already holds: drop {k!r}{drop_hint}")
+        else:
+            ties.append(f"{tie}: use {tied[k]!r}")
     if ties:
         parts.append(f"{subject} names a tied parameter by an alias: {'; '.join(ties)}")
     return ". ".join(parts)
@@ -227,6 +240,8 @@ def prepare_params(model: nn.Module, params: Mapping[str, Tensor]) -> tuple[Mode
                 tied,
                 "has names that are not parameters of the model",
                 f"expected names from model.named_parameters(), e.g. {sorted(own)[:5]}",
+                given=params.keys(),
+                drop_hint=" — pass dict(model.named_parameters()), not state_dict()",
             )
         )
     out: Params = {}
@@ -414,6 +429,7 @@ def check_direction(
                 getattr(params, "tied", {}),
                 "has keys that are not parameter names",
                 f"expected a subset of {sorted(params)[:8]}",
+                given=u.keys(),
             )
         )
     out: Direction = {}

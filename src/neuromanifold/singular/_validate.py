@@ -43,6 +43,14 @@ Direction = dict[str, Tensor]
 
 DTYPE = torch.float64
 
+REPEAT_RTOL = 1e-10
+"""Largest ``max|y₂ − y₁| / max|y₁|`` between two evaluations of the model on the same
+probe samples for which its forward counts as a fixed function of θ (`refuse_unless_repeats`). A
+deterministic forward repeats bitwise on CPU; on a GPU, nondeterministic (atomic) float64
+reductions reorder sums and differ by rounding: ``SAME_MAP_RTOL`` (1e-12, one layer's products in
+another order, `neuromanifold.singular.adapt`) with 100× room for that rounding to grow through
+the layers of a deep model. A random forward differs by far more (dropout at rate ``p`` sets a
+fraction ``p`` of the units to 0 and scales the others by ``1/(1 − p)``)."""
 REPEAT_SAMPLES = 8
 """Samples on which `check_repeatable` evaluates the forward twice: enough for a random forward
 (dropout, noise) to show, few enough that the two extra forwards cost little beside the read."""
@@ -337,12 +345,39 @@ class _AtParams(nn.Module):
         return self.inner.named_modules(*args, **kwargs)
 
 
+def refuse_unless_repeats(first: object, again: object, n_samples: int) -> None:
+    """Raise the "forward is random" ``ValueError`` unless ``again``, a second evaluation of the
+    model on the same ``n_samples`` samples, equals ``first`` to `REPEAT_RTOL` (relative to the
+    largest output). A non-tensor or non-finite ``first`` is left to the caller's later checks,
+    which name it."""
+    if not isinstance(first, Tensor) or not bool(torch.isfinite(first).all()):
+        return
+    if isinstance(again, Tensor) and again.shape == first.shape:
+        if first.numel() == 0 or torch.equal(again, first):
+            return
+        change = float((again - first).abs().max())
+        scale = float(first.abs().max())
+        if change <= REPEAT_RTOL * scale:
+            return
+        what = f"by up to {change:.3g} (outputs of size up to {scale:.3g})"
+    else:
+        what = "in type or shape"
+    raise ValueError(
+        f"the model's forward is random: two evaluations on the same {n_samples} probe samples "
+        f"differ {what}; this is typically dropout or noise applied in forward whatever the mode "
+        f"(dropout called with training=True, as in F.dropout(..., training=True); torch.rand or "
+        f"randn in forward; Monte Carlo dropout) or a state that each call changes. The read "
+        f"needs the model to be a fixed function of its parameters θ: make the forward "
+        f"deterministic in eval mode"
+    )
+
+
 def check_repeatable(
     model: nn.Module, params: Params, buffers: Mapping[str, Tensor], x: Tensor
 ) -> None:
     """Raise a ``ValueError`` unless two evaluations of ``model`` at ``(params, buffers)`` on the
-    first `REPEAT_SAMPLES` samples of ``x`` agree to the whole-model read's ``REPEAT_RTOL``
-    (relative to the largest output; `neuromanifold.singular.read`, which states its origin).
+    first `REPEAT_SAMPLES` samples of ``x`` agree to `REPEAT_RTOL`
+    (relative to the largest output; `refuse_unless_repeats`).
 
     The read differentiates the model as a fixed function of θ. A random forward (dropout
     hard-wired on, noise drawn in ``forward``) would be read as structure from noise, whether the
@@ -355,7 +390,6 @@ def check_repeatable(
     forward that fails (in float64, or on data that does not fit) fails with the whole-model
     read's ``ValueError``.
     """
-    from neuromanifold.singular.read import REPEAT_RTOL  # read imports this module
 
     xs = x[:REPEAT_SAMPLES]
     tensors = {**params, **buffers}
@@ -364,22 +398,7 @@ def check_repeatable(
         if not isinstance(first, Tensor) or not bool(torch.isfinite(first).all()):
             return
         again = functional_call(model, tensors, (xs,))
-    if isinstance(again, Tensor) and again.shape == first.shape:
-        if first.numel() == 0 or torch.equal(again, first):
-            return
-        change = float((again - first).abs().max())
-        scale = float(first.abs().max())
-        if change <= REPEAT_RTOL * scale:
-            return
-        what = f"by up to {change:.3g} (outputs of size up to {scale:.3g})"
-    else:
-        what = "in type or shape"
-    raise ValueError(
-        f"the model's forward is random: two evaluations on the same {xs.shape[0]} samples "
-        f"differ {what}, e.g. dropout called with training=True inside forward or noise drawn "
-        f"in forward: the read needs a deterministic function of the parameters; make the "
-        f"forward deterministic (F.dropout(..., training=self.training) and model.eval())"
-    )
+    refuse_unless_repeats(first, again, xs.shape[0])
 
 
 def prepare(model: object, params: Mapping[str, Tensor], data: object) -> Prepared:

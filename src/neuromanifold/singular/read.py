@@ -56,7 +56,11 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from neuromanifold.singular._validate import check_eval_mode, check_parameter_writes
+from neuromanifold.singular._validate import (
+    check_eval_mode,
+    check_parameter_writes,
+    refuse_unless_repeats,
+)
 from neuromanifold.singular.adapt import conv1d_as_linear, linear_subclasses_as_linear
 from neuromanifold.singular.adapt_attention import multihead_as_projections
 from neuromanifold.singular.blocks import conv_padding, is_supported_block
@@ -89,14 +93,6 @@ DEDUP_OVERLAP = 0.999
 GRAPH_SAMPLES = 16
 FORWARD_MODE_SAMPLES = 2
 """Probe samples of the read's early forward-mode test (`check_forward_mode`)."""
-REPEAT_RTOL = 1e-10
-"""Largest ``max|y₂ − y₁| / max|y₁|`` between two evaluations of the working copy on the same
-probe samples for which its forward counts as a fixed function of θ (`_check_repeatable`). A
-deterministic forward repeats bitwise on CPU; on a GPU, nondeterministic (atomic) float64
-reductions reorder sums and differ by rounding: ``SAME_MAP_RTOL`` (1e-12, one layer's products in
-another order, `neuromanifold.singular.adapt`) with 100× room for that rounding to grow through
-the layers of a deep model. A random forward differs by far more (dropout at rate ``p`` sets a
-fraction ``p`` of the units to 0 and scales the others by ``1/(1 − p)``)."""
 
 
 def _inputs(data: Any) -> tuple[Tensor, Tensor | None]:
@@ -602,7 +598,7 @@ def _check_repeatable(
     model: nn.Module, x: Tensor, first: Tensor, *, data_shape: tuple[int, ...]
 ) -> None:
     """Raise a ``ValueError`` unless ``model(x)`` evaluated again equals ``first`` (its output on
-    ``x``) to ``REPEAT_RTOL`` relative.
+    ``x``) to `REPEAT_RTOL` relative (`_validate.refuse_unless_repeats`).
 
     The read takes the model as a fixed function of θ (its Fisher, factors and sweeps are
     derivatives of that function); a forward that draws random numbers even in eval mode
@@ -616,23 +612,7 @@ def _check_repeatable(
         return
     with torch.no_grad():
         again = forward_checked(model, x, data_shape=data_shape)
-    if isinstance(again, Tensor) and again.shape == first.shape:
-        if first.numel() == 0 or torch.equal(again, first):
-            return
-        change = float((again - first).abs().max())
-        scale = float(first.abs().max())
-        if change <= REPEAT_RTOL * scale:
-            return
-        what = f"by up to {change:.3g} (outputs of size up to {scale:.3g})"
-    else:
-        what = "in type or shape"
-    raise ValueError(
-        f"the model's forward is random: two evaluations on the same {x.shape[0]} probe samples "
-        f"(in eval mode) differ {what}; this is typically dropout or noise applied in forward "
-        f"whatever the mode (F.dropout(..., training=True), torch.rand/randn in forward, "
-        f"Monte Carlo dropout) or a state that each call changes. The read needs the model to "
-        f"be a fixed function of its parameters θ: make the forward deterministic in eval mode"
-    )
+    refuse_unless_repeats(first, again, x.shape[0])
 
 
 def _upcast_note(model: nn.Module) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _planting import dead_unit_between_a_and_b
 from torch import Tensor, nn
 from torch.nn import functional as F
 
@@ -28,20 +29,10 @@ class _MCDropout(nn.Module):
         return self.b(F.dropout(torch.relu(self.a(x)), 0.3, training=True))
 
 
-def _dead(m: nn.Module) -> nn.Module:
-    torch.manual_seed(0)
-    m = m.to(D).eval()
-    with torch.no_grad():
-        m.a.weight[3] = 0
-        m.a.bias[3] = 0
-        m.b.weight[:, 3] = 0
-    return m
-
-
 @pytest.mark.parametrize("per_layer", [False, True])
 def test_mc_dropout_model_is_refused(per_layer: bool) -> None:
     torch.manual_seed(0)
-    m = _dead(_MCDropout())
+    m = dead_unit_between_a_and_b(_MCDropout())
     x = torch.randn(64, 4, dtype=D)
     with pytest.raises(ValueError, match=RANDOM) as err:
         read(m, x, Gaussian(), progress=False, per_layer=per_layer)

@@ -11,6 +11,7 @@ import warnings
 
 import pytest
 import torch
+from _planting import dead_unit_between_a_and_b
 from torch import Tensor, nn
 
 from neuromanifold import read
@@ -55,21 +56,12 @@ class _BiasOnly(nn.Module):
         return self.b(torch.cat([torch.relu(self.a(x)), self.z(x[:, :0])], -1))
 
 
-def _planted(m: nn.Module) -> nn.Module:
-    m = m.to(D).eval()
-    with torch.no_grad():
-        m.a.weight[3] = 0
-        m.a.bias[3] = 0
-        m.b.weight[:, 3] = 0
-    return m
-
-
 def _models() -> tuple[nn.Module, nn.Module, Tensor]:
     """The model with the width-0 branch, the same model without it (equal ``a``, ``b``), data."""
     torch.manual_seed(0)
     with warnings.catch_warnings():  # torch: "Initializing zero-element tensors is a no-op"
         warnings.simplefilter("ignore", UserWarning)
-        with_z = _planted(_Branch(0))
+        with_z = dead_unit_between_a_and_b(_Branch(0))
     without = _Branch(branch=False).to(D).eval()
     without.load_state_dict({k: v for k, v in with_z.state_dict().items() if k[0] != "z"})
     return with_z, without, torch.randn(N, 4, dtype=D)
@@ -109,7 +101,7 @@ def test_bias_only_block_is_factored_in_closed_form_and_read() -> None:
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        m = _planted(_BiasOnly())
+        m = dead_unit_between_a_and_b(_BiasOnly())
     x = torch.randn(N, 4, dtype=D)
     family = Gaussian()
     z = kfac_factors(m, x, family)["z"]

@@ -23,6 +23,9 @@ tangent costs about two primal passes (every linear map meets both a tangent inp
 weight), so with negligible call overhead L directions cost ``P + L·m`` against ``L·(P + m)`` one
 at a time: the gain tends to ``1 + P/m``, with ``m/P`` measured at 1.7–2.8 on the dim-32 ViT
 (so 1.4–1.6×). Larger gains come only where per-call overhead dominates (small probe sets).
+Elementwise activations would add a per-lane recomputation of their derivative (torch's
+forward-mode formula for GELU and SiLU is its fused backward kernel); under direction lanes
+their derivative is formed once from the primal (`neuromanifold.singular.lane_activations`).
 
 ``directional_fisher_reference`` is the brute-force oracle: explicit per-sample gradients of the
 log-likelihood (``vmap(grad)``) at a label set that integrates the expectation exactly — Gaussian:
@@ -59,6 +62,7 @@ from neuromanifold.singular._validate import (
     prepare,
 )
 from neuromanifold.singular.family import OutputFamily, check_family
+from neuromanifold.singular.lane_activations import lane_activations
 from neuromanifold.singular.passes import (
     chunks,
     differentiable_kernels,
@@ -236,7 +240,9 @@ def fisher_prepared(
         float64 tensor of shape ``(len(dirs),)``: ``(1/N) Σ_i q_i(J_i u)`` per direction.
 
     Several directions run as ``vmap`` lanes over the tangents with the primal point un-batched
-    (one primal pass per chunk, shared by every lane); samples are split by `lane_chunk`. A
+    (one primal pass per chunk, shared by every lane; GELU and SiLU modules share their
+    derivative too, `neuromanifold.singular.lane_activations`); samples are split by
+    `lane_chunk`. A
     forward with a random operation (a generator re-seeded in ``forward``, which `prepare` found
     to repeat exactly) cannot run under ``vmap``: its directions then run one at a time.
     """
@@ -251,7 +257,8 @@ def fisher_prepared(
             part = None
             if len(dirs) > 1:
                 try:
-                    part = vmap(q_sum, in_dims=(None, 0))(primal, tangents)
+                    with lane_activations(model):
+                        part = vmap(q_sum, in_dims=(None, 0))(primal, tangents)
                 except RuntimeError as err:
                     if not _random_op(err):
                         raise

@@ -43,8 +43,10 @@ Printed in one run (all times in seconds, float64, CPU, ``--threads`` intra-op t
    ``--worlds 1 2`` on a 2-core machine).
 5. **Batching.** 16 directions on a small ViT (dim 32, depth 2, about 2.7·10⁴ parameters,
    N = 16, 64, 256): one ``vmap``-batched `directional_fisher` call against 16 calls of one
-   direction; and a 32-point sweep asking for 8 t-values per ``vmap`` group against one t at a
-   time (on CPU the groups are capped by `neuromanifold.singular.passes.SWEEP_LANE_BYTES` per
+   direction, timed in ``BATCHING_ROUNDS`` interleaved rounds (the ratio of the best times and
+   the median and range of the per-round ratios: this machine's load changes by tens of percent
+   within a minute); and a 32-point sweep asking for 8 t-values per ``vmap`` group against one
+   t at a time (on CPU the groups are capped by `neuromanifold.singular.passes.SWEEP_LANE_BYTES` per
    thread, so from N ≈ 64 on the ViT runs one t per pass and the ratio is ≈ 1).
    Batching removes per-call overhead and shares the primal pass; the tangent work (about two
    thirds of a JVP) is not shared, so the ratio falls as N grows. The ``floor`` line measures
@@ -72,6 +74,7 @@ import argparse
 import math
 import os
 import resource
+import statistics
 import sys
 import time
 
@@ -286,6 +289,23 @@ def batching_floor(case: Case, params: dict, dirs: list[dict]) -> tuple[float, f
     return p, j, float(c), float(m)
 
 
+BATCHING_ROUNDS = 7
+"""Interleaved rounds of the batched call and the one-at-a-time loop per probe-set size."""
+
+
+def paired_rounds(fa, fb, rounds: int) -> tuple[list[float], list[float]]:
+    """Seconds of ``fa`` and of ``fb`` in each of ``rounds`` rounds; every round runs both once,
+    the first of them alternating from round to round, so that a change of load on a shared
+    machine hits both alike (their ratio within a round is then comparable)."""
+    ta: list[float] = []
+    tb: list[float] = []
+    for r in range(rounds):
+        order = [(fa, ta), (fb, tb)] if r % 2 == 0 else [(fb, tb), (fa, ta)]
+        for fn, out in order:
+            out.append(timed(fn))
+    return ta, tb
+
+
 def batching(sizes: list[int]) -> None:
     print("\n== batching on a small ViT (dim 32, depth 2) ==")
     for n in sizes:
@@ -302,13 +322,16 @@ def batching(sizes: list[int]) -> None:
                 [directional_fisher(case.model, params, d, case.data, case.family) for d in dirs]
             )
 
-        t_batched, t_loop = timed(batched, 3), timed(loop, 3)
+        tb, tl = paired_rounds(batched, loop, BATCHING_ROUNDS)
+        per_round = sorted(b_l[1] / b_l[0] for b_l in zip(tb, tl, strict=True))
         vb, vl = batched(), loop()
         err = float(((vb - vl).abs() / vl.abs()).max())
         print(
-            f"params {n_params(case.model)}, N {n}: 16 directions batched {t_batched:.3f} s, "
-            f"one at a time {t_loop:.3f} s, ratio {t_loop / t_batched:.2f}× "
-            f"(max rel. diff {err:.1e})"
+            f"params {n_params(case.model)}, N {n}: 16 directions batched {min(tb):.3f} s, "
+            f"one at a time {min(tl):.3f} s, ratio {min(tl) / min(tb):.2f}× (best vs best; "
+            f"per round median {statistics.median(per_round):.2f}×, "
+            f"range {per_round[0]:.2f}–{per_round[-1]:.2f}, {BATCHING_ROUNDS} rounds; "
+            f"max rel. diff {err:.1e})"
         )
         p, j, c, m = batching_floor(case, params, dirs)
         print(

@@ -105,3 +105,23 @@ def test_a_short_title_is_not_wrapped(name: str, tmp_path: Path, monkeypatch) ->
     fig, texts = _drawn_texts(PLOTS[name], "planted", tmp_path, monkeypatch)
     (title,) = [t for t in texts if t.get_text().split("\n")[0] == "planted"]
     _assert_inside_and_clear(fig, title)
+
+
+@pytest.mark.parametrize("title", ["planted", LONG_TITLE])
+def test_the_spectra_title_clears_the_panels_of_many_blocks(
+    title: str, tmp_path: Path, monkeypatch
+) -> None:
+    """24 blocks (6 rows): with a plain ``tight_layout()`` the title and the key ran through the
+    top row's panel titles (as the sweeps figure's did, trial K #4)."""
+    spectra = {f"blocks.{i}.mlp.fc1": SPECTRA["fc1"] for i in range(24)}
+    fig, _ = _drawn_texts(
+        lambda path, t: figures.plot_spectra(spectra, path, title=t), title, tmp_path, monkeypatch
+    )
+    renderer = fig.canvas.get_renderer()
+    head = fig._suptitle.get_window_extent(renderer)  # the title and the key, one text
+    assert fig.bbox.y0 <= head.y0 and head.y1 <= fig.bbox.y1
+    panels = [ax for ax in fig.axes if ax.axison]
+    assert len(panels) == 24
+    for ax in panels:
+        for box in (ax.title.get_window_extent(renderer), ax.get_window_extent(renderer)):
+            assert not head.overlaps(box), (ax.get_title(), head, box)

@@ -133,8 +133,8 @@ def _layout_below(
     The figure's height becomes ``panels_height`` inches plus the rendered height of ``head``,
     ``gap`` points and the title's top margin, so the panels keep their size; `tight_layout`
     then fills the part below ``head``'s box less ``gap``. With only ``tight_layout()`` a title
-    and key overlapped the top row's panel titles once the sweeps figure had 5-6 rows of panels
-    (user trial K #4).
+    and key overlapped the top row's panel titles once the sweeps (or spectra) figure had 5-6 rows
+    of panels (user trial K #4).
     """
     renderer = fig.canvas.get_renderer()
     _, y = head.get_position()  # the suptitle's anchor, in figure fractions (top-aligned)
@@ -377,8 +377,8 @@ def plot_spectra(
         ax.tick_params(which="both", labelsize=_TICK_FONTSIZE)
         ax.legend(fontsize=_TICK_FONTSIZE, loc="lower left")
     key = SPECTRA_KEY
-    _fit_title(fig, f"{title}\n{key}" if title else key)
-    fig.tight_layout()
+    head = _fit_title(fig, f"{title}\n{key}" if title else key)
+    _layout_below(fig, head, rows * h)
     return save_png(fig, path)
 
 

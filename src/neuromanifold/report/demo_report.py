@@ -157,7 +157,7 @@ def demo_markdown(result: Any, figures: dict[str, str]) -> str:
 
                 total = len(mr.reading.directions)
                 if note := sweeps_note(len(sweep_panels(mr.reading)), total):
-                    lines.append(f"*{note} (the tables above).*")
+                    lines.append(f"*{note}; every direction is in the tables above.*")
     if result.rows:
         lines += ["", "## Optimizer comparison", ""]
         lines.append(

@@ -250,10 +250,10 @@ def sweep_panels(reading: Reading, max_panels: int = MAX_SWEEP_PANELS) -> list[D
 
 def sweeps_note(shown: int, total: int) -> str:
     """What the sweeps figure and report say when ``shown`` of ``total`` directions are drawn
-    (``""`` when all are)."""
+    (``""`` when all are). It names no report: `plot_sweeps` is also called on its own."""
     if shown >= total:
         return ""
-    return f"showing {shown} of {total} directions; the rest are listed in the report"
+    return f"showing {shown} of {total} directions (flat gauges are left out first)"
 
 
 def plot_sweeps(

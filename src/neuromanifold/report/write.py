@@ -87,7 +87,7 @@ def write_report(
         for name, p in figs.items():
             lines.append(f"![{name}]({p.relative_to(directory).as_posix()})")
             if name == "sweeps" and (note := sweeps_note(len(shown), len(reading.directions))):
-                lines.append(f"*{p.name}: {note} (the tables above).*")
+                lines.append(f"*{p.name}: {note}; every direction is in the tables above.*")
         text += "\n## Figures\n\n" + "\n".join(lines) + "\n"
     md_path = atomic_write_text(directory / "report.md", text)
     return ReportFiles(directory=directory, json=json_path, markdown=md_path, figures=figs)

@@ -41,6 +41,10 @@ SIGN_CUBE_RTOL = 1e-8
 """`sign_fix` orients a vector by the sign of ``Σ v_i³`` unless ``|Σ v_i³|`` is below this
 fraction of ``Σ |v_i|³`` (rounding of unit vectors is about 1e-16 of it)."""
 RANGE_SEED = 0
+PIVOT_TIE_RTOL = 1e-6
+"""`tie_broken_pivots` prefers the lower coordinate among pivot candidates whose residual norms
+differ by less than about ``PIVOT_TIE_RTOL·Δj/d`` (relative); rounding of the inputs (about
+1e-12 between CPU kernels) is far below that, so a tie is decided by the coordinates' order."""
 
 
 @dataclass(frozen=True)
@@ -85,25 +89,44 @@ def sign_fix(vecs: Tensor) -> Tensor:
     return vecs * signs
 
 
+def tie_broken_pivots(m: Tensor) -> Tensor:
+    """Pivot order of column-pivoted QR of ``m`` (``k × d``), ties broken by coordinate.
+
+    LAPACK's ``dgeqp3`` takes the column of largest residual norm; where two are equal (a span
+    symmetric in its coordinates, as the plane ``⊥ (1, 1, 1)``) rounding decides, and inputs that
+    differ at 1e-14 gave different pivots and so different canonical bases (s13 audit B #4).
+    Column ``j`` is scaled by ``1 − PIVOT_TIE_RTOL·j/d`` first: scaling a column scales its
+    residual norm at every step by the same factor, so the order changes only among near-ties,
+    which now go to the lower coordinate. Returns a length-``d`` permutation (int64).
+
+    >>> tie_broken_pivots(torch.tensor([[1.0, 1.0, 1.0]], dtype=torch.float64)).tolist()
+    [0, 1, 2]
+    """
+    d = m.shape[1]
+    weights = 1.0 - PIVOT_TIE_RTOL * torch.arange(d, dtype=m.dtype, device=m.device) / max(d, 1)
+    _, piv = scipy.linalg.qr((m * weights).detach().cpu().numpy(), mode="r", pivoting=True)
+    return torch.as_tensor(piv, device=m.device)
+
+
 def _null_basis(rng: Tensor) -> Tensor:
     """Canonical orthonormal basis of the complement of ``range(rng)`` (``rng``: ``d × r``).
 
     Pivot rows ``P`` (``r`` of them) are chosen by column-pivoted QR of ``rngᵀ`` (the best
-    conditioned rows, greedily); the other coordinates ``F`` are free. The complement is
-    ``{x : rngᵀx = 0}`` = the columns of ``N = [−B; I]`` (rows ``P``; rows ``F``) with
-    ``B = R_P⁻ᵀ R_Fᵀ``, which depends only on ``range(rng)`` and ``P``, not on the basis
-    ``rng``. ``N`` is orthonormalised symmetrically (Löwdin: ``N (NᵀN)^{-1/2}``, ``NᵀN = I + BᵀB``,
-    through the thin SVD of ``B``), the orthonormal basis closest to ``N``: column ``j`` is the
-    null vector nearest to the free axis ``e_j`` with a positive ``j``-th entry (an axis orthogonal
-    to the range, e.g. a dead unit, is returned as ``e_j`` itself). Cost ``O(d² r)``.
+    conditioned rows, greedily; near-ties to the lower coordinate, `tie_broken_pivots`); the
+    other coordinates ``F`` are free. The complement is ``{x : rngᵀx = 0}`` = the columns of
+    ``N = [−B; I]`` (rows ``P``; rows ``F``) with ``B = R_P⁻ᵀ R_Fᵀ``, which depends only on
+    ``range(rng)`` and ``P``, not on the basis ``rng``. ``N`` is orthonormalised symmetrically
+    (Löwdin: ``N (NᵀN)^{-1/2}``, ``NᵀN = I + BᵀB``, through the thin SVD of ``B``), the
+    orthonormal basis closest to ``N``: column ``j`` is the null vector nearest to the free axis
+    ``e_j`` with a positive ``j``-th entry (an axis orthogonal to the range, e.g. a dead unit, is
+    returned as ``e_j`` itself). Cost ``O(d² r)``.
     Columns are ordered by free coordinate.
     """
     d, r = rng.shape
     if r == 0:
         return torch.eye(d, dtype=rng.dtype, device=rng.device)
-    _, piv = scipy.linalg.qr(rng.T.cpu().numpy(), mode="r", pivoting=True)
-    piv_t = torch.as_tensor(piv, device=rng.device)
-    pivots, free = piv_t[:r], piv_t[r:].sort().values
+    piv = tie_broken_pivots(rng.T)
+    pivots, free = piv[:r], piv[r:].sort().values
     b = torch.linalg.solve(rng[pivots].T, rng[free].T)  # (r, d − r)
     u, sv, vh = torch.linalg.svd(b, full_matrices=False)  # b = u diag(sv) vh
     shrink = (1.0 + sv.pow(2)).rsqrt() - 1.0

@@ -16,11 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import scipy.linalg
 import torch
 from torch import Tensor, nn
 
-from neuromanifold.singular.factor_spectrum import sign_fix
+from neuromanifold.singular.factor_spectrum import sign_fix, tie_broken_pivots
 
 __all__ = [
     "DEGENERATE_ENERGY_TOL",
@@ -230,13 +229,13 @@ def _canonical_span(w: Tensor) -> Tensor:
 
     As `neuromanifold.singular.factor_spectrum._null_basis`: pivot coordinates ``P`` (``s`` of
     them) are chosen by column-pivoted QR of ``wᵀ`` (its Gram matrix is the projector, so the
-    pivots are too); ``E = w (w_P)⁻¹`` is the echelon basis of the span with ``E_P = I``; it is
-    orthonormalised symmetrically (Löwdin: the polar factor ``E (EᵀE)^{-1/2}``, unique and
-    independent of column order), columns ordered by pivot coordinate. A span of coordinate axes
+    pivots are too; near-ties go to the lower coordinate, `tie_broken_pivots`); ``E = w (w_P)⁻¹``
+    is the echelon basis of the span with ``E_P = I``; it is orthonormalised symmetrically
+    (Löwdin: the polar factor ``E (EᵀE)^{-1/2}``, unique and independent of column order),
+    columns ordered by pivot coordinate. A span of coordinate axes
     (exactly dead units) is returned as those axes. Signs are left to `_sign_fix`."""
     s = w.shape[1]
-    _, piv = scipy.linalg.qr(w.T.detach().cpu().numpy(), mode="r", pivoting=True)
-    pivots = torch.as_tensor(piv[:s], device=w.device).sort().values
+    pivots = tie_broken_pivots(w.T)[:s].sort().values
     echelon = torch.linalg.solve(w[pivots].T, w.T).T  # w (w_P)⁻¹, rows P = I
     u, _, vh = torch.linalg.svd(echelon, full_matrices=False)
     return u @ vh

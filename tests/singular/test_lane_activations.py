@@ -18,6 +18,7 @@ from torch import nn
 from torch.func import jvp, vmap
 
 import neuromanifold.singular.fisher as fisher_mod
+import neuromanifold.singular.lane_activations as la
 from neuromanifold.singular import Categorical, Gaussian
 from neuromanifold.singular.fisher import directional_fisher, directional_fisher_reference
 from neuromanifold.singular.lane_activations import (
@@ -65,32 +66,73 @@ def test_derivative_is_torchs(name: str) -> None:
     torch.testing.assert_close(derivative(x.detach()), torch_grad, rtol=0.0, atol=ATOL_KERNEL)
 
 
+def _counting_functions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every call of a shared-tangent Function (its class name)."""
+    calls: list[str] = []
+    for fn in [*la._GELU.values(), la._SILU]:
+        original = fn.apply
+
+        def counted(x: torch.Tensor, original=original, name=fn.__name__) -> torch.Tensor:
+            calls.append(name)
+            return original(x)
+
+        monkeypatch.setattr(fn, "apply", counted)
+    return calls
+
+
 @pytest.mark.parametrize("name", list(ACTIVATIONS))
-def test_swapped_module_tangents_and_gradients_are_torchs(name: str) -> None:
+def test_swapped_module_tangents_and_gradients_are_torchs(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At the depth the context is told (0: a plain call, 1: ``jvp``, 2: ``vmap`` of ``jvp``)
+    the module runs the shared-tangent Function, and its tangents and gradients are torch's."""
     make, _, _ = ACTIVATIONS[name]
     module = make()
     x = points()[:2500].reshape(-1, 5)  # (500, 5)
     gen = torch.Generator().manual_seed(1)
     lanes = torch.randn(6, *x.shape, generator=gen, dtype=D)
+    xg = x.clone().requires_grad_(True)
 
     def lane_jvp(t: torch.Tensor) -> torch.Tensor:
         return jvp(module, (x,), (t,))[1]
 
-    plain_value, plain_one, plain_many = module(x), lane_jvp(lanes[0]), vmap(lane_jvp)(lanes)
-    xg = x.clone().requires_grad_(True)
-    (plain_grad,) = torch.autograd.grad(module(xg), xg, lanes[1])
-    with lane_activations(module) as swapped:
-        assert swapped == 1
-        shared_one, shared_many = lane_jvp(lanes[0]), vmap(lane_jvp)(lanes)
-        (shared_grad,) = torch.autograd.grad(module(xg), xg, lanes[1])
-        assert torch.equal(module(x), plain_value)  # forward values are torch's own
-    pairs = [
-        (shared_one, plain_one, lanes[0]),
-        (shared_many, plain_many, lanes),
-        (shared_grad, plain_grad, lanes[1]),
-    ]
-    for got, want, tangent in pairs:
+    def gradient() -> torch.Tensor:
+        return torch.autograd.grad(module(xg), xg, lanes[1])[0]
+
+    cases = {  # depth: (computation, tangent it is linear in)
+        0: (gradient, lanes[1]),
+        1: (lambda: lane_jvp(lanes[0]), lanes[0]),
+        2: (lambda: vmap(lane_jvp)(lanes), lanes),
+    }
+    calls = _counting_functions(monkeypatch)
+    plain_value = module(x)
+    for depth, (compute, tangent) in cases.items():
+        want = compute()
+        assert not calls  # outside the context: torch's own forward
+        with lane_activations(module, depth=depth) as swapped:
+            assert swapped == 1
+            got = compute()
+            assert calls  # the shared-tangent Function ran
+            assert torch.equal(module(x), plain_value)  # forward values are torch's own
+        calls.clear()
         assert bool(((got - want).abs() <= ATOL_KERNEL * tangent.abs()).all())
+
+
+def test_a_call_at_another_depth_runs_torchs_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trial M #1: f''(0.3) of the swapped GELU under nested jvp was 0 (torch: 0.7285)."""
+    g = nn.GELU()
+    x0 = torch.tensor([0.3], dtype=D)
+    one = torch.ones(1, dtype=D)
+
+    def slope(x: torch.Tensor) -> torch.Tensor:
+        return jvp(g, (x,), (one,))[1]
+
+    want = jvp(slope, (x0,), (one,))[1]
+    calls = _counting_functions(monkeypatch)
+    with lane_activations(g, depth=1):
+        got = jvp(slope, (x0,), (one,))[1]  # g runs two levels deep, not one
+    assert not calls
+    assert torch.equal(got, want) and float(want) > 0.7
 
 
 class OwnGELU(nn.GELU):
@@ -172,3 +214,78 @@ def test_batched_fisher_with_shared_tangents_is_the_oracle(
     torch.testing.assert_close(batched, single, rtol=RTOL_GROUPING, atol=0.0)
     torch.testing.assert_close(batched, ref, rtol=RTOL_ORACLE, atol=ATOL_ORACLE)
     assert all("forward" not in vars(m) for m in model.modules())
+
+
+class SelfDifferentiating(nn.Module):
+    """Output ``J_x f(x)·1`` by ``torch.func.jvp`` inside ``forward`` (a derivative feature)."""
+
+    def __init__(self, act: nn.Module) -> None:
+        super().__init__()
+        self.l1, self.act, self.l2 = nn.Linear(5, 9), act, nn.Linear(9, 3)
+
+    def f(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l2(self.act(self.l1(x)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return jvp(self.f, (x,), (torch.ones_like(x),))[1]
+
+
+class KeywordCall(nn.Module):
+    """Calls its activation as ``self.act(input=h)``, as torch allows."""
+
+    def __init__(self, act: nn.Module) -> None:
+        super().__init__()
+        self.l1, self.act, self.l2 = nn.Linear(5, 9), act, nn.Linear(9, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l2(self.act(input=self.l1(x)))
+
+
+def _batched_single_oracle(model: nn.Module, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(seed)
+    model = model.to(D)
+    x = torch.randn(7, 5, dtype=D) * 2
+    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    gen = torch.Generator().manual_seed(seed + 1)
+    dirs = [
+        {k: torch.randn(v.shape, generator=gen, dtype=D) for k, v in params.items()}
+        for _ in range(3)
+    ]
+    fam = Gaussian()
+    batched = directional_fisher(model, params, dirs, x, fam)
+    single = torch.stack([directional_fisher(model, params, d, x, fam) for d in dirs])
+    oracle = directional_fisher_reference(model, params, dirs, x, fam)
+    return batched, single, oracle
+
+
+@pytest.mark.parametrize("name", list(ACTIVATIONS))
+@pytest.mark.parametrize("kind", [SelfDifferentiating, KeywordCall])
+def test_models_that_differentiate_themselves_or_pass_input_by_name(kind: type, name: str) -> None:
+    """Trial M #1 (batched 0.28 where single = oracle = 0.43) and #2 (a TypeError)."""
+    batched, single, oracle = _batched_single_oracle(kind(ACTIVATIONS[name][0]()))
+    torch.testing.assert_close(batched, single, rtol=RTOL_GROUPING, atol=0.0)
+    torch.testing.assert_close(batched, oracle, rtol=RTOL_ORACLE, atol=ATOL_ORACLE)
+
+
+def _clipped_forward(self: nn.GELU, input: torch.Tensor) -> torch.Tensor:
+    return F.gelu(input.clamp(-1.0, 1.0), approximate=self.approximate)
+
+
+def _clipped_gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    return torch._C._nn.gelu(input.clamp(-1.0, 1.0), approximate=approximate)
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [(nn.GELU, "forward", _clipped_forward), (F, "gelu", _clipped_gelu)],
+    ids=["class-forward", "F.gelu"],
+)
+def test_a_patched_gelu_is_not_replaced(patch: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trial M #3: the swap replaced a clipping shim by torch's GELU (batched 1.19 vs 0.17)."""
+    monkeypatch.setattr(*patch)
+    model = nn.Sequential(nn.Linear(5, 9), nn.GELU(), nn.Linear(9, 3))
+    with lane_activations(model) as swapped:
+        assert swapped == 0
+    batched, single, oracle = _batched_single_oracle(model)
+    torch.testing.assert_close(batched, single, rtol=RTOL_GROUPING, atol=0.0)
+    torch.testing.assert_close(batched, oracle, rtol=RTOL_ORACLE, atol=ATOL_ORACLE)

@@ -373,7 +373,9 @@ def directional_fisher_reference(
     distribution). Same arguments and return shape as `directional_fisher`; ``chunk_size``
     bounds the samples per ``vmap``. The gradients are the true ones of the forward: an
     ``nn.Embedding``'s ``padding_idx`` row, which torch's backward masks, is differentiated like
-    any other row (`_unmasked_embeddings`).
+    any other row (`_unmasked_embeddings`). Not covered: a forward that runs part of itself under
+    ``torch.no_grad()`` — reverse mode stops there and forward mode does not, so for such a model
+    this oracle misses that part while `directional_fisher` and finite differences agree.
     """
     family = check_family(family)
     prep = prepare(model, params, data)

@@ -14,17 +14,24 @@ per lane:
 * SiLU: ``f'(x) = σ(x)(1 + x(1 − σ(x)))``.
 
 These are the formulas of torch's CPU kernels, so tangents agree with torch's to rounding; the
-forward values are torch's own (``F.gelu``, ``F.silu``). Zoo ViT (dim 32, depth 2, GELU MLPs),
-16 directions on 16 samples, one thread: the batched call took 0.121 s instead of 0.157 s (the
-GELU tangents had been about a fifth of it).
+forward values are torch's own kernels (``torch._C._nn.gelu``, ``torch._C._nn.silu``). Zoo ViT
+(dim 32, depth 2, GELU MLPs), 16 directions on 16 samples, one thread, six interleaved rounds:
+the batched call's median went from 0.164 s to 0.146 s (``gelu_backward`` had been about a tenth
+of its profile; at 64 samples it had been 69 of 545 ms profiled).
 
 `lane_activations` applies this to a model's ``nn.GELU`` and ``nn.SiLU`` modules by giving each
-an instance ``forward`` for the duration of the context (removed on exit, also on an error).
-Left as they are: in-place SiLU, subclasses that override ``forward``, modules that already carry
-an instance ``forward``, and activations called as functions (``F.gelu`` inside another module's
-``forward``), which keep torch's formula — slower under many lanes, never different in value.
-The context changes the caller's module objects while it is open; another thread calling the
-same model meanwhile gets the same values through this path.
+an instance ``forward`` (with torch's parameter name ``input``) for the duration of the context
+(removed on exit, also on an error). That forward uses the shared tangent only when it is called
+exactly as deep in functorch transforms as the caller said (``vmap`` over lanes and ``jvp``),
+and torch's own forward otherwise: the Function's tangent ``f'(x) ⊙ ẋ`` is not differentiated
+by a further forward-mode level, so a forward that differentiates itself (``torch.func.jvp``,
+``jacfwd`` or ``hessian`` inside ``forward``) needs torch's formula there. Left as they are:
+in-place SiLU, subclasses that override ``forward``, modules that already carry an instance
+``forward``, activations called as functions (``F.gelu`` inside another module's ``forward``),
+and every module while torch's GELU or SiLU (the classes' ``forward`` or ``F.gelu``/``F.silu``)
+is patched by a shim — all keep torch's formula: slower under many lanes, never different in
+value. The context changes the caller's module objects while it is open; another thread calling
+the same model meanwhile, outside functorch transforms, runs torch's own forward through it.
 """
 
 from __future__ import annotations
@@ -102,39 +109,82 @@ def _shared_tangent(
     return type(name, (torch.autograd.Function,), namespace)
 
 
+_TORCH_GELU = torch._C._nn.gelu  # torch's kernels, bound here: a later patch of F.* is not used
+_TORCH_SILU = torch._C._nn.silu
 _GELU = {
     mode: _shared_tangent(
         f"SharedTangentGELU_{mode}",
-        lambda x, mode=mode: F.gelu(x, approximate=mode),
+        lambda x, mode=mode: _TORCH_GELU(x, approximate=mode),
         lambda x, mode=mode: gelu_derivative(x, mode),
     )
     for mode in ("none", "tanh")
 }
-_SILU = _shared_tangent("SharedTangentSiLU", F.silu, silu_derivative)
+_SILU = _shared_tangent("SharedTangentSiLU", _TORCH_SILU, silu_derivative)
+_ACTIVATION_MODULE = "torch.nn.modules.activation"
 
 
-def _replacement(module: nn.Module) -> Callable[[Tensor], Tensor] | None:
-    """The shared-tangent forward for ``module``, or ``None`` where it is left as it is."""
+def _torch_owns(fn: object, module: str) -> bool:
+    """Whether ``fn`` is torch's own function (defined in ``module``, not a wrapper)."""
+    return getattr(fn, "__module__", None) == module and not hasattr(fn, "__wrapped__")
+
+
+def _unpatched() -> bool:
+    """Whether ``nn.GELU``, ``nn.SiLU``, ``F.gelu`` and ``F.silu`` are torch's own: a shim
+    patched over any of them (clipping, quantisation, logging) changes the function, and the
+    shared-tangent path, which computes torch's GELU and SiLU, must not replace it."""
+    return (
+        _torch_owns(nn.GELU.forward, _ACTIVATION_MODULE)
+        and _torch_owns(nn.SiLU.forward, _ACTIVATION_MODULE)
+        and F.gelu is _TORCH_GELU
+        and _torch_owns(F.silu, "torch.nn.functional")
+    )
+
+
+def _level() -> int:
+    """Depth of the functorch transforms around the caller (0 outside any)."""
+    return torch._C._functorch.maybe_current_level() or 0
+
+
+def _replacement(module: nn.Module, level: int) -> Callable[[Tensor], Tensor] | None:
+    """The forward that ``module`` gets: the shared-tangent Function when called ``level``
+    functorch transforms deep, torch's own forward otherwise; ``None`` where it is left alone.
+
+    The Function's tangent ``f'(x) ⊙ ẋ`` is not differentiated by a further forward-mode level,
+    so a module that the model's own forward differentiates (``torch.func.jvp``, ``jacfwd`` or
+    ``hessian`` inside ``forward``) runs deeper and keeps torch's formula there.
+    """
     if "forward" in vars(module):
         return None
-    if type(module).forward is nn.GELU.forward and module.approximate in _GELU:
-        return _GELU[module.approximate].apply
-    if type(module).forward is nn.SiLU.forward and not module.inplace:
-        return _SILU.apply
-    return None
+    own = type(module).forward
+    if own is nn.GELU.forward and module.approximate in _GELU:
+        shared = _GELU[module.approximate]
+    elif own is nn.SiLU.forward and not module.inplace:
+        shared = _SILU
+    else:
+        return None
+    plain = own.__get__(module)
+
+    def forward(input: Tensor) -> Tensor:  # torch's parameter name: callers may pass input=
+        return shared.apply(input) if _level() == level else plain(input)
+
+    return forward
 
 
 @contextlib.contextmanager
-def lane_activations(model: nn.Module) -> Iterator[int]:
+def lane_activations(model: nn.Module, *, depth: int = 2) -> Iterator[int]:
     """Route ``model``'s ``nn.GELU`` / ``nn.SiLU`` modules through shared-tangent Functions.
 
-    Yields how many modules were swapped; every swapped module gets its class's ``forward`` back
-    on exit.
+    ``depth``: the functorch transforms the caller opens inside the context around the model's
+    forward (``vmap`` over the lanes and ``jvp``: 2); a module called at any other depth runs
+    torch's own forward. Nothing is swapped when torch's GELU or SiLU has been patched
+    (`_unpatched`). Yields how many modules were swapped; every swapped module gets its class's
+    ``forward`` back on exit.
     """
     swapped = []
+    level = _level() + depth
     try:
-        for module in model.modules():
-            new = _replacement(module)
+        for module in model.modules() if _unpatched() else ():
+            new = _replacement(module, level)
             if new is not None:
                 module.forward = new
                 swapped.append(module)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -61,3 +63,45 @@ def test_factor_pass_names_the_whole_data_shape_when_a_later_batch_fails() -> No
     ids[10, 1] = 11
     with pytest.raises(ValueError, match=r"data of shape \(12, 3\) does not fit.*indices < 10"):
         kfac_factors(model, ids, Gaussian(), batch_size=8)
+
+
+class _SelfHessian(nn.Module):
+    """A Laplacian feature ``Σ_j ∂²u/∂x_j²`` by ``vmap(hessian)`` in ``forward``. Under
+    ``torch.no_grad()`` (as the read's plain forwards run) SiLU's backward is the fused
+    ``silu_backward``, which has no forward-mode formula, so the forward fails."""
+
+    def __init__(self, first: nn.Module, width: int) -> None:
+        super().__init__()
+        self.first, self.act, self.out = first, nn.SiLU(), nn.Linear(width, 1)
+
+    def u(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.act(self.first(x)).reshape(-1)).squeeze(-1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lap = torch.func.vmap(torch.func.hessian(self.u))(x)
+        return lap.reshape(x.shape[0], x[0].numel(), -1).diagonal(dim1=-2, dim2=-1).sum(-1)
+
+
+@pytest.mark.parametrize(
+    ("first", "width", "shape", "fits"),
+    [
+        (nn.Linear(3, 4), 4, (6, 3), r"whose last axis \(3\) is the in_features of the first"),
+        (nn.Conv1d(2, 3, 3), 9, (6, 2, 5), r"whose axis 1 \(2\) is the in_channels of the first"),
+    ],
+)
+def test_data_that_fits_is_not_blamed_for_a_failure_inside_the_forward(
+    first: nn.Module, width: int, shape: tuple[int, ...], fits: str
+) -> None:
+    """s14 trial M #6: "data of shape (6, 3) does not fit the model; first layer 'l1' (Linear)
+    expects last dim 3" for (6, 3) data; the cause was an operator without forward mode."""
+    model = _SelfHessian(first, width).double()
+    x = torch.randn(*shape, dtype=torch.float64)
+    where = re.escape(str(shape))
+    with (
+        torch.no_grad(),
+        pytest.raises(ValueError, match=rf"fails on data of shape {where}, {fits}"),
+    ):
+        forward_checked(model, x)
+    with torch.no_grad(), pytest.raises(ValueError) as info:
+        forward_checked(model, x)
+    assert "does not fit" not in str(info.value) and "forward AD" in str(info.value)

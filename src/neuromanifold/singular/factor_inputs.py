@@ -98,6 +98,8 @@ def forward_checked(
     * otherwise an error that names float64 (``Double``), and not indices: the forward fails in
       float64, the read's working precision (an operator without a float64 kernel, or a tensor
       the model creates in float32);
+    * data whose size fits the first layer (a Linear's last axis, a convolution's axis 1): the
+      cause is inside the forward, and the message says so (not that the data does not fit);
     * anything else: what the first layer expects, the usual cause being data that does not fit.
 
     Whether the forward fails or not, data that a convolution receives unchanged and reads as one
@@ -161,6 +163,11 @@ def forward_checked(
                 f"dtype): {err}"
             ) from err
         expect = ""
+        if first is not None and (fits := _fits(first, x)):
+            raise ValueError(
+                f"the model's forward fails on data of shape {shape}, {fits}; the cause is "
+                f"inside the forward: {err}"
+            ) from err
         if first is not None:
             n, mod = first
             if isinstance(mod, nn.Linear):
@@ -177,6 +184,18 @@ def forward_checked(
     if unbatched:
         raise _no_sample_axis(shape, *unbatched[0], None)
     return out
+
+
+def _fits(first: tuple[str, nn.Module], x: Tensor) -> str:
+    """How ``x``'s size fits the first parameterised layer (a Linear's ``in_features`` on the last
+    axis, a convolution's ``in_channels`` on axis 1); ``""`` when it does not, or for an Embedding
+    (indices have no size to check)."""
+    name, mod = first
+    if isinstance(mod, nn.Linear) and x.ndim >= 1 and x.shape[-1] == mod.in_features:
+        return f"whose last axis ({x.shape[-1]}) is the in_features of the first layer {name!r}"
+    if isinstance(mod, (nn.Conv1d, nn.Conv2d)) and x.ndim >= 2 and x.shape[1] == mod.in_channels:
+        return f"whose axis 1 ({x.shape[1]}) is the in_channels of the first layer {name!r}"
+    return ""
 
 
 _CONV_DIMS: dict[type, int] = {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}

@@ -31,7 +31,7 @@ from neuromanifold.linear.fiber import fiber_of_params, lcn_fiber
 from neuromanifold.linear.fiber_numeric import sign_distance
 from neuromanifold.linear.relu import ReluMLP
 from neuromanifold.linear.relu_fiber import permutation_distance, relu_fiber
-from neuromanifold.linear.rescale import fiber_scale
+from neuromanifold.linear.rescale import fiber_scale, rescale_to_delta
 
 #: The scales of ``v`` of the trial report (1e-12 was where the old absolute floor broke).
 SCALES = (1e-12, 1e-6, 1.0, 1e6, 1e12)
@@ -248,3 +248,46 @@ def test_relu_fiber_is_scale_covariant() -> None:
         pts = [np.concatenate([np.ravel(t) for t in p]) / c for p in rep.point_arrays()]
         pd = partial(permutation_distance, net)
         assert _matches(pts, ref_pts, pd, RTOL_POINT) and _matches(ref_pts, pts, pd, RTOL_POINT)
+
+
+#: The trial's filters (s14 trial O #1): D = 2, three 2×2 layers, strides 2×2.
+UNBALANCED_ARCH = LCN(((2, 2), (2, 2), (2, 2)), ((2, 2), (2, 2)), dim=2)
+UNBALANCED_U = [
+    np.array([[1.0, np.sqrt(2)], [0.5, -1.0]]),
+    np.array([[np.sqrt(3), 1.0], [-2.0, 0.25]]),
+    np.array([[0.3, -1.0], [np.pi, 1.0]]),
+]
+
+
+@pytest.mark.parametrize("d", [(1e3, -2e3), (1e5, -3e5), (-2e3, 5e2)])
+def test_strongly_unbalanced_invariants_are_reached(d: tuple[float, float]) -> None:
+    """s14 trial O #1: at δ = (10³, −2·10³) the numeric route converged from 0 of 40 (and of 150)
+    starts and called v off the neuromanifold, though the rescaling lemma reaches the point
+    (strides > 1 in every layer: the fiber is one point modulo signs)."""
+    arch, u = UNBALANCED_ARCH, UNBALANCED_U
+    v = mu(arch, u)
+    want = rescale_to_delta(u, d)  # the lemma: same μ, invariants d
+    np.testing.assert_allclose(delta(want), d, rtol=1e-12)
+    rep = lcn_fiber(arch, v, d)
+    assert rep.on_manifold and rep.n_points == 1, rep.notes
+    scale = max(float(np.abs(w).max()) for w in want)
+    got = flatten_params(arch, rep.points[0])
+    assert sign_distance(arch, got, flatten_params(arch, want)) <= RTOL_POINT * scale
+    K = ntk_from_function(arch, v, d)
+    np.testing.assert_allclose(
+        K, ntk(arch, want), rtol=RTOL_POINT, atol=RTOL_POINT * np.abs(K).max()
+    )
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_strongly_unbalanced_invariants_in_1d_by_the_numeric_route_alone(seed: int) -> None:
+    """Trial O #1, 1-D: the algebraic route found the point and hid the numeric route's miss
+    (``routes_agree`` False); alone, the numeric route called v off the neuromanifold (10 of
+    the filter draws of seeds 0-11)."""
+    arch = LCN((3, 2, 2), (2, 2))
+    rng = np.random.default_rng(seed)
+    u = [rng.standard_normal(k) for k in (3, 2, 2)]
+    v, d = mu(arch, u), (1e3, -2e3)
+    rep = lcn_fiber(arch, v, d, routes=("numeric",))
+    assert rep.on_manifold and rep.n_points == 1, rep.notes
+    assert lcn_fiber(arch, v, d).routes_agree

@@ -15,7 +15,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import jvp, vmap
+from torch.func import jacfwd, jvp, vmap
+from torch.overrides import TorchFunctionMode
 
 import neuromanifold.singular.fisher as fisher_mod
 import neuromanifold.singular.lane_activations as la
@@ -36,6 +37,7 @@ ATOL_KERNEL = 1e-14
 RTOL_GROUPING = 1e-12  # batched vs one direction at a time: summation order only
 RTOL_ORACLE = 1e-10  # JVP vs per-sample gradients (as in test_fisher.py)
 ATOL_ORACLE = 1e-14
+RTOL_FD = 1e-8  # central differences, step 1e-5: error about h² f''' = 1e-10 relative here
 
 D = torch.float64
 
@@ -289,3 +291,76 @@ def test_a_patched_gelu_is_not_replaced(patch: tuple, monkeypatch: pytest.Monkey
     batched, single, oracle = _batched_single_oracle(model)
     torch.testing.assert_close(batched, single, rtol=RTOL_GROUPING, atol=0.0)
     torch.testing.assert_close(batched, oracle, rtol=RTOL_ORACLE, atol=ATOL_ORACLE)
+
+
+class _ClipGELU(TorchFunctionMode):
+    """Clips GELU's input, as activation-clipping and fake-quant tools do."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (F.gelu, torch._C._nn.gelu):
+            return func(args[0].clamp(-1.0, 1.0), *args[1:], **kwargs)
+        return func(*args, **kwargs)
+
+
+def test_a_torch_function_mode_or_a_patched_kernel_is_not_replaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """s14 audit P #2: under a clipping mode the batched Fisher read 0.125 where single and the
+    oracle read 0.041; a patch of ``torch._C._nn.silu`` was swapped out the same way."""
+    model = nn.Sequential(nn.Linear(5, 9), nn.GELU(), nn.Linear(9, 3))
+    with _ClipGELU():
+        with lane_activations(model) as swapped:
+            assert swapped == 0
+        batched, single, oracle = _batched_single_oracle(model)
+    torch.testing.assert_close(batched, single, rtol=RTOL_GROUPING, atol=0.0)
+    torch.testing.assert_close(batched, oracle, rtol=RTOL_ORACLE, atol=ATOL_ORACLE)
+    kernel = torch._C._nn.silu
+    monkeypatch.setattr(torch._C._nn, "silu", lambda x, *a, **k: kernel(x.clamp(-1.0, 1.0)))
+    model = nn.Sequential(nn.Linear(5, 9), nn.SiLU(), nn.Linear(9, 3))
+    with lane_activations(model) as swapped:
+        assert swapped == 0
+    batched, single, oracle = _batched_single_oracle(model)
+    torch.testing.assert_close(batched, single, rtol=RTOL_GROUPING, atol=0.0)
+
+
+class _Scaled(nn.Module):
+    """``x ↦ l2(gelu(s · l1(x)))`` with ``s`` held by the caller (differentiated by it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1, self.act, self.l2 = nn.Linear(3, 4), nn.GELU(), nn.Linear(4, 2)
+        self.s: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l2(self.act(self.s * self.l1(x)))
+
+
+def test_a_batched_call_inside_a_callers_jacfwd() -> None:
+    """s14 audit P #1: jacfwd of the batched Fisher in s gave [0.0083, −0.0005] where one
+    direction at a time and finite differences gave [−0.0022, −0.0083]."""
+    torch.manual_seed(0)
+    model = _Scaled().to(D)
+    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    x = torch.randn(5, 3, dtype=D)
+    gen = torch.Generator().manual_seed(1)
+    dirs = [
+        {k: torch.randn(v.shape, generator=gen, dtype=D) for k, v in params.items()}
+        for _ in range(2)
+    ]
+
+    def batched(s: torch.Tensor) -> torch.Tensor:
+        model.s = s
+        return directional_fisher(model, params, dirs, x, Gaussian())
+
+    def single(s: torch.Tensor) -> torch.Tensor:
+        model.s = s
+        return torch.stack([directional_fisher(model, params, d, x, Gaussian()) for d in dirs])
+
+    s0 = torch.tensor(1.3, dtype=D)
+    torch.testing.assert_close(
+        jacfwd(batched)(s0), jacfwd(single)(s0), rtol=RTOL_GROUPING, atol=0.0
+    )
+    h = 1e-5
+    fd = (single(s0 + h) - single(s0 - h)) / (2 * h)
+    torch.testing.assert_close(jacfwd(batched)(s0), fd, rtol=RTOL_FD, atol=0.0)

@@ -13,7 +13,8 @@ per lane:
   ``f'(x) = ½(1 + τ) + ½ x (1 − τ²) c (1 + 3a x²)``;
 * SiLU: ``f'(x) = σ(x)(1 + x(1 − σ(x)))``.
 
-These are the formulas of torch's CPU kernels, so tangents agree with torch's to rounding; the
+These are the formulas of torch's CPU kernels, so float64 tangents (the read's precision) agree
+with torch's to rounding (in bfloat16 or float16 the unfused formulas round more); the
 forward values are torch's own kernels (``torch._C._nn.gelu``, ``torch._C._nn.silu``). Zoo ViT
 (dim 32, depth 2, GELU MLPs), 16 directions on 16 samples, one thread, six interleaved rounds:
 the batched call's median went from 0.164 s to 0.146 s (``gelu_backward`` had been about a tenth
@@ -30,8 +31,10 @@ in-place SiLU, subclasses that override ``forward``, modules that already carry 
 ``forward``, activations called as functions (``F.gelu`` inside another module's ``forward``),
 and every module while torch's GELU or SiLU (the classes' ``forward`` or ``F.gelu``/``F.silu``)
 is patched by a shim — all keep torch's formula: slower under many lanes, never different in
-value. The context changes the caller's module objects while it is open; another thread calling
-the same model meanwhile, outside functorch transforms, runs torch's own forward through it.
+value; so do calls made inside a functorch transform that the caller opened around the whole
+batched call, and calls under a torch function or dispatch mode. The context changes the
+caller's module objects while it is open; another thread calling the same model meanwhile,
+outside functorch transforms, runs torch's own forward through it.
 """
 
 from __future__ import annotations
@@ -129,14 +132,21 @@ def _torch_owns(fn: object, module: str) -> bool:
 
 
 def _unpatched() -> bool:
-    """Whether ``nn.GELU``, ``nn.SiLU``, ``F.gelu`` and ``F.silu`` are torch's own: a shim
-    patched over any of them (clipping, quantisation, logging) changes the function, and the
-    shared-tangent path, which computes torch's GELU and SiLU, must not replace it."""
+    """Whether GELU and SiLU are torch's own: ``nn.GELU.forward``, ``nn.SiLU.forward``,
+    ``F.gelu``, ``F.silu`` and the kernels ``torch._C._nn.gelu``/``silu`` unpatched, and no
+    ``TorchFunctionMode`` or ``TorchDispatchMode`` active (a mode sees every call, the kernels
+    inside the Function too).
+    A shim or mode (clipping, quantisation, logging) can change the function, and the
+    shared-tangent path, whose tangent is torch's GELU or SiLU derivative, must not replace it."""
     return (
         _torch_owns(nn.GELU.forward, _ACTIVATION_MODULE)
         and _torch_owns(nn.SiLU.forward, _ACTIVATION_MODULE)
         and F.gelu is _TORCH_GELU
         and _torch_owns(F.silu, "torch.nn.functional")
+        and torch._C._nn.gelu is _TORCH_GELU
+        and torch._C._nn.silu is _TORCH_SILU
+        and torch._C._len_torch_function_stack() == 0
+        and torch._C._len_torch_dispatch_stack() == 0
     )
 
 
@@ -176,14 +186,16 @@ def lane_activations(model: nn.Module, *, depth: int = 2) -> Iterator[int]:
 
     ``depth``: the functorch transforms the caller opens inside the context around the model's
     forward (``vmap`` over the lanes and ``jvp``: 2); a module called at any other depth runs
-    torch's own forward. Nothing is swapped when torch's GELU or SiLU has been patched
+    torch's own forward. Nothing is swapped when the context is entered inside a functorch
+    transform (a caller's ``jacfwd`` or ``jvp`` around the whole call would differentiate the
+    shared tangent again, which it does not support) or while torch's GELU or SiLU is patched
     (`_unpatched`). Yields how many modules were swapped; every swapped module gets its class's
     ``forward`` back on exit.
     """
     swapped = []
     level = _level() + depth
     try:
-        for module in model.modules() if _unpatched() else ():
+        for module in model.modules() if _level() == 0 and _unpatched() else ():
             new = _replacement(module, level)
             if new is not None:
                 module.forward = new

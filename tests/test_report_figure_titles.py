@@ -125,3 +125,30 @@ def test_the_spectra_title_clears_the_panels_of_many_blocks(
     for ax in panels:
         for box in (ax.title.get_window_extent(renderer), ax.get_window_extent(renderer)):
             assert not head.overlaps(box), (ax.get_title(), head, box)
+
+
+#: tight_layout leaves the tick labels, axis labels and panel title of a 3-inch panel cell
+#: at least this much of its height (measured 2.0-2.2 in with the title counted once)
+MIN_AXES_HEIGHT_IN = 1.8
+
+
+@pytest.mark.parametrize("n", [1, 2, 24])
+@pytest.mark.parametrize("which", ["sweeps", "spectra"])
+def test_the_panels_keep_their_size_below_the_title(
+    which: str, n: int, tmp_path: Path, monkeypatch
+) -> None:
+    """s14 audit P #3: the title's height was taken off the panels twice (the layout rectangle
+    and tight_layout's own room for the suptitle): one panel kept 0.64 of its 3 inches under a
+    176-pixel blank band."""
+    drawn = _captured(monkeypatch)
+    if which == "sweeps":
+        reading = Reading(tuple(_record(f"fc{i}") for i in range(n)), (), {})
+        figures.plot_sweeps(reading, tmp_path / "f.png", title=LONG_TITLE)
+    else:
+        spectra = {f"blocks.{i}.fc": SPECTRA["fc1"] for i in range(n)}
+        figures.plot_spectra(spectra, tmp_path / "f.png", title=LONG_TITLE)
+    (fig,) = drawn
+    panels = [ax for ax in fig.axes if ax.axison]
+    assert len(panels) == n
+    heights = [ax.get_position().height * fig.get_figheight() for ax in panels]
+    assert min(heights) >= MIN_AXES_HEIGHT_IN, heights

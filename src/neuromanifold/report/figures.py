@@ -144,6 +144,9 @@ def _layout_below(
     fig.set_figheight(height)
     box = head.get_window_extent(fig.canvas.get_renderer())
     top = (box.y0 - gap_in * fig.dpi) / fig.bbox.height
+    # the rectangle already ends below the title: tight_layout must not reserve room for the
+    # suptitle a second time (it did, and a one-panel figure kept 0.64 of its 3 inches)
+    head.set_in_layout(False)
     fig.tight_layout(rect=(0.0, 0.0, 1.0, top))
 
 

@@ -98,8 +98,9 @@ def forward_checked(
     * otherwise an error that names float64 (``Double``), and not indices: the forward fails in
       float64, the read's working precision (an operator without a float64 kernel, or a tensor
       the model creates in float32);
-    * data whose size fits the first layer (a Linear's last axis, a convolution's axis 1): the
-      cause is inside the forward, and the message says so (not that the data does not fit);
+    * data that matches the first registered layer (a Linear's last axis, a convolution's axis
+      1, an Embedding's index range): that match and torch's error, without saying the data
+      does not fit (the cause may be inside the forward, or a size a later layer needs);
     * anything else: what the first layer expects, the usual cause being data that does not fit.
 
     Whether the forward fails or not, data that a convolution receives unchanged and reads as one
@@ -165,8 +166,7 @@ def forward_checked(
         expect = ""
         if first is not None and (fits := _fits(first, x)):
             raise ValueError(
-                f"the model's forward fails on data of shape {shape}, {fits}; the cause is "
-                f"inside the forward: {err}"
+                f"the model's forward fails on data of shape {shape} ({fits}): {err}"
             ) from err
         if first is not None:
             n, mod = first
@@ -187,14 +187,19 @@ def forward_checked(
 
 
 def _fits(first: tuple[str, nn.Module], x: Tensor) -> str:
-    """How ``x``'s size fits the first parameterised layer (a Linear's ``in_features`` on the last
-    axis, a convolution's ``in_channels`` on axis 1); ``""`` when it does not, or for an Embedding
-    (indices have no size to check)."""
+    """What in ``x`` matches the model's first registered parameterised layer — a Linear's
+    ``in_features`` on the last axis, a convolution's ``in_channels`` on axis 1, an Embedding's
+    index range — or ``""`` where it does not. Only that layer is checked (not the spatial size
+    a later layer needs, nor which layer the forward calls first), so the message states the
+    match and torch's error, and blames neither the data nor the model."""
     name, mod = first
     if isinstance(mod, nn.Linear) and x.ndim >= 1 and x.shape[-1] == mod.in_features:
-        return f"whose last axis ({x.shape[-1]}) is the in_features of the first layer {name!r}"
+        return f"its last axis, {x.shape[-1]}, is the in_features of {name!r}, the first layer"
     if isinstance(mod, (nn.Conv1d, nn.Conv2d)) and x.ndim >= 2 and x.shape[1] == mod.in_channels:
-        return f"whose axis 1 ({x.shape[1]}) is the in_channels of the first layer {name!r}"
+        return f"its axis 1, {x.shape[1]}, is the in_channels of {name!r}, the first layer"
+    if isinstance(mod, nn.Embedding) and not x.is_floating_point() and not x.is_complex():
+        if x.numel() and 0 <= int(x.min()) and int(x.max()) < mod.num_embeddings:
+            return f"its ids lie in [0, {mod.num_embeddings}) of {name!r}, the first layer"
     return ""
 
 

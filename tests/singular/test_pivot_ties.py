@@ -60,9 +60,11 @@ def test_the_null_basis_of_a_symmetric_range_is_one_basis() -> None:
     assert float((rng.T @ bases[0]).abs().max()) < 1e-12
 
 
-def test_ties_go_to_the_lower_coordinate_and_clear_winners_keep_their_place() -> None:
-    tied = torch.ones(2, 5, dtype=D)
-    assert tie_broken_pivots(tied)[0].item() == 0
+def test_near_ties_go_to_the_lower_coordinate_and_clear_winners_keep_their_place() -> None:
+    """LAPACK takes the larger of two columns that differ by 1e-12 relative (rounding-sized);
+    the weighted pivots take the lower coordinate. A column larger by 1e-4 still wins."""
+    near = torch.tensor([[1.0, 1.0 + 1e-12, 1.0]], dtype=D)
+    assert tie_broken_pivots(near)[0].item() == 0
     clear = torch.tensor([[1.0, 1.0, 1.0 + 1e-4, 1.0]], dtype=D)  # coordinate 2 is larger
     assert tie_broken_pivots(clear)[0].item() == 2
     assert sorted(tie_broken_pivots(clear).tolist()) == [0, 1, 2, 3]

@@ -43,8 +43,11 @@ fraction of ``Σ |v_i|³`` (rounding of unit vectors is about 1e-16 of it)."""
 RANGE_SEED = 0
 PIVOT_TIE_RTOL = 1e-6
 """`tie_broken_pivots` prefers the lower coordinate among pivot candidates whose residual norms
-differ by less than about ``PIVOT_TIE_RTOL·Δj/d`` (relative); rounding of the inputs (about
-1e-12 between CPU kernels) is far below that, so a tie is decided by the coordinates' order."""
+differ by less than about ``PIVOT_TIE_RTOL·Δj/d`` (relative). For the orthonormal inputs of its
+callers, rounding of the inputs (about 1e-12 between CPU kernels) stays below that, so a tie is
+decided by the coordinates' order (checked up to d = 400); for general inputs with d ≈ 1000 and
+columns of very different norms, LAPACK's norm updates can still let rounding decide adjacent
+ties (s14 audit P #7)."""
 
 
 @dataclass(frozen=True)

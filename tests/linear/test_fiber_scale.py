@@ -291,3 +291,17 @@ def test_strongly_unbalanced_invariants_in_1d_by_the_numeric_route_alone(seed: i
     rep = lcn_fiber(arch, v, d, routes=("numeric",))
     assert rep.on_manifold and rep.n_points == 1, rep.notes
     assert lcn_fiber(arch, v, d).routes_agree
+
+
+@pytest.mark.parametrize("d", [1e8, 1e10, 1e16])
+def test_invariant_dominated_fibers_hold_only_points_over_v(d: float) -> None:
+    """s14 trial N #1: at δ = 1e10 the numeric route returned 17 "points" whose μ was 25-50 %
+    off v (at unit scale the v part of the residual, |v|/δ, sat below the tolerance) and called
+    the fiber a continuum; at δ = 1e8 it converged nowhere. v = (1 + 2z)(1 − z) has two
+    factorisations, so the fiber over (v, δ) is two points modulo signs at every δ."""
+    arch = LCN((2, 2), (1,))
+    v = np.array([1.0, 1.0, -2.0])
+    rep = lcn_fiber(arch, v, [d])
+    assert rep.on_manifold and rep.n_points == 2 and rep.routes_agree, rep.notes
+    for p in rep.points:
+        np.testing.assert_allclose(mu(arch, p), v, rtol=RTOL_POINT, atol=RTOL_POINT)

@@ -112,6 +112,55 @@ def test_out_below_a_file_is_a_usage_error(tmp_path: Path) -> None:
     assert_usage_error(r, f"--out {afile / 'rep'}: {afile} is a file, not a directory")
 
 
+class _Unwritable:
+    """Stands in for ``tempfile.TemporaryDirectory`` where nothing can be created (a read-only
+    mount; as root, permission bits do not stop a write, and the probe is what tells)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Read-only file system")
+
+
+@pytest.mark.parametrize("name", sorted(OUT_COMMANDS))
+def test_out_where_nothing_can_be_written_fails_before_the_work(
+    name: str, tmp_path: Path, monkeypatch
+) -> None:
+    """s14 trial N #4: read and train ended in a traceback (train after training), and survey,
+    converge and demo failed only after all their work."""
+    import neuromanifold.cli._files as files
+
+    monkeypatch.setattr(files.tempfile, "TemporaryDirectory", _Unwritable)
+    target = tmp_path / "new" / "rep"
+    r = RUNNER.invoke(app, [*OUT_COMMANDS[name], "--out", str(target)], env=ENV)
+    assert_usage_error(r, f"error: --out {target}: cannot write under {tmp_path}")
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("name", sorted(JSON_COMMANDS))
+def test_json_where_nothing_can_be_written_fails_before_the_work(
+    name: str, tmp_path: Path, monkeypatch
+) -> None:
+    import neuromanifold.cli._files as files
+
+    monkeypatch.setattr(files.tempfile, "TemporaryDirectory", _Unwritable)
+    target = tmp_path / "r.json"
+    r = RUNNER.invoke(app, [*JSON_COMMANDS[name], "--json", str(target)], env=ENV)
+    assert_usage_error(r, f"error: --json {target}: cannot write under {tmp_path}")
+
+
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux /proc")
+def test_out_under_proc_is_refused_at_once() -> None:
+    """The trial's own case: nothing can be created in /proc, not even by root."""
+    r = RUNNER.invoke(app, [*OUT_COMMANDS["read"], "--out", "/proc/neuromanifold-x"], env=ENV)
+    assert_usage_error(r, "error: --out /proc/neuromanifold-x: cannot write under /proc")
+
+
+@pytest.mark.parametrize("name", sorted(JSON_COMMANDS))
+def test_an_empty_json_path_is_refused(name: str) -> None:
+    """Trial N #7: ``--json ""`` was reported as ".: is a directory"."""
+    r = RUNNER.invoke(app, [*JSON_COMMANDS[name], "--json", ""], env=ENV)
+    assert_usage_error(r, "error: --json: the path is empty; expected a file path")
+
+
 FAST_JSON = ("lcn ntk", "lcn fiber", "lcn compare", "triple nu", "triple rrr", "triple dln")
 
 

@@ -14,6 +14,7 @@ stdout then, and a file named ``-`` is never created (``./-`` names that file).
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,21 +57,47 @@ def _blocking_ancestor(path: Path) -> Path | None:
     return None
 
 
+def _probe_writable(path: Path, option: str) -> None:
+    """Fail unless something can be created where ``path`` will be written: a temporary
+    directory is made (and removed) in ``path`` itself when it is an existing directory, else in
+    its nearest existing ancestor. Permissions alone do not tell (root passes ``os.access`` on
+    ``/proc`` and on read-only mounts), so the probe writes."""
+    target = path.absolute()
+    where = (
+        target
+        if target.is_dir()
+        else next((a for a in target.parents if a.exists()), Path(target.anchor))
+    )
+    try:
+        tempfile.TemporaryDirectory(dir=where, prefix=".neuromanifold-probe-").cleanup()
+    except OSError as err:
+        fail(f"{option} {path}: cannot write under {where}: {err.strerror or err}")
+
+
+def _check_not_empty(path: str | Path, option: str, expected: str) -> None:
+    if str(path).strip() == "":
+        fail(f"{option}: the path is empty; expected {expected}")
+
+
 def check_json_target(
     path: str | Path | None, *, option: str = "--json", stdout_ok: bool = False
 ) -> None:
-    """Fail (exit 2) when ``path`` cannot become a file: it is a directory, or an ancestor is a
-    file. ``None`` passes, and so does ``"-"`` when ``stdout_ok`` (the command prints the JSON);
-    a missing parent directory is fine (created later).
+    """Fail (exit 2) when ``path`` cannot become a file: it is empty or a directory, an ancestor
+    is a file, or nothing can be created there (`_probe_writable`). ``None`` passes, and so does
+    ``"-"`` when ``stdout_ok`` (the command prints the JSON); a missing parent directory is fine
+    (created later).
     """
     if path is None or (stdout_ok and str(path) == "-"):
         return
+    _check_not_empty(path, option, "a file path")
     p = Path(path)
     if p.is_dir():
         fail(f"{option} {p}: is a directory; expected a file path")
     blocker = _blocking_ancestor(p)
     if blocker is not None:
         fail(f"{option} {p}: {blocker} is a file, not a directory")
+    if not (p.exists() and p.is_file()):
+        _probe_writable(p, option)
 
 
 def json_to_stdout(path: str | Path | None) -> bool:
@@ -105,16 +132,19 @@ def emit_json(path: str | Path | None, obj: Any, *, option: str = "--json") -> P
 
 
 def check_out_dir(path: str | Path | None, *, option: str = "--out") -> None:
-    """Fail (exit 2) when ``path`` cannot become a directory: it is an existing file, or an
-    ancestor is a file. ``None`` passes; a missing directory is fine (created later)."""
+    """Fail (exit 2) when ``path`` cannot become a directory: it is empty or an existing file,
+    an ancestor is a file, or nothing can be created there (`_probe_writable`). ``None`` passes;
+    a missing directory is fine (created later)."""
     if path is None:
         return
+    _check_not_empty(path, option, "a directory (new or existing)")
     p = Path(path)
     if p.exists() and not p.is_dir():
         fail(f"{option} {p}: is an existing file; {option} must be a directory (new or existing)")
     blocker = _blocking_ancestor(p)
     if blocker is not None:
         fail(f"{option} {p}: {blocker} is a file, not a directory")
+    _probe_writable(p, option)
 
 
 @contextmanager

@@ -170,3 +170,14 @@ def test_errors(args: list[str], message: str) -> None:
     assert res.exit_code != 0
     flat = " ".join(res.output.replace("│", " ").split())  # unwrap rich error boxes
     assert message in flat, res.output
+
+
+@pytest.mark.parametrize("json_arg", [[], ["--json", "-"]])
+def test_theta_whose_products_overflow_is_refused(json_arg: list[str]) -> None:
+    """s14 trial N #3: θ = (1e200, 2; 1e200, −1) printed v = [inf ...], δ = nan, "rank J = 2,
+    smooth: no" with exit 0, and --json - wrote Infinity/NaN (not JSON)."""
+    args = ["lcn", "ntk", "--filters", "2,2", "--theta", "1e200,2;1e200,-1", *json_arg]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert "--theta: μ(θ), δ or the NTK overflow float64" in res.output
+    assert "Infinity" not in res.output and "rank J" not in res.output

@@ -138,7 +138,9 @@ def ntk_command(
     filters: str = typer.Option(..., "--filters", help="Filter shapes, e.g. 2,2 or 2x2,3x3."),
     theta: str = typer.Option(..., "--theta", help="Filters: layers ';', coefficients ','."),
     strides: str | None = typer.Option(
-        None, "--strides", help="Strides s_1..s_{L-1} (or s_1..s_L), e.g. 1 or 2,3 or 1x1."
+        None,
+        "--strides",
+        help="Strides s_1..s_{L-1} (or s_1..s_L), e.g. 1 or 2,3 or 1x1; default: all 1.",
     ),
     dim: int = typer.Option(1, "--dim", min=1, help="Signal dimension D."),
     json_path: str | None = typer.Option(
@@ -168,9 +170,16 @@ def ntk_command(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     th = parse_theta(theta, arch.filters)
-    v = mu(arch, th)
-    d = delta(th)
-    K = ntk(arch, th)
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = mu(arch, th)
+        d = delta(th)
+        K = ntk(arch, th)
+    if not (np.isfinite(v).all() and np.isfinite(d).all() and np.isfinite(K).all()):
+        big = max(float(np.abs(w).max()) for w in th)
+        fail(
+            f"--theta: μ(θ), δ or the NTK overflow float64 (largest |coefficient| {big:.3g}); "
+            "rescale θ (μ is homogeneous of degree L, the NTK of degree 2(L − 1))"
+        )
     report = is_smooth_point(arch, th)
     note = normal_form_note(arch)
     with np.printoptions(formatter=FLOAT_FORMATTER, linewidth=120):
@@ -214,7 +223,9 @@ def compare_command(
         "(at least 2).",
     ),
     strides: str | None = typer.Option(
-        None, "--strides", help="Strides s_1..s_{L-1} (or s_1..s_L), e.g. 1 or 2,3 or 1x1."
+        None,
+        "--strides",
+        help="Strides s_1..s_{L-1} (or s_1..s_L), e.g. 1 or 2,3 or 1x1; default: all 1.",
     ),
     dim: int = typer.Option(1, "--dim", min=1, help="Signal dimension D."),
     theta: str | None = typer.Option(

@@ -41,7 +41,9 @@ def fiber_command(
         "(required unless L = 1).",
     ),
     strides: str | None = typer.Option(
-        None, "--strides", help="Strides s_1..s_{L-1} (or s_1..s_L), e.g. 1 or 2,3 or 1x1."
+        None,
+        "--strides",
+        help="Strides s_1..s_{L-1} (or s_1..s_L), e.g. 1 or 2,3 or 1x1; default: all 1.",
     ),
     dim: int = typer.Option(1, "--dim", min=1, help="Signal dimension D."),
     starts: int = typer.Option(40, "--starts", min=1, help="Random starts of the numeric route."),

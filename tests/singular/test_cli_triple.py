@@ -175,3 +175,36 @@ def test_read_says_lambda_counts_the_read_directions_only(tmp_path: Path) -> Non
     assert res.exit_code == 0 and "read directions only" not in res.output, res.output
     res = runner.invoke(app, ["triple", "read", "--reading", str(path), "--json", "-"])
     assert json.loads(res.output)["lambda"] == "1/2"  # stdout JSON stays pure JSON
+
+
+GENUINE = {"class": "genuine_singularity", "k": 2, "layer": "0", "layers": ["0", "2"]}
+
+
+@pytest.mark.parametrize(
+    ("directions", "message"),
+    [
+        ({}, "with a 'directions' list"),
+        ([1], "directions[0] is int, expected a record object"),
+        ([{**GENUINE, "k": -2}], "directions[0] has order k = -2; expected an integer >= 1"),
+        ([{**GENUINE, "k": 0}], "directions[0] has order k = 0"),
+        ([GENUINE, {**GENUINE, "k": 2.5}], "directions[1] has order k = 2.5"),
+        ([{**GENUINE, "k": "2"}], "directions[0] has order k = '2'"),
+        ([{**GENUINE, "k": True}], "directions[0] has order k = True"),
+    ],
+)
+def test_read_refuses_a_corrupt_reading(directions: object, message: str, tmp_path: Path) -> None:
+    """s14 trial N #5: these printed λ = 0, m = 1 with exit 0 (the record "skipped")."""
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"directions": directions}))
+    res = runner.invoke(app, ["triple", "read", "--reading", str(path)], env={"COLUMNS": "300"})
+    assert res.exit_code == 2 and isinstance(res.exception, SystemExit)
+    text = " ".join(res.output.replace("│", " ").split())
+    assert message in text and "λ =" not in text
+
+
+def test_read_accepts_records_without_an_order(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    flat = {"class": "flat_gauge", "k": None, "layer": "0", "layers": ["0"]}
+    path.write_text(json.dumps({"directions": [GENUINE, flat]}))
+    res = runner.invoke(app, ["triple", "read", "--reading", str(path)])
+    assert res.exit_code == 0 and res.output.startswith("λ = 1/2")

@@ -173,10 +173,22 @@ def read_cmd(
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         # UnicodeDecodeError: a binary file (e.g. a torch .pt passed instead of the JSON)
         raise typer.BadParameter(f"--reading must be a readable Reading JSON file: {err}") from None
-    if not isinstance(data, dict) or "directions" not in data:
+    if not isinstance(data, dict) or not isinstance(data.get("directions"), list):
         raise typer.BadParameter(
             f"--reading must hold a Reading JSON object with a 'directions' list, got {reading}"
         )
+    for i, rec in enumerate(data["directions"]):
+        if not isinstance(rec, dict):
+            raise typer.BadParameter(
+                f"--reading {reading}: directions[{i}] is {type(rec).__name__}, expected a record "
+                "object"
+            )
+        k = rec.get("k")
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise typer.BadParameter(
+                f"--reading {reading}: directions[{i}] has order k = {k!r}; expected an integer "
+                ">= 1 or null (no order)"
+            )
     if regular_dims is not None and regular_dims < 0:
         raise typer.BadParameter(f"--regular-dims must be >= 0, got {regular_dims}")
     result = assemble_from_reading(data, regular_dims=regular_dims)

@@ -528,6 +528,11 @@ def read(
             f"{n_found} candidate direction(s) were detected and none was read "
             f"(max_directions={max_directions})"
         )
+    elif len(candidates) < n_found:
+        note = (
+            f"{len(candidates)} of {n_found} candidate directions read "
+            f"(max_directions={max_directions}); {n_found - len(candidates)} left unread"
+        )
     grouped = [n for n, m in work.named_modules() if is_grouped_conv(m)]
     if grouped:
         names = ", ".join(grouped[:3]) + (", …" if len(grouped) > 3 else "")

@@ -338,3 +338,16 @@ def test_read_factory_with_dropout_is_read_in_eval_mode(tmp_path: Path, monkeypa
         assert r.exit_code == 0, r.output
         readings.append(json.loads(r.stdout)["directions"])
     assert readings[0] == readings[1]
+
+
+def test_read_checkpoint_directory_and_json_data_name_the_problem(tmp_path: Path) -> None:
+    """s14 trial N #7: a directory as --checkpoint was called "does not exist"; a JSON file as
+    --data printed torch's ten-line advice to reload with weights_only=False."""
+    model = ["read", "--model", "zoo:vit-digits"]
+    r = RUNNER.invoke(app, [*model, "--checkpoint", str(tmp_path)], env=ENV)
+    assert_usage_error(r, f"checkpoint {tmp_path} is a directory; expected a .safetensors")
+    data = tmp_path / "r.json"
+    data.write_text(json.dumps({"a": 1}))
+    r = RUNNER.invoke(app, ["read", "--model", "zoo:planted-mlp", "--data", str(data)], env=ENV)
+    assert_usage_error(r, "weights-only unpickling failed: Unsupported operand 123")
+    assert "weights_only` set to `False" not in r.output

@@ -96,8 +96,24 @@ def _torch_load_error(path: Path, err: Exception) -> str:
             f"refuses (no pickled classes or code); save the state dict with tensors, numbers and "
             f"strings only (e.g. torch.save(model.state_dict(), path))"
         )
-    first = next((line.strip() for line in text.splitlines() if line.strip()), repr(err))
-    return f"cannot read torch file {path} (truncated, corrupt or not weights-only?): {first}"
+    return f"cannot read torch file {path} (truncated, corrupt or not weights-only?): " + (
+        torch_error_line(err)
+    )
+
+
+def torch_error_line(err: Exception) -> str:
+    """The line of a failed ``torch.load``'s message that says what was wrong: torch's own
+    reason after ``WeightsUnpickler error:`` (e.g. ``Unsupported operand 123`` for a JSON file),
+    else the first line — not its advice to reload with ``weights_only=False``."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        if "WeightsUnpickler error:" in line:
+            rest = line.split("WeightsUnpickler error:", 1)[1].strip()
+            if rest:
+                return f"weights-only unpickling failed: {rest}"
+            if i + 1 < len(lines):
+                return f"weights-only unpickling failed: {lines[i + 1]}"
+    return lines[0] if lines else repr(err)
 
 
 def read_state_dict(path: str | Path) -> dict[str, Tensor]:
@@ -106,6 +122,10 @@ def read_state_dict(path: str | Path) -> dict[str, Tensor]:
     A torch file may hold the state dict itself or a dict with it under one of `STATE_DICT_KEYS`.
     """
     p = Path(path)
+    if p.is_dir():
+        raise IsADirectoryError(
+            f"checkpoint {p} is a directory; expected a .safetensors or torch (.pt/.pth/.bin) file"
+        )
     if not p.is_file():
         raise FileNotFoundError(f"checkpoint file {p} does not exist")
     suffix = p.suffix.lower()
@@ -431,6 +451,11 @@ def load_model(
     if tensor_output not in (True, False, "auto"):
         raise TypeError(f"tensor_output must be True, False or 'auto'; got {tensor_output!r}")
     ckpt = Path(checkpoint) if checkpoint is not None else None
+    if ckpt is not None and ckpt.is_dir():
+        raise IsADirectoryError(
+            f"checkpoint {ckpt} is a directory; expected a .safetensors or torch (.pt/.pth/.bin) "
+            "file"
+        )
     if ckpt is not None and not ckpt.is_file():
         raise FileNotFoundError(f"checkpoint file {ckpt} does not exist")
     model, is_hf = _build(architecture, ckpt, attn_implementation)

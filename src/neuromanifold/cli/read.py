@@ -122,6 +122,8 @@ def _load_data(path: Path) -> Any:
     Every file problem exits 2 with one line naming ``--data``."""
     import torch
 
+    from neuromanifold.io import torch_error_line
+
     if str(path) in ("", "."):
         fail("--data is empty (or '.'): expected a torch (.pt) or safetensors file")
     if path.is_dir():
@@ -141,7 +143,10 @@ def _load_data(path: Path) -> Any:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # UnpicklingError, KeyError, RuntimeError, OSError, ...
-        reason = err.strerror if isinstance(err, OSError) and err.strerror else repr(err)
+        if isinstance(err, OSError) and err.strerror:
+            reason = err.strerror
+        else:  # torch's reason, not its advice to load unsafely
+            reason = torch_error_line(err)
         fail(
             f"--data {path}: cannot read it as a torch file saved with torch.save "
             f"(truncated, corrupt or not weights-only?): {reason}"

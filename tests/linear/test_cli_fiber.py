@@ -219,3 +219,17 @@ def test_every_point_of_a_two_dimensional_sphere_fiber_has_a_curve_through_it(de
     assert rep.n_points >= 2 and rep.fiber_dimension == 3 and rep.continuum is True
     for point in rep.point_arrays():
         assert curve_through(arch, v, [delta], flatten_params(arch, list(point)))
+
+
+def test_routes_agree_at_a_critical_point() -> None:
+    """s14 trial O #3: at v = (1 + z)² both routes find the one point (w_1 ∝ w_2 = (1, 1), a
+    singular point of μ), the numeric one ~1e-8 away (about √ of its residual), and the report
+    said "routes agree: False"."""
+    rep = lcn_fiber(LCN((2, 2), (1,)), np.array([1.0, 2.0, 1.0]), [2.0])
+    assert rep.n_points == 1 and [r.n_points for r in rep.routes] == [1, 1]
+    assert rep.jacobian_ranks[0] < rep.dim_M  # the point is critical
+    assert rep.routes_agree
+    res = runner.invoke(
+        app, ["lcn", "fiber", "--filters", "2,2", "--strides", "1", "--v", "1,2,1", "--delta", "2"]
+    )
+    assert res.exit_code == 0 and "routes agree: True" in res.output

@@ -152,3 +152,20 @@ def test_scaled_rational_v_keeps_the_route_and_its_points(scale: float) -> None:
         (np.concatenate([np.ravel(w) for w in p]) / c).tolist() for p in scaled.point_arrays()
     )
     np.testing.assert_allclose(np.array(pts1), np.array(pts0), rtol=0, atol=ATOL_POINTS)
+
+
+def test_a_v_that_factors_only_over_the_reals_is_not_judged_by_the_rational_route() -> None:
+    """s14 trial O #2: v = (1 + z₂)² − 2z₁² = (1 + z₂ + √2 z₁)(1 + z₂ − √2 z₁). The rational
+    route found no distribution yet called itself applicable with 0 points (so the routes
+    "disagreed" with the numeric route's 2 points), and alone it declared v off the
+    neuromanifold."""
+    arch = LCN(((2, 2), (2, 2)), ((1, 1),), dim=2)
+    v = np.array([[1.0, 2.0, 1.0], [0.0, 0.0, 0.0], [-2.0, 0.0, 0.0]])
+    rep = lcn_fiber(arch, v, [1.0])
+    (alg,) = [r for r in rep.routes if r.name == "algebraic"]
+    assert not alg.applicable and "irrational coefficients are not searched" in alg.note
+    assert rep.on_manifold and rep.n_points == 2 and rep.routes_agree is None
+    alone = lcn_fiber(arch, v, [1.0], routes=("algebraic",))
+    assert not alone.points
+    assert any("nothing was searched" in n for n in alone.notes)
+    assert not any("off the neuromanifold" in n for n in alone.notes)

@@ -108,10 +108,11 @@ def fiber_command(
             if rep.continuum
             else f"{rep.n_points} point(s)"
         )
+        agree = "n/a (one route applied)" if rep.routes_agree is None else rep.routes_agree
         echo(
             f"\n{counted} modulo signs, {rep.n_distinct_ntks} distinct NTK(s); "
             f"largest NTK difference {rep.max_ntk_diff_abs:.6g} (relative "
-            f"{rep.max_ntk_diff_rel:.3g}); routes agree: {rep.routes_agree}; "
+            f"{rep.max_ntk_diff_rel:.3g}); routes agree: {agree}; "
             f"max residual {rep.residual:.3g}"
         )
     if emit_json(json_path, rep.to_dict()) is not None:

@@ -231,7 +231,12 @@ def lcn_fiber(
         agree = applicable[0].n_points == applicable[1].n_points and _ntks_agree(
             per_route_ntks["algebraic"], per_route_ntks["numeric"], rtol
         )
-    if not pts:
+    if not pts and not applicable:
+        notes.append(
+            "no route that applies to this v ran (see the routes' notes): nothing was searched, "
+            "and nothing is said about whether v lies on the neuromanifold"
+        )
+    elif not pts:
         notes.append(
             f"no parameters found over (v, δ): v is off the neuromanifold or unreachable "
             f"(best residual {best:.3g}, tolerance {tol:.3g})"

@@ -338,7 +338,23 @@ def algebraic_fiber_rational(arch: LCN, v: np.ndarray, delta: Any) -> AlgebraicF
         if out is not None:
             pts.append(out[0])
             res.append(out[1])
-    return AlgebraicFiber(True, tuple(pts), tuple(res), n, "factorisations over the rationals")
+    if n == 0:  # v may still factor over ℝ (e.g. (1 + z₂)² − 2z₁²): not this route's verdict
+        return AlgebraicFiber(
+            False,
+            (),
+            (),
+            0,
+            "no distribution of v's factors over ℚ fits the layers' shapes; factorisations "
+            "with irrational coefficients are not searched by this route",
+        )
+    return AlgebraicFiber(
+        True,
+        tuple(pts),
+        tuple(res),
+        n,
+        "factorisations over the rationals (a factor irreducible over ℚ is not split further, "
+        "so real factorisations with irrational coefficients are not among them)",
+    )
 
 
 def _undilate(prod: Any, shape: tuple[int, ...], S: tuple[int, ...]) -> np.ndarray | None:

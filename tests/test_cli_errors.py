@@ -351,3 +351,12 @@ def test_read_checkpoint_directory_and_json_data_name_the_problem(tmp_path: Path
     r = RUNNER.invoke(app, ["read", "--model", "zoo:planted-mlp", "--data", str(data)], env=ENV)
     assert_usage_error(r, "weights-only unpickling failed: Unsupported operand 123")
     assert "weights_only` set to `False" not in r.output
+
+
+def test_read_zoo_model_with_a_checkpoint_names_the_architectures(tmp_path: Path) -> None:
+    """s14 trial N #7: this said "cannot import module 'zoo'"."""
+    sd = tmp_path / "sd.pt"
+    torch.save({"w": torch.zeros(2)}, sd)
+    r = RUNNER.invoke(app, ["read", "--model", "zoo:planted-mlp", "--checkpoint", str(sd)], env=ENV)
+    assert_usage_error(r, "--model zoo:planted-mlp takes no --checkpoint", "'vit-digits'")
+    assert "cannot import module" not in r.output

@@ -338,6 +338,14 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("--resume runs in a single process; launch without torchrun")
         main_rank = dp.is_main_process()
         hf_dir = Path(model).is_dir() and (Path(model) / "config.json").is_file()
+        if checkpoint is not None and model.startswith("zoo:"):
+            from neuromanifold.zoo.models import ZOO_ARCHITECTURES
+
+            fail(
+                f"--model {model} takes no --checkpoint (it builds its own planted weights); to "
+                f"load a checkpoint name its architecture: one of {sorted(ZOO_ARCHITECTURES)}, "
+                "a package.module:factory, an architecture .json or a Hugging Face directory"
+            )
         if checkpoint is not None or hf_dir:
             from neuromanifold.io import load_model
 

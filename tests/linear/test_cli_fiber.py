@@ -233,3 +233,14 @@ def test_routes_agree_at_a_critical_point() -> None:
         app, ["lcn", "fiber", "--filters", "2,2", "--strides", "1", "--v", "1,2,1", "--delta", "2"]
     )
     assert res.exit_code == 0 and "routes agree: True" in res.output
+
+
+def test_the_fiber_over_zero_with_zero_invariants_is_the_origin() -> None:
+    """s14 trial N #2: v = 0, δ = 0 gave a point of size 1e-121 with "rank J = 3" and a K of
+    1e-241; μ = 0 makes a layer zero and δ = 0 then all of them, so the fiber is θ = 0."""
+    rep = lcn_fiber(LCN((2, 2), (1,)), np.zeros(3), [0.0])
+    assert rep.n_points == 1 and rep.jacobian_ranks == (0,)
+    assert all(not np.any(w) for w in rep.point_arrays()[0])
+    assert not np.any(rep.ntk_arrays()[0])
+    res = runner.invoke(app, ["lcn", "fiber", "--filters", "2,2", "--v", "0,0,0", "--delta", "0"])
+    assert res.exit_code == 0 and "rank J = 0" in res.output

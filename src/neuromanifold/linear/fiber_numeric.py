@@ -227,6 +227,10 @@ def numeric_fiber(
     ``δ`` by the rescaling lemma (module docstring); ``n_starts`` in the result counts the
     starts of the final solve at ``(v, δ)``.
     """
+    if isinstance(arch, LCN) and not np.any(v) and not np.any(delta):
+        # v = 0 makes a layer zero and δ = 0 then every layer: the fiber is θ = 0 exactly (the
+        # search would return a point of size 1e-121, s14 trial N #2)
+        return NumericFiber((np.zeros(arch.n_params),), (0.0,), 0.0, FIBER_RTOL, 1, 1)
     rng = np.random.default_rng(seed)
     rho = problem_scale(arch, v, delta)
     vu, du = unit_problem(arch, v, delta, rho)

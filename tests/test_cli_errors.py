@@ -360,3 +360,15 @@ def test_read_zoo_model_with_a_checkpoint_names_the_architectures(tmp_path: Path
     r = RUNNER.invoke(app, ["read", "--model", "zoo:planted-mlp", "--checkpoint", str(sd)], env=ENV)
     assert_usage_error(r, "--model zoo:planted-mlp takes no --checkpoint", "'vit-digits'")
     assert "cannot import module" not in r.output
+
+
+@pytest.mark.skipif(not Path("/dev/null").exists(), reason="needs /dev/null")
+def test_json_to_an_existing_device_is_written_without_a_probe(monkeypatch) -> None:
+    """s14 audit Q #3: the write probe ran in the parent of an existing pipe or device
+    (``--json >(head)`` failed with "cannot write under /dev/fd"); an existing target is written
+    as it is."""
+    import neuromanifold.cli._files as files
+
+    monkeypatch.setattr(files.tempfile, "TemporaryDirectory", _Unwritable)
+    r = RUNNER.invoke(app, [*JSON_COMMANDS["lcn ntk"], "--json", "/dev/null"], env=ENV)
+    assert r.exit_code == 0, r.output

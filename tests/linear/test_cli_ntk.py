@@ -181,3 +181,12 @@ def test_theta_whose_products_overflow_is_refused(json_arg: list[str]) -> None:
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert "--theta: μ(θ), δ or the NTK overflow float64" in res.output
     assert "Infinity" not in res.output and "rank J" not in res.output
+
+
+def test_theta_whose_products_underflow_is_refused() -> None:
+    """s14 audit Q #4: θ = (1e-170, 1e-170; 1e-170, −1e-170) printed v = 0, K = 0 and "smooth
+    point: no" next to "rank J = 3 = dim M"; no filter is zero, so μ ≠ 0 mathematically."""
+    args = ["lcn", "ntk", "--filters", "2,2", "--theta", "1e-170,1e-170;1e-170,-1e-170"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2 and "μ(θ) or the NTK underflow float64" in res.output
+    assert "rank J" not in res.output

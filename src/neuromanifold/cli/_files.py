@@ -96,7 +96,7 @@ def check_json_target(
     blocker = _blocking_ancestor(p)
     if blocker is not None:
         fail(f"{option} {p}: {blocker} is a file, not a directory")
-    if not (p.exists() and p.is_file()):
+    if not p.exists():  # an existing file, pipe or device is written as it is (`writing`)
         _probe_writable(p, option)
 
 

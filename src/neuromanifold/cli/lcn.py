@@ -180,6 +180,13 @@ def ntk_command(
             f"--theta: μ(θ), δ or the NTK overflow float64 (largest |coefficient| {big:.3g}); "
             "rescale θ (μ is homogeneous of degree L, the NTK of degree 2(L − 1))"
         )
+    if all(np.any(w) for w in th) and not (np.any(v) and np.any(K)):
+        # a product of non-zero polynomials is non-zero: μ or K underflowed to 0
+        small = max(float(np.abs(w).max()) for w in th)
+        fail(
+            f"--theta: μ(θ) or the NTK underflow float64 (largest |coefficient| {small:.3g}) "
+            "although no filter is zero; rescale θ (μ is homogeneous of degree L)"
+        )
     report = is_smooth_point(arch, th)
     note = normal_form_note(arch)
     with np.printoptions(formatter=FLOAT_FORMATTER, linewidth=120):

@@ -305,3 +305,32 @@ def test_invariant_dominated_fibers_hold_only_points_over_v(d: float) -> None:
     assert rep.on_manifold and rep.n_points == 2 and rep.routes_agree, rep.notes
     for p in rep.points:
         np.testing.assert_allclose(mu(arch, p), v, rtol=RTOL_POINT, atol=RTOL_POINT)
+
+
+@pytest.mark.parametrize(
+    ("arch", "u", "d"),
+    [
+        (LCN((2, 2, 2), (1, 1)), [[1.0, 2.0], [1.0, -1.0], [1.0, 3.0]], (1e6, 1e6)),
+        (LCN((2, 2), (1,)), [[1.0, 2.0], [1.0, -1.0]], (3e9,)),
+        (LCN((2, 2), (1,)), [[1.0, 2.0], [1.0, -1.0]], (-1e10,)),
+    ],
+)
+def test_a_finite_fiber_at_large_invariants_is_not_a_continuum(
+    arch: LCN, u: list, d: tuple[float, ...]
+) -> None:
+    """s14 audit Q #1: at large |δ| one layer is tiny at unit scale, a singular value of dΦ fell
+    below the rank threshold, and finite fibers (6 and 2 points) were called continua of
+    dimension 2 and 1; the dimension is now read on the lemma image over (v, 0)."""
+    v = mu(arch, [np.asarray(w) for w in u])
+    rep = lcn_fiber(arch, v, d)
+    assert rep.on_manifold and rep.fiber_dimension == 0 and not rep.continuum, rep.notes
+    assert rep.n_points == (6 if arch.L == 3 else 2)
+
+
+def test_an_unreachable_v_still_reports_the_search() -> None:
+    """s14 audit Q #2: for v = 1 + z² (no real factorisation) the numeric route reported 0
+    starts and best residual inf, since no balanced start converged and none was passed on."""
+    rep = lcn_fiber(LCN((2, 2), (1,)), np.array([1.0, 0.0, 1.0]), [0.5])
+    (num,) = [r for r in rep.routes if r.name == "numeric"]
+    assert not rep.on_manifold and num.n_starts == 40 and np.isfinite(rep.residual)
+    assert rep.residual > 1e-3  # a genuine miss, not a tolerance question

@@ -30,7 +30,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from neuromanifold.linear.architecture import FC, LCN, unflatten_params, validate_params
+from neuromanifold.linear.architecture import (
+    FC,
+    LCN,
+    flatten_params,
+    unflatten_params,
+    validate_params,
+)
 from neuromanifold.linear.fiber_algebraic import algebraic_fiber
 from neuromanifold.linear.fiber_numeric import (
     FIBER_RTOL,
@@ -53,6 +59,7 @@ from neuromanifold.linear.invariants import fc_delta
 from neuromanifold.linear.normalize import normal_form_note
 from neuromanifold.linear.ntk import fc_jacobian, fc_ntk, jacobian, ntk
 from neuromanifold.linear.polynomial import fc_mu, mu
+from neuromanifold.linear.rescale import rescale_to_delta
 
 #: Two routes agree when every NTK of one is within this fraction of the largest entry of an NTK
 #: of the other (and both found the same number of points).
@@ -241,8 +248,16 @@ def lcn_fiber(
             f"no parameters found over (v, δ): v is off the neuromanifold or unreachable "
             f"(best residual {best:.3g}, tolerance {tol:.3g})"
         )
-    fiber_dim = fiber_dimension(arch, pts[0]) if pts else None
-    is_curve = bool(fiber_dim) and curve_through(arch, v, d, pts[0])
+    # the fiber's dimension and curves are read at the lemma image of the first point over
+    # (v, 0), a diffeomorphic copy of the fiber for v ≠ 0: at large |δ| one layer is tiny at unit
+    # scale, a singular value of dΦ fell below the rank threshold and a finite fiber was called
+    # a continuum (s14 audit Q #1)
+    x_dim, d_dim = (pts[0], d) if pts else (None, d)
+    if pts and np.any(v):
+        d_dim = np.zeros_like(d)
+        x_dim = flatten_params(arch, rescale_to_delta(unflatten_params(arch, pts[0]), d_dim))
+    fiber_dim = fiber_dimension(arch, x_dim) if pts else None
+    is_curve = bool(fiber_dim) and curve_through(arch, v, d_dim, x_dim)
     continuum = continuum_note(fiber_dim if is_curve else 0, len(pts))
     if continuum:
         notes.append(continuum)

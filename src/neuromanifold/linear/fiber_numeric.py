@@ -237,10 +237,12 @@ def numeric_fiber(
     target = target_vector(arch, vu, du)
     tol = FIBER_RTOL
     starts: list[np.ndarray] = [np.asarray(s, dtype=np.float64) / rho for s in extra_starts]
+    balanced: list[np.ndarray] = []
     if isinstance(arch, LCN) and arch.L > 1 and np.any(vu):
-        starts += [x / rho for x in _balanced_starts(arch, v, delta, n_starts, rng)]
-    else:
-        starts += [_random_start(arch, vu, du, rng) for _ in range(n_starts)]
+        balanced = [x / rho for x in _balanced_starts(arch, v, delta, n_starts, rng)]
+    # no balanced point (v off M, or not an LCN): random starts at (v, δ) itself, so that the
+    # search still runs and reports its best residual (s14 audit Q #2: "inf" after 0 starts)
+    starts += balanced or [_random_start(arch, vu, du, rng) for _ in range(n_starts)]
     if theta_guess is not None:
         x0 = flatten_params(arch, theta_guess) / rho
         scale = float(np.linalg.norm(x0)) / np.sqrt(x0.size)

@@ -343,7 +343,7 @@ def test_read_factory_with_dropout_is_read_in_eval_mode(tmp_path: Path, monkeypa
 def test_read_checkpoint_directory_and_json_data_name_the_problem(tmp_path: Path) -> None:
     """s14 trial N #7: a directory as --checkpoint was called "does not exist"; a JSON file as
     --data printed torch's ten-line advice to reload with weights_only=False."""
-    model = ["read", "--model", "zoo:vit-digits"]
+    model = ["read", "--model", "vit-digits"]
     r = RUNNER.invoke(app, [*model, "--checkpoint", str(tmp_path)], env=ENV)
     assert_usage_error(r, f"checkpoint {tmp_path} is a directory; expected a .safetensors")
     data = tmp_path / "r.json"
@@ -360,6 +360,8 @@ def test_read_zoo_model_with_a_checkpoint_names_the_architectures(tmp_path: Path
     r = RUNNER.invoke(app, ["read", "--model", "zoo:planted-mlp", "--checkpoint", str(sd)], env=ENV)
     assert_usage_error(r, "--model zoo:planted-mlp takes no --checkpoint", "'vit-digits'")
     assert "cannot import module" not in r.output
+    r = RUNNER.invoke(app, ["read", "--model", "zoo:vit-digits", "--checkpoint", str(sd)], env=ENV)
+    assert_usage_error(r, "--model zoo:vit-digits: with --checkpoint name the architecture as")
 
 
 @pytest.mark.skipif(not Path("/dev/null").exists(), reason="needs /dev/null")

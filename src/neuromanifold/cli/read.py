@@ -341,10 +341,13 @@ def register(app: typer.Typer) -> None:
         if checkpoint is not None and model.startswith("zoo:"):
             from neuromanifold.zoo.models import ZOO_ARCHITECTURES
 
+            name = model.removeprefix("zoo:")
+            if name in ZOO_ARCHITECTURES:
+                fail(f"--model {model}: with --checkpoint name the architecture as --model {name}")
             fail(
-                f"--model {model} takes no --checkpoint (it builds its own planted weights); to "
-                f"load a checkpoint name its architecture: one of {sorted(ZOO_ARCHITECTURES)}, "
-                "a package.module:factory, an architecture .json or a Hugging Face directory"
+                f"--model {model} takes no --checkpoint (it builds its own weights); to load a "
+                f"checkpoint name its architecture: one of {sorted(ZOO_ARCHITECTURES)}, a "
+                "package.module:factory, an architecture .json or a Hugging Face directory"
             )
         if checkpoint is not None or hf_dir:
             from neuromanifold.io import load_model

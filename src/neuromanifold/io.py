@@ -116,11 +116,9 @@ def torch_error_line(err: Exception) -> str:
     return lines[0] if lines else repr(err)
 
 
-def read_state_dict(path: str | Path) -> dict[str, Tensor]:
-    """Read a ``.safetensors`` or torch (``.pt/.pth/.bin``) weights file into ``{name: tensor}``.
-
-    A torch file may hold the state dict itself or a dict with it under one of `STATE_DICT_KEYS`.
-    """
+def _checkpoint_file(path: str | Path) -> Path:
+    """``path`` as a ``Path`` when it is an existing file; ``IsADirectoryError`` for a
+    directory, ``FileNotFoundError`` for anything else."""
     p = Path(path)
     if p.is_dir():
         raise IsADirectoryError(
@@ -128,6 +126,15 @@ def read_state_dict(path: str | Path) -> dict[str, Tensor]:
         )
     if not p.is_file():
         raise FileNotFoundError(f"checkpoint file {p} does not exist")
+    return p
+
+
+def read_state_dict(path: str | Path) -> dict[str, Tensor]:
+    """Read a ``.safetensors`` or torch (``.pt/.pth/.bin``) weights file into ``{name: tensor}``.
+
+    A torch file may hold the state dict itself or a dict with it under one of `STATE_DICT_KEYS`.
+    """
+    p = _checkpoint_file(path)
     suffix = p.suffix.lower()
     if suffix == ".safetensors":
         from safetensors.torch import load_file
@@ -450,14 +457,7 @@ def load_model(
     """
     if tensor_output not in (True, False, "auto"):
         raise TypeError(f"tensor_output must be True, False or 'auto'; got {tensor_output!r}")
-    ckpt = Path(checkpoint) if checkpoint is not None else None
-    if ckpt is not None and ckpt.is_dir():
-        raise IsADirectoryError(
-            f"checkpoint {ckpt} is a directory; expected a .safetensors or torch (.pt/.pth/.bin) "
-            "file"
-        )
-    if ckpt is not None and not ckpt.is_file():
-        raise FileNotFoundError(f"checkpoint file {ckpt} does not exist")
+    ckpt = _checkpoint_file(checkpoint) if checkpoint is not None else None
     model, is_hf = _build(architecture, ckpt, attn_implementation)
     if ckpt is not None:
         load_state_dict_checked(model, read_state_dict(ckpt), source=str(ckpt))

@@ -161,6 +161,27 @@ def test_an_empty_json_path_is_refused(name: str) -> None:
     assert_usage_error(r, "error: --json: the path is empty; expected a file path")
 
 
+@pytest.mark.parametrize("name", sorted(OUT_COMMANDS))
+def test_an_empty_out_path_is_refused(name: str) -> None:
+    """``--out ""`` was parsed by typer as ``Path("")`` = ``.``: the command ran and wrote into
+    the current directory (session 14 note)."""
+    r = RUNNER.invoke(app, [*OUT_COMMANDS[name], "--out", ""], env=ENV)
+    assert_usage_error(r, "error: --out: the path is empty; expected a directory (new or existing)")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["demo", "--out", "x", "--cache", ""], "--cache: the path is empty; expected a directory"),
+        (["read", "--model", "vit-digits", "--checkpoint", ""], "--checkpoint: the path is empty"),
+        (["triple", "read", "--reading", ""], "--reading: the path is empty"),
+    ],
+)
+def test_an_empty_input_path_is_refused(args: list[str], message: str) -> None:
+    r = RUNNER.invoke(app, args, env=ENV)
+    assert_usage_error(r, "error: " + message)
+
+
 FAST_JSON = ("lcn ntk", "lcn fiber", "lcn compare", "triple nu", "triple rrr", "triple dln")
 
 
@@ -201,7 +222,11 @@ def test_read_data_file_problems(tmp_path: Path) -> None:
         RUNNER.invoke(app, [*base, str(cut)], env=ENV),
         f"--data {cut}: cannot read safetensors file",
     )
-    assert_usage_error(RUNNER.invoke(app, [*base, ""], env=ENV), "error: --data is empty")
+    assert_usage_error(
+        RUNNER.invoke(app, [*base, ""], env=ENV),
+        "error: --data: the path is empty; expected a torch or safetensors file",
+    )
+    assert_usage_error(RUNNER.invoke(app, [*base, "."], env=ENV), "error: --data .: is a directory")
     assert_usage_error(
         RUNNER.invoke(app, [*base, str(tmp_path)], env=ENV),
         f"--data {tmp_path}: is a directory",

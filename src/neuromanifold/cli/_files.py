@@ -30,6 +30,8 @@ __all__ = [
     "emit_json",
     "fail",
     "json_to_stdout",
+    "nonempty_path",
+    "out_dir_parser",
     "prepare_out_dir",
     "text_echo",
     "write_json",
@@ -74,9 +76,31 @@ def _probe_writable(path: Path, option: str) -> None:
         fail(f"{option} {path}: cannot write under {where}: {err.strerror or err}")
 
 
+_OUT_DIR_EXPECTED = "a directory (new or existing)"
+
+
 def _check_not_empty(path: str | Path, option: str, expected: str) -> None:
     if str(path).strip() == "":
         fail(f"{option}: the path is empty; expected {expected}")
+
+
+def nonempty_path(option: str, expected: str) -> Callable[[str], Path]:
+    """A typer ``parser`` for a ``Path`` option that refuses an empty value (exit 2).
+
+    Without it typer turns ``--out ""`` into ``Path("")``, which is ``.``, and the command
+    would run in the current directory; the checks after parsing cannot tell it from ``.``.
+    """
+
+    def parse(value: str) -> Path:
+        _check_not_empty(value, option, expected)
+        return Path(value)
+
+    return parse
+
+
+def out_dir_parser() -> Callable[[str], Path]:
+    """`nonempty_path` for ``--out DIR``, with the wording of `check_out_dir`."""
+    return nonempty_path("--out", _OUT_DIR_EXPECTED)
 
 
 def check_json_target(
@@ -137,7 +161,7 @@ def check_out_dir(path: str | Path | None, *, option: str = "--out") -> None:
     a missing directory is fine (created later)."""
     if path is None:
         return
-    _check_not_empty(path, option, "a directory (new or existing)")
+    _check_not_empty(path, option, _OUT_DIR_EXPECTED)
     p = Path(path)
     if p.exists() and not p.is_dir():
         fail(f"{option} {p}: is an existing file; {option} must be a directory (new or existing)")

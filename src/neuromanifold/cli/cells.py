@@ -12,16 +12,21 @@ from neuromanifold.cli._files import (
     check_out_dir,
     emit_json,
     json_to_stdout,
+    out_dir_parser,
     prepare_out_dir,
     writing,
 )
+
+_OUT = out_dir_parser()
 
 
 def cells(
     json_path: str | None = typer.Option(
         None, "--json", help=f"Write the results as JSON to PATH {JSON_STDOUT_HELP}."
     ),
-    out: Path | None = typer.Option(None, "--out", help="Write one log–log PNG per cell into DIR."),
+    out: Path | None = typer.Option(
+        None, "--out", parser=_OUT, metavar="DIR", help="Write one log–log PNG per cell into DIR."
+    ),
     only: list[str] | None = typer.Option(None, "--only", help="Read only this cell (repeatable)."),
     seed: int = typer.Option(0, "--seed", help="Seed passed to every cell constructor."),
 ) -> None:

@@ -6,7 +6,10 @@ from pathlib import Path
 
 import typer
 
-from neuromanifold.cli._files import check_out_dir
+from neuromanifold.cli._files import check_out_dir, nonempty_path, out_dir_parser
+
+_OUT = out_dir_parser()
+_CACHE = nonempty_path("--cache", "a directory")
 
 
 def register(app: typer.Typer) -> None:
@@ -14,10 +17,20 @@ def register(app: typer.Typer) -> None:
 
     @app.command("demo")
     def demo_command(
-        out: Path = typer.Option(..., "--out", help="report directory (report.md, .json, figures)"),
+        out: Path = typer.Option(
+            ...,
+            "--out",
+            parser=_OUT,
+            metavar="DIR",
+            help="report directory (report.md, .json, figures)",
+        ),
         probe: int = typer.Option(64, "--probe", min=1, help="validation digits per read"),
         cache: Path | None = typer.Option(
-            None, "--cache", help="checkpoint cache (default: the user cache of the recipes)"
+            None,
+            "--cache",
+            parser=_CACHE,
+            metavar="DIR",
+            help="checkpoint cache (default: the user cache of the recipes)",
         ),
         no_cells: bool = typer.Option(False, "--no-cells", help="skip the constructed cells"),
         no_baseline: bool = typer.Option(

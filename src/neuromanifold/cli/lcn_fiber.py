@@ -18,10 +18,13 @@ from neuromanifold.cli._files import (
     check_out_dir,
     emit_json,
     json_to_stdout,
+    out_dir_parser,
     prepare_out_dir,
     text_echo,
     writing,
 )
+
+_OUT = out_dir_parser()
 
 
 def _floats(text: str, *, what: str) -> list[float]:
@@ -128,7 +131,11 @@ def survey_command(
         None, "--json", help=f"Write the rows as JSON here {JSON_STDOUT_HELP}."
     ),
     out: Path | None = typer.Option(
-        None, "--out", help="Directory for survey.md, survey.json and survey.png."
+        None,
+        "--out",
+        parser=_OUT,
+        metavar="DIR",
+        help="Directory for survey.md, survey.json and survey.png.",
     ),
     rows: str | None = typer.Option(
         None,
@@ -197,7 +204,11 @@ def converge_command(
     seeds: int = typer.Option(20, "--seeds", min=1, help="Random initialisations per network."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the loss and the starts."),
     out: Path | None = typer.Option(
-        None, "--out", help="Directory for converge.json and converge.png."
+        None,
+        "--out",
+        parser=_OUT,
+        metavar="DIR",
+        help="Directory for converge.json and converge.png.",
     ),
 ) -> None:
     """Gradient flow to convergence on a random least-squares loss: strides > 1 vs stride one."""

@@ -26,8 +26,14 @@ from neuromanifold.cli._files import (
     check_out_dir,
     fail,
     json_to_stdout,
+    nonempty_path,
+    out_dir_parser,
     writing,
 )
+
+_DATA = nonempty_path("--data", "a torch or safetensors file")
+_CHECKPOINT = nonempty_path("--checkpoint", "a weights file")
+_OUT = out_dir_parser()
 
 _FAMILIES = ("gaussian", "categorical")
 
@@ -124,8 +130,6 @@ def _load_data(path: Path) -> Any:
 
     from neuromanifold.io import torch_error_line
 
-    if str(path) in ("", "."):
-        fail("--data is empty (or '.'): expected a torch (.pt) or safetensors file")
     if path.is_dir():
         fail(f"--data {path}: is a directory; expected a torch (.pt) or safetensors file")
     if not path.exists():
@@ -235,7 +239,11 @@ def register(app: typer.Typer) -> None:
             None, "--json", help=f"write the Reading as JSON {JSON_STDOUT_HELP}"
         ),
         data: Path | None = typer.Option(
-            None, "--data", help="probe inputs: a torch file (tensor or {'x': ...}) or safetensors"
+            None,
+            "--data",
+            parser=_DATA,
+            metavar="FILE",
+            help="probe inputs: a torch file (tensor or {'x': ...}) or safetensors",
         ),
         family: str | None = typer.Option(
             None,
@@ -263,12 +271,16 @@ def register(app: typer.Typer) -> None:
         checkpoint: Path | None = typer.Option(
             None,
             "--checkpoint",
+            parser=_CHECKPOINT,
+            metavar="FILE",
             help="weights file (.safetensors/.pt); --model is then its architecture: a zoo name "
             "(vit-digits, ...), a config/sidecar JSON or package.module:factory",
         ),
         out: Path | None = typer.Option(
             None,
             "--out",
+            parser=_OUT,
+            metavar="DIR",
             help="write report.json, report.md and figures/ into DIR, logging each direction to "
             "DIR/read.jsonl",
         ),

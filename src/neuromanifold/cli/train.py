@@ -6,7 +6,9 @@ from pathlib import Path
 
 import typer
 
-from neuromanifold.cli._files import check_out_dir
+from neuromanifold.cli._files import check_out_dir, out_dir_parser
+
+_OUT = out_dir_parser()
 
 
 def register(app: typer.Typer) -> None:
@@ -20,6 +22,8 @@ def register(app: typer.Typer) -> None:
         out: Path | None = typer.Option(
             None,
             "--out",
+            parser=_OUT,
+            metavar="DIR",
             help="Output directory (default: the user cache, reused when it matches).",
         ),
         steps: int | None = typer.Option(

@@ -20,7 +20,7 @@ from typing import Any
 
 import typer
 
-from neuromanifold.cli._files import JSON_STDOUT_HELP, check_json_target, emit_json
+from neuromanifold.cli._files import JSON_STDOUT_HELP, check_json_target, emit_json, nonempty_path
 
 #: Let a negative number reach a command's own argument check (``triple rrr 3 4 5 -1``: "r must
 #: be >= 0") instead of click's "No such option: -1".
@@ -39,6 +39,8 @@ triple_app = typer.Typer(
     help="Watanabe's triple (λ, m, ν): ν(k), closed forms, assembly from a read.",
     no_args_is_help=True,
 )
+
+_READING = nonempty_path("--reading", "a Reading JSON file")
 
 
 def parse_k_range(spec: str) -> list[int]:
@@ -153,7 +155,13 @@ def dln_cmd(
 
 @triple_app.command("read")
 def read_cmd(
-    reading: Path = typer.Option(..., "--reading", help="A saved Reading JSON (Reading.to_dict)."),
+    reading: Path = typer.Option(
+        ...,
+        "--reading",
+        parser=_READING,
+        metavar="FILE",
+        help="A saved Reading JSON (Reading.to_dict).",
+    ),
     regular_dims: int | None = typer.Option(
         None,
         "--regular-dims",

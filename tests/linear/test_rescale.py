@@ -100,6 +100,34 @@ def test_large_delta_no_cancellation() -> None:
     assert worst_naive > 1e3 * max(worst_ours, 1e-16)
 
 
+RTOL_SMALL_INVARIANT = 1e-12  # a small δ_l next to a large one, relative to |δ_l| itself
+
+
+@pytest.mark.parametrize("big", [-1e8, -1e12, -1e16, 1e8])
+def test_small_invariant_after_a_large_one(big: float) -> None:
+    """s15 trial R #1: offsets taken as differences of the running sums ``D`` kept only
+    ulp(|D|) of δ₂ = 0.3 after δ₁ = −1e8 (x₃ − x₂ = 0.29999999702; 0 at −1e16). The layers
+    with small squared norms are exact now: ``x₃ − x₂ = δ₂`` to 1e-12 of δ₂ whenever both lie
+    below |δ₁| (for δ₁ > 0 the layers after it are the large ones)."""
+    x = lemma_squared_norms([1.0, 1.0, 1.0], [big, 0.3])
+    if big < 0:
+        assert abs((x[2] - x[1]) - 0.3) <= RTOL_SMALL_INVARIANT * 0.3
+    np.testing.assert_allclose(np.diff(x), [big, 0.3], rtol=1e-15 * abs(big) / 0.3 + 1e-12)
+    assert abs(np.prod(x) - 1.0) < ATOL_PRODUCT
+
+
+def test_offsets_are_exact_sums_from_the_minimum() -> None:
+    """``e_l`` is the correctly rounded sum of the δ's between the minimising layer and l,
+    also when float cumulative sums misplace the minimum (a near tie)."""
+    from neuromanifold.linear.rescale import _offsets
+
+    d = np.array([1e16, -1e16, 1.0, -2.0])  # D = (0, 1e16, 0, 1, −1): minimum at the last layer
+    np.testing.assert_array_equal(_offsets(d), [1.0, 1e16 + 1.0, 1.0, 2.0, 0.0])
+    d = np.array([0.1, 0.2, -0.3])  # D_3 = 0.1 + 0.2 − 0.3 = 0 exactly; floats give 5.6e-17
+    e = _offsets(d)
+    assert e.min() == 0.0 and np.all(e >= 0)
+
+
 def test_rescale_to_delta_keeps_mu() -> None:
     rng = np.random.default_rng(3)
     arch = LCN(((2, 2), (3, 2), (2, 2)), ((2, 1), (1, 2)), dim=2)

@@ -57,6 +57,25 @@ def test_ntk_rebuilt_from_v_and_delta(arch: LCN) -> None:
         )
 
 
+@pytest.mark.parametrize("c", [1e4, 1e5, 1e8])
+def test_ntk_rebuilt_on_a_stretched_rescaling_orbit(c: float) -> None:
+    """θ_1 → c θ_1, θ_2 → θ_2 / c keeps v and gives δ = (≈ −c², 0.49): K rebuilt from (v, δ)
+    still equals K(θ) to spec §7.6's 1e-9 (s15 trial R #1: 1.3e-8 at c = 1e4, 1.6e-6 at 1e5,
+    100 % at 1e8, where the Lemma's offsets lost δ₂ next to δ₁)."""
+    arch = LCN((3, 2, 2), (2, 2))
+    theta = [w * s for w, s in zip(_random_theta(arch, 1), (c, 1 / c, 1.0), strict=True)]
+    v, d = mu(arch, theta), delta(theta)
+    K = ntk(arch, theta)
+    atol = RTOL_REBUILD * np.max(np.abs(K))
+    np.testing.assert_allclose(ntk_from_function(arch, v, d), K, rtol=0, atol=atol)
+    np.testing.assert_allclose(ntk_closed_form(arch, theta, d), K, rtol=0, atol=atol)
+
+
+def _random_theta(arch: LCN, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(f) for f in arch.filters]
+
+
 def test_several_random_starts_agree() -> None:
     arch = LCN((3, 2, 2), (2, 2))
     rng = np.random.default_rng(1)

@@ -4,7 +4,8 @@ Lemma (spec §3). For non-zero filters ``u_1..u_L`` with squared norms ``a_l`` a
 ``δ ∈ R^{L−1}`` there is exactly one ``λ ∈ R_{>0}^L`` with ``Π λ_l = 1`` and
 ``‖λ_{l+1}u_{l+1}‖² − ‖λ_l u_l‖² = δ_l``. Algorithm: the new squared norms ``x_l = λ_l² a_l``
 satisfy ``x_l = x_1 + D_l`` (``D_l = Σ_{j<l} δ_j``) and ``Π x_l = P = Π a_l``. With offsets
-``e_l = D_l − min_m D_m ≥ 0`` (computed **first**, exactly 0 for a minimising layer) and
+``e_l = D_l − min_m D_m ≥ 0`` (computed **first**, exactly 0 for a minimising layer ``m``, each as
+a correctly rounded sum of the δ's between ``m`` and ``l``, `_offsets`) and
 ``x_l = t + e_l``, the root ``t* > 0`` of ``Σ_l log(t + e_l) = log P`` is unique. It is found by
 safeguarded Newton in ``u = log t``: ``h(u) = Σ_l log(e^u + e_l) − log P`` is increasing and convex
 with ``h' ≥ 1``, so ``[u₀ − h(u₀)⁺, u₀ + h(u₀)⁻]`` brackets the root and Newton from the right end
@@ -62,14 +63,34 @@ def _validate(sq_norms: Any, delta: Any) -> tuple[np.ndarray, np.ndarray]:
     return a, d
 
 
+def _offsets(d: np.ndarray) -> np.ndarray:
+    """``e_l = D_l − min_m D_m`` (shape ``(L,)``), each a correctly rounded sum of consecutive δ's.
+
+    ``e_l = Σ_{m ≤ j < l} δ_j`` (``l > m``) or ``−Σ_{l ≤ j < m} δ_j`` (``l < m``) from a minimising
+    layer ``m``, by ``math.fsum``: differences of the running sums ``D`` would keep only
+    ``ulp(max|D|)`` of a small δ that follows a large one (δ = (−1e8, 0.3) gave
+    ``x₃ − x₂ = 0.29999999702``; s15 trial R #1). ``m`` starts at the float argmin of ``D``; an
+    exactly rounded negative offset (a near tie) moves it there until every offset is ``≥ 0``.
+    """
+    L = d.size + 1
+    m = int(np.argmin(np.concatenate([[0.0], np.cumsum(d)])))
+    while True:
+        e = np.array(
+            [math.fsum(d[m:l]) if l >= m else -math.fsum(d[l:m]) for l in range(L)],
+            dtype=np.float64,
+        )
+        if e.min() >= 0.0:
+            return e
+        m = int(np.argmin(e))  # the exact sums' sign is right: a strictly lower D_m
+
+
 def _lemma_log_root(a: np.ndarray, d: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
     """``(u*, e, log e)``: the root ``u* = log t*`` of ``h`` and the offsets (module docstring).
 
     ``L ≥ 2``. ``u*`` is finite whenever ``a`` and ``δ`` are finite and positive / finite, even
     where ``t* = e^{u*}`` itself is not representable in float64.
     """
-    D = np.concatenate([[0.0], np.cumsum(d)])
-    e = D - D.min()  # offsets first: exactly 0 at a minimising layer
+    e = _offsets(d)
     log_e = np.full(e.shape, -np.inf)
     pos = e > 0
     log_e[pos] = np.log(e[pos])

@@ -7,8 +7,11 @@ import numpy as np
 import pytest
 
 from neuromanifold.linear import LCN, delta, jacobian, mu, ntk, rescale_to_delta
+from neuromanifold.linear.fiber import lcn_fiber
+from neuromanifold.linear.locus import classify_locus
 from neuromanifold.linear.metric import (
     RTOL_RANK,
+    balanced_representative,
     is_smooth_point,
     jacobian_rank,
     metric_inner,
@@ -100,6 +103,58 @@ def test_critical_points_of_section_4_6() -> None:
     assert not rep_c.smooth and rep_r.smooth
     assert rep_c.sigma_dim <= RTOL_RANK * rep_c.sigma_max < rep_r.sigma_dim
     assert not is_smooth_point(arch, [np.zeros(3), np.ones(2)]).smooth
+
+
+RTOL_ORBIT = 1e-12  # σ's at the balanced point: the same for every point of a rescaling orbit
+
+
+@pytest.mark.parametrize(
+    ("arch", "theta"),
+    [
+        (LCN((2, 2), (1,)), [[1.0, 2.0], [1.0, -1.0]]),  # spec §4.3, dim M = 3
+        (LCN((3, 2, 2), (2, 2)), [[0.3, -1.1, 0.7], [0.9, 0.4], [-0.5, 1.3]]),  # dim M = 5
+    ],
+    ids=["k22s1", "k322s22"],
+)
+def test_regularity_verdict_is_the_same_along_the_rescaling_orbit(arch: LCN, theta) -> None:
+    """w_1 → c w_1, w_2 → w_2 / c keeps μ, so rank Jμ (= dim M here) and the verdict must not
+    change (s15 trial R #2: σ_dimM/σ_max of Jμ(θ) itself fell to 6e-10 at c = 3e4 and 5e-17 at
+    c = 1e8, and θ was called singular, rank 2 < dim M = 3)."""
+    ref = is_smooth_point(arch, theta)
+    assert ref.smooth and ref.rank == arch.dim_M
+    for c in (1e4, 3e4, 1e5, 1e8, 1e-8):
+        th = [np.asarray(theta[0]) * c, np.asarray(theta[1]) / c, *theta[2:]]
+        rep = is_smooth_point(arch, th)
+        assert rep.smooth and rep.rank == arch.dim_M == jacobian_rank(arch, th)
+        for a, b in [(rep.sigma_max, ref.sigma_max), (rep.sigma_dim, ref.sigma_dim)]:
+            assert abs(a - b) <= RTOL_ORBIT * ref.sigma_max
+        assert classify_locus(arch, theta=th, n_starts=4).classification == "smooth"
+        fib = lcn_fiber(arch, mu(arch, th), delta(th), n_starts=4)
+        assert fib.jacobian_ranks and set(fib.jacobian_ranks) == {arch.dim_M}
+
+
+def test_balanced_representative() -> None:
+    """Equal filter norms, the same μ; θ kept where the orbit is not the scalar one."""
+    arch = LCN((3, 2, 2), (2, 2))
+    th = [np.array([1e8, -2e8, 3e8]), np.array([1e-8, 2e-8]), np.array([0.5, 0.25])]
+    b = balanced_representative(arch, th)
+    norms = [np.linalg.norm(w) for w in b]
+    np.testing.assert_allclose(norms, norms[0], rtol=1e-14)
+    np.testing.assert_allclose(mu(arch, b), mu(arch, th), rtol=1e-14)
+    zero = [th[0], np.zeros(2), th[2]]
+    for x, y in zip(balanced_representative(arch, zero), zero, strict=True):
+        np.testing.assert_array_equal(x, y)
+    one = LCN((3,), (1,))
+    w = [np.array([1.0, 2.0, 3.0])]
+    assert balanced_representative(one, w) is w
+
+
+def test_min_filter_norm_does_not_underflow() -> None:
+    """A filter of scale 1e-200 has norm 2.2e-200, not 0 (its squares underflow), and θ is a
+    regular point (s15 trial R #2: 'min |w_l| = 0', smooth: no)."""
+    rep = is_smooth_point(LCN((2, 2), (1,)), [[1e-200, 2e-200], [1.0, -1.0]])
+    assert rep.min_filter_norm == pytest.approx(np.sqrt(5) * 1e-200, rel=1e-15)
+    assert rep.smooth and rep.rank == 3
 
 
 def test_metric_undefined_on_the_critical_family() -> None:

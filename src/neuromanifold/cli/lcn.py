@@ -198,7 +198,8 @@ def ntk_command(
     echo(
         f"smooth point (rank Jμ = dim M at θ): {'yes' if report.smooth else 'no'} "
         f"(sigma_dimM = {report.sigma_dim:.3e}, sigma_next = {report.sigma_next:.3e}, "
-        f"rtol = {report.rtol:.0e}, min |w_l| = {report.min_filter_norm:.3e})"
+        f"rtol = {report.rtol:.0e}, min |w_l| = {report.min_filter_norm:.3e}; the sigmas of Jμ "
+        "at the balanced point of θ's rescaling orbit)"
     )
     echo("  (a check at θ only: crossings of several fiber components need `lcn fiber`)")
     if note:

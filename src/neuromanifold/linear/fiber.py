@@ -56,6 +56,7 @@ from neuromanifold.linear.fiber_report import (
 )
 from neuromanifold.linear.invariants import delta as lcn_delta
 from neuromanifold.linear.invariants import fc_delta
+from neuromanifold.linear.metric import balanced_representative
 from neuromanifold.linear.normalize import normal_form_note
 from neuromanifold.linear.ntk import fc_jacobian, fc_ntk, jacobian, ntk
 from neuromanifold.linear.polynomial import fc_mu, mu
@@ -272,7 +273,7 @@ def lcn_fiber(
         tolerance=tol,
         routes=summaries,
         routes_agree=agree,
-        jacobian_ranks=[_rank(jacobian(arch, th)) for th in thetas],
+        jacobian_ranks=[_rank(jacobian(arch, balanced_representative(arch, th))) for th in thetas],
         dim_M=arch.dim_M,
         fiber_dimension=fiber_dim,
         continuum=is_curve if pts else None,

@@ -144,7 +144,8 @@ class FiberReport:
         routes: per-route summaries.
         routes_agree: both routes found the same number of points and matching NTKs (None when
             only one route ran).
-        jacobian_ranks: rank of the parametrisation's Jacobian at each point.
+        jacobian_ranks: rank of the parametrisation's Jacobian at each point (LCN: at the balanced
+            point of its rescaling orbit, `neuromanifold.linear.metric.balanced_representative`).
         dim_M: expected dimension of the image (neuromanifold); None where not defined.
         fiber_dimension: ``n_params − rank dΦ`` at the first point (0 ⇒ isolated points; a
             positive value is an upper bound on the fiber's dimension at a singular point of Φ).

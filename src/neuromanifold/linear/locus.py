@@ -47,7 +47,7 @@ from neuromanifold.linear.architecture import LCN, validate_params
 from neuromanifold.linear.fiber import check_lcn_target, lcn_fiber
 from neuromanifold.linear.fiber_algebraic import roots_with_infinity
 from neuromanifold.linear.invariants import delta as lcn_delta
-from neuromanifold.linear.metric import RTOL_RANK
+from neuromanifold.linear.metric import RTOL_RANK, balanced_representative
 from neuromanifold.linear.normalize import normal_form_note
 from neuromanifold.linear.ntk import jacobian
 from neuromanifold.linear.polynomial import mu
@@ -171,15 +171,19 @@ def sigma_floor(arch: LCN, theta: Sequence[Any], v: Any) -> float:
     and ``Jμ(θ) n ≈ 2 t Q(n)``: a point within ``τ`` of a critical one can show
     ``σ_dimM ≈ 2√(τ ‖Q(n)‖)``. Returned: ``FLOOR_FACTOR · 2√(τ ‖Q(n)‖)``, with ``n`` the right
     singular vector of ``σ_dimM`` at ``θ``. The floor is homogeneous like ``σ_dimM`` (scaling
-    ``v`` by ``c`` scales both by ``c^{(L−1)/L}``), and zero for ``L = 1``.
+    ``v`` by ``c`` scales both by ``c^{(L−1)/L}``), and zero for ``L = 1``. Like the ranks it
+    qualifies, it is evaluated at the balanced point of ``θ``'s rescaling orbit
+    (:func:`~.metric.balanced_representative`).
     """
-    th = validate_params(arch, theta)
+    given = validate_params(arch, theta)
+    th = balanced_representative(arch, given)
     v = np.asarray(v, dtype=np.float64).reshape(arch.out_shape)
     _, _, Vt = np.linalg.svd(jacobian(arch, th))
     q = float(np.linalg.norm(second_order_term(arch, th, Vt[arch.dim_M - 1])))
     gamma = (arch.L - 1 + int(np.prod([w.size for w in th[1:]]))) * np.finfo(np.float64).eps
-    tau = float(np.linalg.norm(mu(arch, th) - v)) + gamma * float(
-        np.linalg.norm(mu(arch, [np.abs(w) for w in th]))
+    # τ of θ as given (μ(θ) and μ(|θ|) are the same along the orbit, up to rounding)
+    tau = float(np.linalg.norm(mu(arch, given) - v)) + gamma * float(
+        np.linalg.norm(mu(arch, [np.abs(w) for w in given]))
     )
     return FLOOR_FACTOR * 2.0 * float(np.sqrt(tau * q))
 
@@ -191,7 +195,8 @@ def rebuilt_point_rtol(arch: LCN, theta: Sequence[Any], v: Any) -> float:
     converged fiber point does not reach (its floor is of the order ``√ε · σ_max``). Pass it as
     ``rtol`` to :func:`~.metric.is_smooth_point`.
     """
-    smax = float(np.linalg.norm(jacobian(arch, validate_params(arch, theta)), 2))
+    th = balanced_representative(arch, validate_params(arch, theta))
+    smax = float(np.linalg.norm(jacobian(arch, th), 2))
     if smax == 0.0:
         return RANK_RTOL
     return min(max(RANK_RTOL, sigma_floor(arch, theta, v) / smax), float(np.nextafter(1.0, 0.0)))
@@ -251,7 +256,11 @@ def classify_locus(
         return LocusReport("zero", m, (), (), (), RANK_RTOL, 0, 0.0, gap, 0.0, tuple(notes))
     rep = lcn_fiber(arch, v, d, n_starts=n_starts, seed=seed, theta_guess=th)
     pts = rep.point_arrays()
-    Js = ([jacobian(arch, th)] if th is not None else []) + [jacobian(arch, p) for p in pts]
+    # at each point's balanced image on its rescaling orbit, as is_smooth_point reads it
+    Js = [
+        jacobian(arch, balanced_representative(arch, p))
+        for p in ([th] if th is not None else []) + pts
+    ]
     svals = [_svals(J) for J in Js]
     # θ given: it is exact and decides (as is_smooth_point does); else each point's accuracy floor
     floors = [0.0] * len(Js) if th is not None else [sigma_floor(arch, p, v) for p in pts]

@@ -17,7 +17,7 @@ from neuromanifold.report.findings import (
     node_death_findings,
     optimizer_finding,
 )
-from neuromanifold.report.spectra import block_spectra, spread
+from neuromanifold.report.spectra import ROUNDOFF_RATIO, block_spectra, spread
 from neuromanifold.singular.reading import Reading
 
 R2_MIN = 0.95
@@ -54,6 +54,32 @@ def test_spread_of_clean_and_diffuse_spectra():
     assert c["n_small"] == 2 and abs(c["max_gap"] - math.log10(0.2 / 1e-9)) < ATOL_LOG
     d = spread(DIFFUSE)
     assert d["n_small"] == 2 and abs(d["max_gap"] - math.log10(5.0)) < ATOL_LOG
+
+
+def test_spread_gives_no_gap_in_decades_to_round_off_zeros():
+    """s15 trial S #5: zeros were clamped to 1e-300, so [1, 0.5, 1e-20, 0] had a "280-decade"
+    gap and any rank-deficient factor read as clean. Round-off zeros are counted apart."""
+    assert spread([1.0, 0.5, 1e-20, 0.0]) == {"n_small": 2, "n_zero": 2, "max_gap": 0.0}
+    mixed = spread([1.0, 0.5, 1e-7, 0.0, 0.0])  # the gap to the tiny non-zero ratio counts
+    assert (mixed["n_small"], mixed["n_zero"]) == (3, 2)
+    assert abs(mixed["max_gap"] - math.log10(0.5 / 1e-7)) < ATOL_LOG
+    at_floor = spread([1.0, 2 * ROUNDOFF_RATIO, ROUNDOFF_RATIO])  # the floor itself is a zero
+    assert at_floor["n_zero"] == 1
+    assert abs(at_floor["max_gap"] - math.log10(0.5 / ROUNDOFF_RATIO)) < ATOL_LOG
+
+
+def test_optimizer_with_only_round_off_zeros_is_not_clean():
+    """A near-kernel made of round-off zeros (fewer probe samples than fc2 inputs) gives no gap,
+    so it cannot make an optimizer's structure "clean"."""
+    from neuromanifold.demo_result import optimizer_row
+    from neuromanifold.report.findings import _clean
+
+    spectra = {"blocks.0.mlp.fc2": {"A": [1.0, 0.4, 0.0, 0.0], "A_kernel": 2}}
+    name = "sweep-muon-polar-svd"
+    mr = ModelRead(name, name, "digits", "x", {}, Reading((), (), {}), spectra, False, 0.0)
+    row = optimizer_row(mr)
+    assert (row.fc2_n_small, row.fc2_n_zero, row.fc2_kernel, row.fc2_max_gap) == (2, 2, 2, 0.0)
+    assert not _clean(row)
 
 
 def _sym(evals, seed):

@@ -145,6 +145,7 @@ class OptimizerRow:
     fc2_n_small: int
     fc2_kernel: int
     fc2_max_gap: float
+    fc2_n_zero: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict."""
@@ -169,8 +170,8 @@ def optimizer_row(mr: ModelRead) -> OptimizerRow:
     those, the fraction neither readable nor classed flat gauge (a flat gauge has no window by
     definition: its magnitude sits at the floor, which decides its class). ``fc2_*``: the
     `spread` of ``A`` of every MLP
-    ``fc2`` (its hidden activations' second moment), summed (``n_small``, ``kernel``) or the
-    largest (``max_gap``) over blocks.
+    ``fc2`` (its hidden activations' second moment), summed (``n_small``, ``n_zero``, ``kernel``)
+    or the largest (``max_gap``, between ratios above round-off) over blocks.
     """
     from neuromanifold.report.spectra import spread
 
@@ -198,6 +199,7 @@ def optimizer_row(mr: ModelRead) -> OptimizerRow:
         fc2_n_small=int(sum(s["n_small"] for s in spreads)),
         fc2_kernel=int(sum(s["A_kernel"] for s in fc2)),
         fc2_max_gap=float(max((s["max_gap"] for s in spreads), default=0.0)),
+        fc2_n_zero=int(sum(s["n_zero"] for s in spreads)),
     )
 
 

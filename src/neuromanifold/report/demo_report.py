@@ -165,9 +165,10 @@ def demo_markdown(result: Any, figures: dict[str, str]) -> str:
             "*unreadable*: fraction of the possible dead directions (detectors other than the "
             "closed-form gauges) neither readable nor classed flat gauge by magnitude; "
             "*fc2 spectrum*: over the MLP `fc2` "
-            "input factors A, the ratios α/α_max below 1e-3, the detector's near-kernel, and the "
-            "largest drop between consecutive ratios in decades (≥ 1: a clean kernel; small: a "
-            "diffuse one; `neuromanifold.report.spectra`)."
+            "input factors A, the ratios α/α_max below 1e-3 (in brackets: those zero within "
+            "round-off, directions the probe set does not reach), the detector's near-kernel, and "
+            "the largest drop between consecutive non-zero ratios in decades (≥ 1: a clean "
+            "kernel; small: a diffuse one; `neuromanifold.report.spectra`)."
         )
         lines.append("")
         lines.append(
@@ -180,9 +181,9 @@ def demo_markdown(result: Any, figures: dict[str, str]) -> str:
                     f"readable (r² ≥ {READABLE_R2})",
                     "readable kinds",
                     "unreadable",
-                    "fc2 ratios < 1e-3",
+                    "fc2 ratios < 1e-3 (round-off 0)",
                     "fc2 near-kernel",
-                    "fc2 largest gap",
+                    "fc2 largest gap (decades)",
                 ],
                 [
                     [
@@ -193,7 +194,7 @@ def demo_markdown(result: Any, figures: dict[str, str]) -> str:
                         str(r.n_readable),
                         "; ".join(f"{k}: {v}" for k, v in r.readable_kinds.items()) or "—",
                         fmt(r.unreadable_fraction, ".2f"),
-                        str(r.fc2_n_small),
+                        f"{r.fc2_n_small} ({r.fc2_n_zero})",
                         str(r.fc2_kernel),
                         f"{r.fc2_max_gap:.2f}",
                     ]

@@ -30,7 +30,9 @@ decide it, e.g. no records of the kind needed). Definitions:
 * **optimizers** (spec: "vanilla Muon often leaves dead structure too diffuse to read;
   polar-scaled orthogonalisers give clean structure"): a model's MLP dead structure is *clean*
   when the detector names a near-kernel in the fc2 input factors (``fc2_kernel > 0``) separated
-  by a gap of at least ``CLEAN_GAP`` (one decade); *diffuse* otherwise. The claim holds when
+  by a gap of at least ``CLEAN_GAP`` (one decade) between ratios above round-off (`spread`: a
+  factor whose small ratios are all round-off zeros, as when the probe set is smaller than the
+  layer, shows no gap); *diffuse* otherwise. The claim holds when
   vanilla Muon is diffuse and both polar-scaled variants are clean.
 """
 
@@ -125,8 +127,9 @@ def node_death_findings(mr: Any, *, r2_min: float, expected_k: int = 2) -> list[
             continue
         sp = spread(spec[side])
         parts.append(
-            f"{name} {side}: {sp['n_small']} of {len(spec[side])} ratios < 1e-3, largest gap "
-            f"among them {sp['max_gap']:.2f} decades, near-kernel {spec[side + '_kernel']}"
+            f"{name} {side}: {sp['n_small']} of {len(spec[side])} ratios < 1e-3 "
+            f"({sp['n_zero']} zero within round-off), largest gap among the non-zero ones "
+            f"{sp['max_gap']:.2f} decades, near-kernel {spec[side + '_kernel']}"
         )
     evidence = "; ".join(parts)
     compressed = mr.metrics.get("mlp_compressed_units")
@@ -236,7 +239,8 @@ def optimizer_finding(rows: Sequence[Any]) -> Finding:
     text = "; ".join(
         f"{r.optimizer}: {r.n_readable}/{r.n_read} readable, unreadable fraction "
         + ("—" if r.unreadable_fraction is None else f"{r.unreadable_fraction:.2f}")
-        + f", fc2 near-kernel {r.fc2_kernel}, {r.fc2_n_small} ratios < 1e-3, largest gap "
+        + f", fc2 near-kernel {r.fc2_kernel}, {r.fc2_n_small} ratios < 1e-3 "
+        f"({r.fc2_n_zero} zero within round-off), largest gap among the non-zero ones "
         f"{r.fc2_max_gap:.2f} decades"
         for r in rows
     )

@@ -8,8 +8,13 @@ are recomputed with `kfac_factors` on the same model and probe set (deterministi
 **Diffuseness** of one spectrum, used to compare optimizers: `spread` returns
 
 * ``n_small`` — ratios below ``tau`` (1e-3): how many directions are nearly dead;
+* ``n_zero`` — of those, the ratios zero within round-off (``≤ ROUNDOFF_RATIO``): directions the
+  probe set does not reach at all (a factor of rank below its width, e.g. fewer samples than
+  features), which say nothing about how the live spectrum decays;
 * ``max_gap`` — the largest drop ``log10(r_i/r_{i+1})`` (decades) between consecutive ratios
-  where ``r_{i+1} < tau``, 0 when no ratio is below ``tau``;
+  where ``r_{i+1} < tau`` and both are above ``ROUNDOFF_RATIO``; 0 when there is no such pair. A
+  drop to a round-off zero has no size in decades (clamping zeros to a tiny number once gave
+  "280 decades", and any rank-deficient factor read as clean; s15 trial S #5);
 
 The third number, ``kernel``, does not come from `spread`: it is the detector's near-kernel size
 (the directions it will name as candidates), `block_spectra`'s ``A_kernel``/``G_kernel``.
@@ -27,10 +32,12 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["SPREAD_TAU", "block_spectra", "spread"]
+__all__ = ["ROUNDOFF_RATIO", "SPREAD_TAU", "block_spectra", "spread"]
 
 SPREAD_TAU = 1e-3
-_TINY = 1e-300
+ROUNDOFF_RATIO = 1e-12
+"""Ratios ``α_i/α_max`` at or below this are zero within round-off: ``eigvalsh`` of a symmetric
+``n × n`` factor is accurate to about ``n ε α_max`` (``≤ 1.2e-13 α_max`` for ``n ≤ 512``)."""
 
 
 def _ratios(mat: Any) -> tuple[list[float], int, float]:
@@ -60,16 +67,19 @@ def block_spectra(factors: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def spread(ratios: Sequence[float], *, tau: float = SPREAD_TAU) -> dict[str, float | int]:
-    """``{"n_small", "max_gap"}`` of a descending ratio list (module docstring).
+    """``{"n_small", "n_zero", "max_gap"}`` of a descending ratio list (module docstring).
 
     >>> spread([1.0, 0.5, 1e-6, 1e-7])  # clean: 2 tiny ratios after a 5.7-decade gap
-    {'n_small': 2, 'max_gap': 5.698970004336019}
+    {'n_small': 2, 'n_zero': 0, 'max_gap': 5.698970004336019}
     >>> spread([1.0, 1e-1, 1e-2, 1e-3, 1e-4])["max_gap"]  # smooth decay: one decade per step
     1.0
+    >>> spread([1.0, 0.5, 1e-20, 0.0])  # only round-off zeros below tau: no gap in decades
+    {'n_small': 2, 'n_zero': 2, 'max_gap': 0.0}
     """
     n_small = sum(1 for r in ratios if r < tau)
+    n_zero = sum(1 for r in ratios if r <= ROUNDOFF_RATIO)
     gap = 0.0
     for hi, lo in itertools.pairwise(ratios):
-        if lo < tau:
-            gap = max(gap, math.log10(max(hi, _TINY) / max(lo, _TINY)))
-    return {"n_small": n_small, "max_gap": gap}
+        if ROUNDOFF_RATIO < lo < tau:
+            gap = max(gap, math.log10(hi / lo))
+    return {"n_small": n_small, "n_zero": n_zero, "max_gap": gap}

@@ -34,6 +34,7 @@ from neuromanifold.singular.reading import DirectionRecord, Reading
 __all__ = [
     "CLASSES",
     "MAX_SWEEP_PANELS",
+    "SPECTRA_EMPTY",
     "SPECTRA_KEY",
     "plot_class_map",
     "plot_spectra",
@@ -69,6 +70,8 @@ SPECTRA_KEY = (
     f"red ○: detected near-kernel; dotted: its threshold τ = {SPREAD_TAU:g}"
 )
 """The key that ends the title of `plot_spectra`'s figure."""
+SPECTRA_EMPTY = "no K-FAC blocks to draw\n(no supported Linear or Conv layer)"
+"""What `plot_spectra`'s figure says when it has no block to draw."""
 _SWEEP_KEY = (
     "x: t, y: F_u(t) (log–log); dashed: floor; grey: points ≤ 10 × floor; "
     "shaded: rate window; orange line: fit c_k·t^(2(k−1)); "
@@ -354,7 +357,9 @@ def plot_spectra(
     """A and G eigenvalue ratios per block with the detected near-kernel (module docstring).
 
     ``spectra`` is `block_spectra` of the factors (`kfac_factors` of the read's model and probe
-    set): descending ratios; the smallest ``A_kernel``/``G_kernel`` of them are marked.
+    set): descending ratios; the smallest ``A_kernel``/``G_kernel`` of them are marked. With no
+    block to draw (a model without Linear or Conv layers, or ``blocks`` naming none of
+    ``spectra``) the figure says so (`SPECTRA_EMPTY`) instead of showing an empty area.
     """
     plt = _plt()
     names = list(spectra) if blocks is None else [b for b in blocks if b in spectra]
@@ -363,6 +368,8 @@ def plot_spectra(
     fig, axes = plt.subplots(rows, cols, figsize=(w * cols, h * rows), dpi=_DPI, squeeze=False)
     for ax in axes.flat[len(names) :]:
         ax.axis("off")
+    if not names:
+        axes[0, 0].text(0.5, 0.5, SPECTRA_EMPTY, ha="center", va="center", wrap=True)
     for ax, name in zip(axes.flat, names, strict=False):
         s = spectra[name]
         for which, colour in (("A", "tab:blue"), ("G", "tab:green")):
@@ -379,7 +386,8 @@ def plot_spectra(
         ax.set_ylabel("λ_i / λ_max", fontsize=_LABEL_FONTSIZE, labelpad=1)
         ax.tick_params(which="both", labelsize=_TICK_FONTSIZE)
         ax.legend(fontsize=_TICK_FONTSIZE, loc="lower left")
-    key = SPECTRA_KEY
+    # with nothing drawn there is no mark to explain: the key gives way to the figure's subject
+    key = SPECTRA_KEY if names else "K-FAC factor eigenvalue ratios"
     head = _fit_title(fig, f"{title}\n{key}" if title else key)
     _layout_below(fig, head, rows * h)
     return save_png(fig, path)

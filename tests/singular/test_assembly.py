@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import numpy as np
 import pytest
 
 from neuromanifold.singular.assembly import (
@@ -430,3 +431,27 @@ def test_assembly_from_whole_model_read_of_node_death_equals_closed_form(activat
     assert (a.lam, a.m) == (cf.lam, cf.m)
     k_diag = 3 if activation == "relu2" else 2
     assert a.dominant_order == k_diag and a.nu_universal == nu(k_diag)
+
+
+@pytest.mark.parametrize("k", [2.0, "2", 0, -1, True])
+def test_a_malformed_order_is_an_error_not_a_skip(k) -> None:
+    """s15 trial T #3: a genuine record with k = 2.0 was skipped with a note, and (λ, m) fell
+    from (15/2, 2) to (7, 1) without an error; the CLI refused the same file."""
+    rec = {"class": "genuine_singularity", "k": k, "layers": ["0", "1"]}
+    with pytest.raises(ValueError, match=r"directions\[1\] has order k = .*expected an integer"):
+        assemble_from_reading([{"class": "live", "k": 1}, rec], regular_dims=14)
+
+
+def test_unknown_class_is_an_error_and_orders_may_be_numpy_ints() -> None:
+    with pytest.raises(ValueError, match=r"directions\[0\] has class 'genuine'; expected one of"):
+        loci_from_reading([{"class": "genuine", "k": 2}])
+    rec = {"class": "genuine_singularity", "k": np.int64(2), "layers": ["0", "1"]}
+    a = assemble_from_reading([rec], regular_dims=14)
+    assert (a.lam, a.m) == (Fraction(15, 2), 2)  # one (1, 1) crossing (λ 1/2, m 2) + 14 · 1/2
+
+
+def test_record_classes_are_the_direction_classes() -> None:
+    from neuromanifold.singular.assembly import _CLASSES
+    from neuromanifold.singular.classify import DirectionClass
+
+    assert {c.value for c in DirectionClass} == _CLASSES

@@ -191,15 +191,12 @@ def read_cmd(
                 f"--reading {reading}: directions[{i}] is {type(rec).__name__}, expected a record "
                 "object"
             )
-        k = rec.get("k")
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-            raise typer.BadParameter(
-                f"--reading {reading}: directions[{i}] has order k = {k!r}; expected an integer "
-                ">= 1 or null (no order)"
-            )
     if regular_dims is not None and regular_dims < 0:
         raise typer.BadParameter(f"--regular-dims must be >= 0, got {regular_dims}")
-    result = assemble_from_reading(data, regular_dims=regular_dims)
+    try:  # a record of unknown class or with an order that is not an integer >= 1
+        result = assemble_from_reading(data, regular_dims=regular_dims)
+    except ValueError as err:
+        raise typer.BadParameter(f"--reading {reading}: {err}") from None
     if json_path != "-":
         nu_text = "not computed" if result.nu_universal is None else f"{result.nu_universal:.6f}"
         typer.echo(f"λ = {result.lam} ({float(result.lam):.6g}), m = {result.m}")

@@ -327,6 +327,28 @@ def _class_of(rec: Any) -> str:
     return str(getattr(klass, "value", klass))
 
 
+#: the values of `neuromanifold.singular.classify.DirectionClass` (kept torch-free here)
+_CLASSES = frozenset({_GENUINE, _LIVE, *_GAUGES, "unresolved"})
+
+
+def _check_records(records: Sequence[Any]) -> None:
+    """``ValueError`` for a record whose class is not a ``DirectionClass`` value or whose order is
+    neither ``None`` nor an integer ≥ 1 (``2.0``, ``"2"``, ``0``, ``True``): such a record is
+    malformed, not one without an order, and skipping it changed (λ, m) silently (a genuine
+    record with ``k = 2.0`` gave λ = 0, m = 1 instead of 1/2, 2; s15 trial T #3)."""
+    for i, rec in enumerate(records):
+        klass = _class_of(rec)
+        if klass not in _CLASSES:
+            raise ValueError(
+                f"directions[{i}] has class {klass!r}; expected one of {sorted(_CLASSES)}"
+            )
+        k = _field(rec, "k")
+        if k is not None and (isinstance(k, bool) or not isinstance(k, Integral) or k < 1):
+            raise ValueError(
+                f"directions[{i}] has order k = {k!r}; expected an integer >= 1 or null (no order)"
+            )
+
+
 def _n_factors(rec: Any) -> int:
     """Number of weight tensors (modules) the dead direction crosses."""
     info = _field(rec, "info") or {}
@@ -418,8 +440,9 @@ def loci_from_reading(
     λ_block = 1/(2k) is then a lower bound, since components of orders k_i summing to k have
     λ_block = 1/(2 max k_i) ≥ 1/(2k), and a note says so. Live directions are regular (1/2
     each) when ``count_live`` (otherwise they are only named in the notes); flat and curved
-    gauges contribute nothing. Records with another class or with no order are skipped and
-    named in the notes.
+    gauges contribute nothing. Unresolved records and genuine ones with no order (``k`` null) are
+    skipped and named in the notes; a record with an unknown class or an order that is not an
+    integer ≥ 1 raises ``ValueError``.
 
     Component dimensions: 1 each, unless ``component_dims[i]`` gives them for record i (every
     key must be the integer index — Python or NumPy int — of a genuine record with an order, else
@@ -436,12 +459,14 @@ def loci_from_reading(
     (docs/triple.md §4), and the blocks' sum is then not the closed form.
     """
     records = _records(reading)
+    _check_records(records)
     _check_component_dims(records, component_dims)
     loci: list[Locus] = []
     notes: list[str] = []
     shared: dict[tuple[str, ...], list[str]] = {}
     for i, rec in enumerate(records):
         klass, k = _class_of(rec), _field(rec, "k")
+        k = None if k is None else int(k)  # an integer >= 1 (_check_records)
         name = _record_name(i, rec)
         if klass in _GAUGES:
             loci.append(Locus(name, "gauge", dim=1))
@@ -450,7 +475,7 @@ def loci_from_reading(
                 loci.append(Locus(name, "regular", dim=1))
             else:
                 notes.append(f"{name}: live direction, counted in the caller's regular_dims")
-        elif klass == _GENUINE and isinstance(k, int) and k >= 1:
+        elif klass == _GENUINE and k is not None:
             n = _n_factors(rec)
             if n >= 2 and k >= n:
                 orders = (1,) * (n - 1) + (k - n + 1,)

@@ -37,3 +37,56 @@ def test_blocks_naming_no_block_of_the_spectra_say_so(tmp_path: Path, monkeypatc
     figures.plot_spectra(spectra, tmp_path / "s.png", blocks=["other"])
     (fig,) = drawn
     assert " ".join(figures.SPECTRA_EMPTY.split()) in _texts(fig)
+
+
+def _panel(spectra: dict[str, Any], tmp_path: Path, monkeypatch) -> Any:
+    drawn = _captured(monkeypatch)
+    figures.plot_spectra(spectra, tmp_path / "s.png", title="planted")
+    (fig,) = drawn
+    (ax,) = [a for a in fig.axes if a.axison]
+    return ax
+
+
+def _points(ax: Any, marker: str) -> list[tuple[float, float, Any]]:
+    """``(x, y, line)`` of every drawn point with ``marker``."""
+    return [
+        (float(x), float(y), ln)
+        for ln in ax.get_lines()
+        if ln.get_marker() == marker
+        for x, y in zip(ln.get_xdata(), ln.get_ydata(), strict=True)
+    ]
+
+
+def test_zero_ratios_are_marked_as_zeros_at_the_floor(tmp_path: Path, monkeypatch) -> None:
+    """Trial S #2: planted-MLP block 0's G ends in an exact 0, drawn as 1e-18 on the lower spine
+    (its near-kernel circle cut in half) like block 2's true ratio 3.9e-17; a positive ratio
+    below 1e-18 was clamped to 1e-18 too."""
+    A = [1.0, 0.2, 3.9e-17, 1e-20]
+    G = [1.0, 0.3, 0.0, 0.0, 0.0]
+    ax = _panel({"0": {"A": A, "G": G, "A_kernel": 2, "G_kernel": 3}}, tmp_path, monkeypatch)
+    lo, hi = ax.get_ylim()
+    # every positive ratio is drawn at its value, strictly inside the panel
+    dots = _points(ax, ".")
+    assert sorted(y for _, y, _ in dots) == sorted(r for r in A + G if r > 0)
+    assert all(lo < y < hi for _, y, _ in dots)
+    # the zeros are triangles at the floor, at their indices, labelled as drawn at the floor
+    zeros = _points(ax, "v")
+    assert sorted(x for x, _, _ in zeros) == [i + 1 for i, r in enumerate(G) if r == 0]
+    assert {y for _, y, _ in zeros} == {lo}
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "G = 0 (drawn at floor)" in labels and "A = 0 (drawn at floor)" not in labels
+    assert "G: 3 ratios = 0" in ax.get_title()
+    # the near-kernel circles: on the positive ratios at their values, on the zeros at the
+    # floor, drawn whole (not clipped at the lower spine)
+    circles = _points(ax, "o")
+    assert sorted(y for _, y, _ in circles) == sorted([3.9e-17, 1e-20, lo, lo, lo])
+    assert all(not ln.get_clip_on() for y, _, ln in circles if y == lo)
+    assert "a ratio of exactly 0" in figures.SPECTRA_KEY
+
+
+def test_a_spectrum_without_zeros_gets_no_zero_marks(tmp_path: Path, monkeypatch) -> None:
+    A, G = [1.0, 0.1, 1e-9], [1.0, 0.5]
+    ax = _panel({"fc": {"A": A, "G": G, "A_kernel": 1, "G_kernel": 0}}, tmp_path, monkeypatch)
+    assert _points(ax, "v") == [] and ax.get_title() == "fc"
+    lo, _ = ax.get_ylim()
+    assert lo < 1e-9  # the smallest ratio lies inside the panel

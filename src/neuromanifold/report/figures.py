@@ -9,7 +9,8 @@ matplotlib (Agg backend) is imported inside each function; every PNG is written 
   as triangles on the lower edge; the title carries this key.
 * `plot_spectra`: per block, the eigenvalue ratios ``α_i/α_max`` of ``A`` and ``γ_j/γ_max`` of
   ``G`` (descending, log scale; `neuromanifold.report.spectra.block_spectra`) with the
-  detector's near-kernel (ratio below ``1e-3`` with a decade gap) marked in red.
+  detector's near-kernel (ratio below ``1e-3`` with a decade gap) marked in red, ratios of
+  exactly 0 as triangles on the lower edge.
 * `plot_class_map`: a layer × class matrix of direction counts, each count drawn in white on a
   dark cell and in black on a light one (`_text_colour`).
 
@@ -67,7 +68,8 @@ _LABEL_FONTSIZE = 8
 _DARK_LUMINANCE = math.sqrt(1.05 * 0.05) - 0.05
 SPECTRA_KEY = (
     f"K-FAC factor eigenvalue ratios, A (inputs) and G (output gradients); "
-    f"red ○: detected near-kernel; dotted: its threshold τ = {SPREAD_TAU:g}"
+    f"red ○: detected near-kernel; dotted: its threshold τ = {SPREAD_TAU:g}; "
+    f"▼ on the lower edge: a ratio of exactly 0"
 )
 """The key that ends the title of `plot_spectra`'s figure."""
 SPECTRA_EMPTY = "no K-FAC blocks to draw\n(no supported Linear or Conv layer)"
@@ -347,6 +349,25 @@ def plot_sweeps(
     return save_png(fig, path)
 
 
+#: the top of a spectra panel's y range: above the largest ratio, 1
+_SPECTRA_TOP = 2.0
+#: factor by which a spectra panel's y range extends below the smallest positive ratio (or the
+#: threshold τ, if lower): one decade, so the smallest ratio is drawn clear of the lower edge,
+#: where the ratios equal to 0 are marked
+_SPECTRA_PAD = 10.0
+
+
+def _spectra_floor(ratios: Sequence[float]) -> float:
+    """The lower y limit of a spectra panel: ``min(positive ratios, SPREAD_TAU) / _SPECTRA_PAD``.
+
+    Set from the panel's own ratios, so every positive ratio is drawn at its value (a fixed
+    ``1e-18`` had drawn a ratio of 0 at 1e-18, on the lower spine, next to true ratios of
+    3.9e-17, and clamped any smaller positive ratio to it).
+    """
+    pos = [float(r) for r in ratios if math.isfinite(r) and r > 0]
+    return min([*pos, SPREAD_TAU]) / _SPECTRA_PAD
+
+
 def plot_spectra(
     spectra: Mapping[str, Mapping[str, Any]],
     path: str | Path,
@@ -357,7 +378,11 @@ def plot_spectra(
     """A and G eigenvalue ratios per block with the detected near-kernel (module docstring).
 
     ``spectra`` is `block_spectra` of the factors (`kfac_factors` of the read's model and probe
-    set): descending ratios; the smallest ``A_kernel``/``G_kernel`` of them are marked. With no
+    set): descending ratios; the smallest ``A_kernel``/``G_kernel`` of them are marked. A ratio
+    of exactly 0 (an eigenvalue clamped at 0: no place on the log axis) is not drawn as a value:
+    it is a triangle ▼ on the panel's lower edge (`_spectra_floor`, a decade below the smallest
+    positive ratio), its legend entry says ``drawn at floor`` and the panel's title counts them
+    (``G: 28 ratios = 0``). With no
     block to draw (a model without Linear or Conv layers, or ``blocks`` naming none of
     ``spectra``) the figure says so (`SPECTRA_EMPTY`) instead of showing an empty area.
     """
@@ -372,16 +397,39 @@ def plot_spectra(
         axes[0, 0].text(0.5, 0.5, SPECTRA_EMPTY, ha="center", va="center", wrap=True)
     for ax, name in zip(axes.flat, names, strict=False):
         s = spectra[name]
+        ax.set_yscale("log")
+        lo = _spectra_floor([*s["A"], *s["G"]])
+        ax.set_ylim(lo, _SPECTRA_TOP)
+        zero_counts = []
         for which, colour in (("A", "tab:blue"), ("G", "tab:green")):
-            ratios = [max(r, 1e-18) for r in s[which]]
+            ratios = [float(r) for r in s[which]]
             xs = list(range(1, len(ratios) + 1))
-            ax.semilogy(xs, ratios, ".-", ms=3, lw=0.8, color=colour, label=which)
+            pos = [(x, r) for x, r in zip(xs, ratios, strict=True) if r > 0]
+            zero = [x for x, r in zip(xs, ratios, strict=True) if r == 0]
+            if pos:
+                ax.semilogy(*zip(*pos, strict=True), ".-", ms=3, lw=0.8, color=colour, label=which)
+            if zero:
+                zero_counts.append(f"{which}: {len(zero)} ratio{'s' * (len(zero) > 1)} = 0")
+                ax.plot(
+                    zero,
+                    [lo] * len(zero),
+                    ls="none",
+                    marker="v",
+                    ms=4,
+                    color=colour,
+                    clip_on=False,
+                    label=f"{which} = 0 (drawn at floor)",
+                )
             n_kern = int(s[f"{which}_kernel"])
             if n_kern:
-                ax.semilogy(xs[-n_kern:], ratios[-n_kern:], "o", ms=5, mfc="none", color="red")
+                # a zero's circle sits on the lower edge: unclipped, so it is drawn whole
+                ys = [r if r > 0 else lo for r in ratios[-n_kern:]]
+                ax.plot(
+                    xs[-n_kern:], ys, ls="none", marker="o", ms=5, mfc="none", color="red",
+                    clip_on=False,
+                )  # fmt: skip
         ax.axhline(SPREAD_TAU, ls=":", lw=0.8, color="grey")
-        ax.set_ylim(1e-18, 2.0)
-        ax.set_title(name, fontsize=8)
+        ax.set_title("\n".join([name, ", ".join(zero_counts)]) if zero_counts else name, fontsize=8)
         ax.set_xlabel("eigenvalue index (descending)", fontsize=_LABEL_FONTSIZE, labelpad=1)
         ax.set_ylabel("λ_i / λ_max", fontsize=_LABEL_FONTSIZE, labelpad=1)
         ax.tick_params(which="both", labelsize=_TICK_FONTSIZE)

@@ -116,3 +116,30 @@ def test_read_json_dash_keeps_progress_and_wrote_lines_off_stdout(tmp_path: Path
 
     plain = " ".join(re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", r.stderr).split())  # no colour codes
     assert f"wrote {out / 'report.md'}, {out / 'report.json'} and 3 figures" in plain
+
+
+def test_read_json_dash_says_its_warnings_on_stderr() -> None:
+    """s15 trial T #2: under --json - the family line, the modules not covered and the reading's
+    note went to the silenced text console, so a pipeline never saw them."""
+    args = ["read", "--model", "zoo:planted-mlp", "--max-directions", "0", "--json", "-"]
+    r = RUNNER.invoke(app, args, env=ENV)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["meta"]["n_read"] == 0  # stdout: the JSON only
+    err = " ".join(r.stderr.split())
+    assert "output family: gaussian" in err
+    assert "none was read (max_directions=0)" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "whole"),
+    [
+        (["cells", "--only", "gaussian_location_k2"], "gaussian_location_k2"),
+        (["read", "--model", "zoo:planted-mlp"], "genuine_singularity"),
+    ],
+)
+def test_piped_tables_keep_each_row_on_one_line(args: list[str], whole: str) -> None:
+    """s15 trial T #1: with stdout a pipe and no COLUMNS, rich laid tables out at 80 columns and
+    folded cells, so ``grep genuine_singularity`` found nothing. Each row is one line now."""
+    r = RUNNER.invoke(app, args, env={"COLUMNS": None})
+    assert r.exit_code == 0, r.output
+    assert any(whole in line for line in r.stdout.splitlines()), r.stdout

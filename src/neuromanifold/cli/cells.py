@@ -40,11 +40,14 @@ def cells(
 
     from neuromanifold.cells.registry import all_cells, get_cell
     from neuromanifold.cells.table import read_cells
+    from neuromanifold.cli._console import stdout_console
 
     check_json_target(json_path, stdout_ok=True)
     check_out_dir(out)
     to_stdout = json_to_stdout(json_path)
-    console = Console(quiet=to_stdout)  # the text output; stdout holds the JSON under --json -
+    console = stdout_console(
+        quiet=to_stdout
+    )  # the text output; stdout holds the JSON under --json -
     failures = Console(stderr=True) if to_stdout else console
     try:
         chosen = [get_cell(name, seed=seed) for name in only] if only else all_cells(seed=seed)

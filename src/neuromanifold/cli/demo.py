@@ -39,8 +39,7 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", help="recipe seed"),
     ) -> None:
         """Read the cells, train (or load) and read two ViTs and four optimizers; write a report."""
-        from rich.console import Console
-
+        from neuromanifold.cli._console import stdout_console
         from neuromanifold.demo import DemoConfig, run_demo
         from neuromanifold.report.demo_report import demo_findings
 
@@ -58,7 +57,7 @@ def register(app: typer.Typer) -> None:
         except (ValueError, TypeError) as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(code=2) from err
-        console = Console()
+        console = stdout_console()
         for f in demo_findings(result):
             verdict = {True: "holds", False: "does not hold", None: "undecided"}[f.holds]
             console.print(f"[bold]{f.subject}[/bold]: {verdict}")

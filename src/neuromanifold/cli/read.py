@@ -315,6 +315,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
+        from neuromanifold.cli._console import stdout_console
         from neuromanifold.singular import distributed as dp
         from neuromanifold.singular.family import Categorical, Gaussian
         from neuromanifold.singular.memory import parse_memory
@@ -460,16 +461,18 @@ def register(app: typer.Typer) -> None:
                     "—" if r.magnitude is None else f"{r.magnitude:.3g}",
                     *extra,
                 )
-        console = Console(quiet=json_to_stdout(json_path))  # stdout: the JSON only
-        # what was written is said with the text output, or on stderr (unwrapped, paths whole)
-        # when stdout holds the JSON
+        console = stdout_console(quiet=json_to_stdout(json_path))  # stdout: the JSON only
+        # warnings and what was written are said with the text output, or on stderr (unwrapped,
+        # paths whole) when stdout holds the JSON
         said = Console(stderr=True, soft_wrap=True) if json_to_stdout(json_path) else console
-        console.print(family_line)
+        # the family, what was not covered and the reading's note are warnings a pipeline
+        # needs too: on stderr when stdout holds the JSON (s15 trial T #2)
+        said.print(family_line)
         console.print(table)
         for nc in reading.not_covered:
-            console.print(f"not covered: {nc.name} ({nc.type}, {nc.n_params} params): {nc.reason}")
+            said.print(f"not covered: {nc.name} ({nc.type}, {nc.n_params} params): {nc.reason}")
         if reading.note:
-            console.print(reading.note)
+            said.print(reading.note)
         if json_path is not None:
             from neuromanifold.report.archive import reading_json, write_reading_json
 

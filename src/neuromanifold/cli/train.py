@@ -42,9 +42,9 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Train a named recipe (or load it from its cache); print checkpoints and metrics."""
-        from rich.console import Console
         from rich.table import Table
 
+        from neuromanifold.cli._console import stdout_console
         from neuromanifold.zoo.recipes import RECIPES, run_recipe
 
         if recipe not in RECIPES:
@@ -68,4 +68,4 @@ def register(app: typer.Typer) -> None:
                 "yes" if stage in result.cached else "no",
                 str(path),
             )
-        Console().print(table)
+        stdout_console().print(table)

@@ -203,6 +203,22 @@ def test_float64_failure_is_named_as_such() -> None:
         kfac_factors(_Float32Inside().double(), torch.randn(3, 4, dtype=torch.float64), Gaussian())
 
 
+@pytest.mark.parametrize("side", ["A", "G"])
+def test_error_factor_overflow(side: str) -> None:
+    """s15 trial S #10: finite weights of 1e200 after a layer make its output gradients (G) or
+    its inputs (A) square past float64; eigh of the inf factor failed with a LAPACK traceback."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+    x = torch.randn(16, 3, dtype=torch.float64)
+    with torch.no_grad():
+        if side == "G":
+            model[2].weight.mul_(1e200)  # output gradients of block '0' ~ 1e200
+        else:
+            x = x * 1e200  # inputs of block '0' ~ 1e200 (tanh keeps block '2' finite)
+    with pytest.raises(ValueError, match=f"factor {side} of block '0' is not finite"):
+        kfac_factors(model, x, Gaussian())
+
+
 def test_error_non_finite_model_output() -> None:
     """Finite parameters and inputs whose product overflows: the output check names it."""
     model = nn.Linear(2, 1).double()

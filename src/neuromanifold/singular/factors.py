@@ -398,6 +398,8 @@ def kfac_factors(
         g_sum = sums_g[n]
         if g_sum is None:
             g_sum = torch.zeros(d_out, d_out, dtype=torch.float64, device=mod.weight.device)
+        _check_finite_factor(n, "A", sums_a[n])
+        _check_finite_factor(n, "G", g_sum)
         result[n] = BlockFactors(
             name=n,
             kind=block_kind(mod),
@@ -420,6 +422,18 @@ def kfac_factors(
         unsupported=leaf_unsupported,
         skipped=skipped,
     )
+
+
+def _check_finite_factor(block: str, side: str, m: Tensor) -> None:
+    """``ValueError`` when a factor's sum overflowed float64 (finite parameters and data whose
+    activations or output gradients exceed about 1e154 square to ``inf``): ``eigh`` of it then
+    failed with a LAPACK error and a traceback (s15 trial S #10)."""
+    if not bool(torch.isfinite(m).all()):
+        raise ValueError(
+            f"factor {side} of block {block!r} is not finite: its second moments overflow float64 "
+            "(the block's activations or output gradients exceed about 1e154); rescale the model "
+            "or its data"
+        )
 
 
 def output_block_g(family: Any, out: Tensor) -> tuple[Tensor, int]:

@@ -73,15 +73,14 @@ def test_zero_ratios_are_marked_as_zeros_at_the_floor(tmp_path: Path, monkeypatc
     zeros = _points(ax, "v")
     assert sorted(x for x, _, _ in zeros) == [i + 1 for i, r in enumerate(G) if r == 0]
     assert {y for _, y, _ in zeros} == {lo}
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert "G = 0 (drawn at floor)" in labels and "A = 0 (drawn at floor)" not in labels
+    assert {ln.get_label() for _, _, ln in zeros} == {"G = 0 (drawn at floor)"}
     assert "G: 3 ratios = 0" in ax.get_title()
     # the near-kernel circles: on the positive ratios at their values, on the zeros at the
     # floor, drawn whole (not clipped at the lower spine)
     circles = _points(ax, "o")
     assert sorted(y for _, y, _ in circles) == sorted([3.9e-17, 1e-20, lo, lo, lo])
     assert all(not ln.get_clip_on() for y, _, ln in circles if y == lo)
-    assert "a ratio of exactly 0" in figures.SPECTRA_KEY
+    assert "▼ on the lower edge: a ratio of exactly 0 (drawn at the floor" in figures.SPECTRA_KEY
 
 
 def test_a_spectrum_without_zeros_gets_no_zero_marks(tmp_path: Path, monkeypatch) -> None:
@@ -90,3 +89,30 @@ def test_a_spectrum_without_zeros_gets_no_zero_marks(tmp_path: Path, monkeypatch
     assert _points(ax, "v") == [] and ax.get_title() == "fc"
     lo, _ = ax.get_ylim()
     assert lo < 1e-9  # the smallest ratio lies inside the panel
+
+
+def test_no_legend_covers_the_near_kernel(tmp_path: Path, monkeypatch) -> None:
+    """Trial S #3: a legend fixed at the lower left covered 2 of the 6 near-kernel circles of a
+    G shorter than A (the ViT demo's blocks.1.mlp.fc2: G 32 ratios, A 129)."""
+    A = [10 ** (-12 * i / 99) for i in range(100)]
+    G = [1.0, 0.4, 0.1, 0.05, 1e-17, 3e-18, 0.0, 0.0, 0.0, 0.0]
+    spectra = {"blocks.1.mlp.fc2": {"A": A, "G": G, "A_kernel": 0, "G_kernel": 6}}
+    drawn = _captured(monkeypatch)
+    figures.plot_spectra(spectra, tmp_path / "s.png", title="vit")
+    (fig,) = drawn
+    renderer = fig.canvas.get_renderer()
+    (ax,) = [a for a in fig.axes if a.axison]
+    boxes = [leg.get_window_extent(renderer) for leg in (ax.get_legend(), *fig.legends) if leg]
+    points = [
+        ln.get_transform().transform((x, y))
+        for ln in ax.get_lines()
+        for x, y in zip(ln.get_xdata(), ln.get_ydata(), strict=True)
+        if ln.get_marker() not in ("None", "", None)
+    ]
+    assert len(points) == len(A) + len(G) + 6  # the ratios and the six circles
+    assert not [p for p in points for b in boxes if b.contains(*p)]
+    # the key names each factor's colour as drawn
+    for which, (colour, word) in figures._SPECTRA_COLOURS.items():
+        (line,) = [ln for ln in ax.get_lines() if ln.get_label() == which]
+        assert line.get_color() == colour
+        assert f"{word}: {which} (" in figures.SPECTRA_KEY

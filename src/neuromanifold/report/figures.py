@@ -66,10 +66,13 @@ _LABEL_FONTSIZE = 8
 #: relative luminance (WCAG 2) below which white text contrasts more than black:
 #: ``(1 + 0.05) / (L + 0.05) = (L + 0.05) / (0 + 0.05)`` at ``L = √(1.05 · 0.05) − 0.05``
 _DARK_LUMINANCE = math.sqrt(1.05 * 0.05) - 0.05
+#: the colour of each factor's ratios in `plot_spectra`, and its name in `SPECTRA_KEY`
+_SPECTRA_COLOURS = {"A": ("tab:blue", "blue"), "G": ("tab:green", "green")}
 SPECTRA_KEY = (
-    f"K-FAC factor eigenvalue ratios, A (inputs) and G (output gradients); "
+    f"K-FAC factor eigenvalue ratios, {_SPECTRA_COLOURS['A'][1]}: A (inputs), "
+    f"{_SPECTRA_COLOURS['G'][1]}: G (output gradients); "
     f"red ○: detected near-kernel; dotted: its threshold τ = {SPREAD_TAU:g}; "
-    f"▼ on the lower edge: a ratio of exactly 0"
+    f"▼ on the lower edge: a ratio of exactly 0 (drawn at the floor, not at a value)"
 )
 """The key that ends the title of `plot_spectra`'s figure."""
 SPECTRA_EMPTY = "no K-FAC blocks to draw\n(no supported Linear or Conv layer)"
@@ -381,8 +384,9 @@ def plot_spectra(
     set): descending ratios; the smallest ``A_kernel``/``G_kernel`` of them are marked. A ratio
     of exactly 0 (an eigenvalue clamped at 0: no place on the log axis) is not drawn as a value:
     it is a triangle ▼ on the panel's lower edge (`_spectra_floor`, a decade below the smallest
-    positive ratio), its legend entry says ``drawn at floor`` and the panel's title counts them
-    (``G: 28 ratios = 0``). With no
+    positive ratio), the key says it is drawn at the floor and the panel's title counts them
+    (``G: 28 ratios = 0``). The panels carry no legend, which could cover their marks: the
+    title's key (`SPECTRA_KEY`) names the colours and marks. With no
     block to draw (a model without Linear or Conv layers, or ``blocks`` naming none of
     ``spectra``) the figure says so (`SPECTRA_EMPTY`) instead of showing an empty area.
     """
@@ -401,7 +405,7 @@ def plot_spectra(
         lo = _spectra_floor([*s["A"], *s["G"]])
         ax.set_ylim(lo, _SPECTRA_TOP)
         zero_counts = []
-        for which, colour in (("A", "tab:blue"), ("G", "tab:green")):
+        for which, (colour, _) in _SPECTRA_COLOURS.items():
             ratios = [float(r) for r in s[which]]
             xs = list(range(1, len(ratios) + 1))
             pos = [(x, r) for x, r in zip(xs, ratios, strict=True) if r > 0]
@@ -433,7 +437,8 @@ def plot_spectra(
         ax.set_xlabel("eigenvalue index (descending)", fontsize=_LABEL_FONTSIZE, labelpad=1)
         ax.set_ylabel("λ_i / λ_max", fontsize=_LABEL_FONTSIZE, labelpad=1)
         ax.tick_params(which="both", labelsize=_TICK_FONTSIZE)
-        ax.legend(fontsize=_TICK_FONTSIZE, loc="lower left")
+        # no legend in the panel: the title's key names the colours and marks (a legend fixed
+        # at the lower left covered a short factor's near-kernel, the marks the figure is for)
     # with nothing drawn there is no mark to explain: the key gives way to the figure's subject
     key = SPECTRA_KEY if names else "K-FAC factor eigenvalue ratios"
     head = _fit_title(fig, f"{title}\n{key}" if title else key)

@@ -211,6 +211,25 @@ def test_relu_rescale_straight_probe_is_curved_gauge() -> None:
     assert r.gauge_overlap == pytest.approx(1.0, rel=0.0, abs=ATOL_OVERLAP)
 
 
+def test_empty_gauge_generators_mean_none_and_bad_ones_fail_before_the_sweep(monkeypatch) -> None:
+    """s15 trial R #4: a `Cell`'s default ``gauge_generators=()`` raised "gauge_generators is
+    empty" after the whole sweep. An empty sequence now reads as None; generators that cannot
+    be compared with u fail before any forward pass."""
+    model = Power(2)
+    args = (model, params_of(model), {"theta": torch.tensor(1.0)}, torch.ones(4, 1, dtype=D))
+    plain = read_direction(*args, Gaussian())
+    empty = read_direction(*args, Gaussian(), gauge_generators=())
+    assert (empty.k, empty.klass, empty.gauge_overlap) == (plain.k, plain.klass, None)
+    import neuromanifold.singular.direction as direction
+
+    def no_sweep(*a, **k):
+        raise AssertionError("the sweep ran before the generators were checked")
+
+    monkeypatch.setattr(direction, "sweep_prepared", no_sweep)
+    with pytest.raises(ValueError, match="generator"):
+        read_direction(*args, Gaussian(), gauge_generators=[{"theta": torch.tensor(float("nan"))}])
+
+
 def test_relu_rescale_in_an_mlp_unit_is_curved_gauge_not_genuine() -> None:
     torch.manual_seed(3)
     model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)).to(D)

@@ -173,10 +173,10 @@ def read_direction(
 
     Sweeps ``F_u(t) = uᵀF(θ_b + t u)u`` (true Fisher, mean over samples, float64) with
     ``θ_b = θ0`` or, if ``snap``, ``θ0 − (uᵀθ0)u``; fits ``F ∝ t^{2(k−1)}`` (`fit_rate`); classifies
-    (`classify`) using ``gauge_generators`` (closed-form gauge tangents at θ0) for the curved-gauge
-    test. ``chunk_size`` (samples per pass) and ``t_batch`` (grid points per ``vmap``) trade
-    memory for speed and do not change the values. See the module docstring for the offset
-    visibility rule.
+    (`classify`) using ``gauge_generators`` (closed-form gauge tangents at θ0; ``None`` or an
+    empty sequence: none) for the curved-gauge test. ``chunk_size`` (samples per pass) and
+    ``t_batch`` (grid points per ``vmap``) trade memory for speed and do not change the values.
+    See the module docstring for the offset visibility rule.
 
     Returns:
         `DirectionReading`.
@@ -199,6 +199,10 @@ def read_direction(
     prep = prepare(model, params, data)
     u_unit, norm = check_direction(prep.params, u)
     g = default_grid(prep.params, u_unit) if grid is None else check_grid(grid)
+    # before the sweep, so that bad generators fail at once; an empty sequence (a `Cell`'s
+    # default) means no generators, as None does (s15 trial R #4)
+    gens = list(gauge_generators) if gauge_generators is not None else []
+    overlap = gauge_overlap(u_unit, gens) if gens else None
     signed = float(dot(u_unit, prep.params))
     offset = abs(signed)
     shift = -signed if snap else 0.0
@@ -214,9 +218,6 @@ def read_direction(
         t_batch=t_batch,
     )
     fit = fit_rate(sw.ts, sw.F, floor=sw.floor)
-    overlap = None
-    if gauge_generators is not None:
-        overlap = gauge_overlap(u_unit, list(gauge_generators))
     klass, reason = classify_with_reason(
         fit,
         F=sw.F,

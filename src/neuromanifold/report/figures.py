@@ -11,8 +11,9 @@ matplotlib (Agg backend) is imported inside each function; every PNG is written 
   ``G`` (descending, log scale; `neuromanifold.report.spectra.block_spectra`) with the
   detector's near-kernel (ratio below ``1e-3`` with a decade gap) marked in red, ratios of
   exactly 0 as triangles on the lower edge.
-* `plot_class_map`: a layer × class matrix of direction counts, each count drawn in white on a
-  dark cell and in black on a light one (`_text_colour`).
+* `plot_class_map`: a layer × class matrix of direction counts (a multi-layer direction counts
+  under each of its layers, as the title says), each count drawn in white on a dark cell and in
+  black on a light one (`_text_colour`).
 
 Each figure's title is wrapped (`textwrap`) into lines that fit the figure's width, and the
 figure grows by the lines added (`_fit_title`), so a long title (the CLI's names the model and
@@ -34,6 +35,7 @@ from neuromanifold.singular.reading import DirectionRecord, Reading
 
 __all__ = [
     "CLASSES",
+    "CLASS_MAP_KEY",
     "MAX_SWEEP_PANELS",
     "SPECTRA_EMPTY",
     "SPECTRA_KEY",
@@ -77,6 +79,11 @@ SPECTRA_KEY = (
 """The key that ends the title of `plot_spectra`'s figure."""
 SPECTRA_EMPTY = "no K-FAC blocks to draw\n(no supported Linear or Conv layer)"
 """What `plot_spectra`'s figure says when it has no block to draw."""
+CLASS_MAP_KEY = (
+    "dead structure: directions per layer and class "
+    "(a direction spanning several layers counts under each of its layers)"
+)
+"""The line that ends the title of `plot_class_map`'s figure: what a cell counts."""
 _SWEEP_KEY = (
     "x: t, y: F_u(t) (log–log); dashed: floor; grey: points ≤ 10 × floor; "
     "shaded: rate window; orange line: fit c_k·t^(2(k−1)); "
@@ -449,8 +456,13 @@ def plot_spectra(
 def plot_class_map(reading: Reading, path: str | Path, *, title: str = "") -> Path:
     """Layer × class matrix of direction counts (a chain counts under each of its layers).
 
-    Each non-zero count is drawn in the colour (`_text_colour`) that contrasts with its cell's
-    colour in the colormap.
+    A cell is the number of directions of that class with a layer in that row
+    (`Reading.by_layer`), so a direction spanning several layers (a duality, norm-scale,
+    ln-kernel or qk-rotation chain) counts once in each of its rows and a column's sum can
+    exceed the class's number of directions. The figure says so: its title is ``title`` (if any)
+    followed by `CLASS_MAP_KEY`, and the axes are labelled ``class`` and ``layer``. Each
+    non-zero count is drawn in the colour (`_text_colour`) that contrasts with its cell's colour
+    in the colormap.
     """
     plt = _plt()
     by_layer = reading.by_layer()
@@ -467,6 +479,8 @@ def plot_class_map(reading: Reading, path: str | Path, *, title: str = "") -> Pa
                 ax.text(j, i, str(v), ha="center", va="center", fontsize=8, color=colour)
     ax.set_xticks(range(len(CLASSES)), [c.replace("_", "\n") for c in CLASSES], fontsize=7)
     ax.set_yticks(range(len(layers)), layers, fontsize=7)
-    _fit_title(fig, title or "dead structure by layer and class")
+    ax.set_xlabel("class", fontsize=_LABEL_FONTSIZE)
+    ax.set_ylabel("layer", fontsize=_LABEL_FONTSIZE)
+    _fit_title(fig, f"{title}\n{CLASS_MAP_KEY}" if title else CLASS_MAP_KEY)
     fig.tight_layout()
     return save_png(fig, path)

@@ -259,22 +259,77 @@ def convergence_experiment(
     return ConvergenceReport(f"LCN filters={f} strides={s}", tuple(runs), seed)
 
 
+#: factor by which a convergence panel's y range extends past its smallest and largest drawn
+#: value (half a decade), so the values at or below 0 marked on the lower edge stay apart from it
+_PLOT_Y_PAD = 10**0.5
+
+
+def _log_panel(
+    ax: Any, curves: Sequence[tuple[np.ndarray, np.ndarray]], *, what: str, zero: str
+) -> None:
+    """Draw ``curves`` (one ``(t, y)`` per run) on the log–log ``ax`` without clamping anything.
+
+    A point at ``t ≤ 0`` is left out (no place on a log t axis); a value ``y ≤ 0`` breaks its
+    run's line and is marked by a triangle ▼ in the run's colour on the panel's lower edge at its
+    t, the y range being set from the positive values (`_PLOT_Y_PAD`). The panel's title says how
+    many were left out and marked, naming them ``what`` (the text of ``y``) and ``zero``
+    (``"≤ 0"`` or ``"= 0"``), so no marked point reads as a value.
+    """
+    pos = np.concatenate([y[(t > 0) & (y > 0)] for t, y in curves] or [np.zeros(0)])
+    pos = pos[np.isfinite(pos)]
+    lo, hi = (pos.min() / _PLOT_Y_PAD, pos.max() * _PLOT_Y_PAD) if pos.size else (0.1, 10.0)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylim(lo, hi)
+    n_t0 = n_zero = 0
+    for t, y in curves:
+        keep = t > 0
+        n_t0 += int((~keep).sum())
+        t, y = t[keep], y[keep]
+        (line,) = ax.loglog(t, np.where(y > 0, y, np.nan), lw=0.8)
+        at_zero = y <= 0
+        if at_zero.any():
+            n_zero += int(at_zero.sum())
+            ax.plot(
+                t[at_zero],
+                np.full(int(at_zero.sum()), lo),
+                ls="none",
+                marker="v",
+                ms=3,
+                color=line.get_color(),
+                clip_on=False,
+            )
+    notes = []
+    if n_zero:
+        notes.append(f"▼ on the lower edge: {n_zero} points with {what} {zero}")
+    if n_t0:
+        notes.append(f"{n_t0} points at t = 0 not drawn (log t axis)")
+    if notes:
+        ax.set_title("\n".join(notes), fontsize=8)
+
+
 def plot_convergence(reports: Sequence[ConvergenceReport], path: str) -> None:
-    """Loss gap ``ℓ(v(t)) − ℓ_final`` and invariant drift against time, one column per report."""
+    """Loss gap ``ℓ(v(t)) − ℓ_final`` and invariant drift against time, one column per report.
+
+    Both rows are log–log and nothing is clamped (`_log_panel`): the points at ``t = 0`` are left
+    out, and a gap ``≤ 0`` (rounding around ``ℓ_final`` once a run has converged) or a drift
+    ``= 0`` is marked by a triangle on the panel's lower edge, the panel's title counting both.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, len(reports), figsize=(5.5 * len(reports), 7), squeeze=False)
+    fig, axes = plt.subplots(2, len(reports), figsize=(5.5 * len(reports), 7.5), squeeze=False)
     for j, rep in enumerate(reports):
         ax_l, ax_d = axes[0, j], axes[1, j]
-        for run in rep.runs:
-            t = np.maximum(np.asarray(run.times), 1e-6)
-            gap = np.maximum(np.asarray(run.losses) - run.loss_final, 1e-18)
-            ax_l.loglog(t, gap, lw=0.8)
-            ax_d.loglog(t, np.maximum(np.asarray(run.drifts), 1e-18), lw=0.8)
-        ax_l.set_title(rep.architecture, fontsize=9)
+        times = [np.asarray(run.times, dtype=float) for run in rep.runs]
+        gaps = [np.asarray(run.losses, dtype=float) - run.loss_final for run in rep.runs]
+        drifts = [np.asarray(run.drifts, dtype=float) for run in rep.runs]
+        _log_panel(ax_l, list(zip(times, gaps, strict=True)), what="gap", zero="≤ 0")
+        _log_panel(ax_d, list(zip(times, drifts, strict=True)), what="drift", zero="= 0")
+        notes = ax_l.get_title()
+        ax_l.set_title(f"{rep.architecture}\n{notes}" if notes else rep.architecture, fontsize=9)
         ax_l.set_ylabel("ℓ(v(t)) − ℓ(v(∞))")
         ax_d.set_ylabel("max |δ(t) − δ(0)|")
         ax_d.set_xlabel("t")

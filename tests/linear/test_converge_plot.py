@@ -30,17 +30,19 @@ def _run() -> ConvergenceRun:
     )  # fmt: skip
 
 
-def _drawn(tmp_path: Path, monkeypatch) -> Any:
+def _drawn(tmp_path: Path, monkeypatch) -> tuple[Any, Any]:
+    """The figure `plot_convergence` saves, drawn with the Agg renderer, and that renderer (the
+    figure is closed after saving, which detaches its canvas)."""
     saved: list[Any] = []
 
     def capture(fig: Any, *args: Any, **kwargs: Any) -> None:
         fig.canvas.draw()
-        saved.append(fig)
+        saved.append((fig, fig.canvas.get_renderer()))
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", capture)
     plot_convergence([ConvergenceReport("LCN", (_run(),), 0)], str(tmp_path / "c.png"))
-    (fig,) = saved
-    return fig
+    (drawn,) = saved
+    return drawn
 
 
 def _check_panel(ax: Any, values: tuple[float, ...], zero: str) -> None:
@@ -65,7 +67,7 @@ def _check_panel(ax: Any, values: tuple[float, ...], zero: str) -> None:
 
 
 def test_nothing_is_clamped_and_zeros_are_marked(tmp_path: Path, monkeypatch) -> None:
-    fig = _drawn(tmp_path, monkeypatch)
+    fig, _ = _drawn(tmp_path, monkeypatch)
     ax_l, ax_d = fig.axes
     # the gaps as the figure defines them, ℓ(v(t)) − ℓ_final in float64 (GAPS up to rounding)
     gaps = tuple(float(x) for x in np.asarray(_run().losses) - LOSS_FINAL)
@@ -73,3 +75,10 @@ def test_nothing_is_clamped_and_zeros_are_marked(tmp_path: Path, monkeypatch) ->
     _check_panel(ax_l, gaps, "≤ 0")
     _check_panel(ax_d, DRIFTS, "= 0")
     assert ax_l.get_title().startswith("LCN")
+
+
+def test_the_title_lies_inside_a_one_report_figure(tmp_path: Path, monkeypatch) -> None:
+    fig, renderer = _drawn(tmp_path, monkeypatch)
+    box = fig._suptitle.get_window_extent(renderer)
+    assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1, (box, fig.bbox)
+    assert fig.bbox.y0 <= box.y0 and box.y1 <= fig.bbox.y1, (box, fig.bbox)

@@ -159,14 +159,39 @@ def n_candidates(case: Case) -> int:
     return int(r.meta["n_candidates"])
 
 
+#: the fewest distinct sizes a log–log slope is fitted to (through one point any slope fits)
+MIN_SIZES = 2
+
+
+def _sizes(xs: list[float], ys: list[float]) -> list[tuple[float, float]]:
+    """The points ``(x, y)`` with both finite and positive (a log–log fit's domain)."""
+    return [(x, y) for x, y in zip(xs, ys, strict=True) if 0 < x < math.inf and 0 < y < math.inf]
+
+
 def slope(xs: list[float], ys: list[float]) -> float:
-    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
+    """Least-squares slope of ``log y`` against ``log x`` over `_sizes`; ``nan`` when they hold
+    fewer than `MIN_SIZES` distinct x (a line through one size is not a scaling law)."""
+    pts = _sizes(xs, ys)
+    if len({x for x, _ in pts}) < MIN_SIZES:
+        return float("nan")
+    px, py = zip(*pts, strict=True)
+    return float(np.polyfit(np.log(px), np.log(py), 1)[0])
+
+
+def _slope_text(xs: list[float], ys: list[float]) -> str:
+    """`slope` as ``-0.040``, or why there is none (``no slope: 1 size, needs ≥ 2``)."""
+    n = len({x for x, _ in _sizes(xs, ys)})
+    if n < MIN_SIZES:
+        return f"no slope: {n} size{'s' * (n != 1)}, needs ≥ {MIN_SIZES}"
+    return f"{slope(xs, ys):.3f}"
 
 
 def fit_line(label: str, xs: list[float], ys: list[float]) -> str:
+    """The printed fit of one cost: slope over all sizes and over the upper half of them, each
+    replaced by the reason when it has fewer than `MIN_SIZES` sizes (`_slope_text`)."""
     half = len(xs) // 2
-    upper = slope(xs[half:], ys[half:]) if len(xs) - half >= 2 else float("nan")
-    return f"{label}: slope all = {slope(xs, ys):.3f}, upper half = {upper:.3f}"
+    every, upper = _slope_text(xs, ys), _slope_text(xs[half:], ys[half:])
+    return f"{label}: slope all = {every}, upper half = {upper}"
 
 
 def series(name: str, cases: list[tuple[str, Case]], x_of, read_if) -> dict:
@@ -202,7 +227,7 @@ def series(name: str, cases: list[tuple[str, Case]], x_of, read_if) -> dict:
     print(fit_line("  sweep  ", xs, sw))
     print(fit_line("  factors", xs, fa))
     keep = [i for i, t in enumerate(rd) if math.isfinite(t)]
-    if len(keep) >= 2:
+    if keep:  # sizes without a read have no detect/read time (`_slope_text` says why if < 2)
         print(fit_line("  detect ", [xs[i] for i in keep], [de[i] for i in keep]))
         print(fit_line("  read   ", [xs[i] for i in keep], [rd[i] for i in keep]))
     return {"name": name, "x": xs, "sweep": sw, "factors": fa, "detect": de, "read": rd}
@@ -210,7 +235,11 @@ def series(name: str, cases: list[tuple[str, Case]], x_of, read_if) -> dict:
 
 def plot_series(results: list[dict], path: str) -> None:
     """One log–log panel per series: each cost against its x, with the fitted slope (all sizes)
-    in the legend and a dotted slope-1 guide through the first read point."""
+    in the legend and a dotted slope-1 guide through the first read point.
+
+    A cost measured at fewer than `MIN_SIZES` sizes is drawn as its point(s) with no slope in its
+    legend entry, and a panel whose series has a single size says so in its title (``one size
+    only: no slope``) and draws no guide (a line through one point is not drawn)."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -219,14 +248,20 @@ def plot_series(results: list[dict], path: str) -> None:
     fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4), squeeze=False)
     for ax, res in zip(axes[0], results, strict=True):
         for key, marker in (("sweep", "o"), ("factors", "s"), ("detect", "^"), ("read", "D")):
-            pts = [(x, y) for x, y in zip(res["x"], res[key], strict=True) if math.isfinite(y)]
-            if len(pts) < 2:
+            pts = _sizes(res["x"], res[key])
+            if not pts:
                 continue
             xs, ys = zip(*pts, strict=True)
-            ax.loglog(xs, ys, marker=marker, label=f"{key} (slope {slope(xs, ys):.2f})")
-        x0, y0 = res["x"][0], res["read"][0] if math.isfinite(res["read"][0]) else res["sweep"][0]
-        ax.loglog(res["x"], [y0 * x / x0 for x in res["x"]], "k:", lw=1, label="slope 1")
-        ax.set_title(res["name"])
+            fitted = slope(list(xs), list(ys))
+            text = f"slope {fitted:.2f}" if math.isfinite(fitted) else _slope_text([*xs], [*ys])
+            ax.loglog(xs, ys, marker=marker, label=f"{key} ({text})")
+        if len(set(res["x"])) >= MIN_SIZES:
+            x0 = res["x"][0]
+            y0 = res["read"][0] if math.isfinite(res["read"][0]) else res["sweep"][0]
+            ax.loglog(res["x"], [y0 * x / x0 for x in res["x"]], "k:", lw=1, label="slope 1")
+            ax.set_title(res["name"])
+        else:  # in the title: a note inside the panel sat on its points (one x: one column)
+            ax.set_title(f"{res['name']}\none size only: no slope")
         ax.set_xlabel("samples" if "samples" in res["name"] else "parameters")
         ax.set_ylabel("seconds")
         ax.legend(fontsize=8)

@@ -4,6 +4,7 @@ section (the batching and data-parallel ones included) and ``--worlds`` sets the
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,68 @@ def test_worlds_sets_the_process_counts(bench) -> None:
 def _sizes(bench, argv: list[str]) -> dict:
     args = bench.parse_args(argv)
     return {"quick": args.quick, "worlds": args.worlds}
+
+
+#: slope of an exact power law y = 3·x² fitted in float64 over three sizes: log-space rounding
+SLOPE_ATOL = 1e-12
+
+
+def test_a_slope_needs_two_sizes(bench) -> None:
+    """s15 trial S #9: one size per series printed least-squares "slopes" through one point
+    (numpy's RankWarning) and plotted blank panels."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # np.polyfit's RankWarning on one point
+        assert math.isnan(bench.slope([1000.0], [0.5]))
+        assert math.isnan(bench.slope([1000.0, 1000.0], [0.5, 0.6]))  # one distinct size
+    xs = [10.0, 100.0, 1000.0]
+    assert abs(bench.slope(xs, [3 * x * x for x in xs]) - 2.0) <= SLOPE_ATOL
+    one = bench.fit_line("  sweep  ", [1000.0], [0.5])
+    assert one == "  sweep  : slope all = no slope: 1 size, needs ≥ 2, upper half = " + (
+        "no slope: 1 size, needs ≥ 2"
+    )
+    four = bench.fit_line("  sweep  ", [10.0, 100.0, 1000.0, 1e4], [1.0, 10.0, 100.0, 1e3])
+    assert "no slope" not in four and four.count("= 1.000") == 2
+
+
+def _plotted(bench, results: list[dict], tmp_path: Path, monkeypatch) -> list:
+    import matplotlib.figure
+
+    saved: list = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: saved.append(fig))
+    bench.plot_series(results, str(tmp_path / "s.png"))
+    (fig,) = saved
+    return fig.axes
+
+
+def test_one_size_draws_its_points_and_says_there_is_no_slope(
+    bench, tmp_path: Path, monkeypatch
+) -> None:
+    one = {
+        "name": "params", "x": [1000.0], "sweep": [0.5], "factors": [0.2],
+        "detect": [float("nan")], "read": [float("nan")],
+    }  # fmt: skip
+    (ax,) = _plotted(bench, [one], tmp_path, monkeypatch)
+    drawn = {ln.get_label(): list(ln.get_ydata()) for ln in ax.get_lines()}
+    # the measured costs are drawn as their one point each; no guide, no fitted slope
+    assert drawn == {
+        "sweep (no slope: 1 size, needs ≥ 2)": [0.5],
+        "factors (no slope: 1 size, needs ≥ 2)": [0.2],
+    }
+    assert ax.get_title() == "params\none size only: no slope"
+
+
+def test_several_sizes_keep_their_slopes_and_guide(bench, tmp_path: Path, monkeypatch) -> None:
+    xs = [10.0, 100.0, 1000.0]
+    res = {
+        "name": "params", "x": xs, "sweep": [2 * x for x in xs], "factors": [x * x for x in xs],
+        "detect": [x for x in xs], "read": [3 * x for x in xs],
+    }  # fmt: skip
+    (ax,) = _plotted(bench, [res], tmp_path, monkeypatch)
+    labels = {ln.get_label() for ln in ax.get_lines()}
+    assert labels == {
+        "sweep (slope 1.00)", "factors (slope 2.00)", "detect (slope 1.00)",
+        "read (slope 1.00)", "slope 1",
+    }  # fmt: skip
+    assert ax.get_title() == "params"

@@ -150,3 +150,53 @@ def test_error_non_finite_generators() -> None:
         ValueError, match=r"gauge generators contain non-finite values \(nan or inf\)"
     ):
         gauge_overlap({"a": torch.ones(2)}, [{"a": torch.tensor([1.0, float("nan")])}])
+
+
+# --- a plateau at noise level below a t^{2(k−1)} branch (s15 trial R #3) ---------------------
+
+NOISE_T = np.logspace(-4.4, -0.45, 32)  # the grid of the float32 chains' reads
+NOISE_SCALE = 0.1  # F_scale: default live threshold LIVE_REL · F_scale = 1e-11
+NOISE_PLATEAU = 1e-17  # ≈ ε_32² · F_scale, what float32 rounding of the weights leaves
+SLOPE_NEAR_EVEN = 0.05  # the cross term 2⟨a, b⟩t^{k−1} biases the slope read above 100 × m
+
+
+def _noise_read(F: np.ndarray):
+    from neuromanifold.singular.classify import fit_past_noise_plateau
+
+    floor = floor_from_scale(NOISE_SCALE)
+    fit = fit_past_noise_plateau(
+        fit_rate(NOISE_T, F, floor=floor), NOISE_T, F, floor=floor, scale=NOISE_SCALE
+    )
+    return fit, classify_with_reason(fit, F=F, floor=floor, scale=NOISE_SCALE)
+
+
+@pytest.mark.parametrize(("k", "b"), [(4, 3e-3), (5, 1e-1)])
+def test_noise_plateau_below_a_branch_reads_the_branch(k: int, b: float) -> None:
+    """F = (a + b t^{k−1})² with a² at float32 noise: the plateau alone read as a flat gauge
+    ("magnitude at noise level"); the order k of the branch above it is read now."""
+    F = (math.sqrt(NOISE_PLATEAU) + b * NOISE_T ** (k - 1)) ** 2
+    plain = fit_rate(NOISE_T, F, floor=floor_from_scale(NOISE_SCALE))
+    assert plain.k == 1 and plain.magnitude < LIVE_REL * NOISE_SCALE  # what was read before
+    fit, (klass, reason) = _noise_read(F)
+    assert klass is DirectionClass.GENUINE_SINGULARITY and fit.k == k
+    assert abs(fit.slope - 2 * (k - 1)) < SLOPE_NEAR_EVEN
+    assert fit.plateau_below and "flat at noise level" in reason
+
+
+def test_noise_plateau_with_no_branch_stays_a_flat_gauge() -> None:
+    """A flat direction rounded to float32: F at noise level on the whole grid (rounding moves
+    it by ~1e-3 of itself)."""
+    rng = np.random.default_rng(0)
+    F = NOISE_PLATEAU * (1.0 + 1e-3 * rng.uniform(-1, 1, NOISE_T.size))
+    _, (klass, reason) = _noise_read(F)
+    assert klass is DirectionClass.FLAT_GAUGE and "magnitude at noise level" in reason
+
+
+def test_noise_plateau_below_a_short_branch_is_unresolved_not_flat() -> None:
+    """F rises 1e10× above the plateau but only over the last few grid points: not flat, and
+    no window to read an order from (the float32 depth-6 chain)."""
+    F = NOISE_PLATEAU + 1e-6 * (NOISE_T / NOISE_T[-1]) ** 40
+    fit, (klass, reason) = _noise_read(F)
+    assert F.max() > 1e9 * NOISE_PLATEAU
+    assert klass is DirectionClass.UNRESOLVED and fit.k is None
+    assert "a plateau at noise level" in reason and "not flat" in reason

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 
@@ -275,6 +276,31 @@ def test_layernorm_kernel_rounded_to_float32_is_still_flat_gauge() -> None:
     assert max(r.sweep.F) > FLOOR_MARGIN * r.sweep.floor
     assert r.fit.k == 1
     assert r.klass is DirectionClass.FLAT_GAUGE  # … but at the float32 noise level
+
+
+@pytest.mark.parametrize(
+    ("name", "k", "klass"),
+    [
+        ("matrix_chain_L4_rotated", 4, DirectionClass.GENUINE_SINGULARITY),
+        ("matrix_chain_L5_rotated", 5, DirectionClass.GENUINE_SINGULARITY),
+        ("matrix_chain_L6_rotated", None, DirectionClass.UNRESOLVED),
+    ],
+)
+def test_rotated_chain_rounded_to_float32_is_not_a_flat_gauge(name, k, klass) -> None:
+    """s15 trial R #3: a float32 copy of the rotated chains (weights 6e-8 from the float64
+    ones) read as flat gauges, "magnitude at noise level", although F rose as t^{2(L−1)} far
+    above its noise plateau. Depth 4 and 5 read their order now; at depth 6 too few grid points
+    lie 100× above the plateau to read one, and the direction is unresolved, not flat (the
+    whole-model read, as the trial ran it)."""
+    from neuromanifold import read
+    from neuromanifold.cells import get_cell
+
+    cell = get_cell(name)
+    model = copy.deepcopy(cell.model).float()
+    reading = read(model, cell.data.float(), cell.family, progress=False)
+    (r,) = [d for d in reading.directions if d.detector == "duality"]  # the dead chain
+    assert (r.klass, r.k) == (klass.value, k)
+    assert ("flat at noise level" if k is not None else "not flat") in r.reason
 
 
 def test_logit_shift_is_flat_gauge() -> None:

@@ -33,6 +33,7 @@ generators of the curved gauges found that share its tensors.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from collections.abc import Mapping, Sequence
@@ -43,21 +44,26 @@ import torch
 from torch import Tensor
 
 from neuromanifold.singular._validate import DTYPE
-from neuromanifold.singular.rate import RateFit
+from neuromanifold.singular.rate import RateFit, fit_rate
 from neuromanifold.singular.sweep import floor_from_scale
 
 __all__ = [
     "GAUGE_OVERLAP_MIN",
     "LIVE_REL",
+    "NOISE_MARGIN",
     "DirectionClass",
     "check_live_threshold",
     "classify",
     "classify_with_reason",
+    "fit_past_noise_plateau",
     "gauge_overlap",
+    "live_threshold_value",
 ]
 
 GAUGE_OVERLAP_MIN = 0.9
 LIVE_REL = 1e-10
+NOISE_MARGIN = 100.0
+"""`fit_past_noise_plateau`: F must rise this far above a noise-level plateau to be read."""
 FLOOR_MARGIN = 10.0
 SPAN_RTOL = 1e-10
 
@@ -151,7 +157,7 @@ def classify_with_reason(
     Raises:
         TypeError, ValueError: ``live_threshold`` is not ``None`` or a positive finite number.
     """
-    live_threshold = check_live_threshold(live_threshold)
+    threshold = live_threshold_value(floor=floor, scale=scale, live_threshold=live_threshold)
     f = np.asarray(F, dtype=np.float64)
     cut = FLOOR_MARGIN * float(floor)
     if np.all(f <= cut):
@@ -161,11 +167,6 @@ def classify_with_reason(
     if not fit.ok:
         return DirectionClass.UNRESOLVED, f"no rate window: {fit.reason}"
     if fit.k == 1:
-        if live_threshold is not None:
-            threshold = float(live_threshold)
-        else:
-            ref = float(floor) / floor_from_scale(1.0) if scale is None else float(scale)
-            threshold = LIVE_REL * ref
         if fit.magnitude >= threshold:
             return DirectionClass.LIVE, (
                 f"slope {fit.slope:.3f} ≈ 0 with F ≈ {fit.magnitude:.3g} ≥ live threshold "
@@ -178,7 +179,15 @@ def classify_with_reason(
     in_span = gauge_overlap is not None and gauge_overlap >= overlap_min
     plateau = ""
     below = fit.order_below
-    if below == 1:
+    if below == 1 and fit.floor > cut and fit.floor < threshold:  # fit_past_noise_plateau
+        lo, hi = fit.small_t_window
+        plateau = (
+            f"; for t in [{lo:.3g}, {hi:.3g}] F is flat at noise level (F ≈ {fit.floor:.3g} < live "
+            f"threshold {threshold:.3g}, slope {fit.small_t_slope:.3f}; e.g. float32 rounding of "
+            f"the weights), and k = {fit.k} is read where F ≥ {NOISE_MARGIN:g}× that plateau: "
+            "the order of the structure the point is near, not on"
+        )
+    elif below == 1:
         lo, hi = fit.small_t_window
         plateau = (
             f"; F is flat for t in [{lo:.3g}, {hi:.3g}] (slope {fit.small_t_slope:.3f}): the point "
@@ -208,6 +217,66 @@ def classify_with_reason(
         overlap_txt = f"gauge overlap {gauge_overlap:.3f} < {overlap_min:g}"
     return DirectionClass.GENUINE_SINGULARITY, (
         f"order k = {fit.k} (slope {fit.slope:.3f}, r² {fit.r2:.4f}); {overlap_txt}{plateau}"
+    )
+
+
+def live_threshold_value(
+    *, floor: float, scale: float | None = None, live_threshold: float | None = None
+) -> float:
+    """The live threshold in force: ``live_threshold`` when given (checked), else
+    ``LIVE_REL · F_scale`` (``scale``, or recovered from ``floor = (1e3·ε_64)²·F_scale``)."""
+    live_threshold = check_live_threshold(live_threshold)
+    if live_threshold is not None:
+        return float(live_threshold)
+    ref = float(floor) / floor_from_scale(1.0) if scale is None else float(scale)
+    return LIVE_REL * ref
+
+
+def fit_past_noise_plateau(
+    fit: RateFit,
+    ts: Sequence[float] | np.ndarray,
+    F: Sequence[float] | np.ndarray,
+    *,
+    floor: float,
+    scale: float | None = None,
+    live_threshold: float | None = None,
+) -> RateFit:
+    """The fit to classify when ``fit`` selected a plateau (k = 1) below the live threshold.
+
+    Such a plateau is at noise level, and alone it reads as a flat gauge. But a direction near,
+    not on, an order-k locus — a singular direction whose weights were rounded to float32 — has
+    the same plateau, ``F ≈ ‖a‖²`` with ``a`` the rounding's share of ``J u``, below the
+    ``‖b‖² t^{2(k−1)}`` branch of the structure: the rotated float32 chains of depth 4–6 read as
+    flat gauges although F rose 1e8–1e10× above the plateau over the top of the grid
+    (s15 trial R #3). So when F rises to at least ``NOISE_MARGIN ×`` the plateau's magnitude
+    ``m``, the points with ``F ≥ NOISE_MARGIN · m`` are fitted alone (where the cross term
+    ``2⟨a, b⟩ t^{k−1} ≤ 2√(m F)`` is at most 20 % of F). A passing window of order ≥ 2 there is
+    returned, with the plateau's slope and t-range as its small-t end (`RateFit.plateau_below`)
+    and ``floor = m``; a passing window of order 1 is returned as it is; when none passes, a fit
+    with no order whose reason says that F rises above a noise plateau (the direction is then
+    ``unresolved``, not a flat gauge). A flat gauge keeps its class: its F stays within
+    ``NOISE_MARGIN ×`` the plateau on the whole grid.
+    """
+    if fit.k != 1 or fit.magnitude is None:
+        return fit
+    threshold = live_threshold_value(floor=floor, scale=scale, live_threshold=live_threshold)
+    noise = float(fit.magnitude)
+    top = float(np.max(np.asarray(F, dtype=np.float64)))
+    if noise >= threshold or top < NOISE_MARGIN * noise:
+        return fit
+    above = fit_rate(ts, F, floor=noise, floor_margin=NOISE_MARGIN)
+    if above.ok:
+        if above.k == 1:
+            return above
+        return dataclasses.replace(above, small_t_slope=fit.slope, small_t_window=fit.t_window)
+    return dataclasses.replace(
+        above,
+        reason=(
+            f"F rises to {top:.3g}, {top / noise:.3g}× a plateau at noise level (F ≈ {noise:.3g} "
+            f"< live threshold {threshold:.3g}, slope {fit.slope:.3f}), so the direction is not "
+            f"flat; above {NOISE_MARGIN:g}× that plateau: {above.reason} — a grid reaching "
+            "larger t may read its order"
+        ),
     )
 
 

@@ -23,7 +23,12 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from neuromanifold.singular._validate import check_direction, check_grid, dot, prepare
-from neuromanifold.singular.classify import DirectionClass, classify_with_reason, gauge_overlap
+from neuromanifold.singular.classify import (
+    DirectionClass,
+    classify_with_reason,
+    fit_past_noise_plateau,
+    gauge_overlap,
+)
 from neuromanifold.singular.family import OutputFamily, check_family
 from neuromanifold.singular.rate import RateFit, fit_rate
 from neuromanifold.singular.sweep import T_BATCH, Sweep, default_grid, sweep_prepared
@@ -217,7 +222,14 @@ def read_direction(
         chunk_size=chunk_size,
         t_batch=t_batch,
     )
-    fit = fit_rate(sw.ts, sw.F, floor=sw.floor)
+    fit = fit_past_noise_plateau(
+        fit_rate(sw.ts, sw.F, floor=sw.floor),
+        sw.ts,
+        sw.F,
+        floor=sw.floor,
+        scale=sw.scale,
+        live_threshold=live_threshold,
+    )
     klass, reason = classify_with_reason(
         fit,
         F=sw.F,

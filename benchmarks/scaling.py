@@ -233,6 +233,10 @@ def series(name: str, cases: list[tuple[str, Case]], x_of, read_if) -> dict:
     return {"name": name, "x": xs, "sweep": sw, "factors": fa, "detect": de, "read": rd}
 
 
+#: factor by which a one-size panel's x range extends on each side of its size (half a decade)
+_ONE_SIZE_PAD = 10**0.5
+
+
 def plot_series(results: list[dict], path: str) -> None:
     """One log–log panel per series: each cost against its x, with the fitted slope (all sizes)
     in the legend and a dotted slope-1 guide through the first read point.
@@ -262,6 +266,8 @@ def plot_series(results: list[dict], path: str) -> None:
             ax.set_title(res["name"])
         else:  # in the title: a note inside the panel sat on its points (one x: one column)
             ax.set_title(f"{res['name']}\none size only: no slope")
+            if res["x"]:  # centred: matplotlib's range for one x drew it on the right spine
+                ax.set_xlim(res["x"][0] / _ONE_SIZE_PAD, res["x"][0] * _ONE_SIZE_PAD)
         ax.set_xlabel("samples" if "samples" in res["name"] else "parameters")
         ax.set_ylabel("seconds")
         ax.legend(fontsize=8)

@@ -49,6 +49,8 @@ def _sizes(bench, argv: list[str]) -> dict:
 
 #: slope of an exact power law y = 3·x² fitted in float64 over three sizes: log-space rounding
 SLOPE_ATOL = 1e-12
+#: a one-size panel's x range (x/c, x·c) is centred on x up to float64 rounding of the division
+LOG_CENTRE_RTOL = 1e-12
 
 
 def test_a_slope_needs_two_sizes(bench) -> None:
@@ -95,6 +97,10 @@ def test_one_size_draws_its_points_and_says_there_is_no_slope(
         "factors (no slope: 1 size, needs ≥ 2)": [0.2],
     }
     assert ax.get_title() == "params\none size only: no slope"
+    lo, hi = ax.get_xlim()
+    # centred on a log axis: x/c and x·c, each one float64 rounding off
+    assert lo < 1000.0 < hi
+    assert math.isclose(math.log(1000.0 / lo), math.log(hi / 1000.0), rel_tol=LOG_CENTRE_RTOL)
 
 
 def test_several_sizes_keep_their_slopes_and_guide(bench, tmp_path: Path, monkeypatch) -> None:

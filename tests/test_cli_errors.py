@@ -182,6 +182,15 @@ def test_an_empty_input_path_is_refused(args: list[str], message: str) -> None:
     assert_usage_error(r, "error: " + message)
 
 
+def test_a_late_write_failure_names_the_path_that_failed(tmp_path: Path) -> None:
+    """s15 trial T #5: "--out bad3: cannot write: Is a directory" did not say which file; the
+    figure path that is a directory is named now."""
+    out = tmp_path / "bad3"
+    (out / "survey.png").mkdir(parents=True)
+    r = RUNNER.invoke(app, [*OUT_COMMANDS["lcn survey"], "--out", str(out)], env=ENV)
+    assert_usage_error(r, f"error: --out {out}: cannot write {out / 'survey.png'}: Is a directory")
+
+
 FAST_JSON = ("lcn ntk", "lcn fiber", "lcn compare", "triple nu", "triple rrr", "triple dln")
 
 

@@ -173,11 +173,15 @@ def check_out_dir(path: str | Path | None, *, option: str = "--out") -> None:
 
 @contextmanager
 def writing(path: str | Path, *, option: str) -> Iterator[None]:
-    """Turn an ``OSError`` raised while writing ``path`` into ``error: option path: ...``."""
+    """Turn an ``OSError`` raised while writing ``path`` into ``error: option path: ...``,
+    naming the file or directory that failed when it is not ``path`` itself (``--out bad:
+    cannot write bad/figures: File exists``; s15 trial T #5)."""
     try:
         yield
     except OSError as err:
-        fail(f"{option} {path}: cannot write: {err.strerror or err}")
+        what = err.filename
+        where = "" if what is None or Path(str(what)) == Path(path) else f" {what}"
+        fail(f"{option} {path}: cannot write{where}: {err.strerror or err}")
 
 
 def write_json(path: str | Path, obj: Any, *, option: str = "--json") -> Path:

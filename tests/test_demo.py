@@ -256,3 +256,33 @@ def test_cli_demo_rejects_a_file_as_out(tmp_path):
     res = CliRunner().invoke(app, ["demo", "--out", str(f), "--no-cells"])
     assert res.exit_code == 2
     assert "out must be a directory" in res.output
+
+
+def test_optimizer_figure_draws_zeros_at_the_floor_and_leaves_headroom(
+    record_of, monkeypatch, tmp_path
+):
+    """s15 trial S #8: the tallest stacked bar ran into the frame (ylim exactly its height), and
+    the spectra panel clamped exact zeros to 1e-18, drawn as data."""
+    import types
+
+    import neuromanifold.report.figures as figures
+    from neuromanifold.report.demo_report import plot_optimizers
+
+    recs = [record_of(FC1, "duality", "genuine_singularity", 2, 0.99)] * 3
+    spectra = {"blocks.0.mlp.fc2": {"A": [1.0, 0.3, 2e-7, 0.0], "A_kernel": 2}}
+    mr = _model_read(recs, spectra)
+    figs = []
+    real_save = figures.save_png
+    monkeypatch.setattr(
+        figures, "save_png", lambda fig, path: figs.append(fig) or real_save(fig, path)
+    )
+    plot_optimizers(
+        types.SimpleNamespace(optimizers=[mr], rows=[optimizer_row(mr)]), tmp_path / "o.png"
+    )
+    ax0, ax1 = figs[0].axes[:2]
+    lo = ax0.get_ylim()[0]
+    assert 0 < lo < 2e-7  # the smallest positive ratio is drawn at its value
+    ys = [y for line in ax0.get_lines() for y in line.get_ydata() if y == y]  # drop NaN gaps
+    assert min(ys) == lo and 1e-18 not in ys  # the zero sits on the floor, not at 1e-18
+    assert any(line.get_label() == "α = 0 (drawn at floor)" for line in ax0.get_lines())
+    assert ax1.get_ylim()[1] > 3  # above the tallest bar (3 directions)

@@ -210,23 +210,40 @@ def demo_markdown(result: Any, figures: dict[str, str]) -> str:
 def plot_optimizers(result: Any, path: str | Path) -> Path:
     """Left: fc2 ``A`` ratio spectra per optimizer; right: the directions read, the readable ones
     by kind and the others as the table splits them (`_unreadable_split`)."""
-    from neuromanifold.report.figures import _plt, save_png
+    from neuromanifold.report.figures import _plt, _spectra_floor, save_png
 
     plt = _plt()
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11.5, 3.8), dpi=90)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, (mr, row) in enumerate(zip(result.optimizers, result.rows, strict=True)):
+    series = [
+        (i, j, row, name, [float(r) for r in s["A"]])
+        for i, (mr, row) in enumerate(zip(result.optimizers, result.rows, strict=True))
+        for j, (name, s) in enumerate(n for n in mr.spectra.items() if n[0].endswith("mlp.fc2"))
+    ]
+    # every positive ratio at its value; an exact 0 is a triangle on the floor (it had been
+    # clamped to 1e-18 and drawn as data; s15 trial S #8, as plot_spectra, #2)
+    lo = _spectra_floor([r for *_, ratios in series for r in ratios])
+    ax0.set_yscale("log")
+    ax0.set_ylim(lo, 2.0)
+    n_zero = 0
+    for i, j, row, name, ratios in series:
         c = colours[i % len(colours)]
-        for j, (name, s) in enumerate(n for n in mr.spectra.items() if n[0].endswith("mlp.fc2")):
-            ratios = [max(r, 1e-18) for r in s["A"]]
-            ax0.semilogy(
-                range(1, len(ratios) + 1),
-                ratios,
-                ["-", "--", ":", "-."][j % 4],
-                color=c,
-                lw=1.0,
-                label=f"{row.optimizer} · {name.split('.mlp')[0]}",
-            )
+        xs = range(1, len(ratios) + 1)
+        ax0.plot(
+            xs,
+            [r if r > 0 else float("nan") for r in ratios],
+            ["-", "--", ":", "-."][j % 4],
+            color=c,
+            lw=1.0,
+            label=f"{row.optimizer} · {name.split('.mlp')[0]}",
+        )
+        zero = [x for x, r in zip(xs, ratios, strict=True) if r == 0]
+        if zero:
+            ax0.plot(
+                zero, [lo] * len(zero), ls="none", marker="v", ms=3, color=c, clip_on=False,
+                label=None if n_zero else "α = 0 (drawn at floor)",
+            )  # fmt: skip
+            n_zero += len(zero)
     ax0.axhline(1e-3, ls=":", color="grey", lw=0.7)
     ax0.set_xlabel("eigenvalue index")
     ax0.set_ylabel("α / α_max of fc2 input A")
@@ -253,6 +270,7 @@ def plot_optimizers(result: Any, path: str | Path) -> Path:
         vals = [parts[i] for parts in split]
         ax1.bar(xs, vals, bottom=bottom, color=colour, edgecolor="grey", lw=0.3, label=label)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    ax1.set_ylim(0, max([*bottom, 1]) * 1.08)  # headroom: the tallest bar met the frame (S #8)
     ax1.set_xticks(xs, [r.optimizer.replace(" + ", "\n+ ") for r in result.rows], fontsize=6)
     ax1.set_ylabel("directions read")
     ax1.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars

@@ -33,6 +33,16 @@ two triangles) alone costs 0.03–0.04 s in that pattern. A gain of at most 1.3�
 compiled dependency (numba, llvmlite) and its first-call compilation; the prototype is recorded
 in the session-11 closing note.
 
+Measured again (2026-12-02, same machine): that prototype now took 0.092 s against 0.088 s for
+``ntk``; a rewrite that writes whole rows of K from per-layer running sums in diagonal
+coordinates (vectorised: AVX2 FMAs) took 0.080–0.09 s on one thread and 0.058 s on two, against
+0.11–0.13 s for ``ntk`` in the same runs. Its inner loop (state, two ``R`` loads, two FMAs, the
+row sum) runs at 0.27 ns per layer and entry with every operand in L1, i.e. ≥ 0.032 s for the
+``L n_v² = 117 M`` updates of the full K before any cache miss; computing one triangle halves
+that, but mirroring it into the fresh K costs 0.022 s. So a compiled kernel would end near
+0.05–0.06 s here (ratio 22–30 at jacrev's 1.2–1.6 s), inside this machine's run-to-run noise
+of the 20× target, and was again not adopted.
+
 Run: ``python benchmarks/ntk_structured_vs_autograd.py`` (about a minute on one core).
 """
 

@@ -33,7 +33,7 @@ def cells(
     """Read every constructed cell; print cell, expected, k, k̂, slope, r², class, pass/fail.
 
     Exits with code 1 (naming the failing cells) if any cell fails its expected order or class;
-    under ``--json -`` the table is not printed and the failures are named on stderr.
+    under '--json -' the table is not printed and the failures are named on stderr.
     """
     from rich.console import Console
     from rich.table import Table

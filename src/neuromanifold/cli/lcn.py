@@ -149,10 +149,10 @@ def ntk_command(
 ) -> None:
     """Print v = μ(θ), δ, the NTK K = Jμ Jμᵀ, rank, dim M and whether θ is a regular parameter.
 
-    Floats are printed with 6 significant digits (``%.6g``); ``--json`` has them in full.
+    Floats are printed with 6 significant digits ('%.6g'); '--json' has them in full.
 
-    "smooth point" checks rank Jμ(θ) = dim M at θ only (the JSON key ``smooth``): a crossing of
-    several fiber components (spec §4.2) passes that check; `lcn fiber` finds the other
+    "smooth point" checks rank Jμ(θ) = dim M at θ only (the JSON key 'smooth'): a crossing of
+    several fiber components (spec §4.2) passes that check; 'lcn fiber' finds the other
     components. The network is used as given; a note says when it is not in the paper's normal
     form (scalar layers, s_L ≠ 1).
     """

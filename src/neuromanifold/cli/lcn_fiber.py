@@ -57,7 +57,7 @@ def fiber_command(
 ) -> None:
     """All parameters with μ(θ) = v and δ(θ) = δ (modulo signs), their NTKs, route agreement.
 
-    Floats are printed with 6 significant digits (``%.6g``); ``--json`` has them in full.
+    Floats are printed with 6 significant digits ('%.6g'); '--json' has them in full.
     Exit status 1 when no parameters realise (v, δ) (v off the neuromanifold); the report and
     its best residual are still printed (and written with --json). The report's notes are
     printed, among them whether the network is not in the paper's normal form (it is used as

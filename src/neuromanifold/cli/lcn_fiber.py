@@ -161,6 +161,9 @@ def survey_command(
             idx = [int(x) for x in rows.split(",") if x.strip()]
         except ValueError:
             raise typer.BadParameter(f"--rows {rows!r}: expected comma-separated ints") from None
+        repeated = sorted({i for i in idx if idx.count(i) > 1})
+        if repeated:  # a repeated row ran and printed twice (session 14 trial N)
+            raise typer.BadParameter(f"--rows {rows!r}: row(s) {repeated} given more than once")
         bad = [i for i in idx if not 0 <= i < n_rows]
         if bad or not idx:
             raise typer.BadParameter(f"--rows {rows!r}: indices must lie in 0..{n_rows - 1}")

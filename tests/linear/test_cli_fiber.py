@@ -246,3 +246,30 @@ def test_the_fiber_over_zero_with_zero_invariants_is_the_origin() -> None:
     assert not np.any(rep.ntk_arrays()[0])
     res = runner.invoke(app, ["lcn", "fiber", "--filters", "2,2", "--v", "0,0,0", "--delta", "0"])
     assert res.exit_code == 0 and "rank J = 0" in res.output
+
+
+def test_architecture_in_json_is_the_spec_for_every_lcn_command(tmp_path: Path) -> None:
+    """s15 trial T #4: `lcn ntk` wrote LCN.to_dict() under "architecture", `lcn fiber` and
+    `lcn converge` a display string (in two formats), so a fiber could not be passed on to
+    `ntk` without parsing text. Every command writes the spec now, the text as a label."""
+    from neuromanifold.linear import FC
+    from neuromanifold.linear.converge import convergence_experiment
+    from neuromanifold.linear.fiber import fc_fiber
+
+    runner = CliRunner()
+    arch = LCN((2, 2), (2,))
+    ntk_js, fib_js = tmp_path / "ntk.json", tmp_path / "fib.json"
+    common = ["--filters", "2,2", "--strides", "2"]
+    r1 = runner.invoke(app, ["lcn", "ntk", *common, "--theta", "1,2;1,-1", "--json", str(ntk_js)])
+    r2 = runner.invoke(
+        app, ["lcn", "fiber", *common, "--v", "1,2,-1,-2", "--delta", "-3", "--json", str(fib_js)]
+    )
+    assert r1.exit_code == 0 and r2.exit_code == 0, r1.output + r2.output
+    specs = [json.loads(p.read_text())["architecture"] for p in (ntk_js, fib_js)]
+    assert specs[0] == specs[1] and LCN.from_dict(specs[1]) == arch
+    assert json.loads(fib_js.read_text())["architecture_label"].startswith("LCN D=1")
+    fc = fc_fiber(FC((2, 2, 2)), [[1.0, 2.0], [3.0, 4.0]], [[[0.0, 0.0], [0.0, 0.0]]])
+    assert fc.to_dict()["architecture"] == FC((2, 2, 2)).to_dict()
+    conv = convergence_experiment(arch, n_runs=1).to_dict()
+    assert LCN.from_dict(conv["architecture"]) == arch
+    assert conv["architecture_label"] == json.loads(fib_js.read_text())["architecture_label"]

@@ -204,11 +204,18 @@ def converge_run(
 
 @dataclass(frozen=True)
 class ConvergenceReport:
-    """All runs of one architecture on one loss, plus a summary."""
+    """All runs of one architecture on one loss, plus a summary.
+
+    ``architecture`` is a description for figures and text; ``architecture_spec`` the
+    architecture's ``to_dict()``, which `to_dict` writes under ``"architecture"`` (the same type
+    as in ``lcn ntk``/``lcn compare``/``lcn fiber``; s15 trial T #4), the description under
+    ``"architecture_label"``.
+    """
 
     architecture: str
     runs: tuple[ConvergenceRun, ...]
     seed: int
+    architecture_spec: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
         """Counts and extremes over the runs (critical values rounded to 1e-8 for counting)."""
@@ -227,8 +234,10 @@ class ConvergenceReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable dict (runs without trajectories)."""
+        spec = self.architecture_spec
         return {
-            "architecture": self.architecture,
+            "architecture": dict(spec) if spec is not None else self.architecture,
+            "architecture_label": self.architecture,
             "seed": self.seed,
             "summary": self.summary(),
             "runs": [x.to_dict() for x in self.runs],
@@ -256,7 +265,9 @@ def convergence_experiment(
         runs.append(converge_run(arch, loss, theta0, index=i, t_max=t_max))
     f = [x[0] for x in arch.filters]
     s = [x[0] for x in arch.strides[:-1]]
-    return ConvergenceReport(f"LCN filters={f} strides={s}", tuple(runs), seed)
+    return ConvergenceReport(
+        f"LCN D={arch.D} filters={f} strides={s}", tuple(runs), seed, arch.to_dict()
+    )
 
 
 #: factor by which a convergence panel's y range extends past its smallest and largest drawn

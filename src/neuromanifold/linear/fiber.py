@@ -264,6 +264,7 @@ def lcn_fiber(
         notes.append(continuum)
     return build_report(
         architecture=_describe(arch),
+        architecture_spec=arch.to_dict(),
         v=v,
         delta=d,
         points=thetas,
@@ -353,6 +354,7 @@ def fc_fiber(
         )
     return build_report(
         architecture=_describe(arch),
+        architecture_spec=arch.to_dict(),
         v=W,
         delta=np.concatenate([D.ravel() for D in Ds]) if Ds else np.zeros(0),
         points=thetas,

@@ -153,6 +153,10 @@ class FiberReport:
             (`neuromanifold.linear.fiber_numeric.curve_through`); None where not checked.
         notes: free-text remarks (normalisations, caveats).
         point_residuals: the residual of each point (same units as ``residual``).
+        architecture_spec: the architecture's ``to_dict()`` (``LCN``/``FC``, which
+            ``from_dict`` reads back), or None (shallow ReLU networks). `to_dict` writes it under
+            ``"architecture"``, as ``lcn ntk`` and ``lcn compare`` do, and the description under
+            ``"architecture_label"``.
     """
 
     architecture: str
@@ -175,6 +179,7 @@ class FiberReport:
     notes: tuple[str, ...] = field(default_factory=tuple)
     continuum: bool | None = None
     point_residuals: tuple[float, ...] = ()
+    architecture_spec: dict[str, Any] | None = None
 
     @property
     def n_points(self) -> int:
@@ -196,8 +201,11 @@ class FiberReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable dict of every field plus ``n_points``."""
+        spec = self.architecture_spec
         return {
-            "architecture": self.architecture,
+            # one type per key across the lcn commands: the spec when there is one (s15 trial T #4)
+            "architecture": dict(spec) if spec is not None else self.architecture,
+            "architecture_label": self.architecture,
             "v": list(self.v),
             "delta": list(self.delta),
             "on_manifold": self.on_manifold,
@@ -224,6 +232,7 @@ class FiberReport:
 def build_report(
     *,
     architecture: str,
+    architecture_spec: dict[str, Any] | None = None,
     v: np.ndarray,
     delta: np.ndarray,
     points: Sequence[Sequence[np.ndarray]],
@@ -246,6 +255,7 @@ def build_report(
     on = len(points) > 0
     return FiberReport(
         architecture=architecture,
+        architecture_spec=architecture_spec,
         v=tuple(float(x) for x in np.ravel(v)),
         delta=tuple(float(x) for x in np.ravel(delta)),
         on_manifold=on,

@@ -133,6 +133,40 @@ def test_regularity_verdict_is_the_same_along_the_rescaling_orbit(arch: LCN, the
         assert fib.jacobian_ranks and set(fib.jacobian_ranks) == {arch.dim_M}
 
 
+def test_fc_regularity_verdict_is_the_same_along_the_scalar_rescaling_orbit() -> None:
+    """s15 audit U #1: widths (3, 2, 3) with W_1 → c W_1, W_2 → W_2 / c had rank 7 at c = 3e4
+    and 6 at c = 1e5 (dim M = 8); FC layers are balanced by their Frobenius norms now."""
+    from neuromanifold.linear import FC
+
+    arch = FC((3, 2, 3))
+    rng = np.random.default_rng(0)
+    W = [rng.standard_normal((2, 3)), rng.standard_normal((3, 2))]
+    ref = is_smooth_point(arch, W)
+    assert ref.smooth and ref.rank == arch.dim_M == 8
+    for c in (3e4, 1e5, 1e8):
+        rep = is_smooth_point(arch, [W[0] * c, W[1] / c])
+        assert rep.smooth and rep.rank == ref.rank
+        assert abs(rep.sigma_dim - ref.sigma_dim) <= RTOL_ORBIT * ref.sigma_max
+
+
+def test_route_agreement_of_a_stretched_regular_fiber_uses_the_regular_tolerance(
+    monkeypatch,
+) -> None:
+    """s15 audit U #2: lcn_fiber's "is a fiber point singular?" test read Jμ at the raw point,
+    so a regular fiber rescaled by c = 1e5 was compared at the looser singular tolerance."""
+    import neuromanifold.linear.fiber as fiber
+
+    used: list[float] = []
+    real = fiber._ntks_agree
+    monkeypatch.setattr(
+        fiber, "_ntks_agree", lambda a, b, rtol: used.append(rtol) or real(a, b, rtol)
+    )
+    arch = LCN((2, 2), (2,))
+    th = [np.array([1.0, 2.0]) * 1e5, np.array([1.0, -1.0]) / 1e5]
+    rep = fiber.lcn_fiber(arch, mu(arch, th), delta(th), n_starts=4)
+    assert rep.routes_agree is not None and used == [fiber.ROUTE_AGREE_RTOL]
+
+
 def test_balanced_representative() -> None:
     """Equal filter norms, the same μ; θ kept where the orbit is not the scalar one."""
     arch = LCN((3, 2, 2), (2, 2))

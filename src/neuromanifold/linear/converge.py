@@ -33,7 +33,7 @@ from neuromanifold.linear.architecture import LCN, _is_int, flatten_params, unfl
 from neuromanifold.linear.flow import param_grad
 from neuromanifold.linear.invariants import delta as lcn_delta
 from neuromanifold.linear.losses import QuadraticLoss
-from neuromanifold.linear.metric import RTOL_RANK
+from neuromanifold.linear.metric import RTOL_RANK, balanced_representative
 from neuromanifold.linear.ntk import jacobian
 from neuromanifold.linear.polynomial import mu
 
@@ -180,7 +180,7 @@ def converge_run(
         losses.append(loss.value(mu(arch, th)))
     x_end = sol.y[:, -1]
     th_end = unflatten_params(arch, x_end)
-    s = np.linalg.svd(jacobian(arch, th_end), compute_uv=False)
+    s = np.linalg.svd(jacobian(arch, balanced_representative(arch, th_end)), compute_uv=False)
     rank = int(np.sum(s > RANK_RTOL * s[0])) if s.size and s[0] > 0 else 0
     m = arch.dim_M
     return ConvergenceRun(

@@ -233,7 +233,9 @@ def lcn_fiber(
     agree: bool | None = None
     if len(applicable) == 2:
         singular = any(
-            _rank(jacobian(arch, unflatten_params(arch, p))) < arch.dim_M for p in all_pts
+            _rank(jacobian(arch, balanced_representative(arch, unflatten_params(arch, p))))
+            < arch.dim_M
+            for p in all_pts
         )
         rtol = ROUTE_AGREE_SINGULAR_RTOL if singular else ROUTE_AGREE_RTOL
         agree = applicable[0].n_points == applicable[1].n_points and _ntks_agree(
@@ -364,7 +366,9 @@ def fc_fiber(
         tolerance=num.tolerance,
         routes=[summary],
         routes_agree=None,
-        jacobian_ranks=[_rank(fc_jacobian(arch, th)) for th in thetas],
+        jacobian_ranks=[
+            _rank(fc_jacobian(arch, balanced_representative(arch, th))) for th in thetas
+        ],
         dim_M=arch.dim_M,
         fiber_dimension=fiber_dimension(arch, num.points[0]) if thetas else None,
         notes=notes,

@@ -53,7 +53,7 @@ limits on the stride-one critical locus keep ``σ_dimM / σ_max`` near ``1e-10``
 
 
 def balanced_representative(arch: Architecture, theta: Sequence[Any]) -> Sequence[Any]:
-    """The point with ``δ = 0`` on ``θ``'s rescaling orbit (LCN, every filter non-zero), else ``θ``.
+    """The balanced point of ``θ``'s rescaling orbit (every layer non-zero), else ``θ``.
 
     ``w_l → c_l w_l`` with ``Π c_l = 1`` keeps ``μ`` and gives ``Jμ(cθ) = Jμ(θ) diag(1/c_l)``:
     the rank of ``Jμ`` is the same along the orbit, but its singular values are not, and a
@@ -62,11 +62,14 @@ def balanced_representative(arch: Architecture, theta: Sequence[Any]) -> Sequenc
     s15 trial R #2). Rank verdicts are therefore taken at the orbit's balanced point: the
     rescaling lemma with ``δ = 0`` (spec §3) has the closed form ``λ_l = (Π_j ‖w_j‖)^{1/L} / ‖w_l‖``
     (every ``‖λ_l w_l‖`` equal), evaluated in logs from norms that do not square, so filters of
-    scale ``1e-200`` are balanced too; a balanced ``θ`` is kept up to rounding. ``θ`` is returned
-    unchanged for FC architectures (their symmetry group is larger), for ``L = 1``, when a
-    filter is zero, and when a scaling is not representable in float64.
+    scale ``1e-200`` are balanced too; a balanced ``θ`` is kept up to rounding. For FC
+    architectures the same scalar rescaling ``W_l → λ_l W_l`` (Frobenius norms) is applied: it is
+    the part of their ``GL`` symmetry that changes the scale of the Jacobian blocks (widths
+    (3, 2, 3) rescaled by ``c = 1e5, 1/c`` had rank 6 < 8; s15 audit U #1); the rest of ``GL`` is
+    not normalised. ``θ`` is returned unchanged for ``L = 1``, when a layer is zero, and when a
+    scaling is not representable in float64.
     """
-    if not isinstance(arch, LCN) or arch.L == 1:
+    if not isinstance(arch, LCN | FC) or arch.L == 1:
         return theta
     th = validate_params(arch, theta)
     norms = np.array([_norm(w) for w in th])

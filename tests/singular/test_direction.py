@@ -301,6 +301,12 @@ def test_rotated_chain_rounded_to_float32_is_not_a_flat_gauge(name, k, klass) ->
     (r,) = [d for d in reading.directions if d.detector == "duality"]  # the dead chain
     assert (r.klass, r.k) == (klass.value, k)
     assert ("flat at noise level" if k is not None else "not flat") in r.reason
+    if k == 4:  # every layer of the chain shows the order too (s15 audit U #3: layer 3 read
+        # k = 1 from its own noise plateau; at depth 5, layer 3's sweep has a t² branch at
+        # F ~ 1e-25 below the t⁸ one, the order of the rounded point there, and reads k = 2)
+        assert {layer: rate["k"] for layer, rate in r.info["per_layer"].items()} == dict.fromkeys(
+            r.layers, k
+        )
 
 
 def test_logit_shift_is_flat_gauge() -> None:

@@ -15,7 +15,11 @@ The rule (spec §7.2 step 8; thresholds are design choices documented here and i
    (``≈ 1e−3 ×`` the median live-direction Fisher) is not derived here: a caller that knows it
    passes it, e.g. ``read(..., live_threshold=τ)`` or ``neuromanifold read --live-threshold τ``,
    which hand it to every candidate's classification. A slope-0 plateau below the threshold is
-   classed **flat gauge** (magnitude at the noise level).
+   classed **flat gauge** (magnitude at the noise level) — when the fit handed to `classify` is
+   that plateau. `read_direction` (and so the whole-model read) first passes its fit through
+   `fit_past_noise_plateau`: when F rises to ``NOISE_MARGIN = 100 ×`` such a plateau, the
+   points above it are read instead (a singular direction rounded to float32), and the class
+   follows that fit (genuine with `RateFit.plateau_below`, or unresolved when no window passes).
 4. **curved gauge** — ``k = 2`` and ``u`` lies mostly in the span of supplied gauge generators:
    ``gauge_overlap = ‖P_G u‖ ≥ GAUGE_OVERLAP_MIN = 0.9`` (``P_G`` the orthogonal projector on their
    span). A straight probe of a curved orbit (ReLU rescale, QK rotation, LN scale) leaves the orbit

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from neuromanifold.singular.classify import fit_past_noise_plateau
 from neuromanifold.singular.detectors.base import Candidate
 from neuromanifold.singular.direction import read_direction
 from neuromanifold.singular.fisher import directional_fisher
@@ -260,8 +261,15 @@ def per_layer_rates(
     table = torch.stack(values).T  # (n_layers, n_t)
     out = {}
     for layer, f in zip(layers, table, strict=True):
-        fit = fit_rate(
-            ts, f.tolist(), floor=floor_from_scale(max(float(f.max()), reading.sweep.scale))
+        floor = floor_from_scale(max(float(f.max()), reading.sweep.scale))
+        # a float32 noise plateau under a layer's rising branch is read past, as the
+        # direction's own fit is (`fit_past_noise_plateau`; s15 audit U #3)
+        fit = fit_past_noise_plateau(
+            fit_rate(ts, f.tolist(), floor=floor),
+            ts,
+            f.tolist(),
+            floor=floor,
+            scale=reading.sweep.scale,
         )
         out[layer] = {
             "k": fit.k,

@@ -58,14 +58,43 @@ def test_spread_of_clean_and_diffuse_spectra():
 
 def test_spread_gives_no_gap_in_decades_to_round_off_zeros():
     """s15 trial S #5: zeros were clamped to 1e-300, so [1, 0.5, 1e-20, 0] had a "280-decade"
-    gap and any rank-deficient factor read as clean. Round-off zeros are counted apart."""
-    assert spread([1.0, 0.5, 1e-20, 0.0]) == {"n_small": 2, "n_zero": 2, "max_gap": 0.0}
+    gap and any rank-deficient factor read as clean. Round-off zeros are counted apart; with no
+    row count every zero may come from the probe size and makes no gap."""
+    assert spread([1.0, 0.5, 1e-20, 0.0]) == {
+        "n_small": 2,
+        "n_zero": 2,
+        "n_probe_zero": 2,
+        "max_gap": 0.0,
+    }
     mixed = spread([1.0, 0.5, 1e-7, 0.0, 0.0])  # the gap to the tiny non-zero ratio counts
     assert (mixed["n_small"], mixed["n_zero"]) == (3, 2)
     assert abs(mixed["max_gap"] - math.log10(0.5 / 1e-7)) < ATOL_LOG
     at_floor = spread([1.0, 2 * ROUNDOFF_RATIO, ROUNDOFF_RATIO])  # the floor itself is a zero
     assert at_floor["n_zero"] == 1
     assert abs(at_floor["max_gap"] - math.log10(0.5 / ROUNDOFF_RATIO)) < ATOL_LOG
+
+
+def test_zeros_of_dead_units_are_a_gap_and_probe_size_zeros_are_not():
+    """s15 audit U #6: two dead GELU units read on 512 samples (17 inputs of the second layer)
+    give exact zero ratios after 4.3e-3; the drop to them is a gap of at least
+    log10(4.3e-3 / ROUNDOFF_RATIO) decades, not 0. Zeros the row count explains are no gap."""
+    from neuromanifold.singular.factors import kfac_factors
+    from neuromanifold.singular.family import Categorical
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    m = m.double()
+    with torch.no_grad():
+        m[0].weight[:2].zero_()
+        m[0].bias[:2] = -12.0  # GELU(−12) = −2e-32: the units' outputs are 0 in float64
+    x = torch.randn(512, 8, dtype=torch.float64)
+    s = block_spectra(kfac_factors(m, x, Categorical()))["2"]
+    assert s["A_rows"] == 512 and s["A"][-2:] == [0.0, 0.0] and s["A_kernel"] == 2
+    sp = spread(s["A"], rows=s["A_rows"])
+    assert (sp["n_zero"], sp["n_probe_zero"]) == (2, 0)
+    assert sp["max_gap"] == pytest.approx(math.log10(s["A"][-3] / ROUNDOFF_RATIO), abs=ATOL_LOG)
+    few = spread(s["A"], rows=len(s["A"]) - 2)  # had the probe set 15 rows: the zeros are its
+    assert (few["n_probe_zero"], few["max_gap"] < 1.0) == (2, True)
 
 
 def test_optimizer_with_only_round_off_zeros_is_not_clean():
@@ -101,7 +130,8 @@ def test_block_spectra_of_hand_built_factors():
     out = block_spectra(factors)
     assert list(out) == ["fc", "dead"]
     fc = out["fc"]
-    assert set(fc) == {"A", "G", "A_kernel", "G_kernel", "A_max", "G_max"}
+    assert set(fc) == {"A", "G", "A_kernel", "G_kernel", "A_max", "G_max", "A_rows", "G_rows"}
+    assert fc["A_rows"] is None  # these factors do not say how many rows they summed
     np.testing.assert_allclose(fc["A"], [1.0, 0.5, 1e-9, 0.0], rtol=0, atol=ATOL_RATIO)
     np.testing.assert_allclose(fc["G"], [1.0, 2e-3, 5e-4, 2e-4], rtol=0, atol=ATOL_RATIO)
     assert fc["A_kernel"] == 2 and fc["G_kernel"] == 0

@@ -185,7 +185,7 @@ def optimizer_row(mr: ModelRead) -> OptimizerRow:
         r for r in possible if (r.r2 is None or r.r2 < READABLE_R2) and r.klass != "flat_gauge"
     ]
     fc2 = [s for name, s in mr.spectra.items() if name.endswith("mlp.fc2")]
-    spreads = [spread(s["A"]) for s in fc2]
+    spreads = [spread(s["A"], rows=s.get("A_rows")) for s in fc2]
     return OptimizerRow(
         stage=mr.stage,
         optimizer=OPTIMIZER_STAGES.get(mr.stage, mr.stage),

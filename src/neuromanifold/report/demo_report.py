@@ -166,9 +166,10 @@ def demo_markdown(result: Any, figures: dict[str, str]) -> str:
             "closed-form gauges) neither readable nor classed flat gauge by magnitude; "
             "*fc2 spectrum*: over the MLP `fc2` "
             "input factors A, the ratios α/α_max below 1e-3 (in brackets: those zero within "
-            "round-off, directions the probe set does not reach), the detector's near-kernel, and "
-            "the largest drop between consecutive non-zero ratios in decades (≥ 1: a clean "
-            "kernel; small: a diffuse one; `neuromanifold.report.spectra`)."
+            "round-off, directions no sample reaches), the detector's near-kernel, and the "
+            "largest drop between consecutive ratios in decades (to zeros of dead units a lower "
+            "bound, to zeros the probe size explains none; ≥ 1: a clean kernel; small: a "
+            "diffuse one; `neuromanifold.report.spectra`)."
         )
         lines.append("")
         lines.append(

@@ -30,9 +30,9 @@ decide it, e.g. no records of the kind needed). Definitions:
 * **optimizers** (spec: "vanilla Muon often leaves dead structure too diffuse to read;
   polar-scaled orthogonalisers give clean structure"): a model's MLP dead structure is *clean*
   when the detector names a near-kernel in the fc2 input factors (``fc2_kernel > 0``) separated
-  by a gap of at least ``CLEAN_GAP`` (one decade) between ratios above round-off (`spread`: a
-  factor whose small ratios are all round-off zeros, as when the probe set is smaller than the
-  layer, shows no gap); *diffuse* otherwise. The claim holds when
+  by a gap of at least ``CLEAN_GAP`` (one decade; `spread`: zeros that the probe size explains
+  show no gap, zeros of dead units one of at least ``log10(r / ROUNDOFF_RATIO)``); *diffuse*
+  otherwise. The claim holds when
   vanilla Muon is diffuse and both polar-scaled variants are clean.
 """
 
@@ -125,11 +125,12 @@ def node_death_findings(mr: Any, *, r2_min: float, expected_k: int = 2) -> list[
         side = "A" if name.endswith("mlp.fc2") else "G" if name.endswith("mlp.fc1") else None
         if side is None:
             continue
-        sp = spread(spec[side])
+        sp = spread(spec[side], rows=spec.get(f"{side}_rows"))
         parts.append(
             f"{name} {side}: {sp['n_small']} of {len(spec[side])} ratios < 1e-3 "
-            f"({sp['n_zero']} zero within round-off), largest gap among the non-zero ones "
-            f"{sp['max_gap']:.2f} decades, near-kernel {spec[side + '_kernel']}"
+            f"({sp['n_zero']} zero within round-off, {sp['n_probe_zero']} of them from the probe "
+            f"size), largest gap {sp['max_gap']:.2f} decades, near-kernel "
+            f"{spec[side + '_kernel']}"
         )
     evidence = "; ".join(parts)
     compressed = mr.metrics.get("mlp_compressed_units")
@@ -240,8 +241,7 @@ def optimizer_finding(rows: Sequence[Any]) -> Finding:
         f"{r.optimizer}: {r.n_readable}/{r.n_read} readable, unreadable fraction "
         + ("—" if r.unreadable_fraction is None else f"{r.unreadable_fraction:.2f}")
         + f", fc2 near-kernel {r.fc2_kernel}, {r.fc2_n_small} ratios < 1e-3 "
-        f"({r.fc2_n_zero} zero within round-off), largest gap among the non-zero ones "
-        f"{r.fc2_max_gap:.2f} decades"
+        f"({r.fc2_n_zero} zero within round-off), largest gap {r.fc2_max_gap:.2f} decades"
         for r in rows
     )
     muon = by.get("sweep-muon")

@@ -8,13 +8,15 @@ are recomputed with `kfac_factors` on the same model and probe set (deterministi
 **Diffuseness** of one spectrum, used to compare optimizers: `spread` returns
 
 * ``n_small`` — ratios below ``tau`` (1e-3): how many directions are nearly dead;
-* ``n_zero`` — of those, the ratios zero within round-off (``≤ ROUNDOFF_RATIO``): directions the
-  probe set does not reach at all (a factor of rank below its width, e.g. fewer samples than
-  features), which say nothing about how the live spectrum decays;
+* ``n_zero`` — of those, the ratios zero within round-off (``≤ ROUNDOFF_RATIO``): directions no
+  sample reaches — dead units, or a factor whose probe set has fewer rows than its width;
+* ``n_probe_zero`` — the zeros the probe size explains (``width − rows`` when the factor's row
+  count is known, `block_spectra`'s ``*_rows``; all zeros when it is not);
 * ``max_gap`` — the largest drop ``log10(r_i/r_{i+1})`` (decades) between consecutive ratios
-  where ``r_{i+1} < tau`` and both are above ``ROUNDOFF_RATIO``; 0 when there is no such pair. A
-  drop to a round-off zero has no size in decades (clamping zeros to a tiny number once gave
-  "280 decades", and any rank-deficient factor read as clean; s15 trial S #5);
+  where ``r_{i+1} < tau``, both above ``ROUNDOFF_RATIO``; a drop to zeros the probe size does not
+  explain counts as ``log10(r_i / ROUNDOFF_RATIO)`` (a lower bound), a drop to probe-size zeros
+  not at all (clamping zeros to a tiny number once gave "280 decades", and any rank-deficient
+  factor read as clean; s15 trial S #5); 0 when there is no such pair;
 
 The third number, ``kernel``, does not come from `spread`: it is the detector's near-kernel size
 (the directions it will name as candidates), `block_spectra`'s ``A_kernel``/``G_kernel``.
@@ -53,33 +55,65 @@ def _ratios(mat: Any) -> tuple[list[float], int, float]:
 
 
 def block_spectra(factors: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """``{block: {"A": ratios, "G": ratios, "A_kernel", "G_kernel", "A_max", "G_max"}}``.
+    """``{block: {"A": ratios, "G": ratios, "A_kernel", "G_kernel", "A_max", "G_max", "A_rows",
+    "G_rows"}}``.
 
     ``ratios`` descending (``α_i/α_max``); ``*_kernel`` the near-kernel size at ``TAU = 1e-3``
-    (the detector's default ``TAU_A = TAU_G``); ``*_max`` the largest eigenvalue.
+    (the detector's default ``TAU_A = TAU_G``); ``*_max`` the largest eigenvalue; ``*_rows`` the
+    rows the probe set contributed to the factor (its rank is at most that; None when the
+    factor does not say), which `spread` uses to tell probe-size zeros from dead directions.
     """
     out = {}
     for name, bf in factors.items():
         a, ka, ma = _ratios(bf.A)
         g, kg, mg = _ratios(bf.G)
-        out[name] = {"A": a, "G": g, "A_kernel": ka, "G_kernel": kg, "A_max": ma, "G_max": mg}
+        out[name] = {
+            "A": a,
+            "G": g,
+            "A_kernel": ka,
+            "G_kernel": kg,
+            "A_max": ma,
+            "G_max": mg,
+            "A_rows": _rows(getattr(bf, "a_rank_bound", None)),
+            "G_rows": _rows(getattr(bf, "g_rank_bound", None)),
+        }
     return out
 
 
-def spread(ratios: Sequence[float], *, tau: float = SPREAD_TAU) -> dict[str, float | int]:
-    """``{"n_small", "n_zero", "max_gap"}`` of a descending ratio list (module docstring).
+def _rows(bound: Any) -> int | None:
+    return None if bound is None else int(bound)
+
+
+def spread(
+    ratios: Sequence[float], *, tau: float = SPREAD_TAU, rows: int | None = None
+) -> dict[str, float | int]:
+    """``{"n_small", "n_zero", "n_probe_zero", "max_gap"}`` of a descending ratio list (module
+    docstring).
+
+    ``rows``: the rows the probe set contributed to the factor (`block_spectra`'s ``*_rows``). Its
+    rank is at most ``rows``, so ``n_probe_zero = max(0, len(ratios) − rows)`` zeros come from
+    the probe size and carry no gap; a zero beyond those is a direction no sample reaches (a dead
+    unit), and the drop to it counts as ``log10(r / ROUNDOFF_RATIO)``, a lower bound (two dead
+    GELU units on 512 samples for 17 inputs had read "largest gap 0"; s15 audit U #6). With
+    ``rows=None`` every zero is taken as a possible probe-size zero.
 
     >>> spread([1.0, 0.5, 1e-6, 1e-7])  # clean: 2 tiny ratios after a 5.7-decade gap
-    {'n_small': 2, 'n_zero': 0, 'max_gap': 5.698970004336019}
+    {'n_small': 2, 'n_zero': 0, 'n_probe_zero': 0, 'max_gap': 5.698970004336019}
     >>> spread([1.0, 1e-1, 1e-2, 1e-3, 1e-4])["max_gap"]  # smooth decay: one decade per step
     1.0
-    >>> spread([1.0, 0.5, 1e-20, 0.0])  # only round-off zeros below tau: no gap in decades
-    {'n_small': 2, 'n_zero': 2, 'max_gap': 0.0}
+    >>> spread([1.0, 0.5, 1e-20, 0.0])  # zeros the probe size may explain: no gap in decades
+    {'n_small': 2, 'n_zero': 2, 'n_probe_zero': 2, 'max_gap': 0.0}
+    >>> spread([1.0, 0.5, 0.0, 0.0], rows=100)["max_gap"]  # dead directions: ≥ 11.7 decades
+    11.698970004336019
     """
     n_small = sum(1 for r in ratios if r < tau)
     n_zero = sum(1 for r in ratios if r <= ROUNDOFF_RATIO)
+    n_probe = n_zero if rows is None else min(n_zero, max(0, len(ratios) - int(rows)))
+    dead = n_zero - n_probe  # zeros the probe size does not explain: the first ones
     gap = 0.0
-    for hi, lo in itertools.pairwise(ratios):
+    for i, (hi, lo) in enumerate(itertools.pairwise(ratios)):
         if ROUNDOFF_RATIO < lo < tau:
             gap = max(gap, math.log10(hi / lo))
-    return {"n_small": n_small, "n_zero": n_zero, "max_gap": gap}
+        elif lo <= ROUNDOFF_RATIO < hi and dead > 0 and i + 1 == len(ratios) - n_zero:
+            gap = max(gap, math.log10(hi / ROUNDOFF_RATIO))  # a lower bound
+    return {"n_small": n_small, "n_zero": n_zero, "n_probe_zero": n_probe, "max_gap": gap}

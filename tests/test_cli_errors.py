@@ -189,6 +189,10 @@ def test_a_late_write_failure_names_the_path_that_failed(tmp_path: Path) -> None
     (out / "survey.png").mkdir(parents=True)
     r = RUNNER.invoke(app, [*OUT_COMMANDS["lcn survey"], "--out", str(out)], env=ENV)
     assert_usage_error(r, f"error: --out {out}: cannot write {out / 'survey.png'}: Is a directory")
+    rep = tmp_path / "bad6"  # written atomically: os.replace names the temporary file first
+    (rep / "report.json").mkdir(parents=True)
+    r = RUNNER.invoke(app, [*OUT_COMMANDS["read"], "--out", str(rep)], env=ENV)
+    assert_usage_error(r, f"error: --out {rep}: cannot write {rep / 'report.json'}: Is a directory")
 
 
 FAST_JSON = ("lcn ntk", "lcn fiber", "lcn compare", "triple nu", "triple rrr", "triple dln")

@@ -179,7 +179,9 @@ def writing(path: str | Path, *, option: str) -> Iterator[None]:
     try:
         yield
     except OSError as err:
-        what = err.filename
+        # os.replace (the atomic writes' last step) names the temporary file first and the
+        # target second: the target is what failed (s15 audit U #7)
+        what = err.filename2 if err.filename2 is not None else err.filename
         where = "" if what is None or Path(str(what)) == Path(path) else f" {what}"
         fail(f"{option} {path}: cannot write{where}: {err.strerror or err}")
 

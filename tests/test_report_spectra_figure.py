@@ -32,11 +32,15 @@ def test_an_empty_spectra_figure_says_there_is_no_block(tmp_path: Path, monkeypa
 
 
 def test_blocks_naming_no_block_of_the_spectra_say_so(tmp_path: Path, monkeypatch) -> None:
+    """s15 audit U #8: the message blamed the model ("no supported Linear or Conv layer") when
+    only the requested block names were absent."""
     drawn = _captured(monkeypatch)
     spectra = {"fc": {"A": [1.0, 0.5], "G": [1.0], "A_kernel": 0, "G_kernel": 0}}
     figures.plot_spectra(spectra, tmp_path / "s.png", blocks=["other"])
     (fig,) = drawn
-    assert " ".join(figures.SPECTRA_EMPTY.split()) in _texts(fig)
+    texts = _texts(fig)
+    assert " ".join(figures.SPECTRA_NONE_ASKED.split()) in texts
+    assert " ".join(figures.SPECTRA_EMPTY.split()) not in texts
 
 
 def _panel(spectra: dict[str, Any], tmp_path: Path, monkeypatch) -> Any:

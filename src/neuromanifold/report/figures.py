@@ -79,6 +79,8 @@ SPECTRA_KEY = (
 """The key that ends the title of `plot_spectra`'s figure."""
 SPECTRA_EMPTY = "no K-FAC blocks to draw\n(no supported Linear or Conv layer)"
 """What `plot_spectra`'s figure says when it has no block to draw."""
+SPECTRA_NONE_ASKED = "no K-FAC blocks to draw\n(none of the requested blocks has spectra)"
+"""What it says when ``blocks`` names none of the spectra's blocks (s15 audit U #8)."""
 CLASS_MAP_KEY = (
     "dead structure: directions per layer and class "
     "(a direction spanning several layers counts under each of its layers)"
@@ -395,7 +397,8 @@ def plot_spectra(
     (``G: 28 ratios = 0``). The panels carry no legend, which could cover their marks: the
     title's key (`SPECTRA_KEY`) names the colours and marks. With no
     block to draw (a model without Linear or Conv layers, or ``blocks`` naming none of
-    ``spectra``) the figure says so (`SPECTRA_EMPTY`) instead of showing an empty area.
+    ``spectra``) the figure says so (`SPECTRA_EMPTY`, `SPECTRA_NONE_ASKED`) instead of showing
+    an empty area.
     """
     plt = _plt()
     names = list(spectra) if blocks is None else [b for b in blocks if b in spectra]
@@ -405,7 +408,8 @@ def plot_spectra(
     for ax in axes.flat[len(names) :]:
         ax.axis("off")
     if not names:
-        axes[0, 0].text(0.5, 0.5, SPECTRA_EMPTY, ha="center", va="center", wrap=True)
+        empty = SPECTRA_NONE_ASKED if spectra else SPECTRA_EMPTY
+        axes[0, 0].text(0.5, 0.5, empty, ha="center", va="center", wrap=True)
     for ax, name in zip(axes.flat, names, strict=False):
         s = spectra[name]
         ax.set_yscale("log")

@@ -37,6 +37,7 @@ ATOL_OVERLAP = 1e-13  # overlap of a direction with itself as the generator: mea
 # empirical-Fisher closed form: y − f(θ0 + t u) cancels to t·x·u, so the relative error grows
 # like ε·|f|/t; measured t·(relative error) ≤ 3.8e-16 (seeds 0-9); bound EMP_CANCEL/t
 EMP_CANCEL = 1e-13
+ATOL_SNAP = 1e-15  # snap of [0.3, 0.5] along e_1: one subtraction of equal floats, exactly 0
 
 
 def assert_order(r: DirectionReading, k: int) -> None:
@@ -398,3 +399,29 @@ def test_empirical_fisher_at_a_perfect_fit_mimics_order_two() -> None:
         assert f == pytest.approx(t**2 * moment4 / sigma**4, rel=EMP_CANCEL / t, abs=0.0)
     assert emp.k == 2 and emp.sweep.empirical
     assert true.k == 1 and true.klass is DirectionClass.LIVE
+
+
+def test_snap_base_point_takes_model_parameters_as_values() -> None:
+    """s15 trial T: `snap_base_point(dict(model.named_parameters()), u)` raised torch's
+    "requires_grad ... to a scalar" UserWarning and returned tensors attached to the caller's
+    graph. It is a value computation: no warning, detached results, θ0* = θ0 − (uᵀθ0)u."""
+    import warnings
+
+    from neuromanifold.singular.direction import snap_base_point
+
+    model = nn.Linear(2, 1, bias=False).to(D)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[0.3, 0.5]], dtype=D))
+    u = {"weight": torch.tensor([[1.0, 0.0]], dtype=D)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        snapped, s = snap_base_point(dict(model.named_parameters()), u)
+    assert s == pytest.approx(0.3, abs=ATOL_SNAP) and not snapped["weight"].requires_grad
+    assert snapped["weight"].ravel().tolist() == pytest.approx([0.0, 0.5], abs=ATOL_SNAP)
+
+
+def test_unknown_family_names_the_key_it_read() -> None:
+    from neuromanifold.singular.family import family_from_dict
+
+    with pytest.raises(ValueError, match=r"unknown output family None \(the 'name' entry of"):
+        family_from_dict({"kind": "poisson"})

@@ -507,6 +507,7 @@ def check_grid(grid: object) -> Tensor:
 def dot(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> Tensor:
     """Euclidean inner product of two parameter dicts over their common keys (float64 scalar)."""
     total = 0.0
-    for k in a.keys() & b.keys():
-        total += float((a[k].to(DTYPE) * b[k].to(device=a[k].device, dtype=DTYPE)).sum())
+    for k in a.keys() & b.keys():  # detached: a value, not a graph (and no requires_grad warning)
+        x, y = a[k].detach(), b[k].detach()
+        total += float((x.to(DTYPE) * y.to(device=x.device, dtype=DTYPE)).sum())
     return torch.tensor(total, dtype=DTYPE)

@@ -41,7 +41,8 @@ VISIBILITY_FACTOR = 10.0
 def snap_base_point(
     params: Mapping[str, Tensor], u: Mapping[str, Tensor]
 ) -> tuple[dict[str, Tensor], float]:
-    """``θ0* = θ0 − (uᵀθ0)u`` for unit ``u``; returns the snapped params and ``uᵀθ0`` (signed).
+    """``θ0* = θ0 − (uᵀθ0)u`` for unit ``u``; returns the snapped params (detached tensors) and
+    ``uᵀθ0`` (signed).
 
     >>> import torch
     >>> w = torch.tensor([0.3, 0.3], dtype=torch.float64)
@@ -50,9 +51,9 @@ def snap_base_point(
     (0.424264068712, [0.0, 0.0])
     """
     s = float(dot(u, params))
-    out = dict(params)
+    out = {k: v.detach() for k, v in params.items()}  # values, off the caller's autograd graph
     for k, v in u.items():
-        out[k] = params[k] - s * v.to(params[k].dtype)
+        out[k] = out[k] - s * v.detach().to(out[k].dtype)
     return out, s
 
 

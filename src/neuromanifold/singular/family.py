@@ -215,7 +215,10 @@ def family_from_dict(d: dict[str, object]) -> Gaussian | Categorical:
         return Gaussian(sigma=float(d.get("sigma", 1.0)))  # type: ignore[arg-type]
     if name == "categorical":
         return Categorical()
-    raise ValueError(f"unknown output family {name!r}; expected 'gaussian' or 'categorical'")
+    raise ValueError(
+        f"unknown output family {name!r} (the 'name' entry of {d!r}); expected 'gaussian' or "
+        "'categorical'"
+    )
 
 
 def check_family(family: object) -> OutputFamily:

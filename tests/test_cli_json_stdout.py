@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 import typer
 from typer.testing import CliRunner
 
@@ -143,3 +144,22 @@ def test_piped_tables_keep_each_row_on_one_line(args: list[str], whole: str) -> 
     r = RUNNER.invoke(app, args, env={"COLUMNS": None})
     assert r.exit_code == 0, r.output
     assert any(whole in line for line in r.stdout.splitlines()), r.stdout
+
+
+def test_library_read_writes_nothing_to_a_non_terminal_stderr(capfd, monkeypatch) -> None:
+    """s15 trial T: with stderr a log file every `read()` call wrote one blank line (a transient
+    bar that a non-terminal never shows). Off a terminal the bar is disabled."""
+    from torch import nn
+
+    from neuromanifold import read
+    from neuromanifold.singular import Gaussian
+
+    for var in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(var, raising=False)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+    with torch.no_grad():
+        model[0].weight[0].zero_()  # a dead unit: at least one direction to read
+    read(model, torch.randn(32, 3, dtype=torch.float64), Gaussian())
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")

@@ -145,9 +145,9 @@ def survey_command(
     ),
 ) -> None:
     """Recompute the paper's NTK-determinacy table by sampling fibers (verdicts are computed)."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TimeElapsedColumn
 
+    from neuromanifold._progress import stderr_progress
     from neuromanifold.linear.survey import default_rows, run_survey
     from neuromanifold.linear.survey_report import plot_survey, to_markdown
 
@@ -168,13 +168,11 @@ def survey_command(
         if bad or not idx:
             raise typer.BadParameter(f"--rows {rows!r}: indices must lie in 0..{n_rows - 1}")
     t0 = time.perf_counter()
-    with Progress(
+    with stderr_progress(  # progress, not output: stdout may hold the JSON
         "[progress.description]{task.description}",
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        transient=True,
-        console=Console(stderr=True),  # progress, not output: stdout may hold the JSON
     ) as bar:
         task = bar.add_task("sampling fibers", total=samples * len(idx))
         # each row is seeded by its own index, so --rows reproduces the full survey's lines

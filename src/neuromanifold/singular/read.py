@@ -825,10 +825,9 @@ def _attach_baseline(
 def _progress(enabled: bool, total: int):
     if not enabled or total == 0:
         return None
-    from rich.console import Console
-    from rich.progress import Progress
+    from neuromanifold._progress import stderr_progress
 
-    bar = Progress(transient=True, console=Console(stderr=True))  # progress, not output
+    bar = stderr_progress()  # progress, not output
     task = bar.add_task("reading directions", total=total)
     bar.start()
     return bar, task

@@ -200,14 +200,9 @@ def _train(
             advance(recent[-1])
 
     if progress:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+        from neuromanifold._progress import stderr_progress
 
         columns = (
             TextColumn("{task.description}"),
@@ -217,7 +212,7 @@ def _train(
             TimeElapsedColumn(),
         )
         # progress, not output: drawn on stderr so that stdout carries only the results
-        with Progress(*columns, transient=True, console=Console(stderr=True)) as bar:
+        with stderr_progress(*columns) as bar:
             task = bar.add_task(description, total=config.steps, loss=float("nan"))
             run(lambda loss: bar.update(task, advance=1, loss=loss))
     else:

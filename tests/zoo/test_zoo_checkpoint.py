@@ -58,8 +58,11 @@ def test_checkpoint_errors(tmp_path) -> None:
     cfg = MLPConfig(hidden=(8,))
     with pytest.raises(ValueError, match=r"checkpoint path must end in \.safetensors"):
         save_checkpoint(tmp_path / "m.pt", build_model(cfg), CheckpointMeta(cfg.to_dict()))
-    with pytest.raises(FileNotFoundError, match=r"sidecar .*none\.json of checkpoint"):
-        load_checkpoint(tmp_path / "none.safetensors")
+    with pytest.raises(FileNotFoundError, match=r"checkpoint .*none\.safetensors does not exist"):
+        load_checkpoint(tmp_path / "none.safetensors")  # named before its missing sidecar
+    (tmp_path / "lone.safetensors").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match=r"sidecar .*lone\.json of checkpoint"):
+        load_checkpoint(tmp_path / "lone.safetensors")
     save_checkpoint(tmp_path / "m.safetensors", build_model(cfg), CheckpointMeta(cfg.to_dict()))
     (tmp_path / "m.json").write_text("{not json")
     with pytest.raises(ValueError, match="cannot read checkpoint sidecar"):

@@ -90,6 +90,7 @@ def test_zeros_of_dead_units_are_a_gap_and_probe_size_zeros_are_not():
     x = torch.randn(512, 8, dtype=torch.float64)
     s = block_spectra(kfac_factors(m, x, Categorical()))["2"]
     assert s["A_rows"] == 512 and s["A"][-2:] == [0.0, 0.0] and s["A_kernel"] == 2
+    assert s["G_rows"] is None  # G's row count only bounds its rank (s15 audit V #1)
     sp = spread(s["A"], rows=s["A_rows"])
     assert (sp["n_zero"], sp["n_probe_zero"]) == (2, 0)
     assert sp["max_gap"] == pytest.approx(math.log10(s["A"][-3] / ROUNDOFF_RATIO), abs=ATOL_LOG)

@@ -270,6 +270,10 @@ def test_architecture_in_json_is_the_spec_for_every_lcn_command(tmp_path: Path) 
     assert json.loads(fib_js.read_text())["architecture_label"].startswith("LCN D=1")
     fc = fc_fiber(FC((2, 2, 2)), [[1.0, 2.0], [3.0, 4.0]], [[[0.0, 0.0], [0.0, 0.0]]])
     assert fc.to_dict()["architecture"] == FC((2, 2, 2)).to_dict()
+    from neuromanifold.linear.survey import _witness
+
+    wit = _witness(lcn_fiber(arch, [1.0, 2.0, -1.0, -2.0], [-3.0], n_starts=4))
+    assert wit["architecture"] == arch.to_dict()  # the survey's witness too (s15 audit V #3)
     conv = convergence_experiment(arch, n_runs=1).to_dict()
     assert LCN.from_dict(conv["architecture"]) == arch
     assert conv["architecture_label"] == json.loads(fib_js.read_text())["architecture_label"]

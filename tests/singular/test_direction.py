@@ -310,7 +310,26 @@ def test_rotated_chain_rounded_to_float32_is_not_a_flat_gauge(name, k, klass) ->
         )
 
 
-def test_logit_shift_is_flat_gauge() -> None:
+def test_per_layer_rates_use_the_reads_live_threshold() -> None:
+    """s15 audit V #6: with live_threshold=1e-30 the float32 depth-4 chain reads live (its
+    plateau is above that threshold). Layer 3, whose own plateau the default threshold reads past
+    (k = 4, see the test above), keeps that plateau too (it read k = 4 whatever the threshold);
+    layers 0–2 read k = 4 by the ordinary window rule."""
+    from neuromanifold import read
+    from neuromanifold.cells import get_cell
+
+    cell = get_cell("matrix_chain_L4_rotated")
+    model = copy.deepcopy(cell.model).float()
+    reading = read(model, cell.data.float(), cell.family, progress=False, live_threshold=1e-30)
+    (r,) = [d for d in reading.directions if d.detector == "duality"]
+    assert (r.klass, r.k) == ("live", 1)
+    assert {layer: rate["k"] for layer, rate in r.info["per_layer"].items()} == {
+        "0": 4,
+        "1": 4,
+        "2": 4,
+        "3": 1,
+    }
+
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3)).to(D)
     r = read_direction(

@@ -263,11 +263,9 @@ def convergence_experiment(
         rng = np.random.default_rng([seed, 1, i])
         theta0 = [rng.standard_normal(s) for s in arch.param_shapes]
         runs.append(converge_run(arch, loss, theta0, index=i, t_max=t_max))
-    f = [x[0] for x in arch.filters]
-    s = [x[0] for x in arch.strides[:-1]]
-    return ConvergenceReport(
-        f"LCN D={arch.D} filters={f} strides={s}", tuple(runs), seed, arch.to_dict()
-    )
+    from neuromanifold.linear.fiber import _describe  # the fiber reports' label (D-D too)
+
+    return ConvergenceReport(_describe(arch), tuple(runs), seed, arch.to_dict())
 
 
 #: factor by which a convergence panel's y range extends past its smallest and largest drawn

@@ -153,10 +153,10 @@ class FiberReport:
             (`neuromanifold.linear.fiber_numeric.curve_through`); None where not checked.
         notes: free-text remarks (normalisations, caveats).
         point_residuals: the residual of each point (same units as ``residual``).
-        architecture_spec: the architecture's ``to_dict()`` (``LCN``/``FC``, which
-            ``from_dict`` reads back), or None (shallow ReLU networks). `to_dict` writes it under
-            ``"architecture"``, as ``lcn ntk`` and ``lcn compare`` do, and the description under
-            ``"architecture_label"``.
+        architecture_spec: the architecture's ``to_dict()`` (``LCN``: ``LCN.from_dict`` reads it
+            back; ``FC``: ``{"kind": "FC", "widths": [...]}``), or None (shallow ReLU networks).
+            `to_dict` writes it under ``"architecture"``, as ``lcn ntk`` and ``lcn compare`` do,
+            and the description under ``"architecture_label"``.
     """
 
     architecture: str

@@ -97,8 +97,8 @@ def _check_rtol(rtol: float) -> None:
 
 def jacobian_rank(arch: Architecture, theta: Sequence[Any], *, rtol: float = RTOL_RANK) -> int:
     """Numerical rank of ``Jμ(θ)``: the number of singular values ``> rtol · σ_max``, taken at
-    the balanced point of ``θ``'s rescaling orbit (:func:`balanced_representative`; the rank is
-    the same along the orbit).
+    the balanced point of ``θ``'s layer-wise rescaling orbit (:func:`balanced_representative`;
+    the rank is the same along the orbit).
 
     >>> jacobian_rank(LCN((3, 2), (2,)), [[-0.49, 0.0, 1.0], [-0.49, 1.0]])  # spec §4.6
     3
@@ -116,7 +116,9 @@ class SmoothPointReport:
 
     The singular values are those of ``Jμ`` at the balanced point of ``θ``'s rescaling orbit
     (:func:`balanced_representative`; for a balanced ``θ``, of ``Jμ(θ)`` itself), so the verdict
-    does not depend on where ``θ`` sits on its orbit.
+    does not depend on where ``θ`` sits on that orbit (layer-wise scalings ``w_l → c_l w_l``; for
+    FC the rest of the ``GL`` symmetry, e.g. ``W_1 → D W_1``, ``W_2 → W_2 D⁻¹``, is not
+    normalised and can still move ``σ_dimM/σ_max``).
 
     Attributes:
         rank: numerical rank of ``Jμ`` at relative threshold ``rtol``.

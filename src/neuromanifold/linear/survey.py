@@ -295,8 +295,10 @@ def _witness(rep: FiberReport) -> dict[str, Any]:
     for i, lab in enumerate(labels):
         first.setdefault(lab, i)
     pair = sorted(first.values())[:2]
+    fiber = rep.to_dict()
     return {
-        "architecture": rep.architecture,
+        "architecture": fiber["architecture"],  # the spec, as in the fiber JSON (s15 audit V #3)
+        "architecture_label": fiber["architecture_label"],
         "v": list(rep.v),
         "delta": list(rep.delta),
         "n_points": rep.n_points,

@@ -42,7 +42,8 @@ def to_markdown(result: SurveyResult) -> str:
             text += f"\n* **{r.architecture} — {r.condition}** ({r.fiber_notion}): "
             if "ntks" in w:
                 text += (
-                    f"{w['architecture']}: {w['n_distinct_ntks']} distinct NTKs on one fiber, "
+                    f"{w.get('architecture_label', w['architecture'])}: "
+                    f"{w['n_distinct_ntks']} distinct NTKs on one fiber, "
                     f"relative gap {w['max_ntk_diff_rel']:.3g} (points and NTKs in the JSON).\n"
                 )
             else:

@@ -200,7 +200,9 @@ def read_candidate(
         u_read = u_proj
     n_passes += r.sweep.n_forward_passes
     if per_layer and cand.detector == "duality" and len(cand.layers) > 1:
-        rates = per_layer_rates(work, params, cand, u_read, r, xw, family, plan=plan)
+        rates = per_layer_rates(
+            work, params, cand, u_read, r, xw, family, plan=plan, live_threshold=live_threshold
+        )
         info = {**info, "per_layer": rates}
         n_passes += len(r.sweep.ts)
     return record(cand, r, overlap, info), n_passes
@@ -226,6 +228,7 @@ def per_layer_rates(
     family: Any,
     *,
     plan: MemoryPlan | None = None,
+    live_threshold: float | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Block rates along a chain: ``F_ℓ(t) = u_ℓᵀ F(θ0 + (t + s)u) u_ℓ``, u_ℓ = block ℓ of ``u``.
 
@@ -235,7 +238,12 @@ def per_layer_rates(
     t-grid as its read) and the Fisher
     is evaluated along each block's unit part, batched in one JVP pass per t. By the A–G duality
     every block of a depth-L linear dead path shows ``t^{2(L−1)}`` (spec §6.1), i.e. order L at
-    every layer the direction touches. Returns ``{layer: {"k", "k_hat", "slope", "r2"}}``.
+    every layer the direction touches. Returns ``{layer: {"k", "k_hat", "slope", "r2"}}``. Each
+    layer's fit reads past a noise plateau as the chain's own does (`fit_past_noise_plateau`,
+    with the read's ``live_threshold``). At a point rounded off the locus (a float32 copy) a
+    layer's sweep can also show a lower-order branch below the chain's (the float32 depth-5
+    rotated chain: t² at F ~ 1e-25 under t⁸ at layer 3), and that layer then reads the lower
+    order, the order of the rounded point along its block.
     """
     parts, layers = [], []
     for layer in cand.layers:
@@ -270,6 +278,7 @@ def per_layer_rates(
             f.tolist(),
             floor=floor,
             scale=reading.sweep.scale,
+            live_threshold=live_threshold,
         )
         out[layer] = {
             "k": fit.k,

@@ -163,3 +163,17 @@ def test_library_read_writes_nothing_to_a_non_terminal_stderr(capfd, monkeypatch
     read(model, torch.randn(32, 3, dtype=torch.float64), Gaussian())
     out, err = capfd.readouterr()
     assert (out, err) == ("", "")
+
+
+def test_progress_bars_stay_on_in_jupyter(monkeypatch) -> None:
+    """s15 audit W #2: rich's is_terminal is False in a notebook, where the bars were drawn
+    before 51d5d74 disabled them off a terminal; a notebook shows them."""
+    import rich.console
+
+    from neuromanifold._progress import stderr_progress
+
+    for var in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(var, raising=False)
+    assert stderr_progress().disable  # a captured, non-terminal stderr
+    monkeypatch.setattr(rich.console, "_is_jupyter", lambda: True)
+    assert not stderr_progress().disable

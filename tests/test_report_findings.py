@@ -98,6 +98,23 @@ def test_zeros_of_dead_units_are_a_gap_and_probe_size_zeros_are_not():
     assert (few["n_probe_zero"], few["max_gap"] < 1.0) == (2, True)
 
 
+def test_node_death_evidence_says_whether_the_probe_size_explains_the_zeros():
+    """s15 audit W #1: G keeps no row count, so its zeros may, not must, come from the probe
+    size; A's do when its row count leaves that many."""
+    spectra = {"blocks.0.mlp.fc1": {"A": [1.0], "G": [1.0, 0.2, 0.0], "A_kernel": 0,
+                                    "G_kernel": 1, "G_rows": None},
+               "blocks.0.mlp.fc2": {"A": [1.0, 0.2, 0.0], "G": [1.0], "A_kernel": 1,
+                                    "G_kernel": 0, "A_rows": 2}}  # fmt: skip
+    mr = ModelRead("s", "s", "digits", "x", {}, Reading((), (), {}), spectra, False, 0.0)
+    (f, *_) = node_death_findings(mr, r2_min=R2_MIN)
+    assert "fc1 G: 1 of 3 ratios < 1e-3 (1 zero within round-off, 1 of them possibly from" in (
+        f.observed
+    )
+    assert "fc2 A: 1 of 3 ratios < 1e-3 (1 zero within round-off, 1 of them from the" in (
+        f.observed
+    )
+
+
 def test_optimizer_with_only_round_off_zeros_is_not_clean():
     """A near-kernel made of round-off zeros (fewer probe samples than fc2 inputs) gives no gap,
     so it cannot make an optimizer's structure "clean"."""

@@ -313,8 +313,8 @@ def test_rotated_chain_rounded_to_float32_is_not_a_flat_gauge(name, k, klass) ->
 def test_per_layer_rates_use_the_reads_live_threshold() -> None:
     """s15 audit V #6: with live_threshold=1e-30 the float32 depth-4 chain reads live (its
     plateau is above that threshold). Layer 3, whose own plateau the default threshold reads past
-    (k = 4, see the test above), keeps that plateau too (it read k = 4 whatever the threshold);
-    layers 0–2 read k = 4 by the ordinary window rule."""
+    (k = 4, see the test above), keeps that plateau too (k = 1; it had read past it whatever the
+    threshold); layers 0–2 read k = 4 by the ordinary window rule."""
     from neuromanifold import read
     from neuromanifold.cells import get_cell
 
@@ -330,6 +330,8 @@ def test_per_layer_rates_use_the_reads_live_threshold() -> None:
         "3": 1,
     }
 
+
+def test_logit_shift_is_flat_gauge() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3)).to(D)
     r = read_direction(

@@ -60,6 +60,9 @@ def test_checkpoint_errors(tmp_path) -> None:
         save_checkpoint(tmp_path / "m.pt", build_model(cfg), CheckpointMeta(cfg.to_dict()))
     with pytest.raises(FileNotFoundError, match=r"checkpoint .*none\.safetensors does not exist"):
         load_checkpoint(tmp_path / "none.safetensors")  # named before its missing sidecar
+    (tmp_path / "dir.safetensors").mkdir()  # exists, but is no file (s15 audit W #4)
+    with pytest.raises(FileNotFoundError, match=r"checkpoint .*dir\.safetensors is not a file"):
+        load_checkpoint(tmp_path / "dir.safetensors")
     (tmp_path / "lone.safetensors").write_bytes(b"")
     with pytest.raises(FileNotFoundError, match=r"sidecar .*lone\.json of checkpoint"):
         load_checkpoint(tmp_path / "lone.safetensors")

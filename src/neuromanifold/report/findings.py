@@ -125,11 +125,14 @@ def node_death_findings(mr: Any, *, r2_min: float, expected_k: int = 2) -> list[
         side = "A" if name.endswith("mlp.fc2") else "G" if name.endswith("mlp.fc1") else None
         if side is None:
             continue
-        sp = spread(spec[side], rows=spec.get(f"{side}_rows"))
+        rows = spec.get(f"{side}_rows")
+        sp = spread(spec[side], rows=rows)
+        # without a row count (G) the zeros may, not must, come from the probe size (audit W #1)
+        probe = "from" if rows is not None else "possibly from"
         parts.append(
             f"{name} {side}: {sp['n_small']} of {len(spec[side])} ratios < 1e-3 "
-            f"({sp['n_zero']} zero within round-off, {sp['n_probe_zero']} of them from the probe "
-            f"size), largest gap {sp['max_gap']:.2f} decades, near-kernel "
+            f"({sp['n_zero']} zero within round-off, {sp['n_probe_zero']} of them {probe} the "
+            f"probe size), largest gap {sp['max_gap']:.2f} decades, near-kernel "
             f"{spec[side + '_kernel']}"
         )
     evidence = "; ".join(parts)

@@ -97,7 +97,8 @@ def load_checkpoint(path: str | Path) -> tuple[nn.Module, CheckpointMeta]:
     from neuromanifold.zoo.models import build_model, config_from_dict
 
     if not Path(path).is_file():  # say so before its sidecar (s15 trial T)
-        raise FileNotFoundError(f"checkpoint {path} does not exist")
+        what = "is not a file" if Path(path).exists() else "does not exist"
+        raise FileNotFoundError(f"checkpoint {path} {what}")
     meta = read_meta(path)
     model = build_model(config_from_dict(meta.architecture))
     load_state_dict_checked(model, read_state_dict(path), source=str(path))

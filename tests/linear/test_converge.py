@@ -76,6 +76,10 @@ def test_stride_one_runs_are_reported(tmp_path: Path) -> None:
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="n_runs must be a positive int, got 0"):
         convergence_experiment(LCN((2, 2), (2,)), n_runs=0)
+    from neuromanifold.linear import FC
+
+    with pytest.raises(TypeError, match="the convergence experiment is for LCN architectures"):
+        convergence_experiment(FC((2, 2, 2)))  # ended in AttributeError 'n_v' (s15 audit W)
     arch2 = LCN(((2, 2), (2, 2)), ((1, 1),), dim=2)
     with pytest.raises(ValueError, match="the fast gradient needs a 1-D LCN"):
         lcn_grad_fast(arch2, np.eye(9), np.zeros(9))

@@ -252,6 +252,8 @@ def convergence_experiment(
     The loss comes from ``default_rng([seed, 0])``, run ``i``'s start from
     ``default_rng([seed, 1, i])``.
     """
+    if not isinstance(arch, LCN):  # an FC had ended in AttributeError 'n_v' (s15 audit W)
+        raise TypeError(f"arch = {arch!r}: the convergence experiment is for LCN architectures")
     if not (_is_int(n_runs) and n_runs >= 1):
         raise ValueError(f"n_runs must be a positive int, got {n_runs!r}")
     if not (_is_int(seed) and seed >= 0):

@@ -248,7 +248,8 @@ def plot_optimizers(result: Any, path: str | Path) -> Path:
     ax0.axhline(1e-3, ls=":", color="grey", lw=0.7)
     ax0.set_xlabel("eigenvalue index")
     ax0.set_ylabel("α / α_max of fc2 input A")
-    ax0.legend(fontsize=6)
+    if series:  # no fc2 spectra: nothing to name
+        ax0.legend(fontsize=6)
     kinds = sorted({k for r in result.rows for k in r.readable_kinds})
     xs = list(range(len(result.rows)))
     bottom = [0] * len(result.rows)

@@ -41,7 +41,7 @@ def plot_reading(
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    from neuromanifold.report.figures import _x_limits, _y_limits
+    from neuromanifold.report.figures import _mark_at_edge, _x_limits, _y_limits
 
     path = Path(path)
     ts = list(reading.sweep.ts)
@@ -78,15 +78,9 @@ def plot_reading(
         if nonpos:
             n_zero = sum(f == 0 for _, f in nonpos)
             edge = "F = 0" if n_zero == len(nonpos) else "F ≤ 0"
-            ax.plot(
-                [t for t, _ in nonpos],
-                [ax.get_ylim()[0]] * len(nonpos),
-                ls="none",
-                marker="^",
-                ms=5,
-                color="dimgrey",
-                clip_on=False,
-                label=f"{edge} (at the lower edge)",
+            label = f"{edge} (at the lower edge)"
+            _mark_at_edge(
+                ax, [t for t, _ in nonpos], ax.get_ylim()[0], marker="^", ms=5, label=label
             )
             note = _nonpositive_note(n_zero, len(nonpos), len(fs))
             ax.text(0.5, 0.08, note, transform=ax.transAxes, ha="center", va="bottom", fontsize=8)

@@ -211,7 +211,7 @@ def demo_markdown(result: Any, figures: dict[str, str]) -> str:
 def plot_optimizers(result: Any, path: str | Path) -> Path:
     """Left: fc2 ``A`` ratio spectra per optimizer; right: the directions read, the readable ones
     by kind and the others as the table splits them (`_unreadable_split`)."""
-    from neuromanifold.report.figures import _plt, _spectra_floor, save_png
+    from neuromanifold.report.figures import _mark_at_edge, _plt, _spectra_floor, save_png
 
     plt = _plt()
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11.5, 3.8), dpi=90)
@@ -240,10 +240,8 @@ def plot_optimizers(result: Any, path: str | Path) -> Path:
         )
         zero = [x for x, r in zip(xs, ratios, strict=True) if r == 0]
         if zero:
-            ax0.plot(
-                zero, [lo] * len(zero), ls="none", marker="v", ms=3, color=c, clip_on=False,
-                label=None if n_zero else "α = 0 (drawn at floor)",
-            )  # fmt: skip
+            label = None if n_zero else "α = 0 (drawn at floor)"
+            _mark_at_edge(ax0, zero, lo, ms=3, color=c, label=label)
             n_zero += len(zero)
     ax0.axhline(1e-3, ls=":", color="grey", lw=0.7)
     ax0.set_xlabel("eigenvalue index")

@@ -93,6 +93,24 @@ _SWEEP_KEY = (
 )
 
 
+def _mark_at_edge(
+    ax: Any,
+    xs: Sequence[float],
+    y: float,
+    *,
+    marker: str = "v",
+    ms: float = 4,
+    color: str = "dimgrey",
+    label: str | None = None,
+) -> None:
+    """Markers at height ``y`` (a panel's lower edge) for values a log axis cannot show (zeros),
+    unclipped so that they are drawn whole; ``label`` names them in a legend."""
+    ax.plot(
+        list(xs), [y] * len(xs), ls="none", marker=marker, ms=ms, color=color, clip_on=False,
+        label=label,
+    )  # fmt: skip
+
+
 def _plt():
     import matplotlib
 
@@ -329,16 +347,7 @@ def plot_sweeps(
             ax.axhline(floor, ls="--", lw=0.7, color="grey", label="floor")
         zeros = [t for t, f in zip(ts, fs, strict=True) if f == 0]
         if zeros:
-            lower = ax.get_ylim()[0]
-            ax.plot(
-                zeros,
-                [lower] * len(zeros),
-                ls="none",
-                marker="^",
-                ms=5,
-                color="dimgrey",
-                clip_on=False,
-            )
+            _mark_at_edge(ax, zeros, ax.get_ylim()[0], marker="^", ms=5)
             note = _zero_note(len(zeros), len(fs))
             ax.text(0.5, 0.08, note, transform=ax.transAxes, ha="center", va="bottom", fontsize=7)
         if r.window is not None:
@@ -425,16 +434,7 @@ def plot_spectra(
                 ax.semilogy(*zip(*pos, strict=True), ".-", ms=3, lw=0.8, color=colour, label=which)
             if zero:
                 zero_counts.append(f"{which}: {len(zero)} ratio{'s' * (len(zero) > 1)} = 0")
-                ax.plot(
-                    zero,
-                    [lo] * len(zero),
-                    ls="none",
-                    marker="v",
-                    ms=4,
-                    color=colour,
-                    clip_on=False,
-                    label=f"{which} = 0 (drawn at floor)",
-                )
+                _mark_at_edge(ax, zero, lo, color=colour, label=f"{which} = 0 (drawn at floor)")
             n_kern = int(s[f"{which}_kernel"])
             if n_kern:
                 # a zero's circle sits on the lower edge: unclipped, so it is drawn whole

@@ -157,7 +157,8 @@ def test_not_normal_form_note_printed(tmp_path: Path) -> None:
         (["--filters", "2,2", "--theta", "1,a;1,2"], "comma-separated numbers"),
         (["--filters", "2,2", "--theta", "1,inf;1,2"], "finite"),
         (["--filters", "2,y", "--theta", "1,2;1,2"], "--filters entry 'y'"),
-        (["--filters", ",", "--theta", "1"], "--filters is empty"),
+        (["--filters", " ", "--theta", "1"], "--filters is empty"),
+        (["--filters", ",", "--theta", "1"], "--filters ',': field 1 of 2 is empty"),
         (["--filters", "2,2", "--strides", "1,1,1", "--theta", "1,2;1,2"], "strides"),
         (["--filters", "2,2", "--strides", "0", "--theta", "1,2;1,2"], "positive"),
         (["--filters", "2,0", "--theta", "1,2;"], "positive"),
@@ -190,3 +191,41 @@ def test_theta_whose_products_underflow_is_refused() -> None:
     res = runner.invoke(app, args)
     assert res.exit_code == 2 and "μ(θ) or the NTK underflow float64" in res.output
     assert "rank J" not in res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["lcn", "ntk", "--filters", "2,,2", "--theta", "1,2;1,-1"],
+            "--filters '2,,2': field 2 of 3 is empty",
+        ),
+        (
+            ["lcn", "ntk", "--filters", "2,2", "--strides", "1,,", "--theta", "1,2;1,-1"],
+            "--strides '1,,': field 2 of 3 is empty",
+        ),
+        (
+            ["lcn", "fiber", "--filters", "2,2", "--v", "1,,1,-2", "--delta=-3"],
+            "--v '1,,1,-2': field 2 of 4 is empty",
+        ),
+        (
+            ["lcn", "fiber", "--filters", "2,2", "--v", "1,1,-2", "--delta=-3,"],
+            "--delta '-3,': field 2 of 2 is empty",
+        ),
+        (
+            [
+                *("lcn", "compare", "--filters", "2,2", "--strides", "2"),
+                *("--v", "3,6,,1,2", "--delta", "5", "--delta", "0"),
+            ],
+            "--v '3,6,,1,2': field 3 of 5 is empty",
+        ),
+        (["lcn", "survey", "--samples", "1", "--rows", "0,,1"], "--rows '0,,1': field 2"),
+    ],
+)
+def test_empty_fields_in_number_lists_are_refused(args: list[str], message: str) -> None:
+    """s16 trial Z #5: empty comma fields were dropped, so ``--v 3,6,,1,2`` ran on v = (3,6,1,2)
+    (a valid length for stride 2) and ``--filters 2,,2`` on (2, 2); ``--theta`` refused them."""
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2, res.output
+    flat = " ".join(res.output.replace("│", " ").split())
+    assert message in flat, res.output

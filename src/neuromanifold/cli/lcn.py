@@ -60,7 +60,7 @@ def _parse_shape(item: str, dim: int, *, what: str) -> tuple[int, ...] | int:
 
 def parse_filters(text: str, dim: int) -> tuple[Any, ...]:
     """``"2,2"`` → ``(2, 2)``; ``"2x2,3x3"`` → ``((2, 2), (3, 3))``."""
-    items = [s for s in text.split(",") if s.strip()]
+    items = lcn_fiber.fields(text, what="--filters")
     if not items:
         raise typer.BadParameter("--filters is empty: expected e.g. 2,2 or 2x2,3x3")
     shapes = [_parse_shape(s, dim, what="--filters") for s in items]
@@ -77,7 +77,8 @@ def parse_strides(text: str | None, n_layers: int, dim: int) -> tuple[Any, ...]:
     """``"2,3"`` → ``(2, 3)``; ``"1x2"`` → ``((1, 2),)``; ``None`` → all 1 (``L − 1`` entries)."""
     if text is None or not text.strip():
         return tuple(1 for _ in range(n_layers - 1))
-    return tuple(_parse_shape(s, dim, what="--strides") for s in text.split(",") if s.strip())
+    items = lcn_fiber.fields(text, what="--strides")
+    return tuple(_parse_shape(s, dim, what="--strides") for s in items)
 
 
 def parse_theta(text: str, shapes: tuple[tuple[int, ...], ...]) -> list[Any]:

@@ -27,9 +27,29 @@ from neuromanifold.cli._files import (
 _OUT = out_dir_parser()
 
 
+def fields(text: str, *, what: str) -> list[str]:
+    """The comma-separated fields of ``text`` (stripped); a blank ``text`` has none.
+
+    An empty field (``"1,,2"``, a trailing comma) is refused: dropping it shifted every later
+    coefficient by one place, and a vector of the wrong length could then pass the length check
+    (s16 trial Z #5).
+    """
+    if not text.strip():
+        return []
+    items = [x.strip() for x in text.split(",")]
+    empty = [i + 1 for i, x in enumerate(items) if not x]
+    if empty:
+        raise typer.BadParameter(
+            f"{what} {text!r}: field {empty[0]} of {len(items)} is empty; "
+            "expected comma-separated values"
+        )
+    return items
+
+
 def _floats(text: str, *, what: str) -> list[float]:
+    items = fields(text, what=what)
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        return [float(x) for x in items]
     except ValueError:
         raise typer.BadParameter(f"{what} {text!r}: expected comma-separated numbers") from None
 
@@ -158,7 +178,7 @@ def survey_command(
     idx = list(range(n_rows))
     if rows is not None:
         try:
-            idx = [int(x) for x in rows.split(",") if x.strip()]
+            idx = [int(x) for x in fields(rows, what="--rows")]
         except ValueError:
             raise typer.BadParameter(f"--rows {rows!r}: expected comma-separated ints") from None
         repeated = sorted({i for i in idx if idx.count(i) > 1})

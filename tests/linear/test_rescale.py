@@ -194,7 +194,7 @@ def test_balanced_errors() -> None:
         fc_balanced_params(arch, np.eye(3))
     with pytest.raises(TypeError, match="expected an FC"):
         fc_balanced_params(LCN((2, 2), (1,)), np.eye(3))
-    with pytest.raises(ValueError, match="finite positive"):
+    with pytest.raises(ValueError, match="theta layer 1 is the zero filter"):
         rescale_to_delta([np.zeros(2), np.ones(2)], [0.0])
 
 

@@ -32,8 +32,10 @@ from neuromanifold.linear.invariants import sq_norms as _sq_norms
 __all__ = [
     "fc_balanced_params",
     "fiber_scale",
+    "lemma_log_squared_norms",
     "lemma_scalings",
     "lemma_squared_norms",
+    "log_sq_norms",
     "rescale_to_delta",
 ]
 
@@ -84,17 +86,18 @@ def _offsets(d: np.ndarray) -> np.ndarray:
         m = int(np.argmin(e))  # the exact sums' sign is right: a strictly lower D_m
 
 
-def _lemma_log_root(a: np.ndarray, d: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-    """``(u*, e, log e)``: the root ``u* = log t*`` of ``h`` and the offsets (module docstring).
+def _lemma_log_root(log_a: np.ndarray, d: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """``(u*, e, log e)``: the root ``u* = log t*`` of ``h`` and the offsets (module docstring),
+    from ``log_a = log ‖u_l‖²``.
 
-    ``L ≥ 2``. ``u*`` is finite whenever ``a`` and ``δ`` are finite and positive / finite, even
-    where ``t* = e^{u*}`` itself is not representable in float64.
+    ``L ≥ 2``. ``u*`` is finite whenever ``log a`` and ``δ`` are finite, even where
+    ``t* = e^{u*}`` (or ``a`` itself) is not representable in float64.
     """
     e = _offsets(d)
     log_e = np.full(e.shape, -np.inf)
     pos = e > 0
     log_e[pos] = np.log(e[pos])
-    log_P = float(np.sum(np.log(a)))
+    log_P = float(np.sum(log_a))
 
     def h(u: float) -> float:
         return float(np.sum(np.logaddexp(u, log_e))) - log_P
@@ -103,7 +106,7 @@ def _lemma_log_root(a: np.ndarray, d: np.ndarray) -> tuple[float, np.ndarray, np
         with np.errstate(over="ignore"):  # exp → inf gives the exact limit 1 / (1 + inf) = 0
             return float(np.sum(1.0 / (1.0 + np.exp(log_e - u))))
 
-    u0 = log_P / a.size
+    u0 = log_P / log_a.size
     h0 = h(u0)
     lo, hi = (u0 - h0, u0) if h0 > 0 else (u0, u0 - h0)  # h' ≥ 1 makes this a bracket
     u = hi
@@ -146,7 +149,7 @@ def lemma_squared_norms(sq_norms: Any, delta: Any) -> np.ndarray:
     a, d = _validate(sq_norms, delta)
     if a.size == 1:
         return a.copy()
-    u, e, _ = _lemma_log_root(a, d)
+    u, e, _ = _lemma_log_root(np.log(a), d)
     t = math.exp(u) if u < _LOG_MAX else math.inf
     if not 0.0 < t < math.inf:
         raise _not_representable("lemma_squared_norms", a, d, f"x_min = t* = exp({u:.6g}) = {t}")
@@ -167,7 +170,7 @@ def lemma_scalings(sq_norms: Any, delta: Any) -> np.ndarray:
     a, d = _validate(sq_norms, delta)
     if a.size == 1:
         return np.ones(1)
-    u, e, log_e = _lemma_log_root(a, d)
+    u, e, log_e = _lemma_log_root(np.log(a), d)
     t = math.exp(u) if u < _LOG_MAX else math.inf
     with np.errstate(over="ignore", under="ignore"):
         lam = np.sqrt((t + e) / a)
@@ -182,17 +185,76 @@ def lemma_scalings(sq_norms: Any, delta: Any) -> np.ndarray:
     return lam
 
 
+def log_sq_norms(theta: Sequence[Any]) -> np.ndarray:
+    """``(log ‖w_1‖², …, log ‖w_L‖²)`` from overflow-free norms (shape ``(L,)``; ``−inf`` for a
+    zero filter). Finite for every non-zero finite filter, also where ``‖w_l‖²`` itself
+    underflows to 0 or overflows to ``inf`` in float64 (norms beyond about ``1e±154``).
+    """
+    return np.array([2.0 * math.log(n) if n > 0 else -math.inf for n in map(_norm_of, theta)])
+
+
+def _norm_of(w: Any) -> float:
+    return _norm(np.asarray(w, dtype=np.float64))
+
+
+def lemma_log_squared_norms(log_sq_norms: Any, delta: Any) -> np.ndarray:
+    """``log x`` (shape ``(L,)``), ``x`` the Lemma's squared norms (:func:`lemma_squared_norms`),
+    from ``log ‖u_l‖²``: ``log x_l = log(t* + e_l) = logaddexp(u*, log e_l)``.
+
+    Finite whenever the inputs are finite, even where ``x`` or ``‖u_l‖²`` is not representable
+    in float64. ``L = 1`` returns the input.
+    """
+    log_a = np.asarray(log_sq_norms, dtype=np.float64)
+    if log_a.ndim != 1 or log_a.size == 0 or not np.all(np.isfinite(log_a)):
+        raise ValueError(
+            f"log_sq_norms = {log_a.tolist()}: expected a non-empty vector of finite logs "
+            "(non-zero filters)"
+        )
+    _, d = _validate(np.ones(log_a.size), delta)
+    if log_a.size == 1:
+        return log_a.copy()
+    u, _, log_e = _lemma_log_root(log_a, d)
+    return np.logaddexp(u, log_e)
+
+
 def rescale_to_delta(theta: Sequence[Any], delta: Any) -> tuple[np.ndarray, ...]:
     """``(λ_l w_l)_l`` with ``λ`` from :func:`lemma_scalings`: same ``μ``, invariants ``δ``.
+
+    Where some ``‖w_l‖²`` is not representable in float64 (norms beyond about ``1e±154``), ``λ``
+    comes from the logs of the norms, ``log λ_l = (log x_l − log ‖w_l‖²)/2``
+    (:func:`lemma_log_squared_norms`; relative error about ``|log λ_l| · ε``). ``L = 1``:
+    ``λ = 1`` (the zero filter included). A zero
+    filter of a deeper network raises ``ValueError`` (no rescaling reaches another ``δ``).
 
     >>> [w.round(12).tolist() for w in rescale_to_delta([[1.0, 0.0], [1.0, 1.0]], [0.0])]
     [[1.189207115003, 0.0], [0.840896415254, 0.840896415254]]
     """
-    a = _sq_norms(theta)
-    lam = lemma_scalings(a, delta)
-    return tuple(
-        float(c) * np.asarray(w, dtype=np.float64) for c, w in zip(lam, theta, strict=True)
-    )
+    ws = [np.asarray(w, dtype=np.float64) for w in theta]
+    if len(ws) == 1:
+        _validate(np.ones(1), delta)
+        return (ws[0].copy(),)
+    log_a = log_sq_norms(ws)
+    zero = [i + 1 for i, x in enumerate(log_a) if x == -math.inf]
+    if zero:
+        raise ValueError(
+            f"theta layer {zero[0]} is the zero filter: expected non-zero filters (the Lemma "
+            "rescales them by positive factors)"
+        )
+    with np.errstate(over="ignore", under="ignore"):
+        a = _sq_norms(ws)
+    if np.all(np.isfinite(a)) and np.all(a > 0):
+        lam = lemma_scalings(a, delta)
+    else:  # a squared norm under- or overflows float64: λ from the logs of the norms
+        d = _validate(np.ones(len(ws)), delta)[1]
+        log_lam = 0.5 * (lemma_log_squared_norms(log_a, d) - log_a)
+        with np.errstate(over="ignore", under="ignore"):
+            lam = np.exp(log_lam)
+        if not (np.all(lam > 0) and np.all(np.isfinite(lam))):
+            raise ValueError(
+                f"rescale_to_delta: the scalings λ (log λ = {log_lam.tolist()}) are not "
+                "representable in float64"
+            )
+    return tuple(float(c) * w for c, w in zip(lam, ws, strict=True))
 
 
 def _norm(x: np.ndarray) -> float:

@@ -46,7 +46,14 @@ from neuromanifold.linear.architecture import validate_params as _validate_param
 from neuromanifold.linear.invariants import delta as _delta
 from neuromanifold.linear.invariants import sq_norms as _sq_norms
 from neuromanifold.linear.ntk import gram_blocks, mu_and_jacobian, ntk
-from neuromanifold.linear.rescale import fiber_scale, lemma_squared_norms, rescale_to_delta
+from neuromanifold.linear.rescale import (
+    _norm,
+    fiber_scale,
+    lemma_log_squared_norms,
+    lemma_squared_norms,
+    log_sq_norms,
+    rescale_to_delta,
+)
 
 __all__ = [
     "NewtonResult",
@@ -218,6 +225,18 @@ def _balanced_start(
     return _random_start(arch, v, d, rng)
 
 
+def _guess_start(theta: Params, d: np.ndarray) -> Params:
+    """``theta`` itself, or its Lemma image at ``δ`` (same ``μ``) when a squared layer norm of
+    ``theta`` is not representable in float64 (layers of norm ``1e-170`` and ``1e170``: the
+    Gauss–Newton residual ``δ(θ) − δ`` overflowed; s16 trial Z #3)."""
+    with np.errstate(over="ignore", under="ignore"):
+        a = _sq_norms(theta)
+    nonzero = [bool(np.any(w)) for w in theta]
+    if all(nonzero) and not (np.all(np.isfinite(a)) and np.all(a > 0)):
+        return rescale_to_delta(theta, d)
+    return theta
+
+
 def solve_fiber_point(
     arch: LCN,
     v: Any,
@@ -250,7 +269,7 @@ def solve_fiber_point(
     best: NewtonResult | None = None
     starts: list[Params] = []
     if theta_guess is not None:
-        starts.append(_validate_params(arch, theta_guess))
+        starts.append(_guess_start(_validate_params(arch, theta_guess), d))
     for i in range(int(n_starts) + len(starts)):
         if i < len(starts):
             th0 = starts[i]
@@ -302,17 +321,35 @@ def ntk_from_function(
 def ntk_closed_form(arch: LCN, u: Sequence[Any], delta: Any) -> np.ndarray:
     """``K_δ(v) = N(v) Σ_l G_l(û) / x_l`` from any factorisation ``u`` of ``v`` (spec §2.5).
 
-    ``N = Π_l ‖u_l‖²``, ``û_l = u_l / ‖u_l‖``, ``x = lemma_squared_norms(‖u‖², δ)``. Spec §6:
+    ``N = Π_l ‖u_l‖²``, ``û_l = u_l / ‖u_l‖``, ``x = lemma_squared_norms(‖u‖², δ)``. Where
+    ``‖u_l‖²`` or ``N`` is not representable in float64 (small or large filters: ``N`` of three
+    layers of norm ``1e-70`` underflows), each ``N / x_l`` is taken from the logs of the norms;
+    a coefficient that is itself not representable raises ``ValueError``. Spec §6:
     ``k = (2, 2)``, ``s = 2``, ``u = ((1, 2), (3, 1))`` with its own ``δ = 5`` gives ``K(u)``.
 
     >>> ntk_closed_form(LCN((2, 2), (2,)), [[1, 2], [3, 1]], [5.0]).round(12).tolist()[0]
     [10.0, 2.0, 3.0, 0.0]
     """
     th = _validate_params(arch, u)
-    a = _sq_norms(th)
-    if np.any(a == 0):
-        raise ValueError(f"u has a zero filter (squared norms {a.tolist()}): expected non-zero")
-    x = lemma_squared_norms(a, delta)
-    unit = [w / np.sqrt(n) for w, n in zip(th, a, strict=True)]
-    N = float(np.prod(a))
-    return N * sum(G / xl for G, xl in zip(gram_blocks(arch, unit), x, strict=True))
+    log_a = log_sq_norms(th)
+    zero = [i + 1 for i, x in enumerate(log_a) if x == -np.inf]
+    if zero:
+        raise ValueError(f"u layer {zero[0]} is the zero filter: expected non-zero filters")
+    unit = [w / _norm(w) for w in th]
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        a = _sq_norms(th)
+        N = float(np.prod(a))
+    if np.all(np.isfinite(a)) and np.all(a > 0) and 0.0 < N < np.inf:
+        x = lemma_squared_norms(a, delta)
+        return N * sum(G / xl for G, xl in zip(gram_blocks(arch, unit), x, strict=True))
+    # ‖u_l‖² or N under- or overflows float64: each coefficient N / x_l from the logs
+    log_c = float(np.sum(log_a)) - lemma_log_squared_norms(log_a, delta)
+    with np.errstate(over="ignore", under="ignore"):
+        c = np.exp(log_c)
+    if not (np.all(c > 0) and np.all(np.isfinite(c))):
+        raise ValueError(
+            "K_δ(v) is not representable in float64: its coefficients N/x_l = "
+            f"exp({log_c.tolist()}) under- or overflow (rescale u: K has degree 2(L − 1) in the "
+            "scale of u)"
+        )
+    return sum(cl * G for G, cl in zip(gram_blocks(arch, unit), c, strict=True))

@@ -9,7 +9,8 @@ when none is given) and reads three numbers off their Jacobians ``J_i = Jμ(θ_i
   different tangent spaces: a **crossing** (a singular point although every ``J_i`` has full rank);
 * otherwise ``v`` is a **smooth** point (one tangent space of dimension ``dim M``).
 
-``v = 0`` is reported as ``"zero"`` (always singular) and a ``v`` with no fiber point as
+``v = 0`` is reported as ``"zero"`` (singular for depth ``L ≥ 2``; for ``L = 1`` μ is the identity,
+``M = R^k`` and ``v = 0`` is classified like any other point) and a ``v`` with no fiber point as
 ``"off_manifold"``. Ranks count singular values above ``RANK_RTOL · σ_max``; the singular values
 themselves are reported so the margin can be judged. For 1-D ``v`` the smallest relative distance
 between two roots is reported too (near-collisions of root orbits signal nearby singularities).
@@ -251,7 +252,7 @@ def classify_locus(
     gap = min_root_gap(v) if arch.D == 1 and np.any(v) else None
     form = normal_form_note(arch)
     notes: list[str] = [form] if form else []
-    if not np.any(v):
+    if not np.any(v) and arch.L >= 2:
         notes.append("v = 0")
         return LocusReport("zero", m, (), (), (), RANK_RTOL, 0, 0.0, gap, 0.0, tuple(notes))
     rep = lcn_fiber(arch, v, d, n_starts=n_starts, seed=seed, theta_guess=th)

@@ -159,6 +159,9 @@ def is_smooth_point(
 ) -> SmoothPointReport:
     """Report whether ``θ`` is a regular point of ``μ`` (``rank Jμ = dim M``, all ``w_l ≠ 0``).
 
+    For depth ``L = 1`` μ is the identity and every point is regular, the zero filter included:
+    the rank test alone decides (``w_1 ≠ 0`` is asked of deeper networks only).
+
     >>> is_smooth_point(LCN((2, 2), (2,)), [[1, 2], [3, 1]]).smooth
     True
     """
@@ -177,7 +180,7 @@ def is_smooth_point(
         sigma_next=float(s[m]) if m < s.size else 0.0,
         rtol=float(rtol),
         min_filter_norm=min_norm,
-        smooth=bool(rank == m and min_norm > 0),
+        smooth=bool(rank == m and (min_norm > 0 or arch.L == 1)),
     )
 
 

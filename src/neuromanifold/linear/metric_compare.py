@@ -362,7 +362,7 @@ def compare_metrics(
         raise TypeError(f"arch = {arch!r}: expected an LCN")
     ds = _check_deltas(arch, deltas)
     v_arr, _ = check_lcn_target(arch, v, ds[0])
-    if not np.any(v_arr):
+    if not np.any(v_arr) and arch.L >= 2:  # L = 1: μ is the identity, K = I at v = 0 too
         raise ValueError("v = 0: the zero filter is a singular point of M; the metric is undefined")
     agree_tol = _check_tol("agree_tol", agree_tol)
     tangent_tol = _check_tol("tangent_tol", tangent_tol)

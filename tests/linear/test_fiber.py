@@ -352,3 +352,32 @@ def test_stride_one_flows_from_the_two_fiber_points_differ() -> None:
     for e in expected:  # the spec's 4-digit values, matched in either order
         assert min(np.max(np.abs(v - e)) for v in ends) <= ATOL_PRINTED_4
     assert np.max(np.abs(ends[0] - ends[1])) > FLOW_GAP_MIN
+
+
+@pytest.mark.parametrize("widths", [(3, 1, 2), (2, 1, 1, 3)])
+def test_fc_width_one_bottleneck_fiber_is_one_point_modulo_signs(widths: tuple) -> None:
+    """s16 trial Z #4: with a width-1 bottleneck the (W, Δ)-fiber is finite, the 2^{L−1} images
+    of one point under the hidden sign flips W_l ↦ s_l s_{l−1} W_l. They were listed as distinct
+    points with a note calling them samples of a continuum."""
+    rng = np.random.default_rng(0)
+    arch = FC(widths)
+    theta = [rng.standard_normal(s) for s in arch.param_shapes]
+    W, D = fc_mu(arch, theta), fc_delta(theta)
+    # the law: every sign image is a point of the same fiber
+    for c in sign_patterns(arch.L):
+        image = [ci * w for ci, w in zip(c, theta, strict=True)]
+        np.testing.assert_allclose(fc_mu(arch, image), W, rtol=0, atol=ATOL_EXACT)
+        for a, b in zip(fc_delta(image), D, strict=True):
+            np.testing.assert_allclose(a, b, rtol=0, atol=ATOL_EXACT)
+    rep = fiber_of_params(arch, theta)
+    assert rep.fiber_dimension == 0 and rep.continuum is False
+    assert rep.n_points == 1 and not rep.notes
+
+
+def test_fc_continuum_is_still_called_one() -> None:
+    """Widths (2, 2, 2) at a generic point: a curve passes (spec §2.6, dimension 1)."""
+    rng = np.random.default_rng(8)
+    arch = FC((2, 2, 2))
+    rep = fiber_of_params(arch, [rng.standard_normal(s) for s in arch.param_shapes])
+    assert rep.continuum is True and rep.fiber_dimension == 1
+    assert any("is a continuum (dimension 1" in n for n in rep.notes)

@@ -6,8 +6,9 @@ group by two independent routes — algebraic (root orbits in 1-D, rational fact
 :mod:`~neuromanifold.linear.fiber_numeric`) — and reports whether they agree (same number of
 points, NTKs equal to ``ROUTE_AGREE_RTOL`` relative to the largest entry, or to
 ``ROUTE_AGREE_SINGULAR_RTOL`` where a point is a singular point of μ). :func:`fc_fiber` does
-the numeric search for fully connected networks, whose fibers are continuous families: it samples
-them (random starts and perturbations of a known point projected back onto the fiber).
+the numeric search for fully connected networks, whose fibers are often continuous families: it
+samples them (random starts and perturbations of a known point projected back onto the fiber),
+modulo the same sign group, and says "continuum" only where a curve passes through a point found.
 
 The NTK of each point is the structured ``K = Jμ Jμᵀ`` (LCN, on C-order ``v``) or the FC operator
 matrix on C-order ``vec Z``. A ``v`` that no route reaches gives a report with
@@ -327,8 +328,11 @@ def fc_fiber(
     """Sample the FC fiber ``{(W_l) : W_L⋯W_1 = W, Δ_l = Delta_l}`` and compare NTKs there.
 
     Random starts plus ``n_perturb`` perturbations of ``theta_guess`` (if given), each projected
-    onto the fiber by LM. Points are distinct samples (the fiber is a continuous family when
-    ``fiber_dimension > 0``); the NTK is the ``(n_L n_0)²`` operator matrix of each sample.
+    onto the fiber by LM. Points are distinct modulo the hidden sign flips
+    ``W_l ↦ s_l s_{l−1} W_l`` (`~.fiber_numeric.point_distance`); where a curve of fiber
+    points passes through the first point (:func:`~.fiber_numeric.curve_through`) they are
+    samples of a continuum and a note says so. The NTK is the ``(n_L n_0)²`` operator matrix of
+    each point.
     """
     W, Ds = check_fc_target(arch, W, Delta)
     if theta_guess is not None:
@@ -348,7 +352,13 @@ def fc_fiber(
         n_starts=num.n_starts,
         n_converged=num.n_converged,
     )
-    notes = ["FC fibers may be continuous families: points are samples along them"]
+    notes: list[str] = []
+    fiber_dim = fiber_dimension(arch, num.points[0]) if thetas else None
+    # as for LCNs: a positive n_params − rank dΦ is a continuum only where a curve passes
+    is_curve = bool(fiber_dim) and curve_through(arch, W, Ds, num.points[0])
+    continuum = continuum_note(fiber_dim if is_curve else 0, len(thetas))
+    if continuum:
+        notes.append(continuum)
     if not thetas:
         notes.append(
             f"no parameters found over (W, Δ): best residual {num.best_residual:.3g}, "
@@ -370,7 +380,8 @@ def fc_fiber(
             _rank(fc_jacobian(arch, balanced_representative(arch, th))) for th in thetas
         ],
         dim_M=arch.dim_M,
-        fiber_dimension=fiber_dimension(arch, num.points[0]) if thetas else None,
+        fiber_dimension=fiber_dim,
+        continuum=is_curve if thetas else None,
         notes=notes,
     )
 

@@ -28,8 +28,11 @@ are badly conditioned — layers of norm ``√1000`` next to one of norm ``10⁻
 starts for a point the lemma reaches to ``3·10⁻¹⁵``); the balanced problem is not, and the lemma
 is exact, so the final solve at ``(v, δ)`` only polishes.
 
-LCN points are compared modulo the sign group ``{(c_l) ∈ {±1}^L : Π c_l = 1}`` (isometries that
-fix μ and δ); FC points are compared plainly (the FC fiber is a continuous family).
+Points are compared modulo the sign group ``{(c_l) ∈ {±1}^L : Π c_l = 1}`` (isometries that
+fix μ and δ). For an FC network these are the hidden isometries ``Q_l = s_l I`` (``s_l = ±1``,
+``W_l ↦ s_l s_{l−1} W_l`` with ``s_0 = s_L = 1``, so ``c_l = s_l s_{l−1}``), which fix every
+``Δ_l``; the rest of ``Π O(n_l)`` moves ``Δ`` and is not divided out (s16 trial Z #4: a width-1
+bottleneck's fiber listed its ``2^{L−1}`` sign images as distinct points).
 """
 
 from __future__ import annotations
@@ -143,7 +146,7 @@ def sign_patterns(L: int) -> list[np.ndarray]:
     return out
 
 
-def sign_distance(arch: LCN, x: np.ndarray, y: np.ndarray) -> float:
+def sign_distance(arch: LCN | FC, x: np.ndarray, y: np.ndarray) -> float:
     """``min_c ‖x − c·y‖₂`` over the sign group (flat parameter vectors)."""
     sizes = arch.layer_sizes
     best = np.inf
@@ -154,13 +157,12 @@ def sign_distance(arch: LCN, x: np.ndarray, y: np.ndarray) -> float:
 
 
 def point_distance(arch: LCN | FC, x: np.ndarray, y: np.ndarray) -> float:
-    """Distance modulo the finite isometric symmetries used for de-duplication."""
-    if isinstance(arch, LCN):
-        return sign_distance(arch, x, y)
-    return float(np.linalg.norm(x - y))
+    """Distance modulo the finite isometric symmetries used for de-duplication (the sign group,
+    module docstring; the same per-layer signs for LCN filters and FC matrices)."""
+    return sign_distance(arch, x, y)
 
 
-def canonical_signs(arch: LCN, x: np.ndarray) -> np.ndarray:
+def canonical_signs(arch: LCN | FC, x: np.ndarray) -> np.ndarray:
     """Representative of the sign orbit: the largest-modulus entry of layers 1..L−1 positive."""
     th = [w.copy() for w in unflatten_params(arch, x)]
     for l in range(arch.L - 1):
@@ -253,7 +255,7 @@ def numeric_fiber(
     good, best, n = _lsq.multistart(
         lambda x: phi(arch, x) - target, lambda x: phi_jacobian(arch, x), starts, tol=tol
     )
-    xs = [canonical_signs(arch, g.x) if isinstance(arch, LCN) else g.x for g in good]
+    xs = [canonical_signs(arch, g.x) for g in good]
     keep = _dedupe(arch, xs)  # at unit scale: the distinctness threshold is relative too
     return NumericFiber(
         points=tuple(rho * xs[i] for i in keep),

@@ -47,6 +47,8 @@ _MAX_ITER = 200
 RTOL_FC_RANK = 1e-12
 #: ``log`` of the largest float64: ``math.exp`` raises OverflowError above it.
 _LOG_MAX = math.log(np.finfo(np.float64).max)
+#: smallest normal float64: squared norms below it have lost bits (subnormal) and take the logs
+_TINY = float(np.finfo(np.float64).tiny)
 
 
 def _validate(sq_norms: Any, delta: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -187,14 +189,19 @@ def lemma_scalings(sq_norms: Any, delta: Any) -> np.ndarray:
 
 def log_sq_norms(theta: Sequence[Any]) -> np.ndarray:
     """``(log ‖w_1‖², …, log ‖w_L‖²)`` from overflow-free norms (shape ``(L,)``; ``−inf`` for a
-    zero filter). Finite for every non-zero finite filter, also where ``‖w_l‖²`` itself
-    underflows to 0 or overflows to ``inf`` in float64 (norms beyond about ``1e±154``).
+    zero filter, ``nan`` for a filter with a non-finite entry). Finite for every non-zero finite
+    filter, also where ``‖w_l‖²`` itself underflows to 0 or overflows to ``inf`` in float64
+    (norms beyond about ``1e±154``).
     """
-    return np.array([2.0 * math.log(n) if n > 0 else -math.inf for n in map(_norm_of, theta)])
+    out = []
+    for n in map(_norm_of, theta):
+        out.append(2.0 * math.log(n) if 0 < n < math.inf else (-math.inf if n == 0 else math.nan))
+    return np.array(out)
 
 
 def _norm_of(w: Any) -> float:
-    return _norm(np.asarray(w, dtype=np.float64))
+    x = np.asarray(w, dtype=np.float64)
+    return _norm(x) if np.all(np.isfinite(x)) else math.nan
 
 
 def lemma_log_squared_norms(log_sq_norms: Any, delta: Any) -> np.ndarray:
@@ -220,16 +227,21 @@ def lemma_log_squared_norms(log_sq_norms: Any, delta: Any) -> np.ndarray:
 def rescale_to_delta(theta: Sequence[Any], delta: Any) -> tuple[np.ndarray, ...]:
     """``(λ_l w_l)_l`` with ``λ`` from :func:`lemma_scalings`: same ``μ``, invariants ``δ``.
 
-    Where some ``‖w_l‖²`` is not representable in float64 (norms beyond about ``1e±154``), ``λ``
-    comes from the logs of the norms, ``log λ_l = (log x_l − log ‖w_l‖²)/2``
-    (:func:`lemma_log_squared_norms`; relative error about ``|log λ_l| · ε``). ``L = 1``:
-    ``λ = 1`` (the zero filter included). A zero
-    filter of a deeper network raises ``ValueError`` (no rescaling reaches another ``δ``).
+    Where some ``‖w_l‖²`` is not a normal float64 (norms beyond about ``1e±154``: 0, subnormal
+    or ``inf``), ``λ`` comes from the logs of the norms, ``log λ_l = (log x_l − log ‖w_l‖²)/2``
+    (:func:`lemma_log_squared_norms`; relative error about ``|log ‖w_l‖²| · ε``, 1e-13 at
+    norms of 1e-170). ``L = 1``: ``λ = 1`` (the zero filter included). Raises ``ValueError`` for
+    a non-finite entry, for a zero filter of a deeper network (no rescaling reaches another
+    ``δ``) and where some ``λ_l w_l`` is not representable (it would underflow to a zero filter
+    or overflow).
 
     >>> [w.round(12).tolist() for w in rescale_to_delta([[1.0, 0.0], [1.0, 1.0]], [0.0])]
     [[1.189207115003, 0.0], [0.840896415254, 0.840896415254]]
     """
     ws = [np.asarray(w, dtype=np.float64) for w in theta]
+    bad = [i + 1 for i, w in enumerate(ws) if not np.all(np.isfinite(w))]
+    if bad:
+        raise ValueError(f"theta layer {bad[0]}: entries must be finite")
     if len(ws) == 1:
         _validate(np.ones(1), delta)
         return (ws[0].copy(),)
@@ -242,9 +254,9 @@ def rescale_to_delta(theta: Sequence[Any], delta: Any) -> tuple[np.ndarray, ...]
         )
     with np.errstate(over="ignore", under="ignore"):
         a = _sq_norms(ws)
-    if np.all(np.isfinite(a)) and np.all(a > 0):
+    if np.all(np.isfinite(a)) and np.all(a >= _TINY):
         lam = lemma_scalings(a, delta)
-    else:  # a squared norm under- or overflows float64: λ from the logs of the norms
+    else:  # a squared norm is not a normal float64: λ from the logs of the norms
         d = _validate(np.ones(len(ws)), delta)[1]
         log_lam = 0.5 * (lemma_log_squared_norms(log_a, d) - log_a)
         with np.errstate(over="ignore", under="ignore"):
@@ -254,7 +266,15 @@ def rescale_to_delta(theta: Sequence[Any], delta: Any) -> tuple[np.ndarray, ...]
                 f"rescale_to_delta: the scalings λ (log λ = {log_lam.tolist()}) are not "
                 "representable in float64"
             )
-    return tuple(float(c) * w for c, w in zip(lam, ws, strict=True))
+    with np.errstate(over="ignore", under="ignore"):
+        out = tuple(float(c) * w for c, w in zip(lam, ws, strict=True))
+    lost = [i + 1 for i, x in enumerate(log_sq_norms(out)) if not math.isfinite(x)]
+    if lost:
+        raise ValueError(
+            f"rescale_to_delta: layer {lost[0]} rescaled by λ = {float(lam[lost[0] - 1]):.6g} "
+            "under- or overflows float64 (a zero or infinite filter would change μ)"
+        )
+    return out
 
 
 def _norm(x: np.ndarray) -> float:

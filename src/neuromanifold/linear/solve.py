@@ -47,6 +47,7 @@ from neuromanifold.linear.invariants import delta as _delta
 from neuromanifold.linear.invariants import sq_norms as _sq_norms
 from neuromanifold.linear.ntk import gram_blocks, mu_and_jacobian, ntk
 from neuromanifold.linear.rescale import (
+    _TINY,
     _norm,
     fiber_scale,
     lemma_log_squared_norms,
@@ -225,16 +226,22 @@ def _balanced_start(
     return _random_start(arch, v, d, rng)
 
 
-def _guess_start(theta: Params, d: np.ndarray) -> Params:
+def _guess_start(theta: Params, d: np.ndarray) -> Params | None:
     """``theta`` itself, or its Lemma image at ``δ`` (same ``μ``) when a squared layer norm of
-    ``theta`` is not representable in float64 (layers of norm ``1e-170`` and ``1e170``: the
-    Gauss–Newton residual ``δ(θ) − δ`` overflowed; s16 trial Z #3)."""
+    ``theta`` is not a normal float64 (layers of norm ``1e-170`` and ``1e170``: the Gauss–Newton
+    residual ``δ(θ) − δ`` overflowed; s16 trial Z #3). ``None`` (the guess is not used, the random
+    starts are) when no such image exists: a zero layer next to a layer whose squared norm
+    overflows, or scalings that are not representable (s16 audit AA #6)."""
     with np.errstate(over="ignore", under="ignore"):
         a = _sq_norms(theta)
-    nonzero = [bool(np.any(w)) for w in theta]
-    if all(nonzero) and not (np.all(np.isfinite(a)) and np.all(a > 0)):
+    if np.all(np.isfinite(a)) and np.all((a >= _TINY) | (a == 0)):
+        return theta
+    if not all(np.any(w) for w in theta):
+        return None if not np.all(np.isfinite(a)) else theta
+    try:
         return rescale_to_delta(theta, d)
-    return theta
+    except ValueError:
+        return None
 
 
 def solve_fiber_point(
@@ -252,6 +259,8 @@ def solve_fiber_point(
     Random starts are Gaussian filters scaled to ``Π‖w_l‖ = ‖v‖``, rescaled by the Lemma to ``δ``
     (drawn at unit scale, module docstring); where ``v ≠ 0`` each is first solved on the balanced
     fiber over ``(v, 0)`` and that point moved to ``δ`` by the Lemma (:func:`_balanced_start`).
+    A guess whose squared layer norms are not normal float64 numbers starts from its Lemma image
+    at ``δ`` (:func:`_guess_start`), and is left out when it has none.
     Returns the first converged result, else the one with the smallest (unit-scale) residual.
     ``n_starts`` (random starts) must be ``≥ 0``, and ``≥ 1`` without ``theta_guess``; ``seed``
     a non-negative int.
@@ -268,8 +277,9 @@ def solve_fiber_point(
     rng = np.random.default_rng(int(seed))
     best: NewtonResult | None = None
     starts: list[Params] = []
-    if theta_guess is not None:
-        starts.append(_guess_start(_validate_params(arch, theta_guess), d))
+    guess = None if theta_guess is None else _guess_start(_validate_params(arch, theta_guess), d)
+    if guess is not None:
+        starts.append(guess)
     for i in range(int(n_starts) + len(starts)):
         if i < len(starts):
             th0 = starts[i]
@@ -282,8 +292,12 @@ def solve_fiber_point(
             return res
         if best is None or res.residual < best.residual:
             best = res
-    if best is None:  # excluded by the n_starts check above
-        raise ValueError(f"n_starts = {n_starts!r}: no start was tried")
+    if best is None:  # n_starts = 0 and a guess that could not be used
+        raise ValueError(
+            "theta_guess cannot start Gauss–Newton (a zero layer next to a layer whose squared "
+            "norm overflows float64, or scalings to δ that are not representable) and "
+            "n_starts = 0: expected n_starts >= 1 or a representable guess"
+        )
     return best
 
 
@@ -323,14 +337,20 @@ def ntk_closed_form(arch: LCN, u: Sequence[Any], delta: Any) -> np.ndarray:
 
     ``N = Π_l ‖u_l‖²``, ``û_l = u_l / ‖u_l‖``, ``x = lemma_squared_norms(‖u‖², δ)``. Where
     ``‖u_l‖²`` or ``N`` is not representable in float64 (small or large filters: ``N`` of three
-    layers of norm ``1e-70`` underflows), each ``N / x_l`` is taken from the logs of the norms;
-    a coefficient that is itself not representable raises ``ValueError``. Spec §6:
+    layers of norm ``1e-70`` underflows) or where ``x_l`` or ``N / x_l`` is subnormal, each
+    ``N / x_l`` is taken from the logs of the norms; a coefficient that underflows there is
+    dropped (its term is below round-off of the others), and ``ValueError`` is raised when all
+    underflow or one overflows (``K`` itself is then not representable). ``L = 1``: ``K = I``.
+    Spec §6:
     ``k = (2, 2)``, ``s = 2``, ``u = ((1, 2), (3, 1))`` with its own ``δ = 5`` gives ``K(u)``.
 
     >>> ntk_closed_form(LCN((2, 2), (2,)), [[1, 2], [3, 1]], [5.0]).round(12).tolist()[0]
     [10.0, 2.0, 3.0, 0.0]
     """
     th = _validate_params(arch, u)
+    if arch.L == 1:  # μ is the identity: N / x_1 = 1 and K = G_1 = I, for every u (also 0)
+        lemma_log_squared_norms(np.zeros(1), delta)  # δ must be empty
+        return gram_blocks(arch, th)[0]
     log_a = log_sq_norms(th)
     zero = [i + 1 for i, x in enumerate(log_a) if x == -np.inf]
     if zero:
@@ -339,17 +359,21 @@ def ntk_closed_form(arch: LCN, u: Sequence[Any], delta: Any) -> np.ndarray:
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         a = _sq_norms(th)
         N = float(np.prod(a))
-    if np.all(np.isfinite(a)) and np.all(a > 0) and 0.0 < N < np.inf:
+    c = None
+    if np.all(np.isfinite(a)) and np.all(a >= _TINY) and _TINY <= N < np.inf:
         x = lemma_squared_norms(a, delta)
-        return N * sum(G / xl for G, xl in zip(gram_blocks(arch, unit), x, strict=True))
-    # ‖u_l‖² or N under- or overflows float64: each coefficient N / x_l from the logs
-    log_c = float(np.sum(log_a)) - lemma_log_squared_norms(log_a, delta)
-    with np.errstate(over="ignore", under="ignore"):
-        c = np.exp(log_c)
-    if not (np.all(c > 0) and np.all(np.isfinite(c))):
-        raise ValueError(
-            "K_δ(v) is not representable in float64: its coefficients N/x_l = "
-            f"exp({log_c.tolist()}) under- or overflow (rescale u: K has degree 2(L − 1) in the "
-            "scale of u)"
-        )
+        with np.errstate(over="ignore", under="ignore"):
+            c = N / x
+        if not (np.all(x >= _TINY) and np.all(np.isfinite(c)) and np.all(c >= _TINY)):
+            c = None  # x_l or N / x_l is not a normal float64 (lost bits, or ∞): use the logs
+    if c is None:  # each coefficient N / x_l from the logs of the norms
+        log_c = float(np.sum(log_a)) - lemma_log_squared_norms(log_a, delta)
+        with np.errstate(over="ignore", under="ignore"):
+            c = np.exp(log_c)
+        if not (np.all(np.isfinite(c)) and np.any(c > 0)):
+            raise ValueError(
+                "K_δ(v) is not representable in float64: its coefficients N/x_l = "
+                f"exp({log_c.tolist()}) all underflow or one overflows (rescale u: K has degree "
+                "2(L − 1) in the scale of u)"
+            )
     return sum(cl * G for G, cl in zip(gram_blocks(arch, unit), c, strict=True))

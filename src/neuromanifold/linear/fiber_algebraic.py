@@ -371,7 +371,13 @@ def _undilate(prod: Any, shape: tuple[int, ...], S: tuple[int, ...]) -> np.ndarr
 
 
 def algebraic_fiber(arch: LCN, v: np.ndarray, delta: Any) -> AlgebraicFiber:
-    """Dispatch: 1-D root orbits for ``D = 1``, rational factoring for ``D ≥ 2``."""
+    """Dispatch: 1-D root orbits for ``D = 1``, rational factoring for ``D ≥ 2``.
+
+    Depth 1 over ``v = 0``: μ is the identity, so the one point is ``θ = 0`` (the routes' "every
+    point with a zero layer lies over v = 0" holds for ``L ≥ 2`` only; s16 audit AA #10).
+    """
+    if arch.L == 1 and not np.any(v):
+        return AlgebraicFiber(True, (np.zeros(arch.n_params),), (0.0,), 1)
     if arch.D == 1:
         return algebraic_fiber_1d(arch, v, delta)
     return algebraic_fiber_rational(arch, v, delta)

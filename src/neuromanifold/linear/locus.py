@@ -9,8 +9,9 @@ when none is given) and reads three numbers off their Jacobians ``J_i = Jμ(θ_i
   different tangent spaces: a **crossing** (a singular point although every ``J_i`` has full rank);
 * otherwise ``v`` is a **smooth** point (one tangent space of dimension ``dim M``).
 
-``v = 0`` is reported as ``"zero"`` (singular for depth ``L ≥ 2``; for ``L = 1`` μ is the identity,
-``M = R^k`` and ``v = 0`` is classified like any other point) and a ``v`` with no fiber point as
+``v = 0`` is reported as ``"zero"`` (singular when the normal form has depth ``L ≥ 2``; where it
+has depth 1, ``M = R^k`` and ``v = 0`` is classified from its fiber points like any other ``v``)
+and a ``v`` with no fiber point as
 ``"off_manifold"``. Ranks count singular values above ``RANK_RTOL · σ_max``; the singular values
 themselves are reported so the margin can be judged. For 1-D ``v`` the smallest relative distance
 between two roots is reported too (near-collisions of root orbits signal nearby singularities).
@@ -49,7 +50,7 @@ from neuromanifold.linear.fiber import check_lcn_target, lcn_fiber
 from neuromanifold.linear.fiber_algebraic import roots_with_infinity
 from neuromanifold.linear.invariants import delta as lcn_delta
 from neuromanifold.linear.metric import RTOL_RANK, balanced_representative
-from neuromanifold.linear.normalize import normal_form_note
+from neuromanifold.linear.normalize import normal_form_note, reduce_lcn
 from neuromanifold.linear.ntk import jacobian
 from neuromanifold.linear.polynomial import mu
 
@@ -252,7 +253,7 @@ def classify_locus(
     gap = min_root_gap(v) if arch.D == 1 and np.any(v) else None
     form = normal_form_note(arch)
     notes: list[str] = [form] if form else []
-    if not np.any(v) and arch.L >= 2:
+    if not np.any(v) and reduce_lcn(arch).reduced.L >= 2:
         notes.append("v = 0")
         return LocusReport("zero", m, (), (), (), RANK_RTOL, 0, 0.0, gap, 0.0, tuple(notes))
     rep = lcn_fiber(arch, v, d, n_starts=n_starts, seed=seed, theta_guess=th)

@@ -112,7 +112,11 @@ def jacobian_rank(arch: Architecture, theta: Sequence[Any], *, rtol: float = RTO
 
 @dataclass(frozen=True)
 class SmoothPointReport:
-    """Regularity of ``θ``: ``smooth`` iff ``rank Jμ(θ) = dim M`` and no filter is zero.
+    """Regularity of ``θ``: ``smooth`` iff ``rank Jμ(θ) = dim M`` (spec §4.6).
+
+    A zero filter needs no separate test: in normal form (every ``k_l ≥ 2``, ``L ≥ 2``) it makes
+    every other block ``J_m`` vanish, so ``rank Jμ ≤ k_l < dim M``; where the rank is full
+    anyway (depth 1, scalar layers, an FC product that spans all matrices) ``θ`` is regular.
 
     The singular values are those of ``Jμ`` at the balanced point of ``θ``'s rescaling orbit
     (:func:`balanced_representative`; for a balanced ``θ``, of ``Jμ(θ)`` itself), so the verdict
@@ -157,10 +161,8 @@ class SmoothPointReport:
 def is_smooth_point(
     arch: Architecture, theta: Sequence[Any], *, rtol: float = RTOL_RANK
 ) -> SmoothPointReport:
-    """Report whether ``θ`` is a regular point of ``μ`` (``rank Jμ = dim M``, all ``w_l ≠ 0``).
-
-    For depth ``L = 1`` μ is the identity and every point is regular, the zero filter included:
-    the rank test alone decides (``w_1 ≠ 0`` is asked of deeper networks only).
+    """Report whether ``θ`` is a regular point of ``μ`` (``rank Jμ = dim M``; a zero filter
+    is regular only where the rank is full, e.g. at depth 1, see `SmoothPointReport`).
 
     >>> is_smooth_point(LCN((2, 2), (2,)), [[1, 2], [3, 1]]).smooth
     True
@@ -180,7 +182,7 @@ def is_smooth_point(
         sigma_next=float(s[m]) if m < s.size else 0.0,
         rtol=float(rtol),
         min_filter_norm=min_norm,
-        smooth=bool(rank == m and (min_norm > 0 or arch.L == 1)),
+        smooth=bool(rank == m),
     )
 
 

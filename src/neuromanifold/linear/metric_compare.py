@@ -337,7 +337,8 @@ def compare_metrics(
 
     Args:
         arch: the LCN (any D; used as given, ``notes`` says when it is not in normal form).
-        v: the end-to-end filter, shape ``arch.out_shape`` (or flat in C order), non-zero.
+        v: the end-to-end filter, shape ``arch.out_shape`` (or flat in C order); non-zero
+            unless the normal form of ``arch`` has depth 1 (``M = R^k`` is smooth at 0).
         deltas: ``m ≥ 2`` invariant vectors, each of ``L − 1`` values (a number when ``L = 2``).
         theta: optional factorisation of ``v`` (any invariants): the fiber points start from its
             Lemma rescalings (this picks the sheet where there are several). Otherwise the first
@@ -362,7 +363,8 @@ def compare_metrics(
         raise TypeError(f"arch = {arch!r}: expected an LCN")
     ds = _check_deltas(arch, deltas)
     v_arr, _ = check_lcn_target(arch, v, ds[0])
-    if not np.any(v_arr) and arch.L >= 2:  # L = 1: μ is the identity, K = I at v = 0 too
+    if not np.any(v_arr) and reduce_lcn(arch).reduced.L >= 2:
+        # in normal form of depth 1 (L = 1, or scalar layers besides one) M = R^k is smooth at 0
         raise ValueError("v = 0: the zero filter is a singular point of M; the metric is undefined")
     agree_tol = _check_tol("agree_tol", agree_tol)
     tangent_tol = _check_tol("tangent_tol", tangent_tol)

@@ -329,7 +329,9 @@ def fc_fiber(
 
     Random starts plus ``n_perturb`` perturbations of ``theta_guess`` (if given), each projected
     onto the fiber by LM. Points are distinct modulo the hidden sign flips
-    ``W_l ↦ s_l s_{l−1} W_l`` (`~.fiber_numeric.point_distance`); where a curve of fiber
+    ``W_l ↦ s_l s_{l−1} W_l`` (`~.fiber_numeric.point_distance`; other isometries that fix
+    ``Δ``, reflections in ``Δ_l``'s eigenbasis, are not divided out, so points of one such orbit
+    are listed apart, with equal NTKs); where a curve of fiber
     points passes through the first point (:func:`~.fiber_numeric.curve_through`) they are
     samples of a continuum and a note says so. The NTK is the ``(n_L n_0)²`` operator matrix of
     each point.

@@ -31,8 +31,10 @@ is exact, so the final solve at ``(v, δ)`` only polishes.
 Points are compared modulo the sign group ``{(c_l) ∈ {±1}^L : Π c_l = 1}`` (isometries that
 fix μ and δ). For an FC network these are the hidden isometries ``Q_l = s_l I`` (``s_l = ±1``,
 ``W_l ↦ s_l s_{l−1} W_l`` with ``s_0 = s_L = 1``, so ``c_l = s_l s_{l−1}``), which fix every
-``Δ_l``; the rest of ``Π O(n_l)`` moves ``Δ`` and is not divided out (s16 trial Z #4: a width-1
-bottleneck's fiber listed its ``2^{L−1}`` sign images as distinct points).
+``Δ_l`` (s16 trial Z #4: a width-1 bottleneck's fiber listed its ``2^{L−1}`` sign images as
+distinct points). The other hidden isometries that fix ``(W, Δ)`` — the ``Q_l ∈ O(n_l)`` that
+commute with ``Δ_l``, e.g. reflections ``U diag(±1) Uᵀ`` in ``Δ_l``'s eigenbasis — are not
+divided out: widths ``(1, 2, 1)`` list two points of one orbit, with one NTK (s16 audit AA #9).
 """
 
 from __future__ import annotations

@@ -455,3 +455,22 @@ def test_record_classes_are_the_direction_classes() -> None:
     from neuromanifold.singular.classify import DirectionClass
 
     assert {c.value for c in DirectionClass} == _CLASSES
+
+
+def test_loci_without_a_block_are_independent() -> None:
+    """s16 trial X #3: the default block "" made every locus built without one a component of a
+    single crossing: two independent t⁴ loci gave (λ, m) = (1/4, 2) instead of 1/4 + 1/4 = 1/2
+    (spec §5 rule 1: independent coordinates add), m = 1."""
+    a = assemble([Locus("x", "genuine", orders=(2,)), Locus("y", "genuine", orders=(2,))])
+    assert (a.lam, a.m) == (Fraction(1, 2), 1)
+    assert Locus("x", "genuine", orders=(1,)).block == "x"
+    shared = [Locus(n, "genuine", orders=(2,), block="b") for n in "xy"]
+    assert (assemble(shared).lam, assemble(shared).m) == (Fraction(1, 4), 2)  # rule 2: crossing
+    loc = Locus("x", "genuine", orders=(2,))
+    assert Locus.from_dict(loc.to_dict()) == loc
+
+
+def test_block_must_be_a_string() -> None:
+    """An int block was accepted and 0 ≠ "0" split one crossing in two."""
+    with pytest.raises(ValueError, match=r"block must be a str .* got 0 \(locus 'x'\)"):
+        Locus("x", "genuine", orders=(2,), block=0)

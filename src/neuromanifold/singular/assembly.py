@@ -10,10 +10,10 @@ A :class:`Locus` is one enumerated piece of singular structure through the point
 
 Rules (spec §5; Watanabe's volume laws, with the crossing rule's Jacobian weight ρ^{d−1}):
 
-1. Genuine loci sharing a ``block`` id are components of one crossing (rule 2):
+1. Genuine loci sharing a ``block`` id are components of one crossing (spec §5 rule 2):
    λ_block = min_i d_i/(2k_i), m_block = #{i : d_i/(2k_i) = λ_block}. With d_i = 1 this is
    λ = 1/(2 max k_i) and m = the number of components tied at the maximal order.
-2. Different blocks are independent coordinates and add (rule 1, under (G⁺)):
+2. Different blocks are independent coordinates and add (spec §5 rule 1, under (G⁺)):
    λ = Σ_blocks λ_block + (Σ regular dims)/2,  m = 1 + Σ_blocks (m_block − 1).
 3. Regular loci add d/2 and leave m unchanged, whatever their block; gauge loci add nothing.
 
@@ -87,17 +87,27 @@ class Locus:
 
     ``orders``: transverse KL orders k_i ≥ 1 of the components (genuine only). ``dims``: their
     dimensions d_i ≥ 1 (default all 1). ``dim``: number of regular directions (regular only) or
-    the orbit dimension (gauge; reported, not counted). ``block``: independence group id.
+    the orbit dimension (gauge; reported, not counted). ``block``: independence group id (a
+    string); loci sharing one are components of one crossing. Omitted (``None``), the locus is
+    its own block, named ``name``: independent loci add (s16 trial X #3: the old default ``""``
+    put every locus built without a block into one crossing).
     """
 
     name: str
     kind: LocusKind
     orders: tuple[int, ...] = ()
     dims: tuple[int, ...] = ()
-    block: str = ""
+    block: str | None = None
     dim: int = 1
 
     def __post_init__(self) -> None:
+        if self.block is None:
+            object.__setattr__(self, "block", self.name)
+        if not isinstance(self.block, str):
+            raise ValueError(
+                f"block must be a str (an independence group id) or None, got {self.block!r} "
+                f"(locus {self.name!r})"
+            )
         if self.kind not in _KINDS:
             raise ValueError(
                 f"kind must be one of {_KINDS}, got {self.kind!r} (locus {self.name!r})"
@@ -145,7 +155,7 @@ class Locus:
             kind=d["kind"],
             orders=tuple(d.get("orders", ())),
             dims=tuple(d.get("dims", ())),
-            block=d.get("block", ""),
+            block=d.get("block"),
             dim=int(d.get("dim", 1)),
         )
 

@@ -130,7 +130,10 @@ def regular(d: int) -> ClosedForm:
 
 
 def additive(orders: Sequence[int], *, regular_dims: int = 0) -> ClosedForm:
-    """K = Σ_i x_i^{2k_i} + Σ_{j ≤ m⊥} y_j²: λ = Σ 1/(2k_i) + m⊥/2, m = 1 (rule 1, under (G⁺))."""
+    """K = Σ_i x_i^{2k_i} + Σ_{j ≤ m⊥} y_j²: λ = Σ 1/(2k_i) + m⊥/2, m = 1.
+
+    Spec §5 rule 1, under (G⁺).
+    """
     ks = _orders(orders)
     mp = _pos_int("regular_dims", regular_dims, minimum=0)
     lam = sum((Fraction(1, 2 * k) for k in ks), Fraction(mp, 2))
@@ -138,7 +141,7 @@ def additive(orders: Sequence[int], *, regular_dims: int = 0) -> ClosedForm:
 
 
 def normal_crossing(orders: Sequence[int]) -> ClosedForm:
-    """K = Π_i x_i^{2k_i}: λ = 1/(2 max k_i), m = #{i : k_i = max k} (rule 2).
+    """K = Π_i x_i^{2k_i}: λ = 1/(2 max k_i), m = #{i : k_i = max k} (spec §5 rule 2).
 
     >>> normal_crossing([1, 2]).lam, normal_crossing([1, 1, 1]).m
     (Fraction(1, 4), 3)
@@ -149,7 +152,7 @@ def normal_crossing(orders: Sequence[int]) -> ClosedForm:
 
 
 def width_one_chain(depth: int) -> ClosedForm:
-    """K = (Π_{i=1}^{L} w_i)² at w = 0: λ = 1/2, m = L (rule 3)."""
+    """K = (Π_{i=1}^{L} w_i)² at w = 0: λ = 1/2, m = L (spec §5 rule 3)."""
     depth = _pos_int("depth", depth)
     return ClosedForm(Fraction(1, 2), depth, model=f"width-1 chain L={depth}")
 
@@ -163,9 +166,10 @@ def width_one_hidden(widths: Sequence[int]) -> ClosedForm:
     the product of the groups' ones, and ``∫ ‖x‖^{2z} dx`` over ``x ∈ R^n`` (polar coordinates,
     measure ``ρ^{n−1} dρ``) has one simple pole, at ``−n/2``. So λ is the smallest group pole,
     ``λ = min(H_1/2, 1/2, H_{L+1}/2)`` (the 1/2 of the L − 2 middle scalars only when L ≥ 3), and
-    ``m`` = the number of groups whose pole n/2 equals λ (rule 2, a scalar counting 1/2). Every
-    other point of {K = 0} has only some of the factors vanishing, so the origin gives the global
-    (λ, m). L = 2 is reduced-rank regression with H = 1; all widths 1 is rule 3 (m = L).
+    ``m`` = the number of groups whose pole n/2 equals λ (spec §5 rule 2; a scalar counts 1/2).
+    Every other point of {K = 0} has only some of the factors vanishing, so the origin gives the
+    global (λ, m). L = 2 is reduced-rank regression with H = 1; all widths 1 is spec §5 rule 3
+    (m = L).
 
     >>> width_one_hidden([1, 1, 1, 1, 2]).lam, width_one_hidden([1, 1, 1, 1, 2]).m
     (Fraction(1, 2), 3)
@@ -295,11 +299,11 @@ def deep_linear(widths: Sequence[int], rank: int) -> ClosedForm:
         m = width_one_hidden(ws).m
         if m == m_re:
             return ClosedForm(lam, m, model=model, case=case, m_restated=m_re)
-        chain = " (rule 3: a width-1 chain, K = (Π w)², m = L)" if max(ws) == 1 else ""
+        chain = " (spec §5 rule 3: a width-1 chain, K = (Π w)², m = L)" if max(ws) == 1 else ""
         caveat = (
             f"hidden widths all 1 at r = 0: K ∝ ‖W_1‖²·Π w_l²·‖W_L‖², a crossing of independent "
-            f"groups (rule 2), each group of n weights with pole n/2, so m = {m} factors tie at "
-            f"λ = {lam}{chain}; the restated formula gives m = {m_re}, which is wrong here"
+            f"groups (spec §5 rule 2), each group of n weights with pole n/2, so m = {m} factors "
+            f"tie at λ = {lam}{chain}; the restated formula gives m = {m_re}, which is wrong here"
         )
         return ClosedForm(lam, m, model=model, case=case, m_restated=m_re, caveat=caveat)
     caveat = (

@@ -18,7 +18,7 @@ from neuromanifold.singular import (
     floor_from_scale,
     gauge_overlap,
 )
-from neuromanifold.singular.classify import FLOOR_MARGIN
+from neuromanifold.singular.classify import FLOOR_MARGIN, check_live_threshold
 
 EXACT = 1e-12
 T = np.logspace(-4, 0, 32)
@@ -200,3 +200,16 @@ def test_noise_plateau_below_a_short_branch_is_unresolved_not_flat() -> None:
     assert F.max() > 1e9 * NOISE_PLATEAU
     assert klass is DirectionClass.UNRESOLVED and fit.k is None
     assert "a plateau at noise level" in reason and "not flat" in reason
+
+
+@pytest.mark.parametrize("value", [np.float32(1e-3), np.float64(1e-3), np.int64(1), 1])
+def test_live_threshold_accepts_numpy_scalars(value) -> None:
+    """s16 trial X #5: a threshold computed as 1e-3 · median over float32 values is a np.float32
+    and was refused although the docs ask only for 'a positive finite number'."""
+    assert check_live_threshold(value) == pytest.approx(float(value), rel=0)
+
+
+@pytest.mark.parametrize("value", [True, "1e-3", np.float32("nan"), np.int64(0), -1.0])
+def test_live_threshold_refuses_non_numbers_and_non_positive(value) -> None:
+    with pytest.raises((TypeError, ValueError), match="live_threshold must be a positive finite"):
+        check_live_threshold(value)

@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -129,14 +130,16 @@ def gauge_overlap(u: Mapping[str, Tensor], generators: Sequence[Mapping[str, Ten
 
 
 def check_live_threshold(value: Any) -> float | None:
-    """``None`` or a positive finite number (returned as ``float``) for ``live_threshold``.
+    """``None`` or a positive finite number (returned as ``float``) for ``live_threshold``:
+    Python and NumPy integers and floats (``np.float32`` from a float32 median included; s16
+    trial X #5), not ``bool``.
 
     >>> check_live_threshold(1e-6), check_live_threshold(None)
     (1e-06, None)
     """
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # NumPy scalars too
         raise TypeError(
             f"live_threshold must be a positive finite float or None; got {type(value).__name__} "
             f"{value!r}"

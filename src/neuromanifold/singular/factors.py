@@ -55,6 +55,7 @@ convolution layers*, ICML 2016.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -184,6 +185,19 @@ class Factors(Mapping[str, BlockFactors]):
 
 @torch.inference_mode(False)
 @torch.enable_grad()
+def check_positive_int(name: str, value: Any) -> int:
+    """``value`` as an ``int`` if it is an integer ``≥ 1`` (NumPy integers included, ``bool``
+    not); else ``ValueError`` naming ``name`` (``batch_size = 0`` ended in ``range()``'s own
+    message, a float in a ``TypeError`` from ``range``; s16 trial X #6).
+
+    >>> check_positive_int("batch_size", 32)
+    32
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive int; got {value!r}")
+    return int(value)
+
+
 def kfac_factors(
     model: nn.Module,
     data: Any,
@@ -211,14 +225,10 @@ def kfac_factors(
 
     Raises ValueError when a parameter or an activation is non-finite (naming the parameter or the
     module), when the data does not fit the model (naming the shapes), or when ``max_factor_dim``
-    is not a positive int.
+    or ``batch_size`` is not a positive int.
     """
-    if (
-        isinstance(max_factor_dim, bool)
-        or not isinstance(max_factor_dim, int)
-        or max_factor_dim < 1
-    ):
-        raise ValueError(f"max_factor_dim must be a positive int; got {max_factor_dim!r}")
+    max_factor_dim = check_positive_int("max_factor_dim", max_factor_dim)
+    batch_size = check_positive_int("batch_size", batch_size)
     x_all = probe_inputs(data)
     m = float64_copy(model, params)
     check_finite_params(m)

@@ -77,7 +77,7 @@ from neuromanifold.singular.distributed import (
     world_size,
 )
 from neuromanifold.singular.factor_inputs import forward_checked
-from neuromanifold.singular.factors import MAX_FACTOR_DIM, kfac_factors
+from neuromanifold.singular.factors import MAX_FACTOR_DIM, check_positive_int, kfac_factors
 from neuromanifold.singular.family import check_family
 from neuromanifold.singular.groups import group_key, is_grouped_conv
 from neuromanifold.singular.memory import MemoryPlan, plan_memory
@@ -348,6 +348,7 @@ def read(
             )
         if snap not in (True, False, "auto"):
             raise ValueError(f"snap must be True, False or 'auto'; got {snap!r}")
+        batch_size = check_positive_int("batch_size", batch_size)
         live_threshold = check_live_threshold(live_threshold)
         x, y = _inputs_on_every_rank(data)
     # the device can differ between nodes, and between ranks without LOCAL_WORLD_SIZE

@@ -338,3 +338,19 @@ def test_olmo2_full_width_norms_get_plane_units_per_head() -> None:
     assert len(cand.gauge_generators) == 4 * 2  # two rotary planes in each of four heads
     for t in (cand.u, *cand.gauge_generators):
         assert _change(ctx, {k: ctx.params[k] + STEP * v for k, v in t.items()}) < RTOL_SECOND_ORDER
+
+
+@pytest.mark.parametrize("kw", [{"width": "full"}, {"width": "head"}, {"fused": True}])
+def test_query_key_norms_are_not_reported_as_graph_stops(kw: dict) -> None:
+    """s16 trial X #1: every read of a Qwen3/OLMo2 attention noted that q_norm's and k_norm's
+    "norm-scale gauge was not proposed" (their output goes through view/transpose/matmul into
+    the scores). They feed no Linear, so that gauge does not exist; their gauge, the query/key-
+    norm rescale, is proposed. Another norm whose output the graph loses is still reported."""
+    from neuromanifold import read
+
+    model = _model(**kw)
+    x = torch.randn(N, SEQ, EMBED, generator=torch.Generator().manual_seed(1)).double()
+    reading = read(model, x, Gaussian(), progress=False)
+    assert not any(name.endswith(("q_norm", "k_norm")) for name in reading.meta["graph_stops"])
+    assert "q_norm" not in (reading.note or "") and "k_norm" not in (reading.note or "")
+    assert any(d.detector == "qk-norm-rescale" for d in reading.directions)

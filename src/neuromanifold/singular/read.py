@@ -69,6 +69,7 @@ from neuromanifold.singular.coordinate_scan import coordinate_scan
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, Detector
 from neuromanifold.singular.detectors.embedding import embedding_rows_seen
 from neuromanifold.singular.detectors.graph import ModelGraph, is_named_rmsnorm, trace_graph
+from neuromanifold.singular.detectors.qk_norm import query_key_norms
 from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
 from neuromanifold.singular.distributed import (
     PER_RANK_META,
@@ -681,9 +682,14 @@ def _norm_stops(model: nn.Module, graph: ModelGraph) -> dict[str, list[str]]:
     """Norms (``nn.LayerNorm``, ``nn.RMSNorm``, `is_named_rmsnorm`) whose output reaches no graph
     consumer and is not the model output, and went through functions the graph does not follow
     (``graph.stops``): norm → those functions' names. Their norm-scale (and, for a LayerNorm,
-    LayerNorm-kernel) gauges need a graph consumer, so none was proposed."""
+    LayerNorm-kernel) gauges need a graph consumer, so none was proposed. The query and key norms
+    of a recognised attention are left out (`query_key_norms`: they have no such gauges; the
+    query/key-norm rescale is theirs)."""
     out: dict[str, list[str]] = {}
+    qk = query_key_norms(model)
     for name, mod in model.named_modules():
+        if name in qk:
+            continue
         is_norm = isinstance(mod, nn.LayerNorm | nn.RMSNorm) or is_named_rmsnorm(mod)
         stopped = graph.stops.get(name, ())
         if is_norm and stopped and not graph.consumers.get(name) and graph.output != name:

@@ -60,6 +60,7 @@ __all__ = [
     "QKNormRescale",
     "certify_basis",
     "qk_norm_units",
+    "query_key_norms",
 ]
 
 QK_NORM_BASES = (
@@ -215,6 +216,20 @@ def _layout_norms(
     if width == lay.d_head or (width == lay.heads * lay.d_head and lay.n_kv == lay.heads):
         return lay, q, k, width
     return None
+
+
+def query_key_norms(model: nn.Module) -> set[str]:
+    """Qualified names of the query and key norms of every attention the detector recognises
+    (`_layout_norms`). Their output meets the keys (queries) in the attention scores, not a
+    Linear layer, so they have no norm-scale or LayerNorm-kernel gauge of their own: their gauge
+    is the query/key-norm rescale (s16 trial X #1: the read said those gauges "were not
+    proposed" for every Qwen3 and OLMo2 attention)."""
+    names: set[str] = set()
+    for name, module in model.named_modules():
+        if _layout_norms(module) is not None:
+            prefix = f"{name}." if name else ""
+            names.update((f"{prefix}q_norm", f"{prefix}k_norm"))
+    return names
 
 
 def _factor_patterns(n: int, like: Tensor, period: int | None = None) -> list[Tensor]:

@@ -12,6 +12,10 @@ Conventions fixed here:
   them, so a forward that writes into them writes into the copies: the caller's module and tensors
   are never mutated. A module whose forward writes into its own weight (``nn.Embedding`` with
   ``max_norm``) is refused (`check_parameter_writes`): forward mode cannot differentiate the write.
+  A forward that writes in place into a buffer (``self.mx.copy_(...)``, ``self.count.add_(1)``)
+  is refused too (`refuse_buffer_writes`, from `check_repeatable`'s forwards): ``torch.func.jvp``
+  refuses an in-place write into a tensor its function captures. Rebinding the attribute
+  (``self.mx = ...``) writes nothing and is read.
 * A parameter registered under several names (tied weights, ``head.weight = emb.weight``) is
   keyed by its first name only, as in ``model.named_parameters()``; an alias name in ``params`` or
   in a direction is refused with a message that names the tie (`ModelParams.tied`).
@@ -279,12 +283,54 @@ def prepare_params(model: nn.Module, params: Mapping[str, Tensor]) -> tuple[Mode
 
 
 def prepare_buffers(model: nn.Module) -> dict[str, Tensor]:
-    """Float64 copies of the model's floating buffers (others passed through, detached)."""
+    """Copies of the model's buffers, floating ones in float64.
+
+    The copies are made outside ``torch.inference_mode`` (a tensor made inside it has no version
+    counter), so that `refuse_buffer_writes` sees an in-place write into them in any grad mode.
+    """
     out: dict[str, Tensor] = {}
-    for name, buf in model.named_buffers():
-        b = buf.detach()
-        out[name] = b.to(DTYPE).clone() if b.is_floating_point() else b.clone()
+    with torch.inference_mode(False):
+        for name, buf in model.named_buffers():
+            b = buf.detach()
+            out[name] = b.to(DTYPE).clone() if b.is_floating_point() else b.clone()
     return out
+
+
+def buffer_versions(buffers: Mapping[str, Tensor]) -> dict[str, int]:
+    """Each buffer's version counter (``Tensor._version``, which every in-place write raises), for
+    `refuse_buffer_writes`. A tensor made under ``torch.inference_mode`` has none and is left
+    out."""
+    return {name: b._version for name, b in buffers.items() if not b.is_inference()}
+
+
+def refuse_buffer_writes(
+    model: nn.Module, buffers: Mapping[str, Tensor], before: Mapping[str, int]
+) -> None:
+    """Raise a one-line ``ValueError`` naming every buffer of ``buffers`` (qualified name → the
+    tensor a forward ran on) whose version counter moved past ``before`` (`buffer_versions`,
+    taken before that forward): the forward wrote into it in place.
+
+    Forward mode (``torch.func.jvp``) refuses an in-place write into a tensor that the
+    differentiated function captures, as the read's passes capture the buffers (its tangents are
+    on the parameters only), so such a forward cannot be read. Rebinding the attribute
+    (``self.mx = torch.maximum(self.mx, ...)``) leaves the old tensor unwritten and is read.
+    """
+    written = [name for name, v in before.items() if buffers[name]._version != v]
+    if not written:
+        return
+    where = []
+    for name in written:
+        owner = name.rpartition(".")[0]
+        module = f"submodule {owner!r}" if owner else "the root module"
+        where.append(f"{name!r} of {module} ({type(model.get_submodule(owner)).__name__})")
+    first = written[0].rpartition(".")[2]
+    raise ValueError(
+        f"the model's forward writes in place into buffer{'s' if len(written) > 1 else ''} "
+        f"{', '.join(where)}: forward-mode derivatives (torch.func.jvp), which the read runs "
+        f"through the forward, refuse an in-place write into a buffer; rebind the attribute to a "
+        f"new tensor instead (self.{first} = ..., not self.{first}.copy_(...) or .add_(...)), or "
+        f"skip the update when not self.training and call model.eval()"
+    )
 
 
 def prepare_data(data: object) -> tuple[Tensor, Tensor | None, bool]:
@@ -384,7 +430,9 @@ def check_repeatable(
     read batches it under ``vmap`` (where functorch refuses any random operation) or not (one
     direction, one t at a time). Conversely, a forward that draws from a generator it re-seeds on
     every call repeats exactly and is read (the Fisher code then runs it without ``vmap``). A
-    non-tensor or non-finite output is left to the read, which names it.
+    non-tensor or non-finite output is left to the read, which names it. A forward that writes in
+    place into one of ``buffers`` (the copies it runs on) is refused after the first evaluation
+    (`refuse_buffer_writes`): forward mode cannot run through it.
 
     The first evaluation runs through `neuromanifold.singular.factor_inputs.forward_checked`, so a
     forward that fails (in float64, or on data that does not fit) fails with the whole-model
@@ -393,8 +441,10 @@ def check_repeatable(
 
     xs = x[:REPEAT_SAMPLES]
     tensors = {**params, **buffers}
+    before = buffer_versions(buffers)
     with torch.no_grad():
         first = forward_checked(_AtParams(model, tensors), xs, data_shape=tuple(x.shape))
+        refuse_buffer_writes(model, buffers, before)
         if not isinstance(first, Tensor) or not bool(torch.isfinite(first).all()):
             return
         again = functional_call(model, tensors, (xs,))
@@ -405,7 +455,7 @@ def prepare(model: object, params: Mapping[str, Tensor], data: object) -> Prepar
     """Validate and up-cast everything a read needs (see module docstring).
 
     Besides the argument checks, two forwards on the first `REPEAT_SAMPLES` samples check that
-    the forward is deterministic (`check_repeatable`).
+    the forward is deterministic and writes into no buffer in place (`check_repeatable`).
     """
     model = check_model(model)
     check_eval_mode(model)

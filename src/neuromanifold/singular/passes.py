@@ -46,7 +46,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
-from neuromanifold.singular._validate import Prepared
+from neuromanifold.singular._validate import Prepared, buffer_versions, refuse_buffer_writes
 from neuromanifold.singular.factor_inputs import forward_checked
 
 __all__ = [
@@ -154,7 +154,13 @@ def check_forward_mode(
     names the data's shape. ``x`` is the data's first samples; a model that ran on more of them
     but not on these reads the data's first axis as something other than the sample axis, and
     the message says so. ``data_shape``: the whole probe set's shape, as in `forward_checked`.
+    If the plain forward runs but writes in place into a buffer of ``model`` (its version counter
+    moves), the error names the buffer (`neuromanifold.singular._validate.refuse_buffer_writes`):
+    ``jvp`` refuses that write. ``model`` is the read's working copy, so its buffers may be
+    written.
     """
+    buffers = dict(model.named_buffers())
+    before = buffer_versions(buffers)
     params = {k: v.detach() for k, v in model.named_parameters() if v.is_floating_point()}
     tangents = {k: torch.ones_like(v) for k, v in params.items()}
 
@@ -175,6 +181,7 @@ def check_forward_mode(
                 f"samples but not on these reads the data's first axis as something other than "
                 f"the sample axis, which it must be: {plain}"
             ) from plain
+        refuse_buffer_writes(model, buffers, before)
         raise ValueError(
             f"the read needs forward-mode derivatives of the model (torch.func.jvp), which "
             f"failed: {err}"

@@ -183,8 +183,6 @@ class Factors(Mapping[str, BlockFactors]):
         return len(self.blocks)
 
 
-@torch.inference_mode(False)
-@torch.enable_grad()
 def check_positive_int(name: str, value: Any) -> int:
     """``value`` as an ``int`` if it is an integer ``≥ 1`` (NumPy integers included, ``bool``
     not); else ``ValueError`` naming ``name`` (``batch_size = 0`` ended in ``range()``'s own
@@ -198,6 +196,8 @@ def check_positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
+@torch.inference_mode(False)
+@torch.enable_grad()
 def kfac_factors(
     model: nn.Module,
     data: Any,

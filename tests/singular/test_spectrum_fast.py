@@ -272,6 +272,30 @@ def test_reading_order_puts_duality_first_among_equal_ratios() -> None:
     ]
 
 
+def test_reading_order_treats_round_off_ratios_as_equal() -> None:
+    """s16 trial Y #2: a dim-16 ViT on 37 digits gave two kfac-G candidates the ratios 1.5e-36
+    (fc2) and 1.7e-35 (out_proj) with the default factor batch and swapped values with batch 32
+    (set by max_memory), so candidates 3 and 4 swapped and a resumed read refused its own log.
+    Round-off ratios keep the proposal order; resolved ratios still sort."""
+    from neuromanifold.singular.detectors.base import Candidate
+    from neuromanifold.singular.read import ROUNDOFF_ORDER_RATIO, _reading_order
+
+    u = {"w": torch.ones(1, dtype=torch.float64)}
+
+    def order(r1: float, r2: float, r3: float = 1e-6) -> list[tuple[str, ...]]:
+        cands = [
+            Candidate(layers=("attn.out_proj",), detector="kfac-G", u=u, ratio=r1),
+            Candidate(layers=("mlp.fc2",), detector="kfac-G", u=u, ratio=r2),
+            Candidate(layers=("fc1",), detector="kfac-A", u=u, ratio=r3),
+        ]
+        return [c.layers for c in _reading_order(cands)]
+
+    want = [("attn.out_proj",), ("mlp.fc2",), ("fc1",)]
+    assert order(1.7e-35, 1.5e-36) == order(1.5e-36, 1.7e-35) == want
+    assert order(ROUNDOFF_ORDER_RATIO, 0.0) == want
+    assert order(1e-6, 1e-9, 1e-3) == [("mlp.fc2",), ("attn.out_proj",), ("fc1",)]
+
+
 def test_factor_spectrum_rejects_bad_input() -> None:
     with pytest.raises(ValueError, match=r"m must be a square 2-D tensor \(d, d\); got \(3, 4\)"):
         factor_spectrum(torch.zeros(3, 4, dtype=torch.float64))

@@ -746,24 +746,31 @@ _FUSED = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecod
 
 
 _TIE_FIRST = ("duality",)
+#: candidate ratios (α/α_max, γ/γ_max or their product) at or below this are round-off of zero
+#: in the reading order: 64 ε, above the ~1e-16 of a float64 null eigenvalue and below any ratio
+#: a factor resolves
+ROUNDOFF_ORDER_RATIO = 64 * float(torch.finfo(torch.float64).eps)
 
 
 def _reading_order(candidates: list[Candidate]) -> list[Candidate]:
     """Candidates that may be dead directions first (smallest eigenvalue ratio first; closed-form
     non-gauge candidates after them), then the closed-form gauges in registry order. Stable.
 
-    Among equal ratios (typically exact zeros: null eigenvalues of the factors are reported as 0,
-    see `neuromanifold.singular.factor_spectrum.factor_spectrum`) duality chains come first: a
-    dead unit seen in both factors is stronger evidence than a one-sided kernel vector."""
+    Ratios at or below ``ROUNDOFF_ORDER_RATIO`` are round-off of zero and count as equal: their
+    order came from the summation order of the factors (a ratio of 1.5e-36 against 1.7e-35 swapped
+    with the factor batch size, which ``max_memory`` sets, and a resumed read then refused its own
+    log; s16 trial Y #2). Among equal ratios (typically exact zeros: null eigenvalues of the
+    factors are reported as 0, see `neuromanifold.singular.factor_spectrum.factor_spectrum`)
+    duality chains come first (a dead unit seen in both factors is stronger evidence than a
+    one-sided kernel vector), then the proposal order, which follows the modules."""
     dead = [c for c in candidates if c.gauge is None]
     gauges = [c for c in candidates if c.gauge is not None]
-    dead.sort(
-        key=lambda c: (
-            c.ratio is None,
-            c.ratio if c.ratio is not None else 0.0,
-            c.detector not in _TIE_FIRST,
-        )
-    )
+
+    def ratio_key(c: Candidate) -> float:
+        r = c.ratio if c.ratio is not None else 0.0
+        return 0.0 if r <= ROUNDOFF_ORDER_RATIO else r
+
+    dead.sort(key=lambda c: (c.ratio is None, ratio_key(c), c.detector not in _TIE_FIRST))
     return dead + gauges
 
 

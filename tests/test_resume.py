@@ -242,3 +242,26 @@ def test_a_refused_log_names_what_differs(net, tmp_path):
         )
     with pytest.raises(ValueError, match=r"differing: data\)"):
         resumable_read(m, x[:-1], fam, log_path=log, resume=True, grid=GRID, max_directions=1)
+
+
+def test_the_log_of_a_data_parallel_read_resumes_in_one_process(tmp_path) -> None:
+    """s16 trial Y #3: under torchrun, rank 0 logged its shard's fingerprint, so the single-process
+    --resume of the log (the only kind allowed) said 'differing: data' for the same data."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    torchrun = shutil.which("torchrun")
+    if torchrun is None:
+        pytest.skip("torchrun is not on PATH")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    args = ["read", "--model", "zoo:planted-mlp", "--out", str(tmp_path / "o")]
+    args += ["--max-directions", "1"]
+    two = [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "neuromanifold", *args]
+    done = subprocess.run(two, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    again = [sys.executable, "-m", "neuromanifold", *args, "--resume"]
+    resumed = subprocess.run(again, capture_output=True, text=True, timeout=300, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "different read" not in resumed.stderr

@@ -412,7 +412,7 @@ def register(app: typer.Typer) -> None:
             options["progress"] = False
         try:  # the same on every rank: the data's shape
             n_global = _n_samples(x)
-            x = dp.shard_data(x)  # this rank's contiguous shard (everything without torchrun)
+            x_all, x = x, dp.shard_data(x)  # this rank's contiguous shard (all without torchrun)
         except (ValueError, TypeError) as err:
             _error(f"error: {err}", agreed=True)
             raise typer.Exit(code=2) from err
@@ -420,8 +420,14 @@ def register(app: typer.Typer) -> None:
             if out is not None and main_rank:
                 from neuromanifold.report.resume import LOG_NAME, resumable_read
 
-                reading = resumable_read(
-                    net, x, fam, log_path=out / LOG_NAME, resume=resume, **options
+                reading = resumable_read(  # the log's fingerprint: the whole probe set
+                    net,
+                    x,
+                    fam,
+                    log_path=out / LOG_NAME,
+                    resume=resume,
+                    fingerprint_data=x_all,
+                    **options,
                 )
             else:
                 reading = read(net, x, fam, **options)

@@ -197,6 +197,7 @@ def resumable_read(
     *,
     log_path: str | Path,
     resume: bool = False,
+    fingerprint_data: Tensor | tuple[Tensor, Tensor] | None = None,
     **options: Any,
 ) -> Reading:
     """`read` that logs every finished direction to ``log_path``; with ``resume`` it continues.
@@ -208,6 +209,9 @@ def resumable_read(
     less `RUN_ONLY_OPTIONS`; they must be JSON-serialisable, so ``detectors`` and tensor grids
     are not accepted here).
     ``meta["resumed_directions"]`` is not added: the result equals an uninterrupted read.
+    ``fingerprint_data`` (default ``data``) is the probe set the fingerprint hashes: rank 0 of a
+    data-parallel read reads its shard but logs under the whole probe set, so the single-process
+    ``--resume`` of that log is accepted (s16 trial Y #3: it said the data differed).
     """
     from neuromanifold.singular.read import read
 
@@ -220,7 +224,8 @@ def resumable_read(
         raise TypeError(
             f"read options must be JSON-serialisable to fingerprint them: {err}"
         ) from err
-    parts = fingerprint_parts(model, data, family, options)  # the model is hashed once
+    hashed = data if fingerprint_data is None else fingerprint_data
+    parts = fingerprint_parts(model, hashed, family, options)  # the model is hashed once
     log = ReadLog(log_path, _digest(parts), parts)
     finished = log.load() if resume else {}
     opened = False

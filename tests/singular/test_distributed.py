@@ -115,6 +115,11 @@ def test_shard_errors() -> None:
         shard_slice(10.0, 0, 1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"data must be a Tensor \(N, \.\.\.\) or a pair"):
         shard_data([1, 2, 3])
+    # s16 trial Y #6: the whole data's sizes, not rank 1's shard's "(2,) … N = 5"
+    x, y = torch.zeros(10, 3), torch.zeros(7, dtype=torch.long)
+    labels = r"y have shape \(7,\); expected a leading dimension N = 10"
+    with pytest.raises(ValueError, match=labels):
+        shard_data((x, y), rank=1, world=2)
 
 
 def test_union_without_group_and_torchrun_detection() -> None:

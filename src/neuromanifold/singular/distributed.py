@@ -250,6 +250,9 @@ def shard_data(data: Any, *, rank: int | None = None, world: int | None = None) 
     """This rank's contiguous shard of ``data`` (a Tensor or an ``(x, y)`` pair).
 
     ``rank``/``world`` default to the default process group's (the whole data without one).
+    Labels whose length differs from the inputs' are refused here, with the whole data's sizes
+    (s16 trial Y #6: the read's own check then quoted a rank's shard, "(2,) … N = 5" for 10
+    inputs and 7 labels).
     """
     r = (dist.get_rank() if _active() else 0) if rank is None else rank
     w = world_size() if world is None else world
@@ -258,6 +261,13 @@ def shard_data(data: Any, *, rank: int | None = None, world: int | None = None) 
         raise TypeError(
             f"data must be a Tensor (N, ...) or a pair (x, y); got {type(data).__name__}"
         )
+    if isinstance(data, tuple | list) and len(data) == 2:
+        y = data[1]  # checked on the whole data: a rank's shard would quote its own sizes
+        if isinstance(y, Tensor) and (y.ndim == 0 or y.shape[0] != x.shape[0]):
+            raise ValueError(
+                f"data labels y have shape {tuple(y.shape)}; expected a leading dimension "
+                f"N = {x.shape[0]} matching the inputs"
+            )
     sl = shard_slice(int(x.shape[0]), r, w)
     if isinstance(data, tuple | list):
         return (data[0][sl], data[1][sl])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -47,8 +48,8 @@ p = dict(model.named_parameters())
 fam = Gaussian()
 sweep(model, p, u, x[:4], fam, grid=[0.1, 0.2], chunk_size=2, t_batch=2)  # load kernels
 kfac_factors(model, x[:4], fam)
-# the planner's first call imports torch's dispatch-mode machinery (~70 MB resident, once per
-# process): loaded here, so that the measured region holds the read's allocations only
+# the planner's measuring passes load their kernels once per process: loaded here, so that the
+# measured region holds the read's allocations only
 plan_memory(model, x[:4], fam, max_memory=10**9, t_batch=4)
 def _status_kib(field):
     for line in open("/proc/self/status"):
@@ -174,6 +175,61 @@ def test_a_whole_read_keeps_the_budget_or_refuses_it() -> None:
     assert "refused" not in roomy, roomy
     assert roomy["n_read"] >= 1
     assert roomy["delta"] <= ROOMY_BUDGET, format_bytes(roomy["delta"])
+
+
+_FRESH_READ_SCRIPT = r"""
+import json, sys, torch
+torch.set_num_threads(1)
+from neuromanifold.singular.family import Gaussian
+from neuromanifold.singular.read import read
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    torch.nn.Linear(64, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4)
+).double()
+with torch.no_grad():  # hidden unit 0 dead both ways: a duality chain, so the read sweeps
+    model[0].weight[0] = 0.0
+    model[0].bias[0] = 0.0
+    model[2].weight[:, 0] = 0.0
+x = torch.randn(256, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+def _status(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+dynamo_before = "torch._dynamo" in sys.modules
+open("/proc/self/clear_refs", "w").write("5")  # reset the high-water mark VmHWM to VmRSS
+before = _status("VmRSS")
+reading = read(model, x, Gaussian(), progress=False, max_memory=sys.argv[1])
+delta = _status("VmHWM") - before
+print(json.dumps({
+    "delta": delta,
+    "n_read": len(reading.directions),
+    "dynamo": [dynamo_before, "torch._dynamo" in sys.modules],
+}))
+"""
+FRESH_BUDGET = 60_000_000
+"""Bytes. Before the tracker opted out of torch's dynamo guard, its first operator imported
+``torch._dynamo`` (65–76 MB resident, kept) and this read's RSS rose by 103 MB; without that
+import it rises by 34 MB (the first read's code and kernels)."""
+
+
+def test_the_first_budgeted_read_in_a_fresh_process_keeps_the_budget() -> None:
+    """Peak RSS rise of a budgeted `read` in a process that has read nothing before (as the
+    command line runs it), measured as above but with no warm-up: the planner's live-tensor
+    tracker must not import ``torch._dynamo`` (a small MLP's passes never do), and the rise stays
+    under the budget."""
+    if not os.path.exists("/proc/self/clear_refs"):
+        pytest.skip("needs Linux's /proc/self/clear_refs to reset the high-water mark VmHWM")
+    proc = subprocess.run(
+        [sys.executable, "-c", _FRESH_READ_SCRIPT, str(FRESH_BUDGET)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["n_read"] >= 1
+    assert result["dynamo"] == [False, False]
+    assert result["delta"] <= FRESH_BUDGET, format_bytes(result["delta"])
 
 
 def test_plan_counts_the_detection() -> None:

@@ -68,6 +68,25 @@ class RebindingObserver(Observer):
         return self.lin(x)
 
 
+class OutObserver(Observer):
+    """The running max written through ``out=``, which forward mode accepts (s16 audit BB #1:
+    the eager version-counter check refused it; it read before)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch.maximum(self.mx, x.detach().abs().amax(0), out=self.mx)
+        return self.lin(x)
+
+
+class GradOffObserver(Observer):
+    """The running max updated only with autograd off, never inside the read's forward-mode
+    passes (s16 audit BB #1: refused by the eager check)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.is_grad_enabled():
+            self.mx.copy_(torch.maximum(self.mx, x.detach().abs().amax(0)))
+        return self.lin(x)
+
+
 class ScalesItsWeight(nn.Module):
     """A forward that writes into its own weight in place under no_grad (by 1: the function is
     unchanged)."""
@@ -143,6 +162,8 @@ def _eval_batchnorm() -> nn.Module:
 
 READABLE: list[tuple[Callable[[], nn.Module], str]] = [
     (RebindingObserver, "lin.weight"),
+    (OutObserver, "lin.weight"),
+    (GradOffObserver, "lin.weight"),
     (ScalesItsWeight, "lin.weight"),
     (_eval_batchnorm, "2.weight"),
 ]

@@ -13,8 +13,10 @@ Conventions fixed here:
   are never mutated. A module whose forward writes into its own weight (``nn.Embedding`` with
   ``max_norm``) is refused (`check_parameter_writes`): forward mode cannot differentiate the write.
   A forward that writes in place into a buffer (``self.mx.copy_(...)``, ``self.count.add_(1)``)
-  is refused too (`refuse_buffer_writes`, from `check_repeatable`'s forwards): ``torch.func.jvp``
-  refuses an in-place write into a tensor its function captures. Rebinding the attribute
+  is refused where ``torch.func.jvp`` fails on that write (it refuses an in-place write into a
+  tensor its function captures): the failure is turned into a ``ValueError`` naming the buffers
+  a plain forward writes (`refuse_buffer_writes`). Writes ``jvp`` accepts (``out=`` forms, writes
+  made only with autograd off) are read (s16 audit BB #1). Rebinding the attribute
   (``self.mx = ...``) writes nothing and is read.
 * A parameter registered under several names (tied weights, ``head.weight = emb.weight``) is
   keyed by its first name only, as in ``model.named_parameters()``; an alias name in ``params`` or
@@ -32,7 +34,7 @@ Conventions fixed here:
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -303,6 +305,35 @@ def buffer_versions(buffers: Mapping[str, Tensor]) -> dict[str, int]:
     return {name: b._version for name, b in buffers.items() if not b.is_inference()}
 
 
+def is_captured_write_error(err: BaseException) -> bool:
+    """Whether ``err`` is functorch's refusal of an in-place write into a captured tensor."""
+    return "mutate a captured Tensor" in str(err)
+
+
+def name_buffer_writes(
+    model: nn.Module,
+    forward: Callable[[], Any],
+    buffers: Mapping[str, Tensor],
+    err: BaseException,
+) -> ValueError:
+    """The error for a forward-mode failure ``err`` on an in-place write: runs ``forward()`` (a
+    plain forward on ``buffers``) and names the buffers it writes (`refuse_buffer_writes`); where
+    none moves (a write into a plain tensor attribute, or through ``.data``), a one-line message
+    that says so."""
+    before = buffer_versions(buffers)
+    with torch.no_grad():
+        forward()
+    try:
+        refuse_buffer_writes(model, buffers, before)
+    except ValueError as named:
+        return named
+    return ValueError(
+        "the model's forward writes in place into a tensor it captures (not a registered buffer, "
+        "or through .data): forward-mode derivatives (torch.func.jvp), which the read runs "
+        f"through the forward, refuse that write ({str(err).splitlines()[0][:160]})"
+    )
+
+
 def refuse_buffer_writes(
     model: nn.Module, buffers: Mapping[str, Tensor], before: Mapping[str, int]
 ) -> None:
@@ -430,9 +461,7 @@ def check_repeatable(
     read batches it under ``vmap`` (where functorch refuses any random operation) or not (one
     direction, one t at a time). Conversely, a forward that draws from a generator it re-seeds on
     every call repeats exactly and is read (the Fisher code then runs it without ``vmap``). A
-    non-tensor or non-finite output is left to the read, which names it. A forward that writes in
-    place into one of ``buffers`` (the copies it runs on) is refused after the first evaluation
-    (`refuse_buffer_writes`): forward mode cannot run through it.
+    non-tensor or non-finite output is left to the read, which names it.
 
     The first evaluation runs through `neuromanifold.singular.factor_inputs.forward_checked`, so a
     forward that fails (in float64, or on data that does not fit) fails with the whole-model
@@ -441,10 +470,8 @@ def check_repeatable(
 
     xs = x[:REPEAT_SAMPLES]
     tensors = {**params, **buffers}
-    before = buffer_versions(buffers)
     with torch.no_grad():
         first = forward_checked(_AtParams(model, tensors), xs, data_shape=tuple(x.shape))
-        refuse_buffer_writes(model, buffers, before)
         if not isinstance(first, Tensor) or not bool(torch.isfinite(first).all()):
             return
         again = functional_call(model, tensors, (xs,))
@@ -455,7 +482,7 @@ def prepare(model: object, params: Mapping[str, Tensor], data: object) -> Prepar
     """Validate and up-cast everything a read needs (see module docstring).
 
     Besides the argument checks, two forwards on the first `REPEAT_SAMPLES` samples check that
-    the forward is deterministic and writes into no buffer in place (`check_repeatable`).
+    the forward is deterministic (`check_repeatable`).
     """
     model = check_model(model)
     check_eval_mode(model)

@@ -59,6 +59,8 @@ from neuromanifold.singular._validate import (
     Prepared,
     check_direction,
     check_tensor_output,
+    is_captured_write_error,
+    name_buffer_writes,
     prepare,
 )
 from neuromanifold.singular.family import OutputFamily, check_family
@@ -145,7 +147,19 @@ def _chunk_quadratic(
         return check_tensor_output(functional_call(model, ({**rest, **pu}, prep.buffers), (xc,)))
 
     def q_sum(primal: dict[str, Tensor], tangent: dict[str, Tensor]) -> Tensor:
-        out, jv = jvp(f, (primal,), (tangent,))
+        try:
+            out, jv = jvp(f, (primal,), (tangent,))
+        except RuntimeError as err:
+            if not is_captured_write_error(err):
+                raise
+            # an in-place write into a buffer: name it (s16 trial X #2, audit BB #1)
+            at_base = {**rest, **{k: base[k] for k in keys}}
+            raise name_buffer_writes(
+                model,
+                lambda: functional_call(model, (at_base, prep.buffers), (xc[:1],)),
+                prep.buffers,
+                err,
+            ) from None
         family.check_output(out)
         if out.shape[0] != xc.shape[0]:
             raise ValueError(

@@ -46,7 +46,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
-from neuromanifold.singular._validate import Prepared, buffer_versions, refuse_buffer_writes
+from neuromanifold.singular._validate import (
+    Prepared,
+    buffer_versions,
+    is_captured_write_error,
+    refuse_buffer_writes,
+)
 from neuromanifold.singular.factor_inputs import forward_checked
 
 __all__ = [
@@ -154,10 +159,10 @@ def check_forward_mode(
     names the data's shape. ``x`` is the data's first samples; a model that ran on more of them
     but not on these reads the data's first axis as something other than the sample axis, and
     the message says so. ``data_shape``: the whole probe set's shape, as in `forward_checked`.
-    If the plain forward runs but writes in place into a buffer of ``model`` (its version counter
-    moves), the error names the buffer (`neuromanifold.singular._validate.refuse_buffer_writes`):
-    ``jvp`` refuses that write. ``model`` is the read's working copy, so its buffers may be
-    written.
+    If ``jvp`` failed on an in-place write into a captured tensor and the plain forward writes
+    in place into a buffer of ``model`` (its version counter moves), the error names the buffer
+    (`neuromanifold.singular._validate.refuse_buffer_writes`). ``model`` is the read's working
+    copy, so its buffers may be written.
     """
     buffers = dict(model.named_buffers())
     before = buffer_versions(buffers)
@@ -181,7 +186,8 @@ def check_forward_mode(
                 f"samples but not on these reads the data's first axis as something other than "
                 f"the sample axis, which it must be: {plain}"
             ) from plain
-        refuse_buffer_writes(model, buffers, before)
+        if is_captured_write_error(err):  # name the buffer the plain forward wrote, if any
+            refuse_buffer_writes(model, buffers, before)
         raise ValueError(
             f"the read needs forward-mode derivatives of the model (torch.func.jvp), which "
             f"failed: {err}"

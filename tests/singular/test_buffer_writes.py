@@ -190,3 +190,22 @@ def test_models_without_in_place_buffer_writes_still_read(
         assert torch.equal(b, before[k]), k
     for k, p in m.named_parameters():
         assert torch.equal(p.detach(), params[k]), k
+
+
+class DataObserver(Observer):
+    """The running max written through ``.data``: no version counter of the buffer moves."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.mx.data.copy_(torch.maximum(self.mx, x.detach().abs().amax(0)))
+        return self.lin(x)
+
+
+@pytest.mark.parametrize("fn", PER_DIRECTION)
+def test_a_write_no_buffer_counter_sees_is_still_one_line(fn: Callable[..., object]) -> None:
+    """s16 audit BB #2: through ``.data`` the write escaped the check and torch's raw functorch
+    RuntimeError reached the caller."""
+    m = DataObserver().eval()
+    x = torch.randn(16, 3, dtype=D)
+    u = {"lin.weight": torch.randn(2, 3, dtype=D)}
+    with pytest.raises(ValueError, match=r"^the model's forward writes in place into a tensor it "):
+        fn(m, dict(m.named_parameters()), u, x, Gaussian())

@@ -478,3 +478,22 @@ def test_the_sweep_plan_counts_the_copy_each_per_direction_call_makes() -> None:
     plan = plan_memory(model, x, Gaussian(), max_memory="1GB", t_batch=1)
     held = 2 * param_bytes  # the read's working copy and its parameter dict
     assert call <= plan.jvp_fixed + plan.jvp_per_sample - held
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"t_batch": 0}, r"t_batch must be a positive int; got 0"),
+        ({"t_batch": 2.5}, r"t_batch must be a positive int; got 2.5"),
+        ({"factor_batch": -2}, r"factor_batch must be a positive int; got -2"),
+        ({"factor_batch": True}, r"factor_batch must be a positive int; got True"),
+        ({"held": -(10**9)}, r"held must be a non-negative int \(bytes\); got -1000000000"),
+    ],
+)
+def test_plan_arguments_are_validated(kwargs: dict, message: str) -> None:
+    """s16 audit BB #3 (trial Y #4): 0 and negative batches were replaced by 1, 2.5 ended in
+    range()'s TypeError, and a negative 'held' enlarged the room."""
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+    x = torch.randn(8, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match=message):
+        plan_memory(model, x, Gaussian(), max_memory="1GB", **kwargs)

@@ -88,6 +88,7 @@ before it in the process (a small MLP), as the command line does.
 from __future__ import annotations
 
 import math
+import numbers
 import re
 import weakref
 from collections.abc import Callable, Mapping
@@ -418,11 +419,15 @@ def plan_memory(
             the budget and the estimated costs), or ``data`` has no sample.
     """
     from neuromanifold.singular._validate import prepare
-    from neuromanifold.singular.factors import kfac_factors
+    from neuromanifold.singular.factors import check_positive_int, kfac_factors
     from neuromanifold.singular.family import check_family
     from neuromanifold.singular.fisher import fisher_prepared
     from neuromanifold.singular.sweep import _random_direction
 
+    t_batch = check_positive_int("t_batch", t_batch)
+    factor_batch = check_positive_int("factor_batch", factor_batch)
+    if isinstance(held, bool) or not isinstance(held, numbers.Integral) or held < 0:
+        raise ValueError(f"held must be a non-negative int (bytes); got {held!r}")
     budget_total = parse_memory(max_memory)
     budget = int(BUDGET_FRACTION * budget_total)
     jvp_budget = int(JVP_FRACTION * budget_total)

@@ -42,7 +42,7 @@ __all__ = ["LOG_KIND", "LOG_NAME", "ReadLog", "read_fingerprint", "resumable_rea
 
 LOG_KIND = "neuromanifold-read-log"
 LOG_NAME = "read.jsonl"
-LOG_VERSION = 13
+LOG_VERSION = 14
 """Bumped whenever the records a read writes change for the same inputs (2: ``snap=True`` no
 longer snaps gauge candidates; grouped convolutions are read; 3: ``snap="auto"`` keeps a genuine
 unsnapped read the snap would lose, the CE shift of a bias-free head is ``𝟙𝟙ᵀ``; 4: G-kernels
@@ -58,8 +58,9 @@ by sample content; 9: eigenvectors are oriented by the sign of Σ v_i³; 10: the
 leaves out `RUN_ONLY_OPTIONS` and the header keeps its parts, and sampled labels take the whole
 63-bit key; 11: a QK rotation's direction is built from the head's weights; 12: duality links
 inside a degenerate energy cluster are canonical, zero-size blocks are listed as not covered; 13:
-each canonical link direction keeps its own energy, zero-width rescale orbits propose nothing): an
-older log is refused."""
+each canonical link direction keeps its own energy, zero-width rescale orbits propose nothing; 14:
+round-off candidate ratios are equal in the reading order, the fingerprint of a data-parallel
+read's log is the whole probe set's): an older log is refused."""
 
 
 def _hash_tensor(h: Any, t: Tensor) -> None:

@@ -273,9 +273,9 @@ def deep_linear(widths: Sequence[int], rank: int) -> ClosedForm:
     L = widths − 1 = 1: m = 1 (regular); L = 2: the restated m (it equals the reduced-rank m);
     L ≥ 3 with r = 0 and every hidden width 1: the derived m of :func:`width_one_hidden`
     (K ∝ ‖W_1‖² · Π w_l² · ‖W_L‖², m = (L − 2) + [H_1 = 1] + [H_{L+1} = 1]; all widths 1: m = L,
-    rule 3), flagged when the restated value differs; other L ≥ 3: the restated m, flagged as
-    not independently verified. λ is always the restated formula's (in the width-1-hidden family
-    it equals the derived λ = 1/2, as the tests check).
+    spec §5 rule 3), flagged when the restated value differs; other L ≥ 3: the restated m,
+    flagged as not independently verified. λ is always the restated formula's (in the
+    width-1-hidden family it equals the derived λ = 1/2, as the tests check).
 
     >>> deep_linear([4, 4, 4, 4], 0).lam, deep_linear([1, 1, 1, 1, 1], 0).m
     (Fraction(11, 2), 4)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from fractions import Fraction
 
 import numpy as np
@@ -463,7 +464,11 @@ def test_loci_without_a_block_are_independent() -> None:
     (spec §5 rule 1: independent coordinates add), m = 1."""
     a = assemble([Locus("x", "genuine", orders=(2,)), Locus("y", "genuine", orders=(2,))])
     assert (a.lam, a.m) == (Fraction(1, 2), 1)
-    assert Locus("x", "genuine", orders=(1,)).block == "x"
+    assert Locus("x", "genuine", orders=(1,)).group == "x"
+    # resolved at assembly: renaming a copy moves it to its own block (s16 audit BB #6)
+    base = Locus("x", "genuine", orders=(2,))
+    three = [dataclasses.replace(base, name=n) for n in "xyz"]
+    assert (assemble(three).lam, assemble(three).m) == (Fraction(3, 4), 1)
     shared = [Locus(n, "genuine", orders=(2,), block="b") for n in "xy"]
     assert (assemble(shared).lam, assemble(shared).m) == (Fraction(1, 4), 2)  # rule 2: crossing
     loc = Locus("x", "genuine", orders=(2,))

@@ -89,8 +89,9 @@ class Locus:
     dimensions d_i ≥ 1 (default all 1). ``dim``: number of regular directions (regular only) or
     the orbit dimension (gauge; reported, not counted). ``block``: independence group id (a
     string); loci sharing one are components of one crossing. Omitted (``None``), the locus is
-    its own block, named ``name``: independent loci add (s16 trial X #3: the old default ``""``
-    put every locus built without a block into one crossing).
+    its own block, named ``name`` (`group`): independent loci add (s16 trial X #3: the old default
+    ``""`` put every locus built without a block into one crossing). Two loci of one name and no
+    block are one group: give distinct names or explicit blocks.
     """
 
     name: str
@@ -100,10 +101,14 @@ class Locus:
     block: str | None = None
     dim: int = 1
 
+    @property
+    def group(self) -> str:
+        """The block the assembly puts the locus in: ``block``, or ``name`` when it is None
+        (resolved when assembled, so `dataclasses.replace` of the name moves it too)."""
+        return self.name if self.block is None else self.block
+
     def __post_init__(self) -> None:
-        if self.block is None:
-            object.__setattr__(self, "block", self.name)
-        if not isinstance(self.block, str):
+        if self.block is not None and not isinstance(self.block, str):
             raise ValueError(
                 f"block must be a str (an independence group id) or None, got {self.block!r} "
                 f"(locus {self.name!r})"
@@ -266,7 +271,7 @@ def assemble(loci: Iterable[Locus], *, notes: Sequence[str] = ()) -> Assembly:
     gauge: list[str] = []
     for locus in loci:
         if locus.kind == "genuine":
-            groups.setdefault(locus.block, []).append(locus)
+            groups.setdefault(locus.group, []).append(locus)
         elif locus.kind == "regular":
             regular_dims += locus.dim
         else:

@@ -405,3 +405,15 @@ def test_two_ranks_agree_with_one_process_when_factor_labels_are_sampled() -> No
         for d, s in zip(reading["directions"], single["directions"], strict=True):
             for f_dist, f_one in zip(d["sweep"]["F"], s["sweep"]["F"], strict=True):
                 assert _close(f_dist, f_one, RTOL_PERTURBED_DIRECTION), (f_dist, f_one)
+
+
+def test_a_ranks_value_error_reaches_the_caller_in_one_line() -> None:
+    """s16 trial Y #6: three processes on two samples raised torch's ProcessRaisedException
+    wrapping the child's traceback; the CLI gives one line, and so does launch_local now."""
+    with pytest.raises(ValueError, match=r"^the probe set has 2 samples but there are 3 ranks"):
+        launch_local(
+            3,
+            "neuromanifold.cells.planted:planted_mlp",
+            factory_kwargs={"n": 2},
+            read_kwargs={"progress": False},
+        )

@@ -403,6 +403,16 @@ def _worker(
         dist.destroy_process_group()
 
 
+def _child_value_error(err: BaseException) -> str | None:
+    """The message of the ``ValueError`` a spawned rank raised (the last line of the child's
+    traceback that ``torch.multiprocessing`` wraps), or None for any other failure."""
+    lines = [ln for ln in str(err).splitlines() if ln.strip()]
+    prefix = "ValueError: "
+    if lines and lines[-1].startswith(prefix):
+        return lines[-1][len(prefix) :]
+    return None
+
+
 def launch_local(
     world: int,
     factory: str,
@@ -417,7 +427,8 @@ def launch_local(
     ``factory_kwargs`` and must return an object with ``model``, ``data`` and ``family`` (e.g.
     `neuromanifold.cells.planted.planted_mlp`). Each rank first reads a tiny shard (first-call
     costs) and then, after a barrier, the timed read. Returns, per rank, ``{"reading":
-    Reading.to_dict(), "seconds": wall time of the timed read}``.
+    Reading.to_dict(), "seconds": wall time of the timed read}``. A ``ValueError`` a rank raises
+    (e.g. fewer samples than processes) is raised here with the rank's message.
     """
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
         raise ValueError(f"world must be a positive int; got {world!r}")
@@ -442,6 +453,9 @@ def launch_local(
             except Exception as err:  # the port was taken between choosing and binding it
                 if "address already in use" in str(err).lower() and attempt + 1 < PORT_ATTEMPTS:
                     continue
+                child = _child_value_error(err)
+                if child is not None:  # one line, as the CLI gives it (s16 trial Y #6)
+                    raise ValueError(child) from err
                 raise
             return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
     raise AssertionError("unreachable")

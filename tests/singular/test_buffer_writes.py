@@ -209,3 +209,34 @@ def test_a_write_no_buffer_counter_sees_is_still_one_line(fn: Callable[..., obje
     u = {"lin.weight": torch.randn(2, 3, dtype=D)}
     with pytest.raises(ValueError, match=r"^the model's forward writes in place into a tensor it "):
         fn(m, dict(m.named_parameters()), u, x, Gaussian())
+
+
+class GradOnObserver(Observer):
+    """The running max written only with autograd on (as under the read's jvp)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled():
+            self.mx.copy_(torch.maximum(self.mx, x.detach().abs().amax(0)))
+        return self.lin(x)
+
+
+class WhenExceededObserver(Observer):
+    """The running max written only when a new maximum is seen (the repeat check's forward has
+    already stored it in the copies)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        new = x.detach().abs().amax(0)
+        if bool((new > self.mx).any()):
+            self.mx.copy_(torch.maximum(self.mx, new))
+        return self.lin(x)
+
+
+@pytest.mark.parametrize("cls", [GradOnObserver, WhenExceededObserver])
+def test_the_naming_forward_runs_as_the_failing_one(cls: type[nn.Module]) -> None:
+    """s16 audit CC #2: the naming forward ran with autograd off on buffer copies the repeat
+    check had already updated, so these writes were called 'not a registered buffer'."""
+    m = cls().eval()
+    x = torch.randn(16, 3, dtype=D)
+    u = {"lin.weight": torch.randn(2, 3, dtype=D)}
+    with pytest.raises(ValueError, match=r"^the model's forward writes in place into buffer 'mx'"):
+        directional_fisher(m, dict(m.named_parameters()), u, x, Gaussian())

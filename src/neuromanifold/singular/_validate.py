@@ -312,26 +312,33 @@ def is_captured_write_error(err: BaseException) -> bool:
 
 def name_buffer_writes(
     model: nn.Module,
-    forward: Callable[[], Any],
-    buffers: Mapping[str, Tensor],
+    forward: Callable[[Mapping[str, Tensor]], Any],
     err: BaseException,
 ) -> ValueError:
-    """The error for a forward-mode failure ``err`` on an in-place write: runs ``forward()`` (a
-    plain forward on ``buffers``) and names the buffers it writes (`refuse_buffer_writes`); where
-    none moves (a write into a plain tensor attribute, or through ``.data``), a one-line message
-    that says so."""
-    before = buffer_versions(buffers)
-    with torch.no_grad():
-        forward()
-    try:
-        refuse_buffer_writes(model, buffers, before)
-    except ValueError as named:
-        return named
-    return ValueError(
+    """The error for a forward-mode failure ``err`` on an in-place write: ``forward(buffers)`` runs
+    the forward that failed once more, without derivatives but with autograd on (as under
+    ``jvp``: a write made only with autograd off is not the cause), on fresh copies of ``model``'s
+    buffers (earlier forwards may have settled a write that happens only on new values), and
+    the buffers it writes are named (`refuse_buffer_writes`). Where none moves (a write into a
+    plain tensor attribute or through ``.data``), or that forward itself fails, a one-line
+    message says the forward writes in place into a tensor it captures (s16 audit CC #1–#4)."""
+    generic = ValueError(
         "the model's forward writes in place into a tensor it captures (not a registered buffer, "
         "or through .data): forward-mode derivatives (torch.func.jvp), which the read runs "
         f"through the forward, refuse that write ({str(err).splitlines()[0][:160]})"
     )
+    buffers = prepare_buffers(model)
+    before = buffer_versions(buffers)
+    try:
+        with torch.inference_mode(False), torch.enable_grad():
+            forward(buffers)
+    except Exception:  # the naming forward is best effort: keep the cause
+        return generic
+    try:
+        refuse_buffer_writes(model, buffers, before)
+    except ValueError as named:
+        return named
+    return generic
 
 
 def refuse_buffer_writes(

@@ -155,10 +155,7 @@ def _chunk_quadratic(
             # an in-place write into a buffer: name it (s16 trial X #2, audit BB #1)
             at_base = {**rest, **{k: base[k] for k in keys}}
             raise name_buffer_writes(
-                model,
-                lambda: functional_call(model, (at_base, prep.buffers), (xc[:1],)),
-                prep.buffers,
-                err,
+                model, lambda bufs: functional_call(model, (at_base, bufs), (xc,)), err
             ) from None
         family.check_output(out)
         if out.shape[0] != xc.shape[0]:

@@ -48,9 +48,8 @@ from torch.utils._pytree import tree_leaves
 
 from neuromanifold.singular._validate import (
     Prepared,
-    buffer_versions,
     is_captured_write_error,
-    refuse_buffer_writes,
+    name_buffer_writes,
 )
 from neuromanifold.singular.factor_inputs import forward_checked
 
@@ -159,13 +158,11 @@ def check_forward_mode(
     names the data's shape. ``x`` is the data's first samples; a model that ran on more of them
     but not on these reads the data's first axis as something other than the sample axis, and
     the message says so. ``data_shape``: the whole probe set's shape, as in `forward_checked`.
-    If ``jvp`` failed on an in-place write into a captured tensor and the plain forward writes
-    in place into a buffer of ``model`` (its version counter moves), the error names the buffer
-    (`neuromanifold.singular._validate.refuse_buffer_writes`). ``model`` is the read's working
+    If ``jvp`` failed on an in-place write into a captured tensor, the error names the buffers
+    the forward writes, or says the write is into a captured tensor
+    (`neuromanifold.singular._validate.name_buffer_writes`). ``model`` is the read's working
     copy, so its buffers may be written.
     """
-    buffers = dict(model.named_buffers())
-    before = buffer_versions(buffers)
     params = {k: v.detach() for k, v in model.named_parameters() if v.is_floating_point()}
     tangents = {k: torch.ones_like(v) for k, v in params.items()}
 
@@ -186,8 +183,10 @@ def check_forward_mode(
                 f"samples but not on these reads the data's first axis as something other than "
                 f"the sample axis, which it must be: {plain}"
             ) from plain
-        if is_captured_write_error(err):  # name the buffer the plain forward wrote, if any
-            refuse_buffer_writes(model, buffers, before)
+        if is_captured_write_error(err):  # name the buffers the forward writes, if any
+            raise name_buffer_writes(
+                model, lambda bufs: functional_call(model, {**params, **bufs}, (x,)), err
+            ) from err
         raise ValueError(
             f"the read needs forward-mode derivatives of the model (torch.func.jvp), which "
             f"failed: {err}"

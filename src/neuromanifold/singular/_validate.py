@@ -15,7 +15,7 @@ Conventions fixed here:
   A forward that writes in place into a buffer (``self.mx.copy_(...)``, ``self.count.add_(1)``)
   is refused where ``torch.func.jvp`` fails on that write (it refuses an in-place write into a
   tensor its function captures): the failure is turned into a ``ValueError`` naming the buffers
-  a plain forward writes (`refuse_buffer_writes`). Writes ``jvp`` accepts (``out=`` forms, writes
+  a plain forward writes (`buffer_write_error`). Writes ``jvp`` accepts (``out=`` forms, writes
   made only with autograd off) are read (s16 audit BB #1). Rebinding the attribute
   (``self.mx = ...``) writes nothing and is read.
 * A parameter registered under several names (tied weights, ``head.weight = emb.weight``) is
@@ -288,7 +288,7 @@ def prepare_buffers(model: nn.Module) -> dict[str, Tensor]:
     """Copies of the model's buffers, floating ones in float64.
 
     The copies are made outside ``torch.inference_mode`` (a tensor made inside it has no version
-    counter), so that `refuse_buffer_writes` sees an in-place write into them in any grad mode.
+    counter), so that `buffer_write_error` sees an in-place write into them in any grad mode.
     """
     out: dict[str, Tensor] = {}
     with torch.inference_mode(False):
@@ -300,7 +300,7 @@ def prepare_buffers(model: nn.Module) -> dict[str, Tensor]:
 
 def buffer_versions(buffers: Mapping[str, Tensor]) -> dict[str, int]:
     """Each buffer's version counter (``Tensor._version``, which every in-place write raises), for
-    `refuse_buffer_writes`. A tensor made under ``torch.inference_mode`` has none and is left
+    `buffer_write_error`. A tensor made under ``torch.inference_mode`` has none and is left
     out."""
     return {name: b._version for name, b in buffers.items() if not b.is_inference()}
 
@@ -319,7 +319,7 @@ def name_buffer_writes(
     the forward that failed once more, without derivatives but with autograd on (as under
     ``jvp``: a write made only with autograd off is not the cause), on fresh copies of ``model``'s
     buffers (earlier forwards may have settled a write that happens only on new values), and
-    the buffers it writes are named (`refuse_buffer_writes`). Where none moves (a write into a
+    the buffers it writes are named (`buffer_write_error`). Where none moves (a write into a
     plain tensor attribute or through ``.data``), or that forward itself fails, a one-line
     message says the forward writes in place into a tensor it captures (s16 audit CC #1–#4)."""
     generic = ValueError(
@@ -334,19 +334,15 @@ def name_buffer_writes(
             forward(buffers)
     except Exception:  # the naming forward is best effort: keep the cause
         return generic
-    try:
-        refuse_buffer_writes(model, buffers, before)
-    except ValueError as named:
-        return named
-    return generic
+    return buffer_write_error(model, buffers, before) or generic
 
 
-def refuse_buffer_writes(
+def buffer_write_error(
     model: nn.Module, buffers: Mapping[str, Tensor], before: Mapping[str, int]
-) -> None:
-    """Raise a one-line ``ValueError`` naming every buffer of ``buffers`` (qualified name → the
-    tensor a forward ran on) whose version counter moved past ``before`` (`buffer_versions`,
-    taken before that forward): the forward wrote into it in place.
+) -> ValueError | None:
+    """A one-line ``ValueError`` naming every buffer of ``buffers`` (qualified name → the tensor a
+    forward ran on) whose version counter moved past ``before`` (`buffer_versions`, taken before
+    that forward): the forward wrote into it in place. ``None`` when none moved.
 
     Forward mode (``torch.func.jvp``) refuses an in-place write into a tensor that the
     differentiated function captures, as the read's passes capture the buffers (its tangents are
@@ -355,14 +351,14 @@ def refuse_buffer_writes(
     """
     written = [name for name, v in before.items() if buffers[name]._version != v]
     if not written:
-        return
+        return None
     where = []
     for name in written:
         owner = name.rpartition(".")[0]
         module = f"submodule {owner!r}" if owner else "the root module"
         where.append(f"{name!r} of {module} ({type(model.get_submodule(owner)).__name__})")
     first = written[0].rpartition(".")[2]
-    raise ValueError(
+    return ValueError(
         f"the model's forward writes in place into buffer{'s' if len(written) > 1 else ''} "
         f"{', '.join(where)}: forward-mode derivatives (torch.func.jvp), which the read runs "
         f"through the forward, refuse an in-place write into a buffer; rebind the attribute to a "

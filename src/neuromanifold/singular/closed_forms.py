@@ -10,8 +10,9 @@ All values are exact rationals (``fractions.Fraction``). Models covered:
   symmetric inputs) gives (1/2, 2); p = 2 (ReLU²) gives (1/4, 1).
 * Reduced-rank regression y = B A x (input M, inner H, output N, true rank r), four cases.
 * Deep linear networks (widths H_1 = input, …, H_{L+1} = output, true rank r): λ from Aoyagi's
-  formula as restated by Lau et al.; m derived where every hidden width is 1 and r = 0 (the
-  restated m is wrong for some of these), else the restated m (see :func:`deep_linear`).
+  formula as restated by Lau et al.; m derived where r = 0 and some hidden width is 1 (the
+  network factors there and the restated m is wrong for some of these), else the restated m
+  (see :func:`deep_linear`).
 * Hidden widths all 1, truth 0: K ∝ ‖W_1‖² · Π w_l² · ‖W_L‖², a crossing of independent groups
   (:func:`width_one_hidden`).
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import pairwise
 from typing import Any
 
 __all__ = [
@@ -264,6 +266,71 @@ def _deep_linear_restated(widths: list[int], r: int) -> tuple[Fraction, int, int
     raise RuntimeError(f"no admissible ℓ in the deep-linear formula for widths={widths}, r={r}")
 
 
+def _width_one_pieces(widths: list[int]) -> list[list[int]]:
+    """Cut a width vector at every hidden width 1; neighbouring pieces share that width.
+
+    >>> _width_one_pieces([3, 1, 3, 3]), _width_one_pieces([1, 1, 2, 1, 1])
+    ([[3, 1], [1, 3, 3]], [[1, 1], [1, 2, 1], [1, 1]])
+    """
+    cuts = [0, *(j for j in range(1, len(widths) - 1) if widths[j] == 1), len(widths) - 1]
+    return [widths[a : b + 1] for a, b in pairwise(cuts)]
+
+
+def _piece_pole(piece: list[int]) -> tuple[Fraction, int, str]:
+    """(λ, m, source) of a piece at truth 0: one layer is regular (λ = H_in·H_out/2, m = 1), two
+    layers are reduced-rank regression, longer ones (no hidden width 1) the restated formula."""
+    if len(piece) == 2:
+        return Fraction(piece[0] * piece[1], 2), 1, "regular"
+    if len(piece) == 3:
+        cf = rrr(piece[0], piece[1], piece[2], 0)
+        return cf.lam, cf.m, "rrr"
+    lam, m, _ = _deep_linear_restated(piece, 0)
+    return lam, m, "restated"
+
+
+def _width_one_split(ws: list[int], lam: Fraction, m_re: int, model: str, case: str) -> ClosedForm:
+    """Deep linear network at r = 0 with some hidden width 1: the product rule over the pieces.
+
+    A hidden width H_{j+1} = 1 makes ``W_L ⋯ W_1 = b·aᵀ`` with ``aᵀ = W_j ⋯ W_1`` (left weights
+    only) and ``b = W_L ⋯ W_{j+1}`` (right weights only), so ``K ∝ ‖a‖²·‖b‖²`` and ``∫ K^z`` is
+    the product of the two sides' zeta functions, each a deep linear network at truth 0. Poles
+    multiply: λ = min over the sides, m = the sum of the m of the sides that attain it (spec §5
+    rule 2). Cutting at every hidden width 1 leaves pieces without one (:func:`_piece_pole`).
+    """
+    poles = [(p, *_piece_pole(p)) for p in _width_one_pieces(ws)]
+    lam_split = min(lp for _, lp, _, _ in poles)
+    if lam_split != lam:
+        raise RuntimeError(
+            f"deep_linear widths={ws} r=0: the product rule over the width-1 cuts gives "
+            f"λ = {lam_split}, the restated formula λ = {lam}; please report this"
+        )
+    tied = [(p, mp, src) for p, lp, mp, src in poles if lp == lam]
+    m = sum(mp for _, mp, _ in tied)
+    unverified = [p for p, _, src in tied if src == "restated"]
+    if m == m_re and not unverified:
+        return ClosedForm(lam, m, model=model, case=case, m_restated=m_re)
+    counts: dict[str, int] = {}  # repeated pieces (a chain's [1, 1]) are named once, with a count
+    for p, lp, mp, src in poles:
+        key = f"{p} {src} ({lp}, {mp})"
+        counts[key] = counts.get(key, 0) + 1
+    pieces = ", ".join(key if n == 1 else f"{key} ×{n}" for key, n in counts.items())
+    chain = " (spec §5 rule 3: a width-1 chain, K = (Π w)², m = L)" if max(ws) == 1 else ""
+    caveat = (
+        f"r = 0 with a hidden width 1: the network factors there, K ∝ ‖a‖²·‖b‖² with a, b on "
+        f"disjoint weights, so its zeta function is the product of the pieces' (spec §5 rule 2): "
+        f"λ = min, m adds over the pieces that tie; pieces {pieces}, so m = {m} at λ = {lam}"
+        f"{chain}; the restated formula gives m = {m_re}"
+    )
+    if unverified:
+        caveat += (
+            f"; the m of piece(s) {', '.join(map(str, unverified))} is the restated formula's "
+            "value (Aoyagi 2024 via Lau et al.), not independently verified"
+        )
+    else:
+        caveat += ", which is wrong here"
+    return ClosedForm(lam, m, model=model, case=case, m_restated=m_re, caveat=caveat)
+
+
 def deep_linear(widths: Sequence[int], rank: int) -> ClosedForm:
     """Deep linear network with widths H_1 (input), …, H_{L+1} (output) at true rank r.
 
@@ -271,15 +338,21 @@ def deep_linear(widths: Sequence[int], rank: int) -> ClosedForm:
     Δ_j = H_j − r, Σ the ℓ+1 smallest Δ for the first admissible ℓ, S = Σ_Σ Δ, a = S mod ℓ.
     The restated multiplicity (1 if a = 0 else 2) is reported as ``m_restated``. ``m`` is:
     L = widths − 1 = 1: m = 1 (regular); L = 2: the restated m (it equals the reduced-rank m);
-    L ≥ 3 with r = 0 and every hidden width 1: the derived m of :func:`width_one_hidden`
-    (K ∝ ‖W_1‖² · Π w_l² · ‖W_L‖², m = (L − 2) + [H_1 = 1] + [H_{L+1} = 1]; all widths 1: m = L,
-    spec §5 rule 3), flagged when the restated value differs; other L ≥ 3: the restated m,
-    flagged as not independently verified. λ is always the restated formula's (in the
-    width-1-hidden family it equals the derived λ = 1/2, as the tests check).
+    L ≥ 3 with r = 0 and some hidden width 1: the network factors at each such width
+    (``W_L ⋯ W_1 = b·aᵀ``, K ∝ ‖a‖²·‖b‖² over disjoint weights), so the zeta function is the
+    product of the pieces' and m = the sum of the m of the pieces whose λ is the minimum
+    (spec §5 rule 2). A piece of one layer is regular (λ = d/2, m = 1), of two layers reduced-rank
+    regression, longer pieces take the restated (λ, m). Every hidden width 1 gives the m of
+    :func:`width_one_hidden` ((L − 2) + [H_1 = 1] + [H_{L+1} = 1]; all widths 1: m = L, spec §5
+    rule 3). Flagged when the restated value differs or a tied piece's m is restated; other
+    L ≥ 3: the restated m, flagged as not independently verified. λ is always the restated
+    formula's (where the network factors it equals the pieces' minimum, as the tests check).
 
     >>> deep_linear([4, 4, 4, 4], 0).lam, deep_linear([1, 1, 1, 1, 1], 0).m
     (Fraction(11, 2), 4)
     >>> deep_linear([1, 1, 1, 1, 2], 0).m, deep_linear([1, 1, 1, 1, 2], 0).m_restated
+    (3, 2)
+    >>> deep_linear([3, 1, 3, 3], 0).m, deep_linear([3, 1, 3, 3], 0).m_restated
     (3, 2)
     """
     ws = list(widths)
@@ -295,17 +368,8 @@ def deep_linear(widths: Sequence[int], rank: int) -> ClosedForm:
     case = f"ℓ={ell}"
     if L <= 2:
         return ClosedForm(lam, m_re, model=model, case=case, m_restated=m_re)
-    if r == 0 and all(h == 1 for h in ws[1:-1]):
-        m = width_one_hidden(ws).m
-        if m == m_re:
-            return ClosedForm(lam, m, model=model, case=case, m_restated=m_re)
-        chain = " (spec §5 rule 3: a width-1 chain, K = (Π w)², m = L)" if max(ws) == 1 else ""
-        caveat = (
-            f"hidden widths all 1 at r = 0: K ∝ ‖W_1‖²·Π w_l²·‖W_L‖², a crossing of independent "
-            f"groups (spec §5 rule 2), each group of n weights with pole n/2, so m = {m} factors "
-            f"tie at λ = {lam}{chain}; the restated formula gives m = {m_re}, which is wrong here"
-        )
-        return ClosedForm(lam, m, model=model, case=case, m_restated=m_re, caveat=caveat)
+    if r == 0 and any(h == 1 for h in ws[1:-1]):
+        return _width_one_split(ws, lam, m_re, model, case)
     caveat = (
         "m is the restated formula's value (Aoyagi 2024 via Lau et al.), not independently verified"
     )

@@ -165,7 +165,8 @@ def read_cmd(
     regular_dims: int | None = typer.Option(
         None,
         "--regular-dims",
-        help="Live-part dimension (1/2 each); replaces the Reading's live records.",
+        help="Live-part dimension (1/2 each); replaces the Reading's live records (at least "
+        "their number).",
     ),
     json_path: str | None = typer.Option(
         None, "--json", help=f"Write JSON here {JSON_STDOUT_HELP}."
@@ -193,6 +194,14 @@ def read_cmd(
             )
     if regular_dims is not None and regular_dims < 0:
         raise typer.BadParameter(f"--regular-dims must be >= 0, got {regular_dims}")
+    n_live = sum(rec.get("class") == "live" for rec in data["directions"])
+    if regular_dims is not None and regular_dims < n_live:
+        # the live part contains the live directions the read found: a smaller count drops them
+        raise typer.BadParameter(
+            f"--regular-dims {regular_dims} is below the {n_live} live directions of --reading "
+            f"{reading}: --regular-dims is the dimension of the live part, which contains them; "
+            f"pass at least {n_live}, or leave it out to count the live records (1/2 each)"
+        )
     try:  # a record of unknown class or with an order that is not an integer >= 1
         result = assemble_from_reading(data, regular_dims=regular_dims)
     except ValueError as err:

@@ -541,8 +541,10 @@ def assemble_from_reading(
     parameters: with ``regular_dims=None`` the result is the contribution of the read loci, each
     live record counting 1/2. When the caller enumerates the live part (``regular_dims``, e.g.
     the live parameter count minus its gauge dimension), that count replaces the live records
-    (which are then only noted, not added twice). For a model whose parameters are all in the
-    read structure (one-node cells, width-1 chains) the result is the global (λ, m).
+    (which are then only noted, not added twice); a count below the number of live records
+    contradicts the reading and raises ``ValueError`` (it would drop directions the read
+    found). For a model whose parameters are all in the read structure (one-node cells, width-1
+    chains) the result is the global (λ, m).
     ``component_dims``: see :func:`loci_from_reading`. A reading that left directions out
     (``max_directions``, or a detector cap that cut dead directions: ``meta["truncated"]``)
     gets a note saying so; after a cap cut of dead directions m and λ are lower bounds. Genuine
@@ -556,6 +558,13 @@ def assemble_from_reading(
     loci, notes = loci_from_reading(
         reading, component_dims=component_dims, count_live=regular_dims is None
     )
+    n_live = sum(_class_of(rec) == _LIVE for rec in _records(reading))
+    if regular_dims is not None and regular_dims < n_live:
+        raise ValueError(
+            f"regular_dims = {regular_dims} is below the {n_live} live directions the reading "
+            f"found: regular_dims is the dimension of the live part, which contains them; pass "
+            f"at least {n_live}, or None to count the live records (1/2 each)"
+        )
     notes = _truncation_notes(reading) + _probe_size_notes(reading) + notes
     if regular_dims:
         loci.append(Locus("caller: regular directions", "regular", dim=regular_dims))

@@ -28,6 +28,7 @@ Algebraic Geometry and Statistical Learning Theory (2009).
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -105,11 +106,15 @@ class ClosedForm:
 
 
 def _pos_int(name: str, value: object, *, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    """``value`` as an ``int`` >= ``minimum``: any integral type (``int``, NumPy integers such as
+    ``M − r`` from an array shape) is accepted and converted; a bool, a float (even ``3.0``) or
+    another non-integral type is a ``TypeError``, a value below ``minimum`` a ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int >= {minimum}, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
-    return value
+    v = int(value)
+    if v < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {v}")
+    return v
 
 
 def _orders(orders: Sequence[int]) -> list[int]:

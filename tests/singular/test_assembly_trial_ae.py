@@ -11,7 +11,18 @@ import pytest
 from typer.testing import CliRunner
 
 from neuromanifold.cli import app
-from neuromanifold.singular.assembly import assemble_from_reading
+from neuromanifold.cli.triple import READ_ONLY_NOTE
+from neuromanifold.singular.assembly import (
+    READ_ONLY_SCOPE,
+    REGULAR_DIMS_SCOPE,
+    Assembly,
+    BlockTriple,
+    Locus,
+    assemble,
+    assemble_from_reading,
+)
+from neuromanifold.singular.nu import K_MAX
+from neuromanifold.singular.reading import Reading
 
 runner = CliRunner()
 
@@ -67,3 +78,65 @@ def test_triple_read_refuses_regular_dims_below_the_live_records(tmp_path: Path)
     assert "--regular-dims 2 is below the 3 live directions" in text and "λ =" not in text
     res = runner.invoke(app, ["triple", "read", "--reading", str(path), "--regular-dims", "3"])
     assert res.exit_code == 0 and res.output.startswith("λ = 3/2"), res.output
+
+
+# --- trial AE #3: the scope is in the result and its JSON; Assembly.from_dict ----------------
+
+
+NODE = _rec("genuine_singularity", 2, ("0", "2"), detector="duality")
+
+
+def test_assembly_states_whether_regular_dims_was_given() -> None:
+    reading = {"directions": [NODE], "note": "factor G of '0' has 16 rows", "meta": {}}
+    alone = assemble_from_reading(reading)
+    assert (alone.regular_dims_given, alone.scope) == (False, READ_ONLY_SCOPE)
+    assert alone.reading_note == "factor G of '0' has 16 rows"
+    zero = assemble_from_reading(reading, regular_dims=0)
+    assert (zero.regular_dims_given, zero.scope) == (True, REGULAR_DIMS_SCOPE)
+    assert (zero.lam, zero.m) == (alone.lam, alone.m)  # same numbers, different scope
+    assert zero.to_dict() != alone.to_dict()
+    assert assemble_from_reading([NODE]).reading_note == ""  # a bare list has no note
+    obj = Reading(directions=(), not_covered=(), meta={}, note="a note")  # the object, not JSON
+    assert assemble_from_reading(obj).reading_note == "a note"
+    plain = assemble([Locus("x", "regular", dim=2)])  # not from a reading: no scope stated
+    assert (plain.regular_dims_given, plain.scope, plain.reading_note) == (None, None, "")
+
+
+def test_triple_read_json_states_its_scope(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"directions": [NODE], "note": "a reading note", "meta": {}}))
+    argv = ["triple", "read", "--reading", str(path), "--json", "-"]
+    alone = json.loads(runner.invoke(app, argv).output)
+    zero = json.loads(runner.invoke(app, [*argv, "--regular-dims", "0"]).output)
+    assert (alone["regular_dims_given"], alone["scope"]) == (False, READ_ONLY_SCOPE)
+    assert (zero["regular_dims_given"], zero["scope"]) == (True, REGULAR_DIMS_SCOPE)
+    assert alone["reading_note"] == zero["reading_note"] == "a reading note"
+    text = runner.invoke(app, argv[:-2]).output
+    assert READ_ONLY_NOTE in text and "reading note: a reading note" in text
+
+
+def _assemblies() -> list[Assembly]:
+    records = [
+        NODE,
+        _rec("genuine_singularity", 3, ("4", "6")),
+        _rec("live", 1, ("0",)),
+        _rec("flat_gauge", None, ("5",)),
+        _rec("genuine_singularity", None, ("9",)),
+    ]
+    chain = [Locus(f"w{i}", "genuine", orders=(1,), block="chain") for i in range(4)]
+    return [
+        assemble_from_reading(records),
+        assemble_from_reading(records, regular_dims=3, component_dims={1: (2, 1)}),
+        assemble_from_reading([]),
+        assemble([*chain, Locus("r", "regular", dim=5), Locus("g", "gauge")]),
+        assemble([Locus("deep", "genuine", orders=(K_MAX + 1,))]),  # ν not computed: None
+    ]
+
+
+@pytest.mark.parametrize("a", _assemblies())
+def test_assembly_round_trips_through_json(a: Assembly) -> None:
+    assert Assembly.from_dict(a.to_dict()) == a
+    back = Assembly.from_dict(json.loads(json.dumps(a.to_dict())))
+    assert back == a and back.to_dict() == a.to_dict()
+    assert all(isinstance(b, BlockTriple) for b in back.blocks)
+    assert [BlockTriple.from_dict(b.to_dict()) for b in a.blocks] == list(a.blocks)

@@ -9,7 +9,10 @@ JSON outputs (``--json PATH``; ``-`` writes to stdout):
 * ``triple read``: the :class:`~neuromanifold.singular.assembly.Assembly` JSON of a saved Reading
   (``dominant_order`` is the diagonal order Σ k_i of the smallest-λ genuine block, ``nu_universal``
   the per-direction ν of that order, 1/2 of one regular direction when there is no genuine block:
-  not the model's ν, see ``nu_universal_scope`` and docs/triple.md).
+  not the model's ν, see ``nu_universal_scope`` and docs/triple.md). ``regular_dims_given``
+  says whether ``--regular-dims`` was passed and ``scope`` what λ covers (without it: the read
+  directions only); ``reading_note`` is the Reading's own note. ``Assembly.from_dict`` reads the
+  JSON back.
 """
 
 from __future__ import annotations
@@ -209,10 +212,10 @@ def read_cmd(
     if json_path != "-":
         nu_text = "not computed" if result.nu_universal is None else f"{result.nu_universal:.6f}"
         typer.echo(f"λ = {result.lam} ({float(result.lam):.6g}), m = {result.m}")
-        if regular_dims is None:
+        if regular_dims is None:  # the JSON states it in "scope" and "regular_dims_given"
             typer.echo(READ_ONLY_NOTE)
-        if isinstance(data.get("note"), str) and data["note"]:
-            typer.echo(f"reading note: {data['note']}")
+        if result.reading_note:
+            typer.echo(f"reading note: {result.reading_note}")
         if result.dominant_block is None:
             typer.echo(
                 f"no genuine block: ν = {nu_text} (regular) is ν(1) = 1/2 per regular direction, "

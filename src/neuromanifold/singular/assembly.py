@@ -46,7 +46,7 @@ T. P. Shirodkar, arXiv:2606.05957 (volume laws), arXiv:2607.00603 (assembly from
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from numbers import Integral
 from typing import Any, Literal
@@ -55,6 +55,8 @@ from neuromanifold.singular.nu import K_MAX, nu
 
 __all__ = [
     "NU_UNIVERSAL_SCOPE",
+    "READ_ONLY_SCOPE",
+    "REGULAR_DIMS_SCOPE",
     "SINGLE_LOCUS_ASSUMPTION",
     "Assembly",
     "BlockTriple",
@@ -72,6 +74,22 @@ NU_UNIVERSAL_SCOPE = (
     "per-direction ν(k_diag) of the dominant block's diagonal direction (ν(1) = 1/2 of one "
     "regular direction when there is no genuine block), a universal upper reference: not the "
     "model's ν (a regular model of dimension d has ν = d/2)"
+)
+
+#: ``scope`` of `assemble_from_reading` without ``regular_dims`` (docs/triple.md §4, "What the
+#: result covers"): λ is then the read structure's contribution, not a global λ.
+READ_ONLY_SCOPE = (
+    "λ is assembled from the read directions only (each live record counts 1/2); the regular "
+    "dimensions of the rest of the model are not counted. For a global λ pass regular_dims "
+    "(`triple read --regular-dims D`), the dimension of the live part (e.g. its parameter count "
+    "minus its gauge dimension)."
+)
+
+#: ``scope`` of `assemble_from_reading` with the caller's ``regular_dims``.
+REGULAR_DIMS_SCOPE = (
+    "λ is assembled from the read directions and the caller's regular_dims regular directions "
+    "(1/2 each), which replace the live records: a global λ when regular_dims is the dimension "
+    "of the whole live part."
 )
 
 SINGLE_LOCUS_ASSUMPTION = (
@@ -198,6 +216,19 @@ class BlockTriple:
             "loci": list(self.loci),
         }
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> BlockTriple:
+        """Inverse of :meth:`to_dict` (``lambda`` read as the exact fraction; the derived
+        ``lambda_float`` and ``diagonal_order`` are not read)."""
+        return cls(
+            block=str(d["block"]),
+            orders=tuple(int(k) for k in d["orders"]),
+            dims=tuple(int(v) for v in d["dims"]),
+            lam=Fraction(d["lambda"]),
+            m=int(d["m"]),
+            loci=tuple(str(name) for name in d["loci"]),
+        )
+
 
 @dataclass(frozen=True)
 class Assembly:
@@ -210,7 +241,11 @@ class Assembly:
     ν(dominant_order), the per-direction universal upper reference of the dominant direction
     (1/2 of one regular direction if no genuine block), not the model's ν (``None`` when
     k_diag > ``K_MAX``; its JSON says so in ``nu_universal_scope``); ``assumption`` the
-    single-locus statement.
+    single-locus statement. For an assembly from a reading (`assemble_from_reading`):
+    ``regular_dims_given`` whether the caller gave ``regular_dims``, ``scope`` what λ covers
+    (`READ_ONLY_SCOPE`: the read directions only; `REGULAR_DIMS_SCOPE`) and ``reading_note`` the
+    Reading's own one-line note (``""`` if none); ``None``, ``None`` and ``""`` for `assemble` of
+    loci.
     """
 
     lam: Fraction
@@ -223,6 +258,9 @@ class Assembly:
     assumption: str = SINGLE_LOCUS_ASSUMPTION
     notes: tuple[str, ...] = field(default_factory=tuple)
     dominant_block: str | None = None
+    regular_dims_given: bool | None = None
+    scope: str | None = None
+    reading_note: str = ""
 
     @property
     def lam_float(self) -> float:
@@ -245,7 +283,37 @@ class Assembly:
             "gauge": list(self.gauge),
             "assumption": self.assumption,
             "notes": list(self.notes),
+            "regular_dims_given": self.regular_dims_given,
+            "scope": self.scope,
+            "reading_note": self.reading_note,
         }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Assembly:
+        """Inverse of :meth:`to_dict` (also after a JSON round trip): ``lambda`` is read as the
+        exact fraction; the derived ``lambda_float`` and ``nu_universal_scope`` are not read.
+
+        >>> a = assemble([Locus("unit0", "genuine", orders=(1, 1), block="unit0")])
+        >>> Assembly.from_dict(a.to_dict()) == a
+        True
+        """
+        nu_k = d["nu_universal"]
+        given = d.get("regular_dims_given")
+        return cls(
+            lam=Fraction(d["lambda"]),
+            m=int(d["m"]),
+            dominant_order=int(d["dominant_order"]),
+            nu_universal=None if nu_k is None else float(nu_k),
+            blocks=tuple(BlockTriple.from_dict(b) for b in d["blocks"]),
+            regular_dims=int(d["regular_dims"]),
+            gauge=tuple(str(name) for name in d["gauge"]),
+            assumption=str(d.get("assumption", SINGLE_LOCUS_ASSUMPTION)),
+            notes=tuple(str(n) for n in d.get("notes", ())),
+            dominant_block=d.get("dominant_block"),
+            regular_dims_given=None if given is None else bool(given),
+            scope=d.get("scope"),
+            reading_note=str(d.get("reading_note", "")),
+        )
 
 
 def _crossing(components: Sequence[tuple[int, int]]) -> tuple[Fraction, int]:
@@ -550,6 +618,10 @@ def assemble_from_reading(
     gets a note saying so; after a cap cut of dead directions m and λ are lower bounds. Genuine
     records on a factor the probe set under-samples (``meta["probe_rank_limited"]``) are named
     in a note as possible probe-size artefacts (:func:`_probe_size_notes`).
+
+    The result states its scope (also in its JSON): ``regular_dims_given`` whether
+    ``regular_dims`` was given and ``scope`` what λ covers (`READ_ONLY_SCOPE` without it,
+    `REGULAR_DIMS_SCOPE` with it); ``reading_note`` is the Reading's own one-line note.
     """
     if regular_dims is not None and (
         isinstance(regular_dims, bool) or not isinstance(regular_dims, int) or regular_dims < 0
@@ -568,7 +640,18 @@ def assemble_from_reading(
     notes = _truncation_notes(reading) + _probe_size_notes(reading) + notes
     if regular_dims:
         loci.append(Locus("caller: regular directions", "regular", dim=regular_dims))
-    return assemble(loci, notes=notes)
+    return replace(
+        assemble(loci, notes=notes),
+        regular_dims_given=regular_dims is not None,
+        scope=READ_ONLY_SCOPE if regular_dims is None else REGULAR_DIMS_SCOPE,
+        reading_note=_reading_note(reading),
+    )
+
+
+def _reading_note(reading: Any) -> str:
+    """The one-line ``note`` of a `Reading` or its JSON (``""`` for a bare iterable of records)."""
+    note = reading.get("note") if isinstance(reading, Mapping) else getattr(reading, "note", None)
+    return note if isinstance(note, str) else ""
 
 
 def _truncation_notes(reading: Any) -> list[str]:

@@ -12,10 +12,15 @@ with Z ∼ N(0, 2). With m_k(Z) = E_{π_Z}[η^k] and V_k(Z) = Var_{π_Z}(η^k),
 Inner moments: adaptive quadrature (``scipy.integrate.quad``, QUADPACK) of
 ``(T − c)^j · exp(f(η) − f_max)``, j = 0, 1, 2, with T = η^k and f(η) = Z η^k − η^{2k}. The
 exponent is shifted by its maximum f_max over the attainable T (Z²/4, or 0 for even k and
-Z < 0), and the moments are centred at the mode c of T (no cancellation). The range is folded
-onto η ≥ 0 (η → −η maps T → (−1)^k T) and truncated at η_max = s_max^{1/k}, where s_max solves
-s(s − |Z|) = ``TAIL_EXPONENT``: beyond it f(η) − f_max ≤ |Z| s − s² ≤ −TAIL_EXPONENT, so the
-neglected mass is below e^{−TAIL_EXPONENT} times a polynomial factor.
+Z < 0), and the moments are centred at the mode c of T (no cancellation). Only the window
+where f − f_max ≥ −``TAIL_EXPONENT`` is integrated (|T − c| ≤ √TAIL_EXPONENT where c = Z/2
+is attainable, else 0 ≤ T ≤ t_hi), so the neglected mass is below e^{−TAIL_EXPONENT} times a
+polynomial factor. For |Z| < 4√TAIL_EXPONENT the window is integrated in η, folded onto
+η ≥ 0 (η → −η maps T → (−1)^k T). For larger |Z| the peak in η narrows like |Z|^{1/k − 1}
+(or |Z|^{−1/k} at the boundary mode T = 0) and would be missed, so the window is integrated in
+u = T − c with the Jacobian |T|^{1/k − 1} (or in τ = |Z| T): valid for every finite Z, with
+V_k(Z) → 1/2 as the peak becomes interior (π_Z in T tends to N(Z/2, 1/2)) and V_k(Z) ≈ 2λ/Z²
+for even k as Z → −∞.
 
 Outer integral, two methods:
 (a) ``"gauss_hermite"``: E_{N(0,2)}[f] = π^{−1/2} Σ_i w_i f(2 x_i) with ``GH_NODES`` nodes;
@@ -35,6 +40,7 @@ References: T. P. Shirodkar, Dead Directions: Geometric Singular Learning, arXiv
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -46,6 +52,7 @@ from scipy import integrate
 __all__ = [
     "GH_NODES",
     "K_MAX",
+    "REFERENCE_Z_MAX",
     "TAIL_EXPONENT",
     "NuMethod",
     "PosteriorMoments",
@@ -69,6 +76,8 @@ TAIL_EXPONENT = 90.0
 K_MAX = 30
 #: Outer range of method (b).
 Z_RANGE = 40.0
+#: Largest |Z| accepted by :func:`posterior_moments_reference` (its η grid is validated there).
+REFERENCE_Z_MAX = 1e5
 _INNER_EPSREL = 1e-13
 _OUTER_EPSREL = 1e-12
 
@@ -135,13 +144,36 @@ def _moments(k: int, z: float) -> tuple[float, float]:
 
 
 def _moments_quadrature(k: int, z: float) -> tuple[float, float]:
-    c = _mode_of_t(k, z)
-    f_max = c * z - c * c  # max of Z T − T² over attainable T (≥ 0)
-    s_max = 0.5 * (abs(z) + math.sqrt(z * z + 4.0 * TAIL_EXPONENT))
-    eta_max = s_max ** (1.0 / k)
-    signs = (1.0,) if k % 2 == 0 else (1.0, -1.0)
+    """(m_k(Z), V_k(Z)) by adaptive quadrature over the window where f − f_max ≥ −TAIL_EXPONENT.
 
-    points = [abs(c) ** (1.0 / k)] if 0.0 < abs(c) ** (1.0 / k) < eta_max else None
+    Where the mode c = Z/2 is attainable, f − f_max = −(T − c)² exactly, so the window in T is
+    |T − c| ≤ √TAIL_EXPONENT; for even k and Z < 0 the mode is T = 0 and f − f_max = Z T − T²,
+    so the window is 0 ≤ T ≤ t_hi with |Z| t_hi + t_hi² = TAIL_EXPONENT. For |Z| ≥ 4√TAIL_EXPONENT
+    the peak in η narrows without bound, so the window is integrated in a variable whose scale
+    does not depend on Z (:func:`_moments_mode_centred`, :func:`_moments_boundary_mode`);
+    otherwise in η on [0, T_hi^{1/k}], folded over the sign of η.
+    """
+    half_width = math.sqrt(TAIL_EXPONENT)
+    peak_inside = k % 2 == 1 or z >= 0.0  # the mode c = Z/2 is an attainable T
+    c = _mode_of_t(k, z)
+    if abs(z) >= 4.0 * half_width:
+        return _moments_mode_centred(k, c) if peak_inside else _moments_boundary_mode(k, z)
+    if peak_inside:
+        t_hi = abs(c) + half_width
+
+        def log_weight(t: float) -> float:
+            return -((t - c) ** 2)  # = Z T − T² − Z²/4, written without cancellation
+
+    else:
+        t_hi = _boundary_window(z)
+
+        def log_weight(t: float) -> float:
+            return z * t - t * t  # f_max = 0 here
+
+    eta_max = t_hi ** (1.0 / k)
+    signs = (1.0,) if k % 2 == 0 else (1.0, -1.0)
+    eta_mode = abs(c) ** (1.0 / k)
+    points = [eta_mode] if 0.0 < eta_mode < eta_max else None
 
     def centred_moment(j: int, epsabs: float) -> float:
         def integrand(eta: float) -> float:
@@ -149,7 +181,7 @@ def _moments_quadrature(k: int, z: float) -> tuple[float, float]:
             out = 0.0
             for sign in signs:
                 t = sign * s
-                out += math.exp(z * t - s * s - f_max) * (t - c) ** j
+                out += math.exp(log_weight(t)) * (t - c) ** j
             return out
 
         val, _err = integrate.quad(
@@ -164,10 +196,75 @@ def _moments_quadrature(k: int, z: float) -> tuple[float, float]:
     return c + mean_shift, c2 / c0 - mean_shift * mean_shift
 
 
+def _boundary_window(z: float) -> float:
+    """Root t_hi > 0 of |Z| t + t² = TAIL_EXPONENT, in a form free of cancellation."""
+    return 2.0 * TAIL_EXPONENT / (abs(z) + math.hypot(z, 2.0 * math.sqrt(TAIL_EXPONENT)))
+
+
+def _moments_boundary_mode(k: int, z: float) -> tuple[float, float]:
+    """(m_k(Z), V_k(Z)) for even k and Z ≤ −4√TAIL_EXPONENT, where the mode is T = 0.
+
+    In τ = |Z| T = ξ^k (η = |Z|^{−1/k} ξ) the weight is exp(−ξ^k − (τ/|Z|)²) on
+    0 ≤ τ ≤ |Z| t_hi ≤ TAIL_EXPONENT: its scale does not shrink with |Z|, unlike η's
+    (∝ |Z|^{−1/k}). The integrands are positive, so each moment is found to a relative
+    tolerance. Returns (⟨τ⟩/|Z|, Var(τ)/Z²).
+    """
+    scale = abs(z)
+    # |Z| t_hi, the root of τ + (τ/|Z|)² = TAIL_EXPONENT, free of overflow at |Z| near float max.
+    tau_max = 2.0 * TAIL_EXPONENT / (1.0 + math.hypot(1.0, 2.0 * math.sqrt(TAIL_EXPONENT) / scale))
+    xi_max = tau_max ** (1.0 / k)
+
+    def moment(j: int) -> float:
+        def integrand(xi: float) -> float:
+            tau = xi**k
+            return tau**j * math.exp(-tau - (tau / scale) ** 2)
+
+        val, _err = integrate.quad(
+            integrand, 0.0, xi_max, epsabs=0.0, epsrel=_INNER_EPSREL, limit=2000
+        )
+        return val
+
+    c0, c1, c2 = moment(0), moment(1), moment(2)
+    mean_tau = c1 / c0
+    var_tau = c2 / c0 - mean_tau * mean_tau
+    return mean_tau / scale, var_tau / scale / scale
+
+
+def _moments_mode_centred(k: int, c: float) -> tuple[float, float]:
+    """(m_k(Z), V_k(Z)) for a mode c = Z/2 with |c| ≥ 2√TAIL_EXPONENT, integrated in u = T − c.
+
+    On the branch of η with sign(η^k) = sign(c), dη ∝ |T|^{1/k − 1} dT, so π_Z in u has the
+    weight exp(−u² + (1/k − 1) log(1 + u/c)), smooth on |u| ≤ √TAIL_EXPONENT (there
+    1 + u/c ≥ 1/2). Its width does not shrink as |Z| grows, unlike the peak in η (width
+    ∝ |c|^{1/k − 1}), which an η-grid misses at large |Z|. Neglected: |u| > √TAIL_EXPONENT
+    (relative mass ≲ exp(−TAIL_EXPONENT)) and, for odd k, the other sign of T (exponent
+    ≤ −c² ≤ −4 TAIL_EXPONENT). Returns (c + ⟨u⟩, ⟨u²⟩ − ⟨u⟩²).
+    """
+    half_width = math.sqrt(TAIL_EXPONENT)
+    jacobian_power = 1.0 / k - 1.0
+
+    def centred_moment(j: int, epsabs: float) -> float:
+        def integrand(u: float) -> float:
+            return u**j * math.exp(-u * u + jacobian_power * math.log1p(u / c))
+
+        val, _err = integrate.quad(
+            integrand, -half_width, half_width, epsabs=epsabs, epsrel=_INNER_EPSREL, limit=2000
+        )
+        return val
+
+    c0 = centred_moment(0, 0.0)
+    c1 = centred_moment(1, _INNER_EPSREL * c0)
+    c2 = centred_moment(2, _INNER_EPSREL * c0)
+    mean_shift = c1 / c0
+    return c + mean_shift, c2 / c0 - mean_shift * mean_shift
+
+
 def posterior_moments(k: int, z: float, *, exact: bool = True) -> PosteriorMoments:
     """m_k(Z) = E_{π_Z}[η^k] and V_k(Z) = Var_{π_Z}(η^k) by adaptive quadrature (cached).
 
     ``exact=True`` uses π_Z = N(Z/2, 1/2) for k = 1; ``exact=False`` always integrates.
+    Any finite z: at large |Z| the peak is integrated in a Z-independent variable (module
+    docstring), so V_k(Z) → 1/2 as the mode Z/2 moves away from T = 0.
 
     >>> posterior_moments(3, 0.0).v  # frozen Z = 0, odd k: V = λ = 1/6
     0.16666666666666...
@@ -184,33 +281,58 @@ def posterior_moments(k: int, z: float, *, exact: bool = True) -> PosteriorMomen
 
 
 def posterior_moments_reference(k: int, z: float) -> PosteriorMoments:
-    """Brute-force oracle: three separate ``scipy.integrate.quad`` calls over the whole line.
+    """Brute-force oracle: separate ``scipy.integrate.quad`` calls in η over the whole line.
 
-    C = ∫ e^{f}, M1 = ∫ η^k e^{f}, M2 = ∫ η^{2k} e^{f} on [−η_max, η_max] with f shifted by its
-    maximum, breakpoints at the modes; V = M2/C − (M1/C)². No folding, no centring.
+    On [−η_max, η_max] (η_max from s(s − |Z|) = TAIL_EXPONENT, a looser bound than the
+    window of :func:`posterior_moments`), with g = f − f_max (written as −(T − Z/2)² where the
+    mode Z/2 is attainable, else Z T − T²): C = ∫ e^g, m = ∫ η^k e^g / C, then a second pass
+    V = ∫ (η^k − m)² e^g / C. No folding, no change of variable, centred at the computed mean
+    rather than the mode. Breakpoints bracket each peak: at ±η₀ ± j·σ_η (η₀ = |c|^{1/k},
+    σ_η = 1/(√2 k η₀^{k−1}) from the curvature of g at η₀) and at ±j·|Z|^{−1/k} (where
+    |Z| η^k = 1), j ∈ {0, 1, 4, 16}.
+
+    Validated for |Z| ≤ ``REFERENCE_Z_MAX``; beyond it the rounding of η^k (relative 1e−16,
+    absolute ∝ |Z|) and the narrowing peak in η (σ_η/η₀ ∝ 1/|Z|) spoil the η grid, so larger
+    |Z| is refused.
     """
     k = _check_k(k)
     z = float(z)
+    if not (math.isfinite(z) and abs(z) <= REFERENCE_Z_MAX):
+        raise ValueError(
+            f"z must satisfy |z| <= {REFERENCE_Z_MAX:g} (the range in which the oracle is "
+            f"validated), got {z}"
+        )
+    peak_inside = k % 2 == 1 or z >= 0.0
     c = _mode_of_t(k, z)
-    f_max = c * z - c * c
     s_max = 0.5 * (abs(z) + math.sqrt(z * z + 4.0 * TAIL_EXPONENT))
     eta_max = s_max ** (1.0 / k)
-    r = abs(c) ** (1.0 / k)
-    points = sorted({-r, 0.0, r} if r > 0 else {0.0})
+    marks: set[float] = {0.0}
+    eta0 = abs(c) ** (1.0 / k)
+    if eta0 > 0.0:
+        sigma_eta = 1.0 / (math.sqrt(2.0) * k * eta0 ** (k - 1))
+        marks.update(eta0 + j * sigma_eta for j in (-16, -4, -1, 0, 1, 4, 16))
+    if z != 0.0:
+        marks.update(j * abs(z) ** (-1.0 / k) for j in (1, 4, 16))
+    points = sorted({sign * x for x in marks for sign in (1.0, -1.0) if abs(x) < eta_max})
 
-    def moment(j: int) -> float:
-        def f(eta: float) -> float:
+    def log_weight(t: float) -> float:
+        return -((t - c) ** 2) if peak_inside else z * t - t * t
+
+    def integral(h: Callable[[float], float], epsabs: float) -> float:
+        def integrand(eta: float) -> float:
             t = eta**k
-            return t**j * math.exp(z * t - t * t - f_max)
+            return h(t) * math.exp(log_weight(t))
 
         val, _ = integrate.quad(
-            f, -eta_max, eta_max, points=points, epsabs=1e-15, epsrel=1e-11, limit=2000
+            integrand, -eta_max, eta_max, points=points, epsabs=epsabs, epsrel=1e-11, limit=2000
         )
         return val
 
-    c0, c1, c2 = moment(0), moment(1), moment(2)
-    m = c1 / c0
-    return PosteriorMoments(k=k, z=z, m=m, v=c2 / c0 - m * m)
+    c0 = integral(lambda t: 1.0, 0.0)
+    abs_first = integral(abs, 0.0)
+    m = integral(lambda t: t, 1e-11 * abs_first) / c0
+    v = integral(lambda t: (t - m) ** 2, 0.0) / c0
+    return PosteriorMoments(k=k, z=z, m=m, v=v)
 
 
 def v_frozen_zero(k: int) -> float:

@@ -31,6 +31,7 @@ from neuromanifold.singular.classify import (
 )
 from neuromanifold.singular.family import OutputFamily, check_family
 from neuromanifold.singular.rate import RateFit, fit_rate
+from neuromanifold.singular.reading import ORDERED_CLASSES
 from neuromanifold.singular.sweep import T_BATCH, Sweep, default_grid, sweep_prepared
 
 __all__ = ["VISIBILITY_FACTOR", "DirectionReading", "read_direction", "snap_base_point"]
@@ -112,8 +113,12 @@ class DirectionReading:
 
     @property
     def lambda_dir(self) -> float | None:
-        """``1/(2k)`` for the reported order ``k`` (``None`` when there is none)."""
-        return None if self.k is None else self.fit.lambda_dir
+        """``1/(2k)`` for a genuine singularity or live direction with an order ``k``, else
+        ``None``: the rule of `DirectionRecord.lambda_dir` (``reading.ORDERED_CLASSES``). A
+        curved gauge keeps its ``k`` (the straight probe leaving the orbit) but has no λ_dir."""
+        if self.k is None or self.klass.value not in ORDERED_CLASSES:
+            return None
+        return self.fit.lambda_dir
 
     @property
     def rate_visible(self) -> bool:

@@ -7,6 +7,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -140,3 +141,76 @@ def test_assembly_round_trips_through_json(a: Assembly) -> None:
     assert back == a and back.to_dict() == a.to_dict()
     assert all(isinstance(b, BlockTriple) for b in back.blocks)
     assert [BlockTriple.from_dict(b.to_dict()) for b in a.blocks] == list(a.blocks)
+
+
+# --- trial AE #4: record fields are validated -----------------------------------------------
+
+
+BASE = {"class": "genuine_singularity", "k": 2, "layer": "fc1"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"layers": "fc1"}, r"directions\[0\] has layers = 'fc1'; expected a list of layer names"),
+        ({"layers": ["fc1", 2]}, r"has layers = \['fc1', 2\]; expected a list"),
+        ({"layers": ["fc1", "fc2"], "info": {"chain_length": 0}}, r"chain_length'\] = 0;"),
+        ({"layers": ["fc1", "fc2"], "info": {"chain_length": -1}}, r"chain_length'\] = -1;"),
+        ({"layers": ["fc1", "fc2"], "info": {"chain_length": True}}, r"chain_length'\] = True;"),
+        ({"layers": ["fc1", "fc2"], "info": {"chain_length": 2.0}}, r"chain_length'\] = 2.0;"),
+    ],
+)
+def test_malformed_structure_fields_are_errors(extra: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        assemble_from_reading([{**BASE, **extra}])
+
+
+@pytest.mark.parametrize(
+    ("klass", "k"),
+    [("genuine_singularity", 1), ("live", 2), ("live", 3), ("flat_gauge", 2), ("curved_gauge", 1)],
+)
+def test_an_order_its_class_cannot_have_is_an_error(klass: str, k: int) -> None:
+    ok = _rec("genuine_singularity", 2, ("0", "2"))
+    with pytest.raises(
+        ValueError, match=rf"directions\[1\] has class '{klass}' with order k = {k}; a {klass}"
+    ):
+        assemble_from_reading([ok, _rec(klass, k, ("0",))])
+
+
+def test_the_orders_the_library_writes_are_accepted() -> None:
+    # what the classifier writes (and flat_gauge k = 1, curved_gauge k = 3 of older reads)
+    records = [
+        _rec("genuine_singularity", 2, ("0", "2")),
+        _rec("genuine_singularity", None, ("9",)),  # skipped with a note
+        _rec("live", 1, ("0",)),
+        _rec("live", None, ("0",)),
+        _rec("flat_gauge", None, ("5",)),
+        _rec("flat_gauge", 1, ("5",)),
+        _rec("curved_gauge", 2, ("5",)),
+        _rec("curved_gauge", 3, ("5",)),
+        _rec("unresolved", None, ("7",)),
+    ]
+    a = assemble_from_reading(records)
+    # (1, 1) crossing (1/2, 2) + one live direction 1/2 (spec §5 rules 1, 2); the live record
+    # without an order is a regular direction too (its class says so)
+    assert (a.lam, a.m) == (Fraction(1, 2) + 2 * Fraction(1, 2), 2)
+    assert len(a.gauge) == 4
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_valid_chain_length_sets_the_number_of_factors(n: int) -> None:
+    # a depth-n width-one chain read at k = n: components (1, …, 1), λ = 1/2, m = n (spec §5
+    # rule 3), whatever `layers` lists
+    rec = {**BASE, "k": n, "layers": ["fc1"], "info": {"chain_length": np.int64(n)}}
+    a = assemble_from_reading([rec])
+    assert (a.lam, a.m) == (Fraction(1, 2), n)
+
+
+def test_triple_read_refuses_a_layers_string(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"directions": [{**BASE, "k": 3, "layers": "fc2"}]}))
+    res = runner.invoke(app, ["triple", "read", "--reading", str(path)], env={"COLUMNS": "300"})
+    assert res.exit_code == 2 and isinstance(res.exception, SystemExit)
+    text = _flat(res.output)
+    assert "directions[0] has layers = 'fc2'; expected a list of layer names" in text
+    assert "λ =" not in text

@@ -414,11 +414,38 @@ def _class_of(rec: Any) -> str:
 _CLASSES = frozenset({_GENUINE, _LIVE, *_GAUGES, "unresolved"})
 
 
+#: The orders a record of each class can carry besides ``None`` (no order), as (least, most)
+#: (spec §3, §7.2 step 8): a genuine singularity has k ≥ 2 (k = 1 is live/regular); a live
+#: direction k = 1; a flat gauge no order, or the k = 1 of a slope-0 plateau below the live
+#: threshold (reads before 69dbda9 wrote it); a curved gauge the apparent order of a straight
+#: probe of its orbit, 2 (reads before c1fc66d wrote any apparent order ≥ 2 in the gauge span).
+#: Unresolved records are skipped whatever their k.
+_ORDER_RANGE: dict[str, tuple[int, int | None]] = {
+    _GENUINE: (2, None),
+    _LIVE: (1, 1),
+    "flat_gauge": (1, 1),
+    "curved_gauge": (2, None),
+}
+
+
+def _is_count(v: Any) -> bool:
+    """An integer ≥ 1 (Python or NumPy; not a bool)."""
+    return not isinstance(v, bool) and isinstance(v, Integral) and v >= 1
+
+
 def _check_records(records: Sequence[Any]) -> None:
-    """``ValueError`` for a record whose class is not a ``DirectionClass`` value or whose order is
-    neither ``None`` nor an integer ≥ 1 (``2.0``, ``"2"``, ``0``, ``True``): such a record is
-    malformed, not one without an order, and skipping it changed (λ, m) silently (a genuine
-    record with ``k = 2.0`` gave λ = 0, m = 1 instead of 1/2, 2; s15 trial T #3)."""
+    """``ValueError`` for a malformed record, which would otherwise change (λ, m) silently:
+
+    * a class that is not a ``DirectionClass`` value;
+    * an order that is neither ``None`` nor an integer ≥ 1 (``2.0``, ``"2"``, ``0``, ``True``): a
+      genuine record with ``k = 2.0`` was skipped and gave λ = 0, m = 1 instead of 1/2, 2 (s15
+      trial T #3);
+    * an order its class cannot have (`_ORDER_RANGE`): a genuine singularity with k = 1, a live
+      direction with k ≥ 2, a flat gauge with k ≥ 2, a curved gauge with k = 1;
+    * ``layers`` that is not a list or tuple of strings (a string was counted per character);
+    * ``info["chain_length"]`` that is neither absent/``None`` nor an integer ≥ 1 (``0``, ``-1``
+      or ``True`` overrode ``layers``; s17 trial AE #4).
+    """
     for i, rec in enumerate(records):
         klass = _class_of(rec)
         if klass not in _CLASSES:
@@ -426,17 +453,41 @@ def _check_records(records: Sequence[Any]) -> None:
                 f"directions[{i}] has class {klass!r}; expected one of {sorted(_CLASSES)}"
             )
         k = _field(rec, "k")
-        if k is not None and (isinstance(k, bool) or not isinstance(k, Integral) or k < 1):
+        if k is not None and not _is_count(k):
             raise ValueError(
                 f"directions[{i}] has order k = {k!r}; expected an integer >= 1 or null (no order)"
+            )
+        if k is not None and klass in _ORDER_RANGE:
+            lo, hi = _ORDER_RANGE[klass]
+            if k < lo or (hi is not None and k > hi):
+                allowed = f"k = {lo}" if hi == lo else f"k >= {lo}"
+                raise ValueError(
+                    f"directions[{i}] has class {klass!r} with order k = {k!r}; a {klass} record "
+                    f"has {allowed} or null (no order) (spec §3, §7.2 step 8: k = 1 is live, "
+                    f"a genuine singularity has k >= 2)"
+                )
+        layers = _field(rec, "layers")
+        if layers is not None and (
+            not isinstance(layers, list | tuple) or not all(isinstance(x, str) for x in layers)
+        ):
+            raise ValueError(
+                f"directions[{i}] has layers = {layers!r}; expected a list of layer names "
+                f"(strings) or null"
+            )
+        info = _field(rec, "info")
+        n = info.get("chain_length") if isinstance(info, Mapping) else None
+        if n is not None and not _is_count(n):
+            raise ValueError(
+                f"directions[{i}] has info['chain_length'] = {n!r}; expected an integer >= 1 "
+                f"(the number of weight tensors the direction crosses) or null"
             )
 
 
 def _n_factors(rec: Any) -> int:
     """Number of weight tensors (modules) the dead direction crosses."""
     info = _field(rec, "info") or {}
-    if isinstance(info, Mapping) and isinstance(info.get("chain_length"), int):
-        return int(info["chain_length"])
+    if isinstance(info, Mapping) and info.get("chain_length") is not None:
+        return int(info["chain_length"])  # an integer >= 1 (_check_records)
     layers = _field(rec, "layers")
     if layers:
         return len(tuple(layers))
@@ -524,8 +575,9 @@ def loci_from_reading(
     λ_block = 1/(2 max k_i) ≥ 1/(2k), and a note says so. Live directions are regular (1/2
     each) when ``count_live`` (otherwise they are only named in the notes); flat and curved
     gauges contribute nothing. Unresolved records and genuine ones with no order (``k`` null) are
-    skipped and named in the notes; a record with an unknown class or an order that is not an
-    integer ≥ 1 raises ``ValueError``.
+    skipped and named in the notes; a malformed record raises ``ValueError`` (an unknown class,
+    an order that is not an integer ≥ 1 or that its class cannot have, ``layers`` that is not a
+    list of strings, an ``info["chain_length"]`` that is not an integer ≥ 1: `_check_records`).
 
     Component dimensions: 1 each, unless ``component_dims[i]`` gives them for record i (every
     key must be the integer index — Python or NumPy int — of a genuine record with an order, else

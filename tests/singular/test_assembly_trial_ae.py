@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from neuromanifold.cli import app
-from neuromanifold.cli.triple import READ_ONLY_NOTE
+from neuromanifold.cli.triple import READ_ONLY_NOTE, parse_k_range
 from neuromanifold.singular.assembly import (
     READ_ONLY_SCOPE,
     REGULAR_DIMS_SCOPE,
@@ -214,3 +215,20 @@ def test_triple_read_refuses_a_layers_string(tmp_path: Path) -> None:
     text = _flat(res.output)
     assert "directions[0] has layers = 'fc2'; expected a list of layer names" in text
     assert "λ =" not in text
+
+
+# --- trial AE #7: `triple nu --k` checks K_MAX before expanding a range ---------------------
+
+
+@pytest.mark.parametrize("spec", ["1-100000000", "2,5-1000000000000000000000", "31"])
+def test_k_beyond_k_max_is_refused_before_the_range_is_expanded(spec: str) -> None:
+    # before the fix "1-100000000" built the whole range first (a hang, ~1 GB)
+    with pytest.raises(typer.BadParameter, match=rf"--k must be <= {K_MAX}, got '{spec}'"):
+        parse_k_range(spec)
+    res = runner.invoke(app, ["triple", "nu", "--k", spec], env={"COLUMNS": "300"})
+    assert res.exit_code == 2 and f"--k must be <= {K_MAX}" in _flat(res.output)
+
+
+def test_k_range_up_to_k_max_is_read_whole() -> None:
+    assert parse_k_range(f"1-{K_MAX}") == list(range(1, K_MAX + 1))
+    assert parse_k_range(f"{K_MAX},2-3,3") == [2, 3, K_MAX]

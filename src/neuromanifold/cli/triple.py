@@ -47,8 +47,15 @@ _READING = nonempty_path("--reading", "a Reading JSON file")
 
 
 def parse_k_range(spec: str) -> list[int]:
-    """Parse "1-8", "2,3,5" or "1-3,7" into a sorted list of distinct ints >= 1."""
-    out: set[int] = set()
+    """Parse "1-8", "2,3,5" or "1-3,7" into a sorted list of distinct ints in [1, ``K_MAX``].
+
+    Each part is checked against ``K_MAX`` before a range is expanded: "1-100000000" is refused
+    at once (it was expanded first, a hang and ~1 GB; s17 trial AE #7).
+    """
+    from neuromanifold.singular.nu import K_MAX
+
+    bad = f"--k must look like '1-8' or '2,3,5' (ints >= 1), got {spec!r}"
+    parts: list[tuple[int, int]] = []
     for part in spec.split(","):
         part = part.strip()
         try:
@@ -56,16 +63,16 @@ def parse_k_range(spec: str) -> list[int]:
                 lo, hi = (int(p) for p in part.split("-", 1))
                 if lo > hi:
                     raise ValueError
-                out.update(range(lo, hi + 1))
             else:
-                out.add(int(part))
+                lo = hi = int(part)
         except ValueError:
-            raise typer.BadParameter(
-                f"--k must look like '1-8' or '2,3,5' (ints >= 1), got {spec!r}"
-            ) from None
-    if not out or min(out) < 1:
-        raise typer.BadParameter(f"--k must look like '1-8' or '2,3,5' (ints >= 1), got {spec!r}")
-    return sorted(out)
+            raise typer.BadParameter(bad) from None
+        parts.append((lo, hi))
+    if not parts or min(lo for lo, _ in parts) < 1:
+        raise typer.BadParameter(bad)
+    if max(hi for _, hi in parts) > K_MAX:
+        raise typer.BadParameter(f"--k must be <= {K_MAX}, got {spec!r}")
+    return sorted({k for lo, hi in parts for k in range(lo, hi + 1)})
 
 
 def _parse_widths(spec: str) -> list[int]:
@@ -94,12 +101,10 @@ def nu_cmd(
     ),
 ) -> None:
     """ν(k), λ_dir = 1/(2k) and the frozen V_k(0) for each order k (quadrature)."""
-    from neuromanifold.singular.nu import K_MAX, lambda_dir, nu, v_frozen_zero
+    from neuromanifold.singular.nu import lambda_dir, nu, v_frozen_zero
 
     check_json_target(json_path, stdout_ok=True)
-    ks = parse_k_range(k)
-    if max(ks) > K_MAX:
-        raise typer.BadParameter(f"--k must be <= {K_MAX}, got {k!r}")
+    ks = parse_k_range(k)  # ints in [1, K_MAX]
     rows = {kk: (lambda_dir(kk), nu(kk), v_frozen_zero(kk)) for kk in ks}
     if json_path != "-":
         typer.echo(f"{'k':>3} {'λ_dir':>10} {'ν(k)':>12} {'V_k(0)':>12}")

@@ -23,6 +23,7 @@ from neuromanifold.singular.assembly import (
     assemble,
     assemble_from_reading,
 )
+from neuromanifold.singular.closed_forms import rrr
 from neuromanifold.singular.nu import K_MAX
 from neuromanifold.singular.reading import Reading
 
@@ -232,3 +233,44 @@ def test_k_beyond_k_max_is_refused_before_the_range_is_expanded(spec: str) -> No
 def test_k_range_up_to_k_max_is_read_whole() -> None:
     assert parse_k_range(f"1-{K_MAX}") == list(range(1, K_MAX + 1))
     assert parse_k_range(f"{K_MAX},2-3,3") == [2, 3, K_MAX]
+
+
+# --- trial AE #9: NumPy integers are numbers --------------------------------------------------
+
+
+def test_numpy_integers_are_accepted_for_dimensions_and_regular_dims() -> None:
+    # the docs/triple.md §4 example with NumPy sizes: a dead unit of RRR (5, 3, 4, 2) has
+    # components (M − r, N − r) = (3, 2) and regular_dims r(M + N − r); it gives rrr(5, 3, 4, 2)
+    M, N, r = np.int64(5), np.int64(4), np.int64(2)
+    recs = [{"class": "genuine_singularity", "k": 2, "layers": ["0", "1"]}]
+    a = assemble_from_reading(
+        recs, regular_dims=r * (M + N - r), component_dims={0: (M - r, N - r)}
+    )
+    cf = rrr(5, 3, 4, 2)
+    assert (a.lam, a.m) == (cf.lam, cf.m)
+    assert type(a.regular_dims) is int and all(type(d) is int for d in a.blocks[0].dims)
+    json.dumps(a.to_dict())  # plain ints: the JSON is writable
+    b = assemble_from_reading(
+        [{**recs[0], "k": np.int32(2)}], component_dims={np.int64(0): (np.int32(3), 2)}
+    )  # a NumPy order k is a genuine record's order for component_dims as well
+    assert b.blocks[0].dims == (3, 2)
+    loc = Locus("x", "genuine", orders=(np.int64(2), 1), dims=(np.int16(3), 1))
+    assert loc.orders == (2, 1) and loc.dims == (3, 1) and type(loc.orders[0]) is int
+    assert Locus("y", "regular", dim=np.int64(4)).dim == 4
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"regular_dims": True}, "regular_dims must be an int >= 0 or None, got True"),
+        ({"regular_dims": np.float64(4.0)}, "regular_dims must be an int >= 0 or None"),
+        ({"regular_dims": np.int64(-1)}, "regular_dims must be an int >= 0 or None"),
+        ({"component_dims": {0: (np.True_, 2)}}, r"dims must be ints >= 1"),
+        ({"component_dims": {0: (True, 2)}}, r"dims must be ints >= 1"),
+        ({"component_dims": {0: (np.int64(0), 2)}}, r"dims must be ints >= 1"),
+    ],
+)
+def test_non_integers_and_bools_are_still_refused(kwargs: dict[str, Any], message: str) -> None:
+    recs = [{"class": "genuine_singularity", "k": 2, "layers": ["0", "1"]}]
+    with pytest.raises(ValueError, match=message):
+        assemble_from_reading(recs, **kwargs)

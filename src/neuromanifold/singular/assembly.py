@@ -99,13 +99,19 @@ SINGLE_LOCUS_ASSUMPTION = (
 )
 
 
+def _is_count(v: Any) -> bool:
+    """An integer ≥ 1 (Python or NumPy; not a bool)."""
+    return not isinstance(v, bool) and isinstance(v, Integral) and v >= 1
+
+
 @dataclass(frozen=True)
 class Locus:
     """One typed locus: a crossing component set (genuine), regular directions, or a gauge orbit.
 
     ``orders``: transverse KL orders k_i ≥ 1 of the components (genuine only). ``dims``: their
     dimensions d_i ≥ 1 (default all 1). ``dim``: number of regular directions (regular only) or
-    the orbit dimension (gauge; reported, not counted). ``block``: independence group id (a
+    the orbit dimension (gauge; reported, not counted). Integers may be Python or NumPy ints
+    (not bools); they are stored as ``int``. ``block``: independence group id (a
     string); loci sharing one are components of one crossing. Omitted (``None``), the locus is
     its own block, named ``name`` (`group`): independent loci add (s16 trial X #3: the old default
     ``""`` put every locus built without a block into one crossing). Two loci of one name and no
@@ -144,8 +150,9 @@ class Locus:
                     f"got () (locus {self.name!r})"
                 )
             for label, seq in (("orders", self.orders), ("dims", self.dims)):
-                if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in seq):
+                if not all(_is_count(v) for v in seq):
                     raise ValueError(f"{label} must be ints >= 1, got {seq} (locus {self.name!r})")
+                object.__setattr__(self, label, tuple(int(v) for v in seq))  # NumPy ints too
             if len(self.dims) != len(self.orders):
                 raise ValueError(
                     f"dims must match orders in length, got dims={self.dims}, "
@@ -156,8 +163,9 @@ class Locus:
                 f"orders must be empty for a {self.kind} locus, got {self.orders} "
                 f"(locus {self.name!r})"
             )
-        if isinstance(self.dim, bool) or not isinstance(self.dim, int) or self.dim < 0:
+        if isinstance(self.dim, bool) or not isinstance(self.dim, Integral) or self.dim < 0:
             raise ValueError(f"dim must be an int >= 0, got {self.dim!r} (locus {self.name!r})")
+        object.__setattr__(self, "dim", int(self.dim))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -428,11 +436,6 @@ _ORDER_RANGE: dict[str, tuple[int, int | None]] = {
 }
 
 
-def _is_count(v: Any) -> bool:
-    """An integer ≥ 1 (Python or NumPy; not a bool)."""
-    return not isinstance(v, bool) and isinstance(v, Integral) and v >= 1
-
-
 def _check_records(records: Sequence[Any]) -> None:
     """``ValueError`` for a malformed record, which would otherwise change (λ, m) silently:
 
@@ -531,9 +534,7 @@ def _check_component_dims(
     genuine = [
         i
         for i, rec in enumerate(records)
-        if _class_of(rec) == _GENUINE
-        and isinstance(_field(rec, "k"), int)
-        and _field(rec, "k") >= 1
+        if _class_of(rec) == _GENUINE and _is_count(_field(rec, "k"))
     ]
     for key in component_dims:
         if isinstance(key, bool) or not isinstance(key, Integral) or int(key) not in genuine:
@@ -581,7 +582,7 @@ def loci_from_reading(
 
     Component dimensions: 1 each, unless ``component_dims[i]`` gives them for record i (every
     key must be the integer index — Python or NumPy int — of a genuine record with an order, else
-    ``ValueError``). The read
+    ``ValueError``; the dimensions are integers ≥ 1, Python or NumPy). The read
     measures orders, not how many coordinates each crossing component has beyond what the live
     part absorbs: that is architecture (e.g. a dead unit of a rank-r linear layer pair has
     components of dimensions (fan-in − r, fan-out − r)). With dimension 1 the slice
@@ -665,7 +666,8 @@ def assemble_from_reading(
     contradicts the reading and raises ``ValueError`` (it would drop directions the read
     found). For a model whose parameters are all in the read structure (one-node cells, width-1
     chains) the result is the global (λ, m).
-    ``component_dims``: see :func:`loci_from_reading`. A reading that left directions out
+    ``regular_dims`` is an integer ≥ 0 (Python or NumPy) or ``None``. ``component_dims``: see
+    :func:`loci_from_reading`. A reading that left directions out
     (``max_directions``, or a detector cap that cut dead directions: ``meta["truncated"]``)
     gets a note saying so; after a cap cut of dead directions m and λ are lower bounds. Genuine
     records on a factor the probe set under-samples (``meta["probe_rank_limited"]``) are named
@@ -676,9 +678,10 @@ def assemble_from_reading(
     `REGULAR_DIMS_SCOPE` with it); ``reading_note`` is the Reading's own one-line note.
     """
     if regular_dims is not None and (
-        isinstance(regular_dims, bool) or not isinstance(regular_dims, int) or regular_dims < 0
+        isinstance(regular_dims, bool) or not isinstance(regular_dims, Integral) or regular_dims < 0
     ):
         raise ValueError(f"regular_dims must be an int >= 0 or None, got {regular_dims!r}")
+    regular_dims = None if regular_dims is None else int(regular_dims)  # NumPy ints too
     loci, notes = loci_from_reading(
         reading, component_dims=component_dims, count_live=regular_dims is None
     )

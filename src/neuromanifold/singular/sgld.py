@@ -76,6 +76,14 @@ DIVERGENCE_FACTOR = 100.0
 
 LossFn = Callable[[dict[str, Tensor], Tensor, Tensor], Tensor]
 
+#: Seeds ``torch.Generator.manual_seed`` accepts.
+SEED_RANGE = (-(2**63), 2**64 - 1)
+
+
+def _is_real(v: object) -> bool:
+    """An int or float that is not a bool (``True`` is not a step size)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
 
 def default_nbeta(batch_size: int) -> float:
     """nβ = b/ln b for batch size b (devinterp's default; full batch: n/ln n).
@@ -106,7 +114,11 @@ def gaussian_nll_loss(model: nn.Module, *, sigma: float = 1.0) -> LossFn:
 @dataclass(frozen=True)
 class SGLDConfig:
     """Localized SGLD settings: step size ``lr`` (ε), localization ``gamma`` (γ), ``nbeta``
-    (None: b/ln b), chains, draws after ``burnin``, ``batch_size`` (None: full batch), ``seed``."""
+    (None: b/ln b), chains, draws after ``burnin``, ``batch_size`` (None: full batch), ``seed``.
+
+    ``lr`` > 0 and ``gamma`` ≥ 0 are finite numbers, ``nbeta`` a finite number > 0 (bools are
+    refused for all three); the counts and ``seed`` are ints (not bools); invalid values raise
+    ``ValueError`` here, not later inside the sampler."""
 
     lr: float = 1e-4
     gamma: float = 100.0
@@ -120,12 +132,20 @@ class SGLDConfig:
     def __post_init__(self) -> None:
         for name in ("lr", "gamma"):
             v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            if not (_is_real(v) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be a finite float >= 0, got {v!r}")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr!r}")
-        if self.nbeta is not None and not self.nbeta > 0:
-            raise ValueError(f"nbeta must be > 0 or None, got {self.nbeta!r}")
+        nb = self.nbeta
+        if nb is not None and not (_is_real(nb) and math.isfinite(nb) and nb > 0):
+            raise ValueError(f"nbeta must be > 0 or None (a finite float), got {nb!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"seed must be an int, got {self.seed!r}")
+        if not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]:
+            raise ValueError(
+                f"seed must be an int in [-2**63, 2**64 - 1] (torch.Generator's range), "
+                f"got {self.seed!r}"
+            )
         for name, lo in (("num_chains", 1), ("num_draws", 2), ("burnin", 0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
@@ -192,17 +212,74 @@ def _gelman_rubin(traces: Tensor) -> float | None:
 
 
 def _setup(params: dict[str, Tensor], x: Tensor, y: Tensor, cfg: SGLDConfig) -> tuple[int, float]:
+    """Validate the checkpoint and the data before sampling; returns (batch size b, nβ).
+
+    Raises:
+        TypeError: ``params`` is not a non-empty dict of tensors, or ``x``/``y`` is not a tensor.
+        ValueError: a parameter or the data is not finite, ``x`` and ``y`` differ in length,
+            there are no samples, or fewer than 2 for the default nβ = n/ln n, or
+            ``batch_size`` > n.
+    """
     if not isinstance(params, dict) or not params:
         raise TypeError("params must be a non-empty dict[str, Tensor] (the checkpoint w*)")
+    for name, v in params.items():
+        if not isinstance(v, Tensor):
+            raise TypeError(f"params[{name!r}] must be a Tensor, got {type(v).__name__}")
+        if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+            raise ValueError(
+                f"params[{name!r}] contains non-finite values (nan or inf): the checkpoint w* "
+                f"must be finite"
+            )
+    for name, v in (("x", x), ("y", y)):
+        if not isinstance(v, Tensor):
+            raise TypeError(
+                f"{name} must be a Tensor (samples on dimension 0), got {type(v).__name__}"
+            )
     if x.shape[0] != y.shape[0]:
         raise ValueError(
             f"x and y must have the same number of samples, got {x.shape[0]} and {y.shape[0]}"
         )
     n = x.shape[0]
+    if n == 0:
+        raise ValueError("x and y hold no samples (n = 0): the LLC needs training data")
+    if n < 2 and cfg.nbeta is None:
+        raise ValueError(
+            f"x and y hold n = {n} sample: the default nβ = n/ln n needs n >= 2 "
+            f"(pass more samples or SGLDConfig(nbeta=...))"
+        )
+    for name, v in (("x", x), ("y", y)):
+        if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+            raise ValueError(
+                f"{name} contains non-finite values (nan or inf): the data must be finite"
+            )
     b = n if cfg.batch_size is None else cfg.batch_size
     if b > n:
         raise ValueError(f"batch_size must be <= n = {n}, got {b}")
     return b, (cfg.nbeta if cfg.nbeta is not None else default_nbeta(b))
+
+
+def _loss_at_checkpoint(loss_fn: LossFn, star: dict[str, Tensor], x: Tensor, y: Tensor) -> float:
+    """L_n(w*), one full-data pass; a ValueError if it is not finite, or if ``loss_fn`` fails
+    on a checkpoint and data of different floating dtypes (say a float32 model and float64 x)."""
+    try:
+        with torch.no_grad():
+            value = float(loss_fn(star, x, y))
+    except RuntimeError as err:
+        dtypes = sorted({str(v.dtype) for v in star.values() if v.is_floating_point()})
+        if x.is_floating_point() and dtypes and dtypes != [str(x.dtype)]:
+            raise ValueError(
+                f"loss_fn failed on the checkpoint ({', '.join(dtypes)}) and x ({x.dtype}), which "
+                f"differ in dtype: give params, the model and the data one floating dtype, e.g. "
+                f"float64 (model.double(), params from it, x.double()) "
+                f"({str(err).splitlines()[0][:120]})"
+            ) from err
+        raise
+    if not math.isfinite(value):
+        raise ValueError(
+            f"the loss at the checkpoint, L_n(w*), is {value}: loss_fn is not finite at params "
+            f"on x, y, so no LLC can be estimated there"
+        )
+    return value
 
 
 def _draws(gen: torch.Generator, cfg: SGLDConfig, n: int, b: int, like: dict[str, Tensor]):
@@ -231,8 +308,7 @@ def _run(
     n, c = x.shape[0], cfg.num_chains
     star = {k: v.detach() for k, v in params.items()}
     d = sum(v.numel() for v in star.values())
-    with torch.no_grad():
-        loss_init = float(loss_fn(star, x, y))
+    loss_init = _loss_at_checkpoint(loss_fn, star, x, y)
     gen = torch.Generator().manual_seed(cfg.seed)
     eps, gamma = cfg.lr, cfg.gamma
 
@@ -365,6 +441,12 @@ def sgld_llc(
     ``loss_fn(params, x_batch, y_batch)`` returns the batch-mean NLL (e.g.
     ``gaussian_nll_loss(model)``: :func:`gaussian_nll_loss` builds it from the model); ``x``,
     ``y``: the n training samples on dimension 0.
+
+    Raises:
+        ValueError: before any step, when the checkpoint or the data are not finite, L_n(w*) is
+            not finite, there are no samples (or one, with the default nβ), ``batch_size`` > n,
+            or ``loss_fn`` fails on a checkpoint and ``x`` of different floating dtypes. A
+            divergence *during* sampling is not an error: ``diverged=True``, ``llc=None``.
     """
     return _run(loss_fn, params, x, y, config or SGLDConfig(), vectorized=True)
 

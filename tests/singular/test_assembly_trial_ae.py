@@ -274,3 +274,59 @@ def test_non_integers_and_bools_are_still_refused(kwargs: dict[str, Any], messag
     recs = [{"class": "genuine_singularity", "k": 2, "layers": ["0", "1"]}]
     with pytest.raises(ValueError, match=message):
         assemble_from_reading(recs, **kwargs)
+
+
+# --- trial AE #10: nothing counted toward λ is said ------------------------------------------
+
+NOTHING = "no direction counted toward λ"
+
+
+@pytest.mark.parametrize(
+    ("records", "regular_dims", "what"),
+    [
+        ([], None, "the reading has no direction records"),
+        ([], 0, "the reading has no direction records"),
+        (
+            [_rec("flat_gauge", None, ("0",)), _rec("curved_gauge", 2, ("1",))],
+            None,
+            "the reading's records are 1 flat_gauge, 1 curved_gauge",
+        ),
+        (
+            [_rec("unresolved", None, ("0",)), _rec("genuine_singularity", None, ("1",))],
+            None,
+            "the reading's records are 1 unresolved, 1 genuine_singularity",
+        ),
+    ],
+)
+def test_an_assembly_that_counts_nothing_says_so(
+    records: list[dict[str, Any]], regular_dims: int | None, what: str
+) -> None:
+    a = assemble_from_reading({"directions": records}, regular_dims=regular_dims)
+    # the values of an empty structure (tests/singular/test_assembly.py: assemble([]))
+    assert (a.lam, a.m, a.dominant_order, a.nu_universal) == (0, 1, 1, 0.5)
+    note = next(n for n in a.notes if NOTHING in n)
+    assert what in note and "ν(1) = 1/2" in note
+
+
+@pytest.mark.parametrize(
+    ("records", "regular_dims"),
+    [
+        ([_rec("live", 1, ("0",))], None),
+        ([_rec("flat_gauge", None, ("0",))], 2),
+        ([_rec("genuine_singularity", 2, ("0", "1"))], None),
+    ],
+)
+def test_an_assembly_that_counts_a_direction_has_no_such_note(
+    records: list[dict[str, Any]], regular_dims: int | None
+) -> None:
+    a = assemble_from_reading(records, regular_dims=regular_dims)
+    assert a.lam > 0 and not any(NOTHING in n for n in a.notes)
+
+
+def test_triple_read_of_an_empty_reading_says_nothing_was_counted(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"directions": []}))
+    res = runner.invoke(app, ["triple", "read", "--reading", str(path)])
+    assert res.exit_code == 0 and NOTHING in res.output, res.output
+    res = runner.invoke(app, ["triple", "read", "--reading", str(path), "--json", "-"])
+    assert any(NOTHING in n for n in json.loads(res.output)["notes"])

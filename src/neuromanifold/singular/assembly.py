@@ -675,7 +675,10 @@ def assemble_from_reading(
 
     The result states its scope (also in its JSON): ``regular_dims_given`` whether
     ``regular_dims`` was given and ``scope`` what λ covers (`READ_ONLY_SCOPE` without it,
-    `REGULAR_DIMS_SCOPE` with it); ``reading_note`` is the Reading's own one-line note.
+    `REGULAR_DIMS_SCOPE` with it); ``reading_note`` is the Reading's own one-line note. When no
+    direction counts toward λ (no genuine record with an order, no live record, no
+    ``regular_dims``: an empty reading, or gauges only) the result is λ = 0, m = 1 and a note
+    says that nothing was counted.
     """
     if regular_dims is not None and (
         isinstance(regular_dims, bool) or not isinstance(regular_dims, Integral) or regular_dims < 0
@@ -695,11 +698,32 @@ def assemble_from_reading(
     notes = _truncation_notes(reading) + _probe_size_notes(reading) + notes
     if regular_dims:
         loci.append(Locus("caller: regular directions", "regular", dim=regular_dims))
+    if not any(loc.kind in ("genuine", "regular") for loc in loci):
+        notes.append(_nothing_counted_note(_records(reading)))
     return replace(
         assemble(loci, notes=notes),
         regular_dims_given=regular_dims is not None,
         scope=READ_ONLY_SCOPE if regular_dims is None else REGULAR_DIMS_SCOPE,
         reading_note=_reading_note(reading),
+    )
+
+
+def _nothing_counted_note(records: Sequence[Any]) -> str:
+    """The note for an assembly in which no direction counts toward λ (s17 trial AE #10)."""
+    counts: dict[str, int] = {}
+    for rec in records:
+        counts[_class_of(rec)] = counts.get(_class_of(rec), 0) + 1
+    what = (
+        "the reading has no direction records"
+        if not records
+        else "the reading's records are "
+        + ", ".join(f"{n} {klass}" for klass, n in counts.items())
+        + " (none a genuine record with an order or a live record)"
+    )
+    return (
+        f"no direction counted toward λ: {what}, and regular_dims adds no regular direction; "
+        f"λ = 0, m = 1 are the values of an empty structure, and ν(1) = 1/2 is the per-direction "
+        f"reference of one regular direction, not of a direction found here"
     )
 
 

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from neuromanifold.singular.classify import fit_past_noise_plateau
 from neuromanifold.singular.detectors.base import Candidate
-from neuromanifold.singular.direction import read_direction
+from neuromanifold.singular.direction import VISIBILITY_FACTOR, read_direction
 from neuromanifold.singular.fisher import directional_fisher
 from neuromanifold.singular.memory import MemoryPlan
 from neuromanifold.singular.rate import fit_rate
@@ -177,10 +177,11 @@ def read_candidate(
         info = {"snap_skipped": {"offset": r.offset, "t_max": r.sweep.ts[-1]}}
     if re_snap:
         first, snapped = r, sweep_read(cand.u, True, gens)
-        if _is_genuine(first) and not _is_genuine(snapped):
+        if _is_genuine(first) and (not _is_genuine(snapped) or _order_below_offset(first)):
             # the unsnapped sweep already shows an order ≥ 2 below the offset, so the offset hid
             # nothing; the snapped point is another model (a regular point of the product a·b
-            # snapped along the diagonal reads live): keep the first read, note the second
+            # snapped along the diagonal reads live; a chain through a unit of constant output
+            # snapped to live input weights): keep the first read, note the second
             info = {"snapped_read": _summary(snapped)}
             r, other = first, snapped
         else:
@@ -211,6 +212,18 @@ def read_candidate(
 def _summary(r: Any) -> dict[str, Any]:
     """``{"k", "k_hat", "class"}`` of a read that is not the one reported."""
     return {"k": r.k, "k_hat": r.k_hat, "class": r.klass.value}
+
+
+def _order_below_offset(r: Any) -> bool:
+    """Whether the unsnapped read ``r`` already shows an order ``k ≥ 2`` in a window that starts
+    at ``t ≤ δ_off / VISIBILITY_FACTOR``: a checkpoint that sat ``δ_off`` off the locus along
+    ``u`` would show slope 0 there (`neuromanifold.singular.direction`, visibility rule), so the
+    offset ``|uᵀθ0|`` is not an obstruction and the snapped point would be another model. Such
+    offsets come from entries of ``u`` on parameters that are free on the locus, e.g. the
+    consumer bias shift of a chain through a unit of constant output
+    (`neuromanifold.singular.detectors.bias_link`)."""
+    window = r.fit.t_window
+    return _is_genuine(r) and window is not None and window[0] * VISIBILITY_FACTOR <= r.offset
 
 
 def _is_genuine(r: Any) -> bool:

@@ -10,8 +10,11 @@ Per block (spec §6.1–6.3) with factors ``F ≈ A ⊗ G`` (`neuromanifold.sing
    in its single consumer ``c`` (through elementwise modules only), as an A-side kernel of ``c``
    containing the lift of ``g`` (Linear consumer: ``(g, 0)``, or ``(g ⊗ 𝟙_P/√P, 0)`` when it
    reads the producer's feature map of ``P`` positions flattened; conv consumer: ``g ⊗ w`` with
-   the uniform spatial pattern ``w``, bias coordinate 0). An attention's value projection has
-   its output projection as consumer although the graph stops at the attention's product
+   the uniform spatial pattern ``w``, bias coordinate 0; for a consumer with a bias, tested with
+   the best shift of that bias, `bias_link`: a unit of constant output ``c`` has the kernel
+   vector ``(g, −c)``, and its chain moves the consumer's bias by ``−c·g``). An attention's
+   value projection has its output projection as consumer although the graph stops at the
+   attention's product
    (`value_link`: each query head's input block is its KV head's block of ``g``).
    **Link rule** (`link_energy_max`): with ``v = lift(g)`` (unit), the consumer's A-kernel of
    dimension ``k`` in ``d`` coordinates and its complement (live part) of rank ``r = d − k``, the
@@ -91,6 +94,11 @@ from torch import Tensor, nn
 
 from neuromanifold.singular.blocks import is_supported_block
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
+from neuromanifold.singular.detectors.bias_link import (
+    compensate,
+    compensated,
+    compensated_reference,
+)
 from neuromanifold.singular.detectors.graph import PASS_THROUGH
 from neuromanifold.singular.detectors.link import (
     MATCH_MIN,
@@ -288,6 +296,7 @@ class LinearDetector:
         vecs = self._lift(ctx, name, consumer, gs)
         if cspec is None or vecs is None:
             return gs, []
+        cspec, shift = self._link_spectrum(ctx, consumer, cspec)
         m = gs.shape[1]
         if rotates(cspec, m):
             rot, energy = principal_links(cspec, vecs, gs)
@@ -295,6 +304,7 @@ class LinearDetector:
         else:
             energy, bound = live_energy_batch(cspec, vecs), link_energy_max(cspec)
         hits = (energy <= bound).tolist()
+        vecs = _compensated_lifts(vecs, shift)
         return gs, [(j, (gs[:, j], consumer, vecs[:, j])) for j, hit in enumerate(hits) if hit]
 
     def _kernel_links_reference(
@@ -310,16 +320,32 @@ class LinearDetector:
         lifted = [self._lift_one(ctx, name, consumer, gs[:, j]) for j in range(gs.shape[1])]
         if cspec is None or any(v is None for v in lifted):
             return gs, []
+        cspec, shift = self._link_spectrum(ctx, consumer, cspec)
         m, bound = gs.shape[1], link_energy_max(cspec)
         if rotates(cspec, m):
             rot, _ = principal_links_reference(cspec, torch.stack(lifted, 1), gs)
             gs, bound = gs @ rot, rotated_energy_max(cspec, m)
             lifted = [self._lift_one(ctx, name, consumer, gs[:, j]) for j in range(m)]
         return gs, [
-            (j, (gs[:, j], consumer, v))
+            (j, (gs[:, j], consumer, _compensated_lifts(v[:, None], shift)[:, 0]))
             for j, v in enumerate(lifted)
             if live_energy(cspec, v) <= bound
         ]
+
+    def _link_spectrum(
+        self, ctx: DetectionContext, consumer: str, cspec: BlockSpectrum
+    ) -> tuple[BlockSpectrum, Tensor | None]:
+        """The spectrum that lifts into ``consumer`` are tested against, and its bias shift:
+        for a consumer with a bias, the kernel enlarged by the bias compensation
+        (`bias_link.compensated`; a dead unit with a constant output), else ``(cspec, None)``.
+        Cached per consumer."""
+        cache = ctx.cache.setdefault("link_spectrum", {})
+        if consumer not in cache:
+            comp = None
+            if getattr(self._modules(ctx)[consumer], "bias", None) is not None:
+                comp = (compensated_reference if REFERENCE else compensated)(cspec)
+            cache[consumer] = (cspec, None) if comp is None else (comp.spec, comp.shift)
+        return cache[consumer]
 
     def _lift(
         self, ctx: DetectionContext, producer: str, consumer: str, gs: Tensor
@@ -431,7 +457,10 @@ class LinearDetector:
         # taps of linked units this block still reads are not explained by their chain (the
         # chain reads live there): they stay one-sided candidates, exact flat directions
         explained = [g for g in upstream if not _reads_unit(module, g, block)]
-        modes, n_a = one_sided(spec, module, explained, max_modes=self.max_one_sided, block=block)
+        shift = self._link_spectrum(ctx, name, spec)[1] if explained else None
+        modes, n_a = one_sided(
+            spec, module, explained, max_modes=self.max_one_sided, block=block, shift=shift
+        )
         trunc = _truncation(self.max_one_sided, n_a)
         for vec, ratio in modes:
             u = normalise(lift(name, module, spec.g_top, vec))
@@ -533,6 +562,16 @@ class LinearDetector:
             ratio=_ratio(float(spec.gamma[spec.ker_g[0]]), float(spec.gamma[-1])),
             info={"chain_length": len(chain), **info},
         )
+
+
+def _compensated_lifts(vecs: Tensor, shift: Tensor | None) -> Tensor:
+    """Unit in-vectors of the chain's consumer block: the lifts with their bias shift
+    (`bias_link.compensate`, so the block moves the consumer's bias by ``−c·g`` for a unit of
+    constant output ``c``), or the lifts unchanged without a shift."""
+    if shift is None:
+        return vecs
+    out = compensate(vecs, shift)
+    return out / out.norm(dim=0, keepdim=True)
 
 
 def _reads_unit(module: nn.Module, g: Tensor, block: int) -> bool:

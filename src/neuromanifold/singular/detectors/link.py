@@ -3,7 +3,8 @@
 A dead unit ``g`` of block ``p`` (a G-side kernel vector) is lifted into the input coordinates
 ``ā`` of a consumer ``c`` (`input_lift`: Linear ``(g, 0)``, or ``g ⊗ 𝟙/√P`` when ``c`` reads the
 producer's feature map of ``P`` positions flattened; convolution ``g ⊗ w`` with the uniform
-spatial pattern ``w``; bias coordinate 0) and linked when its out-of-kernel energy
+spatial pattern ``w``; bias coordinate 0, shifted for a consumer with a bias by
+`neuromanifold.singular.detectors.bias_link`) and linked when its out-of-kernel energy
 ``e = ‖P_{live A_c} v‖²`` is at most `link_energy_max` (the rule and its calibration are in the
 docstring of `neuromanifold.singular.detectors.linear`). `BlockSpectrum` holds the canonical
 eigenpairs of a block's factors with their near-kernel index lists; the energies and kernel

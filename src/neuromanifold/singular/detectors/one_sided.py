@@ -13,12 +13,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from neuromanifold.singular.detectors.bias_link import compensate
 from neuromanifold.singular.detectors.link import BlockSpectrum, tap_span
 
 __all__ = [
     "CLUSTER_TOL",
     "MAX_ONE_SIDED",
     "check_cap",
+    "explained_span",
     "one_sided_a_modes",
     "one_sided_a_modes_reference",
 ]
@@ -65,6 +67,19 @@ def _sign_fixed(v: Tensor) -> Tensor:
     return sign_fix(v.unsqueeze(1))[:, 0]
 
 
+def explained_span(
+    module: nn.Module, gs: Tensor, block: int = 1, shift: Tensor | None = None
+) -> Tensor:
+    """Orthonormal columns spanning the taps of the upstream units ``gs`` (``(C, k)``) in the
+    block's ``ā`` (`tap_span`), each with its bias shift when ``shift`` is given
+    (`neuromanifold.singular.detectors.bias_link.compensate`: a unit of constant output ``c``
+    explains the kernel vectors ``(g ⊗ e_s, −β_s)``, not ``(g ⊗ e_s, 0)``)."""
+    span = tap_span(module, gs, block)  # all units: kron(G, I_taps), orthonormal
+    if shift is None:
+        return span
+    return torch.linalg.qr(compensate(span, shift))[0]
+
+
 def one_sided_a_modes(
     spec: BlockSpectrum,
     module: nn.Module,
@@ -72,9 +87,11 @@ def one_sided_a_modes(
     *,
     max_modes: int = MAX_ONE_SIDED,
     block: int = 1,
+    shift: Tensor | None = None,
 ) -> tuple[list[tuple[Tensor, float]], int]:
     """A-kernel directions outside the span of the upstream dead units' taps (``kfac-A``;
-    ``block``: a Linear's columns per upstream channel of a flattened feature map, `tap_span`).
+    ``block``: a Linear's columns per upstream channel of a flattened feature map, `tap_span`;
+    ``shift``: the block's bias shift ``q`` when its links are compensated, `explained_span`).
 
     Returns ``(modes, n_found)``: at most ``max_modes`` ``(vector, ratio)`` pairs and the number
     of directions that qualify before the cap (``n_found > len(modes)`` means it cut some).
@@ -98,7 +115,7 @@ def one_sided_a_modes(
         kept = spec.ker_a[:max_modes]
         return [(spec.a_vecs[:, i], ratios[n]) for n, i in enumerate(kept)], len(spec.ker_a)
     top = max(ratios)
-    span = tap_span(module, torch.stack(upstream, 1), block)  # all units: kron(G, I_taps)
+    span = explained_span(module, torch.stack(upstream, 1), block, shift)
     live = spec.live_a_basis()
     d = span.shape[0]
     w = live - span @ (span.T @ live)
@@ -128,6 +145,7 @@ def one_sided_a_modes_reference(
     *,
     max_modes: int = MAX_ONE_SIDED,
     block: int = 1,
+    shift: Tensor | None = None,
 ) -> tuple[list[tuple[Tensor, float]], int]:
     """Brute-force oracle of `one_sided_a_modes`: QR of the tap span and the SVD of ``rest``.
 
@@ -144,6 +162,8 @@ def one_sided_a_modes_reference(
         kept = range(min(max_modes, basis.shape[1]))
         return [(basis[:, i], ratios[i]) for i in kept], basis.shape[1]
     span = torch.cat([tap_span(module, g, block) for g in upstream], 1)
+    if shift is not None:
+        span = compensate(span, shift)
     q, _ = torch.linalg.qr(span)
     rest = basis - q @ (q.T @ basis)
     left, sv, _ = torch.linalg.svd(rest, full_matrices=False)

@@ -12,6 +12,8 @@ Conventions fixed here:
   them, so a forward that writes into them writes into the copies: the caller's module and tensors
   are never mutated. A module whose forward writes into its own weight (``nn.Embedding`` with
   ``max_norm``) is refused (`check_parameter_writes`): forward mode cannot differentiate the write.
+  A model whose parameters or buffers are on the meta device (no values: built under
+  ``init_empty_weights``) is refused there too (`check_materialised`), before any value is read.
   A forward that writes in place into a buffer (``self.mx.copy_(...)``, ``self.count.add_(1)``)
   is refused where ``torch.func.jvp`` fails on that write (it refuses an in-place write into a
   tensor its function captures): the failure is turned into a ``ValueError`` naming the buffers
@@ -192,8 +194,46 @@ def check_eval_mode(model: nn.Module) -> None:
             )
 
 
-def check_parameter_writes(model: nn.Module) -> None:
-    """Reject modules whose forward writes into their own parameters.
+META_NAMES_SHOWN = 3
+"""Names of meta-device tensors that `check_materialised`'s error lists before the count."""
+
+
+def check_materialised(model: nn.Module, *, supplied: Collection[str] = ()) -> None:
+    """Reject a model whose parameters or buffers are on the meta device.
+
+    A meta tensor has a shape and a dtype but no values: a model built under
+    ``torch.device("meta")`` or accelerate's ``init_empty_weights``, or moved with
+    ``.to("meta")``, has nothing to read until its weights are loaded. Parameters named in
+    ``supplied`` are not checked: the caller gives their values (the ``params`` of `prepare`),
+    so the model's own tensors under those names are never read.
+
+    Raises:
+        ValueError: naming the meta parameters and buffers (the first `META_NAMES_SHOWN` of each,
+            with their count) and saying to load the weights first.
+    """
+    params = [n for n, p in model.named_parameters() if p.is_meta and n not in supplied]
+    buffers = [n for n, b in model.named_buffers() if b.is_meta]
+    if not params and not buffers:
+        return
+    parts = []
+    for kind, names in (("parameters", params), ("buffers", buffers)):
+        if names:
+            shown = ", ".join(repr(n) for n in names[:META_NAMES_SHOWN])
+            more = f", … ({len(names)} in all)" if len(names) > META_NAMES_SHOWN else ""
+            parts.append(f"{kind} {shown}{more}")
+    raise ValueError(
+        f"the model's {' and '.join(parts)} are on the meta device (shapes without values, as in "
+        f"a model built under torch.device('meta') or init_empty_weights): load the weights "
+        f"first, e.g. model.to_empty(device='cpu') then model.load_state_dict(state_dict)"
+    )
+
+
+def check_parameter_writes(model: nn.Module, *, supplied: Collection[str] = ()) -> None:
+    """Reject modules whose parameters the read cannot use as they stand.
+
+    A parameter or buffer on the meta device holds no values (`check_materialised`, which skips
+    the parameters named in ``supplied``: the caller gives their values). The read and `prepare`
+    both run this check before they touch a parameter's values.
 
     ``nn.Embedding`` and ``nn.EmbeddingBag`` with ``max_norm`` set rescale every looked-up row of
     norm above ``max_norm`` in place, under ``no_grad`` (``torch.embedding_renorm_``). The model's
@@ -201,6 +241,7 @@ def check_parameter_writes(model: nn.Module) -> None:
     only the lookup, not the renormalisation, so ``F_u`` along such a row would be wrong (and the
     weight changes during the read).
     """
+    check_materialised(model, supplied=supplied)
     for name, mod in model.named_modules():
         if isinstance(mod, nn.Embedding | nn.EmbeddingBag) and mod.max_norm is not None:
             raise ValueError(
@@ -270,6 +311,11 @@ def prepare_params(model: nn.Module, params: Mapping[str, Tensor]) -> tuple[Mode
                 f"has shape {_describe_shape(ref)}"
             )
         value = value.detach()
+        if value.is_meta:  # the model's own meta tensors are refused by check_materialised
+            raise ValueError(
+                f"params[{name!r}] is on the meta device (a shape without values); pass a tensor "
+                f"that holds the parameter's values"
+            )
         if value.is_floating_point():
             upcast = upcast or value.dtype != DTYPE
             value = value.to(DTYPE, copy=True)
@@ -489,7 +535,7 @@ def prepare(model: object, params: Mapping[str, Tensor], data: object) -> Prepar
     """
     model = check_model(model)
     check_eval_mode(model)
-    check_parameter_writes(model)
+    check_parameter_writes(model, supplied=params.keys() if isinstance(params, Mapping) else ())
     p, up_p = prepare_params(model, params)
     x, y, up_x = prepare_data(data)
     buffers = prepare_buffers(model)

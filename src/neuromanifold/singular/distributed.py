@@ -167,7 +167,8 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
     if not torch.cuda.is_available():
         raise ValueError(
             f"device {device!r} requested but CUDA is not available on this machine "
-            f"(torch {torch.__version__}, torch.cuda.is_available() is False); use --device cpu"
+            f"(torch {torch.__version__}, torch.cuda.is_available() is False); read on the CPU "
+            f"instead (device='cpu'; --device cpu on the command line)"
         )
     count = torch.cuda.device_count()
     index = dev.index

@@ -26,7 +26,9 @@ Weights files: ``.safetensors``, or ``.pt`` / ``.pth`` / ``.bin`` torch files re
 ``weights_only=True`` (a dict of tensors, or a dict holding one under ``"state_dict"`` or
 ``"model"``). Keys and shapes are compared before anything is copied: missing keys, unexpected
 keys and shape mismatches are all listed in one ``ValueError``; unreadable or truncated files raise
-``ValueError`` naming the file.
+``ValueError`` naming the file. A checkpoint whose floating tensors are wider than the module's
+(float64 weights, float32 factory) converts the module to the wider dtype, so no bit is lost; any
+difference between the checkpoint's and the module's dtypes is said in a ``UserWarning``.
 """
 
 from __future__ import annotations
@@ -183,7 +185,11 @@ def load_state_dict_checked(
     Raises ``ValueError`` listing every missing key, unexpected key and shape mismatch
     (``name: expected (…), got (…)``) — nothing is copied when any check fails. Tied parameters
     (one tensor under several names, e.g. a decoder sharing the word embeddings) may be stored
-    under any one of their names, as ``save_pretrained`` and safetensors do.
+    under any one of their names, as ``save_pretrained`` and safetensors do. Floating tensors are
+    copied without rounding: a checkpoint wider than the module (float64 weights into a float32
+    model) converts the module's floating parameters and buffers to the wider dtype first; every
+    dtype difference is said in a ``UserWarning`` naming the tensors and both dtypes
+    (`_match_dtypes`).
     """
     expected = model.state_dict()
     tied: dict[int, list[str]] = {}
@@ -211,8 +217,95 @@ def load_state_dict_checked(
         problems.append(f"shape mismatches [{'; '.join(mismatched)}]")
     if problems:
         raise ValueError(f"{source} does not fit {type(model).__name__}: " + ", ".join(problems))
+    _match_dtypes(model, expected, state, source)
     model.load_state_dict(state, strict=True)
     return model
+
+
+def _lossy(expected: dict[str, Tensor], state: dict[str, Tensor]) -> list[str]:
+    """The floating checkpoint tensors that the module's floating tensor of the same name cannot
+    hold exactly: ``promote_types(module, checkpoint)`` is not the module's dtype (float64 into
+    float32, float32 into bfloat16, bfloat16 into float16)."""
+    return sorted(
+        k
+        for k, v in state.items()
+        if v.is_floating_point()
+        and expected[k].is_floating_point()
+        and torch.promote_types(expected[k].dtype, v.dtype) != expected[k].dtype
+    )
+
+
+def _match_dtypes(
+    model: nn.Module, expected: dict[str, Tensor], state: dict[str, Tensor], source: str
+) -> None:
+    """Make ``model`` hold ``state``'s floating tensors exactly, saying what was done.
+
+    When a checkpoint tensor is wider than the module's (`_lossy`), every floating parameter and
+    buffer of ``model`` is converted to the promotion of all their dtypes and the checkpoint's
+    wider ones (float64 weights into a float32 factory: a float64 module), with a warning. A
+    checkpoint tensor narrower than the module's (bfloat16 into float32) is copied exactly, with
+    a warning that the module's dtype is not the checkpoint's. A module that cannot be widened
+    (complex tensors, which ``Module.to`` would make real) is not converted; the rounding is
+    warned about.
+    """
+    cls = type(model).__name__
+    lossy = _lossy(expected, state)
+    if lossy and not any(v.is_complex() for v in expected.values()):
+        target = state[lossy[0]].dtype
+        for d in [state[k].dtype for k in lossy] + [
+            v.dtype for v in expected.values() if v.is_floating_point()
+        ]:
+            target = torch.promote_types(target, d)
+        model.to(target)
+        warnings.warn(
+            f"{source} holds {_dtypes(state, lossy)} tensors wider than {cls}'s "
+            f"{_dtypes(expected, lossy)} ({_names(lossy)}); the module's floating parameters and "
+            f"buffers were converted to {_dtype_str(target)} so that they are copied exactly",
+            UserWarning,
+            stacklevel=3,
+        )
+        expected = model.state_dict()
+        lossy = _lossy(expected, state)
+    if lossy:
+        warnings.warn(
+            f"{source} holds {_dtypes(state, lossy)} tensors ({_names(lossy)}) that are rounded "
+            f"to {cls}'s {_dtypes(expected, lossy)} when copied (the module cannot be converted)",
+            UserWarning,
+            stacklevel=3,
+        )
+    exact = [
+        k
+        for k, v in state.items()
+        if v.is_floating_point()
+        and expected[k].is_floating_point()
+        and v.dtype != expected[k].dtype
+        and k not in lossy
+    ]
+    if exact:
+        warnings.warn(
+            f"{source} holds {_dtypes(state, exact)} tensors ({_names(sorted(exact))}) that are "
+            f"copied exactly into {cls}'s {_dtypes(expected, exact)} parameters and buffers (a "
+            f"widening, no bit lost): the model is {_dtypes(expected, exact)}, the checkpoint "
+            f"{_dtypes(state, exact)}",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _dtype_str(dtype: torch.dtype) -> str:
+    """``float32`` for ``torch.float32``."""
+    return str(dtype).removeprefix("torch.")
+
+
+def _dtypes(tensors: dict[str, Tensor], names: list[str]) -> str:
+    """The distinct dtypes of ``tensors[name]`` for ``names``, ``/``-joined."""
+    return "/".join(sorted({_dtype_str(tensors[k].dtype) for k in names}))
+
+
+def _names(names: list[str], most: int = 4) -> str:
+    """Up to ``most`` of ``names`` and how many there are."""
+    shown = ", ".join(names[:most])
+    return f"{shown}, … {len(names)} in all" if len(names) > most else shown
 
 
 def _config_from_json(path: Path) -> Any:

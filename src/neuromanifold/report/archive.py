@@ -32,11 +32,20 @@ def write_reading_json(reading: Reading, path: str | Path) -> Path:
 def load_reading(path: str | Path) -> Reading:
     """Read a JSON file written by `write_reading_json` back into a `Reading`.
 
-    Raises ValueError naming the file when it is not JSON or not a Reading's dict.
+    Raises ValueError naming the file when it is not UTF-8 text (e.g. a torch ``.pt`` passed by
+    mistake), not JSON, or not a Reading's dict (not an object, a missing key, a record that is
+    not an object or has other fields); ``OSError`` when it cannot be read at all.
     """
     p = Path(path)
     try:
         d = json.loads(p.read_text(encoding="utf-8"))
+    except ValueError as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ValueError(f"{p} does not hold a Reading as JSON: {err!r}") from err
+    if not isinstance(d, dict):
+        raise ValueError(
+            f"{p} does not hold a Reading as JSON: expected an object, got {type(d).__name__}"
+        )
+    try:
         return Reading.from_dict(d)
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
+    except (KeyError, TypeError, AttributeError, ValueError) as err:
         raise ValueError(f"{p} does not hold a Reading as JSON: {err!r}") from err

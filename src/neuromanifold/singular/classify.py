@@ -15,8 +15,11 @@ The rule (spec §7.2 step 8; thresholds are design choices documented here and i
    (``≈ 1e−3 ×`` the median live-direction Fisher) is not derived here: a caller that knows it
    passes it, e.g. ``read(..., live_threshold=τ)`` or ``neuromanifold read --live-threshold τ``,
    which hand it to every candidate's classification. A slope-0 plateau below the threshold is
-   classed **flat gauge** (magnitude at the noise level) — when the fit handed to `classify` is
-   that plateau. `read_direction` (and so the whole-model read) first passes its fit through
+   classed **flat gauge** — when the fit handed to `classify` is that plateau. Its reason says
+   "magnitude at noise level" only when the plateau is within ``NOISE_FLOOR_MARGIN = 100 ×`` the
+   floor; further up it says that F is below the live threshold (relative to F's scale), not at
+   the noise floor: the class cannot tell a weak regular direction from a lower-precision
+   rounding plateau. `read_direction` (and so the whole-model read) first passes its fit through
    `fit_past_noise_plateau`: when F rises to ``NOISE_MARGIN = 100 ×`` such a plateau, the
    points above it are read instead (a singular direction rounded to float32), and the class
    follows that fit (genuine with `RateFit.plateau_below`, or unresolved when no window passes).
@@ -70,6 +73,12 @@ LIVE_REL = 1e-10
 NOISE_MARGIN = 100.0
 """`fit_past_noise_plateau`: F must rise this far above a noise-level plateau to be read."""
 FLOOR_MARGIN = 10.0
+NOISE_FLOOR_MARGIN = 100.0
+"""A slope-0 plateau below the live threshold is called "at noise level" in its reason only when
+its magnitude is at most this multiple of the sweep's floor, one decade above the flat cut of rule 1
+(``FLOOR_MARGIN·F_floor``); further up, the reason says that F is below the live threshold, which
+is relative to F's scale, not that it is noise (s17 trial AD #5: a float64 weak unit 6e12× above
+the floor read "magnitude at noise level"). Wording only: the class is the same either way."""
 SPAN_RTOL = 1e-10
 
 
@@ -179,9 +188,8 @@ def classify_with_reason(
                 f"slope {fit.slope:.3f} ≈ 0 with F ≈ {fit.magnitude:.3g} ≥ live threshold "
                 f"{threshold:.3g}"
             )
-        return DirectionClass.FLAT_GAUGE, (
-            f"slope {fit.slope:.3f} ≈ 0 but F ≈ {fit.magnitude:.3g} < live threshold "
-            f"{threshold:.3g} (magnitude at noise level)"
+        return DirectionClass.FLAT_GAUGE, _below_live_reason(
+            fit, floor=float(floor), threshold=threshold, given=live_threshold is not None
         )
     in_span = gauge_overlap is not None and gauge_overlap >= overlap_min
     plateau = ""
@@ -224,6 +232,30 @@ def classify_with_reason(
         overlap_txt = f"gauge overlap {gauge_overlap:.3f} < {overlap_min:g}"
     return DirectionClass.GENUINE_SINGULARITY, (
         f"order k = {fit.k} (slope {fit.slope:.3f}, r² {fit.r2:.4f}); {overlap_txt}{plateau}"
+    )
+
+
+def _below_live_reason(fit: RateFit, *, floor: float, threshold: float, given: bool) -> str:
+    """Reason of a slope-0 plateau classed flat gauge because its magnitude ``m`` is below the
+    live threshold: "at noise level" when ``m ≤ NOISE_FLOOR_MARGIN·F_floor``; otherwise ``m``'s
+    multiple of the floor and that it is below the live threshold (the default one is
+    ``LIVE_REL·F_scale``, set above float32 rounding of the weights), not at the noise floor."""
+    m = float(fit.magnitude)
+    head = f"slope {fit.slope:.3f} ≈ 0 but F ≈ {m:.3g} < live threshold {threshold:.3g}"
+    if m <= NOISE_FLOOR_MARGIN * floor:
+        return (
+            f"{head}, within {NOISE_FLOOR_MARGIN:g}× the sweep's floor {floor:.3g} "
+            f"(magnitude at noise level)"
+        )
+    if given:
+        source = "given"
+    else:
+        source = f"the default {LIVE_REL:g}·F_scale, relative to the block's Fisher scale"
+    multiple = f"{m / floor:.3g}× the sweep's floor" if floor > 0 else "above a zero floor"
+    return (
+        f"{head} ({source}) though F is {multiple}: below the live threshold, not at the noise "
+        f"floor (a weak regular direction, or rounding of weights stored below float64; "
+        f"live_threshold ≤ {m:.3g} reads it live)"
     )
 
 

@@ -103,10 +103,39 @@ def _torch_load_error(path: Path, err: Exception) -> str:
     )
 
 
+NOT_A_TORCH_FILE = "not a torch file (not a zip archive or a pickle that torch.save writes)"
+"""`torch_error_line`'s reason when the unpickler fails on bytes that are no pickle."""
+ENDS_EARLY = "the file ends early (empty or truncated)"
+"""`torch_error_line`'s reason when the unpickler runs out of bytes."""
+
+
+def _unpickler_reason(err: Exception) -> str | None:
+    """A readable reason for the bare Python errors the unpickler raises on bytes that are not a
+    torch file, or ``None``: ``EOFError`` / ``struct.error`` ("unpack requires a buffer") when
+    it runs out of bytes; ``KeyError(int)`` (a memo reference, e.g. ``101`` for the ``e`` after
+    ``h`` = BINGET in ``hello``), ``IndexError`` (a pop from the empty stack) and
+    ``UnicodeDecodeError`` when the bytes are not a pickle."""
+    import struct
+
+    if isinstance(err, EOFError) or (
+        isinstance(err, struct.error) and "unpack requires a buffer" in str(err)
+    ):
+        return ENDS_EARLY
+    memo_key = isinstance(err, KeyError) and len(err.args) == 1 and type(err.args[0]) is int
+    if memo_key or isinstance(err, IndexError | UnicodeDecodeError):
+        return f"{NOT_A_TORCH_FILE}; the unpickler raised {err!r}"
+    return None
+
+
 def torch_error_line(err: Exception) -> str:
     """The line of a failed ``torch.load``'s message that says what was wrong: torch's own
     reason after ``WeightsUnpickler error:`` (e.g. ``Unsupported operand 123`` for a JSON file),
-    else the first line — not its advice to reload with ``weights_only=False``."""
+    else the first line — not its advice to reload with ``weights_only=False``. The bare errors
+    of the unpickler on other bytes read as `ENDS_EARLY` or `NOT_A_TORCH_FILE`
+    (`_unpickler_reason`; s17 trial AF #6: ``hello world`` gave the reason ``101``)."""
+    reason = _unpickler_reason(err)
+    if reason is not None:
+        return reason
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     for i, line in enumerate(lines):
         if "WeightsUnpickler error:" in line:

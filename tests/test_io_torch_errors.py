@@ -1,0 +1,93 @@
+"""A file that is not a torch file, or ends early, gets a readable reason naming the file.
+
+s17 trial AF #6: ``hello world`` as a checkpoint or ``--data`` gave the reason ``101`` (torch's
+weights-only unpickler raised ``KeyError(101)``: ``h`` is BINGET, ``e`` = 101 its memo key), and
+an empty ``--data`` file ``EOFError()``.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from neuromanifold.cli import app
+from neuromanifold.io import load_model, read_state_dict
+from neuromanifold.zoo.models import MLPConfig
+
+NOT_TORCH = "not a torch file (not a zip archive or a pickle that torch.save writes)"
+ENDS_EARLY = "the file ends early (empty or truncated)"
+
+
+def _legacy_truncated() -> bytes:
+    """A torch file in the legacy (pickle, not zip) format, cut after 40 bytes."""
+    buf = io.BytesIO()
+    torch.save({"w": torch.ones(3)}, buf, _use_new_zipfile_serialization=False)
+    return buf.getvalue()[:40]
+
+
+# bytes → the reason; each case is a different bare error of the unpickler (in the comment)
+CASES = {
+    "hello": (b"hello world" * 10, NOT_TORCH),  # KeyError(101): BINGET of an unknown memo key
+    "abc": (b"abc", NOT_TORCH),  # IndexError: APPEND pops from the empty stack
+    "utf8": (b"X\x02\x00\x00\x00\xff\xfe", NOT_TORCH),  # UnicodeDecodeError: BINUNICODE
+    "binint": (b"J\x01", ENDS_EARLY),  # struct.error: BININT needs 4 bytes, 1 is left
+    "legacy_cut": (_legacy_truncated(), ENDS_EARLY),  # EOFError
+}
+
+
+def _write(tmp_path: Path, name: str) -> Path:
+    path = tmp_path / f"{name}.pt"
+    path.write_bytes(CASES[name][0])
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_checkpoint_reason_is_readable_and_names_the_file(tmp_path, name) -> None:
+    path = _write(tmp_path, name)
+    reason = CASES[name][1]
+    pattern = re.escape(f"cannot read torch file {path}") + ".*" + re.escape(reason)
+    with pytest.raises(ValueError, match=pattern):
+        read_state_dict(path)
+    with pytest.raises(ValueError, match=pattern):
+        load_model(path, architecture=MLPConfig(hidden=(4,), num_classes=3))
+
+
+def _flat(text: str) -> str:
+    """The CLI's output with a wrapped error box joined back into one line."""
+    return " ".join(line.strip(" │╭╮╰╯─") for line in text.splitlines())
+
+
+@pytest.mark.parametrize("name", ["hello", "legacy_cut"])
+def test_cli_checkpoint_and_data_reasons(tmp_path, name) -> None:
+    path = _write(tmp_path, name)
+    reason = CASES[name][1]
+    runner = CliRunner()
+    env = {"COLUMNS": "200"}
+    r = runner.invoke(app, ["read", "--model", "zoo:planted-mlp", "--data", str(path)], env=env)
+    assert r.exit_code == 2, r.output
+    assert f"--data {path}: cannot read it as a torch file" in _flat(r.output), r.output
+    assert reason in _flat(r.output), r.output
+    probe = tmp_path / "probe.pt"
+    torch.save(torch.zeros(2, 64), probe)
+    args = ["read", "--model", "mlp-digits", "--checkpoint", str(path), "--data", str(probe)]
+    r = runner.invoke(app, args, env=env)
+    assert r.exit_code == 2, r.output
+    assert f"cannot read torch file {path}" in _flat(r.output), r.output
+    assert reason in _flat(r.output), r.output
+
+
+def test_cli_empty_data_file_ends_early(tmp_path) -> None:
+    path = tmp_path / "empty.pt"
+    path.write_bytes(b"")
+    r = CliRunner().invoke(
+        app, ["read", "--model", "zoo:planted-mlp", "--data", str(path)], env={"COLUMNS": "200"}
+    )
+    assert r.exit_code == 2, r.output
+    assert f"--data {path}: cannot read it as a torch file" in _flat(r.output), r.output
+    assert ENDS_EARLY in _flat(r.output), r.output
+    assert "EOFError()" not in r.output

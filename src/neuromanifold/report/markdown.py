@@ -8,15 +8,29 @@ magnitude ``c_k = median F/t^{2(k−1)}`` over the window, window ``[t₀, t₁]
 and — when the read ran with ``baseline=True`` — what the per-coordinate scan read on that layer
 (``k = …`` for the largest genuine order it found, else the classes it returned). A chain that
 spans several layers appears under each of them. ``—`` marks a value the fit did not produce.
+Module and layer names (the layer headings, the "Not covered" table, the notes) are code spans
+(`code_span`), so that a name such as ``<root>`` is shown rather than dropped as an HTML tag.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from neuromanifold.singular.reading import DirectionRecord, Reading
 
-__all__ = ["fmt", "reading_markdown", "scan_summary", "table"]
+__all__ = ["code_span", "fmt", "reading_markdown", "scan_summary", "table"]
+
+
+def code_span(text: str) -> str:
+    """``text`` as a Markdown code span, shown verbatim: `` `<root>` `` (a bare ``<root>`` is an
+    unknown HTML tag that GitHub and most viewers drop). A text holding backticks is fenced by a
+    longer run of them, padded with spaces (CommonMark strips one space on each side)."""
+    runs = re.findall(r"`+", text)
+    if not runs:
+        return f"`{text}`"
+    fence = "`" * (max(map(len, runs)) + 1)
+    return f"{fence} {text} {fence}"
 
 
 def fmt(v: float | int | None, spec: str = ".4g") -> str:
@@ -109,7 +123,7 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
             "`in_proj_weight`; `out_proj`), which compute the same outputs on every probe sample."
         )
     for cut in meta.get("truncated") or ():
-        where = f"`{cut['detector']}` on {', '.join(f'`{x}`' for x in cut['layers'])}"
+        where = f"{code_span(cut['detector'])} on {', '.join(map(code_span, cut['layers']))}"
         if cut.get("of") == "generators":
             out.append(
                 f"Note: {where} keeps {cut['kept']} of its {cut['found']} gauge generators (cap "
@@ -127,7 +141,7 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
     if has_scan:
         header.append("coord. scan")
     for layer, recs in reading.by_layer().items():
-        out += ["", f"{h}# `{layer or '<root>'}`", ""]
+        out += ["", f"{h}# {code_span(layer or '<root>')}", ""]
         rows = []
         for r in recs:
             row = [
@@ -153,7 +167,10 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
         out.append(
             table(
                 ["module", "type", "parameters", "reason"],
-                [[n.name, n.type, str(n.n_params), n.reason] for n in reading.not_covered],
+                [
+                    [code_span(n.name or "<root>"), n.type, str(n.n_params), n.reason]
+                    for n in reading.not_covered
+                ],
             )
         )
     else:

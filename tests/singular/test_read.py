@@ -469,7 +469,8 @@ def test_ln_kernel_reaches_a_head_through_token_selection(pool: str) -> None:
     x = torch.randn(16, 4, 6, dtype=torch.float64)
     reading = read(model, x, Categorical(), progress=False)
     (ln,) = [r for r in reading.directions if r.detector == "ln-kernel"]
-    assert ln.klass == "flat_gauge" and ln.layers == ("head", "norm")
+    # the direction moves the head alone; the norm whose kernel it is stays (s17 trial AD #6)
+    assert ln.klass == "flat_gauge" and ln.layers == ("head",) and ln.info["norm"] == "norm"
     # the [CLS] row is a graph edge (a row selection); the token mean only the factor test finds
     assert ln.info.get("via") == ("factor-test" if pool == "mean" else None)
     assert ln.info["closed_form_cos"] >= LN_COS_MIN

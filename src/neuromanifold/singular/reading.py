@@ -34,9 +34,12 @@ DERIVED_KEYS = ("lambda_dir", "nu_k")
 class DirectionRecord:
     """One read direction.
 
-    ``layer`` is the first module the direction touches and ``layers`` all of them; ``detector``
-    the provenance label; ``k``/``k_hat``/``slope``/``r2``/``magnitude``/``window`` from the rate
-    fit (``None`` when no window passed); ``klass`` the class string; ``offset`` ``|uᵀθ0|``;
+    ``layers`` are the modules whose parameters the direction moves (a duality chain spans
+    several) and ``layer`` is the first of them; a module a closed-form gauge is derived from but
+    does not move is named in ``info`` instead (the LayerNorm of an ``ln-kernel`` record is
+    ``info["norm"]``, its ``layers`` the consumer alone); ``detector`` the provenance label;
+    ``k``/``k_hat``/``slope``/``r2``/``magnitude``/``window`` from the rate fit (``None`` when no
+    window passed); ``klass`` the class string; ``offset`` ``|uᵀθ0|``;
     ``gauge_overlap`` the overlap with the closed-form gauge span (``None`` if none applies);
     ``ratio`` the detector's eigenvalue ratio; ``sweep`` ``{"t": [...], "F": [...], "floor": x}``;
     ``baseline`` the coordinate-scan result on the same layer when computed. Derived (not
@@ -137,7 +140,8 @@ class Reading:
     note: str = ""
 
     def by_layer(self) -> dict[str, list[DirectionRecord]]:
-        """Records grouped by every layer they touch (a chain appears under each of its layers)."""
+        """Records grouped by every layer they touch, i.e. every module in their ``layers`` whose
+        parameters they move (a chain appears under each of its layers)."""
         out: dict[str, list[DirectionRecord]] = {}
         for r in self.directions:
             for layer in r.layers:

@@ -19,6 +19,12 @@ A)|``; when the probe set spans fewer directions than the layer is wide, ``K`` i
 any single basis vector of it is arbitrary, but ``‖P_K a*‖`` is not. With an empty near-kernel
 the bottom eigenvector stands in for ``K`` (``kernel_dim = 0``).
 
+The direction moves only the consumer's weight and bias, so a candidate's ``layers`` is the
+consumer alone; the LayerNorm whose kernel it is, whose parameters stay, is ``info["norm"]`` (and
+the consumer ``info["consumer"]``). Until s17 ``layers`` also listed the norm (trial AD #6), and
+`neuromanifold.singular.reading.Reading.by_layer` filed a flat gauge under a module it leaves
+unchanged.
+
 RMSNorm has no mean subtraction and hence no such direction: its detector proposes nothing. A
 consuming ``nn.MultiheadAttention`` gets the lift on its packed ``in_proj`` (self-attention
 assumed; the read's flat class confirms it).
@@ -154,7 +160,7 @@ class LayerNormDetector:
                 info["closed_form_cos"], info["kernel_dim"] = kernel_cos(a_c, spec)
             out.append(
                 Candidate(
-                    layers=(c, name),
+                    layers=(c,),  # the norm is info["norm"]: its parameters stay
                     detector="ln-kernel",
                     u=normalise(lift(c, cons, g, a_c)),
                     gauge="flat",
@@ -183,7 +189,7 @@ def _packed_candidate(
         f"{prefix}in_proj_bias": g * a_star[d],
     }
     return Candidate(
-        layers=(name, norm),
+        layers=(name,),
         detector="ln-kernel",
         u=normalise(u),
         gauge="flat",
@@ -247,7 +253,7 @@ class LayerNormReachDetector:
         return ctx.canonical(
             [
                 Candidate(
-                    layers=(name, ln_name),
+                    layers=(name,),
                     detector="ln-kernel",
                     u=normalise(lift(name, module, spec.g_top, a_star)),
                     gauge="flat",

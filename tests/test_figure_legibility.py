@@ -196,4 +196,5 @@ def test_spectra_panels_name_their_axes_and_the_threshold(tmp_path: Path, monkey
         assert dotted.get_ydata()[0] == SPREAD_TAU
     words = " ".join(t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text")))
     assert " ".join(figures.SPECTRA_KEY.split()) in " ".join(words.split())
-    assert f"dotted: its threshold τ = {SPREAD_TAU:g}" in figures.SPECTRA_KEY
+    # the dotted line is named as τ, the near-kernel's threshold (with its gap: s17 trial AF #3)
+    assert f"below τ = {SPREAD_TAU:g} (dotted)" in figures.SPECTRA_KEY

@@ -31,6 +31,7 @@ from typing import Any
 
 from neuromanifold.report._atomic import atomic_write
 from neuromanifold.report.spectra import SPREAD_TAU
+from neuromanifold.singular.detectors.near_kernel import GAP
 from neuromanifold.singular.reading import DirectionRecord, Reading
 
 __all__ = [
@@ -73,10 +74,15 @@ _SPECTRA_COLOURS = {"A": ("tab:blue", "blue"), "G": ("tab:green", "green")}
 SPECTRA_KEY = (
     f"K-FAC factor eigenvalue ratios, {_SPECTRA_COLOURS['A'][1]}: A (inputs), "
     f"{_SPECTRA_COLOURS['G'][1]}: G (output gradients); "
-    f"red ○: detected near-kernel; dotted: its threshold τ = {SPREAD_TAU:g}; "
+    f"red ○: detected near-kernel, the ratios below τ = {SPREAD_TAU:g} (dotted) that a gap of "
+    f"at least {math.log10(GAP):g} decade (consecutive ratios ×{GAP:g} apart) separates from all "
+    f"larger ratios; ratios below τ with no such gap above them are not marked; "
     f"▼ on the lower edge: a ratio of exactly 0 (drawn at the floor, not at a value)"
 )
-"""The key that ends the title of `plot_spectra`'s figure."""
+"""The key that ends the title of `plot_spectra`'s figure. It states the whole near-kernel rule
+(`neuromanifold.singular.detectors.near_kernel`, spec §6.2: below τ *and* a ``GAP`` margin): with
+"its threshold τ" alone, ratios far below the dotted line without a circle looked like misses
+(s17 trial AF #3)."""
 SPECTRA_EMPTY = "no K-FAC blocks to draw\n(no supported Linear or Conv layer)"
 """What `plot_spectra`'s figure says when it has no block to draw."""
 SPECTRA_NONE_ASKED = "no K-FAC blocks to draw\n(none of the requested blocks has spectra)"

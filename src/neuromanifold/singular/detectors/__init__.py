@@ -4,9 +4,9 @@ A detector is one class (`Detector` protocol: ``name``, ``applies_to(module)``,
 ``propose(name, module, ctx)``) returning `Candidate` directions with a provenance label; see
 `neuromanifold.singular.detectors.base` for how to add one and `default_registry` for the
 built-ins (K-FAC/KFC linear and conv with the A–G duality join, LayerNorm kernel, RMSNorm,
-attention QK rotation and VO rescale, query/key-norm rescale, CE logit shift, ReLU rescale,
-LayerNorm/RMSNorm scale, gated feed-forward dead dimensions and up-projection rescale, unseen
-embedding rows).
+attention QK rotation and VO rescale, joint query/key dead pairs, query/key-norm rescale, CE
+logit shift, ReLU rescale, LayerNorm/RMSNorm scale, gated feed-forward dead dimensions and
+up-projection rescale, unseen embedding rows).
 """
 
 from neuromanifold.singular.detectors.attention import (
@@ -37,6 +37,7 @@ from neuromanifold.singular.detectors.linear import LinearDetector, block_spectr
 from neuromanifold.singular.detectors.link import BlockSpectrum
 from neuromanifold.singular.detectors.near_kernel import near_kernel
 from neuromanifold.singular.detectors.qk_norm import QKNormDetector, QKNormRescale
+from neuromanifold.singular.detectors.qk_pair import QKPairDetector
 from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
 from neuromanifold.singular.detectors.rescale import UnitRescale
 from neuromanifold.singular.detectors.rescale_detectors import (
@@ -65,6 +66,7 @@ __all__ = [
     "NormScaleDetector",
     "QKNormDetector",
     "QKNormRescale",
+    "QKPairDetector",
     "QKRotation",
     "RMSNormDetector",
     "ReLURescaleDetector",

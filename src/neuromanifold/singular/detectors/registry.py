@@ -5,6 +5,7 @@ duplicating a closed-form one is dropped in favour of the closed form): LayerNor
 consumers, then consumers reached through token selection/pooling by the factor test), RMSNorm,
 attention, query/key-norm rescale, CE logit shift, ReLU rescale, norm scale, gated feed-forward
 dead dimension, gated up-projection rescale, layer scale, embedding, linear/conv K-FAC,
+attention query/key pairs (``qk-pair``, read from the projections' K-FAC factors),
 grouped-conv K-FAC (per group).
 """
 
@@ -28,6 +29,7 @@ from neuromanifold.singular.detectors.layernorm import (
 )
 from neuromanifold.singular.detectors.linear import LinearDetector
 from neuromanifold.singular.detectors.qk_norm import QKNormDetector
+from neuromanifold.singular.detectors.qk_pair import QKPairDetector
 from neuromanifold.singular.detectors.rescale_detectors import (
     GLURescaleDetector,
     NormScaleDetector,
@@ -86,6 +88,7 @@ def default_registry() -> DetectorRegistry:
             LayerScaleDetector(),
             EmbeddingDetector(),
             LinearDetector(),
+            QKPairDetector(),
             GroupedConvDetector(),
         ]
     )

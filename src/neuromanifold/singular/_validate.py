@@ -631,9 +631,13 @@ def check_grid(grid: object) -> Tensor:
 
 
 def dot(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> Tensor:
-    """Euclidean inner product of two parameter dicts over their common keys (float64 scalar)."""
+    """Euclidean inner product of two parameter dicts over their common keys (float64 scalar).
+
+    The per-tensor sums are added in sorted key order: a set's iteration order follows the
+    string hash, which Python salts per process, so iterating ``a.keys() & b.keys()`` changed
+    the last bit of ``|uᵀθ0|`` from one process to the next (s17 trial AF #1)."""
     total = 0.0
-    for k in a.keys() & b.keys():  # detached: a value, not a graph (and no requires_grad warning)
+    for k in sorted(a.keys() & b.keys()):  # detached: a value, not a graph (and no grad warning)
         x, y = a[k].detach(), b[k].detach()
         total += float((x.to(DTYPE) * y.to(device=x.device, dtype=DTYPE)).sum())
     return torch.tensor(total, dtype=DTYPE)

@@ -99,7 +99,7 @@ class Candidate:
         ``O(n² P)`` arithmetic and no allocation. Oracle: `overlap_reference`.
         """
         total = 0.0
-        for k in self.u.keys() & other.u.keys():
+        for k in sorted(self.u.keys() & other.u.keys()):  # a fixed order: `_validate.dot`
             a, b = self.u[k], other.u[k]
             if a.shape != b.shape:
                 raise ValueError(

@@ -68,6 +68,7 @@ from neuromanifold.singular.classify import check_live_threshold
 from neuromanifold.singular.coordinate_scan import coordinate_scan
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, Detector
 from neuromanifold.singular.detectors.embedding import embedding_rows_seen
+from neuromanifold.singular.detectors.gapless import gapless_note, gapless_small_ratios
 from neuromanifold.singular.detectors.graph import ModelGraph, is_named_rmsnorm, trace_graph
 from neuromanifold.singular.detectors.qk_norm import query_key_norms
 from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
@@ -451,6 +452,7 @@ def read(
         "fisher": factors.fisher,
     }
     n_certify = ctx.cache.get("certify_passes", 0)
+    gapless = gapless_small_ratios(ctx.cache.get("spectrum", {}))
     del ctx, factors
     candidates = _reading_order(candidates)
     # the generators of every curved gauge found, collected before ``max_directions`` truncates:
@@ -556,6 +558,9 @@ def read(
     stops_note = _norm_stops_note(work, graph_stops)
     if stops_note:
         note = f"{note}; {stops_note}" if note else stops_note
+    gap_note = gapless_note(gapless)
+    if gap_note:
+        note = f"{note}; {gap_note}" if note else gap_note
     meta = {
         "model": type(model).__name__,
         "n_params": sum(p.numel() for p in model.parameters()),
@@ -600,6 +605,7 @@ def read(
         "linear_subclass_as_linear": linear_subclasses,
         "multihead_as_projections": unpacked,
         "graph_stops": graph_stops,
+        "gapless_small_ratios": gapless,
     }
     return Reading(directions=tuple(records), not_covered=tuple(not_covered), meta=meta, note=note)
 

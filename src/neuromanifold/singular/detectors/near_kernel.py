@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from torch import Tensor
 
-__all__ = ["GAP", "near_kernel", "near_kernel_reference"]
+__all__ = ["GAP", "below_tau_not_kept", "near_kernel", "near_kernel_reference"]
 
 GAP = 10.0
 
@@ -79,3 +79,27 @@ def near_kernel_reference(evals: Tensor, tau: float, *, gap: float = GAP) -> lis
             return kept
         kept = kept[:-1]
     return []
+
+
+def below_tau_not_kept(evals: Tensor, tau: float, kept: list[int]) -> tuple[int, float]:
+    """``(n, smallest)``: how many ratios ``λ_i/λ_max < tau`` the near-kernel rule did not keep
+    (``kept``: its indices), and the smallest of those ratios (``nan`` when ``n = 0``).
+
+    These are eigenvalues below the threshold without the ``GAP`` margin: a smooth decay of a
+    trained factor's spectrum to 1e-10 proposes nothing, which the read reports (its ``note``).
+
+    >>> import torch
+    >>> ev = torch.tensor([3.0**i * 1e-6 for i in range(8)] + [1.0], dtype=torch.float64)
+    >>> # ratios 1e-6, 3e-6, … 2.2e-3 (steps of 3×, no decade gap), then 1
+    >>> near_kernel(ev, 1e-3), below_tau_not_kept(ev, 1e-3, near_kernel(ev, 1e-3))
+    ([], (7, 1e-06))
+    """
+    ev = evals.detach().double().clamp_min(0.0).reshape(-1).cpu()
+    top = float(ev.max()) if ev.numel() else 0.0
+    if top <= 0.0:
+        return 0, float("nan")
+    ratios = ev / top
+    below = [i for i in (ratios < tau).nonzero().flatten().tolist() if i not in set(kept)]
+    if not below:
+        return 0, float("nan")
+    return len(below), float(ratios[below].min())

@@ -42,7 +42,7 @@ __all__ = ["LOG_KIND", "LOG_NAME", "ReadLog", "read_fingerprint", "resumable_rea
 
 LOG_KIND = "neuromanifold-read-log"
 LOG_NAME = "read.jsonl"
-LOG_VERSION = 14
+LOG_VERSION = 15
 """Bumped whenever the records a read writes change for the same inputs (2: ``snap=True`` no
 longer snaps gauge candidates; grouped convolutions are read; 3: ``snap="auto"`` keeps a genuine
 unsnapped read the snap would lose, the CE shift of a bias-free head is ``𝟙𝟙ᵀ``; 4: G-kernels
@@ -60,7 +60,10 @@ leaves out `RUN_ONLY_OPTIONS` and the header keeps its parts, and sampled labels
 inside a degenerate energy cluster are canonical, zero-size blocks are listed as not covered; 13:
 each canonical link direction keeps its own energy, zero-width rescale orbits propose nothing; 14:
 round-off candidate ratios are equal in the reading order, the fingerprint of a data-parallel
-read's log is the whole probe set's): an older log is refused."""
+read's log is the whole probe set's; 15: duality links into a consumer with a bias carry its
+bias shift, the first read is kept when its order shows below the offset, ``ln-kernel`` records
+name the consumer only, ``qk-pair`` candidates are proposed, records carry
+``info["support"]``): an older log is refused."""
 
 
 def _hash_tensor(h: Any, t: Tensor) -> None:

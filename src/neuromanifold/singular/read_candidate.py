@@ -26,6 +26,7 @@ from neuromanifold.singular.fisher import directional_fisher
 from neuromanifold.singular.memory import MemoryPlan
 from neuromanifold.singular.rate import fit_rate
 from neuromanifold.singular.reading import DirectionRecord
+from neuromanifold.singular.support import direction_support
 from neuromanifold.singular.sweep import floor_from_scale
 
 __all__ = [
@@ -206,6 +207,7 @@ def read_candidate(
         )
         info = {**info, "per_layer": rates}
         n_passes += len(r.sweep.ts)
+    info = {**info, "support": direction_support(u_read)}
     return record(cand, r, overlap, info), n_passes
 
 

@@ -42,7 +42,10 @@ class DirectionRecord:
     window passed); ``klass`` the class string; ``offset`` ``|uᵀθ0|``;
     ``gauge_overlap`` the overlap with the closed-form gauge span (``None`` if none applies);
     ``ratio`` the detector's eigenvalue ratio; ``sweep`` ``{"t": [...], "F": [...], "floor": x}``;
-    ``baseline`` the coordinate-scan result on the same layer when computed. Derived (not
+    ``baseline`` the coordinate-scan result on the same layer when computed; ``info`` the
+    detector's and the read's details, among them ``info["support"]`` in a whole read: where the
+    direction swept lives, per parameter tensor its share of ``‖u‖²`` and its dominant output
+    units and inputs (`neuromanifold.singular.support.direction_support`). Derived (not
     stored): ``lambda_dir`` = 1/(2k) and ``nu_k`` = ν(k) for a genuine or live record with an
     order, else ``None``.
 

@@ -468,7 +468,7 @@ def plot_class_map(reading: Reading, path: str | Path, *, title: str = "") -> Pa
 
     A cell is the number of directions of that class with a layer in that row
     (`Reading.by_layer`), so a direction spanning several layers (a duality, norm-scale,
-    ln-kernel or qk-rotation chain) counts once in each of its rows and a column's sum can
+    qk-pair or qk-rotation chain) counts once in each of its rows and a column's sum can
     exceed the class's number of directions. The figure says so: its title is ``title`` (if any)
     followed by `CLASS_MAP_KEY`, and the axes are labelled ``class`` and ``layer``. Each
     non-zero count is drawn in the colour (`_text_colour`) that contrasts with its cell's colour

@@ -66,7 +66,7 @@ class Candidate:
         detector: provenance label (``"kfac-joint"``, ``"kfac-A"``, ``"kfac-G"``, ``"duality"``,
             ``"ln-kernel"``, ``"qk-rotation"``, ``"vo-rescale"``, ``"ce-shift"``,
             ``"relu-rescale"``, ``"norm-scale"``, ``"glu-rescale"``, ``"glu-dead-dimension"``,
-            ``"qk-norm-rescale"``, ``"embedding-unseen"``).
+            ``"qk-norm-rescale"``, ``"embedding-unseen"``, ``"qk-pair"``).
         u: unit direction, ``dict[str, Tensor]`` (float64).
         ratio: the eigenvalue ratio that selected it (``α/α_max``, ``γ/γ_max`` or their product),
             ``None`` for closed-form candidates.

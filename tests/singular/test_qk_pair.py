@@ -12,12 +12,14 @@ gets no candidate.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import pytest
 import torch
 from torch import nn
 
 from neuromanifold import Categorical, Gaussian, read
+from neuromanifold.singular.assembly import assemble_from_reading
 from neuromanifold.singular.detectors import DetectionContext, default_registry
 from neuromanifold.singular.detectors.linear import block_spectrum
 from neuromanifold.singular.detectors.qk_pair import (
@@ -254,6 +256,10 @@ def test_fused_projection_dead_entry_reads_genuine_order_two(make, name, q_row, 
     assert rec.layers == (f"attn.{name}",)
     assert rec.klass == "genuine_singularity" and rec.k == 2
     assert (rec.info["head"], rec.info["coordinate"]) == (1, 1)
+    # two factors (query rows, key rows) in one fused block: the assembly must count two, as
+    # for separate projections (λ = 1/2, m = 2), not one (λ = 1/4); s17 audit AG #3
+    a = assemble_from_reading([rec.to_dict()])
+    assert (a.lam, a.m) == (Fraction(1, 2), 2)
 
 
 def test_grouped_query_dead_entry_moves_every_query_head_of_the_group() -> None:

@@ -274,6 +274,9 @@ class QKPairDetector:
                 "coordinate": j,
                 "coordinate_cos": float(v[j].abs()),
                 "pair_dim": dim,
+                # two factors (query and key rows) whatever the layout: a fused qkv block has one
+                # name, and the assembly counts len(layers) otherwise (s17 audit AG #3)
+                "chain_length": 2,
                 **trunc,
             }
             if lay.n_kv != lay.heads:

@@ -116,7 +116,8 @@ def compensated(spec: BlockSpectrum) -> Compensation | None:
     v[0] += sign
     tau = 2.0 / float(v @ v)  # H = I − τ v vᵀ maps ĉ to −sign·e_1
     rest = (live - tau * torch.outer(live @ v, v))[:, 1:]
-    lam = spec.alpha[[i for i in range(spec.alpha.numel()) if i not in set(spec.ker_a)]]
+    kernel = set(spec.ker_a)  # built once: a set per element made this quadratic (audit AG #5)
+    lam = spec.alpha[[i for i in range(spec.alpha.numel()) if i not in kernel]]
     # diag(Hᵀ Λ H) = Λ_jj (1 − 2τ v_j²) + τ² v_j² (vᵀ Λ v): quotients of the columns of L'
     quad = float((lam * v * v).sum())
     rest_alpha = (lam * (1 - 2 * tau * v * v) + tau**2 * v * v * quad)[1:]

@@ -34,7 +34,9 @@ def _run(seed: int) -> str:
 
 
 def test_dot_and_overlap_are_the_same_in_every_process() -> None:
-    results = {_run(seed) for seed in range(8)}
+    # three salts (a process each, ~3 s apiece): the old set order differed between them, and
+    # the expected value below is the sorted order's, which a salted order matches only by chance
+    results = {_run(seed) for seed in range(3)}
     assert len(results) == 1, results
     # the sorted-key sum: b2, b4, b6, w1, w3, w5
     expected = 0.0

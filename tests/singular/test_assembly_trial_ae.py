@@ -330,3 +330,12 @@ def test_triple_read_of_an_empty_reading_says_nothing_was_counted(tmp_path: Path
     assert res.exit_code == 0 and NOTHING in res.output, res.output
     res = runner.invoke(app, ["triple", "read", "--reading", str(path), "--json", "-"])
     assert any(NOTHING in n for n in json.loads(res.output)["notes"])
+
+
+def test_a_generator_of_records_is_read_once_and_counted(  # s17 audit AH #1
+) -> None:
+    recs = [{"class": "live", "k": 1, "layers": [f"fc{i}"]} for i in range(3)]
+    from_list = assemble_from_reading(recs)
+    assert assemble_from_reading(r for r in recs) == from_list
+    with pytest.raises(ValueError, match=r"regular_dims = 0 is below the 3 live directions"):
+        assemble_from_reading((r for r in recs), regular_dims=0)

@@ -685,6 +685,10 @@ def assemble_from_reading(
     ):
         raise ValueError(f"regular_dims must be an int >= 0 or None, got {regular_dims!r}")
     regular_dims = None if regular_dims is None else int(regular_dims)  # NumPy ints too
+    if not isinstance(reading, Mapping) and not hasattr(reading, "directions"):
+        # an iterable of records is read several times below: a generator would be used up by
+        # the first pass and the live count taken on nothing (s17 audit AH #1)
+        reading = _records(reading)
     loci, notes = loci_from_reading(
         reading, component_dims=component_dims, count_live=regular_dims is None
     )

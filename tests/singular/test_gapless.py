@@ -65,6 +65,8 @@ def test_rows_and_note() -> None:
     assert gapless_note([]) == ""
     many = [dict(rows[0], block=f"x{i}") for i in range(NOTE_BLOCKS + 2)]
     assert "and 2 more" in gapless_note(many)
+    root = [dict(rows[0], block="")]  # a model that is itself a block (s17 audit AH #9)
+    assert "<root> A: 5 down to" in gapless_note(root)
 
 
 def test_a_read_names_a_smoothly_decaying_input_factor() -> None:

@@ -47,7 +47,7 @@ def gapless_note(rows: list[dict[str, Any]]) -> str:
         return ""
     worst = sorted(rows, key=lambda r: r["min_ratio"])
     named = ", ".join(
-        f"{r['block']} {r['factor']}: {r['n']} down to {r['min_ratio']:.1e}"
+        f"{r['block'] or '<root>'} {r['factor']}: {r['n']} down to {r['min_ratio']:.1e}"
         for r in worst[:NOTE_BLOCKS]
     )
     more = len(rows) - NOTE_BLOCKS

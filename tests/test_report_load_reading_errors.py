@@ -25,8 +25,14 @@ def _named(path) -> str:
 def test_binary_file_is_a_value_error_naming_it(tmp_path) -> None:
     path = tmp_path / "weights.pt"
     torch.save({"w": torch.arange(4.0)}, path)  # a zip archive: not UTF-8 text
-    with pytest.raises(ValueError, match=_named(path) + ".*UnicodeDecodeError"):
+    with pytest.raises(ValueError, match=_named(path) + r": not UTF-8 text \(byte 0x") as err:
         load_reading(path)
+    # the message stays one short line: the decode error's repr held the whole file (audit AH #2)
+    big = tmp_path / "big.pt"
+    torch.save({"w": torch.zeros(250_000)}, big)  # ~1 MB
+    with pytest.raises(ValueError, match=_named(big)) as err:
+        load_reading(big)
+    assert len(str(err.value)) < 300 + len(str(big))
 
 
 @functools.cache

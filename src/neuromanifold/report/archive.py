@@ -39,8 +39,13 @@ def load_reading(path: str | Path) -> Reading:
     p = Path(path)
     try:
         d = json.loads(p.read_text(encoding="utf-8"))
-    except ValueError as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise ValueError(f"{p} does not hold a Reading as JSON: {err!r}") from err
+    except UnicodeDecodeError as err:  # its repr holds the whole file (s17 audit AH #2)
+        raise ValueError(
+            f"{p} does not hold a Reading as JSON: not UTF-8 text (byte "
+            f"0x{err.object[err.start]:02x} at position {err.start})"
+        ) from err
+    except ValueError as err:  # JSONDecodeError: a short message with line and column
+        raise ValueError(f"{p} does not hold a Reading as JSON: {err}") from err
     if not isinstance(d, dict):
         raise ValueError(
             f"{p} does not hold a Reading as JSON: expected an object, got {type(d).__name__}"

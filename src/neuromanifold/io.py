@@ -123,7 +123,8 @@ def _unpickler_reason(err: Exception) -> str | None:
         return ENDS_EARLY
     memo_key = isinstance(err, KeyError) and len(err.args) == 1 and type(err.args[0]) is int
     if memo_key or isinstance(err, IndexError | UnicodeDecodeError):
-        return f"{NOT_A_TORCH_FILE}; the unpickler raised {err!r}"
+        # type and message, not the repr: a UnicodeDecodeError's repr holds all the bytes
+        return f"{NOT_A_TORCH_FILE}; the unpickler raised {type(err).__name__}: {str(err)[:120]}"
     return None
 
 
@@ -140,10 +141,12 @@ def torch_error_line(err: Exception) -> str:
     for i, line in enumerate(lines):
         if "WeightsUnpickler error:" in line:
             rest = line.split("WeightsUnpickler error:", 1)[1].strip()
+            if not rest and i + 1 < len(lines):
+                rest = lines[i + 1]
+            if rest.startswith("Unsupported operand"):  # bytes that are no pickle (audit AH #7)
+                return f"{NOT_A_TORCH_FILE}; weights-only unpickling failed: {rest}"
             if rest:
                 return f"weights-only unpickling failed: {rest}"
-            if i + 1 < len(lines):
-                return f"weights-only unpickling failed: {lines[i + 1]}"
     return lines[0] if lines else repr(err)
 
 

@@ -128,3 +128,17 @@ def test_non_tensor_inputs_are_type_errors() -> None:
         sgld_llc(loss, {**params, "weight": [[1.0, 2.0]]}, x, y, config=SHORT)  # type: ignore[dict-item]
     with pytest.raises(TypeError, match="x must be a Tensor"):
         sgld_llc(loss, params, x.tolist(), y, config=SHORT)  # type: ignore[arg-type]
+
+
+def test_numpy_scalars_are_accepted_and_stored_as_python_numbers() -> None:  # s17 audit AH #3
+    import numpy as np
+
+    cfg = SGLDConfig(
+        lr=np.float32(1e-3), nbeta=np.int64(50), seed=np.int64(3), num_draws=np.int32(10)
+    )
+    assert cfg == SGLDConfig(lr=float(np.float32(1e-3)), nbeta=50.0, seed=3, num_draws=10)
+    assert type(cfg.seed) is int and type(cfg.nbeta) is float and type(cfg.num_draws) is int
+    with pytest.raises(ValueError, match=r"seed must be an int, got float 1.5"):
+        SGLDConfig(seed=1.5)
+    with pytest.raises(ValueError, match=r"lr must be a finite float >= 0"):
+        SGLDConfig(lr=np.bool_(True))

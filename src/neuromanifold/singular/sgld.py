@@ -53,10 +53,12 @@ dynamics (ICML 2011); S. Watanabe, A widely applicable Bayesian information crit
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -81,8 +83,13 @@ SEED_RANGE = (-(2**63), 2**64 - 1)
 
 
 def _is_real(v: object) -> bool:
-    """An int or float that is not a bool (``True`` is not a step size)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A real number (Python or NumPy) that is not a bool (``True`` is not a step size)."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool | np.bool_)
+
+
+def _is_int(v: object) -> bool:
+    """An integer (Python or NumPy) that is not a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool | np.bool_)
 
 
 def default_nbeta(batch_size: int) -> float:
@@ -139,8 +146,8 @@ class SGLDConfig:
         nb = self.nbeta
         if nb is not None and not (_is_real(nb) and math.isfinite(nb) and nb > 0):
             raise ValueError(f"nbeta must be > 0 or None (a finite float), got {nb!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ValueError(f"seed must be an int, got {self.seed!r}")
+        if not _is_int(self.seed):
+            raise ValueError(f"seed must be an int, got {type(self.seed).__name__} {self.seed!r}")
         if not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]:
             raise ValueError(
                 f"seed must be an int in [-2**63, 2**64 - 1] (torch.Generator's range), "
@@ -148,14 +155,18 @@ class SGLDConfig:
             )
         for name, lo in (("num_chains", 1), ("num_draws", 2), ("burnin", 0)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            if not _is_int(v) or v < lo:
                 raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
-        if self.batch_size is not None and (
-            isinstance(self.batch_size, bool)
-            or not isinstance(self.batch_size, int)
-            or self.batch_size < 2
-        ):
+        if self.batch_size is not None and (not _is_int(self.batch_size) or self.batch_size < 2):
             raise ValueError(f"batch_size must be an int >= 2 or None, got {self.batch_size!r}")
+        # NumPy scalars (accepted since 595cb63 ran them) are stored as Python numbers, so the
+        # JSON form and the torch calls see int and float (s17 audit AH #3)
+        for name in ("lr", "gamma", "nbeta"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, float(getattr(self, name)))
+        for name in ("seed", "num_chains", "num_draws", "burnin", "batch_size"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, int(getattr(self, name)))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""

@@ -579,6 +579,11 @@ def load_model(
     ``ModelOutput`` or a tuple), ``False`` never does, ``"auto"`` wraps Hugging Face directory
     models only (their parameter names then start with ``model.``). ``attn_implementation`` is
     passed to Hugging Face models only (``None``: the library's default).
+
+    A checkpoint whose floating tensors are wider than the built module's (float64 weights for a
+    float32 factory) converts the module to that dtype before copying (`load_state_dict_checked`,
+    with a warning): the returned model is then float64 and expects float64 inputs; a narrower
+    checkpoint is copied into the module's dtype exactly, with a warning.
     """
     if tensor_output not in (True, False, "auto"):
         raise TypeError(f"tensor_output must be True, False or 'auto'; got {tensor_output!r}")

@@ -149,8 +149,8 @@ def dln_cmd(
         None, "--json", help=f"Write JSON here {JSON_STDOUT_HELP}."
     ),
 ) -> None:
-    """Deep linear network λ (Aoyagi 2024) and m, with the multiplicity caveat (m derived where
-    every hidden width is 1 at rank 0)."""
+    """Deep linear network λ (Aoyagi 2024) and m, with the multiplicity caveat (m derived at
+    rank 0 where a hidden width is 1: the product of the pieces between width-1 layers)."""
     from neuromanifold.singular.closed_forms import deep_linear
 
     check_json_target(json_path, stdout_ok=True)

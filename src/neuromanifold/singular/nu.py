@@ -189,6 +189,14 @@ def _moments_quadrature(k: int, z: float) -> tuple[float, float]:
         )
         return val
 
+    return _mean_and_variance(centred_moment, c)
+
+
+def _mean_and_variance(
+    centred_moment: Callable[[int, float], float], c: float
+) -> tuple[float, float]:
+    """``(c + μ₁/μ₀, μ₂/μ₀ − (μ₁/μ₀)²)`` from the moments ``μ_j = ∫ (T − c)^j π`` about ``c``,
+    each integrated to ``_INNER_EPSREL`` of ``μ₀`` (shared by both quadrature modes)."""
     c0 = centred_moment(0, 0.0)
     c1 = centred_moment(1, _INNER_EPSREL * c0)
     c2 = centred_moment(2, _INNER_EPSREL * c0)
@@ -252,11 +260,7 @@ def _moments_mode_centred(k: int, c: float) -> tuple[float, float]:
         )
         return val
 
-    c0 = centred_moment(0, 0.0)
-    c1 = centred_moment(1, _INNER_EPSREL * c0)
-    c2 = centred_moment(2, _INNER_EPSREL * c0)
-    mean_shift = c1 / c0
-    return c + mean_shift, c2 / c0 - mean_shift * mean_shift
+    return _mean_and_variance(centred_moment, c)
 
 
 def posterior_moments(k: int, z: float, *, exact: bool = True) -> PosteriorMoments:

@@ -1,19 +1,25 @@
 """Structured LCN NTK versus the dense ``torch.func.jacrev`` NTK: time, ratio and growth.
 
 For each architecture of a grid (depth L, equal filter size k, equal stride s) the script times
-``neuromanifold.linear.ntk`` (the structured NTK: prefix/suffix polynomial products, Jacobian
-blocks by strided placement, one dense ``J Jᵀ``), the exact prefix recursion
-``linear._gram.ntk_recursive_1d`` (polyphase blocks, about ``n_v² (Q + k_L)`` multiply-adds instead
-of ``n_v² Σ_l k_l``; column ``recursive s``) and ``neuromanifold.linear.ntk_reference`` (``jacrev``
-of a float64 torch polynomial product, then ``J Jᵀ``), checks that all agree, and prints the ratios
-jacrev/structured and jacrev/recursive. All paths run with the same number of BLAS/torch threads
-(``--threads``, default 1). Architectures whose ``v`` has more than ``--max-nv`` coefficients are
-skipped (K alone needs ``8 n_v²`` bytes). Column ``cpu ratio`` is jacrev/structured in process CPU
-time (``time.process_time``), which on a shared machine is less disturbed by waiting for a core.
+``neuromanifold.linear.ntk`` (the structured NTK, ``method="auto"``: prefix/suffix polynomial
+products, then for large 1-D networks with at least ``DIAGONAL_MIN_MEAN_TAPS`` taps per layer the
+compiled running sums along K's diagonals, `neuromanifold.linear._compiled`, else one dense
+``J Jᵀ``; column ``by`` says which), the same with ``method="gemm"`` (column ``gemm s``), the exact
+prefix recursion ``linear._gram.ntk_recursive_1d`` (polyphase blocks, about ``n_v² (Q + k_L)``
+multiply-adds instead of ``n_v² Σ_l k_l``; column ``recursive s``) and
+``neuromanifold.linear.ntk_reference`` (``jacrev`` of a float64 torch polynomial product, then
+``J Jᵀ``), checks that all agree, and prints the ratios jacrev/structured and jacrev/recursive.
+All paths run with the same number of BLAS/torch threads (``--threads``, default 1; the compiled
+kernel takes ``torch.get_num_threads()``). Architectures whose ``v`` has more than ``--max-nv``
+coefficients are skipped (K alone needs ``8 n_v²`` bytes). Column ``cpu ratio`` is
+jacrev/structured in process CPU time (``time.process_time``), which on a shared machine is less
+disturbed by waiting for a core.
 
 Column ``J Jᵀ s`` times the dense product ``J Jᵀ`` of the structured Jacobian alone: the jacrev
-path and ``ntk`` both end with this ``Θ(n_v² Σ_l k_l)`` product, so for large ``v`` it bounds the
-attainable ratio of ``ntk``.
+path and ``method="gemm"`` both end with this ``Θ(n_v² Σ_l k_l)`` product. The compiled kernel
+needs ``2 L`` multiply-adds per entry of K's upper triangle instead (the recurrence
+``G_l(e, b) = G_l(e, b − d) + R_l[b] R_l[b + e] − R_l[b − k d] R_l[b + e − k d]`` along each
+diagonal e, ``d = S_{l−1}``), in strips of 64 diagonals whose running sums stay in cache.
 The headline also times allocating and filling a fresh ``n_v × n_v`` array (the ``memory floor``):
 no method that returns K as a dense matrix can be faster than that.
 Column ``J-only ratio`` compares the Jacobians alone (``jacobian`` vs ``jacobian_reference``).
@@ -22,26 +28,17 @@ garbage collector off); each round runs every timed function once, in an
 order rotated from round to round, so that load changes on a shared machine hit all of them alike
 (the minimum is the least disturbed).
 
-Tried and not adopted (2026-12-01): a compiled kernel (numba) that sums each ``G_l`` along its
-diagonals by ``G_l[a, b] = G_l[a − d, b − d] + R_l[a] R_l[b] − R_l[a − k d] R_l[b − k d]``
-(``d = S_{l−1}``; about ``3 L`` instead of ``Σ_l k_l`` multiply-adds per entry), in strips of
-256 diagonals whose running sums stay in L2 and whose rows are written contiguously to both
-triangles. At L = 8, k = 16, s = 2 it took 0.070–0.084 s against 0.097–0.10 s for ``J Jᵀ`` (one
-thread; 0.048 s with two), ratio to jacrev 14–15 instead of 12; it was slower than ``J Jᵀ`` for
-k ≤ 4 (0.0056 s vs 0.0029 s at L = 8, k = 4). Writing the fresh 117 MB ``K`` (page faults and
-two triangles) alone costs 0.03–0.04 s in that pattern. A gain of at most 1.3× did not justify a
-compiled dependency (numba, llvmlite) and its first-call compilation; the prototype is recorded
-in the session-11 closing note.
-
-Measured again (2026-12-02, same machine): that prototype now took 0.092 s against 0.088 s for
-``ntk``; a rewrite that writes whole rows of K from per-layer running sums in diagonal
-coordinates (vectorised: AVX2 FMAs) took 0.080–0.09 s on one thread and 0.058 s on two, against
-0.11–0.13 s for ``ntk`` in the same runs. Its inner loop (state, two ``R`` loads, two FMAs, the
-row sum) runs at 0.27 ns per layer and entry with every operand in L1, i.e. ≥ 0.032 s for the
-``L n_v² = 117 M`` updates of the full K before any cache miss; computing one triangle halves
-that, but mirroring it into the fresh K costs 0.022 s. So a compiled kernel would end near
-0.05–0.06 s here (ratio 22–30 at jacrev's 1.2–1.6 s), inside this machine's run-to-run noise
-of the 20× target, and was again not adopted.
+History of the headline case (L = 8, k = 16, s = 2, n_v = 3826, one thread, this machine):
+``J Jᵀ`` alone bounded the structured path at 12–14× (0.08–0.10 s). A numba prototype of the
+diagonal sums (session 11) took 0.070–0.084 s and was not adopted (a compiled dependency for
+≤ 1.3×). The kernel adopted on 2026-12-02 is plain C built by ``setup.py`` as an optional
+extension (no dependency; skipped without a compiler, then ``ntk`` falls back to ``J Jᵀ``): AVX2
+clone chosen at load time, the 64 lanes of a strip summed over the layers at once, the sums of 64
+consecutive rows staged and written as row runs of both triangles with the lines prefetched, strips
+shared among ``torch.get_num_threads()`` pthreads. It took 0.040 s against 0.082 s for the
+``J Jᵀ`` path (ratio to jacrev 25.6–25.8 in three runs; jacrev 1.04 s); with two threads
+0.040 s against 0.062 s (22.9; torch's OpenMP workers keep the second core busy after jacrev).
+Going from 16 to 64 lanes summed at once took it from 0.049–0.052 s to 0.040 s.
 
 Run: ``python benchmarks/ntk_structured_vs_autograd.py`` (about a minute on one core).
 """
@@ -90,8 +87,10 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     from neuromanifold.linear import LCN, jacobian, jacobian_reference, ntk, ntk_reference
+    from neuromanifold.linear._compiled import available
     from neuromanifold.linear._gram import ntk_recursive_1d
     from neuromanifold.linear.architecture import validate_params
+    from neuromanifold.linear.ntk import _use_diagonal
 
     def best_times(fs: dict, repeats: int) -> tuple[dict, dict]:
         """Best-of-``repeats`` time of each function, interleaved, the order rotated per round.
@@ -132,8 +131,11 @@ def main() -> int:
     ks = [int(x) for x in args.filters.split(",")]
     ss = [int(x) for x in args.strides.split(",")]
     rows = []
-    print(f"threads = {args.threads}, torch {torch.__version__}, numpy {np.__version__}")
-    header = f"{'L':>2} {'k':>3} {'s':>2} {'n_v':>6} {'structured s':>13}"
+    print(
+        f"threads = {args.threads}, torch {torch.__version__}, numpy {np.__version__}, "
+        f"compiled diagonal kernel built: {available()}"
+    )
+    header = f"{'L':>2} {'k':>3} {'s':>2} {'n_v':>6} {'structured s':>13} {'by':>4} {'gemm s':>8}"
     header += f" {'recursive s':>11} {'jacrev s':>9} {'ratio':>6} {'cpu ratio':>9} {'rec ratio':>9}"
     print(header + f" {'max|ΔK|/max|K|':>15} {'J Jᵀ s':>8} {'J-only ratio':>12}")
     for s in ss:
@@ -147,6 +149,7 @@ def main() -> int:
                 J = jacobian(arch, th)
                 fs = {
                     "ntk": lambda a=arch, t=th: ntk(a, t),
+                    "gemm": lambda a=arch, t=th: ntk(a, t, method="gemm"),
                     "rec": lambda a=arch, t=th: ntk_recursive_1d(a, validate_params(a, t)),
                     "ref": lambda a=arch, t=th: ntk_reference(a, t),
                     "J": lambda a=arch, t=th: jacobian(a, t),
@@ -156,12 +159,16 @@ def main() -> int:
                 t, out = best_times(fs, args.repeats)
                 K, Kr = out["ntk"], out["ref"]
                 err = float(np.max(np.abs(K - Kr)) / np.max(np.abs(Kr)))
-                err = max(err, float(np.max(np.abs(out["rec"] - Kr)) / np.max(np.abs(Kr))))
+                for other in ("rec", "gemm"):
+                    err = max(err, float(np.max(np.abs(out[other] - Kr)) / np.max(np.abs(Kr))))
                 del out, K, Kr
                 rows.append((L, k, s, arch.n_v, t["ntk"], t["ref"], t["JJt"], t["Jref"] / t["J"]))
                 rows[-1] += (t["rec"], t["cpu ref"] / t["cpu ntk"], t["cpu ref"] / t["cpu rec"])
+                rows[-1] += (t["gemm"],)
+                by = "diag" if _use_diagonal(arch, "auto") else "gemm"
                 print(
-                    f"{L:>2} {k:>3} {s:>2} {arch.n_v:>6} {t['ntk']:>13.5f} {t['rec']:>11.5f} "
+                    f"{L:>2} {k:>3} {s:>2} {arch.n_v:>6} {t['ntk']:>13.5f} {by:>4} "
+                    f"{t['gemm']:>8.5f} {t['rec']:>11.5f} "
                     f"{t['ref']:>9.5f} {t['ref'] / t['ntk']:>6.1f} "
                     f"{t['cpu ref'] / t['cpu ntk']:>9.1f} {t['ref'] / t['rec']:>9.1f} "
                     f"{err:>15.1e} {t['JJt']:>8.5f} {t['Jref'] / t['J']:>12.1f}"
@@ -177,10 +184,14 @@ def main() -> int:
     )
     head = [r for r in rows if r[:3] == (8, 16, 2)]
     if head:
-        L, k, s, n, t_s, t_r, t_g, j_ratio, t_c, cpu_s, cpu_c = head[0]
+        L, k, s, n, t_s, t_r, t_g, j_ratio, t_c, cpu_s, cpu_c, t_gemm = head[0]
+        diag = _use_diagonal(LCN((k,) * L, (s,) * (L - 1)), "auto")
+        by = "the diagonal kernel" if diag else "J Jᵀ"
         print(
-            f"headline L=8, k=16, s=2 (n_v = {n}): structured {t_s:.4f} s, jacrev {t_r:.4f} s, "
-            f"ratio {t_r / t_s:.1f} (target >= 20); recursion {t_c:.4f} s (ratio "
+            f"headline L=8, k=16, s=2 (n_v = {n}): structured ({by}) {t_s:.4f} s, jacrev "
+            f"{t_r:.4f} s, ratio {t_r / t_s:.1f} (target >= 20); the J Jᵀ path "
+            f"(method='gemm') {t_gemm:.4f} s (ratio {t_r / t_gemm:.1f}); recursion {t_c:.4f} s "
+            f"(ratio "
             f"{t_r / t_c:.1f}); J Jᵀ alone {t_g:.4f} s (ntk and jacrev both end with this "
             f"product); the Jacobians alone: structured is {j_ratio:.0f}x faster than jacrev; "
             f"in CPU time jacrev/structured = {cpu_s:.1f}, jacrev/recursion = {cpu_c:.1f}"

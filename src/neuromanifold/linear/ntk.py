@@ -9,10 +9,11 @@ so column ``p`` of ``J_l`` is ``R_l`` placed at offset ``p ⊙ S_{l−1}``. Rows
 flattened in C order, columns index ``w_l`` flattened in C order; ``J = [J_1 | … | J_L]`` has shape
 ``(n_v, n_params)``. All ``R_l`` come from prefix/suffix products (``O(L)`` polynomial products).
 ``G_l = J_l J_lᵀ`` and ``K = J Jᵀ = Σ_l G_l`` (shape ``(n_v, n_v)``); ``v̇ = −K ∇ℓ(v)`` under
-gradient flow. :func:`ntk` forms ``K`` as one dense product ``J Jᵀ``; the prefix recursion of
-:mod:`neuromanifold.linear._gram` gives the same matrix for 1-D LCNs with about 3× fewer
-multiply-adds, but was not faster end to end here (small products, see that module), so it is not
-used by :func:`ntk`.
+gradient flow. :func:`ntk` forms ``K`` as one dense product ``J Jᵀ`` or, for large 1-D LCNs, by
+running sums along its diagonals in compiled code (:mod:`neuromanifold.linear._compiled`); the
+prefix recursion of :mod:`neuromanifold.linear._gram` gives the same matrix for 1-D LCNs with
+about 3× fewer multiply-adds, but was not faster end to end here (small products, see that
+module), so it is not used by :func:`ntk`.
 
 FC (spec §2.3, §4.5). ``K(Z) = Σ_j A_j A_jᵀ Z B_jᵀ B_j`` with ``A_j = W_L⋯W_{j+1}``,
 ``B_j = W_{j−1}⋯W_1``. As a matrix it acts on ``vec(Z)``, the **C-order** (row-major) flattening
@@ -125,14 +126,66 @@ def gram_blocks(arch: LCN, theta: Sequence[Any]) -> list[np.ndarray]:
     return [J @ J.T for J in jacobian_blocks(arch, theta)]
 
 
-def ntk(arch: LCN, theta: Sequence[Any]) -> np.ndarray:
+NTK_METHODS = ("auto", "gemm", "diagonal")
+"""``ntk``'s methods: the dense product ``J Jᵀ`` ("gemm"), the compiled running sums along
+diagonals of :mod:`neuromanifold.linear._compiled` ("diagonal", 1-D only), or "auto"."""
+
+DIAGONAL_MIN_NV = 256
+"""``method="auto"`` takes the diagonal kernel from this many coefficients of ``v`` on ..."""
+
+DIAGONAL_MIN_MEAN_TAPS = 4
+"""... when the layers have at least this many taps on average (``Σ_l k_l ≥ 4 L``). The kernel
+costs about ``2 L`` multiply-adds per entry of the upper triangle, ``J Jᵀ`` about ``Σ_l k_l`` per
+entry at a higher rate: measured on one core (2026-12-02, L = 4–8, s = 1–3, n_v ≥ 256), the
+kernel was 1.02–2.1× faster than ``J Jᵀ`` from 4 taps on (2.1× at L = 8, k = 16, s = 2) and
+0.83–1.08× with 2–3 taps (`benchmarks/ntk_structured_vs_autograd.py`, column ``gemm s``)."""
+
+
+def _use_diagonal(arch: LCN, method: str) -> bool:
+    from neuromanifold.linear import _compiled
+
+    if method not in NTK_METHODS:
+        raise ValueError(f"method = {method!r}: expected one of {', '.join(NTK_METHODS)}")
+    if method == "gemm":
+        return False
+    if method == "diagonal":
+        if arch.D != 1:
+            raise ValueError(
+                f"method = 'diagonal' needs a 1-D LCN, got D = {arch.D}; use 'gemm' or 'auto'"
+            )
+        return True
+    return (
+        arch.D == 1
+        and arch.n_v >= DIAGONAL_MIN_NV
+        and sum(f[0] for f in arch.filters) >= DIAGONAL_MIN_MEAN_TAPS * arch.L
+        and _compiled.available()
+    )
+
+
+def ntk(arch: LCN, theta: Sequence[Any], *, method: str = "auto") -> np.ndarray:
     """The NTK ``K_θ = Jμ Jμᵀ = Σ_l G_l``, shape ``(n_v, n_v)`` (v flattened in C order).
+
+    ``method="gemm"`` forms the dense product ``J Jᵀ``; ``"diagonal"`` sums each ``G_l`` along
+    its diagonals with the compiled kernel (1-D LCNs; `neuromanifold.linear._compiled`, threads:
+    ``torch.get_num_threads()``; it agrees with ``J Jᵀ`` to about ``n_v · eps · max|K|``);
+    ``"auto"`` (default) takes the kernel for large 1-D networks with many taps per layer
+    (`DIAGONAL_MIN_NV`, `DIAGONAL_MIN_MEAN_TAPS`) when it was built, else ``J Jᵀ``.
 
     Spec §4.3: ``θ = ((1, 2), (1, −1))``, stride 1.
 
     >>> ntk(LCN((2, 2), (1,)), [[1, 2], [1, -1]]).tolist()
     [[2.0, 1.0, 0.0], [1.0, 7.0, 1.0], [0.0, 1.0, 5.0]]
     """
+    _check_lcn(arch)
+    if _use_diagonal(arch, method):
+        import torch
+
+        from neuromanifold.linear._compiled import lcn_ntk_1d
+
+        R = complement_products(arch, theta)
+        d = [S[0] for S in arch.dilations]
+        k = [f[0] for f in arch.filters]
+        return lcn_ntk_1d(R, d, k, arch.n_v, threads=torch.get_num_threads())
     J = jacobian(arch, theta)
     return J @ J.T
 

@@ -117,3 +117,83 @@ def test_module_that_cannot_be_widened_says_the_rounding() -> None:
         load_state_dict_checked(model, state)
     assert model.phase.dtype == torch.complex64
     assert model.lin.weight.dtype == torch.float32
+
+
+class _Buffers(nn.Module):
+    """An int64 index buffer and a bool mask beside a float32 layer (s17 audit AH #4)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.register_buffer("idx", torch.arange(5))
+        self.register_buffer("mask", torch.ones(5, dtype=torch.bool))
+
+
+def test_float_checkpoint_into_integer_and_bool_buffers_says_the_changed_values() -> None:
+    """s17 audit AH #4: float64 values were truncated into the int64 buffer (0.7 -> 0) and made
+    True in the bool one (0.3, 2 -> True) without a word, though every dtype difference is said."""
+    model = _Buffers()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    state["idx"] = torch.tensor([0.7, 1.7, 2.7, 3.7, 4.7], dtype=torch.float64)
+    state["mask"] = torch.tensor([0.3, 1.0, 0.0, 2.0, 1.0], dtype=torch.float64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_state_dict_checked(model, state, source="buf.pt")
+    said = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    assert any(
+        "buf.pt holds float64 tensors (idx) whose values change when cast to _Buffers's int64: "
+        "fractions are truncated toward zero" in m
+        for m in said
+    ), said
+    assert any(
+        "buf.pt holds float64 tensors (mask) whose values change when cast to _Buffers's bool: "
+        "values other than 0 and 1 become True" in m
+        for m in said
+    ), said
+    # the copies are the casts the warnings describe: truncation toward zero, nonzero -> True
+    assert torch.equal(model.idx, state["idx"].trunc().to(torch.int64))
+    assert torch.equal(model.mask, state["mask"] != 0)
+
+
+def test_float_checkpoint_with_integer_values_into_integer_buffers_says_they_are_kept() -> None:
+    model = _Buffers()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    state["idx"] = torch.tensor([4.0, 3.0, 2.0, 1.0, 0.0], dtype=torch.float64)
+    state["mask"] = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0], dtype=torch.float64)
+    with pytest.warns(UserWarning) as caught:
+        load_state_dict_checked(model, state)
+    said = [str(w.message) for w in caught]
+    for name, dtype in (("idx", "int64"), ("mask", "bool")):
+        assert (
+            f"checkpoint holds float64 tensors ({name}) that are cast to _Buffers's {dtype} with "
+            "every value kept" in said
+        ), said
+        assert torch.equal(model.get_buffer(name).double(), state[name]), name
+
+
+class _OneBuffer(nn.Module):
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.register_buffer("b", torch.zeros(2, dtype=dtype))
+
+
+@pytest.mark.parametrize(
+    ("value", "dtype", "effect"),
+    [
+        # 2**24 + 1 is the least positive integer float32 (24-bit significand) cannot hold
+        (torch.tensor([1, 2**24 + 1]), torch.float32, "values are rounded to float32"),
+        # int8 -1 into uint8 is 255: same width, so a cast there and back alone would not see it
+        (torch.tensor([1, -1], dtype=torch.int8), torch.uint8, "outside uint8's range"),
+        (torch.tensor([1.0, 1e10], dtype=torch.float64), torch.int32, "outside int32's range"),
+    ],
+)
+def test_other_non_floating_casts_say_how_values_change(
+    value: torch.Tensor, dtype: torch.dtype, effect: str
+) -> None:
+    model = _OneBuffer(dtype)
+    with pytest.warns(
+        UserWarning, match=rf"whose values change when cast to _OneBuffer's .*{effect}"
+    ):
+        load_state_dict_checked(model, {"b": value})
+    assert model.b.dtype == dtype
+    assert not torch.equal(model.b.double(), value.double())  # the change the warning says

@@ -28,7 +28,8 @@ Weights files: ``.safetensors``, or ``.pt`` / ``.pth`` / ``.bin`` torch files re
 keys and shape mismatches are all listed in one ``ValueError``; unreadable or truncated files raise
 ``ValueError`` naming the file. A checkpoint whose floating tensors are wider than the module's
 (float64 weights, float32 factory) converts the module to the wider dtype, so no bit is lost; any
-difference between the checkpoint's and the module's dtypes is said in a ``UserWarning``.
+difference between the checkpoint's and the module's dtypes is said in a ``UserWarning`` (for a
+float tensor cast into an integer or bool buffer, with whether any value changed).
 """
 
 from __future__ import annotations
@@ -219,9 +220,11 @@ def load_state_dict_checked(
     (one tensor under several names, e.g. a decoder sharing the word embeddings) may be stored
     under any one of their names, as ``save_pretrained`` and safetensors do. Floating tensors are
     copied without rounding: a checkpoint wider than the module (float64 weights into a float32
-    model) converts the module's floating parameters and buffers to the wider dtype first; every
-    dtype difference is said in a ``UserWarning`` naming the tensors and both dtypes
-    (`_match_dtypes`).
+    model) converts the module's floating parameters and buffers to the wider dtype first. Other
+    tensors are cast to the module's dtype (a float checkpoint tensor into an integer buffer is
+    truncated, into a bool buffer made ``True`` where nonzero). Every dtype difference is said
+    in a ``UserWarning`` naming the tensors and both dtypes, and for a cast whether any value
+    changed (`_match_dtypes`).
     """
     expected = model.state_dict()
     tied: dict[int, list[str]] = {}
@@ -278,7 +281,10 @@ def _match_dtypes(
     checkpoint tensor narrower than the module's (bfloat16 into float32) is copied exactly, with
     a warning that the module's dtype is not the checkpoint's. A module that cannot be widened
     (complex tensors, which ``Module.to`` would make real) is not converted; the rounding is
-    warned about.
+    warned about. Pairs where either tensor is not floating (a float checkpoint tensor into an
+    integer or bool buffer) are cast by ``load_state_dict`` and said by `_warn_other_casts`,
+    with whether the cast changes values (fractions truncated, values other than 0/1 made
+    ``True``).
     """
     cls = type(model).__name__
     lossy = _lossy(expected, state)
@@ -322,6 +328,85 @@ def _match_dtypes(
             UserWarning,
             stacklevel=3,
         )
+    _warn_other_casts(expected, state, source, cls)
+
+
+def _warn_other_casts(
+    expected: dict[str, Tensor], state: dict[str, Tensor], source: str, cls: str
+) -> None:
+    """Say the dtype differences where the checkpoint's or the module's tensor is not floating
+    (float into an integer or bool buffer, int64 into float32, complex into real): one
+    ``UserWarning`` per checkpoint dtype, module dtype and effect (`_cast_change`), naming the
+    tensors and whether ``load_state_dict``'s cast keeps every value."""
+    groups: dict[tuple[str, str, str | None], list[str]] = {}
+    for k, v in state.items():
+        want = expected[k].dtype
+        if v.dtype == want or (v.is_floating_point() and expected[k].is_floating_point()):
+            continue  # equal, or floating both sides (said above)
+        key = (_dtype_str(v.dtype), _dtype_str(want), _cast_change(v, want))
+        groups.setdefault(key, []).append(k)
+    for (have, want, change), names in sorted(groups.items(), key=lambda g: g[1]):
+        what = f"{source} holds {have} tensors ({_names(sorted(names))})"
+        if change is None:
+            text = f"{what} that are cast to {cls}'s {want} with every value kept"
+        else:
+            text = f"{what} whose values change when cast to {cls}'s {want}: {change}"
+        warnings.warn(text, UserWarning, stacklevel=4)
+
+
+def _kept(v: Tensor, dtype: torch.dtype) -> bool:
+    """Whether casting ``v`` to ``dtype`` keeps every value: the cast equals ``v`` compared in a
+    dtype holding both (complex128, float64 or int64; NaN as NaN), and the cast back to ``v``'s
+    dtype gives ``v`` (int64 beyond 2**53, which float64 rounds too)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's own warning on discarding imaginary parts
+        cast = v.to(dtype)
+        back = cast.to(v.dtype)
+    if v.is_complex() or dtype.is_complex:
+        common = torch.complex128
+    elif v.is_floating_point() or dtype.is_floating_point:
+        common = torch.float64
+    else:
+        common = torch.int64
+    a, b = cast.to(common), v.to(common)
+    same = (a == b) & (back == v)
+    if common != torch.int64:
+        same |= a.isnan() & b.isnan()
+    return bool(same.all())
+
+
+def _cast_change(v: Tensor, dtype: torch.dtype) -> str | None:
+    """How casting ``v`` to ``dtype`` (as ``load_state_dict`` copies it) changes its values, or
+    ``None`` when every value is kept (`_kept`).
+
+    The effects named: values other than 0 and 1 into bool (every nonzero value becomes
+    ``True``), dropped imaginary parts, a rounding to a floating dtype (an int64 beyond 2**24
+    into float32), fractions truncated toward zero and values outside an integer dtype's range.
+    """
+    if _kept(v, dtype):
+        return None
+    if dtype == torch.bool:
+        return "values other than 0 and 1 become True (every nonzero value does)"
+    effects = []
+    if v.is_complex() and not dtype.is_complex:
+        if bool((v.imag != 0).any()):
+            effects.append("imaginary parts are dropped")
+        v = v.real
+    if dtype.is_floating_point or dtype.is_complex:
+        if not _kept(v, dtype):
+            effects.append(f"values are rounded to {_dtype_str(dtype)}")
+        return "; ".join(effects)
+    info, name = torch.iinfo(dtype), _dtype_str(dtype)
+    if v.is_floating_point():
+        w = v.double().trunc()
+        inside = v.isfinite() & (w >= info.min) & (w < info.max + 1)  # bounds: powers of 2
+        if bool((inside & (v.double() != w)).any()):
+            effects.append("fractions are truncated toward zero")
+        if not bool(inside.all()):
+            effects.append(f"values outside {name}'s range (or not finite) do not survive")
+    elif not bool(((v.long() >= info.min) & (v.long() <= info.max)).all()):
+        effects.append(f"values outside {name}'s range wrap around")
+    return "; ".join(effects)
 
 
 def _dtype_str(dtype: torch.dtype) -> str:

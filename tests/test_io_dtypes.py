@@ -197,3 +197,27 @@ def test_other_non_floating_casts_say_how_values_change(
         load_state_dict_checked(model, {"b": value})
     assert model.b.dtype == dtype
     assert not torch.equal(model.b.double(), value.double())  # the change the warning says
+
+
+def test_dtype_warnings_point_at_the_caller(factories) -> None:
+    """s17 audit AH #6: the warnings pointed at a line inside io.py (``load_model``'s call of
+    ``load_state_dict_checked``); they name the caller's file, from either entry point."""
+    path = factories / "planted_f64.pt"
+    torch.save(planted_mlp().model.state_dict(), path)  # float64 into a float32 factory
+    buffers = _Buffers()
+    state = {k: v.clone() for k, v in buffers.state_dict().items()}
+    state["idx"] = torch.tensor([0.7, 1.7, 2.7, 3.7, 4.7], dtype=torch.float64)
+    state["lin.weight"] = state["lin.weight"].to(torch.bfloat16)  # narrower: copied exactly
+    rounded = {k: v.clone() for k, v in _WithComplex().state_dict().items()}
+    rounded["lin.weight"] = rounded["lin.weight"].double()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_model(path, architecture=f"{FACTORY}:planted_arch")
+        load_state_dict_checked(buffers, state)
+        load_state_dict_checked(_WithComplex(), rounded)  # cannot be widened: rounded
+    said = [w for w in caught if issubclass(w.category, UserWarning)]
+    messages = " ".join(str(w.message) for w in said)
+    for what in ("converted to float64", "copied exactly into", "fractions are truncated",
+                 "rounded to _WithComplex's float32"):  # fmt: skip
+        assert what in messages, messages
+    assert {w.filename for w in said} == {__file__}, [(w.filename, w.lineno) for w in said]

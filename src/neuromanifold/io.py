@@ -224,8 +224,20 @@ def load_state_dict_checked(
     tensors are cast to the module's dtype (a float checkpoint tensor into an integer buffer is
     truncated, into a bool buffer made ``True`` where nonzero). Every dtype difference is said
     in a ``UserWarning`` naming the tensors and both dtypes, and for a cast whether any value
-    changed (`_match_dtypes`).
+    changed (`_match_dtypes`); the warnings point at the line that called this function.
     """
+    return _load_checked(model, state, source)
+
+
+_WARN_STACKLEVEL = 4
+"""``stacklevel`` of `_match_dtypes`'s warnings: the frame that called `load_model` or
+`load_state_dict_checked` (``_match_dtypes`` ← ``_load_checked`` ← the entry point ← caller), not
+a line of this module (s17 audit AH #6)."""
+
+
+def _load_checked(model: nn.Module, state: dict[str, Tensor], source: str) -> nn.Module:
+    """`load_state_dict_checked`'s work, called directly by both entry points so that the dtype
+    warnings are `_WARN_STACKLEVEL` frames below their caller."""
     expected = model.state_dict()
     tied: dict[int, list[str]] = {}
     for k, v in model.state_dict(keep_vars=True).items():
@@ -300,7 +312,7 @@ def _match_dtypes(
             f"{_dtypes(expected, lossy)} ({_names(lossy)}); the module's floating parameters and "
             f"buffers were converted to {_dtype_str(target)} so that they are copied exactly",
             UserWarning,
-            stacklevel=3,
+            stacklevel=_WARN_STACKLEVEL,
         )
         expected = model.state_dict()
         lossy = _lossy(expected, state)
@@ -309,7 +321,7 @@ def _match_dtypes(
             f"{source} holds {_dtypes(state, lossy)} tensors ({_names(lossy)}) that are rounded "
             f"to {cls}'s {_dtypes(expected, lossy)} when copied (the module cannot be converted)",
             UserWarning,
-            stacklevel=3,
+            stacklevel=_WARN_STACKLEVEL,
         )
     exact = [
         k
@@ -326,7 +338,7 @@ def _match_dtypes(
             f"widening, no bit lost): the model is {_dtypes(expected, exact)}, the checkpoint "
             f"{_dtypes(state, exact)}",
             UserWarning,
-            stacklevel=3,
+            stacklevel=_WARN_STACKLEVEL,
         )
     _warn_other_casts(expected, state, source, cls)
 
@@ -351,7 +363,7 @@ def _warn_other_casts(
             text = f"{what} that are cast to {cls}'s {want} with every value kept"
         else:
             text = f"{what} whose values change when cast to {cls}'s {want}: {change}"
-        warnings.warn(text, UserWarning, stacklevel=4)
+        warnings.warn(text, UserWarning, stacklevel=_WARN_STACKLEVEL + 1)  # under _match_dtypes
 
 
 def _kept(v: Tensor, dtype: torch.dtype) -> bool:
@@ -675,7 +687,7 @@ def load_model(
     ckpt = _checkpoint_file(checkpoint) if checkpoint is not None else None
     model, is_hf = _build(architecture, ckpt, attn_implementation)
     if ckpt is not None:
-        load_state_dict_checked(model, read_state_dict(ckpt), source=str(ckpt))
+        _load_checked(model, read_state_dict(ckpt), source=str(ckpt))
     model = model.eval()
     wrap = tensor_output is True or (tensor_output == "auto" and is_hf)
     return TensorOutput(model).eval() if wrap else model

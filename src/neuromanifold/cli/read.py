@@ -315,7 +315,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from neuromanifold.cli._console import stdout_console
+        from neuromanifold.cli._console import stdout_console, warnings_as_notes
         from neuromanifold.singular import distributed as dp
         from neuromanifold.singular.family import Categorical, Gaussian
         from neuromanifold.singular.memory import parse_memory
@@ -350,6 +350,15 @@ def register(app: typer.Typer) -> None:
         if resume and dp.world_size() > 1:
             raise typer.BadParameter("--resume runs in a single process; launch without torchrun")
         main_rank = dp.is_main_process()
+        console = stdout_console(quiet=json_to_stdout(json_path))  # stdout: the JSON only
+        # warnings and what was written are said with the text output, or on stderr (unwrapped,
+        # paths whole) when stdout holds the JSON
+        said = Console(stderr=True, soft_wrap=True) if json_to_stdout(json_path) else console
+
+        def say_note(line: str) -> None:
+            """A library warning as one plain line (`warnings_as_notes`), where notes go."""
+            said.print(line, markup=False, highlight=False, soft_wrap=True)
+
         hf_dir = Path(model).is_dir() and (Path(model) / "config.json").is_file()
         if checkpoint is not None and model.startswith("zoo:"):
             from neuromanifold.zoo.models import ZOO_ARCHITECTURES
@@ -376,7 +385,8 @@ def register(app: typer.Typer) -> None:
                     )
                 _check_no_arguments_needed(factory, model)
             try:  # a Hugging Face directory holds its own weights unless --checkpoint is given
-                net = load_model(checkpoint, architecture=model)
+                with warnings_as_notes(say_note if main_rank else None):  # dtype warnings
+                    net = load_model(checkpoint, architecture=model)
             except (ValueError, TypeError, OSError, ImportError) as err:
                 fail(str(err))
             except Exception as err:  # raised by user code (a factory): one line, no traceback
@@ -467,10 +477,6 @@ def register(app: typer.Typer) -> None:
                     "—" if r.magnitude is None else f"{r.magnitude:.3g}",
                     *extra,
                 )
-        console = stdout_console(quiet=json_to_stdout(json_path))  # stdout: the JSON only
-        # warnings and what was written are said with the text output, or on stderr (unwrapped,
-        # paths whole) when stdout holds the JSON
-        said = Console(stderr=True, soft_wrap=True) if json_to_stdout(json_path) else console
         # the family, what was not covered and the reading's note are warnings a pipeline
         # needs too: on stderr when stdout holds the JSON (s15 trial T #2)
         said.print(family_line)

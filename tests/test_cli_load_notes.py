@@ -1,0 +1,88 @@
+"""`neuromanifold read --checkpoint` says the loader's dtype warnings as ``note:`` lines.
+
+s17 audit AH #6: a float64 checkpoint for a float32 factory printed Python's warning format,
+``.../neuromanifold/io.py:585: UserWarning: ...`` and a line of the library's source, ahead of
+the CLI's plain lines ("output family: ...", "error: ...").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from typer.testing import CliRunner
+
+from neuromanifold.cli import app
+
+RUNNER = CliRunner()
+ENV = {"COLUMNS": "200"}
+FACTORY = "nm_cli_load_notes_models"
+# the loader's warning on a float64 checkpoint for a float32 module (io._match_dtypes)
+WIDENED = "holds float64 tensors wider than Sequential's float32"
+CONVERTED = "were converted to float64 so that they are copied exactly"
+
+
+def _files(tmp_path: Path) -> tuple[Path, Path]:
+    """An importable factory ``FACTORY:net`` (a float32 MLP), its float64 checkpoint ``ckpt``
+    and 8 float64 probe inputs ``data``; returns ``(ckpt, data)``."""
+    (tmp_path / f"{FACTORY}.py").write_text(
+        "from torch import nn\n"
+        "def net():\n"
+        "    return nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2))\n"
+    )
+    ckpt, data = tmp_path / "net64.pt", tmp_path / "x.pt"
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+    torch.save(net.double().state_dict(), ckpt)
+    torch.save(torch.randn(8, 4, dtype=torch.float64), data)
+    return ckpt, data
+
+
+def _args(ckpt: Path, data: Path) -> list[str]:
+    return ["read", "--model", f"{FACTORY}:net", "--checkpoint", str(ckpt), "--data", str(data),
+            "--max-directions", "0"]  # fmt: skip
+
+
+def _note_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("note: ")]
+
+
+def test_read_says_the_loader_warning_as_one_note_line(tmp_path: Path, monkeypatch) -> None:
+    ckpt, data = _files(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, FACTORY, raising=False)
+    r = RUNNER.invoke(app, _args(ckpt, data), env=ENV)
+    assert r.exit_code == 0, r.output
+    (note,) = _note_lines(r.stdout)  # with the text output, on one line
+    assert note.startswith(f"note: {ckpt} {WIDENED}") and note.endswith(CONVERTED), note
+    assert "UserWarning" not in r.output and "io.py" not in r.output
+
+
+def test_read_json_dash_says_the_note_on_stderr(tmp_path: Path, monkeypatch) -> None:
+    ckpt, data = _files(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, FACTORY, raising=False)
+    r = RUNNER.invoke(app, [*_args(ckpt, data), "--json", "-"], env=ENV)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["meta"]["n_read"] == 0  # stdout: the JSON only
+    (note,) = _note_lines(r.stderr)
+    assert note.startswith(f"note: {ckpt} {WIDENED}") and note.endswith(CONVERTED), note
+
+
+def test_read_in_a_process_prints_no_python_warning_format(tmp_path: Path) -> None:
+    """Outside pytest (which catches warnings itself) Python's format showed; a real process."""
+    ckpt, data = _files(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+    r = subprocess.run(
+        [sys.executable, "-m", "neuromanifold", *_args(ckpt, data), "--json", "-"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["directions"] == []
+    assert "UserWarning" not in r.stderr and "io.py" not in r.stderr, r.stderr
+    (note,) = _note_lines(r.stderr)
+    assert WIDENED in note and note.endswith(CONVERTED), note

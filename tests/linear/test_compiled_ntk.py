@@ -24,8 +24,9 @@ EPS = np.finfo(np.float64).eps
 
 
 def _can_build() -> bool:
-    """A C compiler and the Python headers: what setup.py needs to build the kernel."""
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    """A C compiler and the Python headers: what setup.py needs to build the kernel (``$CC``
+    first, as setuptools reads it)."""
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
     headers = os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))
     return headers and (shutil.which(cc) is not None or shutil.which("cc") is not None)
 
@@ -40,7 +41,8 @@ def test_the_kernel_is_built_where_it_can_be():
         pytest.skip("no C compiler or Python headers: the optional kernel is skipped by design")
     assert _compiled.available(), (
         "a C compiler and Python.h are present but neuromanifold.linear._lcn_kernel was not "
-        "built: reinstall with `pip install -e .` and read the build log"
+        "built: install the package (`pip install -e .`, the README's commands) and read the "
+        "build log; a checkout used through PYTHONPATH without installing has no kernel"
     )
 
 
@@ -119,11 +121,72 @@ def test_auto_takes_the_kernel_only_for_large_1d_networks_with_many_taps(monkeyp
 
 
 def test_auto_without_the_kernel_is_the_dense_product(monkeypatch):
-    monkeypatch.setattr(_compiled, "_library", lambda: None)
-    arch = LCN((16,) * 3, (2, 2))
-    th = [np.random.default_rng(l).standard_normal(16) for l in range(3)]
+    arch = LCN((16,) * 5, (2,) * 4)
+    monkeypatch.setattr(_compiled, "available", lambda: True)
+    assert _use_diagonal(arch, "auto")  # a network that auto would give to the kernel ...
+    monkeypatch.setattr(_compiled, "available", lambda: False)
+    monkeypatch.setattr(_compiled, "_library", lambda: None)  # ... which is not there
+    th = [np.random.default_rng(l).standard_normal(16) for l in range(5)]
     J = jacobian(arch, th)
     np.testing.assert_array_equal(ntk(arch, th), J @ J.T)
+
+
+@needs_kernel
+def test_auto_takes_the_kernel_end_to_end():
+    arch = LCN((16,) * 5, (2,) * 4)
+    th = [np.random.default_rng(10 + l).standard_normal(16) for l in range(5)]
+    K = ntk(arch, th)
+    np.testing.assert_array_equal(K, ntk(arch, th, method="diagonal"))
+    K0 = ntk(arch, th, method="gemm")
+    assert np.abs(K - K0).max() <= arch.n_v * EPS * np.abs(K0).max()
+
+
+@needs_kernel
+def test_the_diagonal_is_summed_directly_and_stays_nonnegative():
+    """Large entries first, tiny ones after (s18 audit AI #2): running sums would leave the late
+    diagonal entries with an absolute error of eps·(early products), negative ones included;
+    the kernel's diagonal is recomputed as a sum of squares, accurate entry by entry."""
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal(200) * 1e-9
+    w1[:3] = rng.standard_normal(3)
+    w2 = rng.standard_normal(100) * 1e-9
+    w2[:3] = rng.standard_normal(3)
+    arch = LCN((200, 100), (1,))
+    K = ntk(arch, [w1, w2], method="diagonal")
+    K0 = ntk(arch, [w1, w2], method="gemm")
+    assert np.all(np.diag(K) >= 0)
+    # both sum Σ_l k_l nonnegative squares per entry: relative error ≤ (Σ k_l)·eps each
+    np.testing.assert_allclose(np.diag(K), np.diag(K0), rtol=300 * EPS, atol=0)
+    assert np.abs(K - K0).max() <= arch.n_v * EPS * np.abs(K0).max()
+
+
+@needs_kernel
+def test_one_tap_layers_at_any_dilation_are_summed_with_step_one():
+    """A one-tap layer's G_l = R_l R_lᵀ needs no window; at dilation 10¹² its ring of d rows would
+    need terabytes (s18 audit AI #1)."""
+    arch = LCN((300, 1, 1), (10**6, 10**6))
+    assert _use_diagonal(arch, "auto")
+    th = [np.random.default_rng(1).standard_normal(300), np.array([2.0]), np.array([-0.5])]
+    K = ntk(arch, th)
+    K0 = ntk(arch, th, method="gemm")
+    assert np.abs(K - K0).max() <= arch.n_v * EPS * np.abs(K0).max()
+
+
+@needs_kernel
+def test_sums_that_could_overflow_go_to_the_dense_product():
+    """Near DBL_MAX the running sum G + R[b]R[b+e] overflows before the subtraction that brings
+    it back (s18 audit AI #3): auto falls back to J Jᵀ, and method='diagonal' refuses."""
+    B = np.sqrt(0.95 * np.finfo(np.float64).max)
+    w1 = np.zeros(300)
+    w1[0] = w1[-1] = B
+    arch = LCN((300, 299), (1,))
+    th = [w1, np.ones(299)]
+    assert _use_diagonal(arch, "auto")
+    K = ntk(arch, th)
+    assert np.isfinite(K).all()
+    np.testing.assert_array_equal(K, ntk(arch, th, method="gemm"))
+    with pytest.raises(ValueError, match=r"too large for running sums .* method='gemm'"):
+        ntk(arch, th, method="diagonal")
 
 
 def test_an_unknown_method_is_refused():
@@ -152,7 +215,11 @@ def test_the_diagonal_method_without_the_kernel_says_how_to_go_on(monkeypatch):
         ([], [], [], 4, r"one entry per layer, got 0, 0 and 0"),
         ([np.ones(2)], [1], [2], 4, r"layer 0: R of shape \(2,\) does not fit n = 4, k = 2"),
         ([np.ones((3, 1))], [1], [2], 4, r"layer 0: R of shape \(3, 1\)"),
-        ([np.ones(3)], [0], [2], 4, r"layer 0: .* d = 0"),
+        ([np.ones(3)], [0], [2], 4, r"dilations must hold ints ≥ 1, got 0"),
+        ([np.ones(3)], [1.0], [2], 4, r"dilations must hold ints ≥ 1, got 1\.0"),
+        ([np.ones(3)], [1], [2], 4.0, r"n must hold ints ≥ 1, got 4\.0"),
+        ([np.ones(3)], [1], [True], 3, r"taps must hold ints ≥ 1, got True"),
+        ([np.ones(3) * 1j], [1], [2], 4, r"layer 0: R must be real, got dtype complex128"),
     ],
 )
 def test_inconsistent_kernel_input_is_refused(R, d, k, n, match):
@@ -165,6 +232,14 @@ def test_inconsistent_kernel_input_is_refused(R, d, k, n, match):
 def test_threads_must_be_a_positive_int(threads):
     with pytest.raises(ValueError, match=r"threads = .*: expected an int ≥ 1"):
         _compiled.lcn_ntk_1d([np.ones(3)], [1], [2], 4, threads=threads)
+
+
+@needs_kernel
+def test_numpy_integers_are_ints():
+    R = [np.arange(1.0, 4.0)]
+    K = _compiled.lcn_ntk_1d(R, [np.int64(1)], [np.int32(2)], np.int64(4), threads=np.int64(2))
+    J = jacobian(LCN((2, 3), (1,)), [np.ones(2), np.arange(1.0, 4.0)])
+    np.testing.assert_array_equal(K, J[:, :2] @ J[:, :2].T)  # G of the first layer alone
 
 
 def test_a_kernel_that_cannot_allocate_raises_memory_error(monkeypatch):

@@ -19,8 +19,11 @@
  * independent; `threads` workers take them in turn.
  *
  * Rounding: each running sum adds and later subtracts every product on its diagonal, so an
- * entry carries the rounding of up to n / d_l updates, at most about n eps max_i R_l[i]^2
- * (max_i R_l[i]^2 <= max |K|).
+ * entry carries an absolute error set by the largest products met earlier on its diagonal:
+ * about n eps max_i R_l[i]^2 <= n eps max |K| per layer from its n / d_l updates (L times that
+ * for the sum; measured below n eps max |K|). The caller recomputes the main diagonal, passes
+ * d = 1 for one-tap layers (their G_l needs no window) and checks that (k_l + 2) max R_l^2
+ * cannot overflow (neuromanifold.linear._compiled).
  *
  * Loaded with ctypes by neuromanifold.linear._compiled; PyInit only makes the shared object a
  * valid extension module for setuptools.

@@ -167,9 +167,12 @@ def ntk(arch: LCN, theta: Sequence[Any], *, method: str = "auto") -> np.ndarray:
 
     ``method="gemm"`` forms the dense product ``J Jᵀ``; ``"diagonal"`` sums each ``G_l`` along
     its diagonals with the compiled kernel (1-D LCNs; `neuromanifold.linear._compiled`, threads:
-    ``torch.get_num_threads()``; it agrees with ``J Jᵀ`` to about ``n_v · eps · max|K|``);
-    ``"auto"`` (default) takes the kernel for large 1-D networks with many taps per layer
-    (`DIAGONAL_MIN_NV`, `DIAGONAL_MIN_MEAN_TAPS`) when it was built, else ``J Jᵀ``.
+    ``torch.get_num_threads()``). The kernel's diagonal ``K_ii`` is summed directly; an
+    off-diagonal entry agrees with ``J Jᵀ`` to an *absolute* error of about
+    ``n_v · eps · max|K|``, so entries that ``J Jᵀ`` gives as exactly 0 may be rounding noise of
+    that size. ``"auto"`` (default) takes the kernel for large 1-D networks with many taps per
+    layer (`DIAGONAL_MIN_NV`, `DIAGONAL_MIN_MEAN_TAPS`) when it was built and no running sum can
+    overflow, else ``J Jᵀ``; ``"diagonal"`` raises ValueError where a sum could overflow.
 
     Spec §4.3: ``θ = ((1, 2), (1, −1))``, stride 1.
 
@@ -180,12 +183,15 @@ def ntk(arch: LCN, theta: Sequence[Any], *, method: str = "auto") -> np.ndarray:
     if _use_diagonal(arch, method):
         import torch
 
-        from neuromanifold.linear._compiled import lcn_ntk_1d
+        from neuromanifold.linear._compiled import fits_running_sums, lcn_ntk_1d
 
         R = complement_products(arch, theta)
         d = [S[0] for S in arch.dilations]
         k = [f[0] for f in arch.filters]
-        return lcn_ntk_1d(R, d, k, arch.n_v, threads=torch.get_num_threads())
+        if method == "diagonal" or fits_running_sums(R, k):
+            return lcn_ntk_1d(R, d, k, arch.n_v, threads=torch.get_num_threads())
+        J = np.hstack(_blocks(arch, R))  # near DBL_MAX the running sums could overflow
+        return J @ J.T
     J = jacobian(arch, theta)
     return J @ J.T
 

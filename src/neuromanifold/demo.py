@@ -246,6 +246,7 @@ def run_demo(out: str | Path, config: DemoConfig | None = None) -> DemoResult:
         rows=rows,
         timings=timings,
     )
+    _note(config, f"writing report.md, report.json and figures/ into {out}")
     write_demo_report(result, out)
     return result
 

@@ -366,59 +366,127 @@ def _warn_other_casts(
         warnings.warn(text, UserWarning, stacklevel=_WARN_STACKLEVEL + 1)  # under _match_dtypes
 
 
-def _kept(v: Tensor, dtype: torch.dtype) -> bool:
-    """Whether casting ``v`` to ``dtype`` keeps every value: the cast equals ``v`` compared in a
-    dtype holding both (complex128, float64 or int64; NaN as NaN), and the cast back to ``v``'s
-    dtype gives ``v`` (int64 beyond 2**53, which float64 rounds too)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch's own warning on discarding imaginary parts
-        cast = v.to(dtype)
-        back = cast.to(v.dtype)
-    if v.is_complex() or dtype.is_complex:
-        common = torch.complex128
-    elif v.is_floating_point() or dtype.is_floating_point:
-        common = torch.float64
-    else:
-        common = torch.int64
-    a, b = cast.to(common), v.to(common)
-    same = (a == b) & (back == v)
-    if common != torch.int64:
-        same |= a.isnan() & b.isnan()
-    return bool(same.all())
+_CHECK_CHUNK = 1 << 20
+"""Elements per piece in `_cast_change`'s value check. Its temporaries are a few tensors of this
+size, not full-size copies: a 50M-element float64 -> int64 check took 60 times the copy and 2.3
+times its peak memory (s18 audit AJ #6)."""
 
 
 def _cast_change(v: Tensor, dtype: torch.dtype) -> str | None:
     """How casting ``v`` to ``dtype`` (as ``load_state_dict`` copies it) changes its values, or
-    ``None`` when every value is kept (`_kept`).
+    ``None`` when every value is kept.
 
-    The effects named: values other than 0 and 1 into bool (every nonzero value becomes
-    ``True``), dropped imaginary parts, a rounding to a floating dtype (an int64 beyond 2**24
-    into float32), fractions truncated toward zero and values outside an integer dtype's range.
+    Each cast value is compared with the exact value it came from: integers as int64, with
+    uint64 values of 2**63 and above handled separately (no int64 holds both uint64 and int64,
+    s18 audit AJ #1); floats in float32/float64, which hold every narrower floating dtype
+    (float8 and float16 are widened first because torch lacks the checks for them, AJ #2). The
+    check runs on pieces of `_CHECK_CHUNK` elements. The effects named: values other than 0 and
+    1 into bool (every nonzero value becomes ``True``), dropped imaginary parts, a rounding to a
+    floating dtype (an int64 beyond 2**24 into float32), fractions truncated toward zero and
+    values outside an integer dtype's range.
     """
-    if _kept(v, dtype):
+    if v.dtype == torch.bool:  # False and True are 0 and 1, values of every dtype
         return None
-    if dtype == torch.bool:
-        return "values other than 0 and 1 become True (every nonzero value does)"
-    effects = []
-    if v.is_complex() and not dtype.is_complex:
-        if bool((v.imag != 0).any()):
-            effects.append("imaginary parts are dropped")
-        v = v.real
+    flat = v.detach().reshape(-1)
+    found: set[str] = set()
+    for start in range(0, flat.numel(), _CHECK_CHUNK):
+        found |= _piece_effects(flat[start : start + _CHECK_CHUNK], dtype)
+    name = _dtype_str(dtype)
+    texts = {
+        "bool": "values other than 0 and 1 become True (every nonzero value does)",
+        "imag": "imaginary parts are dropped",
+        "rounded": f"values are rounded to {name}",
+        "frac": "fractions are truncated toward zero",
+        "range": f"values outside {name}'s range (or not finite) do not survive",
+        "wrap": f"values outside {name}'s range wrap around",
+    }
+    return "; ".join(text for key, text in texts.items() if key in found) or None
+
+
+def _exact_view(x: Tensor) -> Tensor:
+    """``x`` in a dtype that holds its values exactly and that torch compares: float32 for the
+    8- and 16-bit floating dtypes, complex64 for complex32, int64 for the other integer dtypes
+    (uint64 as its bit pattern, so values of 2**63 and above are negative, see `_uint64_high`);
+    float32, float64 and the wider complex dtypes as they are."""
+    if x.is_floating_point():
+        return x.float() if x.element_size() < 4 else x
+    if x.is_complex():
+        return x.to(torch.complex64) if x.dtype == torch.complex32 else x
+    return x.view(torch.int64) if x.dtype == torch.uint64 else x.to(torch.int64)
+
+
+def _piece_effects(x: Tensor, dtype: torch.dtype) -> set[str]:
+    """The effects (`_cast_change`'s keys) of casting the 1-d piece ``x`` to ``dtype``."""
+    cast = None
     if dtype.is_floating_point or dtype.is_complex:
-        if not _kept(v, dtype):
-            effects.append(f"values are rounded to {_dtype_str(dtype)}")
-        return "; ".join(effects)
-    info, name = torch.iinfo(dtype), _dtype_str(dtype)
-    if v.is_floating_point():
-        w = v.double().trunc()
-        inside = v.isfinite() & (w >= info.min) & (w < info.max + 1)  # bounds: powers of 2
-        if bool((inside & (v.double() != w)).any()):
-            effects.append("fractions are truncated toward zero")
-        if not bool(inside.all()):
-            effects.append(f"values outside {name}'s range (or not finite) do not survive")
-    elif not bool(((v.long() >= info.min) & (v.long() <= info.max)).all()):
-        effects.append(f"values outside {name}'s range wrap around")
-    return "; ".join(effects)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's own warning on discarding imaginary parts
+            cast = x.to(dtype)
+    unsigned64 = x.dtype == torch.uint64
+    wide = _exact_view(x)
+    if dtype == torch.bool:
+        return {"bool"} if bool(((wide != 0) & (wide != 1)).any()) else set()
+    found = set()
+    if wide.is_complex() and not dtype.is_complex:
+        if bool((wide.imag != 0).any()):
+            found.add("imag")
+        wide = wide.real
+    if cast is None:  # into an integer dtype
+        return found | _integer_effects(wide, unsigned64, torch.iinfo(dtype))
+    if wide.is_complex():
+        pairs = [(wide.real, cast.real), (wide.imag, cast.imag)]
+    else:
+        pairs = [(wide, cast.real if dtype.is_complex else cast)]
+    for exact, got in pairs:
+        if not bool(_equal(exact, unsigned64, got.to(torch.float64)).all()):
+            found.add("rounded")
+    return found
+
+
+def _integer_effects(wide: Tensor, unsigned64: bool, info: torch.iinfo) -> set[str]:
+    """The effects of casting ``wide`` (`_exact_view` of the piece; ``unsigned64``: it was
+    uint64) into the integer dtype of ``info``: truncated fractions and values outside the range
+    (or not finite) for floats, wrapped values for integers."""
+    if wide.is_floating_point():
+        lo, hi = float(info.min), float(info.max) + 1  # 0 or -2**k, and 2**k: exact floats
+        t = wide.trunc()
+        if torch.equal(t, wide):  # integral, no NaN (NaN != NaN); ±inf is caught by the range
+            least, most = torch.aminmax(wide)
+            if lo <= float(least) and float(most) < hi:
+                return set()
+        inside = wide.isfinite() & (t >= lo) & (t < hi)
+        found = set() if bool(inside.all()) else {"range"}
+        return found | ({"frac"} if bool((inside & (wide != t)).any()) else set())
+    least, most = (int(m) for m in torch.aminmax(wide))  # Python ints: exact comparisons
+    if unsigned64 and least < 0:  # values of 2**63 and above (`_exact_view`): in no other dtype
+        return {"wrap"}
+    return {"wrap"} if least < info.min or most > info.max else set()
+
+
+def _uint64_high(bits: Tensor) -> Tensor:
+    """Where the uint64 values whose bit pattern is the int64 ``bits`` are 2**63 or more."""
+    return bits < 0
+
+
+def _equal(wide: Tensor, unsigned64: bool, got: Tensor) -> Tensor:
+    """Where the exact values ``wide`` (`_exact_view`; ``unsigned64``: bit patterns of uint64
+    values) equal the float64 values ``got``, exactly: floats compared in float64 (NaN equal to
+    NaN); integers compared as int64 with the integral ``got`` that int64 holds, and uint64
+    values of 2**63 and above as their difference to 2**63 (exact in float64 and int64)."""
+    if wide.is_floating_point():
+        want = wide.to(torch.float64)
+        return (want == got) | (want.isnan() & got.isnan())
+    integral = got == got.trunc()
+    low = integral & (got >= -(2.0**63)) & (got < 2.0**63)
+    same = low & (torch.where(low, got, 0.0).to(torch.int64) == wide)
+    if unsigned64:
+        high = integral & (got >= 2.0**63) & (got < 2.0**64)
+        above = torch.where(high, got - 2.0**63, 0.0).to(torch.int64)
+        # value - 2**63 = bits + 2**63 for the high values; clamp keeps the sum inside int64
+        same = torch.where(
+            _uint64_high(wide), high & (above == wide.clamp(max=-1) + 2**62 + 2**62), same
+        )
+    return same
 
 
 def _dtype_str(dtype: torch.dtype) -> str:

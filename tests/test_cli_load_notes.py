@@ -86,3 +86,70 @@ def test_read_in_a_process_prints_no_python_warning_format(tmp_path: Path) -> No
     assert "UserWarning" not in r.stderr and "io.py" not in r.stderr, r.stderr
     (note,) = _note_lines(r.stderr)
     assert WIDENED in note and note.endswith(CONVERTED), note
+
+
+LOADS = "nm_cli_load_checkpoints"
+
+
+def _load_factories(tmp_path: Path, monkeypatch) -> Path:
+    """An importable ``LOADS`` with ``indexed`` (a layer and an int64 buffer ``idx``) and
+    ``refuses`` (a module whose ``_load_from_state_dict`` raises); returns 8 probe inputs."""
+    (tmp_path / f"{LOADS}.py").write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "class Indexed(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.lin = nn.Linear(4, 2)\n"
+        "        self.register_buffer('idx', torch.arange(5))\n"
+        "    def forward(self, x):\n"
+        "        return self.lin(x)\n"
+        "def indexed():\n"
+        "    return Indexed()\n"
+        "class Refuses(Indexed):\n"
+        "    def _load_from_state_dict(self, *args, **kwargs):\n"
+        "        raise RuntimeError('custom load failure')\n"
+        "def refuses():\n"
+        "    return Refuses()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, LOADS, raising=False)
+    data = tmp_path / "x4.pt"
+    torch.save(torch.randn(8, 4), data)
+    return data
+
+
+def test_read_loads_a_float8_buffer_with_a_note(tmp_path: Path, monkeypatch) -> None:
+    """s18 audit AJ #2: a float8 ``idx`` into the int64 buffer crashed the load (``isfinite`` is
+    not implemented for float8) and the CLI said the factory raised."""
+    from safetensors.torch import save_file
+
+    data = _load_factories(tmp_path, monkeypatch)
+    state = {"lin.weight": torch.zeros(2, 4), "lin.bias": torch.zeros(2),
+             "idx": torch.tensor([0.5, 1, 2, 3, 4]).to(torch.float8_e4m3fn)}  # fmt: skip
+    ckpt = tmp_path / "f8.safetensors"
+    save_file(state, str(ckpt))
+    args = ["read", "--model", f"{LOADS}:indexed", "--checkpoint", str(ckpt), "--data", str(data),
+            "--max-directions", "0"]  # fmt: skip
+    r = RUNNER.invoke(app, args, env=ENV)
+    assert r.exit_code == 0, r.output
+    (note,) = _note_lines(r.stdout)
+    said = "holds float8_e4m3fn tensors (idx) whose values change when cast to Indexed's int64"
+    assert f"{said}: fractions are truncated toward zero" in note, note
+
+
+def test_read_says_a_failed_load_is_the_checkpoints(tmp_path: Path, monkeypatch) -> None:
+    """s18 audit AJ #2: an error raised while the built module took the weights was said as
+    ``--model: building ... raised``; the factory had built the module."""
+    data = _load_factories(tmp_path, monkeypatch)
+    ckpt = tmp_path / "refuses.pt"
+    torch.save({"lin.weight": torch.zeros(2, 4), "lin.bias": torch.zeros(2),
+                "idx": torch.arange(5)}, ckpt)  # fmt: skip
+    args = ["read", "--model", f"{LOADS}:refuses", "--checkpoint", str(ckpt), "--data", str(data),
+            "--max-directions", "0"]  # fmt: skip
+    r = RUNNER.invoke(app, args, env=ENV)
+    assert r.exit_code == 2, r.output
+    assert r.stderr.strip() == (
+        f"error: --checkpoint: loading {ckpt} into Refuses failed: RuntimeError: custom load "
+        "failure"
+    ), r.stderr

@@ -221,3 +221,56 @@ def test_dtype_warnings_point_at_the_caller(factories) -> None:
                  "rounded to _WithComplex's float32"):  # fmt: skip
         assert what in messages, messages
     assert {w.filename for w in said} == {__file__}, [(w.filename, w.lineno) for w in said]
+
+
+@pytest.mark.parametrize(
+    ("stored", "module", "loaded"),
+    [(torch.float8_e4m3fn, torch.float32, torch.float32),  # float32 holds it: copied exactly
+     (torch.float32, torch.float8_e4m3fn, torch.float32),  # wider: the module is converted
+     # neither float8 holds the other (e5m2: range 57344, 2 fraction bits; e4m3fn: 448, 3);
+     # float16 (65504, 10 fraction bits) is the narrowest standard dtype that holds both
+     (torch.float8_e5m2, torch.float8_e4m3fn, torch.float16)],
+)  # fmt: skip
+def test_float8_checkpoints_load_exactly(
+    stored: torch.dtype, module: torch.dtype, loaded: torch.dtype
+) -> None:
+    """s18 audit AJ #2: ``torch.promote_types`` refuses float8, so a float8 checkpoint tensor
+    for a float32 parameter (and float32 for float8) raised instead of loading."""
+    model = nn.Linear(2, 2).to(module)
+    # 1.5 and -0.25 are values of every float8 dtype (3 significand bits; e5m2 has 2: 1.5 = 1.1b)
+    state = {k: torch.full_like(v, 1.5, dtype=stored) for k, v in model.state_dict().items()}
+    state["weight"][0, 0] = -0.25
+    with pytest.warns(UserWarning, match=f"holds {str(stored)[6:]} tensors"):
+        load_state_dict_checked(model, state)
+    for k, v in state.items():
+        assert torch.equal(model.state_dict()[k].double(), v.double()), k  # every value kept
+    assert model.weight.dtype == loaded
+
+
+class _RefusesLoading(nn.Module):
+    """A module whose own ``_load_from_state_dict`` raises (s18 audit AJ #2's ``amods:bad``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+
+    def _load_from_state_dict(self, *args, **kwargs) -> None:
+        raise RuntimeError("custom load failure")
+
+
+def test_load_model_names_the_checkpoint_when_the_module_cannot_take_it(
+    factories, monkeypatch
+) -> None:
+    """The error is the checkpoint's (CheckpointLoadError naming it), not the architecture's."""
+    from neuromanifold.io import CheckpointLoadError
+
+    (factories / "nm_refuses.py").write_text(
+        f"from {__name__} import _RefusesLoading\ndef refuses():\n    return _RefusesLoading()\n"
+    )
+    monkeypatch.delitem(sys.modules, "nm_refuses", raising=False)
+    path = factories / "refuses.pt"
+    torch.save(_RefusesLoading().state_dict(), path)
+    with pytest.raises(CheckpointLoadError, match=rf"loading {path} into _RefusesLoading failed: "
+                       r"RuntimeError: custom load failure") as caught:  # fmt: skip
+        load_model(path, architecture="nm_refuses:refuses")
+    assert isinstance(caught.value.__cause__, RuntimeError)

@@ -48,6 +48,7 @@ from torch import Tensor, nn
 __all__ = [
     "CATEGORICAL_HEADS",
     "STATE_DICT_KEYS",
+    "CheckpointLoadError",
     "TensorOutput",
     "family_hint",
     "import_transformers",
@@ -210,6 +211,12 @@ def read_state_dict(path: str | Path) -> dict[str, Tensor]:
     )
 
 
+class CheckpointLoadError(RuntimeError):
+    """`load_model`: the built module failed to take the checkpoint's tensors, for a reason other
+    than the checks' ``ValueError`` (e.g. a module's own ``_load_from_state_dict`` raised); the
+    message names the checkpoint, the module's class and the original error (``__cause__``)."""
+
+
 def load_state_dict_checked(
     model: nn.Module, state: dict[str, Tensor], *, source: str = "checkpoint"
 ) -> nn.Module:
@@ -269,16 +276,40 @@ def _load_checked(model: nn.Module, state: dict[str, Tensor], source: str) -> nn
     return model
 
 
+def _holds(wide: torch.dtype, narrow: torch.dtype) -> bool:
+    """Whether every value of the floating dtype ``narrow`` is a value of ``wide``: ``wide``'s
+    largest value, smallest normal value and precision (`torch.finfo`) reach ``narrow``'s.
+    ``torch.promote_types`` answers this for the 16-, 32- and 64-bit dtypes but raises for
+    float8 (s18 audit AJ #2)."""
+    if wide == narrow:
+        return True
+    a, b = torch.finfo(wide), torch.finfo(narrow)
+    return a.max >= b.max and a.smallest_normal <= b.smallest_normal and a.eps <= b.eps
+
+
+_WIDENINGS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _widening(dtypes: list[torch.dtype]) -> torch.dtype:
+    """The floating dtype holding every value of each of ``dtypes`` (`_holds`): one of them
+    when it holds the others, else the first of float16, bfloat16, float32 and float64 that does
+    (float32 for bfloat16 and float16, as ``promote_types`` says)."""
+    for candidate in [*dtypes, *_WIDENINGS]:
+        if all(_holds(candidate, d) for d in dtypes):
+            return candidate
+    return torch.float64  # not reached: float64 holds every floating dtype
+
+
 def _lossy(expected: dict[str, Tensor], state: dict[str, Tensor]) -> list[str]:
     """The floating checkpoint tensors that the module's floating tensor of the same name cannot
-    hold exactly: ``promote_types(module, checkpoint)`` is not the module's dtype (float64 into
-    float32, float32 into bfloat16, bfloat16 into float16)."""
+    hold exactly (`_holds`): float64 into float32, float32 into bfloat16, bfloat16 into float16,
+    float32 into float8."""
     return sorted(
         k
         for k, v in state.items()
         if v.is_floating_point()
         and expected[k].is_floating_point()
-        and torch.promote_types(expected[k].dtype, v.dtype) != expected[k].dtype
+        and not _holds(expected[k].dtype, v.dtype)
     )
 
 
@@ -301,11 +332,10 @@ def _match_dtypes(
     cls = type(model).__name__
     lossy = _lossy(expected, state)
     if lossy and not any(v.is_complex() for v in expected.values()):
-        target = state[lossy[0]].dtype
-        for d in [state[k].dtype for k in lossy] + [
-            v.dtype for v in expected.values() if v.is_floating_point()
-        ]:
-            target = torch.promote_types(target, d)
+        target = _widening(
+            [state[k].dtype for k in lossy]
+            + [v.dtype for v in expected.values() if v.is_floating_point()]
+        )
         model.to(target)
         warnings.warn(
             f"{source} holds {_dtypes(state, lossy)} tensors wider than {cls}'s "
@@ -749,13 +779,27 @@ def load_model(
     float32 factory) converts the module to that dtype before copying (`load_state_dict_checked`,
     with a warning): the returned model is then float64 and expects float64 inputs; a narrower
     checkpoint is copied into the module's dtype exactly, with a warning.
+
+    Errors: the checks' ``ValueError`` (unreadable file, missing or unexpected keys, shapes);
+    what building the architecture raises, as it is; anything else raised while the built
+    module takes the checkpoint's tensors (its own ``_load_from_state_dict``, say) as a
+    `CheckpointLoadError` naming the checkpoint, so that it is not taken for an error of the
+    architecture (s18 audit AJ #2).
     """
     if tensor_output not in (True, False, "auto"):
         raise TypeError(f"tensor_output must be True, False or 'auto'; got {tensor_output!r}")
     ckpt = _checkpoint_file(checkpoint) if checkpoint is not None else None
     model, is_hf = _build(architecture, ckpt, attn_implementation)
     if ckpt is not None:
-        _load_checked(model, read_state_dict(ckpt), source=str(ckpt))
+        state = read_state_dict(ckpt)
+        try:
+            _load_checked(model, state, source=str(ckpt))
+        except ValueError:  # the checks' own message (keys, shapes), naming the checkpoint
+            raise
+        except Exception as err:  # e.g. a module's own _load_from_state_dict
+            raise CheckpointLoadError(
+                f"loading {ckpt} into {type(model).__name__} failed: {type(err).__name__}: {err}"
+            ) from err
     model = model.eval()
     wrap = tensor_output is True or (tensor_output == "auto" and is_hf)
     return TensorOutput(model).eval() if wrap else model

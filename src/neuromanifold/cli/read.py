@@ -372,7 +372,7 @@ def register(app: typer.Typer) -> None:
                 "package.module:factory, an architecture .json or a Hugging Face directory"
             )
         if checkpoint is not None or hf_dir:
-            from neuromanifold.io import load_model
+            from neuromanifold.io import CheckpointLoadError, load_model
 
             if _is_factory_spec(model):  # load_model calls it with no arguments
                 from torch import nn
@@ -389,6 +389,8 @@ def register(app: typer.Typer) -> None:
                     net = load_model(checkpoint, architecture=model)
             except (ValueError, TypeError, OSError, ImportError) as err:
                 fail(str(err))
+            except CheckpointLoadError as err:  # the module built; taking the weights failed
+                fail(f"--checkpoint: {err}")
             except Exception as err:  # raised by user code (a factory): one line, no traceback
                 fail(f"--model: building {model} raised {type(err).__name__}: {err}")
             default_x, default_family = None, None

@@ -6,6 +6,7 @@ s17 trial AF #2: a float64 checkpoint loaded into a float32 factory was rounded 
 
 from __future__ import annotations
 
+import math
 import sys
 import warnings
 
@@ -112,11 +113,54 @@ def test_module_that_cannot_be_widened_says_the_rounding() -> None:
     model = _WithComplex()
     state = {k: v.clone() for k, v in model.state_dict().items()}
     state["lin.weight"] = torch.full((2, 2), 1 / 3, dtype=torch.float64)
-    with pytest.warns(UserWarning, match=r"checkpoint holds float64 tensors \(lin.weight\) that are"
-                      r" rounded to _WithComplex's float32"):  # fmt: skip
+    with pytest.warns(UserWarning, match=r"checkpoint holds float64 tensors \(lin.weight\) whose "
+                      r"values change when cast to _WithComplex's float32 \(the module cannot be "
+                      r"converted\): values are rounded to float32$"):  # fmt: skip
         load_state_dict_checked(model, state)
     assert model.phase.dtype == torch.complex64
     assert model.lin.weight.dtype == torch.float32
+    assert torch.equal(model.lin.weight, state["lin.weight"].float())
+
+
+def test_module_that_cannot_be_widened_checks_the_values() -> None:
+    """s18 audit AJ #7: float64 ones, exact in float32, were said to be rounded."""
+    model = _WithComplex()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    state["lin.weight"] = torch.ones(2, 2, dtype=torch.float64)
+    with pytest.warns(UserWarning) as caught:
+        load_state_dict_checked(model, state)
+    said = [str(w.message) for w in caught]
+    assert said == [
+        "checkpoint holds float64 tensors (lin.weight) that are cast to _WithComplex's float32 "
+        "with every value kept (the module cannot be converted)"
+    ], said
+    assert torch.equal(model.lin.weight.double(), state["lin.weight"])
+
+
+@pytest.mark.parametrize(
+    ("value", "dtype", "stored", "effect"),
+    [
+        # float16's largest is 65504; 70000 overflows to inf
+        (torch.tensor([70000, 1]), torch.float16, math.inf, "overflow to inf"),
+        # float8_e4m3fn has no inf: torch saturates to its largest, 448
+        (torch.tensor([1000, 1]), torch.float8_e4m3fn, 448.0, "overflow to ±448"),
+        # 1e300 is beyond float32's largest (about 3.4e38)
+        (torch.tensor([1e300, 1.0], dtype=torch.complex128), torch.float32, math.inf,
+         "overflow to inf"),
+    ],
+)  # fmt: skip
+def test_an_overflow_is_said_as_an_overflow(
+    value: torch.Tensor, dtype: torch.dtype, stored: float, effect: str
+) -> None:
+    """s18 audit AJ #7: int64 70000 stored as inf in float16 was said to be "rounded"."""
+    model = _OneBuffer(dtype)
+    name = str(dtype).removeprefix("torch.")
+    with pytest.warns(UserWarning) as caught:
+        load_state_dict_checked(model, {"b": value})
+    (said,) = [str(w.message) for w in caught if "_OneBuffer" in str(w.message)]
+    assert said.endswith(f"values beyond {name}'s range {effect}"), said
+    assert "rounded" not in said, said
+    assert model.b.tolist() == [stored, 1.0]
 
 
 class _Buffers(nn.Module):
@@ -209,7 +253,7 @@ def test_dtype_warnings_point_at_the_caller(factories) -> None:
     state["idx"] = torch.tensor([0.7, 1.7, 2.7, 3.7, 4.7], dtype=torch.float64)
     state["lin.weight"] = state["lin.weight"].to(torch.bfloat16)  # narrower: copied exactly
     rounded = {k: v.clone() for k, v in _WithComplex().state_dict().items()}
-    rounded["lin.weight"] = rounded["lin.weight"].double()
+    rounded["lin.weight"] = torch.full((2, 2), 1 / 3, dtype=torch.float64)  # not a float32
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         load_model(path, architecture=f"{FACTORY}:planted_arch")
@@ -218,7 +262,7 @@ def test_dtype_warnings_point_at_the_caller(factories) -> None:
     said = [w for w in caught if issubclass(w.category, UserWarning)]
     messages = " ".join(str(w.message) for w in said)
     for what in ("converted to float64", "copied exactly into", "fractions are truncated",
-                 "rounded to _WithComplex's float32"):  # fmt: skip
+                 "values are rounded to float32"):  # fmt: skip
         assert what in messages, messages
     assert {w.filename for w in said} == {__file__}, [(w.filename, w.lineno) for w in said]
 

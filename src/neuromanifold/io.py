@@ -319,13 +319,14 @@ def _match_dtypes(
     """Make ``model`` hold ``state``'s floating tensors exactly, saying what was done.
 
     When a checkpoint tensor is wider than the module's (`_lossy`), every floating parameter and
-    buffer of ``model`` is converted to the promotion of all their dtypes and the checkpoint's
-    wider ones (float64 weights into a float32 factory: a float64 module), with a warning. A
+    buffer of ``model`` is converted to the dtype holding all their dtypes and the checkpoint's
+    wider ones (`_widening`; float64 weights into a float32 factory: a float64 module), with a
+    warning. A
     checkpoint tensor narrower than the module's (bfloat16 into float32) is copied exactly, with
     a warning that the module's dtype is not the checkpoint's. A module that cannot be widened
-    (complex tensors, which ``Module.to`` would make real) is not converted; the rounding is
-    warned about. Pairs where either tensor is not floating (a float checkpoint tensor into an
-    integer or bool buffer) are cast by ``load_state_dict`` and said by `_warn_other_casts`,
+    (complex tensors, which ``Module.to`` would make real) is not converted; its casts are said
+    by `_warn_casts`. Pairs where either tensor is not floating (a float checkpoint tensor into
+    an integer or bool buffer) are cast by ``load_state_dict`` and said by `_warn_casts` too,
     with whether the cast changes values (fractions truncated, values other than 0/1 made
     ``True``).
     """
@@ -346,13 +347,8 @@ def _match_dtypes(
         )
         expected = model.state_dict()
         lossy = _lossy(expected, state)
-    if lossy:
-        warnings.warn(
-            f"{source} holds {_dtypes(state, lossy)} tensors ({_names(lossy)}) that are rounded "
-            f"to {cls}'s {_dtypes(expected, lossy)} when copied (the module cannot be converted)",
-            UserWarning,
-            stacklevel=_WARN_STACKLEVEL,
-        )
+    if lossy:  # a module that cannot be widened: a cast, said with its values' fate (AJ #7)
+        _warn_casts(expected, state, lossy, source, cls, " (the module cannot be converted)")
     exact = [
         k
         for k, v in state.items()
@@ -370,29 +366,39 @@ def _match_dtypes(
             UserWarning,
             stacklevel=_WARN_STACKLEVEL,
         )
-    _warn_other_casts(expected, state, source, cls)
+    other = [  # equal dtypes, and floating both sides (said above), are left out
+        k
+        for k, v in state.items()
+        if v.dtype != expected[k].dtype
+        and not (v.is_floating_point() and expected[k].is_floating_point())
+    ]
+    _warn_casts(expected, state, other, source, cls)
 
 
-def _warn_other_casts(
-    expected: dict[str, Tensor], state: dict[str, Tensor], source: str, cls: str
+def _warn_casts(
+    expected: dict[str, Tensor],
+    state: dict[str, Tensor],
+    names: list[str],
+    source: str,
+    cls: str,
+    why: str = "",
 ) -> None:
-    """Say the dtype differences where the checkpoint's or the module's tensor is not floating
-    (float into an integer or bool buffer, int64 into float32, complex into real): one
+    """Say the casts ``load_state_dict`` makes of ``state[name]`` into ``expected[name]``'s dtype
+    for ``names`` (a float into an integer or bool buffer, int64 into float32, complex into
+    real, or float64 into the float32 of a module that cannot be converted): one
     ``UserWarning`` per checkpoint dtype, module dtype and effect (`_cast_change`), naming the
-    tensors and whether ``load_state_dict``'s cast keeps every value."""
+    tensors and whether the cast keeps every value; ``why`` follows the dtypes."""
     groups: dict[tuple[str, str, str | None], list[str]] = {}
-    for k, v in state.items():
-        want = expected[k].dtype
-        if v.dtype == want or (v.is_floating_point() and expected[k].is_floating_point()):
-            continue  # equal, or floating both sides (said above)
+    for k in names:
+        v, want = state[k], expected[k].dtype
         key = (_dtype_str(v.dtype), _dtype_str(want), _cast_change(v, want))
         groups.setdefault(key, []).append(k)
-    for (have, want, change), names in sorted(groups.items(), key=lambda g: g[1]):
-        what = f"{source} holds {have} tensors ({_names(sorted(names))})"
+    for (have, want, change), group in sorted(groups.items(), key=lambda g: g[1]):
+        what = f"{source} holds {have} tensors ({_names(sorted(group))})"
         if change is None:
-            text = f"{what} that are cast to {cls}'s {want} with every value kept"
+            text = f"{what} that are cast to {cls}'s {want} with every value kept{why}"
         else:
-            text = f"{what} whose values change when cast to {cls}'s {want}: {change}"
+            text = f"{what} whose values change when cast to {cls}'s {want}{why}: {change}"
         warnings.warn(text, UserWarning, stacklevel=_WARN_STACKLEVEL + 1)  # under _match_dtypes
 
 
@@ -411,9 +417,10 @@ def _cast_change(v: Tensor, dtype: torch.dtype) -> str | None:
     s18 audit AJ #1); floats in float32/float64, which hold every narrower floating dtype
     (float8 and float16 are widened first because torch lacks the checks for them, AJ #2). The
     check runs on pieces of `_CHECK_CHUNK` elements. The effects named: values other than 0 and
-    1 into bool (every nonzero value becomes ``True``), dropped imaginary parts, a rounding to a
-    floating dtype (an int64 beyond 2**24 into float32), fractions truncated toward zero and
-    values outside an integer dtype's range.
+    1 into bool (every nonzero value becomes ``True``), dropped imaginary parts, an overflow of
+    values beyond a floating dtype's largest (to inf, to NaN, or to the largest for a float8
+    that saturates; AJ #7), a rounding to a floating dtype (an int64 beyond 2**24 into
+    float32), fractions truncated toward zero and values outside an integer dtype's range.
     """
     if v.dtype == torch.bool:  # False and True are 0 and 1, values of every dtype
         return None
@@ -422,14 +429,22 @@ def _cast_change(v: Tensor, dtype: torch.dtype) -> str | None:
     for start in range(0, flat.numel(), _CHECK_CHUNK):
         found |= _piece_effects(flat[start : start + _CHECK_CHUNK], dtype)
     name = _dtype_str(dtype)
+    overflow = [
+        {"inf": "inf", "nan": "NaN"}.get(o, f"±{torch.finfo(dtype).max:g}")
+        for o in ("inf", "nan", "max")
+        if f"overflow-{o}" in found
+    ]
     texts = {
         "bool": "values other than 0 and 1 become True (every nonzero value does)",
         "imag": "imaginary parts are dropped",
+        "overflow": f"values beyond {name}'s range overflow to {' or '.join(overflow)}",
         "rounded": f"values are rounded to {name}",
         "frac": "fractions are truncated toward zero",
         "range": f"values outside {name}'s range (or not finite) do not survive",
         "wrap": f"values outside {name}'s range wrap around",
     }
+    if overflow:
+        found.add("overflow")
     return "; ".join(text for key, text in texts.items() if key in found) or None
 
 
@@ -467,8 +482,19 @@ def _piece_effects(x: Tensor, dtype: torch.dtype) -> set[str]:
         pairs = [(wide.real, cast.real), (wide.imag, cast.imag)]
     else:
         pairs = [(wide, cast.real if dtype.is_complex else cast)]
+    largest = torch.finfo(dtype).max
     for exact, got in pairs:
-        if not bool(_equal(exact, unsigned64, got.to(torch.float64)).all()):
+        g = got.to(torch.float64)
+        changed = ~_equal(exact, unsigned64, g)
+        if not bool(changed.any()):
+            continue
+        # the exact values' magnitude (uint64 from the piece itself: `exact` is its bit pattern)
+        size = (x.to(torch.float64) if unsigned64 else exact.to(torch.float64)).abs()
+        beyond = changed & (size > largest)  # ±inf too, into a dtype without inf (float8)
+        for outcome, where in (("inf", g.isinf()), ("nan", g.isnan()), ("max", g.isfinite())):
+            if bool((beyond & where).any()):
+                found.add(f"overflow-{outcome}")
+        if bool((changed & ~beyond).any()):
             found.add("rounded")
     return found
 

@@ -237,14 +237,16 @@ def load_state_dict_checked(
 
 
 _WARN_STACKLEVEL = 4
-"""``stacklevel`` of `_match_dtypes`'s warnings: the frame that called `load_model` or
-`load_state_dict_checked` (``_match_dtypes`` ← ``_load_checked`` ← the entry point ← caller), not
-a line of this module (s17 audit AH #6)."""
+"""``stacklevel`` of `_match_dtypes`'s warnings: the frame that called `load_model`,
+`load_state_dict_checked` or `neuromanifold.zoo.load_checkpoint` (``_match_dtypes`` ←
+``_load_checked`` ← the entry point ← caller), not a line of the library (s17 audit AH #6,
+s18 audit AJ #3)."""
 
 
 def _load_checked(model: nn.Module, state: dict[str, Tensor], source: str) -> nn.Module:
-    """`load_state_dict_checked`'s work, called directly by both entry points so that the dtype
-    warnings are `_WARN_STACKLEVEL` frames below their caller."""
+    """`load_state_dict_checked`'s work, called directly by every entry point (`load_model`,
+    `load_state_dict_checked`, ``zoo.load_checkpoint``) so that the dtype warnings are
+    `_WARN_STACKLEVEL` frames below their caller."""
     expected = model.state_dict()
     tied: dict[int, list[str]] = {}
     for k, v in model.state_dict(keep_vars=True).items():
@@ -592,15 +594,16 @@ def _from_factory(spec: str) -> nn.Module:
     return model
 
 
-def _hide_broken_torchvision() -> None:
+def _hide_broken_torchvision(stacklevel: int) -> None:
     """Make a torchvision that is installed but fails to import invisible to ``transformers``.
 
     ``transformers`` imports torchvision's image utilities whenever the package is installed; a
     torchvision built against another torch (``RuntimeError: operator torchvision::nms does not
     exist``) then breaks loading every model, text models included. When that import fails with
     anything but ``ImportError``, its partial modules are dropped and ``sys.modules["torchvision"]``
-    is set to ``None`` (later imports raise ``ImportError``), with a warning. Must run before
-    ``transformers`` is first imported (it caches which packages are available).
+    is set to ``None`` (later imports raise ``ImportError``), with a warning whose ``stacklevel``
+    (counted from this function, 1) reaches the line that called the public entry point. Must run
+    before ``transformers`` is first imported (it caches which packages are available).
     """
     if "transformers" in sys.modules or "torchvision" in sys.modules:
         return
@@ -618,14 +621,21 @@ def _hide_broken_torchvision() -> None:
             f"torchvision is installed but cannot be imported ({type(err).__name__}: {err}); it is "
             "hidden from transformers so that models load without it",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
 
 
 def import_transformers(*, purpose: str = "loading Hugging Face models") -> Any:
     """Import ``transformers`` (after hiding a broken torchvision from it, see
     `_hide_broken_torchvision`); ImportError with the install hint when it is missing."""
-    _hide_broken_torchvision()
+    # _hide_broken_torchvision ← _import_transformers ← here ← the caller
+    return _import_transformers(purpose, stacklevel=4)
+
+
+def _import_transformers(purpose: str, *, stacklevel: int) -> Any:
+    """`import_transformers`, with the ``stacklevel`` of the torchvision warning (counted from
+    `_hide_broken_torchvision`) that reaches the library's caller (s18 audit AJ #3)."""
+    _hide_broken_torchvision(stacklevel)
     try:
         return importlib.import_module("transformers")
     except ImportError as err:
@@ -637,7 +647,10 @@ def _from_huggingface(
 ) -> nn.Module:
     """The directory's model: class ``config.architectures[0]`` if transformers has it, else
     ``AutoModel``; weights from the directory when ``with_weights``, else freshly initialised."""
-    transformers = import_transformers(purpose=f"loading the Hugging Face directory {directory}")
+    # _hide_broken_torchvision ← _import_transformers ← here ← _build ← load_model ← the caller
+    transformers = _import_transformers(
+        f"loading the Hugging Face directory {directory}", stacklevel=6
+    )
     try:
         config = transformers.AutoConfig.from_pretrained(str(directory), local_files_only=True)
     except Exception as err:

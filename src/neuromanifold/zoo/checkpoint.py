@@ -92,8 +92,11 @@ def read_meta(path: str | Path) -> CheckpointMeta:
 
 
 def load_checkpoint(path: str | Path) -> tuple[nn.Module, CheckpointMeta]:
-    """Rebuild the zoo model of checkpoint ``path``, load its weights: ``(model.eval(), meta)``."""
-    from neuromanifold.io import load_state_dict_checked, read_state_dict
+    """Rebuild the zoo model of checkpoint ``path``, load its weights: ``(model.eval(), meta)``.
+
+    The weights are checked and copied as `neuromanifold.io.load_state_dict_checked` does; its
+    dtype warnings point at the line that called this function."""
+    from neuromanifold.io import _load_checked, read_state_dict
     from neuromanifold.zoo.models import build_model, config_from_dict
 
     if not Path(path).is_file():  # say so before its sidecar (s15 trial T)
@@ -101,5 +104,7 @@ def load_checkpoint(path: str | Path) -> tuple[nn.Module, CheckpointMeta]:
         raise FileNotFoundError(f"checkpoint {path} {what}")
     meta = read_meta(path)
     model = build_model(config_from_dict(meta.architecture))
-    load_state_dict_checked(model, read_state_dict(path), source=str(path))
+    # as io.load_state_dict_checked, called directly so that its dtype warnings name the caller
+    # of load_checkpoint, not this line (s18 audit AJ #3)
+    _load_checked(model, read_state_dict(path), source=str(path))
     return model.eval(), meta

@@ -11,12 +11,14 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import torch
 from typer.testing import CliRunner
 
 from neuromanifold.cli import app
+from neuromanifold.cli._console import warnings_as_notes
 
 RUNNER = CliRunner()
 ENV = {"COLUMNS": "200"}
@@ -153,3 +155,67 @@ def test_read_says_a_failed_load_is_the_checkpoints(tmp_path: Path, monkeypatch)
         f"error: --checkpoint: loading {ckpt} into Refuses failed: RuntimeError: custom load "
         "failure"
     ), r.stderr
+
+
+class _LoaderNote(UserWarning):
+    """Stands for the library's own warning categories (io.CheckpointDtypeWarning)."""
+
+
+def _warn_three() -> None:
+    warnings.simplefilter("always")  # inside warnings_as_notes' catch, which restores the filters
+    warnings.warn("the  loader's\n   word", _LoaderNote, stacklevel=2)
+    warnings.warn("factory says hi", UserWarning, stacklevel=2)
+    warnings.warn("factory deprecated", FutureWarning, stacklevel=2)
+
+
+def test_warnings_as_notes_says_only_the_given_categories_as_notes(monkeypatch) -> None:
+    """s18 audit AJ #4/#5: every UserWarning became an anonymous note (torch's, a factory's),
+    and other categories were printed by every rank under torchrun."""
+    shown: list[tuple[type[Warning], str]] = []
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        shown.append((category, filename))
+
+    monkeypatch.setattr(warnings, "showwarning", show)
+    said: list[str] = []
+    with warnings_as_notes(said.append, (_LoaderNote,)):
+        _warn_three()
+    assert said == ["note: the loader's word"]
+    # the others as Python shows them, naming the file that warned
+    assert shown == [(UserWarning, __file__), (FutureWarning, __file__)]
+    said.clear()
+    shown.clear()
+    with warnings_as_notes(None, (_LoaderNote,)):  # a rank other than 0
+        _warn_three()
+    assert said == [] and shown == []
+
+
+def test_read_keeps_a_factorys_warnings_in_pythons_format(tmp_path: Path) -> None:
+    """A factory's UserWarning and FutureWarning name the factory's file and line; only the
+    loader's dtype warning is a note (s18 audit AJ #5: 'note: factory says hi')."""
+    ckpt, data = _files(tmp_path)
+    (tmp_path / "nm_cli_warning_factory.py").write_text(
+        "import warnings\n"
+        "from torch import nn\n"
+        "def net():\n"
+        "    warnings.warn('factory deprecated', FutureWarning)\n"
+        "    warnings.warn('factory says hi', UserWarning)\n"
+        "    return nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2))\n"
+    )
+    paths = [str(tmp_path), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "OMP_NUM_THREADS": "1",
+           "COLUMNS": "200"}  # fmt: skip
+    args = _args(ckpt, data)
+    args[2] = "nm_cli_warning_factory:net"
+    r = subprocess.run(
+        [sys.executable, "-m", "neuromanifold", *args, "--json", "-"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["directions"] == []
+    factory = tmp_path / "nm_cli_warning_factory.py"
+    lines = r.stderr.splitlines()
+    assert lines.count(f"{factory}:4: FutureWarning: factory deprecated") == 1, r.stderr
+    assert lines.count(f"{factory}:5: UserWarning: factory says hi") == 1, r.stderr
+    (note,) = _note_lines(r.stderr)
+    assert WIDENED in note and note.endswith(CONVERTED), note

@@ -85,5 +85,30 @@ def test_torchvision_warning_names_the_caller(broken_torchvision_env, call: str)
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     ((category, filename, message),) = json.loads(r.stdout.splitlines()[-1])
-    assert category == "RuntimeWarning" and "operator torchvision::nms" in message, message
+    assert category == "BrokenTorchvisionWarning" and "torchvision::nms" in message, message
     assert filename == str(script)
+
+
+def test_read_says_the_hidden_torchvision_as_one_note(broken_torchvision_env) -> None:
+    """s18 audit AJ #4: the read CLI printed the library's RuntimeWarning in Python's format
+    (``.../neuromanifold/io.py:516: RuntimeWarning: ...`` and a line of the library's source)."""
+    import torch
+
+    env, root = broken_torchvision_env
+    ids = root / "ids.pt"
+    torch.save(torch.randint(0, 40, (4, 6)), ids)  # token ids below the tiny BERT's vocab_size
+    args = ["read", "--model", str(root / "bert"), "--data", str(ids), "--max-directions", "0"]
+    r = subprocess.run(
+        [sys.executable, "-m", "neuromanifold", *args, "--json", "-"],
+        capture_output=True, text=True, env={**env, "COLUMNS": "200"}, cwd=root, timeout=300,
+        check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["directions"] == []  # stdout: the JSON only
+    notes = [line for line in r.stderr.splitlines() if "torchvision" in line]
+    assert notes == [
+        "note: torchvision is installed but cannot be imported (RuntimeError: operator "
+        "torchvision::nms does not exist); it is hidden from transformers so that models load "
+        "without it"
+    ], r.stderr
+    assert "RuntimeWarning" not in r.stderr and "io.py" not in r.stderr, r.stderr

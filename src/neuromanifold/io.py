@@ -28,8 +28,8 @@ Weights files: ``.safetensors``, or ``.pt`` / ``.pth`` / ``.bin`` torch files re
 keys and shape mismatches are all listed in one ``ValueError``; unreadable or truncated files raise
 ``ValueError`` naming the file. A checkpoint whose floating tensors are wider than the module's
 (float64 weights, float32 factory) converts the module to the wider dtype, so no bit is lost; any
-difference between the checkpoint's and the module's dtypes is said in a ``UserWarning`` (for a
-float tensor cast into an integer or bool buffer, with whether any value changed).
+difference between the checkpoint's and the module's dtypes is said in a `CheckpointDtypeWarning`
+(a ``UserWarning``; for a cast, with whether any value changed).
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ from torch import Tensor, nn
 __all__ = [
     "CATEGORICAL_HEADS",
     "STATE_DICT_KEYS",
+    "BrokenTorchvisionWarning",
+    "CheckpointDtypeWarning",
     "CheckpointLoadError",
     "TensorOutput",
     "family_hint",
@@ -211,6 +213,19 @@ def read_state_dict(path: str | Path) -> dict[str, Tensor]:
     )
 
 
+class CheckpointDtypeWarning(UserWarning):
+    """The loader's word on a dtype difference between a checkpoint and the module it is copied
+    into (`load_state_dict_checked`): a module converted to a wider dtype, a narrower tensor
+    copied exactly, or a cast with whether it keeps every value. A ``UserWarning`` of its own, so
+    that it can be filtered (``warnings.filterwarnings("ignore", category=...)``) and the CLI
+    can say it as a ``note:`` line (s18 audit AJ #5)."""
+
+
+class BrokenTorchvisionWarning(RuntimeWarning):
+    """A torchvision that is installed but fails to import was hidden from ``transformers``
+    (`import_transformers`): models load without it. The CLI says it as a ``note:`` line."""
+
+
 class CheckpointLoadError(RuntimeError):
     """`load_model`: the built module failed to take the checkpoint's tensors, for a reason other
     than the checks' ``ValueError`` (e.g. a module's own ``_load_from_state_dict`` raised); the
@@ -230,8 +245,9 @@ def load_state_dict_checked(
     model) converts the module's floating parameters and buffers to the wider dtype first. Other
     tensors are cast to the module's dtype (a float checkpoint tensor into an integer buffer is
     truncated, into a bool buffer made ``True`` where nonzero). Every dtype difference is said
-    in a ``UserWarning`` naming the tensors and both dtypes, and for a cast whether any value
-    changed (`_match_dtypes`); the warnings point at the line that called this function.
+    in a `CheckpointDtypeWarning` (a ``UserWarning``) naming the tensors and both dtypes, and
+    for a cast whether any value changed (`_match_dtypes`); the warnings point at the line that
+    called this function.
     """
     return _load_checked(model, state, source)
 
@@ -344,7 +360,7 @@ def _match_dtypes(
             f"{source} holds {_dtypes(state, lossy)} tensors wider than {cls}'s "
             f"{_dtypes(expected, lossy)} ({_names(lossy)}); the module's floating parameters and "
             f"buffers were converted to {_dtype_str(target)} so that they are copied exactly",
-            UserWarning,
+            CheckpointDtypeWarning,
             stacklevel=_WARN_STACKLEVEL,
         )
         expected = model.state_dict()
@@ -365,7 +381,7 @@ def _match_dtypes(
             f"copied exactly into {cls}'s {_dtypes(expected, exact)} parameters and buffers (a "
             f"widening, no bit lost): the model is {_dtypes(expected, exact)}, the checkpoint "
             f"{_dtypes(state, exact)}",
-            UserWarning,
+            CheckpointDtypeWarning,
             stacklevel=_WARN_STACKLEVEL,
         )
     other = [  # equal dtypes, and floating both sides (said above), are left out
@@ -388,8 +404,8 @@ def _warn_casts(
     """Say the casts ``load_state_dict`` makes of ``state[name]`` into ``expected[name]``'s dtype
     for ``names`` (a float into an integer or bool buffer, int64 into float32, complex into
     real, or float64 into the float32 of a module that cannot be converted): one
-    ``UserWarning`` per checkpoint dtype, module dtype and effect (`_cast_change`), naming the
-    tensors and whether the cast keeps every value; ``why`` follows the dtypes."""
+    `CheckpointDtypeWarning` per checkpoint dtype, module dtype and effect (`_cast_change`),
+    naming the tensors and whether the cast keeps every value; ``why`` follows the dtypes."""
     groups: dict[tuple[str, str, str | None], list[str]] = {}
     for k in names:
         v, want = state[k], expected[k].dtype
@@ -401,7 +417,8 @@ def _warn_casts(
             text = f"{what} that are cast to {cls}'s {want} with every value kept{why}"
         else:
             text = f"{what} whose values change when cast to {cls}'s {want}{why}: {change}"
-        warnings.warn(text, UserWarning, stacklevel=_WARN_STACKLEVEL + 1)  # under _match_dtypes
+        # under _match_dtypes
+        warnings.warn(text, CheckpointDtypeWarning, stacklevel=_WARN_STACKLEVEL + 1)
 
 
 _CHECK_CHUNK = 1 << 20
@@ -620,7 +637,7 @@ def _hide_broken_torchvision(stacklevel: int) -> None:
         warnings.warn(
             f"torchvision is installed but cannot be imported ({type(err).__name__}: {err}); it is "
             "hidden from transformers so that models load without it",
-            RuntimeWarning,
+            BrokenTorchvisionWarning,
             stacklevel=stacklevel,
         )
 

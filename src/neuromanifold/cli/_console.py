@@ -31,22 +31,28 @@ def stdout_console(*, quiet: bool = False) -> Console:
 
 
 @contextmanager
-def warnings_as_notes(say: Callable[[str], None] | None) -> Iterator[None]:
-    """Run the block with its warnings caught; each ``UserWarning`` is then passed to ``say`` as
-    one line ``note: <message>`` (its whitespace runs made single spaces), not in Python's format
-    with a library file, line number and source line (s17 audit AH #6: the loader's dtype
-    warnings). ``say=None`` drops them (a rank other than 0, whose rank 0 says the same).
+def warnings_as_notes(
+    say: Callable[[str], None] | None, notes: tuple[type[Warning], ...]
+) -> Iterator[None]:
+    """Run the block with its warnings caught, then say them once, on rank 0.
 
-    Other warnings (``FutureWarning``, ``RuntimeWarning``, …) are shown as Python shows them. The
-    notes are said when the block raises too, before the error is printed by the caller.
+    A warning whose category is one of ``notes`` (the library's own, e.g. the loader's
+    `~neuromanifold.io.CheckpointDtypeWarning`) is passed to ``say`` as one line
+    ``note: <message>`` (its whitespace runs made single spaces), not in Python's format with a
+    library file, line number and source line (s17 audit AH #6). Every other warning (a
+    factory's or torch's ``UserWarning``, a ``FutureWarning``) is shown as Python shows it, so
+    that it names the file and line it came from (s18 audit AJ #5). ``say=None`` (a rank other
+    than 0, whose rank 0 says the same) drops them all, so that nothing is printed once per
+    process under torchrun (AJ #4). The warnings are said when the block raises too, before
+    the error is printed by the caller.
     """
     caught: list[warnings.WarningMessage] = []
     try:
         with warnings.catch_warnings(record=True) as caught:
             yield
     finally:
-        for w in caught:
-            if not issubclass(w.category, UserWarning):
-                warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
-            elif say is not None:
+        for w in caught if say is not None else []:
+            if issubclass(w.category, notes):
                 say("note: " + " ".join(str(w.message).split()))
+            else:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)

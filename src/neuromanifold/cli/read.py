@@ -15,6 +15,7 @@ own shard (its forward pass, its output's shape, its token ids) is printed by th
 from __future__ import annotations
 
 import os
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -359,6 +360,14 @@ def register(app: typer.Typer) -> None:
             """A library warning as one plain line (`warnings_as_notes`), where notes go."""
             said.print(line, markup=False, highlight=False, soft_wrap=True)
 
+        def load_warnings() -> AbstractContextManager[None]:
+            """Building and loading the model: the loader's dtype warnings and the hidden
+            torchvision said as notes, other warnings as Python shows them; rank 0 only."""
+            from neuromanifold.io import BrokenTorchvisionWarning, CheckpointDtypeWarning
+
+            notes = (CheckpointDtypeWarning, BrokenTorchvisionWarning)
+            return warnings_as_notes(say_note if main_rank else None, notes)
+
         hf_dir = Path(model).is_dir() and (Path(model) / "config.json").is_file()
         if checkpoint is not None and model.startswith("zoo:"):
             from neuromanifold.zoo.models import ZOO_ARCHITECTURES
@@ -385,7 +394,7 @@ def register(app: typer.Typer) -> None:
                     )
                 _check_no_arguments_needed(factory, model)
             try:  # a Hugging Face directory holds its own weights unless --checkpoint is given
-                with warnings_as_notes(say_note if main_rank else None):  # dtype warnings
+                with load_warnings():
                     net = load_model(checkpoint, architecture=model)
             except (ValueError, TypeError, OSError, ImportError) as err:
                 fail(str(err))
@@ -395,7 +404,8 @@ def register(app: typer.Typer) -> None:
                 fail(f"--model: building {model} raised {type(err).__name__}: {err}")
             default_x, default_family = None, None
         else:
-            net, default_x, default_family = _resolve_model(model)
+            with load_warnings():  # a factory's warnings: once, as with --checkpoint
+                net, default_x, default_family = _resolve_model(model)
         if default_family is None:  # a Hugging Face classification or language-model head
             from neuromanifold.io import family_hint
 

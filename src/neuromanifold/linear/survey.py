@@ -368,6 +368,25 @@ def run_row(
     )
 
 
+def _check_rows(rows: Any) -> None:
+    """Raise ValueError unless ``rows`` is a list or tuple of :class:`RowSpec`; ints (indices of
+    :func:`default_rows`, as ``lcn survey --rows`` takes) are pointed to ``row_indices``."""
+    if not isinstance(rows, (list, tuple)):
+        raise ValueError(f"rows = {rows!r}: expected a list of RowSpec objects")
+    bad = [r for r in rows if not isinstance(r, RowSpec)]
+    if not bad:
+        return
+    if all(_is_int(r) for r in rows):
+        raise ValueError(
+            f"rows = {list(rows)!r}: rows takes RowSpec objects; for indices of default_rows() "
+            f"use row_indices={list(rows)!r}"
+        )
+    raise ValueError(
+        f"rows holds {type(bad[0]).__name__} {bad[0]!r}: expected RowSpec objects (indices of "
+        "default_rows() go to row_indices)"
+    )
+
+
 def run_survey(
     *,
     samples: int = 20,
@@ -387,8 +406,10 @@ def run_survey(
     if not (_is_int(seed) and seed >= 0):
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     samples, seed = int(samples), int(seed)
+    if rows is not None:
+        _check_rows(rows)
     if row_indices is None:
-        specs = default_rows() if rows is None else rows
+        specs = default_rows() if rows is None else list(rows)
         indices = list(range(len(specs)))
     else:
         if rows is not None:

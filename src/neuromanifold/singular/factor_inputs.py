@@ -3,7 +3,8 @@
 The factor pass works on a float64 deep copy of the caller's model (the caller's module and
 tensors are never touched), rejects non-finite parameters and activations with the name of the
 module that produced them, and turns a shape mismatch in the first layer into a ``ValueError``
-that says what that layer expects, or that the data lacks its sample axis.
+that says what that layer expects, or that the data lacks its sample axis; any other error of the
+forward becomes a ``ValueError`` that names the data's shape.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 __all__ = [
+    "NonFiniteActivation",
     "check_finite_params",
     "float64_copy",
     "forward_checked",
@@ -76,13 +78,18 @@ def install_finite_checks(model: nn.Module) -> list:
     def hook(name: str):
         def fn(mod: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
             if isinstance(output, Tensor) and not torch.isfinite(output).all():
-                raise ValueError(
+                raise NonFiniteActivation(
                     f"activation of module {name!r} ({type(mod).__name__}) holds NaN or Inf values"
                 )
 
         return fn
 
     return [mod.register_forward_hook(hook(n)) for n, mod in model.named_modules() if n]
+
+
+class NonFiniteActivation(ValueError):
+    """The ``ValueError`` of `install_finite_checks`' hooks: a module's output holds NaN or Inf.
+    `forward_checked` passes it on unchanged (it names the module, not the data)."""
 
 
 def forward_checked(
@@ -101,6 +108,10 @@ def forward_checked(
     * data that matches the first registered layer (a Linear's last axis, a convolution's axis
       1, an Embedding's index range): that match and torch's error, without saying the data
       does not fit (the cause may be inside the forward, or a size a later layer needs);
+    * a ``ValueError`` or ``TypeError`` the forward raises (a model that unpacks
+      ``n, c, h, w = x.shape``, a ``forward`` that takes other arguments): the data's shape, that
+      the forward fails on it, and the error's type and message; the non-finite activation error
+      of `install_finite_checks` is passed on unchanged;
     * anything else: what the first layer expects, the usual cause being data that does not fit.
 
     Whether the forward fails or not, data that a convolution receives unchanged and reads as one
@@ -132,8 +143,13 @@ def forward_checked(
     except (RuntimeError, IndexError, ValueError, TypeError) as err:
         if unbatched:  # whatever a later layer raised (BatchNorm: a ValueError): the cause
             raise _no_sample_axis(shape, *unbatched[0], err) from err
-        if isinstance(err, ValueError | TypeError):
+        if isinstance(err, NonFiniteActivation):
             raise
+        if isinstance(err, ValueError | TypeError):
+            raise ValueError(
+                f"the model's forward fails on data of shape {shape} (it raised "
+                f"{type(err).__name__}): {err}"
+            ) from err
         msg = str(err).lower()
         first = next(
             (

@@ -557,8 +557,9 @@ def check_direction(
 
     Raises:
         TypeError: ``u`` is not a non-empty dict of tensors.
-        ValueError: a key is not a parameter name, a shape differs, an entry is non-finite, or the
-            norm is zero.
+        ValueError: a key is not a parameter name, a shape differs, a key names a parameter that
+            is not floating-point (an integer parameter has no tangent), an entry is non-finite,
+            or the norm is zero.
     """
     if not isinstance(u, Mapping) or len(u) == 0:
         raise TypeError(
@@ -587,6 +588,12 @@ def check_direction(
             raise ValueError(
                 f"direction {name}[{key!r}] has shape {_describe_shape(value)} but "
                 f"params[{key!r}] has shape {_describe_shape(params[key])}"
+            )
+        if not params[key].is_floating_point():
+            raise ValueError(
+                f"direction {name}[{key!r}] is along parameter {key!r} of dtype "
+                f"{params[key].dtype}, which has no tangent: directions are taken over "
+                f"floating-point parameters only; leave {key!r} out of the direction"
             )
         out[key] = value.detach().to(device=params[key].device, dtype=DTYPE)
     # One fused norm per tensor (nan/inf entries make their tensor's norm non-finite); the

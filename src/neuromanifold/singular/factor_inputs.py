@@ -42,7 +42,8 @@ def float64_copy(model: nn.Module, params: Mapping[str, Tensor] | None) -> nn.Mo
 
     A model in training mode is switched to eval mode; a model already in eval mode keeps the modes
     of its submodules (the whole-model read sets fused-attention modules to a dropout-free train
-    mode on purpose).
+    mode on purpose). Floating (and complex) parameters require gradients; integer ones, which
+    ``.to(torch.float64)`` leaves as they are, stay frozen (torch refuses them gradients).
     """
     m = copy.deepcopy(model).to(torch.float64)
     if model.training:
@@ -54,8 +55,9 @@ def float64_copy(model: nn.Module, params: Mapping[str, Tensor] | None) -> nn.Mo
                 if k not in named:
                     raise ValueError(f"params key {k!r} is not a parameter of the model")
                 named[k].copy_(v.to(torch.float64))
-    for p in m.parameters():
-        p.requires_grad_(True)
+    for p in m.parameters():  # an integer parameter (token table, quantised weight) stays frozen
+        if p.is_floating_point() or p.is_complex():
+            p.requires_grad_(True)
     return m
 
 

@@ -342,10 +342,6 @@ def _sweep_sizes(room: int, i_jvp: int, s_jvp: int, n: int, t_batch: int) -> tup
     return max(1, min(n, (room - i_jvp) // s_jvp)), 1
 
 
-def _held_note(held: int) -> str:
-    return f" beside {format_bytes(held)} held" if held else ""
-
-
 def _probe(x: Tensor, n: int) -> Tensor:
     return x[: min(n, x.shape[0])]
 
@@ -492,11 +488,12 @@ def plan_memory(
     if detection + held > budget:
         raise ValueError(
             f"max_memory={budget_total} bytes ({format_bytes(budget_total)}) is too small: "
-            f"the detection is estimated at {format_bytes(detection)} (the K-FAC factors, "
-            f"{format_bytes(factor_bytes)}, their cached spectra as much again, and "
+            f"the detection is estimated at {format_bytes(detection)}: the K-FAC factors, "
+            f"{format_bytes(factor_bytes)}; their cached spectra, {format_bytes(factor_bytes)}; "
             f"{format_bytes(spectrum_peak(d_max))} for the eigendecomposition of the largest "
-            f"factor, d = {d_max}){_held_note(held)}, more than {BUDGET_FRACTION:.0%} of the "
-            f"budget; raise --max-memory"
+            f"factor, d = {d_max}; and {format_bytes(2 * param_bytes)} for two float64 copies "
+            f"of the parameters{f'; together with {format_bytes(held)} held' if held else ''}, "
+            f"more than {BUDGET_FRACTION:.0%} of the budget; raise --max-memory"
         )
     factor = max(1, min(factor_batch, n, (budget - held - i_fac) // s_fac))
     chunk, lanes = _sweep_sizes(jvp_budget - held, i_jvp, s_jvp, n, t_batch)

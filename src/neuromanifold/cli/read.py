@@ -219,6 +219,22 @@ def _n_samples(data: Any) -> int:
     return int(shape[0]) if len(shape) else 0
 
 
+def _figure_factors(net: Any, x: Any, fam: Any, reading: Any) -> Any:
+    """The K-FAC factors behind the report's spectra figure: `kfac_factors` of ``net`` on this
+    rank's shard ``x`` (collective under a process group), in the read's factor batches.
+
+    Under ``--max-memory`` the read's plan (``reading.meta["memory_plan"]``) gives the factor
+    batch that fits the budget; the pass takes it, so that it stays within the budget the read
+    was held to (s19 trial AK #1: the default batch of 256 went 7x over an 8 MB budget). The CLI
+    reads with the default ``max_factor_dim``, and so does this pass.
+    """
+    from neuromanifold.singular.factors import kfac_factors
+
+    plan = reading.meta.get("memory_plan")
+    batch = {} if plan is None else {"batch_size": int(plan["factor_batch"])}
+    return kfac_factors(net, x, fam, **batch)
+
+
 def _scan_summary(b: dict[str, Any]) -> str:
     if b["best_k"] is not None:
         return f"k = {b['best_k']}"
@@ -460,12 +476,11 @@ def register(app: typer.Typer) -> None:
             import dataclasses
 
             reading = dataclasses.replace(reading, meta={**reading.meta, **dp.shard_meta(n_global)})
-        factors = None
-        if out is not None:  # collective under torchrun: every rank takes part
-            from neuromanifold.singular.factors import kfac_factors
-
-            factors = kfac_factors(net, x, fam)
+        # the figures' factor pass is collective under torchrun: every rank takes part, rank 0
+        # after it has written --json (a pass stopped by the memory limit loses the figures only)
         if not main_rank:
+            if out is not None:
+                _figure_factors(net, x, fam, reading)
             return
         table = Table(title=f"read: {model} ({reading.meta['n_samples']} samples)")
         cols = ["layer", "detector", "k", "k̂", "slope", "r²", "class", "magnitude"]
@@ -509,6 +524,7 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             from neuromanifold.report.write import write_report
 
+            factors = _figure_factors(net, x, fam, reading)
             title = f"read: {model}, {family_line}"
             with writing(out, option="--out"):
                 files = write_report(reading, out, title=title, factors=factors)

@@ -174,7 +174,10 @@ def ntk_command(
     with np.errstate(over="ignore", invalid="ignore"):
         v = mu(arch, th)
         d = delta(th)
-        K = ntk(arch, th)
+        try:  # θ is finite and fits the filters: the only ValueError left is K's overflow
+            K = ntk(arch, th)
+        except ValueError:
+            K = np.array([np.inf])
     if not (np.isfinite(v).all() and np.isfinite(d).all() and np.isfinite(K).all()):
         big = max(float(np.abs(w).max()) for w in th)
         fail(

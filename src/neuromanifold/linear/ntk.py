@@ -172,7 +172,8 @@ def ntk(arch: LCN, theta: Sequence[Any], *, method: str = "auto") -> np.ndarray:
     ``n_v · eps · max|K|``, so entries that ``J Jᵀ`` gives as exactly 0 may be rounding noise of
     that size. ``"auto"`` (default) takes the kernel for large 1-D networks with many taps per
     layer (`DIAGONAL_MIN_NV`, `DIAGONAL_MIN_MEAN_TAPS`) when it was built and no running sum can
-    overflow, else ``J Jᵀ``; ``"diagonal"`` raises ValueError where a sum could overflow.
+    overflow, else ``J Jᵀ``; ``"diagonal"`` raises ValueError where a sum could overflow. Every
+    method raises ValueError when an entry of ``K`` overflows float64 (``θ`` must be finite).
 
     Spec §4.3: ``θ = ((1, 2), (1, −1))``, stride 1.
 
@@ -180,6 +181,23 @@ def ntk(arch: LCN, theta: Sequence[Any], *, method: str = "auto") -> np.ndarray:
     [[2.0, 1.0, 0.0], [1.0, 7.0, 1.0], [0.0, 1.0, 5.0]]
     """
     _check_lcn(arch)
+    with np.errstate(over="ignore", invalid="ignore"):  # checked below, said as a ValueError
+        K = _ntk(arch, theta, method)
+    if not np.all(np.isfinite(K)):
+        th = validate_params(arch, theta)
+        big = max(float(np.max(np.abs(w))) for w in th)
+        raise ValueError(
+            "ntk: K = Jμ Jμᵀ is not representable in float64 (an entry overflows; largest "
+            f"|coefficient| of θ {big:.3g}); rescale θ ↦ cθ with c < 1: K is homogeneous of "
+            f"degree 2(L − 1) = {2 * (arch.L - 1)} in the scale of θ "
+            "(neuromanifold.linear.rescale.fiber_scale), or balance the layer norms with "
+            "rescale_to_delta (same μ, other δ)"
+        )
+    return K
+
+
+def _ntk(arch: LCN, theta: Sequence[Any], method: str) -> np.ndarray:
+    """:func:`ntk` before its check that ``K`` is finite."""
     if _use_diagonal(arch, method):
         import torch
 

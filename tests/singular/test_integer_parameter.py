@@ -73,3 +73,29 @@ def test_direction_along_the_integer_parameter_is_refused_by_name() -> None:
     along_a = {"a.weight": torch.ones(4, 5, dtype=torch.float64)}
     with pytest.raises(ValueError, match=r"direction u\[1\]\['scale'\] is along parameter 'scale'"):
         directional_fisher(model, params, [along_a, {"scale": torch.ones(3)}], _x(), Gaussian())
+
+
+class _WideNet(_Net):
+    """`_Net` with 16 inputs, more than the 11 probe samples: the first layer's ``A`` factor has a
+    null space, so the read has candidate directions to read."""
+
+    def __init__(self, *, as_buffer: bool = False) -> None:
+        super().__init__(as_buffer=as_buffer)
+        torch.manual_seed(0)
+        self.a = nn.Linear(16, 4)
+
+
+def test_whole_read_equals_that_of_the_same_model_with_a_float_buffer() -> None:
+    """The read's rank pass (`probe_rank`) also leaves the integer parameter frozen, so the whole
+    read runs and names the same directions, orders and classes as the float-buffer model."""
+    from neuromanifold.singular.read import read
+
+    x = torch.randn(11, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    got = read(_WideNet().double(), x, Gaussian(), progress=False)
+    ref = read(_WideNet(as_buffer=True).double(), x, Gaussian(), progress=False)
+
+    def key(r):
+        return [(d.layers, d.detector, d.klass, d.k) for d in r.directions]
+
+    assert len(ref.directions) > 0
+    assert key(got) == key(ref)

@@ -106,7 +106,10 @@ def g_rows(
         raise ValueError(f"batch must be a positive int; got {batch!r}")
     mods = dict(model.named_modules())
     wanted = {n for n in factors if n in mods and is_supported_block(mods[n])}
-    params = {k: _normal(v.detach()).requires_grad_(True) for k, v in model.named_parameters()}
+    params = {
+        k: _normal(v.detach()).requires_grad_(v.is_floating_point() or v.is_complex())
+        for k, v in model.named_parameters()
+    }
     state = {**params, **{k: _normal(b) for k, b in model.named_buffers() if b.is_inference()}}
     dtype = next((p.dtype for p in params.values() if p.is_floating_point()), torch.float64)
     most = dict.fromkeys(wanted, 0)
@@ -151,7 +154,8 @@ def g_rows(
                     # the hooks record every block output's gradient; ``params`` as the inputs
                     # keeps this valid when an in-place op changed a block output after it was
                     # recorded
-                    torch.autograd.grad((out * cot).sum(), list(params.values()), allow_unused=True)
+                    inputs = [p for p in params.values() if p.requires_grad]
+                    torch.autograd.grad((out * cot).sum(), inputs, allow_unused=True)
             heads |= {n for n, ts in outs.items() if any(t is out for t in ts)}
             sample_out = out[:1].detach()  # per-sample output shape, for `_score_rank`
             for n, c in counts.items():

@@ -95,6 +95,14 @@ def fiber_command(
     shapes = parse_filters(filters, dim)
     try:
         arch = LCN(shapes, parse_strides(strides, len(shapes), dim), dim=dim)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if arch.L >= 2 and not delta.strip():
+        raise typer.BadParameter(
+            f"--delta is required for networks with L ≥ 2 layers: this one has L = {arch.L}, "
+            f"so give L − 1 = {arch.L - 1} value(s) δ_l = ‖w_(l+1)‖² − ‖w_l‖², comma-separated"
+        )
+    try:
         rep = lcn_fiber(
             arch, _floats(v, what="--v"), _floats(delta, what="--delta"), n_starts=starts, seed=seed
         )

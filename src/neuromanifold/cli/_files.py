@@ -17,6 +17,7 @@ import json
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -25,10 +26,12 @@ import typer
 __all__ = [
     "JSON_STDOUT",
     "JSON_STDOUT_HELP",
+    "Failure",
     "check_json_target",
     "check_out_dir",
     "emit_json",
     "fail",
+    "failures_held",
     "json_to_stdout",
     "nonempty_path",
     "out_dir_parser",
@@ -45,10 +48,35 @@ JSON_STDOUT = "-"
 JSON_STDOUT_HELP = "('-': the JSON on stdout instead of the text output)"
 
 
+class Failure(typer.Exit):
+    """The exit with status 2 that `fail` raises; ``line`` is its ``error: ...`` line."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(code=2)
+        self.line = line
+
+
+_HELD: ContextVar[bool] = ContextVar("neuromanifold_failures_held", default=False)
+
+
 def fail(message: str) -> NoReturn:
-    """Print ``error: message`` on stderr and exit with status 2 (a usage error)."""
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code=2)
+    """Print ``error: message`` on stderr and exit with status 2 (a usage error): raises
+    `Failure`. Inside `failures_held` the line is not printed; the caller says it."""
+    line = f"error: {message}"
+    if not _HELD.get():
+        typer.echo(line, err=True)
+    raise Failure(line)
+
+
+@contextmanager
+def failures_held() -> Iterator[None]:
+    """Inside, `fail` raises its `Failure` without printing its line, for a caller that decides
+    where it is said (the read command under torchrun: once for an error every rank meets)."""
+    token = _HELD.set(True)
+    try:
+        yield
+    finally:
+        _HELD.reset(token)
 
 
 def _blocking_ancestor(path: Path) -> Path | None:

@@ -6,16 +6,18 @@ model and the probe set, reads its contiguous shard (`neuromanifold.singular.dis
 sums are all-reduced, and only rank 0 prints and writes files. ``--resume`` is single-process;
 ``--max-memory`` is a budget per process (the ranks agree on one plan). The JSON's ``meta`` holds
 rank 0's shard (``rank``, ``shard``, ``n_samples_local``) and its pass counts (``per_rank``).
-An error every rank meets (the arguments, the input checks agreed over the ranks) is printed
-once; a device error (the same on every process of a node) once per node; an error of one rank's
-own shard (its forward pass, its output's shape, its token ids) is printed by that rank, as
+An error every rank meets (the arguments, a model or data file that cannot be loaded, the input
+checks agreed over the ranks) is printed once; a device error (the same on every process of a
+node) once per node; an error of one rank's own (its shard's forward pass, its output's shape, its
+token ids, a model factory that raises on that rank alone) is printed by that rank, as
 ``rank r: error: ...``.
 """
 
 from __future__ import annotations
 
 import os
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +25,16 @@ import typer
 
 from neuromanifold.cli._files import (
     JSON_STDOUT_HELP,
+    Failure,
     check_json_target,
     check_out_dir,
     fail,
+    failures_held,
     json_to_stdout,
     nonempty_path,
     out_dir_parser,
     writing,
 )
-
-_DATA = nonempty_path("--data", "a torch or safetensors file")
-_CHECKPOINT = nonempty_path("--checkpoint", "a weights file")
-_OUT = out_dir_parser()
 
 _FAMILIES = ("gaussian", "categorical")
 
@@ -212,6 +212,71 @@ def _error(message: str, *, agreed: bool, per_node: bool = False) -> None:
         typer.echo(message if world == 1 else f"rank {r}: {message}", err=True)
 
 
+@contextmanager
+def _said_once() -> Iterator[None]:
+    """Run checks of the arguments, which every rank meets alike: a `fail` inside is printed by
+    rank 0 only (`_error` with ``agreed``), the other ranks exit with status 2 silently."""
+    try:
+        with failures_held():
+            yield
+    except Failure as failure:
+        _error(failure.line, agreed=True)
+        raise
+
+
+def _parsed_once(parse: Callable[[str], Path]) -> Callable[[str], Path]:
+    """The option parser ``parse`` with its `fail` said once under torchrun (`_said_once`)."""
+
+    def parse_once(value: str) -> Path:
+        with _said_once():
+            return parse(value)
+
+    return parse_once
+
+
+_DATA = _parsed_once(nonempty_path("--data", "a torch or safetensors file"))
+_CHECKPOINT = _parsed_once(nonempty_path("--checkpoint", "a weights file"))
+_OUT = _parsed_once(out_dir_parser())
+
+
+def _gather_failures(line: str | None) -> list[str | None]:
+    """Every rank's failure line (``None``: none) in rank order; collective under a process
+    group, ``[line]`` without one."""
+    from neuromanifold.singular import distributed as dp
+
+    if dp.world_size() == 1:
+        return [line]
+    import torch.distributed as dist
+
+    lines: list[str | None] = [None] * dp.world_size()
+    dist.all_gather_object(lines, line)
+    return lines
+
+
+@contextmanager
+def _failures_over_ranks() -> Iterator[None]:
+    """Build the model and load the probe data; a `fail` inside is said once over the ranks.
+
+    Every rank leaves through `_gather_failures`, failed or not, so none is left waiting in a
+    later collective. When every rank failed with the same line (a missing ``--data`` file, a
+    factory that always raises) rank 0 prints it once; otherwise each rank that failed prints
+    its own as ``rank r: error: ...`` (a factory that raises on one rank only). When any rank
+    failed, every rank exits with status 2.
+    """
+    line = None
+    try:
+        with failures_held():
+            yield
+    except Failure as failure:
+        line = failure.line
+    lines = _gather_failures(line)
+    if all(seen is None for seen in lines):
+        return
+    if line is not None:
+        _error(line, agreed=len(set(lines)) == 1)
+    raise typer.Exit(code=2)
+
+
 def _n_samples(data: Any) -> int:
     """Leading size of the probe inputs ``data`` (a tensor or an ``(x, y)`` pair; 0 if none)."""
     x = data[0] if isinstance(data, tuple | list) else data
@@ -340,8 +405,9 @@ def register(app: typer.Typer) -> None:
 
         if resume and out is None:
             raise typer.BadParameter("--resume needs --out DIR (the read log lives there)")
-        check_json_target(json_path, stdout_ok=True)
-        check_out_dir(out)
+        with _said_once():
+            check_json_target(json_path, stdout_ok=True)
+            check_out_dir(out)
         try:  # the same on every process of a node where torchrun says how many there are
             dev = dp.resolve_device(device)
         except (ValueError, TypeError) as err:
@@ -384,49 +450,56 @@ def register(app: typer.Typer) -> None:
             notes = (CheckpointDtypeWarning, BrokenTorchvisionWarning)
             return warnings_as_notes(say_note if main_rank else None, notes)
 
-        hf_dir = Path(model).is_dir() and (Path(model) / "config.json").is_file()
-        if checkpoint is not None and model.startswith("zoo:"):
-            from neuromanifold.zoo.models import ZOO_ARCHITECTURES
+        # a failure here (a missing file, a factory that raises) is said once over the ranks,
+        # or by each rank that met it alone (s19 trial AK #4)
+        with _failures_over_ranks():
+            hf_dir = Path(model).is_dir() and (Path(model) / "config.json").is_file()
+            if checkpoint is not None and model.startswith("zoo:"):
+                from neuromanifold.zoo.models import ZOO_ARCHITECTURES
 
-            name = model.removeprefix("zoo:")
-            if name in ZOO_ARCHITECTURES:
-                fail(f"--model {model}: with --checkpoint name the architecture as --model {name}")
-            fail(
-                f"--model {model} takes no --checkpoint (it builds its own weights); to load a "
-                f"checkpoint name its architecture: one of {sorted(ZOO_ARCHITECTURES)}, a "
-                "package.module:factory, an architecture .json or a Hugging Face directory"
-            )
-        if checkpoint is not None or hf_dir:
-            from neuromanifold.io import CheckpointLoadError, load_model
-
-            if _is_factory_spec(model):  # load_model calls it with no arguments
-                from torch import nn
-
-                factory = _import_factory(model)
-                if isinstance(factory, nn.Module):
+                name = model.removeprefix("zoo:")
+                if name in ZOO_ARCHITECTURES:
                     fail(
-                        f"--model: {model} is a module instance; with --checkpoint, name a "
-                        "function or class that builds the model (it is called with no arguments)"
+                        f"--model {model}: with --checkpoint name the architecture as "
+                        f"--model {name}"
                     )
-                _check_no_arguments_needed(factory, model)
-            try:  # a Hugging Face directory holds its own weights unless --checkpoint is given
-                with load_warnings():
-                    net = load_model(checkpoint, architecture=model)
-            except (ValueError, TypeError, OSError, ImportError) as err:
-                fail(str(err))
-            except CheckpointLoadError as err:  # the module built; taking the weights failed
-                fail(f"--checkpoint: {err}")
-            except Exception as err:  # raised by user code (a factory): one line, no traceback
-                fail(f"--model: building {model} raised {type(err).__name__}: {err}")
-            default_x, default_family = None, None
-        else:
-            with load_warnings():  # a factory's warnings: once, as with --checkpoint
-                net, default_x, default_family = _resolve_model(model)
-        if default_family is None:  # a Hugging Face classification or language-model head
-            from neuromanifold.io import family_hint
+                fail(
+                    f"--model {model} takes no --checkpoint (it builds its own weights); to load a "
+                    f"checkpoint name its architecture: one of {sorted(ZOO_ARCHITECTURES)}, a "
+                    "package.module:factory, an architecture .json or a Hugging Face directory"
+                )
+            if checkpoint is not None or hf_dir:
+                from neuromanifold.io import CheckpointLoadError, load_model
 
-            default_family = Categorical() if family_hint(net) == "categorical" else None
-        x = _load_data(data) if data is not None else default_x
+                if _is_factory_spec(model):  # load_model calls it with no arguments
+                    from torch import nn
+
+                    factory = _import_factory(model)
+                    if isinstance(factory, nn.Module):
+                        fail(
+                            f"--model: {model} is a module instance; with --checkpoint, name a "
+                            "function or class that builds the model (it is called with no "
+                            "arguments)"
+                        )
+                    _check_no_arguments_needed(factory, model)
+                try:  # a Hugging Face directory holds its own weights unless --checkpoint is given
+                    with load_warnings():
+                        net = load_model(checkpoint, architecture=model)
+                except (ValueError, TypeError, OSError, ImportError) as err:
+                    fail(str(err))
+                except CheckpointLoadError as err:  # the module built; taking the weights failed
+                    fail(f"--checkpoint: {err}")
+                except Exception as err:  # raised by user code (a factory): one line, no traceback
+                    fail(f"--model: building {model} raised {type(err).__name__}: {err}")
+                default_x, default_family = None, None
+            else:
+                with load_warnings():  # a factory's warnings: once, as with --checkpoint
+                    net, default_x, default_family = _resolve_model(model)
+            if default_family is None:  # a Hugging Face classification or language-model head
+                from neuromanifold.io import family_hint
+
+                default_family = Categorical() if family_hint(net) == "categorical" else None
+            x = _load_data(data) if data is not None else default_x
         if x is None:
             raise typer.BadParameter("this model ships no probe data: pass --data PATH")
         if family is not None and family not in _FAMILIES:

@@ -56,7 +56,8 @@ Printed in one run (all times in seconds, float64, CPU, ``--threads`` intra-op t
    (`neuromanifold.singular.passes.LANE_BYTES`). ``--threads 2`` on a 2-core machine lets the
    lanes' large elementwise kernels use both cores while per-call overhead stays serial, which
    raises the gain at small N. ``J`` and the loop are timed separately, so on a busy machine the
-   measured ratio can exceed the printed limit ``J/m``.
+   measured ratio can exceed the printed limit ``J/m``. ``benchmarks/batching_routes.py`` times
+   two reverse-mode routes to the same 16 numbers against the lanes.
 
 ``--quick`` shrinks every section (`sections`): widths up to 512, ViT dims up to 64, N up to 512,
 the data-parallel read on 128 samples in 1 and 2 processes, batching at N = 16 and 64.

@@ -23,6 +23,11 @@ tangent costs about two primal passes (every linear map meets both a tangent inp
 weight), so with negligible call overhead L directions cost ``P + L·m`` against ``L·(P + m)`` one
 at a time: the gain tends to ``1 + P/m``, with ``m/P`` measured at 1.7–2.8 on the dim-32 ViT
 (so 1.4–1.6×). Larger gains come only where per-call overhead dominates (small probe sets).
+Reverse mode computes the same numbers from the C rows of ``S_i J_i`` (``S_iᵀS_i = H_out``) at a
+cost that does not grow with the number of directions; `benchmarks/batching_routes.py` times two
+such routes against the lanes (on the dim-32 ViT, 10 classes: a route through Linear-layer hooks
+was 1.2–1.4× faster than the lanes for directions on Linear layers only; per-sample Jacobians were
+slower). They are not used here.
 Elementwise activations would add a per-lane recomputation of their derivative (torch's
 forward-mode formula for GELU and SiLU is its fused backward kernel); under direction lanes
 their derivative is formed once from the primal (`neuromanifold.singular.lane_activations`).

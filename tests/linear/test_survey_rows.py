@@ -65,3 +65,18 @@ def test_row_specs_in_a_list_or_a_tuple_run() -> None:
         res = run_survey(samples=2, rows=rows)
         assert [r.row_index for r in res.rows] == [0, 1]
         assert all(r.verdict == "independent" and r.agrees is True for r in res.rows)
+
+
+@pytest.mark.parametrize("rows", [[], ()])
+def test_an_empty_rows_is_refused_like_an_empty_row_indices(rows: object) -> None:
+    with pytest.raises(ValueError, match=r"expected a non-empty list of RowSpec objects"):
+        run_survey(samples=1, rows=rows)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"non-empty"):
+        run_survey(samples=1, row_indices=[])
+
+
+@pytest.mark.parametrize("rows", [np.array([2]), np.array([0, 3]), range(2)])
+def test_an_index_array_given_as_rows_points_to_row_indices(rows: object) -> None:
+    with pytest.raises(ValueError, match=r"rows takes RowSpec objects") as info:
+        run_survey(samples=1, rows=rows)  # type: ignore[arg-type]
+    assert f"use row_indices={[int(r) for r in rows]!r}" in str(info.value)  # type: ignore[attr-defined]

@@ -372,7 +372,15 @@ def _check_rows(rows: Any) -> None:
     """Raise ValueError unless ``rows`` is a list or tuple of :class:`RowSpec`; ints (indices of
     :func:`default_rows`, as ``lcn survey --rows`` takes) are pointed to ``row_indices``."""
     if not isinstance(rows, (list, tuple)):
+        items = list(rows) if isinstance(rows, (range, np.ndarray)) else None
+        if items and all(_is_int(r) for r in items):
+            raise ValueError(
+                f"rows = {rows!r}: rows takes RowSpec objects; for indices of default_rows() "
+                f"use row_indices={[int(r) for r in items]!r}"
+            )
         raise ValueError(f"rows = {rows!r}: expected a list of RowSpec objects")
+    if not rows:
+        raise ValueError(f"rows = {rows!r}: expected a non-empty list of RowSpec objects")
     bad = [r for r in rows if not isinstance(r, RowSpec)]
     if not bad:
         return

@@ -99,3 +99,25 @@ def test_whole_read_equals_that_of_the_same_model_with_a_float_buffer() -> None:
 
     assert len(ref.directions) > 0
     assert key(got) == key(ref)
+
+
+def test_a_params_value_the_integer_parameter_cannot_store_is_refused_by_name() -> None:
+    """``params`` replaces the parameters for the pass: an integral value is taken exactly (the
+    factors equal those of the float-buffer model with that scale), a fraction is refused rather
+    than truncated (s19 audit AM #5)."""
+    scale = torch.tensor([4.0, 1.0, 2.0], dtype=torch.float64)
+    got = kfac_factors(_Net().double(), _x(), Gaussian(), params={"scale": scale})
+    ref_model = _Net(as_buffer=True).double()
+    ref_model.scale.copy_(scale)
+    ref = kfac_factors(ref_model, _x(), Gaussian())
+    torch.testing.assert_close(got["b"].G, ref["b"].G, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"params\['scale'\] holds values that parameter 'scale'"):
+        kfac_factors(_Net().double(), _x(), Gaussian(), params={"scale": torch.tensor([1.5, 1, 1])})
+
+
+def test_a_direction_along_a_complex_parameter_is_refused_as_unsupported() -> None:
+    model = _Net().double().eval()
+    model.scale = nn.Parameter(torch.tensor(SCALE, dtype=torch.complex128), requires_grad=False)
+    params = dict(model.named_parameters())
+    with pytest.raises(ValueError, match=r"complex parameters are not supported"):
+        directional_fisher(model, params, {"scale": torch.ones(3)}, _x(), Gaussian())

@@ -589,6 +589,12 @@ def check_direction(
                 f"direction {name}[{key!r}] has shape {_describe_shape(value)} but "
                 f"params[{key!r}] has shape {_describe_shape(params[key])}"
             )
+        if params[key].is_complex():
+            raise ValueError(
+                f"direction {name}[{key!r}] is along parameter {key!r} of dtype "
+                f"{params[key].dtype}: complex parameters are not supported (the read works in "
+                f"float64); leave {key!r} out of the direction"
+            )
         if not params[key].is_floating_point():
             raise ValueError(
                 f"direction {name}[{key!r}] is along parameter {key!r} of dtype "

@@ -42,8 +42,11 @@ def float64_copy(model: nn.Module, params: Mapping[str, Tensor] | None) -> nn.Mo
 
     A model in training mode is switched to eval mode; a model already in eval mode keeps the modes
     of its submodules (the whole-model read sets fused-attention modules to a dropout-free train
-    mode on purpose). Floating (and complex) parameters require gradients; integer ones, which
-    ``.to(torch.float64)`` leaves as they are, stay frozen (torch refuses them gradients).
+    mode on purpose). Floating parameters require gradients; integer and bool ones, which
+    ``.to(torch.float64)`` leaves as they are, stay frozen (torch refuses them gradients), and a
+    ``params`` value for one of them must be exactly representable in its dtype (``ValueError``
+    naming the key otherwise: ``copy_`` would truncate 1.5 to 1 silently). Complex parameters
+    are not supported by the read (the float64 cast keeps their real part only).
     """
     m = copy.deepcopy(model).to(torch.float64)
     if model.training:
@@ -54,9 +57,20 @@ def float64_copy(model: nn.Module, params: Mapping[str, Tensor] | None) -> nn.Mo
             for k, v in params.items():
                 if k not in named:
                     raise ValueError(f"params key {k!r} is not a parameter of the model")
-                named[k].copy_(v.to(torch.float64))
+                target = named[k]
+                if not target.is_floating_point():
+                    value = torch.as_tensor(v)
+                    if not torch.equal(value.to(target.dtype).to(value.dtype), value):
+                        raise ValueError(
+                            f"params[{k!r}] holds values that parameter {k!r} of dtype "
+                            f"{target.dtype} cannot store exactly (e.g. a fraction for an "
+                            f"integer parameter); give values of its dtype"
+                        )
+                    target.copy_(value.to(target.dtype))
+                else:
+                    target.copy_(v.to(torch.float64))
     for p in m.parameters():  # an integer parameter (token table, quantised weight) stays frozen
-        if p.is_floating_point() or p.is_complex():
+        if p.is_floating_point():
             p.requires_grad_(True)
     return m
 

@@ -59,7 +59,7 @@ from neuromanifold.linear.invariants import delta as lcn_delta
 from neuromanifold.linear.invariants import fc_delta
 from neuromanifold.linear.metric import balanced_representative
 from neuromanifold.linear.normalize import normal_form_note
-from neuromanifold.linear.ntk import fc_jacobian, fc_ntk, jacobian, ntk
+from neuromanifold.linear.ntk import fc_jacobian, fc_ntk, jacobian, ntk_at_fiber_point
 from neuromanifold.linear.polynomial import fc_mu, mu
 from neuromanifold.linear.rescale import rescale_to_delta
 
@@ -188,7 +188,7 @@ def lcn_fiber(
         pts, res = [pts[i] for i in ok], [res[i] for i in ok]
         keep = distinct(pts)
         pts, res = [pts[i] for i in keep], [res[i] for i in keep]
-        ks = [ntk(arch, unflatten_params(arch, p)) for p in pts]
+        ks = [ntk_at_fiber_point(arch, unflatten_params(arch, p)) for p in pts]
         per_route_ntks["algebraic"] = ks if alg.applicable else []
         labels = cluster_ntks(ks)
         summaries.append(
@@ -208,7 +208,7 @@ def lcn_fiber(
             all_res += res
     if "numeric" in routes:
         num = numeric_fiber(arch, v, d, n_starts=n_starts, seed=seed, theta_guess=theta_guess)
-        ks = [ntk(arch, unflatten_params(arch, p)) for p in num.points]
+        ks = [ntk_at_fiber_point(arch, unflatten_params(arch, p)) for p in num.points]
         per_route_ntks["numeric"] = ks
         labels = cluster_ntks(ks)
         summaries.append(
@@ -271,7 +271,7 @@ def lcn_fiber(
         v=v,
         delta=d,
         points=thetas,
-        ntks=[ntk(arch, th) for th in thetas],
+        ntks=[ntk_at_fiber_point(arch, th) for th in thetas],
         residuals=res,
         best_residual=best,
         tolerance=tol,

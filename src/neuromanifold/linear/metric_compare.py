@@ -68,7 +68,7 @@ from neuromanifold.linear.metric_pair import (
     metric_pair,
 )
 from neuromanifold.linear.normalize import normal_form_note, reduce_lcn
-from neuromanifold.linear.ntk import ntk
+from neuromanifold.linear.ntk import ntk_at_fiber_point
 from neuromanifold.linear.rescale import rescale_to_delta
 from neuromanifold.linear.solve import solve_fiber_point
 
@@ -395,7 +395,7 @@ def compare_metrics(
             )
         if idx == 0:
             ref = res.theta
-        K = ntk(arch, res.theta)
+        K = ntk_at_fiber_point(arch, res.theta)
         lam = np.linalg.eigvalsh(K)
         per.append(
             DeltaMetric(

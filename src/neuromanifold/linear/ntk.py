@@ -186,7 +186,7 @@ def ntk(arch: LCN, theta: Sequence[Any], *, method: str = "auto") -> np.ndarray:
     if not np.all(np.isfinite(K)):
         th = validate_params(arch, theta)
         big = max(float(np.max(np.abs(w))) for w in th)
-        raise ValueError(
+        raise NTKOverflowError(
             "ntk: K = Jμ Jμᵀ is not representable in float64 (an entry overflows; largest "
             f"|coefficient| of θ {big:.3g}); rescale θ ↦ cθ with c < 1: K is homogeneous of "
             f"degree 2(L − 1) = {2 * (arch.L - 1)} in the scale of θ "
@@ -194,6 +194,28 @@ def ntk(arch: LCN, theta: Sequence[Any], *, method: str = "auto") -> np.ndarray:
             "rescale_to_delta (same μ, other δ)"
         )
     return K
+
+
+class NTKOverflowError(ValueError):
+    """An entry of ``K = Jμ Jμᵀ`` overflows float64 (raised by :func:`ntk`)."""
+
+
+def ntk_at_fiber_point(arch: LCN, theta: Sequence[Any]) -> np.ndarray:
+    """:func:`ntk` at a point the caller found on the fiber over a given ``(v, δ)``: an overflow
+    is said in terms of ``(v, δ)``, which the caller gave, rather than of ``θ``, which it did not.
+    ``θ ↦ cθ`` maps the fiber over ``(v, δ)`` onto the fiber over ``(c^L v, c² δ)`` and ``K`` by
+    ``c^{2(L−1)}``."""
+    try:
+        return ntk(arch, theta)
+    except NTKOverflowError as err:
+        L = arch.L
+        raise ValueError(
+            f"the NTK over this (v, δ) is not representable in float64: an entry of K overflows "
+            f"at the fiber points found (largest |coefficient| of θ "
+            f"{max(float(np.max(np.abs(w))) for w in validate_params(arch, theta)):.3g}); "
+            f"(v, δ) ↦ (c^{L} v, c² δ) scales K by c^{2 * (L - 1)}, so read the fiber of a "
+            "smaller (v, δ) (neuromanifold.linear.rescale.fiber_scale gives its scale)"
+        ) from err
 
 
 def _ntk(arch: LCN, theta: Sequence[Any], method: str) -> np.ndarray:

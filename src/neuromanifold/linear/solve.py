@@ -45,7 +45,7 @@ from neuromanifold.linear.architecture import (
 from neuromanifold.linear.architecture import validate_params as _validate_params
 from neuromanifold.linear.invariants import delta as _delta
 from neuromanifold.linear.invariants import sq_norms as _sq_norms
-from neuromanifold.linear.ntk import gram_blocks, mu_and_jacobian, ntk
+from neuromanifold.linear.ntk import gram_blocks, mu_and_jacobian, ntk_at_fiber_point
 from neuromanifold.linear.rescale import (
     _TINY,
     _norm,
@@ -329,7 +329,7 @@ def ntk_from_function(
             f"no fiber point found for the given (v, delta): best residual {res.residual:.3e} > "
             f"tolerance {res.tolerance:.3e} after {n_starts} random starts"
         )
-    return ntk(arch, res.theta)
+    return ntk_at_fiber_point(arch, res.theta)
 
 
 def ntk_closed_form(arch: LCN, u: Sequence[Any], delta: Any) -> np.ndarray:

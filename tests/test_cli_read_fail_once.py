@@ -186,3 +186,46 @@ def test_torchrun_prints_a_factory_failing_on_rank1_with_its_rank(tmp_path: Path
     assert proc.stderr.count(f"rank 1: {BROKEN_ON_1}") == 1, proc.stderr[-3000:]
     assert proc.stderr.count(BROKEN_ON_1) == 1  # not also without the prefix
     assert "Connection closed by peer" not in proc.stderr  # rank 0 stopped with rank 1
+
+
+JSON_FAILED = "error: --json out.json: cannot write: No space left on device"
+
+
+@pytest.mark.parametrize("r", [0, 1])
+def test_a_failed_json_write_stops_every_rank_before_the_figures_pass(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, r: int
+) -> None:
+    """With ``--out``, the other ranks wait in the figures' collective factor pass for rank 0,
+    which writes ``--json`` first: when that write fails they must stop too, silently (rank 0
+    says it), rather than be left in the pass (s19 audit AM #2: a gloo traceback per rank)."""
+    import neuromanifold.report.archive as archive
+
+    _models(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, FACTORY, raising=False)
+    _as_rank(monkeypatch, r, {0: None, 1: None})
+    gathers: list[list[str | None]] = []
+
+    def gather(line: str | None) -> list[str | None]:
+        # the loading's agreement finds no failure; the second, after the read, rank 0's --json
+        gathers.append(
+            [line, None] if r == 0 else ([None, None] if not gathers else [JSON_FAILED, line])
+        )
+        return gathers[-1]
+
+    monkeypatch.setattr(cli_read, "_gather_failures", gather)
+
+    def no_space(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(archive, "write_reading_json", no_space)
+    passes: list[int] = []
+    monkeypatch.setattr(cli_read, "_figure_factors", lambda *a: passes.append(r))
+    args = ["read", "--model", f"{FACTORY}:net", "--data", "x.pt", "--max-directions", "0"]
+    res = RUNNER.invoke(app, [*args, "--json", "out.json", "--out", "report"])
+    assert res.exit_code == 2
+    assert len(gathers) == 2  # the loading's agreement, then the one on rank 0's --json
+    assert passes == []  # no rank enters the collective pass
+    assert res.stderr.endswith(f"rank 0: {JSON_FAILED}\n" if r == 0 else ""), res.stderr
+    assert res.stderr.count("error:") == (1 if r == 0 else 0)

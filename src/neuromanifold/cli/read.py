@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -550,9 +550,13 @@ def register(app: typer.Typer) -> None:
 
             reading = dataclasses.replace(reading, meta={**reading.meta, **dp.shard_meta(n_global)})
         # the figures' factor pass is collective under torchrun: every rank takes part, rank 0
-        # after it has written --json (a pass stopped by the memory limit loses the figures only)
+        # after it has written --json (a pass stopped by the memory limit loses the figures only);
+        # the ranks first agree that rank 0's --json was written, so that a failed write stops
+        # every rank instead of leaving the others in the pass (s19 audit AM #2)
         if not main_rank:
             if out is not None:
+                with _failures_over_ranks():
+                    pass
                 _figure_factors(net, x, fam, reading)
             return
         table = Table(title=f"read: {model} ({reading.meta['n_samples']} samples)")
@@ -585,15 +589,16 @@ def register(app: typer.Typer) -> None:
             said.print(f"not covered: {nc.name} ({nc.type}, {nc.n_params} params): {nc.reason}")
         if reading.note:
             said.print(reading.note)
-        if json_path is not None:
-            from neuromanifold.report.archive import reading_json, write_reading_json
+        with _failures_over_ranks() if out is not None else nullcontext():
+            if json_path is not None:
+                from neuromanifold.report.archive import reading_json, write_reading_json
 
-            if json_to_stdout(json_path):
-                typer.echo(reading_json(reading))
-            else:
-                with writing(json_path, option="--json"):
-                    write_reading_json(reading, json_path)
-                console.print(f"wrote {json_path}")
+                if json_to_stdout(json_path):
+                    typer.echo(reading_json(reading))
+                else:
+                    with writing(json_path, option="--json"):
+                        write_reading_json(reading, json_path)
+                    console.print(f"wrote {json_path}")
         if out is not None:
             from neuromanifold.report.write import write_report
 

@@ -35,7 +35,18 @@ detection has run, the candidate directions and curved-gauge generators it found
     JVP pass:    H + L · (I_jvp + chunk · s_jvp)   ≤ M_jvp
 
 (``L ×`` the single-lane cost: under ``vmap`` every lane has its own tangent activations and, for
-t-batches, its own primal point). The JVP costs are the largest measured along three
+t-batches, its own primal point). The factor pass's line is only a first guess: at 2 and 4
+samples its peak is set by costs that do not grow with the batch, and above them the G rows it
+buffers per batch (``batch × classes × d_out``) grow faster than the line's slope (a 16→32→10
+Tanh MLP, 10 classes: 1.9 kB per sample measured at 2 and 4, 7 kB at 21 to 148, so that the
+planned batch peaked at 1.09 MB under a 1 MB budget). So the plan then measures a factor pass at
+the batch the line gives (over two batches, as the probes) and, while its peak with ``H`` and
+the parameter copies exceeds ``M``, lowers the batch to where the secant from the largest
+smaller measured batch reaches ``M`` and measures again (`FACTOR_CHECK_ROUNDS` passes at most;
+the peak, a maximum of costs linear in the batch, is convex, so the secant's batch fits when
+the smaller batch does).
+
+The JVP costs are the largest measured along three
 pseudo-random directions: one touching every parameter tensor, one on the first and one on the
 last weight matrix alone (directions on different parameters run different kernels; before
 `neuromanifold.singular.passes.tangent_keys` gave downstream parameters zero tangents, a
@@ -60,7 +71,9 @@ are sized to what remains, `MemoryPlan.holding`, and the read raises ``ValueErro
 sample no longer fits); the probe-rank pass (`neuromanifold.singular.probe_rank.g_rows`, one
 forward and one backward of a random cotangent) is not measured, but runs in chunks of
 ``factor_batch`` samples, about what one factor batch costs; the plan's own measuring passes
-(on 2 and 4 samples, the factor pass on up to 8), and passes over fixed-size chunks outside the
+(on 2 and 4 samples, the factor pass on up to 8, then its checks at the chosen factor batch on
+up to twice that batch: the first check runs at the line's batch, which may exceed the factor
+share by as much as the line underestimates), and passes over fixed-size chunks outside the
 plan (the graph trace and the forward-mode check on a few samples, the adapters' and the rescale
 certification's passes). Not
 seen by the tracker: scratch memory that kernels allocate internally (BLAS, LAPACK eigensolver
@@ -141,6 +154,10 @@ glibc's heap kept up to 3.4× the tracked bytes resident (16→512→4 GELU MLP,
 A lower share only makes the chunks smaller (more passes), it refuses no read."""
 PROBE_SIZES = (2, 4)
 """Sample counts at which `plan_memory` measures the per-sample costs."""
+FACTOR_CHECK_ROUNDS = 4
+"""Most factor passes `plan_memory` measures at its chosen factor batch (and lower ones) to check
+that the pass's tracked peak fits: the linear model from `PROBE_SIZES` underestimates the
+per-sample cost where fixed costs set the small batches' peaks."""
 SPECTRUM_PROBE_DIM = 64
 """Side of the factor whose dense `factor_spectrum` `plan_memory` measures; its peak, scaled by
 ``(d_max / SPECTRUM_PROBE_DIM)²``, estimates the eigendecomposition of the largest factor."""
@@ -359,6 +376,52 @@ def _linear_cost(peak: Callable[[int], int], n: int) -> tuple[int, int]:
     return per, max(p_lo - lo * per, 0)
 
 
+def _checked_factor_batch(
+    batch: int,
+    room: int,
+    points: dict[int, int],
+    peak: Callable[[int], int],
+    device: torch.device,
+    budget_total: int,
+) -> int:
+    """The factor batch, lowered until a factor pass at that batch measures within ``room`` bytes.
+
+    ``batch``: the linear model's batch; ``points``: the peaks already measured (batch → bytes,
+    agreed over the ranks), to which every check is added; ``peak(k)``: the tracked peak of a
+    factor pass in batches of ``k``. At most `FACTOR_CHECK_ROUNDS` passes are measured. After a
+    pass over ``room`` the next batch is where the secant from the largest smaller measured batch
+    to this one reaches ``room`` (for a peak convex in the batch, a max of linear costs, the
+    secant lies above it in between, so that batch fits), at least one less than this one. Each
+    peak is all-reduced with ``MAX`` (`all_reduce_max`), so every rank measures the same batches
+    and returns the same one.
+
+    Raises:
+        ValueError: a factor pass over one sample per batch measures over ``room``.
+    """
+    for _ in range(FACTOR_CHECK_ROUNDS):
+        if batch not in points:
+            points[batch] = all_reduce_max([peak(batch)], device=device)[0]
+        measured = points[batch]
+        if measured <= room:
+            return batch
+        if batch == 1:
+            raise ValueError(
+                f"max_memory={budget_total} bytes ({format_bytes(budget_total)}) is too small: "
+                f"the factor pass with one sample per batch measures {format_bytes(measured)}, "
+                f"more than the {format_bytes(room)} left of {BUDGET_FRACTION:.0%} of the "
+                f"budget; raise --max-memory"
+            )
+        below = [k for k in points if k < batch]
+        anchor = max(below, default=0)
+        if below and measured > points[anchor]:
+            slope = (measured - points[anchor]) / (batch - anchor)
+            nxt = anchor + math.floor((room - points[anchor]) / slope)
+        else:  # nothing measured below, or no growth: shrink in proportion to the peak
+            nxt = batch * room // measured
+        batch = max(1, min(batch - 1, nxt))
+    return batch
+
+
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -401,7 +464,9 @@ def plan_memory(
     probe directions (one on every floating tensor, one on the first and one on the last matrix
     parameter; the plan takes the costliest), a factor pass over two batches of 2 and of 4
     samples (over the first 1 and N samples in one batch when N < 4), and the detection's
-    estimate ``D`` from the sizes of that pass's factors (module docstring). Under a process
+    estimate ``D`` from the sizes of that pass's factors (module docstring); then it checks the
+    factor batch the linear model allows by measuring factor passes at it, lowering it until the
+    measured peak fits (`FACTOR_CHECK_ROUNDS`). Under a process
     group these passes are collective: call on every rank. The budget is then per process: each
     rank measures on its own shard, the costs, ``held`` and ``N`` are all-reduced with ``MAX``
     (`neuromanifold.singular.distributed.all_reduce_max`), and every rank returns the same plan
@@ -412,7 +477,8 @@ def plan_memory(
 
     Raises:
         ValueError: one sample on one lane, or the detection, does not fit (the message names
-            the budget and the estimated costs), or ``data`` has no sample.
+            the budget and the estimated costs), the factor pass at one sample per batch
+            measures over the factor share, or ``data`` has no sample.
     """
     from neuromanifold.singular._validate import prepare
     from neuromanifold.singular.factors import check_positive_int, kfac_factors
@@ -474,6 +540,10 @@ def plan_memory(
         [s_jvp, i_jvp, s_fac, i_fac, factor_bytes, d_max, detection, held, n], device=x.device
     )
     s_jvp, i_jvp, s_fac, i_fac, factor_bytes, d_max, detection, held, n = agreed
+    # the check's first anchor: the agreed line at the larger probe (ranks with N < 4 probed
+    # other sizes, so their measured peaks are not reduced side by side)
+    hi = PROBE_SIZES[1]
+    factor_points = {hi: i_fac - 2 * param_bytes + hi * s_fac}
     for what, fixed, per, share in (
         ("JVP", i_jvp + held, s_jvp, JVP_FRACTION),
         ("factor", i_fac + held, s_fac, BUDGET_FRACTION),
@@ -496,6 +566,9 @@ def plan_memory(
             f"more than {BUDGET_FRACTION:.0%} of the budget; raise --max-memory"
         )
     factor = max(1, min(factor_batch, n, (budget - held - i_fac) // s_fac))
+    factor = _checked_factor_batch(
+        factor, budget - held - 2 * param_bytes, factor_points, factor_peak, x.device, budget_total
+    )
     chunk, lanes = _sweep_sizes(jvp_budget - held, i_jvp, s_jvp, n, t_batch)
     return MemoryPlan(
         max_memory=budget,

@@ -164,21 +164,26 @@ SPECTRUM_PROBE_DIM = 64
 _MEMORY_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
-def parse_memory(value: int | str) -> int:
-    """Bytes from an int or a string such as ``"2GB"``, ``"512MiB"``, ``"1.5e9"`` or ``"800M"``.
+def parse_memory(value: int | float | str) -> int:
+    """Bytes from an int, a float holding a whole number (``1.5e9``) or a string such as
+    ``"2GB"``, ``"512MiB"``, ``"1.5e9"`` or ``"800M"``.
 
     Decimal units ``k/kB, M/MB, G/GB, T/TB`` are powers of 1000, binary units ``KiB, MiB, GiB,
     TiB`` powers of 1024 (case-insensitive); a bare number is bytes. The result must be ≥ 1.
 
-    >>> parse_memory("2GB"), parse_memory("1.5 MiB"), parse_memory(4096)
-    (2000000000, 1572864, 4096)
+    >>> parse_memory("2GB"), parse_memory("1.5 MiB"), parse_memory(4096), parse_memory(1.5e9)
+    (2000000000, 1572864, 4096, 1500000000)
     """
-    if isinstance(value, bool) or not isinstance(value, int | str):
+    whole = isinstance(value, float) and math.isfinite(value) and value.is_integer()
+    if isinstance(value, bool) or not (isinstance(value, int | str) or whole):
+        what = f"float {value!r}, not a whole number of bytes" if isinstance(value, float) else ""
         raise TypeError(
             f"max_memory must be an int (bytes) or a string like '2GB' or '512MiB'; "
-            f"got {type(value).__name__}"
+            f"got {what or type(value).__name__}"
         )
-    if isinstance(value, int):
+    if isinstance(value, float):
+        n = int(value)
+    elif isinstance(value, int):
         n = value
     else:
         m = _MEMORY_RE.match(value)
@@ -405,11 +410,12 @@ def _checked_factor_batch(
         if measured <= room:
             return batch
         if batch == 1:
+            over = measured - room
             raise ValueError(
                 f"max_memory={budget_total} bytes ({format_bytes(budget_total)}) is too small: "
                 f"the factor pass with one sample per batch measures {format_bytes(measured)}, "
                 f"more than the {format_bytes(room)} left of {BUDGET_FRACTION:.0%} of the "
-                f"budget; raise --max-memory"
+                f"budget; raise --max-memory {_at_least(budget_total + over / BUDGET_FRACTION)}"
             )
         below = [k for k in points if k < batch]
         anchor = max(below, default=0)
@@ -420,6 +426,12 @@ def _checked_factor_batch(
             nxt = batch * room // measured
         batch = max(1, min(batch - 1, nxt))
     return batch
+
+
+def _at_least(total: float) -> str:
+    """``"to at least 3.21 MB (this part alone)"``: the budget below which the refused part
+    cannot fit; a larger one may still be refused by another part of the plan."""
+    return f"to at least {format_bytes(math.ceil(total))} (this part alone)"
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -553,7 +565,8 @@ def plan_memory(
                 f"max_memory={budget_total} bytes ({format_bytes(budget_total)}) is too small: "
                 f"one sample of the {what} pass is estimated at {format_bytes(fixed + per)} "
                 f"(per-sample cost {format_bytes(per)} plus fixed cost {format_bytes(fixed)}), "
-                f"more than {share:.0%} of the budget; raise --max-memory"
+                f"more than {share:.0%} of the budget; raise --max-memory "
+                f"{_at_least((fixed + per) / share)}"
             )
     if detection + held > budget:
         raise ValueError(
@@ -563,7 +576,8 @@ def plan_memory(
             f"{format_bytes(spectrum_peak(d_max))} for the eigendecomposition of the largest "
             f"factor, d = {d_max}; and {format_bytes(2 * param_bytes)} for two float64 copies "
             f"of the parameters{f'; together with {format_bytes(held)} held' if held else ''}, "
-            f"more than {BUDGET_FRACTION:.0%} of the budget; raise --max-memory"
+            f"more than {BUDGET_FRACTION:.0%} of the budget; raise --max-memory "
+            f"{_at_least((detection + held) / BUDGET_FRACTION)}"
         )
     factor = max(1, min(factor_batch, n, (budget - held - i_fac) // s_fac))
     factor = _checked_factor_batch(

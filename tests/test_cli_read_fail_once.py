@@ -64,6 +64,14 @@ def _models(tmp_path: Path) -> Path:
     return data
 
 
+def _in_models_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Work in ``tmp_path`` with `FACTORY` written there and importable afresh."""
+    _models(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, FACTORY, raising=False)
+
+
 def test_fail_prints_its_line_unless_held(capsys) -> None:
     from neuromanifold.cli._files import Failure, fail, failures_held  # the helpers of the fix
 
@@ -136,10 +144,7 @@ def _as_rank(monkeypatch: pytest.MonkeyPatch, r: int, others: dict[int, str | No
 def test_a_load_failure_every_rank_meets_is_printed_once(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, r: int, args: list[str], message: str
 ) -> None:
-    _models(tmp_path)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, FACTORY, raising=False)
+    _in_models_dir(monkeypatch, tmp_path)
     _as_rank(monkeypatch, r, {0: message, 1: message})
     res = RUNNER.invoke(app, ["read", "--model", f"{FACTORY}:{args[0]}", *args[1:]])
     assert res.exit_code == 2
@@ -150,10 +155,7 @@ def test_a_load_failure_every_rank_meets_is_printed_once(
 def test_a_load_failure_of_one_rank_is_printed_by_that_rank(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, r: int
 ) -> None:
-    _models(tmp_path)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, FACTORY, raising=False)
+    _in_models_dir(monkeypatch, tmp_path)
     _as_rank(monkeypatch, r, {0: None, 1: BROKEN_ON_1})
     res = RUNNER.invoke(app, ["read", "--model", f"{FACTORY}:broken_on_rank1", "--data", "x.pt"])
     assert res.exit_code == 2  # rank 0 too: it stops instead of waiting for rank 1
@@ -200,10 +202,7 @@ def test_a_failed_json_write_stops_every_rank_before_the_figures_pass(
     says it), rather than be left in the pass (s19 audit AM #2: a gloo traceback per rank)."""
     import neuromanifold.report.archive as archive
 
-    _models(tmp_path)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, FACTORY, raising=False)
+    _in_models_dir(monkeypatch, tmp_path)
     _as_rank(monkeypatch, r, {0: None, 1: None})
     gathers: list[list[str | None]] = []
 

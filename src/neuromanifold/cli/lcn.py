@@ -162,6 +162,7 @@ def ntk_command(
     from neuromanifold.linear import LCN, delta, mu, ntk
     from neuromanifold.linear.metric import is_smooth_point
     from neuromanifold.linear.normalize import normal_form_note
+    from neuromanifold.linear.ntk import NTKOverflowError
 
     check_json_target(json_path, stdout_ok=True)
     echo = text_echo(json_path)
@@ -174,9 +175,9 @@ def ntk_command(
     with np.errstate(over="ignore", invalid="ignore"):
         v = mu(arch, th)
         d = delta(th)
-        try:  # θ is finite and fits the filters: the only ValueError left is K's overflow
+        try:
             K = ntk(arch, th)
-        except ValueError:
+        except NTKOverflowError:  # said below with μ's and δ's overflow, as --theta's
             K = np.array([np.inf])
     if not (np.isfinite(v).all() and np.isfinite(d).all() and np.isfinite(K).all()):
         big = max(float(np.abs(w).max()) for w in th)

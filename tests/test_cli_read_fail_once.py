@@ -45,6 +45,10 @@ def broken_on_rank1():
     if os.environ.get("RANK") == "1":
         raise RuntimeError("broken on rank 1")
     return net()
+
+
+if os.environ.get("RANK") != "1":  # a module that differs between the ranks' environments
+    net_not_on_rank1 = net
 """
 MISSING_DATA = "error: --data nosuch.pt: no such file"
 MISSING_CHECKPOINT = "error: checkpoint file nosuch.pt does not exist"
@@ -160,6 +164,24 @@ def test_a_load_failure_of_one_rank_is_printed_by_that_rank(
     res = RUNNER.invoke(app, ["read", "--model", f"{FACTORY}:broken_on_rank1", "--data", "x.pt"])
     assert res.exit_code == 2  # rank 0 too: it stops instead of waiting for rank 1
     assert res.stderr == (f"rank 1: {BROKEN_ON_1}\n" if r == 1 else ""), res.stderr
+
+
+@pytest.mark.parametrize("r", [0, 1])
+def test_a_factory_missing_on_one_rank_is_printed_by_that_rank(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, r: int
+) -> None:
+    """A ``--model`` that cannot be imported on rank 1 only: before, its usage error was one that
+    torchrun's other ranks keep quiet about (so nobody printed it) and it skipped the ranks'
+    agreement, where rank 0 waited for rank 1 (s19 audit AM, noticed)."""
+    _in_models_dir(monkeypatch, tmp_path)
+    line = (
+        f"error: --model: cannot import '{FACTORY}:net_not_on_rank1': module "
+        f"'{FACTORY}' has no attribute 'net_not_on_rank1'"
+    )
+    _as_rank(monkeypatch, r, {0: None, 1: line})
+    res = RUNNER.invoke(app, ["read", "--model", f"{FACTORY}:net_not_on_rank1", "--data", "x.pt"])
+    assert res.exit_code == 2  # rank 0 too: it stops instead of waiting for rank 1
+    assert res.stderr == (f"rank 1: {line}\n" if r == 1 else ""), res.stderr
 
 
 def _torchrun(tmp_path: Path, model: str, data: str) -> subprocess.CompletedProcess:

@@ -47,7 +47,7 @@ def _import_factory(spec: str) -> Any:
     try:
         return getattr(importlib.import_module(mod_name), attr)
     except (ImportError, AttributeError) as err:
-        raise typer.BadParameter(f"cannot import {spec!r}: {err}") from err
+        fail(f"--model: cannot import {spec!r}: {err}")
 
 
 def _check_no_arguments_needed(factory: Any, spec: str) -> None:
@@ -100,9 +100,9 @@ def _resolve_model(spec: str) -> tuple[Any, Any, Any]:
         p = planted_mlp()
         return p.model, p.data, p.family
     if spec.startswith("zoo:"):
-        raise typer.BadParameter(f"unknown zoo model {spec!r}; available: zoo:planted-mlp")
+        fail(f"--model: unknown zoo model {spec!r}; available: zoo:planted-mlp")
     if ":" not in spec:
-        raise typer.BadParameter(
+        fail(
             f"--model must be 'zoo:NAME', 'package.module:factory' or a Hugging Face model "
             f"directory; got {spec!r}"
         )
@@ -143,7 +143,7 @@ def _load_data(path: Path) -> Any:
         except Exception as err:  # SafetensorError, OSError: the file is unreadable or corrupt
             fail(f"--data {path}: cannot read safetensors file (truncated or corrupt?): {err}")
         if "x" not in tensors:
-            raise typer.BadParameter(f"{path} holds {sorted(tensors)}; expected a tensor named 'x'")
+            fail(f"--data {path}: holds {sorted(tensors)}; expected a tensor named 'x'")
         return tensors["x"]
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
@@ -158,7 +158,7 @@ def _load_data(path: Path) -> Any:
         )
     if isinstance(obj, dict):
         if "x" not in obj:
-            raise typer.BadParameter(f"{path} holds keys {sorted(obj)}; expected a key 'x'")
+            fail(f"--data {path}: holds keys {sorted(obj)}; expected a key 'x'")
         return obj["x"]
     return obj
 

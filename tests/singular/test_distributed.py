@@ -140,6 +140,28 @@ def test_launch_local_errors() -> None:
         launch_local(1, "nocolon")
 
 
+def wrong_width_net() -> SimpleNamespace:
+    """Factory for `launch_local`: a model taking 5 features and 12 probe samples of 4."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+    return SimpleNamespace(
+        model=model.double(), data=torch.randn(12, 4, dtype=torch.float64), family=Gaussian()
+    )
+
+
+def test_launch_local_says_when_the_warm_up_read_fails() -> None:
+    """The forward error of the warm-up read quotes the warm-up's 2 samples per rank: the message
+    says it came from the warm-up (before, the user saw "data of shape (2, 4)" for a probe set
+    of 12 and no word of a warm-up; s19 trial AK)."""
+    with pytest.raises(ValueError) as err:
+        launch_local(1, "test_distributed:wrong_width_net", read_kwargs={"progress": False})
+    message = str(err.value)
+    assert message.startswith(
+        "the warm-up read on the first 2 of 12 samples (before the timed read) failed: "
+    ), message
+    assert "data of shape (2, 4) does not fit the model" in message
+
+
 def test_torchrun_cli_reads_on_two_ranks_and_only_rank_zero_writes(tmp_path) -> None:
     """``torchrun --nproc_per_node 2 -m neuromanifold read`` (gloo) equals the in-process read."""
     import json

@@ -393,7 +393,15 @@ def _worker(
         x = net.data[0] if isinstance(net.data, tuple | list) else net.data
         warm = net.data[: min(2 * world, x.shape[0])] if isinstance(net.data, Tensor) else None
         if warm is not None:  # first-call costs (lazy imports, kernels) outside the timing
-            read_sharded(net.model, warm, net.family, **{**read_kwargs, "progress": False})
+            try:
+                read_sharded(net.model, warm, net.family, **{**read_kwargs, "progress": False})
+            except ValueError as err:  # its shapes are the warm-up's, not the user's shards
+                if warm.shape[0] == x.shape[0]:  # the whole probe set: the read's own error
+                    raise
+                raise ValueError(
+                    f"the warm-up read on the first {warm.shape[0]} of {x.shape[0]} samples "
+                    f"(before the timed read) failed: {err}"
+                ) from err
         dist.barrier()
         t0 = time.perf_counter()
         reading = read_sharded(net.model, net.data, net.family, **read_kwargs)
@@ -427,7 +435,8 @@ def launch_local(
     ``factory`` (``"package.module:function"``) is called in every process with
     ``factory_kwargs`` and must return an object with ``model``, ``data`` and ``family`` (e.g.
     `neuromanifold.cells.planted.planted_mlp`). Each rank first reads a tiny shard (first-call
-    costs) and then, after a barrier, the timed read. Returns, per rank, ``{"reading":
+    costs; an error there says so, since the shapes it quotes are the warm-up's) and then, after
+    a barrier, the timed read. Returns, per rank, ``{"reading":
     Reading.to_dict(), "seconds": wall time of the timed read}``. A ``ValueError`` a rank raises
     (e.g. fewer samples than processes) is raised here with the rank's message.
     """

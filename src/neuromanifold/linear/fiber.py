@@ -131,6 +131,33 @@ def _ntks_agree(
     return covered(a, b) and covered(b, a)
 
 
+def disagreement_note(alg: RouteSummary, num: RouteSummary, rtol: float) -> str:
+    """Why the algebraic and numeric routes disagree, and what to do, from their summaries.
+
+    The numeric route samples ``n_starts`` random starts, so it can miss points of a finite
+    fiber; the algebraic route enumerates every grouping of the roots, so it missing a point the
+    numeric route found means a root was not recovered to the residual tolerance. The report's
+    points are the union of both routes either way."""
+    if num.n_points < alg.n_points:
+        return (
+            f"the routes disagree: the numeric route found {num.n_points} of the "
+            f"{alg.n_points} points of the algebraic route from {num.n_starts} random starts; "
+            "more starts (n_starts, CLI --starts) usually find the rest. The points listed are "
+            "the union of both routes"
+        )
+    if num.n_points > alg.n_points:
+        return (
+            f"the routes disagree: the algebraic route found {alg.n_points} point(s), the "
+            f"numeric route {num.n_points}; a root of v was not recovered to the tolerance "
+            "(nearly repeated or ill-conditioned roots). The points listed are the union of "
+            "both routes"
+        )
+    return (
+        f"the routes disagree: both found {alg.n_points} point(s) but their NTKs do not match "
+        f"one to one within {rtol:.0e} of the largest entry"
+    )
+
+
 def lcn_fiber(
     arch: LCN,
     v: Any,
@@ -158,6 +185,9 @@ def lcn_fiber(
         n_starts: random starts of the numeric route.
         seed: seed of the numeric route's starts.
         theta_guess: an optional known fiber point, added to the numeric route's starts.
+
+    When both routes ran and disagree (``routes_agree`` False), a note says how
+    (`disagreement_note`); the points reported are the union of both routes.
 
     >>> rep = lcn_fiber(LCN((2, 2), (1,)), [1, 1, -2], [-3], n_starts=8)
     >>> rep.n_points, rep.n_distinct_ntks, rep.routes_agree
@@ -242,6 +272,8 @@ def lcn_fiber(
         agree = applicable[0].n_points == applicable[1].n_points and _ntks_agree(
             per_route_ntks["algebraic"], per_route_ntks["numeric"], rtol
         )
+        if not agree and applicable[1].n_starts > 0:  # n_starts = 0: the numeric route is off
+            notes.append(disagreement_note(applicable[0], applicable[1], rtol))
     if not pts and not applicable:
         notes.append(
             "no route that applies to this v ran (see the routes' notes): nothing was searched, "

@@ -629,9 +629,11 @@ def check_grid(grid: object) -> Tensor:
         raise TypeError(f"grid must be a 1-D sequence of positive floats; got {grid!r}") from exc
     if g.numel() < 2:
         raise ValueError(f"grid must have at least 2 points; got {g.numel()}")
-    if not bool(torch.isfinite(g).all()) or not bool((g > 0).all()):
+    bad = ~(torch.isfinite(g) & (g > 0))  # nan compares false, so it lands here too
+    if bool(bad.any()):
+        i = int(torch.nonzero(bad)[0])  # name the first offender, not the minimum (AO #6)
         raise ValueError(
-            f"grid must be positive and finite; got min {float(g.min()):.3g} "
+            f"grid must be positive and finite; got t[{i}] = {float(g[i]):.6g} "
             f"(t values are distances along u, t > 0)"
         )
     if not bool((g[1:] > g[:-1]).all()):

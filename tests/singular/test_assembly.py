@@ -239,7 +239,8 @@ def test_loci_from_stand_in_records() -> None:
     genuine = [loc for loc in loci if loc.kind == "genuine"]
     assert [loc.orders for loc in genuine] == [(1, 1), (1, 2), (1, 1, 1)]
     assert len({loc.block for loc in genuine}) == 3
-    assert [loc.kind for loc in loci].count("gauge") == 2 and len(notes) == 1
+    assert [loc.kind for loc in loci].count("gauge") == 2 and len(notes) == 2
+    assert "no component_dims were given" in notes[1]  # the three crossings are at dims 1
     expected = (
         normal_crossing([1, 1]).lam + normal_crossing([1, 2]).lam + normal_crossing([1, 1, 1]).lam
     )

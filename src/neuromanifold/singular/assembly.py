@@ -587,7 +587,11 @@ def loci_from_reading(
     part absorbs: that is architecture (e.g. a dead unit of a rank-r linear layer pair has
     components of dimensions (fan-in − r, fan-out − r)). With dimension 1 the slice
     coefficient d/(2k) is a lower bound for wider components; it is exact for scalar units,
-    width-1 chains and dead paths through square linear layers of deficiency one.
+    width-1 chains and dead paths through square linear layers of deficiency one. The error in
+    m goes the other way: components of dimension 1 and equal order tie, where wider ones often
+    do not, so m can be too high (a(b·x) with x in R², i.e. RRR(2, 1, 1, 0): (1/2, 2) with the
+    default, (1/2, 1) with ``component_dims={i: (2, 1)}``). One note names the genuine crossings
+    (records of n ≥ 2 factors) left at the default (`_default_dims_note`).
 
     Two or more genuine records crossing the same ``layers`` (e.g. two dead units of one
     reduced-rank-regression layer pair) are still separate blocks, but a note names them: such
@@ -600,6 +604,7 @@ def loci_from_reading(
     loci: list[Locus] = []
     notes: list[str] = []
     shared: dict[tuple[str, ...], list[str]] = {}
+    default_dims: list[str] = []
     for i, rec in enumerate(records):
         klass, k = _class_of(rec), _field(rec, "k")
         k = None if k is None else int(k)  # an integer >= 1 (_check_records)
@@ -630,6 +635,8 @@ def loci_from_reading(
                     f"component_dims[{i}] must have {len(orders)} entries (one per factor of "
                     f"the orders {orders}), got {dims}"
                 )
+            if not dims and len(orders) >= 2:
+                default_dims.append(name)
             loci.append(Locus(name, "genuine", orders=orders, dims=dims, block=name))
             layers = tuple(map(str, _field(rec, "layers") or ()))
             if layers:
@@ -647,7 +654,21 @@ def loci_from_reading(
                 f"(there: λ = 5 as two blocks against 9/2 for (5, 2, 5, 0)); use the closed "
                 f"forms or posterior sampling"
             )
+    if default_dims:
+        notes.append(_default_dims_note(default_dims))
     return loci, notes
+
+
+def _default_dims_note(names: Sequence[str]) -> str:
+    """The note for genuine crossings whose component dimensions were not given (s20 AO #3)."""
+    return (
+        f"genuine records {', '.join(names)} cross n >= 2 factors and no component_dims were "
+        f"given: each component is taken as 1-dimensional, which is exact for scalar units and "
+        f"width-one chains; for wider components λ is a lower bound and m can be too high "
+        f"(1-dimensional components of equal order tie where wider ones do not: a(b·x) with "
+        f"x in R² assembles to (1/2, 2) by default, against the true (1/2, 1)); pass "
+        f"component_dims for these records"
+    )
 
 
 def assemble_from_reading(

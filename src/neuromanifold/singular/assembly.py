@@ -687,6 +687,14 @@ def assemble_from_reading(
     contradicts the reading and raises ``ValueError`` (it would drop directions the read
     found). For a model whose parameters are all in the read structure (one-node cells, width-1
     chains) the result is the global (λ, m).
+
+    Where θ0 must lie: (λ, m) are Watanabe's learning coefficient and multiplicity only when the
+    read point θ0 is a true parameter (θ0 ∈ W₀, the model at θ0 realises the data distribution,
+    as at a minimum of the population loss). The read does not check this. At another point
+    (a saddle, an unconverged checkpoint) the numbers describe the singularity of the read
+    structure at θ0 only; an SGLD local learning coefficient there measures something else and
+    can be negative (a saddle of Linear→Tanh→Linear read as (1/2, 2) gave −22).
+
     ``regular_dims`` is an integer ≥ 0 (Python or NumPy) or ``None``. ``component_dims``: see
     :func:`loci_from_reading`. A reading that left directions out
     (``max_directions``, or a detector cap that cut dead directions: ``meta["truncated"]``)

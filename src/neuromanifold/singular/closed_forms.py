@@ -202,7 +202,8 @@ def one_hidden_node(activation: str | int) -> ClosedForm:
     """y = a·σ(b x) + N(0,1) noise, true function 0: K ∝ a² b^{2p}, a crossing of orders (1, p).
 
     ``activation`` is a name in :data:`ACTIVATION_ORDERS` or the leading order p ≥ 1 of σ at 0.
-    ReLU counts as p = 1 under symmetric inputs (E[x² 1{x>0}] > 0 on both sides).
+    ReLU counts as p = 1 (ReLU² as p = 2) only with inputs on both sides of 0
+    (E[x² 1{x>0}] > 0 and E[x² 1{x<0}] > 0); the result's ``caveat`` says what happens otherwise.
 
     >>> one_hidden_node("gelu").lam, one_hidden_node("gelu").m, one_hidden_node("relu2").lam
     (Fraction(1, 2), 2, Fraction(1, 4))
@@ -217,7 +218,16 @@ def one_hidden_node(activation: str | int) -> ClosedForm:
     else:
         p = _pos_int("activation", activation)
     cf = normal_crossing([1, p])
-    return ClosedForm(cf.lam, cf.m, model=f"one hidden node {activation} (p={p})")
+    caveat = _ONE_SIDED_CAVEAT if activation in ("relu", "relu2") else ""
+    return ClosedForm(cf.lam, cf.m, model=f"one hidden node {activation} (p={p})", caveat=caveat)
+
+
+#: Why a ReLU-type node's closed form needs inputs on both sides of 0 (s20 trial AO #1).
+_ONE_SIDED_CAVEAT = (
+    "valid only with inputs on both sides of 0: if every input has one sign (post-ReLU "
+    "activations, nonnegative pixels) or a bias can switch the unit off, K = 0 on an open set "
+    "next to θ0 (b·x ≤ 0 for all x) and the local λ there is 0, not this value"
+)
 
 
 def rrr(M: int, H: int, N: int, r: int) -> ClosedForm:

@@ -237,7 +237,7 @@ def test_read_data_file_problems(tmp_path: Path) -> None:
     )
     assert_usage_error(
         RUNNER.invoke(app, [*base, ""], env=ENV),
-        "error: --data: the path is empty; expected a torch or safetensors file",
+        "error: --data: the path is empty; expected a torch, safetensors or .npy file",
     )
     assert_usage_error(RUNNER.invoke(app, [*base, "."], env=ENV), "error: --data .: is a directory")
     assert_usage_error(

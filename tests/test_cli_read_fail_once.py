@@ -106,7 +106,10 @@ def _torchrun_env(monkeypatch: pytest.MonkeyPatch, r: int) -> None:
     [
         (["--json", "."], "error: --json .: is a directory; expected a file path"),
         (["--out", ""], "error: --out: the path is empty; expected a directory"),
-        (["--data", ""], "error: --data: the path is empty; expected a torch or safetensors file"),
+        (
+            ["--data", ""],
+            "error: --data: the path is empty; expected a torch, safetensors or .npy file",
+        ),
     ],
 )
 def test_an_argument_failure_is_printed_by_rank_zero_only(

@@ -113,8 +113,10 @@ def test_shard_errors() -> None:
         shard_slice(10, 2, 2)
     with pytest.raises(TypeError, match=r"n must be an int; got float"):
         shard_slice(10.0, 0, 1)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"data must be a Tensor \(N, \.\.\.\) or a pair"):
+    with pytest.raises(TypeError, match=r"an \(X, y\) tuple; got a sequence of length 3"):
         shard_data([1, 2, 3])
+    with pytest.raises(TypeError, match=r"data must be a Tensor \(N, \.\.\.\) or a pair"):
+        shard_data([1, 2])
     # s16 trial Y #6: the whole data's sizes, not rank 1's shard's "(2,) … N = 5"
     x, y = torch.zeros(10, 3), torch.zeros(7, dtype=torch.long)
     labels = r"y have shape \(7,\); expected a leading dimension N = 10"

@@ -124,17 +124,32 @@ def _resolve_model(spec: str) -> tuple[Any, Any, Any]:
     return model, data, family
 
 
+_NPY_MAGIC = b"\x93NUMPY"
+"""The first bytes of a file written by ``numpy.save``."""
+
+
 def _load_data(path: Path) -> Any:
-    """The probe inputs in ``path``: a tensor, or the entry ``x`` of a dict / safetensors file.
-    Every file problem exits 2 with one line naming ``--data``."""
+    """The probe inputs in ``path``: a tensor, the entry ``x`` of a dict / safetensors file, or a
+    NumPy ``.npy`` array (no pickled objects). Every file problem exits 2 with one line naming
+    ``--data``."""
     import torch
 
     from neuromanifold.io import torch_error_line
 
     if path.is_dir():
-        fail(f"--data {path}: is a directory; expected a torch (.pt) or safetensors file")
+        fail(f"--data {path}: is a directory; expected a torch (.pt), safetensors or .npy file")
     if not path.exists():
         fail(f"--data {path}: no such file")
+    with path.open("rb") as fh:
+        numpy_file = fh.read(len(_NPY_MAGIC)) == _NPY_MAGIC
+    if numpy_file:  # np.save's format, whatever the suffix (s20 trial AN #3)
+        import numpy as np
+
+        try:
+            array = np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as err:  # object arrays (pickles), a truncated file
+            fail(f"--data {path}: cannot read this NumPy .npy file: {err}")
+        return _checked_layout(torch.from_numpy(array), path)
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
@@ -144,7 +159,7 @@ def _load_data(path: Path) -> Any:
             fail(f"--data {path}: cannot read safetensors file (truncated or corrupt?): {err}")
         if "x" not in tensors:
             fail(f"--data {path}: holds {sorted(tensors)}; expected a tensor named 'x'")
-        return tensors["x"]
+        return _checked_layout(tensors["x"], path)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # UnpicklingError, KeyError, RuntimeError, OSError, ...
@@ -159,7 +174,26 @@ def _load_data(path: Path) -> Any:
     if isinstance(obj, dict):
         if "x" not in obj:
             fail(f"--data {path}: holds keys {sorted(obj)}; expected a key 'x'")
-        return obj["x"]
+        obj = obj["x"]
+    return _checked_layout(obj, path)
+
+
+def _checked_layout(obj: Any, path: Path) -> Any:
+    """``obj`` when it is laid out as probe data (a tensor with a sample axis, or a pair whose
+    first entry is one); else exit 2 naming ``--data`` (s20 trial AN #2, #3: a 1-tuple crashed
+    with an IndexError, a 3-list was read as its first two entries, a 0-d tensor was told it
+    was not a Tensor). What the entries hold (dtypes, label shapes) the read itself checks."""
+    import torch
+
+    if isinstance(obj, tuple | list) and len(obj) != 2:
+        fail(
+            f"--data {path}: holds a {type(obj).__name__} of {len(obj)} "
+            f"entr{'y' if len(obj) == 1 else 'ies'}; expected a "
+            "tensor of inputs, a pair (x, y) or {'x': ...}"
+        )
+    x = obj[0] if isinstance(obj, tuple | list) else obj
+    if isinstance(x, torch.Tensor) and x.ndim == 0:
+        fail(f"--data {path}: holds a 0-d tensor; expected inputs with a leading sample axis")
     return obj
 
 
@@ -234,7 +268,7 @@ def _parsed_once(parse: Callable[[str], Path]) -> Callable[[str], Path]:
     return parse_once
 
 
-_DATA = _parsed_once(nonempty_path("--data", "a torch or safetensors file"))
+_DATA = _parsed_once(nonempty_path("--data", "a torch, safetensors or .npy file"))
 _CHECKPOINT = _parsed_once(nonempty_path("--checkpoint", "a weights file"))
 _OUT = _parsed_once(out_dir_parser())
 
@@ -325,7 +359,7 @@ def register(app: typer.Typer) -> None:
             "--data",
             parser=_DATA,
             metavar="FILE",
-            help="probe inputs: a torch file (tensor or {'x': ...}) or safetensors",
+            help="probe inputs: a torch file (tensor or {'x': ...}), safetensors or NumPy .npy",
         ),
         family: str | None = typer.Option(
             None,

@@ -251,18 +251,25 @@ def shard_data(data: Any, *, rank: int | None = None, world: int | None = None) 
     """This rank's contiguous shard of ``data`` (a Tensor or an ``(x, y)`` pair).
 
     ``rank``/``world`` default to the default process group's (the whole data without one).
-    Labels whose length differs from the inputs' are refused here, with the whole data's sizes
+    A sequence that is not a pair and a 0-d input are refused with `read`'s own words. Labels
+    whose length differs from the inputs' are refused here, with the whole data's sizes
     (s16 trial Y #6: the read's own check then quoted a rank's shard, "(2,) … N = 5" for 10
     inputs and 7 labels).
     """
     r = (dist.get_rank() if _active() else 0) if rank is None else rank
     w = world_size() if world is None else world
+    if isinstance(data, tuple | list) and len(data) != 2:  # as `read` words it (s20 trial AN #2)
+        raise TypeError(
+            f"data must be a Tensor or an (X, y) tuple; got a sequence of length {len(data)}"
+        )
     x = data[0] if isinstance(data, tuple | list) else data
-    if not isinstance(x, Tensor) or x.ndim == 0:
+    if not isinstance(x, Tensor):
         raise TypeError(
             f"data must be a Tensor (N, ...) or a pair (x, y); got {type(data).__name__}"
         )
-    if isinstance(data, tuple | list) and len(data) == 2:
+    if x.ndim == 0:
+        raise ValueError(f"data must hold at least one sample (N, ...); got {tuple(x.shape)}")
+    if isinstance(data, tuple | list):
         y = data[1]  # checked on the whole data: a rank's shard would quote its own sizes
         if isinstance(y, Tensor) and (y.ndim == 0 or y.shape[0] != x.shape[0]):
             raise ValueError(

@@ -1,0 +1,94 @@
+"""`read --data`: NumPy ``.npy`` probe sets, and files whose layout is not probe data (s20 trial AN
+#2, #3: a 1-tuple crashed with an IndexError traceback, a 3-list was read as its first two
+entries, a 0-d tensor was told "must be a Tensor … got Tensor", and a ``.npy`` file was called
+"truncated, corrupt or not weights-only?")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from neuromanifold.cells.planted import planted_mlp
+from neuromanifold.cli import app
+from neuromanifold.singular.distributed import shard_data
+
+RUNNER = CliRunner()
+ENV = {"COLUMNS": "300"}
+
+
+def _read(data: Path, out: Path) -> dict:
+    args = ["read", "--model", "zoo:planted-mlp", "--data", str(data), "--max-directions", "2"]
+    res = RUNNER.invoke(app, [*args, "--json", str(out)], env=ENV)
+    assert res.exit_code == 0, res.output
+    return json.loads(out.read_text())
+
+
+def test_a_npy_probe_set_reads_like_the_same_tensor_saved_by_torch(tmp_path: Path) -> None:
+    x = planted_mlp().data
+    np.save(tmp_path / "x.npy", x.numpy())
+    torch.save(x, tmp_path / "x.pt")
+    from_npy = _read(tmp_path / "x.npy", tmp_path / "npy.json")
+    from_pt = _read(tmp_path / "x.pt", tmp_path / "pt.json")
+    assert from_npy["directions"], "the planted cell must give directions to compare"
+    assert from_npy["directions"] == from_pt["directions"]
+
+
+def _refused(path: Path, line: str) -> None:
+    res = RUNNER.invoke(app, ["read", "--model", "zoo:planted-mlp", "--data", str(path)], env=ENV)
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    assert res.stderr.strip() == f"error: --data {path}: {line}", res.stderr
+
+
+@pytest.mark.parametrize(
+    ("obj", "line"),
+    [
+        (
+            (torch.zeros(4, 2),),
+            "holds a tuple of 1 entry; expected a tensor of inputs, a pair (x, y) or {'x': ...}",
+        ),
+        (
+            [torch.zeros(4, 2), torch.zeros(4), torch.zeros(4, 2)],
+            "holds a list of 3 entries; expected a tensor of inputs, a pair (x, y) or {'x': ...}",
+        ),
+        (torch.tensor(0.0), "holds a 0-d tensor; expected inputs with a leading sample axis"),
+        (
+            {"x": torch.tensor(1.0)},
+            "holds a 0-d tensor; expected inputs with a leading sample axis",
+        ),
+    ],
+)
+def test_a_torch_file_that_is_not_laid_out_as_probe_data_is_refused(
+    tmp_path: Path, obj: object, line: str
+) -> None:
+    path = tmp_path / "x.pt"
+    torch.save(obj, path)
+    _refused(path, line)
+
+
+def test_npy_files_that_cannot_be_probe_data_are_refused(tmp_path: Path) -> None:
+    scalar = tmp_path / "scalar.npy"
+    np.save(scalar, np.float64(1.0))
+    _refused(scalar, "holds a 0-d tensor; expected inputs with a leading sample axis")
+    objects = tmp_path / "objects.npy"
+    np.save(objects, np.array([{"a": 1}], dtype=object), allow_pickle=True)  # a pickle inside
+    _refused(
+        objects,
+        "cannot read this NumPy .npy file: Object arrays cannot be loaded when allow_pickle=False",
+    )
+
+
+def test_shard_data_refuses_sequences_that_are_not_pairs_and_0d_inputs() -> None:
+    x = torch.zeros(4, 2)
+    for data in ((x,), [x, torch.zeros(4), x]):
+        with pytest.raises(TypeError, match=rf"got a sequence of length {len(data)}$"):
+            shard_data(data)
+    with pytest.raises(
+        ValueError, match=r"data must hold at least one sample \(N, \.\.\.\); got \(\)"
+    ):
+        shard_data(torch.tensor(0.0))

@@ -593,6 +593,12 @@ def loci_from_reading(
     default, (1/2, 1) with ``component_dims={i: (2, 1)}``). One note names the genuine crossings
     (records of n ≥ 2 factors) left at the default (`_default_dims_note`).
 
+    A genuine record whose ``info`` has ``"one_sided"`` (the read found F = 0 along −u on the
+    record's window) is still counted as read, but a note names it: if K vanishes on an open set
+    next to θ0 (a ReLU unit that one-signed inputs or a bias can switch off), the local λ there
+    is 0 and the block's contribution an overestimate (docs/triple.md §5, "One-sided ReLU
+    units").
+
     Two or more genuine records crossing the same ``layers`` (e.g. two dead units of one
     reduced-rank-regression layer pair) are still separate blocks, but a note names them: such
     units may mix into a determinantal structure that does not split into independent crossings
@@ -637,6 +643,9 @@ def loci_from_reading(
                 )
             if not dims and len(orders) >= 2:
                 default_dims.append(name)
+            info = _field(rec, "info")
+            if isinstance(info, Mapping) and info.get("one_sided") is not None:
+                notes.append(_one_sided_note(name, orders, dims or (1,) * len(orders)))
             loci.append(Locus(name, "genuine", orders=orders, dims=dims, block=name))
             layers = tuple(map(str, _field(rec, "layers") or ()))
             if layers:
@@ -657,6 +666,17 @@ def loci_from_reading(
     if default_dims:
         notes.append(_default_dims_note(default_dims))
     return loci, notes
+
+
+def _one_sided_note(name: str, orders: Sequence[int], dims: Sequence[int]) -> str:
+    """The note for a genuine record that reads flat along −u (s20 AO #1)."""
+    lam = _crossing(list(zip(orders, dims, strict=True)))[0]
+    return (
+        f"{name}: counted as read (λ_block = {lam}), but the Fisher vanishes along "
+        f"−u (info['one_sided']): if K vanishes on an open set next to θ0 (a ReLU unit that "
+        f"one-signed inputs or a bias can switch off) the local λ there is 0 and this block's "
+        f"contribution an overestimate (docs/triple.md §5, 'One-sided ReLU units')"
+    )
 
 
 def _default_dims_note(names: Sequence[str]) -> str:

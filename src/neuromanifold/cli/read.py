@@ -565,15 +565,23 @@ def register(app: typer.Typer) -> None:
             if out is not None and main_rank:
                 from neuromanifold.report.resume import LOG_NAME, resumable_read
 
-                reading = resumable_read(  # the log's fingerprint: the whole probe set
-                    net,
-                    x,
-                    fam,
-                    log_path=out / LOG_NAME,
-                    resume=resume,
-                    fingerprint_data=x_all,
-                    **options,
-                )
+                try:
+                    reading = resumable_read(  # the log's fingerprint: the whole probe set
+                        net,
+                        x,
+                        fam,
+                        log_path=out / LOG_NAME,
+                        resume=resume,
+                        fingerprint_data=x_all,
+                        **options,
+                    )
+                except KeyboardInterrupt:  # the log keeps every direction read so far
+                    typer.echo(
+                        f"interrupted: the directions read so far are kept in {out / LOG_NAME}; "
+                        "run the same command with --resume to continue",
+                        err=True,
+                    )
+                    raise typer.Exit(code=130) from None
             else:
                 reading = read(net, x, fam, **options)
         except (ValueError, TypeError) as err:  # agreed checks are marked; others: this rank's
@@ -594,7 +602,10 @@ def register(app: typer.Typer) -> None:
                 _figure_factors(net, x, fam, reading)
             return
         table = Table(title=f"read: {model} ({reading.meta['n_samples']} samples)")
-        cols = ["layer", "detector", "k", "k̂", "slope", "r²", "class", "magnitude"]
+        # "#": the direction's index in the reading (its JSON and report.md): a chain across
+        # several layers has a row per layer, all with its number (s20 trial AN, suggestion)
+        cols = ["#", "layer", "detector", "k", "k̂", "slope", "r²", "class", "magnitude"]
+        number = {id(r): i for i, r in enumerate(reading.directions)}
         for col in cols + (["coord. scan"] if baseline else []):
             # long names fold onto further lines instead of being cut with an ellipsis
             table.add_column(col, overflow="fold")
@@ -605,6 +616,7 @@ def register(app: typer.Typer) -> None:
                     b = (r.baseline or {}).get(layer)
                     extra = ["—" if b is None else _scan_summary(b)]
                 table.add_row(
+                    str(number[id(r)]),
                     layer,
                     r.detector,
                     "—" if r.k is None else str(r.k),

@@ -1,0 +1,52 @@
+"""`neuromanifold read`'s table numbers its directions, and an interrupted ``--out`` read says
+where its directions are kept (s20 trial AN, suggestions: a chain's two rows looked like two
+node deaths; Ctrl-C exited 130 with no word of ``--resume``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from neuromanifold.cli import app
+
+RUNNER = CliRunner()
+ENV = {"COLUMNS": "200"}
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("│").split("│")]
+
+
+def test_every_row_carries_its_direction_number(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    res = RUNNER.invoke(app, ["read", "--model", "zoo:planted-mlp", "--json", str(out)], env=ENV)
+    assert res.exit_code == 0, res.output
+    directions = json.loads(out.read_text())["directions"]
+    header = next(line for line in res.stdout.splitlines() if "detector" in line)
+    assert _cells(header.replace("┃", "│"))[:2] == ["#", "layer"]
+    rows = [_cells(line) for line in res.stdout.splitlines() if line.startswith("│")]
+    expected = sorted((str(i), layer) for i, d in enumerate(directions) for layer in d["layers"])
+    assert sorted((r[0], r[1]) for r in rows) == expected
+    chain = next(i for i, d in enumerate(directions) if len(d["layers"]) > 1)  # planted: 0+2
+    assert [r[1] for r in rows if r[0] == str(chain)] == directions[chain]["layers"]
+
+
+def test_an_interrupted_read_with_out_points_to_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import neuromanifold.report.resume as resume
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(resume, "resumable_read", interrupted)
+    out = tmp_path / "report"
+    res = RUNNER.invoke(app, ["read", "--model", "zoo:planted-mlp", "--out", str(out)], env=ENV)
+    assert res.exit_code == 130
+    assert res.stderr == (
+        f"interrupted: the directions read so far are kept in {out / 'read.jsonl'}; run the "
+        "same command with --resume to continue\n"
+    )

@@ -111,7 +111,14 @@ def test_read_passes_are_the_documented_sum(bench):
     n_out = model[-1].weight.shape[0]
     re_reads = sum("unsnapped" in d.info or "unprojected" in d.info for d in reading.directions)
     sweeps = SWEEP_PASSES * (len(reading.directions) + re_reads)
-    expected = STRUCTURE_PASSES + PROBE_RANK_PASSES + (1 + n_out) + sweeps
+    # a genuine read is also evaluated at the mirrored t of its fitted window (one_sided_check)
+    mirror = sum(
+        sum(d.window[0] <= t <= d.window[1] for t in d.sweep["t"])
+        for d in reading.directions
+        if d.klass == "genuine_singularity"
+    )
+    assert mirror > 0  # the rank-1 RRR at r = 1 has genuine records
+    expected = STRUCTURE_PASSES + PROBE_RANK_PASSES + (1 + n_out) + sweeps + mirror
     total = reading.meta["n_forward_passes"] + reading.meta["n_backward_passes"]
     assert total == expected
     assert bench.read_row(model, probe, bench.Gaussian(sigma=1.0), bench._rrr_dims).passes == total

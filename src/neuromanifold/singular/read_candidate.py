@@ -6,12 +6,15 @@ generators, any other against the span of the curved-gauge generators sharing it
 `neuromanifold.singular.classify`), then, as `read`
 documents (its module docstring, steps 5–6): the snapped re-read when ``snap="auto"`` and the
 rate is not visible; the re-read off the span of those generators (`project_out_gauges`) when it
-read genuine; and, for a duality chain, each block's own rate (`per_layer_rates`). `record`
+read genuine; and, for a duality chain, each block's own rate (`per_layer_rates`). A read that
+ends genuine is also checked on the mirrored side (`one_sided_check`): the directional Fisher at
+``θ_b − t·u`` for the t of its fitted window, because the sweep runs along ``t > 0`` only. `record`
 turns the result into a `DirectionRecord`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -19,10 +22,11 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from neuromanifold.singular.classify import fit_past_noise_plateau
+from neuromanifold.singular._validate import check_direction, prepare
+from neuromanifold.singular.classify import FLOOR_MARGIN, fit_past_noise_plateau
 from neuromanifold.singular.detectors.base import Candidate
 from neuromanifold.singular.direction import VISIBILITY_FACTOR, read_direction
-from neuromanifold.singular.fisher import directional_fisher
+from neuromanifold.singular.fisher import directional_fisher, fisher_along_line
 from neuromanifold.singular.memory import MemoryPlan
 from neuromanifold.singular.rate import fit_rate
 from neuromanifold.singular.reading import DirectionRecord
@@ -31,7 +35,9 @@ from neuromanifold.singular.sweep import floor_from_scale
 
 __all__ = [
     "MIN_RESIDUAL",
+    "ONE_SIDED_REASON",
     "PROJECT_MIN_OVERLAP",
+    "one_sided_check",
     "per_layer_rates",
     "project_out_gauges",
     "read_candidate",
@@ -43,6 +49,14 @@ MIN_RESIDUAL = 0.1
 """No re-read off the gauge span when less than this fraction of the candidate's norm survives."""
 PROJECT_MIN_OVERLAP = 1e-3
 """A genuine read is repeated off the curved-gauge span when its overlap is at least this."""
+ONE_SIDED_REASON = (
+    "; F vanishes along −u (F(−t) ≤ {margin:g}×floor = {cut:.3g} at the {n} t of the window, "
+    "max F(−t) {top:.3g}): the zero set of K extends to one side of θ0, so the order k holds "
+    "along +u only (for a ReLU unit that its inputs can switch off, the local λ there is 0, "
+    "not 1/(2k): docs/triple.md)"
+)
+"""Clause appended to the reason of a genuine record whose mirrored side is flat
+(`one_sided_check`)."""
 
 
 def _flatten(u: dict[str, Tensor], keys: Sequence[str], params: dict[str, Tensor]) -> Tensor:
@@ -142,7 +156,11 @@ def read_candidate(
     vector ``P_G û``, which gives the same overlap). ``live_threshold``: passed to
     every sweep's classification (``None``: each read's default).
 
-    Returns ``(record, forward passes of its sweeps)``.
+    A read that ends genuine (k ≥ 2) is checked on its mirrored side (`one_sided_check`); when
+    that side is flat the record gets ``info["one_sided"]`` and a clause in its reason (class and
+    k unchanged).
+
+    Returns ``(record, forward passes of its sweeps and of the mirrored-side check)``.
     """
     n_passes = 0
     xw = xd[0] if isinstance(xd, tuple) else xd
@@ -201,6 +219,14 @@ def read_candidate(
         r = sweep_read(u_proj, r.snapped, None)
         u_read = u_proj
     n_passes += r.sweep.n_forward_passes
+    one_sided = None
+    if _is_genuine(r):
+        one_sided, mirror_passes = one_sided_check(
+            work, params, u_read, r, xd, family, chunk=chunk, t_batch=t_batch
+        )
+        n_passes += mirror_passes
+        if one_sided is not None:
+            info = {**info, "one_sided": one_sided}
     if per_layer and cand.detector == "duality" and len(cand.layers) > 1:
         rates = per_layer_rates(
             work, params, cand, u_read, r, xw, family, plan=plan, live_threshold=live_threshold
@@ -208,7 +234,69 @@ def read_candidate(
         info = {**info, "per_layer": rates}
         n_passes += len(r.sweep.ts)
     info = {**info, "support": direction_support(u_read)}
-    return record(cand, r, overlap, info), n_passes
+    rec = record(cand, r, overlap, info)
+    if one_sided is not None:
+        cut = FLOOR_MARGIN * r.sweep.floor
+        clause = ONE_SIDED_REASON.format(
+            margin=FLOOR_MARGIN, cut=cut, n=len(one_sided["t"]), top=max(one_sided["F_minus"])
+        )
+        rec = dataclasses.replace(rec, reason=rec.reason + clause)
+    return rec, n_passes
+
+
+def one_sided_check(
+    model: nn.Module,
+    params: dict[str, Tensor],
+    u: dict[str, Tensor],
+    reading: Any,
+    xd: Tensor | tuple[Tensor, Tensor],
+    family: Any,
+    *,
+    chunk: int | None,
+    t_batch: int,
+) -> tuple[dict[str, list[float]] | None, int]:
+    """Whether the genuine read ``reading`` of ``u`` holds on one side of its base point only.
+
+    The sweep reads ``F_u(θ_b + t·u)`` for ``t > 0`` (``θ_b = θ0 + s·u``, ``s`` the read's
+    ``sweep.base_shift``: 0, or ``−uᵀθ0`` when it was snapped), so its class can depend on the
+    arbitrary sign of ``u``: a ReLU unit whose inputs lie on one side of 0 reads order 2 along
+    the diagonal of its (input, output) weights that turns it on, and is flat along the one that
+    switches it off. This evaluates the directional Fisher at the mirrored points ``θ_b − t·u``
+    for the t of the read's fitted window (``F_{−u} = F_u``: the same quadratic form), one JVP
+    pass per t, with the read's ``chunk`` and ``t_batch``.
+
+    Returns ``(result, passes)``: ``result`` is ``{"t", "F_plus", "F_minus"}`` (lists of floats:
+    the window's t, the sweep's F there and the mirrored F) when every mirrored value is at or
+    below the flat level of the classification (``FLOOR_MARGIN·F_floor``, `classify` rule 1, with
+    the read's own floor) while every swept value in the window is above it; ``None`` otherwise
+    (and when the read has no window).
+    """
+    window = reading.fit.window
+    if window is None:
+        return None, 0
+    i0, i1 = window
+    ts = list(reading.sweep.ts[i0 : i1 + 1])
+    f_plus = [float(v) for v in reading.sweep.F[i0 : i1 + 1]]
+    prep = prepare(model, params, xd)
+    u_unit, _ = check_direction(prep.params, u)
+    shift = reading.sweep.base_shift
+    base = {k: (v + shift * u_unit[k] if k in u_unit else v) for k, v in prep.params.items()}
+    minus = {k: -v for k, v in u_unit.items()}
+    values, _ = fisher_along_line(
+        model,
+        prep,
+        base,
+        minus,
+        torch.tensor(ts, dtype=torch.float64),
+        family,
+        chunk_size=chunk,
+        t_batch=t_batch,
+    )
+    f_minus = [float(v) for v in values]
+    cut = FLOOR_MARGIN * reading.sweep.floor
+    if all(f <= cut for f in f_minus) and all(f > cut for f in f_plus):
+        return {"t": ts, "F_plus": f_plus, "F_minus": f_minus}, len(ts)
+    return None, len(ts)
 
 
 def _summary(r: Any) -> dict[str, Any]:

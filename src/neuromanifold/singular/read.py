@@ -271,7 +271,8 @@ def read(
             nothing, the first read is reported and ``info["snapped_read"]`` keeps the second.
             The first read is kept too when it is genuine in a window starting at
             ``t ≤ |uᵀθ0|/10``, whatever the snapped read says: an offset along ``u`` would show
-            slope 0 there, so the offset hid nothing.
+            slope 0 there, so the offset hid nothing. And it is kept when the snapped read is
+            ``unresolved`` (no rate window) and the first is not: the snap showed no rate.
             The re-read is skipped when the offset ``|uᵀθ0|`` is at least the sweep's largest t
             (``ρ_W`` on the default grid): the snap corrects dead weights that are small on the
             scale of the sweep (spec §7.2 step 3), and a snapped point farther from θ0 than

@@ -196,7 +196,12 @@ def read_candidate(
         info = {"snap_skipped": {"offset": r.offset, "t_max": r.sweep.ts[-1]}}
     if re_snap:
         first, snapped = r, sweep_read(cand.u, True, gens)
-        if _is_genuine(first) and (not _is_genuine(snapped) or _order_below_offset(first)):
+        keep_first = _is_genuine(first) and (not _is_genuine(snapped) or _order_below_offset(first))
+        # the snap is there to show a rate the offset hides; a snapped sweep with no rate
+        # window showed none, and a classified first read stands (s20 trial AN #1: zero weights
+        # of a ReLU channel snapped below zero, F ≈ 0 up to the offset, then a jump)
+        keep_first = keep_first or (_unresolved(snapped) and not _unresolved(first))
+        if keep_first:
             # the unsnapped sweep already shows an order ≥ 2 below the offset, so the offset hid
             # nothing; the snapped point is another model (a regular point of the product a·b
             # snapped along the diagonal reads live; a chain through a unit of constant output
@@ -314,6 +319,11 @@ def _order_below_offset(r: Any) -> bool:
     (`neuromanifold.singular.detectors.bias_link`)."""
     window = r.fit.t_window
     return _is_genuine(r) and window is not None and window[0] * VISIBILITY_FACTOR <= r.offset
+
+
+def _unresolved(r: Any) -> bool:
+    """Whether the read ``r`` found no rate window to classify (class ``unresolved``)."""
+    return r.klass.value == "unresolved"
 
 
 def _is_genuine(r: Any) -> bool:

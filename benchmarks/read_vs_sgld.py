@@ -67,10 +67,11 @@ check and graph trace, on 16 samples, counted as full passes), the probe-rank co
 backward per output Hessian column: the forward those backwards reuse counts 1 more, an
 over-count by one), and per read direction 32 forward-mode JVP passes (one per t, also when
 ``vmap`` evaluates several t at once) + 1 for the floor's random direction, again for a snapped
-re-read, and for a genuine read 1 per t-value of its fitted window (the mirrored side,
-``info["one_sided"]``). E.g. ``rrr 3-2-3``: 2 + 2 + (1 + 3) + 33 + 9 = 50. A JVP pass (primal +
-tangent) is counted like an SGLD forward+backward. An SGLD pass touches 1000 samples, a read
-pass 256 (128): per sample processed, the ratios below would be ×3.9 (×7.8) larger.
+re-read, for a genuine read 1 per t-value of its fitted window (the mirrored side,
+``info["one_sided"]``) and for a flat non-gauge read 3 (its mirrored side at the largest t). E.g.
+``rrr 3-2-3``: 2 + 2 + (1 + 3) + 33 + 9 = 50. A JVP pass (primal + tangent) is counted like an SGLD
+forward+backward. An SGLD pass touches 1000 samples, a read pass 256 (128): per sample processed,
+the ratios below would be ×3.9 (×7.8) larger.
 
 Second table: devinterp's own estimator (``pip install devinterp==2.0.1``, the ``bench`` extra),
 ``devinterp.slt.llc.llc`` — its documented one-call "sample and compute LLC" entry point — on the

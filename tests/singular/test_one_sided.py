@@ -20,7 +20,11 @@ from neuromanifold import read
 from neuromanifold.singular import Gaussian, directional_fisher, read_direction
 from neuromanifold.singular.classify import FLOOR_MARGIN
 from neuromanifold.singular.detectors.base import Candidate
-from neuromanifold.singular.read_candidate import one_sided_check, read_candidate
+from neuromanifold.singular.read_candidate import (
+    MIRROR_TOP_POINTS,
+    one_sided_check,
+    read_candidate,
+)
 from neuromanifold.singular.reading import Reading
 
 N = 256
@@ -94,8 +98,9 @@ def test_the_reading_round_trips_with_the_key() -> None:
 
 
 def test_read_candidate_counts_the_mirror_passes_and_keeps_the_class() -> None:
-    """Along +u: genuine k = 2 with the key, the window's t added to the passes; along −u the
-    sweep itself is flat (no genuine read, no check, no extra pass)."""
+    """Along +u: genuine k = 2 with the key, the window's t added to the passes. Along −u the
+    sweep is flat; its mirrored side (`flat_side_check`, the sweep's top t) is not, so −(−u) is
+    read and reported (``info["flipped"]``): the class no longer depends on the detector's sign."""
     model, x = _cell(nn.ReLU()), _inputs(one_sided=True)
     params = {k: v.detach() for k, v in model.named_parameters()}
     kwargs = {
@@ -115,9 +120,38 @@ def test_read_candidate_counts_the_mirror_passes_and_keeps_the_class() -> None:
         Candidate(("0", "2"), "duality", _diagonal(-1, -1)), model, params, x, Gaussian(), **kwargs
     )
     assert (plus.klass, plus.k) == ("genuine_singularity", 2)
-    assert len(plus.sweep["t"]) + 1 == n_minus  # one sweep: grid points + the floor pass
-    assert n_plus == n_minus + len(plus.info["one_sided"]["t"])
-    assert minus.klass == "flat_gauge" and "one_sided" not in minus.info
+    sweep = len(plus.sweep["t"]) + 1  # one sweep: grid points + the floor pass
+    assert n_plus == sweep + len(plus.info["one_sided"]["t"])
+    assert (minus.klass, minus.k) == ("genuine_singularity", 2)
+    assert minus.info["flipped"]["given_sign"]["class"] == "flat_gauge"
+    assert len(minus.info["flipped"]["t"]) == MIRROR_TOP_POINTS
+    assert min(minus.info["flipped"]["F_minus"]) > 0.0
+    assert minus.sweep["F"] == plus.sweep["F"]  # the same read as along +u
+    assert minus.info["one_sided"] == plus.info["one_sided"]
+    # the flat sweep, its top-t check, the sweep along +u and that read's own mirrored check
+    assert n_minus == sweep + MIRROR_TOP_POINTS + n_plus
+
+
+def test_a_flat_read_flat_on_both_sides_is_not_flipped() -> None:
+    """The outgoing weight of the cell's unit, whose incoming weight is 0 (its output is 0 on
+    every input): flat along ±u, so only the top-t check is added."""
+    model, x = _cell(nn.ReLU()), _inputs(one_sided=False)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    u = {"2.weight": torch.ones(1, 1, dtype=torch.float64)}
+    kwargs = {
+        "grid": None,
+        "snap": False,
+        "gauges": [],
+        "project_gauges": False,
+        "per_layer": False,
+        "chunk": None,
+        "t_batch": 8,
+        "plan": None,
+    }
+    rec, n = read_candidate(Candidate(("2",), "kfac-A", u), model, params, x, Gaussian(), **kwargs)
+    assert rec.klass == "flat_gauge"
+    assert "flipped" not in rec.info and "mirrored_read" not in rec.info
+    assert n == len(rec.sweep["t"]) + 1 + MIRROR_TOP_POINTS
 
 
 def test_the_check_starts_from_the_snapped_base_point() -> None:

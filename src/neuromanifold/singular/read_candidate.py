@@ -8,8 +8,10 @@ documents (its module docstring, steps 5–6): the snapped re-read when ``snap="
 rate is not visible; the re-read off the span of those generators (`project_out_gauges`) when it
 read genuine; and, for a duality chain, each block's own rate (`per_layer_rates`). A read that
 ends genuine is also checked on the mirrored side (`one_sided_check`): the directional Fisher at
-``θ_b − t·u`` for the t of its fitted window, because the sweep runs along ``t > 0`` only. `record`
-turns the result into a `DirectionRecord`.
+``θ_b − t·u`` for the t of its fitted window, because the sweep runs along ``t > 0`` only; a
+non-gauge read that ends flat is checked there at the sweep's largest t (`flat_side_check`) and,
+when that side is not flat, read along ``−u`` instead. `record` turns the result into a
+`DirectionRecord`.
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ from neuromanifold.singular.sweep import floor_from_scale
 
 __all__ = [
     "MIN_RESIDUAL",
+    "MIRROR_TOP_POINTS",
     "ONE_SIDED_REASON",
     "PROJECT_MIN_OVERLAP",
+    "flat_side_check",
     "one_sided_check",
     "per_layer_rates",
     "project_out_gauges",
@@ -158,7 +162,10 @@ def read_candidate(
 
     A read that ends genuine (k ≥ 2) is checked on its mirrored side (`one_sided_check`); when
     that side is flat the record gets ``info["one_sided"]`` and a clause in its reason (class and
-    k unchanged).
+    k unchanged). A non-gauge read that ends flat is checked on its mirrored side at the sweep's
+    largest t (`flat_side_check`); when that side is not flat, ``−u`` is read, and reported with
+    ``info["flipped"]`` when it classifies (genuine or live), else noted in
+    ``info["mirrored_read"]``.
 
     Returns ``(record, forward passes of its sweeps and of the mirrored-side check)``.
     """
@@ -189,7 +196,7 @@ def read_candidate(
 
     # a gauge's offset is intrinsic (its tangent is a function of θ0): never snapped
     r = sweep_read(cand.u, snap is True and cand.gauge is None, gens)
-    info, u_read = {}, cand.u
+    info, u_read, gens_read = {}, cand.u, gens
     re_snap = snap == "auto" and cand.gauge is None and not r.rate_visible
     if re_snap and r.offset >= r.sweep.ts[-1]:  # beyond the swept neighbourhood
         re_snap = False
@@ -222,8 +229,24 @@ def read_candidate(
         n_passes += r.sweep.n_forward_passes
         info = {**info, "unprojected": {"k": r.k, "class": r.klass.value}, "projected": True}
         r = sweep_read(u_proj, r.snapped, None)
-        u_read = u_proj
+        u_read, gens_read = u_proj, None
     n_passes += r.sweep.n_forward_passes
+    if cand.gauge is None and r.klass.value == "flat_gauge":
+        # flat along u: is it flat along −u too? If not, read −u and report that read when it
+        # classifies (genuine or live); its own mirrored check then finds u flat (one_sided)
+        mirrored, checked = flat_side_check(
+            work, params, u_read, r, xd, family, chunk=chunk, t_batch=t_batch
+        )
+        n_passes += checked
+        if mirrored is not None:
+            negated = {k: -v for k, v in u_read.items()}
+            other = sweep_read(negated, r.snapped, gens_read)
+            n_passes += other.sweep.n_forward_passes
+            if other.klass.value in ("genuine_singularity", "live"):
+                info = {**info, "flipped": {**mirrored, "given_sign": _summary(r)}}
+                r, u_read = other, negated
+            else:
+                info = {**info, "mirrored_read": {**mirrored, **_summary(other)}}
     one_sided = None
     if _is_genuine(r):
         one_sided, mirror_passes = one_sided_check(
@@ -282,6 +305,26 @@ def one_sided_check(
     i0, i1 = window
     ts = list(reading.sweep.ts[i0 : i1 + 1])
     f_plus = [float(v) for v in reading.sweep.F[i0 : i1 + 1]]
+    f_minus = _mirrored_fisher(model, params, u, reading, ts, xd, family, chunk, t_batch)
+    cut = FLOOR_MARGIN * reading.sweep.floor
+    if all(f <= cut for f in f_minus) and all(f > cut for f in f_plus):
+        return {"t": ts, "F_plus": f_plus, "F_minus": f_minus}, len(ts)
+    return None, len(ts)
+
+
+def _mirrored_fisher(
+    model: nn.Module,
+    params: dict[str, Tensor],
+    u: dict[str, Tensor],
+    reading: Any,
+    ts: Sequence[float],
+    xd: Tensor | tuple[Tensor, Tensor],
+    family: Any,
+    chunk: int | None,
+    t_batch: int,
+) -> list[float]:
+    """``F_u(θ_b − t·u)`` for the given t (one JVP pass each), ``θ_b`` the base point the read
+    ``reading`` of ``u`` swept from (``θ0 + s·u``, ``s = reading.sweep.base_shift``)."""
     prep = prepare(model, params, xd)
     u_unit, _ = check_direction(prep.params, u)
     shift = reading.sweep.base_shift
@@ -292,15 +335,43 @@ def one_sided_check(
         prep,
         base,
         minus,
-        torch.tensor(ts, dtype=torch.float64),
+        torch.tensor(list(ts), dtype=torch.float64),
         family,
         chunk_size=chunk,
         t_batch=t_batch,
     )
-    f_minus = [float(v) for v in values]
-    cut = FLOOR_MARGIN * reading.sweep.floor
-    if all(f <= cut for f in f_minus) and all(f > cut for f in f_plus):
-        return {"t": ts, "F_plus": f_plus, "F_minus": f_minus}, len(ts)
+    return [float(v) for v in values]
+
+
+MIRROR_TOP_POINTS = 3
+"""A flat read of a non-gauge candidate is checked on its mirrored side at this many of the
+sweep's largest t (`flat_side_check`)."""
+
+
+def flat_side_check(
+    model: nn.Module,
+    params: dict[str, Tensor],
+    u: dict[str, Tensor],
+    reading: Any,
+    xd: Tensor | tuple[Tensor, Tensor],
+    family: Any,
+    *,
+    chunk: int | None,
+    t_batch: int,
+) -> tuple[dict[str, list[float]] | None, int]:
+    """Whether the flat read ``reading`` of ``u`` is flat on its own side only.
+
+    The mirror image of `one_sided_check`: a detector's direction has an arbitrary sign, and a
+    ReLU unit whose inputs lie on one side of 0 is flat along the diagonal that switches it off
+    and reads order 2 along the other. This evaluates ``F_u(θ_b − t·u)`` at the
+    `MIRROR_TOP_POINTS` largest t of the sweep (where a power law in t is largest), one JVP pass
+    each. Returns ``({"t", "F_minus"}, passes)`` when any value is above the flat level
+    (``FLOOR_MARGIN·F_floor``, the read's own floor), else ``(None, passes)``.
+    """
+    ts = list(reading.sweep.ts[-MIRROR_TOP_POINTS:])
+    f_minus = _mirrored_fisher(model, params, u, reading, ts, xd, family, chunk, t_batch)
+    if any(f > FLOOR_MARGIN * reading.sweep.floor for f in f_minus):
+        return {"t": ts, "F_minus": f_minus}, len(ts)
     return None, len(ts)
 
 

@@ -1,6 +1,7 @@
-"""`neuromanifold read`'s table numbers its directions, and an interrupted ``--out`` read says
-where its directions are kept (s20 trial AN, suggestions: a chain's two rows looked like two
-node deaths; Ctrl-C exited 130 with no word of ``--resume``)."""
+"""`neuromanifold read`'s table numbers its directions and names where each sits in a layer,
+and an interrupted ``--out`` read says where its directions are kept (s20 trial AN, suggestions:
+a chain's two rows looked like two node deaths, the dead unit was only in the JSON, and Ctrl-C
+exited 130 with no word of ``--resume``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from neuromanifold.cli import app
+from neuromanifold.singular.support import layer_units
 
 RUNNER = CliRunner()
 ENV = {"COLUMNS": "200"}
@@ -26,12 +28,18 @@ def test_every_row_carries_its_direction_number(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     directions = json.loads(out.read_text())["directions"]
     header = next(line for line in res.stdout.splitlines() if "detector" in line)
-    assert _cells(header.replace("┃", "│"))[:2] == ["#", "layer"]
+    assert _cells(header.replace("┃", "│"))[:2] == ["#", "layer: units"]
     rows = [_cells(line) for line in res.stdout.splitlines() if line.startswith("│")]
-    expected = sorted((str(i), layer) for i, d in enumerate(directions) for layer in d["layers"])
-    assert sorted((r[0], r[1]) for r in rows) == expected
+    expected = sorted(
+        (str(i), layer_units(d["info"]["support"], layer))
+        for i, d in enumerate(directions)
+        for layer in d["layers"]
+    )
+    assert sorted((r[0], r[1].partition(": ")[2]) for r in rows) == expected
     chain = next(i for i, d in enumerate(directions) if len(d["layers"]) > 1)  # planted: 0+2
-    assert [r[1] for r in rows if r[0] == str(chain)] == directions[chain]["layers"]
+    # planted_mlp's dead hidden unit 2: out 2 of layer 0, input 2 of layer 2 (its outgoing
+    # direction sits on output 3)
+    assert [r[1] for r in rows if r[0] == str(chain)] == ["0: out 2", "2: out 3, in 2"]
 
 
 def test_an_interrupted_read_with_out_points_to_resume(

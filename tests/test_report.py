@@ -51,12 +51,13 @@ def test_markdown_has_a_table_per_layer_with_the_scan(planted):
     rec = reading.directions[0]
     assert rec.klass == "genuine_singularity" and rec.k == p.expected_k
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines()]
-    cells = next(c for c in rows if len(c) > 1 and c[1] == "duality")
+    cells = next(c for c in rows if len(c) > 1 and c[2] == "duality")
     assert cells[0] == "0"  # the record's number: its index in reading.directions
-    assert cells[2:5] == ["genuine_singularity", str(p.expected_k), f"{rec.k_hat:.3f}"]
+    assert cells[1] != ""  # where it sits in the layer (`layer_units`), "—" when nowhere
+    assert cells[3:6] == ["genuine_singularity", str(p.expected_k), f"{rec.k_hat:.3f}"]
     # λ_dir = 1/(2k) and ν(k) of the read order (spec §7.2 step 7; ν(2) = 0.172973, spec §4)
-    assert float(cells[5]) == pytest.approx(1 / (2 * p.expected_k), rel=RTOL_PRINTED, abs=0)
-    assert cells[6] == f"{nu(p.expected_k):.6f}"
+    assert float(cells[6]) == pytest.approx(1 / (2 * p.expected_k), rel=RTOL_PRINTED, abs=0)
+    assert cells[7] == f"{nu(p.expected_k):.6f}"
     assert cells[-1] != "—"  # coordinate scan beside the direction
     assert "\n### Not covered\n" in md
 

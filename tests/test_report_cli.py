@@ -66,7 +66,7 @@ def test_out_writes_report_equal_to_the_direct_read(zoo_files, tmp_path):
     assert load_reading(out / "report.json") == direct
     assert direct.directions  # kfac-A kernel of the image border pixels, CE shift
     md = (out / "report.md").read_text()
-    assert "| # | detector | class | k |" in md
+    assert "| # | units | detector | class | k |" in md
     for layer in direct.by_layer():
         assert f"`{layer}`" in md
 

@@ -9,7 +9,13 @@ from torch import nn
 
 from neuromanifold import Gaussian, read
 from neuromanifold.singular.reading import Reading
-from neuromanifold.singular.support import SHARE_MIN, UNIT_SHARE_MIN, direction_support
+from neuromanifold.singular.support import (
+    DOMINANT_SHARE,
+    SHARE_MIN,
+    UNIT_SHARE_MIN,
+    direction_support,
+    layer_units,
+)
 
 DEAD = 3
 
@@ -54,3 +60,47 @@ def test_a_node_death_record_names_its_unit() -> None:
     assert all("support" in d.info for d in r.directions)
     again = Reading.from_dict(json.loads(json.dumps(r.to_dict())))
     assert again == r
+
+
+def test_support_records_the_sizes_of_both_sides() -> None:
+    u = {"conv.weight": torch.ones(4, 3, 2, 2, dtype=torch.float64), "b": torch.ones(5).double()}
+    got = {s["tensor"]: s for s in direction_support(u)}
+    assert (got["conv.weight"]["n_units"], got["conv.weight"]["n_inputs"]) == (4, 3)
+    assert got["b"]["n_units"] == 5 and "n_inputs" not in got["b"]
+
+
+def test_layer_units_names_a_node_death_on_both_layers() -> None:
+    """Hidden unit 2 of fc1 → fc2 dead: g e₂ᵀ-type direction, e₂ aᵀ on fc1 and the column 2
+    spread over fc2's outputs: "out 2" and "in 2"."""
+    gen = torch.Generator().manual_seed(0)
+    w1 = torch.zeros(5, 4, dtype=torch.float64)
+    w1[2] = torch.randn(4, generator=gen, dtype=torch.float64)
+    w2 = torch.zeros(3, 5, dtype=torch.float64)
+    w2[:, 2] = torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64)
+    sup = direction_support(
+        {"fc1.weight": w1, "fc1.bias": torch.zeros(5).double(), "fc2.weight": w2}
+    )
+    assert (layer_units(sup, "fc1"), layer_units(sup, "fc2")) == ("out 2", "in 2")
+    assert layer_units(sup, "fc3") == ""
+
+
+def test_layer_units_threshold_and_size_one_sides() -> None:
+    below = DOMINANT_SHARE - 0.01
+    spread = [{"tensor": "l.weight", "share": 1.0, "units": [[0, below], [1, 1 - below]]}]
+    assert layer_units(spread, "l") == "spread"
+    single_input = [
+        {
+            "tensor": "c.weight",
+            "share": 1.0,
+            "units": [[3, 1.0]],
+            "n_units": 8,
+            "inputs": [[0, 1.0]],
+            "n_inputs": 1,  # one input channel: "in 0" would say nothing
+        }
+    ]
+    assert layer_units(single_input, "c") == "out 3"
+    older = [{"tensor": "c.weight", "share": 1.0, "units": [[3, 1.0]], "inputs": [[0, 1.0]]}]
+    assert layer_units(older, "c") == "out 3, in 0"  # a reading written before the sizes
+    nested = [{"tensor": "blocks.0.attn.qkv.weight", "share": 1.0, "units": [[7, 0.95]]}]
+    assert layer_units(nested, "blocks.0.attn.qkv") == "out 7"
+    assert layer_units(nested, "blocks.0.attn") == ""

@@ -197,6 +197,12 @@ def _checked_layout(obj: Any, path: Path) -> Any:
     return obj
 
 
+def _layer_cell(layer: str, units: str) -> str:
+    """The table's ``layer: units`` cell (`neuromanifold.singular.support.layer_units`); the
+    layer alone when the direction names no unit there."""
+    return f"{layer}: {units}" if units else layer
+
+
 def _family_label(family: str | None, default_family: Any, fam: Any) -> str:
     """One line naming the output family used and where it came from (the JSON holds the
     family itself in ``meta["family"]``)."""
@@ -603,12 +609,18 @@ def register(app: typer.Typer) -> None:
             return
         table = Table(title=f"read: {model} ({reading.meta['n_samples']} samples)")
         # "#": the direction's index in the reading (its JSON and report.md): a chain across
-        # several layers has a row per layer, all with its number (s20 trial AN, suggestion)
-        cols = ["#", "layer", "detector", "k", "k̂", "slope", "r²", "class", "magnitude"]
+        # several layers has a row per layer, all with its number; after the layer, where it
+        # sits there, e.g. "0: out 2" / "2: in 2" for a node death of unit 2 (s20 trial AN,
+        # suggestions)
+        from neuromanifold.singular.support import layer_units
+
+        # no slope column: k̂ = 1 + slope/2 says the same (the slope is in the JSON and report.md)
+        cols = ["#", "layer: units", "detector", "k", "k̂", "r²", "class", "magnitude"]
         number = {id(r): i for i, r in enumerate(reading.directions)}
         for col in cols + (["coord. scan"] if baseline else []):
-            # long names fold onto further lines instead of being cut with an ellipsis
-            table.add_column(col, overflow="fold")
+            # long names fold onto further lines instead of being cut with an ellipsis; the
+            # class and the detector stay whole (the narrow columns give way first)
+            table.add_column(col, overflow="fold", no_wrap=col in ("class", "detector"))
         for layer, recs in reading.by_layer().items():
             for r in recs:
                 extra = []
@@ -617,11 +629,10 @@ def register(app: typer.Typer) -> None:
                     extra = ["—" if b is None else _scan_summary(b)]
                 table.add_row(
                     str(number[id(r)]),
-                    layer,
+                    _layer_cell(layer, layer_units(r.info.get("support") or [], layer)),
                     r.detector,
                     "—" if r.k is None else str(r.k),
                     "—" if r.k_hat is None else f"{r.k_hat:.3f}",
-                    "—" if r.slope is None else f"{r.slope:.3f}",
                     "—" if r.r2 is None else f"{r.r2:.4f}",
                     r.klass,
                     "—" if r.magnitude is None else f"{r.magnitude:.3g}",

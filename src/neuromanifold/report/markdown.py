@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping
 
 from neuromanifold.singular.reading import DirectionRecord, Reading
+from neuromanifold.singular.support import layer_units
 
 __all__ = ["code_span", "fmt", "reading_markdown", "scan_summary", "table"]
 
@@ -136,7 +137,9 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
             )
     has_scan = any(r.baseline for r in reading.directions)
     index = {id(r): i for i, r in enumerate(reading.directions)}
-    header = ["#", "detector", "class", "k", "k̂", "λ_dir", "ν(k)", "slope", "r²", "magnitude"]
+    # units: where the direction sits in this layer, e.g. "out 2" (s20 trial AN, suggestion)
+    header = ["#", "units", "detector", "class", "k", "k̂", "λ_dir", "ν(k)", "slope", "r²"]
+    header.append("magnitude")
     header += ["window", "offset"]
     if has_scan:
         header.append("coord. scan")
@@ -146,6 +149,7 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
         for r in recs:
             row = [
                 str(index[id(r)]),
+                layer_units(r.info.get("support") or [], layer) or "—",
                 r.detector,
                 r.klass,
                 fmt(r.k),

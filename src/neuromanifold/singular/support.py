@@ -14,13 +14,20 @@ The read stores it as ``info["support"]`` of every record.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["SHARE_MIN", "TOP_UNITS", "UNIT_SHARE_MIN", "direction_support"]
+__all__ = [
+    "DOMINANT_SHARE",
+    "SHARE_MIN",
+    "TOP_UNITS",
+    "UNIT_SHARE_MIN",
+    "direction_support",
+    "layer_units",
+]
 
 SHARE_MIN = 1e-3
 """Tensors carrying less of ``‖u‖²`` than this are left out of the support."""
@@ -30,6 +37,9 @@ TOP_UNITS = 3
 """At most this many units (and inputs) per tensor."""
 DIGITS = 6
 """Shares are rounded to this many decimals (a summary, stable across summation orders)."""
+DOMINANT_SHARE = 0.9
+"""`layer_units` names a unit (or input) only when it carries at least this much of its tensor's
+part of ``‖u‖²``: one unit, not a spread direction."""
 
 
 def _top(weights: Tensor) -> list[list[float | int]]:
@@ -41,8 +51,10 @@ def _top(weights: Tensor) -> list[list[float | int]]:
 
 
 def direction_support(u: Mapping[str, Tensor]) -> list[dict[str, Any]]:
-    """``[{"tensor", "share", "units", "inputs"}, …]`` for the tensors of ``u``, largest share
-    first (``inputs`` only for tensors of two or more dimensions); ``[]`` for ``u = 0``.
+    """``[{"tensor", "share", "units", "n_units", "inputs", "n_inputs"}, …]`` for the tensors of
+    ``u``, largest share first (``inputs`` and ``n_inputs``, the size of index 1, only for tensors
+    of two or more dimensions; ``n_units`` the size of index 0, 1 for a scalar); ``[]`` for
+    ``u = 0``.
 
     >>> g, a = torch.tensor([0.0, 0.0, 1.0]), torch.tensor([0.6, 0.8])
     >>> u = {"0.weight": torch.outer(g, a), "1.weight": torch.zeros(4, 3)}
@@ -64,7 +76,46 @@ def direction_support(u: Mapping[str, Tensor]) -> list[dict[str, Any]]:
         entry: dict[str, Any] = {"tensor": name, "share": round(part / total, DIGITS)}
         rows = sq.reshape(sq.shape[0], -1).sum(1) if sq.dim() else sq.reshape(1)
         entry["units"] = _top(rows / part)
+        entry["n_units"] = int(rows.numel())
         if sq.dim() >= 2:
             entry["inputs"] = _top(sq.sum(0).reshape(sq.shape[1], -1).sum(1) / part)
+            entry["n_inputs"] = int(sq.shape[1])
         out.append(entry)
     return sorted(out, key=lambda e: (-e["share"], e["tensor"]))
+
+
+def layer_units(support: Sequence[Mapping[str, Any]], layer: str) -> str:
+    """A short label of where a direction sits in module ``layer``, from its ``support``
+    (`direction_support`): ``"out i"`` when one output unit of a tensor of the layer carries at
+    least `DOMINANT_SHARE` of that tensor's part, ``"in j"`` likewise for one input, joined by
+    ``", "`` over the layer's tensors without repeats (a side of size 1, ``n_units`` or
+    ``n_inputs``, is not named: a single input channel says nothing); ``"spread"`` when the
+    layer has tensors in
+    the support but no dominant unit; ``""`` when it has none. A node death of hidden unit 2 of
+    ``fc1 → fc2`` reads ``"out 2"`` on ``fc1`` and ``"in 2"`` on ``fc2``.
+
+    >>> sup = [{"tensor": "fc2.weight", "share": 0.5, "units": [[0, 0.5], [1, 0.5]],
+    ...         "inputs": [[2, 1.0]]},
+    ...        {"tensor": "fc1.weight", "share": 0.45, "units": [[2, 1.0]],
+    ...         "inputs": [[0, 0.6], [1, 0.4]]},
+    ...        {"tensor": "fc1.bias", "share": 0.05, "units": [[2, 1.0]]}]
+    >>> layer_units(sup, "fc1"), layer_units(sup, "fc2"), layer_units(sup, "fc3")
+    ('out 2', 'in 2', '')
+    """
+    labels: list[str] = []
+    seen = False
+    for entry in support:
+        if str(entry.get("tensor", "")).rpartition(".")[0] != layer:
+            continue
+        seen = True
+        for key, word, size in (("units", "out", "n_units"), ("inputs", "in", "n_inputs")):
+            top = entry.get(key) or []
+            if entry.get(size) == 1:  # one unit (a single input channel): names nothing
+                continue
+            if top and top[0][1] >= DOMINANT_SHARE:
+                label = f"{word} {int(top[0][0])}"
+                if label not in labels:
+                    labels.append(label)
+    if labels:
+        return ", ".join(labels)
+    return "spread" if seen else ""

@@ -171,3 +171,35 @@ def test_the_check_starts_from_the_snapped_base_point() -> None:
     at_theta0 = {k: params[k] - t * u[k] for k in u}
     f_theta0 = float(directional_fisher(model, at_theta0, u, x, Gaussian()))
     assert f_theta0 > FLOOR_MARGIN * r.sweep.floor
+
+
+def test_a_flat_read_at_a_noise_plateau_is_not_read_again() -> None:
+    """A kfac-A-like direction orthogonal to inputs that lie on a line (x₂ = 3x₁) up to the
+    float32 rounding of its entries: u·x ≈ 1e-8·x₁, so F sits on a constant plateau ≈ 2e-18, far
+    above the floor but below the live threshold (flat by the live rule). The mirrored side has
+    the same plateau; before `MIRROR_RATIO`, its check fired on every such read and swept −u for
+    nothing (two or three `mirrored_read` records per ViT of the demo)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1)).double().eval()
+    a = torch.randn(64, 1, dtype=torch.float64)  # after the model's draws: seed 0's sequence
+    x = torch.cat([a, 3 * a], 1) * 0.7
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    w = torch.zeros(3, 2, dtype=torch.float64)
+    w[0] = (torch.tensor([3.0, -1.0]) / math.sqrt(10.0)).double()  # float32-rounded entries
+    kwargs = {
+        "grid": None,
+        "snap": False,
+        "gauges": [],
+        "project_gauges": False,
+        "per_layer": False,
+        "chunk": None,
+        "t_batch": 8,
+        "plan": None,
+    }
+    rec, n = read_candidate(
+        Candidate(("0",), "kfac-A", {"0.weight": w}), model, params, x, Gaussian(), **kwargs
+    )
+    assert rec.klass == "flat_gauge"
+    assert max(rec.sweep["F"]) > 1e6 * rec.sweep["floor"]  # a plateau, not exact zeros
+    assert "flipped" not in rec.info and "mirrored_read" not in rec.info
+    assert n == len(rec.sweep["t"]) + 1 + MIRROR_TOP_POINTS

@@ -37,6 +37,7 @@ from neuromanifold.singular.sweep import floor_from_scale
 
 __all__ = [
     "MIN_RESIDUAL",
+    "MIRROR_RATIO",
     "MIRROR_TOP_POINTS",
     "ONE_SIDED_REASON",
     "PROJECT_MIN_OVERLAP",
@@ -346,6 +347,11 @@ def _mirrored_fisher(
 MIRROR_TOP_POINTS = 3
 """A flat read of a non-gauge candidate is checked on its mirrored side at this many of the
 sweep's largest t (`flat_side_check`)."""
+MIRROR_RATIO = 100.0
+"""`flat_side_check` calls the mirrored side not flat only when its largest F is this many times
+above everything the flat read showed (its largest F, or the flat level when that is higher): a
+flat read at a noise plateau (F constant at rounding level, below the live threshold) has the
+same plateau on both sides, and re-reading it along −u would only read it again."""
 
 
 def flat_side_check(
@@ -365,12 +371,14 @@ def flat_side_check(
     ReLU unit whose inputs lie on one side of 0 is flat along the diagonal that switches it off
     and reads order 2 along the other. This evaluates ``F_u(θ_b − t·u)`` at the
     `MIRROR_TOP_POINTS` largest t of the sweep (where a power law in t is largest), one JVP pass
-    each. Returns ``({"t", "F_minus"}, passes)`` when any value is above the flat level
-    (``FLOOR_MARGIN·F_floor``, the read's own floor), else ``(None, passes)``.
+    each. Returns ``({"t", "F_minus"}, passes)`` when the largest value is more than
+    `MIRROR_RATIO` times above both the flat level (``FLOOR_MARGIN·F_floor``, the read's own
+    floor) and the read's largest F, else ``(None, passes)``.
     """
     ts = list(reading.sweep.ts[-MIRROR_TOP_POINTS:])
     f_minus = _mirrored_fisher(model, params, u, reading, ts, xd, family, chunk, t_batch)
-    if any(f > FLOOR_MARGIN * reading.sweep.floor for f in f_minus):
+    seen = max(FLOOR_MARGIN * reading.sweep.floor, max(float(f) for f in reading.sweep.F))
+    if max(f_minus) > MIRROR_RATIO * seen:
         return {"t": ts, "F_minus": f_minus}, len(ts)
     return None, len(ts)
 

@@ -156,6 +156,19 @@ def test_log_of_another_version_raises(tmp_path):
         ReadLog(path, "x").load()
 
 
+def test_a_log_written_before_the_mirrored_side_checks_is_refused(tmp_path):
+    """Version 15 logs hold records read without the mirrored-side checks (one_sided, flipped)
+    and with snap='auto' replacing a live read by an unresolved snapped one: resuming one would
+    mix them with new records (s20 audit AP #1: a resumed report said 'unresolved' where a fresh
+    read says 'live')."""
+    from neuromanifold.report.resume import LOG_KIND
+
+    path = tmp_path / LOG_NAME
+    path.write_text(json.dumps({"kind": LOG_KIND, "version": 15, "fingerprint": "x"}) + "\n")
+    with pytest.raises(ValueError, match=r"read-log version 15 and this library writes version 16"):
+        ReadLog(path, "x").load()
+
+
 def test_header_that_is_not_json_raises(tmp_path):
     path = tmp_path / LOG_NAME
     path.write_text("not json\n")

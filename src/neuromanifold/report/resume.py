@@ -42,7 +42,7 @@ __all__ = ["LOG_KIND", "LOG_NAME", "ReadLog", "read_fingerprint", "resumable_rea
 
 LOG_KIND = "neuromanifold-read-log"
 LOG_NAME = "read.jsonl"
-LOG_VERSION = 15
+LOG_VERSION = 16
 """Bumped whenever the records a read writes change for the same inputs (2: ``snap=True`` no
 longer snaps gauge candidates; grouped convolutions are read; 3: ``snap="auto"`` keeps a genuine
 unsnapped read the snap would lose, the CE shift of a bias-free head is ``𝟙𝟙ᵀ``; 4: G-kernels
@@ -63,7 +63,10 @@ round-off candidate ratios are equal in the reading order, the fingerprint of a 
 read's log is the whole probe set's; 15: duality links into a consumer with a bias carry its
 bias shift, the first read is kept when its order shows below the offset, ``ln-kernel`` records
 name the consumer only, ``qk-pair`` candidates are proposed, records carry
-``info["support"]``): an older log is refused."""
+``info["support"]``; 16: genuine reads are checked on their mirrored side (``info["one_sided"]``),
+a flat non-gauge read whose mirrored side is not flat is read along −u (``info["flipped"]``),
+``snap="auto"`` keeps a classified first read over an unresolved snapped one, the support names
+its tensors' sizes): an older log is refused."""
 
 
 def _hash_tensor(h: Any, t: Tensor) -> None:

@@ -83,6 +83,20 @@ def test_npy_files_that_cannot_be_probe_data_are_refused(tmp_path: Path) -> None
     )
 
 
+def test_a_big_endian_npy_reads_like_the_native_one(tmp_path: Path) -> None:
+    x = planted_mlp().data.numpy()
+    np.save(tmp_path / "be.npy", x.astype(">f8"))
+    np.save(tmp_path / "x.npy", x)
+    big = _read(tmp_path / "be.npy", tmp_path / "be.json")
+    assert big["directions"] == _read(tmp_path / "x.npy", tmp_path / "x.json")["directions"]
+
+
+def test_a_structured_npy_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.npy"
+    np.save(path, np.zeros(4, dtype=[("a", "f4"), ("b", "f4")]))
+    _refused(path, "holds a NumPy array of dtype [('a', '<f4'), ('b', '<f4')]; expected numbers")
+
+
 def test_shard_data_refuses_sequences_that_are_not_pairs_and_0d_inputs() -> None:
     x = torch.zeros(4, 2)
     for data in ((x,), [x, torch.zeros(4), x]):

@@ -149,7 +149,13 @@ def _load_data(path: Path) -> Any:
             array = np.load(path, allow_pickle=False)
         except (ValueError, OSError) as err:  # object arrays (pickles), a truncated file
             fail(f"--data {path}: cannot read this NumPy .npy file: {err}")
-        return _checked_layout(torch.from_numpy(array), path)
+        if array.dtype.byteorder not in ("=", "|"):  # e.g. '>f4' written on a big-endian host
+            array = array.astype(array.dtype.newbyteorder("="))
+        try:
+            tensor = torch.from_numpy(array)
+        except TypeError:  # structured or string dtypes: no tensor of them
+            fail(f"--data {path}: holds a NumPy array of dtype {array.dtype}; expected numbers")
+        return _checked_layout(tensor, path)
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 

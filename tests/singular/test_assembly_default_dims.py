@@ -75,3 +75,23 @@ def test_one_note_names_every_default_crossing_and_only_those() -> None:
         assemble_from_reading(records, component_dims=both),
     )
     assert (plain.lam, plain.m) == (given.lam, given.m)  # dims of 1 given explicitly: same numbers
+
+
+def test_a_scalar_cell_gets_no_default_dims_note() -> None:
+    """y = a·tanh(b x) at 0 (scalar weights): dimension 1 is exact, so the note would only be
+    noise (s20 audit AP #5); the support's sizes say so. A record without sizes keeps it."""
+    model = nn.Sequential(nn.Linear(1, 1, bias=False), nn.Tanh(), nn.Linear(1, 1, bias=False))
+    model = model.to(D)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    x = torch.randn(N_PROBE, 1, dtype=D, generator=torch.Generator().manual_seed(0))
+    reading = nm.read(model, x, Gaussian(), progress=False)
+    (rec,) = reading.directions
+    assert (rec.klass, rec.k) == ("genuine_singularity", 2)
+    assert all(e["n_units"] == 1 and e.get("n_inputs", 1) == 1 for e in rec.info["support"])
+    a = assemble_from_reading(reading)
+    assert (a.lam, a.m) == (Fraction(1, 2), 2)
+    assert _dims_notes(a.notes) == []
+    bare = assemble_from_reading([_rec("genuine_singularity", 2, ("0", "2"))])
+    assert len(_dims_notes(bare.notes)) == 1

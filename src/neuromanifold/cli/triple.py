@@ -161,6 +161,28 @@ def dln_cmd(
     _print_closed_form(cf, json_path)
 
 
+def _parse_component_dims(values: list[str]) -> dict[int, tuple[int, ...]] | None:
+    """``["0:3,2", "2:1,1"]`` → ``{0: (3, 2), 2: (1, 1)}`` (None for none); a malformed value or
+    a record given twice exits 2 naming ``--component-dims``. Whether the index names a genuine
+    record with an order, and the number of entries, `assemble_from_reading` checks."""
+    out: dict[int, tuple[int, ...]] = {}
+    for value in values:
+        index, sep, rest = value.partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            i = int(index)
+            dims = tuple(int(d) for d in rest.split(","))
+        except ValueError:
+            raise typer.BadParameter(
+                f"--component-dims {value!r}: expected RECORD:D1,D2,... with integers, e.g. 0:3,2"
+            ) from None
+        if i in out:
+            raise typer.BadParameter(f"--component-dims: record {i} is given twice")
+        out[i] = dims
+    return out or None
+
+
 @triple_app.command("read")
 def read_cmd(
     reading: Path = typer.Option(
@@ -175,6 +197,13 @@ def read_cmd(
         "--regular-dims",
         help="Live-part dimension (1/2 each); replaces the Reading's live records (at least "
         "their number).",
+    ),
+    component_dims: list[str] | None = typer.Option(
+        None,
+        "--component-dims",
+        metavar="I:D1,D2",
+        help="Component dimensions of genuine record I (one per factor it crosses, e.g. 0:3,2); "
+        "repeat for several records. Default: 1 each.",
     ),
     json_path: str | None = typer.Option(
         None, "--json", help=f"Write JSON here {JSON_STDOUT_HELP}."
@@ -210,8 +239,9 @@ def read_cmd(
             f"{reading}: --regular-dims is the dimension of the live part, which contains them; "
             f"pass at least {n_live}, or leave it out to count the live records (1/2 each)"
         )
+    dims = _parse_component_dims(component_dims or [])
     try:  # a record of unknown class or with an order that is not an integer >= 1
-        result = assemble_from_reading(data, regular_dims=regular_dims)
+        result = assemble_from_reading(data, regular_dims=regular_dims, component_dims=dims)
     except ValueError as err:
         raise typer.BadParameter(f"--reading {reading}: {err}") from None
     if json_path != "-":

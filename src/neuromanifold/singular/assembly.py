@@ -641,7 +641,7 @@ def loci_from_reading(
                     f"component_dims[{i}] must have {len(orders)} entries (one per factor of "
                     f"the orders {orders}), got {dims}"
                 )
-            if not dims and len(orders) >= 2:
+            if not dims and len(orders) >= 2 and not _scalar_tensors(rec):
                 default_dims.append(name)
             info = _field(rec, "info")
             if isinstance(info, Mapping) and info.get("one_sided") is not None:
@@ -679,6 +679,19 @@ def _one_sided_note(name: str, orders: Sequence[int], dims: Sequence[int]) -> st
     )
 
 
+def _scalar_tensors(rec: Any) -> bool:
+    """Whether every tensor the record's direction moves has one entry, by the sizes its
+    ``info["support"]`` records (`neuromanifold.singular.support.direction_support`): its
+    components are then 1-dimensional exactly. False when the support or its sizes are missing
+    (a record written before the sizes, or built by hand)."""
+    info = _field(rec, "info")
+    support = info.get("support") if isinstance(info, Mapping) else None
+    if not support or not isinstance(support, Sequence):
+        return False
+    sizes = [(e.get("n_units"), e.get("n_inputs", 1)) for e in support if isinstance(e, Mapping)]
+    return len(sizes) == len(support) and all(u == 1 and i == 1 for u, i in sizes)
+
+
 def _default_dims_note(names: Sequence[str]) -> str:
     """The note for genuine crossings whose component dimensions were not given (s20 AO #3)."""
     return (
@@ -686,8 +699,9 @@ def _default_dims_note(names: Sequence[str]) -> str:
         f"given: each component is taken as 1-dimensional, which is exact for scalar units and "
         f"width-one chains; for wider components λ is a lower bound and m can be too high "
         f"(1-dimensional components of equal order tie where wider ones do not: a(b·x) with "
-        f"x in R² assembles to (1/2, 2) by default, against the true (1/2, 1)); pass "
-        f"component_dims for these records"
+        f"x in R² assembles to (1/2, 2) by default, against the true (1/2, 1)); give these "
+        f"records' dimensions (component_dims in Python, --component-dims I:D1,D2 in "
+        f"`neuromanifold triple read`)"
     )
 
 

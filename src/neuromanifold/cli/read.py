@@ -618,6 +618,7 @@ def register(app: typer.Typer) -> None:
         # several layers has a row per layer, all with its number; after the layer, where it
         # sits there, e.g. "0: out 2" / "2: in 2" for a node death of unit 2 (s20 trial AN,
         # suggestions)
+        from neuromanifold.report.markdown import ONE_SIDED_FOOTNOTE, ONE_SIDED_KEY, class_cell
         from neuromanifold.singular.support import layer_units
 
         # no slope column: k̂ = 1 + slope/2 says the same (the slope is in the JSON and report.md)
@@ -640,7 +641,7 @@ def register(app: typer.Typer) -> None:
                     "—" if r.k is None else str(r.k),
                     "—" if r.k_hat is None else f"{r.k_hat:.3f}",
                     "—" if r.r2 is None else f"{r.r2:.4f}",
-                    r.klass,
+                    class_cell(r),
                     "—" if r.magnitude is None else f"{r.magnitude:.3g}",
                     *extra,
                 )
@@ -648,6 +649,8 @@ def register(app: typer.Typer) -> None:
         # needs too: on stderr when stdout holds the JSON (s15 trial T #2)
         said.print(family_line)
         console.print(table)
+        if any(ONE_SIDED_KEY in r.info for r in reading.directions):
+            said.print(ONE_SIDED_FOOTNOTE.replace("\\*", "*").replace("`", ""), markup=False)
         for nc in reading.not_covered:
             said.print(f"not covered: {nc.name} ({nc.type}, {nc.n_params} params): {nc.reason}")
         if reading.note:

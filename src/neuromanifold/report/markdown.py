@@ -20,6 +20,21 @@ from collections.abc import Mapping
 from neuromanifold.singular.reading import DirectionRecord, Reading
 from neuromanifold.singular.support import layer_units
 
+ONE_SIDED_KEY = "one_sided"
+"""The ``info`` key of a genuine record whose mirrored side reads flat (`read_candidate`)."""
+ONE_SIDED_FOOTNOTE = (
+    '\\* one-sided: F vanishes along −u (`info["one_sided"]`), so the order holds along +u '
+    "only; for a ReLU unit that its inputs or bias can switch off, the local λ there is 0, not "
+    "λ_dir (docs/triple.md §5)."
+)
+"""Said under the tables when a record is marked one-sided (`class_cell`)."""
+
+
+def class_cell(r: DirectionRecord) -> str:
+    """The record's class, with ``*`` when it is one-sided (`ONE_SIDED_FOOTNOTE`)."""
+    return r.klass + ("*" if ONE_SIDED_KEY in r.info else "")
+
+
 __all__ = ["code_span", "fmt", "reading_markdown", "scan_summary", "table"]
 
 
@@ -151,7 +166,7 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
                 str(index[id(r)]),
                 layer_units(r.info.get("support") or [], layer) or "—",
                 r.detector,
-                r.klass,
+                class_cell(r),
                 fmt(r.k),
                 fmt(r.k_hat, ".3f"),
                 fmt(r.lambda_dir, ".4g"),
@@ -166,6 +181,8 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
                 row.append(scan_summary(r.baseline, layer))
             rows.append(row)
         out.append(table(header, rows))
+    if any(ONE_SIDED_KEY in r.info for r in reading.directions):
+        out += ["", ONE_SIDED_FOOTNOTE]
     out += ["", f"{h}# Not covered", ""]
     if reading.not_covered:
         out.append(

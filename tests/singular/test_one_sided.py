@@ -203,3 +203,40 @@ def test_a_flat_read_at_a_noise_plateau_is_not_read_again() -> None:
     assert max(rec.sweep["F"]) > 1e6 * rec.sweep["floor"]  # a plateau, not exact zeros
     assert "flipped" not in rec.info and "mirrored_read" not in rec.info
     assert n == len(rec.sweep["t"]) + 1 + MIRROR_TOP_POINTS
+
+
+def test_a_flipped_record_keeps_the_given_signs_snap_reads_with_that_sign() -> None:
+    """Two ReLU units, unit 0 dead and the checkpoint 0.01 off the node death along the
+    diagonal: snap='auto' reads the given sign twice (unsnapped, then snapped, both flat); the
+    flip reads −u. Those snap summaries describe the given sign, so they sit under
+    ``flipped["given_sign"]``, not beside the reported −u read (s20 audit AP, suggestion)."""
+    x = torch.randn(256, 1, generator=torch.Generator().manual_seed(0), dtype=torch.float64).abs()
+    model = nn.Sequential(nn.Linear(1, 2, bias=False), nn.ReLU(), nn.Linear(2, 1, bias=False))
+    model = model.double().eval()
+    h = 1.0 / math.sqrt(2.0)
+
+    def diag(s: float) -> dict[str, torch.Tensor]:
+        a, b = torch.zeros(2, 1, dtype=torch.float64), torch.zeros(1, 2, dtype=torch.float64)
+        a[0, 0] = b[0, 0] = s * h
+        return {"0.weight": a, "2.weight": b}
+
+    live = {"0.weight": torch.tensor([[0.0], [1.0]]), "2.weight": torch.tensor([[0.0, 1.0]])}
+    params = {k: v.double() - 0.01 * diag(1.0)[k] for k, v in live.items()}
+    kwargs = {
+        "grid": None,
+        "snap": "auto",
+        "gauges": [],
+        "project_gauges": True,
+        "per_layer": False,
+        "chunk": None,
+        "t_batch": 8,
+        "plan": None,
+    }
+    rec, _ = read_candidate(
+        Candidate(("0", "2"), "duality", diag(-1.0)), model, params, x, Gaussian(), **kwargs
+    )
+    assert (rec.klass, rec.k) == ("genuine_singularity", 2) and "one_sided" in rec.info
+    given = rec.info["flipped"]["given_sign"]
+    assert given["class"] == "flat_gauge"
+    assert given["unsnapped"]["class"] == "flat_gauge"
+    assert "unsnapped" not in rec.info and "snapped_read" not in rec.info

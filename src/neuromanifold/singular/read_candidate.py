@@ -244,7 +244,9 @@ def read_candidate(
             other = sweep_read(negated, r.snapped, gens_read)
             n_passes += other.sweep.n_forward_passes
             if other.klass.value in ("genuine_singularity", "live"):
-                info = {**info, "flipped": {**mirrored, "given_sign": _summary(r)}}
+                # the snap's reads so far were along the given sign: kept with that read
+                given = {**_summary(r), **{k: info.pop(k) for k in _SIGNED_KEYS if k in info}}
+                info = {**info, "flipped": {**mirrored, "given_sign": given}}
                 r, u_read = other, negated
             else:
                 info = {**info, "mirrored_read": {**mirrored, **_summary(other)}}
@@ -344,6 +346,9 @@ def _mirrored_fisher(
     return [float(v) for v in values]
 
 
+_SIGNED_KEYS = ("unsnapped", "snapped_read")
+"""``info`` keys that describe reads along the candidate's given sign: a flipped record keeps
+them under ``info["flipped"]["given_sign"]``."""
 MIRROR_TOP_POINTS = 3
 """A flat read of a non-gauge candidate is checked on its mirrored side at this many of the
 sweep's largest t (`flat_side_check`)."""

@@ -97,6 +97,24 @@ def test_a_structured_npy_is_refused(tmp_path: Path) -> None:
     _refused(path, "holds a NumPy array of dtype [('a', '<f4'), ('b', '<f4')]; expected numbers")
 
 
+def test_a_npz_archive_is_read_by_its_array_x(tmp_path: Path) -> None:
+    x = planted_mlp().data
+    np.savez(tmp_path / "x.npz", x=x.numpy(), y=np.zeros(len(x)))
+    torch.save(x, tmp_path / "x.pt")
+    from_npz = _read(tmp_path / "x.npz", tmp_path / "npz.json")
+    assert from_npz["directions"] == _read(tmp_path / "x.pt", tmp_path / "pt.json")["directions"]
+    np.savez(tmp_path / "other.npz", inputs=x.numpy())
+    _refused(tmp_path / "other.npz", "holds ['inputs']; expected an array 'x'")
+    (tmp_path / "bad.npz").write_bytes(b"not a zip archive")
+    res = RUNNER.invoke(
+        app, ["read", "--model", "zoo:planted-mlp", "--data", str(tmp_path / "bad.npz")], env=ENV
+    )
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert res.stderr.startswith(
+        f"error: --data {tmp_path / 'bad.npz'}: cannot read this NumPy .npz"
+    )
+
+
 def test_shard_data_refuses_sequences_that_are_not_pairs_and_0d_inputs() -> None:
     x = torch.zeros(4, 2)
     for data in ((x,), [x, torch.zeros(4), x]):

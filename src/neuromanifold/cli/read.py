@@ -129,9 +129,11 @@ _NPY_MAGIC = b"\x93NUMPY"
 
 
 def _load_data(path: Path) -> Any:
-    """The probe inputs in ``path``: a tensor, the entry ``x`` of a dict / safetensors file, or a
-    NumPy ``.npy`` array (no pickled objects). Every file problem exits 2 with one line naming
-    ``--data``."""
+    """The probe inputs in ``path``: a tensor, the entry ``x`` of a dict / safetensors file /
+    NumPy ``.npz`` archive, or a NumPy ``.npy`` array (no pickled objects). Every file problem
+    exits 2 with one line naming ``--data``."""
+    import zipfile
+
     import torch
 
     from neuromanifold.io import torch_error_line
@@ -142,13 +144,19 @@ def _load_data(path: Path) -> Any:
         fail(f"--data {path}: no such file")
     with path.open("rb") as fh:
         numpy_file = fh.read(len(_NPY_MAGIC)) == _NPY_MAGIC
-    if numpy_file:  # np.save's format, whatever the suffix (s20 trial AN #3)
+    if numpy_file or path.suffix == ".npz":  # np.save's format whatever the suffix, np.savez's
         import numpy as np
 
+        kind = "NumPy .npy file" if numpy_file else "NumPy .npz archive"
         try:
             array = np.load(path, allow_pickle=False)
-        except (ValueError, OSError) as err:  # object arrays (pickles), a truncated file
-            fail(f"--data {path}: cannot read this NumPy .npy file: {err}")
+            if not numpy_file:  # an archive of named arrays, read like {'x': ...}
+                with array as archive:
+                    if "x" not in archive.files:
+                        fail(f"--data {path}: holds {sorted(archive.files)}; expected an array 'x'")
+                    array = archive["x"]
+        except (ValueError, OSError, zipfile.BadZipFile) as err:  # pickles, truncated files
+            fail(f"--data {path}: cannot read this {kind}: {err}")
         if array.dtype.byteorder not in ("=", "|"):  # e.g. '>f4' written on a big-endian host
             array = array.astype(array.dtype.newbyteorder("="))
         try:
@@ -371,7 +379,8 @@ def register(app: typer.Typer) -> None:
             "--data",
             parser=_DATA,
             metavar="FILE",
-            help="probe inputs: a torch file (tensor or {'x': ...}), safetensors or NumPy .npy",
+            help="probe inputs: a torch file (tensor or {'x': ...}), safetensors, NumPy .npy or "
+            ".npz (with 'x')",
         ),
         family: str | None = typer.Option(
             None,

@@ -95,3 +95,20 @@ def test_a_scalar_cell_gets_no_default_dims_note() -> None:
     assert _dims_notes(a.notes) == []
     bare = assemble_from_reading([_rec("genuine_singularity", 2, ("0", "2"))])
     assert len(_dims_notes(bare.notes)) == 1
+
+
+def test_a_conv_kernel_of_one_channel_is_not_a_scalar() -> None:
+    """a(b·x) with x in R² built from Conv1d(1, 1, 2) → tanh → Conv1d(1, 1, 1): the first
+    kernel has one output and one input channel but two entries, so dimension 1 is not exact and
+    the note stays (s20 audit AR #1: the unit and input counts alone dropped it)."""
+    model = nn.Sequential(
+        nn.Conv1d(1, 1, 2, bias=False), nn.Tanh(), nn.Conv1d(1, 1, 1, bias=False), nn.Flatten()
+    ).to(D)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    x = torch.randn(N_PROBE, 1, 2, dtype=D, generator=torch.Generator().manual_seed(0))
+    reading = nm.read(model.eval(), x, Gaussian(), progress=False)
+    genuine = [d for d in reading.directions if d.klass == "genuine_singularity"]
+    assert genuine and {e["size"] for e in genuine[0].info["support"]} == {1, 2}
+    assert len(_dims_notes(assemble_from_reading(reading).notes)) == 1

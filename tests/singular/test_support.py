@@ -66,6 +66,7 @@ def test_support_records_the_sizes_of_both_sides() -> None:
     u = {"conv.weight": torch.ones(4, 3, 2, 2, dtype=torch.float64), "b": torch.ones(5).double()}
     got = {s["tensor"]: s for s in direction_support(u)}
     assert (got["conv.weight"]["n_units"], got["conv.weight"]["n_inputs"]) == (4, 3)
+    assert (got["conv.weight"]["size"], got["b"]["size"]) == (48, 5)
     assert got["b"]["n_units"] == 5 and "n_inputs" not in got["b"]
 
 
@@ -101,6 +102,9 @@ def test_layer_units_threshold_and_size_one_sides() -> None:
     assert layer_units(single_input, "c") == "out 3"
     older = [{"tensor": "c.weight", "share": 1.0, "units": [[3, 1.0]], "inputs": [[0, 1.0]]}]
     assert layer_units(older, "c") == "out 3, in 0"  # a reading written before the sizes
+    scalar = [{"tensor": "s.weight", "share": 1.0, "units": [[0, 1.0]], "size": 1, "n_units": 1}]
+    scalar[0] |= {"inputs": [[0, 1.0]], "n_inputs": 1}
+    assert layer_units(scalar, "s") == ""  # one unit: nothing to name, not "spread"
     nested = [{"tensor": "blocks.0.attn.qkv.weight", "share": 1.0, "units": [[7, 0.95]]}]
     assert layer_units(nested, "blocks.0.attn.qkv") == "out 7"
     assert layer_units(nested, "blocks.0.attn") == ""

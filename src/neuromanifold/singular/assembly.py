@@ -680,16 +680,16 @@ def _one_sided_note(name: str, orders: Sequence[int], dims: Sequence[int]) -> st
 
 
 def _scalar_tensors(rec: Any) -> bool:
-    """Whether every tensor the record's direction moves has one entry, by the sizes its
+    """Whether every tensor the record's direction moves has one entry, by the ``size`` its
     ``info["support"]`` records (`neuromanifold.singular.support.direction_support`): its
-    components are then 1-dimensional exactly. False when the support or its sizes are missing
-    (a record written before the sizes, or built by hand)."""
+    components are then 1-dimensional exactly. False when the support or a size is missing
+    (a record written before the sizes, or built by hand). The entry count, not the unit and
+    input counts: a ``Conv1d(1, 1, k)`` kernel has one of each and k entries (s20 audit AR #1)."""
     info = _field(rec, "info")
     support = info.get("support") if isinstance(info, Mapping) else None
     if not support or not isinstance(support, Sequence):
         return False
-    sizes = [(e.get("n_units"), e.get("n_inputs", 1)) for e in support if isinstance(e, Mapping)]
-    return len(sizes) == len(support) and all(u == 1 and i == 1 for u, i in sizes)
+    return all(isinstance(e, Mapping) and e.get("size") == 1 for e in support)
 
 
 def _default_dims_note(names: Sequence[str]) -> str:

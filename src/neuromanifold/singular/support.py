@@ -51,10 +51,10 @@ def _top(weights: Tensor) -> list[list[float | int]]:
 
 
 def direction_support(u: Mapping[str, Tensor]) -> list[dict[str, Any]]:
-    """``[{"tensor", "share", "units", "n_units", "inputs", "n_inputs"}, …]`` for the tensors of
-    ``u``, largest share first (``inputs`` and ``n_inputs``, the size of index 1, only for tensors
-    of two or more dimensions; ``n_units`` the size of index 0, 1 for a scalar); ``[]`` for
-    ``u = 0``.
+    """``[{"tensor", "share", "units", "size", "n_units", "inputs", "n_inputs"}, …]`` for the
+    tensors of ``u``, largest share first (``size`` the tensor's number of entries, ``n_units``
+    the size of index 0, 1 for a scalar; ``inputs`` and ``n_inputs``, the size of index 1, only
+    for tensors of two or more dimensions); ``[]`` for ``u = 0``.
 
     >>> g, a = torch.tensor([0.0, 0.0, 1.0]), torch.tensor([0.6, 0.8])
     >>> u = {"0.weight": torch.outer(g, a), "1.weight": torch.zeros(4, 3)}
@@ -76,6 +76,7 @@ def direction_support(u: Mapping[str, Tensor]) -> list[dict[str, Any]]:
         entry: dict[str, Any] = {"tensor": name, "share": round(part / total, DIGITS)}
         rows = sq.reshape(sq.shape[0], -1).sum(1) if sq.dim() else sq.reshape(1)
         entry["units"] = _top(rows / part)
+        entry["size"] = int(sq.numel())
         entry["n_units"] = int(rows.numel())
         if sq.dim() >= 2:
             entry["inputs"] = _top(sq.sum(0).reshape(sq.shape[1], -1).sum(1) / part)
@@ -90,8 +91,8 @@ def layer_units(support: Sequence[Mapping[str, Any]], layer: str) -> str:
     least `DOMINANT_SHARE` of that tensor's part, ``"in j"`` likewise for one input, joined by
     ``", "`` over the layer's tensors without repeats (a side of size 1, ``n_units`` or
     ``n_inputs``, is not named: a single input channel says nothing); ``"spread"`` when the
-    layer has tensors in
-    the support but no dominant unit; ``""`` when it has none. A node death of hidden unit 2 of
+    layer has a side of size above 1 with no dominant unit; ``""`` when it has none (or only
+    sides of size 1: a scalar layer is one unit). A node death of hidden unit 2 of
     ``fc1 → fc2`` reads ``"out 2"`` on ``fc1`` and ``"in 2"`` on ``fc2``.
 
     >>> sup = [{"tensor": "fc2.weight", "share": 0.5, "units": [[0, 0.5], [1, 0.5]],
@@ -103,19 +104,20 @@ def layer_units(support: Sequence[Mapping[str, Any]], layer: str) -> str:
     ('out 2', 'in 2', '')
     """
     labels: list[str] = []
-    seen = False
+    spread = False
     for entry in support:
         if str(entry.get("tensor", "")).rpartition(".")[0] != layer:
             continue
-        seen = True
         for key, word, size in (("units", "out", "n_units"), ("inputs", "in", "n_inputs")):
             top = entry.get(key) or []
-            if entry.get(size) == 1:  # one unit (a single input channel): names nothing
-                continue
+            if entry.get(size) == 1 or (key == "inputs" and key not in entry):
+                continue  # one unit (a single input channel), or no such side: names nothing
             if top and top[0][1] >= DOMINANT_SHARE:
                 label = f"{word} {int(top[0][0])}"
                 if label not in labels:
                     labels.append(label)
+            else:
+                spread = True
     if labels:
         return ", ".join(labels)
-    return "spread" if seen else ""
+    return "spread" if spread else ""

@@ -105,6 +105,15 @@ def test_a_npz_archive_is_read_by_its_array_x(tmp_path: Path) -> None:
     assert from_npz["directions"] == _read(tmp_path / "x.pt", tmp_path / "pt.json")["directions"]
     np.savez(tmp_path / "other.npz", inputs=x.numpy())
     _refused(tmp_path / "other.npz", "holds ['inputs']; expected an array 'x'")
+    compressed = tmp_path / "compressed.npz"
+    np.savez_compressed(compressed, x=x.numpy())
+    raw = bytearray(compressed.read_bytes())
+    for i in range(100, 300):  # inside the deflated data (zlib.error); the directory stays intact
+        raw[i] ^= 0x5A
+    compressed.write_bytes(bytes(raw))
+    res = RUNNER.invoke(app, ["read", "--model", "zoo:planted-mlp", "--data", str(compressed)])
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert res.stderr.startswith(f"error: --data {compressed}: cannot read this NumPy .npz")
     (tmp_path / "bad.npz").write_bytes(b"not a zip archive")
     res = RUNNER.invoke(
         app, ["read", "--model", "zoo:planted-mlp", "--data", str(tmp_path / "bad.npz")], env=ENV

@@ -37,6 +37,12 @@ def relu_cell(one_sided=True):
 
 def two_sided():
     return relu_cell(one_sided=False)
+
+
+def small():
+    cell = relu_cell()
+    cell.data = 3e-3 * cell.data  # magnitude ≈ 1e-5: printed as d.dde-0d, 8 characters
+    return cell
 """
 
 
@@ -84,3 +90,22 @@ def test_the_cli_table_marks_it_too(cell, tmp_path: Path, monkeypatch: pytest.Mo
     )
     assert res.exit_code == 0, res.output
     assert "genuine_singularity*" not in res.stdout and "one-sided" not in res.stdout
+
+
+def test_numbers_stay_whole_in_an_80_column_table(cell, tmp_path: Path, monkeypatch) -> None:
+    """s20 audit AR #2: with the one-sided marker widening the class column, an 80-column table
+    folded the magnitude 9.05e-06 into "9.05e-0" over "6", which reads as 9.05."""
+    import json
+
+    from rich.cells import cell_len
+
+    monkeypatch.chdir(tmp_path)
+    args = ["read", "--model", f"{MODULE}:small", "--json", "r.json"]
+    res = CliRunner().invoke(app, args, env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    (rec,) = json.loads((tmp_path / "r.json").read_text())["directions"]
+    shown = f"{rec['magnitude']:.3g}"
+    assert "e-" in shown and len(shown) >= 8
+    rows = [line for line in res.stdout.splitlines() if line.startswith("│")]
+    assert [r.split("│")[-2].strip() for r in rows] == [shown] * len(rec["layers"])
+    assert max(cell_len(line) for line in res.stdout.splitlines()) <= 80  # k̂: 2 chars, 1 cell

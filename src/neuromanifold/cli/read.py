@@ -177,6 +177,7 @@ def _numpy_data(path: Path, *, npy: bool) -> Any:
     archive, in native byte order; pickled objects are not loaded. Exit 2 naming ``--data`` when
     it cannot be read or holds no numbers (s20 trial AN #3, audit AP #3)."""
     import zipfile
+    import zlib
 
     import numpy as np
     import torch
@@ -189,7 +190,8 @@ def _numpy_data(path: Path, *, npy: bool) -> Any:
                 if "x" not in archive.files:
                     fail(f"--data {path}: holds {sorted(archive.files)}; expected an array 'x'")
                 array = archive["x"]
-    except (ValueError, OSError, zipfile.BadZipFile) as err:  # pickles, truncated files
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as err:  # pickles,
+        # truncated or corrupt files and archives
         fail(f"--data {path}: cannot read this {kind}: {err}")
     if array.dtype.byteorder not in ("=", "|"):  # e.g. '>f4' written on a big-endian host
         array = array.astype(array.dtype.newbyteorder("="))
@@ -216,6 +218,10 @@ def _checked_layout(obj: Any, path: Path) -> Any:
     if isinstance(x, torch.Tensor) and x.ndim == 0:
         fail(f"--data {path}: holds a 0-d tensor; expected inputs with a leading sample axis")
     return obj
+
+
+_WHOLE_COLUMNS = ("#", "k", "k̂", "r²", "class", "magnitude")
+"""Columns of the read table that never wrap (numbers and the class)."""
 
 
 def _layer_cell(layer: str, units: str) -> str:
@@ -642,8 +648,9 @@ def register(app: typer.Typer) -> None:
         number = {id(r): i for i, r in enumerate(reading.directions)}
         for col in cols + (["coord. scan"] if baseline else []):
             # long names fold onto further lines instead of being cut with an ellipsis; the
-            # class and the detector stay whole (the narrow columns give way first)
-            table.add_column(col, overflow="fold", no_wrap=col in ("class", "detector"))
+            # numbers and the class stay whole (a folded 9.05e-06 read as 9.05e-0; s20 audit
+            # AR #2), so the layer and the detector give way at 80 columns
+            table.add_column(col, overflow="fold", no_wrap=col in _WHOLE_COLUMNS)
         for layer, recs in reading.by_layer().items():
             for r in recs:
                 extra = []

@@ -47,8 +47,9 @@ def test_component_dims_reach_the_assembly(planted_json: Path) -> None:
         (["0-3,4"], "--component-dims '0-3,4': expected RECORD:D1,D2,... with integers"),
         (["0:3,x"], "--component-dims '0:3,x': expected RECORD:D1,D2,... with integers"),
         (["0:3,4", "0:1,1"], "--component-dims: record 0 is given twice"),
-        (["0:3"], "component_dims[0] must have 2 entries"),
-        (["5:1,1"], "component_dims"),
+        (["0:3"], "--component-dims: component_dims[0] must have 2 entries"),
+        (["5:1,1"], "--component-dims: component_dims key 5: expected the int index"),
+        (["0:0,1"], "--component-dims '0:0,1': dimensions must be >= 1"),
     ],
 )
 def test_bad_component_dims_exit_2(planted_json: Path, args: list[str], message: str) -> None:

@@ -177,6 +177,8 @@ def _parse_component_dims(values: list[str]) -> dict[int, tuple[int, ...]] | Non
             raise typer.BadParameter(
                 f"--component-dims {value!r}: expected RECORD:D1,D2,... with integers, e.g. 0:3,2"
             ) from None
+        if any(d < 1 for d in dims):
+            raise typer.BadParameter(f"--component-dims {value!r}: dimensions must be >= 1")
         if i in out:
             raise typer.BadParameter(f"--component-dims: record {i} is given twice")
         out[i] = dims
@@ -242,8 +244,11 @@ def read_cmd(
     dims = _parse_component_dims(component_dims or [])
     try:  # a record of unknown class or with an order that is not an integer >= 1
         result = assemble_from_reading(data, regular_dims=regular_dims, component_dims=dims)
-    except ValueError as err:
-        raise typer.BadParameter(f"--reading {reading}: {err}") from None
+    except ValueError as err:  # component_dims' own errors name that option (s20 audit AR #5)
+        where = (
+            "--component-dims" if str(err).startswith("component_dims") else f"--reading {reading}"
+        )
+        raise typer.BadParameter(f"{where}: {err}") from None
     if json_path != "-":
         nu_text = "not computed" if result.nu_universal is None else f"{result.nu_universal:.6f}"
         typer.echo(f"λ = {result.lam} ({float(result.lam):.6g}), m = {result.m}")

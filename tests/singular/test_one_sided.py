@@ -32,6 +32,19 @@ WINDOW_REL = 1e-12
 """Relative agreement of the recorded t and F(+t) with the sweep's own values (float64 copies)."""
 
 
+CANDIDATE_KWARGS = {
+    "grid": None,
+    "snap": False,
+    "gauges": [],
+    "project_gauges": False,
+    "per_layer": False,
+    "chunk": None,
+    "t_batch": 8,
+    "plan": None,
+}
+"""`read_candidate`'s options for one plain read: default grid, no snap, no gauges."""
+
+
 def _cell(act: nn.Module) -> nn.Module:
     model = nn.Sequential(nn.Linear(1, 1, bias=False), act, nn.Linear(1, 1, bias=False)).double()
     with torch.no_grad():
@@ -103,16 +116,7 @@ def test_read_candidate_counts_the_mirror_passes_and_keeps_the_class() -> None:
     read and reported (``info["flipped"]``): the class no longer depends on the detector's sign."""
     model, x = _cell(nn.ReLU()), _inputs(one_sided=True)
     params = {k: v.detach() for k, v in model.named_parameters()}
-    kwargs = {
-        "grid": None,
-        "snap": False,
-        "gauges": [],
-        "project_gauges": False,
-        "per_layer": False,
-        "chunk": None,
-        "t_batch": 8,
-        "plan": None,
-    }
+    kwargs = CANDIDATE_KWARGS
     plus, n_plus = read_candidate(
         Candidate(("0", "2"), "duality", _diagonal(1, 1)), model, params, x, Gaussian(), **kwargs
     )
@@ -138,16 +142,7 @@ def test_a_flat_read_flat_on_both_sides_is_not_flipped() -> None:
     model, x = _cell(nn.ReLU()), _inputs(one_sided=False)
     params = {k: v.detach() for k, v in model.named_parameters()}
     u = {"2.weight": torch.ones(1, 1, dtype=torch.float64)}
-    kwargs = {
-        "grid": None,
-        "snap": False,
-        "gauges": [],
-        "project_gauges": False,
-        "per_layer": False,
-        "chunk": None,
-        "t_batch": 8,
-        "plan": None,
-    }
+    kwargs = CANDIDATE_KWARGS
     rec, n = read_candidate(Candidate(("2",), "kfac-A", u), model, params, x, Gaussian(), **kwargs)
     assert rec.klass == "flat_gauge"
     assert "flipped" not in rec.info and "mirrored_read" not in rec.info
@@ -186,16 +181,7 @@ def test_a_flat_read_at_a_noise_plateau_is_not_read_again() -> None:
     params = {k: v.detach() for k, v in model.named_parameters()}
     w = torch.zeros(3, 2, dtype=torch.float64)
     w[0] = (torch.tensor([3.0, -1.0]) / math.sqrt(10.0)).double()  # float32-rounded entries
-    kwargs = {
-        "grid": None,
-        "snap": False,
-        "gauges": [],
-        "project_gauges": False,
-        "per_layer": False,
-        "chunk": None,
-        "t_batch": 8,
-        "plan": None,
-    }
+    kwargs = CANDIDATE_KWARGS
     rec, n = read_candidate(
         Candidate(("0",), "kfac-A", {"0.weight": w}), model, params, x, Gaussian(), **kwargs
     )
@@ -222,16 +208,7 @@ def test_a_flipped_record_keeps_the_given_signs_snap_reads_with_that_sign() -> N
 
     live = {"0.weight": torch.tensor([[0.0], [1.0]]), "2.weight": torch.tensor([[0.0, 1.0]])}
     params = {k: v.double() - 0.01 * diag(1.0)[k] for k, v in live.items()}
-    kwargs = {
-        "grid": None,
-        "snap": "auto",
-        "gauges": [],
-        "project_gauges": True,
-        "per_layer": False,
-        "chunk": None,
-        "t_batch": 8,
-        "plan": None,
-    }
+    kwargs = {**CANDIDATE_KWARGS, "snap": "auto", "project_gauges": True}
     rec, _ = read_candidate(
         Candidate(("0", "2"), "duality", diag(-1.0)), model, params, x, Gaussian(), **kwargs
     )

@@ -77,3 +77,19 @@ def record_of() -> Callable[..., DirectionRecord]:
     """Builder ``(layers, detector, klass, k=None, r2=None, baseline=None)`` of a hand-made
     `DirectionRecord` (``k̂ = k``, no sweep, no window) for report and demo-row tests."""
     return _record
+
+
+@pytest.fixture
+def candidate_kwargs() -> dict:
+    """`read_candidate`'s options for one plain read: default grid, no snap, no gauges, no
+    per-layer rates, no memory plan (a fresh dict per test)."""
+    return {
+        "grid": None,
+        "snap": False,
+        "gauges": [],
+        "project_gauges": False,
+        "per_layer": False,
+        "chunk": None,
+        "t_batch": 8,
+        "plan": None,
+    }

@@ -32,19 +32,6 @@ WINDOW_REL = 1e-12
 """Relative agreement of the recorded t and F(+t) with the sweep's own values (float64 copies)."""
 
 
-CANDIDATE_KWARGS = {
-    "grid": None,
-    "snap": False,
-    "gauges": [],
-    "project_gauges": False,
-    "per_layer": False,
-    "chunk": None,
-    "t_batch": 8,
-    "plan": None,
-}
-"""`read_candidate`'s options for one plain read: default grid, no snap, no gauges."""
-
-
 def _cell(act: nn.Module) -> nn.Module:
     model = nn.Sequential(nn.Linear(1, 1, bias=False), act, nn.Linear(1, 1, bias=False)).double()
     with torch.no_grad():
@@ -110,18 +97,29 @@ def test_the_reading_round_trips_with_the_key() -> None:
     assert back.directions[0].info["one_sided"] == reading.directions[0].info["one_sided"]
 
 
-def test_read_candidate_counts_the_mirror_passes_and_keeps_the_class() -> None:
+def test_read_candidate_counts_the_mirror_passes_and_keeps_the_class(
+    candidate_kwargs: dict,
+) -> None:
     """Along +u: genuine k = 2 with the key, the window's t added to the passes. Along −u the
     sweep is flat; its mirrored side (`flat_side_check`, the sweep's top t) is not, so −(−u) is
     read and reported (``info["flipped"]``): the class no longer depends on the detector's sign."""
     model, x = _cell(nn.ReLU()), _inputs(one_sided=True)
     params = {k: v.detach() for k, v in model.named_parameters()}
-    kwargs = CANDIDATE_KWARGS
     plus, n_plus = read_candidate(
-        Candidate(("0", "2"), "duality", _diagonal(1, 1)), model, params, x, Gaussian(), **kwargs
+        Candidate(("0", "2"), "duality", _diagonal(1, 1)),
+        model,
+        params,
+        x,
+        Gaussian(),
+        **candidate_kwargs,
     )
     minus, n_minus = read_candidate(
-        Candidate(("0", "2"), "duality", _diagonal(-1, -1)), model, params, x, Gaussian(), **kwargs
+        Candidate(("0", "2"), "duality", _diagonal(-1, -1)),
+        model,
+        params,
+        x,
+        Gaussian(),
+        **candidate_kwargs,
     )
     assert (plus.klass, plus.k) == ("genuine_singularity", 2)
     sweep = len(plus.sweep["t"]) + 1  # one sweep: grid points + the floor pass
@@ -136,14 +134,15 @@ def test_read_candidate_counts_the_mirror_passes_and_keeps_the_class() -> None:
     assert n_minus == sweep + MIRROR_TOP_POINTS + n_plus
 
 
-def test_a_flat_read_flat_on_both_sides_is_not_flipped() -> None:
+def test_a_flat_read_flat_on_both_sides_is_not_flipped(candidate_kwargs: dict) -> None:
     """The outgoing weight of the cell's unit, whose incoming weight is 0 (its output is 0 on
     every input): flat along ±u, so only the top-t check is added."""
     model, x = _cell(nn.ReLU()), _inputs(one_sided=False)
     params = {k: v.detach() for k, v in model.named_parameters()}
     u = {"2.weight": torch.ones(1, 1, dtype=torch.float64)}
-    kwargs = CANDIDATE_KWARGS
-    rec, n = read_candidate(Candidate(("2",), "kfac-A", u), model, params, x, Gaussian(), **kwargs)
+    rec, n = read_candidate(
+        Candidate(("2",), "kfac-A", u), model, params, x, Gaussian(), **candidate_kwargs
+    )
     assert rec.klass == "flat_gauge"
     assert "flipped" not in rec.info and "mirrored_read" not in rec.info
     assert n == len(rec.sweep["t"]) + 1 + MIRROR_TOP_POINTS
@@ -168,7 +167,7 @@ def test_the_check_starts_from_the_snapped_base_point() -> None:
     assert f_theta0 > FLOOR_MARGIN * r.sweep.floor
 
 
-def test_a_flat_read_at_a_noise_plateau_is_not_read_again() -> None:
+def test_a_flat_read_at_a_noise_plateau_is_not_read_again(candidate_kwargs: dict) -> None:
     """A kfac-A-like direction orthogonal to inputs that lie on a line (x₂ = 3x₁) up to the
     float32 rounding of its entries: u·x ≈ 1e-8·x₁, so F sits on a constant plateau ≈ 2e-18, far
     above the floor but below the live threshold (flat by the live rule). The mirrored side has
@@ -181,9 +180,13 @@ def test_a_flat_read_at_a_noise_plateau_is_not_read_again() -> None:
     params = {k: v.detach() for k, v in model.named_parameters()}
     w = torch.zeros(3, 2, dtype=torch.float64)
     w[0] = (torch.tensor([3.0, -1.0]) / math.sqrt(10.0)).double()  # float32-rounded entries
-    kwargs = CANDIDATE_KWARGS
     rec, n = read_candidate(
-        Candidate(("0",), "kfac-A", {"0.weight": w}), model, params, x, Gaussian(), **kwargs
+        Candidate(("0",), "kfac-A", {"0.weight": w}),
+        model,
+        params,
+        x,
+        Gaussian(),
+        **candidate_kwargs,
     )
     assert rec.klass == "flat_gauge"
     assert max(rec.sweep["F"]) > 1e6 * rec.sweep["floor"]  # a plateau, not exact zeros
@@ -191,7 +194,9 @@ def test_a_flat_read_at_a_noise_plateau_is_not_read_again() -> None:
     assert n == len(rec.sweep["t"]) + 1 + MIRROR_TOP_POINTS
 
 
-def test_a_flipped_record_keeps_the_given_signs_snap_reads_with_that_sign() -> None:
+def test_a_flipped_record_keeps_the_given_signs_snap_reads_with_that_sign(
+    candidate_kwargs: dict,
+) -> None:
     """Two ReLU units, unit 0 dead and the checkpoint 0.01 off the node death along the
     diagonal: snap='auto' reads the given sign twice (unsnapped, then snapped, both flat); the
     flip reads −u. Those snap summaries describe the given sign, so they sit under
@@ -208,7 +213,7 @@ def test_a_flipped_record_keeps_the_given_signs_snap_reads_with_that_sign() -> N
 
     live = {"0.weight": torch.tensor([[0.0], [1.0]]), "2.weight": torch.tensor([[0.0, 1.0]])}
     params = {k: v.double() - 0.01 * diag(1.0)[k] for k, v in live.items()}
-    kwargs = {**CANDIDATE_KWARGS, "snap": "auto", "project_gauges": True}
+    kwargs = {**candidate_kwargs, "snap": "auto", "project_gauges": True}
     rec, _ = read_candidate(
         Candidate(("0", "2"), "duality", diag(-1.0)), model, params, x, Gaussian(), **kwargs
     )

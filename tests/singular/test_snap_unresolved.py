@@ -39,19 +39,13 @@ def _chain() -> dict[str, torch.Tensor]:
     return {"0.weight": w0, "2.weight": w2}
 
 
-def test_a_snapped_read_without_a_rate_window_does_not_replace_a_live_read() -> None:
+def test_a_snapped_read_without_a_rate_window_does_not_replace_a_live_read(
+    candidate_kwargs: dict,
+) -> None:
     model = _cell()
     x = torch.rand(128, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     params = {k: v.detach() for k, v in model.named_parameters()}
-    kwargs = {
-        "grid": None,
-        "gauges": [],
-        "project_gauges": False,
-        "per_layer": False,
-        "chunk": None,
-        "t_batch": 8,
-        "plan": None,
-    }
+    kwargs = {k: v for k, v in candidate_kwargs.items() if k != "snap"}
     cand = Candidate(("0", "2"), "duality", _chain())
     unsnapped, _ = read_candidate(cand, model, params, x, Gaussian(), snap=False, **kwargs)
     snapped, _ = read_candidate(cand, model, params, x, Gaussian(), snap=True, **kwargs)

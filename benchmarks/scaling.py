@@ -1,6 +1,9 @@
 """Scaling of the read: cost against parameter count and probe-set size, data parallelism, batching.
 
-Printed in one run (all times in seconds, float64, CPU, ``--threads`` intra-op threads, default 1):
+Printed in one run (all times in seconds, float64, CPU, ``--threads`` intra-op threads, default 1;
+each cost of sections 1 and 2 is the best of up to ``COST_REPEATS`` calls, repeated while they
+took under ``COST_BUDGET_S`` seconds in all, so the small models are not read off one call that
+the machine's load disturbed):
 
 1. **Parameters.** Zoo MLPs (``64 → w → w → 10``, w = 64 … 3072, up to 1.0·10⁷ parameters)
    and zoo ViTs (8×8 images, patch 2, depth 2, 4 heads, ``dim`` 16 to 640: 7.1·10³ to 9.9·10⁶
@@ -131,26 +134,41 @@ def random_direction(model: torch.nn.Module, seed: int = 0) -> dict[str, torch.T
     }
 
 
-def timed(fn, repeats: int = 1) -> float:
-    best = math.inf
+def timed(fn, repeats: int = 1, budget_s: float = math.inf) -> float:
+    """Best wall time of up to ``repeats`` calls of ``fn``; after the first call, no further call
+    starts once the calls so far took ``budget_s`` seconds in all (a slow call runs once)."""
+    best, spent = math.inf, 0.0
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - t0)
+        took = time.perf_counter() - t0
+        best, spent = min(best, took), spent + took
+        if spent >= budget_s:
+            break
     return best
+
+
+#: each cost of the parameter and sample series is the best of up to this many calls …
+COST_REPEATS = 3
+#: … repeated only while they took less than this many seconds in all, so that the small models
+#: (the slope's lower end) are not read off one call disturbed by the machine's load
+COST_BUDGET_S = 3.0
 
 
 def costs(case: Case, with_read: bool = True) -> tuple[float, float, float, float]:
     """(sweep, factor-pass, detect, read seconds; the last two nan without the read)."""
     params = dict(case.model.named_parameters())
     u = random_direction(case.model)
-    t_sweep = timed(lambda: read_direction(case.model, params, u, case.data, case.family))
-    t_fac = timed(lambda: kfac_factors(case.model, case.data, case.family))
+    rep = {"repeats": COST_REPEATS, "budget_s": COST_BUDGET_S}
+    t_sweep = timed(lambda: read_direction(case.model, params, u, case.data, case.family), **rep)
+    t_fac = timed(lambda: kfac_factors(case.model, case.data, case.family), **rep)
     if not with_read:
         return t_sweep, t_fac, math.nan, math.nan
     kw = {"snap": False, "per_layer": False, "progress": False}
-    t_detect = timed(lambda: read(case.model, case.data, case.family, max_directions=0, **kw))
-    t_read = timed(lambda: read(case.model, case.data, case.family, max_directions=2, **kw))
+    t_detect = timed(
+        lambda: read(case.model, case.data, case.family, max_directions=0, **kw), **rep
+    )
+    t_read = timed(lambda: read(case.model, case.data, case.family, max_directions=2, **kw), **rep)
     return t_sweep, t_fac, t_detect, t_read
 
 

@@ -116,3 +116,15 @@ def test_several_sizes_keep_their_slopes_and_guide(bench, tmp_path: Path, monkey
         "read (slope 1.00)", "slope 1",
     }  # fmt: skip
     assert ax.get_title() == "params"
+
+
+def test_timed_repeats_within_its_budget(bench, monkeypatch) -> None:
+    """The costs are the best of up to ``repeats`` calls, and no call starts once the calls so
+    far took ``budget_s`` in all (a slow model's cost is one call, a fast one's the best of 3)."""
+    clock = iter([0.0, 5.0, 5.0, 7.0, 7.0, 8.5, 8.5, 10.0])  # calls of 5, 2, 1.5 and 1.5 s
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))
+    calls: list[int] = []
+    assert bench.timed(lambda: calls.append(1), repeats=3, budget_s=4.0) == 5.0
+    assert len(calls) == 1  # the first call already spent the budget
+    assert bench.timed(lambda: calls.append(1), repeats=3, budget_s=4.0) == 1.5
+    assert len(calls) == 1 + 3  # 2 + 1.5 s < 4 s: a third call, and 3 is the cap

@@ -42,7 +42,7 @@ __all__ = ["LOG_KIND", "LOG_NAME", "ReadLog", "read_fingerprint", "resumable_rea
 
 LOG_KIND = "neuromanifold-read-log"
 LOG_NAME = "read.jsonl"
-LOG_VERSION = 16
+LOG_VERSION = 17
 """Bumped whenever the records a read writes change for the same inputs (2: ``snap=True`` no
 longer snaps gauge candidates; grouped convolutions are read; 3: ``snap="auto"`` keeps a genuine
 unsnapped read the snap would lose, the CE shift of a bias-free head is ``𝟙𝟙ᵀ``; 4: G-kernels
@@ -66,7 +66,8 @@ name the consumer only, ``qk-pair`` candidates are proposed, records carry
 ``info["support"]``; 16: genuine reads are checked on their mirrored side (``info["one_sided"]``),
 a flat non-gauge read whose mirrored side is not flat is read along −u (``info["flipped"]``),
 ``snap="auto"`` keeps a classified first read over an unresolved snapped one, the support names
-its tensors' sizes): an older log is refused."""
+its tensors' sizes; 17: with labels, genuine and live records carry the labelled-loss check
+``info["loss_along_u"]``): an older log is refused."""
 
 
 def _hash_tensor(h: Any, t: Tensor) -> None:

@@ -49,6 +49,7 @@ from neuromanifold.singular.llc_convergence import (
     settling_point,
 )
 from neuromanifold.singular.memory import MemoryPlan, plan_memory
+from neuromanifold.singular.minimum_check import loss_along, loss_along_reference
 from neuromanifold.singular.nu import lambda_dir, nu_quadrature
 from neuromanifold.singular.rate import RateFit, fit_rate, local_slopes
 from neuromanifold.singular.reading import DirectionRecord, NotCovered, Reading
@@ -90,6 +91,9 @@ __all__ = [  # noqa: RUF022 (grouped by concept, sorted within groups)
     "DirectionReading",
     "read_direction",
     "snap_base_point",
+    # is θ0 a minimum of the labelled probe loss along a direction, and its oracle
+    "loss_along",
+    "loss_along_reference",
     # K-FAC / KFC factors and the whole-model read's results
     "BlockFactors",
     "Factors",

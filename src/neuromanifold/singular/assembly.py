@@ -599,6 +599,10 @@ def loci_from_reading(
     is 0 and the block's contribution an overestimate (docs/triple.md §5, "One-sided ReLU
     units").
 
+    A record whose labelled-loss check (``info["loss_along_u"]``, present when the read had
+    labels) found θ0 on a slope or curved downward along it gets a note: the orders are then the
+    parametrization's at θ0, and (λ, m) are Watanabe's only at a true parameter (s20 AO #2).
+
     Two or more genuine records crossing the same ``layers`` (e.g. two dead units of one
     reduced-rank-regression layer pair) are still separate blocks, but a note names them: such
     units may mix into a determinantal structure that does not split into independent crossings
@@ -611,10 +615,13 @@ def loci_from_reading(
     notes: list[str] = []
     shared: dict[tuple[str, ...], list[str]] = {}
     default_dims: list[str] = []
+    not_minimum: list[str] = []
     for i, rec in enumerate(records):
         klass, k = _class_of(rec), _field(rec, "k")
         k = None if k is None else int(k)  # an integer >= 1 (_check_records)
         name = _record_name(i, rec)
+        if _not_minimum(rec):
+            not_minimum.append(name)
         if klass in _GAUGES:
             loci.append(Locus(name, "gauge", dim=1))
         elif klass == _LIVE:
@@ -665,7 +672,24 @@ def loci_from_reading(
             )
     if default_dims:
         notes.append(_default_dims_note(default_dims))
+    if not_minimum:
+        notes.append(
+            f"θ0 is not a minimum of the labelled probe loss along {', '.join(not_minimum)} "
+            f"(info['loss_along_u']: a slope or a downward curvature beyond 4 standard errors): "
+            f"the orders describe the parametrization at θ0, and this (λ, m) is Watanabe's "
+            f"only at a true parameter (docs/triple.md §4)"
+        )
     return loci, notes
+
+
+def _not_minimum(rec: Any) -> bool:
+    """Whether the record's labelled-loss check (``info["loss_along_u"]``,
+    `neuromanifold.singular.minimum_check.loss_along`) found a slope or a downward curvature."""
+    info = _field(rec, "info")
+    check = info.get("loss_along_u") if isinstance(info, Mapping) else None
+    return isinstance(check, Mapping) and bool(
+        check.get("not_critical") or check.get("curved_down")
+    )
 
 
 def _one_sided_note(name: str, orders: Sequence[int], dims: Sequence[int]) -> str:

@@ -115,6 +115,10 @@ class Gaussian:
 
     def log_likelihood(self, out: Tensor, y: Tensor) -> Tensor:
         """``−‖y_i − out_i‖²/(2σ²)`` per sample (the θ-free normaliser dropped)."""
+        if y.shape != out.shape:
+            raise ValueError(
+                f"Gaussian targets y must have the output's shape {_shape(out)}; got {_shape(y)}"
+            )
         r = (y - out).reshape(out.shape[0], -1)
         return -(r * r).sum(1) / (2 * self.sigma**2)
 

@@ -255,7 +255,12 @@ def read(
 
     Args:
         model: any ``nn.Module`` (never modified).
-        data: probe inputs ``(N, ...)`` or ``(X, y)`` (labels unused: true Fisher).
+        data: probe inputs ``(N, ...)`` or ``(X, y)``. The Fisher is the true one (labels
+            integrated out); labels, when given, are used only to check that θ0 is a minimum of
+            the probe loss along each genuine and live direction read
+            (`neuromanifold.singular.minimum_check.loss_along`: its slope and curvature in
+            ``info["loss_along_u"]``, a clause in the reason and a reading note when either is
+            beyond 4 standard errors).
         family: output family, ``Gaussian(sigma)`` or ``Categorical()``.
         detectors: a `DetectorRegistry` or detectors (default: `default_registry`).
         grid: t-grid for every sweep (default: `read_direction`'s per-direction policy).
@@ -396,6 +401,9 @@ def read(
             f"must be the sample axis, one row per sample"
         )
     family.check_output(out)
+    if labels is not None:  # read by the labelled-loss check of the records: refused up front
+        with agreed_errors():
+            family.log_likelihood(out, labels[:n_graph])
     _check_repeatable(work, xw[:GRAPH_SAMPLES], out, data_shape=tuple(x.shape))
     unpacked, mha_passes = multihead_as_projections(work, xw)
     linear_subclasses, adapt_passes = linear_subclasses_as_linear(work, xw)
@@ -549,7 +557,11 @@ def read(
             "by one, shows as one-sided records on each side, not as one duality chain"
         )
         note = f"{note}; {grouped_note}" if note else grouped_note
-    for extra in (_crossing_chains_note(records), _shared_output_note(records, graph)):
+    for extra in (
+        _crossing_chains_note(records),
+        _shared_output_note(records, graph),
+        _not_minimum_note(records),
+    ):
         if extra:
             note = f"{note}; {extra}" if note else extra
     size_note = probe_size_note(probe_limited)
@@ -665,6 +677,26 @@ def _crossing_chains_note(records: Sequence[DirectionRecord]) -> str:
         "such a chain can be a lower-order dead direction on its own (a node death, order 2, "
         "with the live layer's other units), which this read does not propose; the chain's "
         "order is that of their crossing (read the pieces with read_direction)"
+    )
+
+
+def _not_minimum_note(records: Sequence[DirectionRecord]) -> str:
+    """A clause naming the records along which θ0 is not a minimum of the labelled probe loss
+    (``info["loss_along_u"]``, `neuromanifold.singular.minimum_check.loss_along`), or ""."""
+    checked = [
+        (i, r.info["loss_along_u"])
+        for i, r in enumerate(records)
+        if isinstance(r.info.get("loss_along_u"), Mapping)
+    ]
+    flagged = [i for i, c in checked if c.get("not_critical") or c.get("curved_down")]
+    if not flagged:
+        return ""
+    return (
+        f"θ0 is not a minimum of the labelled probe loss along {len(flagged)} of the "
+        f"{len(checked)} checked direction(s) (#{', #'.join(map(str, flagged))}: a slope or a "
+        "downward curvature beyond 4 standard errors, info['loss_along_u']): the orders describe "
+        "the parametrization at θ0, and (λ, m) assembled from them are Watanabe's only at a true "
+        "parameter"
     )
 
 

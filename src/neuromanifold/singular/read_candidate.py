@@ -10,8 +10,9 @@ read genuine; and, for a duality chain, each block's own rate (`per_layer_rates`
 ends genuine is also checked on the mirrored side (`one_sided_check`): the directional Fisher at
 ``θ_b − t·u`` for the t of its fitted window, because the sweep runs along ``t > 0`` only; a
 non-gauge read that ends flat is checked there at the sweep's largest t (`flat_side_check`) and,
-when that side is not flat, read along ``−u`` instead. `record` turns the result into a
-`DirectionRecord`.
+when that side is not flat, read along ``−u`` instead. With labels, a genuine or live read is
+checked for θ0 being a minimum of the probe loss along it (`loss_along`). `record` turns the
+result into a `DirectionRecord`.
 """
 
 from __future__ import annotations
@@ -30,12 +31,15 @@ from neuromanifold.singular.detectors.base import Candidate
 from neuromanifold.singular.direction import VISIBILITY_FACTOR, read_direction
 from neuromanifold.singular.fisher import directional_fisher, fisher_along_line
 from neuromanifold.singular.memory import MemoryPlan
+from neuromanifold.singular.minimum_check import loss_along, loss_along_reason
+from neuromanifold.singular.passes import chunks
 from neuromanifold.singular.rate import fit_rate
 from neuromanifold.singular.reading import DirectionRecord
 from neuromanifold.singular.support import direction_support
 from neuromanifold.singular.sweep import floor_from_scale
 
 __all__ = [
+    "LOSS_CHECKED",
     "MIN_RESIDUAL",
     "MIRROR_RATIO",
     "MIRROR_TOP_POINTS",
@@ -50,6 +54,9 @@ __all__ = [
     "related_generators",
 ]
 
+LOSS_CHECKED = ("genuine_singularity", "live")
+"""Classes whose records get the labelled-loss check (`loss_along`) when the data has labels: the
+orders that enter (λ, m), and the live directions, along which a saddle also shows."""
 MIN_RESIDUAL = 0.1
 """No re-read off the gauge span when less than this fraction of the candidate's norm survives."""
 PROJECT_MIN_OVERLAP = 1e-3
@@ -168,7 +175,12 @@ def read_candidate(
     ``info["flipped"]`` when it classifies (genuine or live), else noted in
     ``info["mirrored_read"]``.
 
-    Returns ``(record, forward passes of its sweeps and of the mirrored-side check)``.
+    When ``xd`` is ``(x, y)``, a read that ends genuine or live (`LOSS_CHECKED`) gets the
+    labelled-loss check at θ0 along the direction read (`loss_along`: ``info["loss_along_u"]``, and
+    a clause in its reason when θ0 is on a slope or curved downward there).
+
+    Returns ``(record, forward passes of its sweeps, of the mirrored-side check and of the loss
+    check, one per sample chunk)``.
     """
     n_passes = 0
     xw = xd[0] if isinstance(xd, tuple) else xd
@@ -264,6 +276,12 @@ def read_candidate(
         )
         info = {**info, "per_layer": rates}
         n_passes += len(r.sweep.ts)
+    loss_check = None
+    if isinstance(xd, tuple) and r.klass.value in LOSS_CHECKED:
+        # labels given: is θ0 a minimum of the probe loss along the direction read?
+        loss_check = loss_along(work, params, u_read, xd, family, chunk_size=chunk)
+        info = {**info, "loss_along_u": loss_check}
+        n_passes += len(chunks(int(xw.shape[0]), chunk))
     info = {**info, "support": direction_support(u_read)}
     rec = record(cand, r, overlap, info)
     if one_sided is not None:
@@ -272,6 +290,8 @@ def read_candidate(
             margin=FLOOR_MARGIN, cut=cut, n=len(one_sided["t"]), top=max(one_sided["F_minus"])
         )
         rec = dataclasses.replace(rec, reason=rec.reason + clause)
+    if loss_check is not None:
+        rec = dataclasses.replace(rec, reason=rec.reason + loss_along_reason(loss_check))
     return rec, n_passes
 
 

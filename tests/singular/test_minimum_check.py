@@ -1,0 +1,208 @@
+"""The labelled-loss check of the read (`neuromanifold.singular.minimum_check`): is θ0 a minimum
+of the probe loss along each genuine and live direction read? (s20 trial AO #2: a saddle read
+λ = 1/2, m = 2 with no note.)"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from neuromanifold.singular.assembly import assemble_from_reading
+from neuromanifold.singular.family import Categorical, Gaussian
+from neuromanifold.singular.minimum_check import MIN_Z, loss_along, loss_along_reference
+from neuromanifold.singular.read import read
+from neuromanifold.singular.reading import Reading
+
+#: forward-over-forward against reverse-over-reverse, float64, samples of order-one losses
+DERIVATIVE_RTOL = 1e-10
+
+
+def _tanh_cell(n: int, signal: float, seed: int = 0):
+    """``a·tanh(b·x)`` (a ``Linear(1,1) → Tanh → Linear(1,1)`` net) at ``a = b = 0`` (biases 0)
+    with data ``y = signal·tanh(1.2·x) + N(0, 1)``: a saddle of the loss when ``signal ≠ 0``,
+    the true parameter when ``signal = 0``."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 1, generator=gen, dtype=torch.float64)
+    y = signal * torch.tanh(1.2 * x) + torch.randn(n, 1, generator=gen, dtype=torch.float64)
+    net = nn.Sequential(nn.Linear(1, 1), nn.Tanh(), nn.Linear(1, 1)).double()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.zero_()
+    return net, x, y
+
+
+def _mlp(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 4)).double()
+
+
+def _direction(net: nn.Module, seed: int = 1) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return {
+        k: torch.randn(v.shape, generator=gen, dtype=torch.float64)
+        for k, v in net.named_parameters()
+    }
+
+
+@pytest.mark.parametrize("family", [Gaussian(0.5), Categorical()], ids=["gaussian", "categorical"])
+@pytest.mark.parametrize("chunk", [None, 5])
+def test_the_forward_derivatives_match_reverse_over_reverse(family, chunk) -> None:
+    net = _mlp()
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(12, 3, generator=gen, dtype=torch.float64)
+    if isinstance(family, Gaussian):
+        y = torch.randn(12, 4, generator=gen, dtype=torch.float64)
+    else:
+        y = torch.randint(0, 4, (12,), generator=gen)
+    params, u = dict(net.named_parameters()), _direction(net)
+    fast = loss_along(net, params, u, (x, y), family, chunk_size=chunk)
+    slow = loss_along_reference(net, params, u, (x, y), family)
+    assert fast["n"] == slow["n"] == 12
+    for key in ("slope", "slope_se", "curvature", "curvature_se"):
+        assert fast[key] == pytest.approx(slow[key], rel=DERIVATIVE_RTOL), key
+    assert fast["not_critical"] == slow["not_critical"]
+    assert fast["curved_down"] == slow["curved_down"]
+    json.loads(json.dumps(fast, allow_nan=False))  # JSON-ready
+
+
+def test_the_curvature_is_the_second_difference_of_the_mean_loss() -> None:
+    """A law of the mean: ``c̄ = d²L_N/dt²`` and ``ḡ = dL_N/dt`` along the unit direction."""
+    net = _mlp(3)
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(30, 3, generator=gen, dtype=torch.float64)
+    y = torch.randint(0, 4, (30,), generator=gen)
+    params, u = {k: v.detach() for k, v in net.named_parameters()}, _direction(net, 5)
+    norm = torch.sqrt(sum((v**2).sum() for v in u.values()))
+
+    def mean_loss(t: float) -> float:
+        moved = {k: v + t * u[k] / norm for k, v in params.items()}
+        out = torch.func.functional_call(net, moved, (x,))
+        return float(-Categorical().log_likelihood(out, y).mean())
+
+    h = 1e-3
+    slope = (mean_loss(h) - mean_loss(-h)) / (2 * h)
+    curve = (mean_loss(h) - 2 * mean_loss(0.0) + mean_loss(-h)) / h**2
+    got = loss_along(net, params, u, (x, y), Categorical())
+    # central differences: truncation h²/6·L''' and h²/12·L'''' with derivatives of order one
+    assert got["slope"] == pytest.approx(slope, abs=1e-6)
+    assert got["curvature"] == pytest.approx(curve, abs=1e-5)
+
+
+def test_a_saddle_is_flagged_in_the_record_the_note_and_the_assembly() -> None:
+    """s20 trial AO #2: at a = b = 0 with y ≈ 0.8·tanh(1.2x) the gradient is exactly 0 and the
+    loss curves down along the diagonal (−E[x·y] < 0): the read's genuine k = 2 record must say
+    θ0 is not a minimum there, and so must the reading and the assembly."""
+    net, x, y = _tanh_cell(1000, 0.8)
+    reading = read(net, (x, y), Gaussian(), progress=False)
+    genuine = [r for r in reading.directions if r.klass == "genuine_singularity"]
+    assert genuine and genuine[0].k == 2
+    check = genuine[0].info["loss_along_u"]
+    assert not check["not_critical"] and check["slope"] == 0.0  # a critical point …
+    assert check["curved_down"] and check["curvature"] < -MIN_Z * check["curvature_se"]  # … saddle
+    assert "θ0 is not a minimum of the labelled probe loss along u" in genuine[0].reason
+    assert "θ0 is not a minimum of the labelled probe loss along 1 of the" in reading.note
+    result = assemble_from_reading(reading, regular_dims=0)
+    assert any("θ0 is not a minimum of the labelled probe loss" in n for n in result.notes)
+    text = json.dumps(reading.to_dict(), allow_nan=False)  # the check survives the JSON trip
+    assert Reading.from_dict(json.loads(text)).directions == reading.directions
+
+
+def test_the_saddle_curvature_along_the_diagonal_is_minus_e_xy() -> None:
+    """Closed form: along the unit (a, b) diagonal, ``a·tanh(b·x) = t²x/2 + O(t⁴)``, so the
+    Gaussian (σ = 1) loss is ``L(0) − E[x·y]·t²/2 + O(t⁴)``: slope 0, curvature ``−E[x·y]``."""
+    net, x, y = _tanh_cell(1000, 0.8)
+    one = torch.ones(1, 1, dtype=torch.float64)
+    got = loss_along(
+        net, dict(net.named_parameters()), {"0.weight": one, "2.weight": one}, (x, y), Gaussian()
+    )
+    assert got["slope"] == 0.0 and got["slope_se"] == 0.0 and not got["not_critical"]
+    assert got["curvature"] == pytest.approx(-float((x * y).mean()), rel=DERIVATIVE_RTOL)
+    assert got["curved_down"]
+
+
+def test_a_true_parameter_is_not_flagged() -> None:
+    """With y pure noise, a = b = 0 is the true parameter: the same genuine read, no flag (the
+    curvature's z-score is a draw of about N(0, 1); this seed's is printed in the message)."""
+    net, x, y = _tanh_cell(1000, 0.0)
+    reading = read(net, (x, y), Gaussian(), progress=False)
+    genuine = [r for r in reading.directions if r.klass == "genuine_singularity"]
+    assert genuine and genuine[0].k == 2
+    check = genuine[0].info["loss_along_u"]
+    z = check["curvature"] / check["curvature_se"]
+    assert not check["curved_down"] and not check["not_critical"], z
+    assert "not a minimum" not in reading.note and "not a minimum" not in genuine[0].reason
+    result = assemble_from_reading(reading, regular_dims=0)
+    assert not any("not a minimum" in n for n in result.notes)
+
+
+def test_without_labels_nothing_is_checked() -> None:
+    net, x, _ = _tanh_cell(200, 0.8)
+    reading = read(net, x, Gaussian(), progress=False)
+    assert reading.directions
+    assert all("loss_along_u" not in r.info for r in reading.directions)
+
+
+def test_one_sample_has_no_standard_error_and_no_flag() -> None:
+    net, x, y = _tanh_cell(1, 0.8)
+    got = loss_along(net, dict(net.named_parameters()), _direction(net), (x, y), Gaussian())
+    assert got["n"] == 1 and got["slope_se"] is None and got["curvature_se"] is None
+    assert not got["not_critical"] and not got["curved_down"]
+
+
+def test_loss_along_needs_labels() -> None:
+    net, x, _ = _tanh_cell(10, 0.8)
+    params, u = dict(net.named_parameters()), _direction(net)
+    with pytest.raises(ValueError, match=r"loss_along needs labelled data \(x, y\)"):
+        loss_along(net, params, u, x, Gaussian())
+    with pytest.raises(TypeError, match="data labels y must be a Tensor; got NoneType"):
+        loss_along(net, params, u, (x, None), Gaussian())
+
+
+def test_the_read_refuses_labels_the_loss_cannot_take() -> None:
+    """Labels were once ignored; now the check reads them, so bad ones fail before the read."""
+    net, x, y = _tanh_cell(20, 0.8)
+    with pytest.raises(ValueError, match=r"Gaussian targets y must have the output's shape"):
+        read(net, (x, y[:, 0]), Gaussian(), progress=False)
+    clf = nn.Sequential(nn.Linear(1, 3)).double()
+    with pytest.raises(ValueError, match="Categorical labels y must be integer class indices"):
+        read(clf, (x, torch.zeros(20, dtype=torch.float64)), Categorical(), progress=False)
+
+
+def labelled_saddle() -> SimpleNamespace:
+    """Factory for `launch_local` (importable in the spawned ranks): the saddle on 256 labelled
+    samples, sharded as pairs."""
+    net, x, y = _tanh_cell(256, 0.8)
+    return SimpleNamespace(model=net, data=(x, y), family=Gaussian())
+
+
+#: all-reduced sums against one process: only the summation order differs
+RTOL_SUMS = 1e-12
+
+
+def test_two_gloo_ranks_check_the_loss_on_the_whole_probe_set() -> None:
+    """Each rank holds half of the labelled probe set; the slope and curvature sums and their
+    squares are all-reduced, so both ranks report the single process's check."""
+    from neuromanifold.singular.distributed import launch_local, read_sharded
+
+    net = labelled_saddle()
+    single = read_sharded(net.model, net.data, net.family, progress=False).to_dict()
+    want = [d["info"]["loss_along_u"] for d in single["directions"] if "loss_along_u" in d["info"]]
+    assert want and want[0]["curved_down"] and want[0]["n"] == 256
+    kw = {"progress": False}
+    per_rank = launch_local(2, "test_minimum_check:labelled_saddle", read_kwargs=kw)
+    for rank in per_rank:
+        got = [
+            d["info"]["loss_along_u"]
+            for d in rank["reading"]["directions"]
+            if "loss_along_u" in d["info"]
+        ]
+        assert len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            assert g["n"] == w["n"] and g["curved_down"] == w["curved_down"]
+            assert g["not_critical"] == w["not_critical"]
+            for key in ("slope", "slope_se", "curvature", "curvature_se"):
+                assert g[key] == pytest.approx(w[key], rel=RTOL_SUMS, abs=1e-300), key

@@ -206,3 +206,64 @@ def test_two_gloo_ranks_check_the_loss_on_the_whole_probe_set() -> None:
             assert g["not_critical"] == w["not_critical"]
             for key in ("slope", "slope_se", "curvature", "curvature_se"):
                 assert g[key] == pytest.approx(w[key], rel=RTOL_SUMS, abs=1e-300), key
+
+
+class _NoSecondOrder(torch.autograd.Function):
+    """``x ↦ x`` whose forward-mode formula is a custom Function without one of its own: one JVP
+    runs, a JVP of a JVP raises."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return x.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def jvp(ctx, dx):
+        return _Opaque.apply(dx)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class _Opaque(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return x.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def test_a_model_without_second_order_forward_mode_is_read_and_says_so() -> None:
+    """The check is a JVP of a JVP; a model whose operators support only one level still reads,
+    and the record and the note say the check could not run (not a silent pass)."""
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(1, 1), nn.Linear(1, 1)
+
+        def forward(self, x):
+            return _NoSecondOrder.apply(self.b(torch.tanh(self.a(x))))
+
+    net, x, y = _tanh_cell(100, 0.8)
+    model = Net().double()
+    names = {"0.weight": "a.weight", "0.bias": "a.bias", "2.weight": "b.weight", "2.bias": "b.bias"}
+    model.load_state_dict({names[k]: v for k, v in net.state_dict().items()})
+    reading = read(model, (x, y), Gaussian(), progress=False)
+    checks = [r.info["loss_along_u"] for r in reading.directions if "loss_along_u" in r.info]
+    assert checks and all("error" in c for c in checks)
+    assert "the labelled-loss check could not run along" in reading.note

@@ -681,23 +681,32 @@ def _crossing_chains_note(records: Sequence[DirectionRecord]) -> str:
 
 
 def _not_minimum_note(records: Sequence[DirectionRecord]) -> str:
-    """A clause naming the records along which θ0 is not a minimum of the labelled probe loss
-    (``info["loss_along_u"]``, `neuromanifold.singular.minimum_check.loss_along`), or ""."""
+    """Clauses naming the records along which θ0 is not a minimum of the labelled probe loss
+    (``info["loss_along_u"]``, `neuromanifold.singular.minimum_check.loss_along`) and those where
+    the check could not run (its ``"error"``), or ""."""
     checked = [
         (i, r.info["loss_along_u"])
         for i, r in enumerate(records)
         if isinstance(r.info.get("loss_along_u"), Mapping)
     ]
     flagged = [i for i, c in checked if c.get("not_critical") or c.get("curved_down")]
-    if not flagged:
-        return ""
-    return (
-        f"θ0 is not a minimum of the labelled probe loss along {len(flagged)} of the "
-        f"{len(checked)} checked direction(s) (#{', #'.join(map(str, flagged))}: a slope or a "
-        "downward curvature beyond 4 standard errors, info['loss_along_u']): the orders describe "
-        "the parametrization at θ0, and (λ, m) assembled from them are Watanabe's only at a true "
-        "parameter"
-    )
+    failed = [(i, c["error"]) for i, c in checked if "error" in c]
+    clauses = []
+    if flagged:
+        clauses.append(
+            f"θ0 is not a minimum of the labelled probe loss along {len(flagged)} of the "
+            f"{len(checked)} checked direction(s) (#{', #'.join(map(str, flagged))}: a slope or "
+            "a downward curvature beyond 4 standard errors, info['loss_along_u']): the orders "
+            "describe the parametrization at θ0, and (λ, m) assembled from them are Watanabe's "
+            "only at a true parameter"
+        )
+    if failed:
+        clauses.append(
+            f"the labelled-loss check could not run along {len(failed)} direction(s) "
+            f"(#{', #'.join(str(i) for i, _ in failed)}; first: {failed[0][1]}): whether θ0 is "
+            "a minimum along them is unknown"
+        )
+    return "; ".join(clauses)
 
 
 def _shared_output_note(records: Sequence[DirectionRecord], graph: ModelGraph) -> str:

@@ -279,7 +279,12 @@ def read_candidate(
     loss_check = None
     if isinstance(xd, tuple) and r.klass.value in LOSS_CHECKED:
         # labels given: is θ0 a minimum of the probe loss along the direction read?
-        loss_check = loss_along(work, params, u_read, xd, family, chunk_size=chunk)
+        try:
+            loss_check = loss_along(work, params, u_read, xd, family, chunk_size=chunk)
+        except (RuntimeError, NotImplementedError) as err:
+            # an operator without a forward-over-forward formula: the read stands without the
+            # check, and says why (the first line of the error; `_not_minimum_note`)
+            loss_check = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
         info = {**info, "loss_along_u": loss_check}
         n_passes += len(chunks(int(xw.shape[0]), chunk))
     info = {**info, "support": direction_support(u_read)}

@@ -59,6 +59,7 @@ from torch import Tensor, nn
 from neuromanifold.singular._validate import (
     check_eval_mode,
     check_parameter_writes,
+    first_nonfinite,
     refuse_unless_repeats,
 )
 from neuromanifold.singular.adapt import conv1d_as_linear, linear_subclasses_as_linear
@@ -119,21 +120,13 @@ def _inputs(data: Any) -> tuple[Tensor, Tensor | None]:
                 f"data labels y have shape {tuple(y.shape)}; expected a leading dimension "
                 f"N = {x.shape[0]} matching the inputs"
             )
-    first = _first_nonfinite(x)
+    first = first_nonfinite(x)
     if first is not None:
         raise ValueError(_NONFINITE.format(first))
     return x, y
 
 
 _NONFINITE = "data inputs hold NaN or Inf values (first in sample {})"
-
-
-def _first_nonfinite(x: Tensor) -> int | None:
-    """Index of the first sample of ``x`` holding a NaN or Inf (``None``: all finite, or not
-    floating)."""
-    if not x.is_floating_point() or bool(torch.isfinite(x).all()):
-        return None
-    return int((~torch.isfinite(x.reshape(x.shape[0], -1))).any(1).nonzero()[0, 0])
 
 
 def _inputs_on_every_rank(data: Any) -> tuple[Tensor, Tensor | None]:
@@ -156,7 +149,7 @@ def _inputs_on_every_rank(data: Any) -> tuple[Tensor, Tensor | None]:
     except (TypeError, ValueError) as e:
         x = data[0] if isinstance(data, tuple | list) else data
         if isinstance(x, Tensor) and x.ndim > 0:
-            n_local, first = int(x.shape[0]), _first_nonfinite(x)
+            n_local, first = int(x.shape[0]), first_nonfinite(x)
         err = None if first is not None else (type(e).__name__, str(e))
     else:
         n_local = int(got[0].shape[0])

@@ -267,3 +267,37 @@ def test_a_model_without_second_order_forward_mode_is_read_and_says_so() -> None
     checks = [r.info["loss_along_u"] for r in reading.directions if "loss_along_u" in r.info]
     assert checks and all("error" in c for c in checks)
     assert "the labelled-loss check could not run along" in reading.note
+
+
+def test_under_a_budget_the_check_keeps_the_sweeps_share(monkeypatch) -> None:
+    """A JVP of a JVP holds 2.3–2.6× the activations of one JVP lane; under ``max_memory`` its
+    chunks are sized for `LOSS_CHECK_LANES` lanes, so its measured peak (live tensors,
+    `peak_allocated`) stays within the bytes the plan gives the sweeps (``jvp_memory − held``).
+    Sized like one lane, it went over them."""
+    from neuromanifold.singular import read_candidate as rc
+    from neuromanifold.singular.memory import peak_allocated
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 32), nn.Tanh(), nn.Linear(32, 4)).double()
+    with torch.no_grad():  # hidden unit 0 dead both ways: a genuine duality chain to check
+        model[0].weight[0] = 0.0
+        model[0].bias[0] = 0.0
+        model[2].weight[:, 0] = 0.0
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(2048, 256, generator=gen, dtype=torch.float64)
+    y = torch.randn(2048, 4, generator=gen, dtype=torch.float64)
+    peaks: list[int] = []
+    real = rc.loss_along
+
+    def measured(*args, **kwargs):
+        out: list = []
+        peaks.append(peak_allocated(lambda: out.append(real(*args, **kwargs))))
+        return out[0]
+
+    monkeypatch.setattr(rc, "loss_along", measured)
+    reading = read(model, (x, y), Gaussian(), progress=False, max_memory="12MB")
+    plan = reading.meta["memory_plan"]
+    assert plan["chunk_size"] < 2048  # the budget chunks the sweeps …
+    assert peaks, "the planted chain must be checked"
+    room = plan["jvp_memory"] - plan["held"]
+    assert max(peaks) <= room, (max(peaks), room)  # … and the check within their share

@@ -40,6 +40,7 @@ from neuromanifold.singular.sweep import floor_from_scale
 
 __all__ = [
     "LOSS_CHECKED",
+    "LOSS_CHECK_LANES",
     "MIN_RESIDUAL",
     "MIRROR_RATIO",
     "MIRROR_TOP_POINTS",
@@ -57,6 +58,8 @@ __all__ = [
 LOSS_CHECKED = ("genuine_singularity", "live")
 """Classes whose records get the labelled-loss check (`loss_along`) when the data has labels: the
 orders that enter (λ, m), and the live directions, along which a saddle also shows."""
+LOSS_CHECK_LANES = 3
+"""JVP lanes a sample of the labelled-loss check is counted as under a memory plan."""
 MIN_RESIDUAL = 0.1
 """No re-read off the gauge span when less than this fraction of the candidate's norm survives."""
 PROJECT_MIN_OVERLAP = 1e-3
@@ -279,14 +282,17 @@ def read_candidate(
     loss_check = None
     if isinstance(xd, tuple) and r.klass.value in LOSS_CHECKED:
         # labels given: is θ0 a minimum of the probe loss along the direction read?
+        # a JVP of a JVP holds 2.3–2.6× the activations of one JVP lane (measured on an MLP and
+        # the dim-32 ViT): under a budget its chunks are sized for `LOSS_CHECK_LANES` lanes
+        loss_chunk = chunk if plan is None else plan.chunk_for(LOSS_CHECK_LANES)
         try:
-            loss_check = loss_along(work, params, u_read, xd, family, chunk_size=chunk)
+            loss_check = loss_along(work, params, u_read, xd, family, chunk_size=loss_chunk)
         except (RuntimeError, NotImplementedError) as err:
             # an operator without a forward-over-forward formula: the read stands without the
             # check, and says why (the first line of the error; `_not_minimum_note`)
             loss_check = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
         info = {**info, "loss_along_u": loss_check}
-        n_passes += len(chunks(int(xw.shape[0]), chunk))
+        n_passes += len(chunks(int(xw.shape[0]), loss_chunk))
     info = {**info, "support": direction_support(u_read)}
     rec = record(cand, r, overlap, info)
     if one_sided is not None:

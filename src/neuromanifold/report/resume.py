@@ -14,10 +14,11 @@ as written, so the resumed `Reading` equals the uninterrupted one (the read is d
 JSON keeps floats exactly).
 
 The **fingerprint** is the SHA-256 of the model's parameters and buffers (names, dtypes, shapes,
-bytes), the probe inputs, the output family and the read options, less those that only change
+bytes), the probe inputs, the labels (and whether there are any: they decide the labelled-loss
+check of the records), the output family and the read options, less those that only change
 how the read runs (`RUN_ONLY_OPTIONS`: the memory budget, the device, the progress bar; the
 records agree to rounding), so a read killed for memory resumes with ``--max-memory``. The
-header also keeps the parts (model and data hashes, family, options), and a log with another
+header also keeps the parts (model, data and labels hashes, family, options), and a log with another
 fingerprint is refused (``ValueError``) naming the parts that differ. A torn last line (the
 process died while writing it) is dropped; a malformed line elsewhere raises ``ValueError``
 naming the line.
@@ -67,7 +68,8 @@ name the consumer only, ``qk-pair`` candidates are proposed, records carry
 a flat non-gauge read whose mirrored side is not flat is read along −u (``info["flipped"]``),
 ``snap="auto"`` keeps a classified first read over an unresolved snapped one, the support names
 its tensors' sizes; 17: with labels, genuine and live records carry the labelled-loss check
-``info["loss_along_u"]``): an older log is refused."""
+``info["loss_along_u"]``, and the fingerprint covers the labels, their values and whether any
+were given, so a log is not resumed with other labels or none): an older log is refused."""
 
 
 def _hash_tensor(h: Any, t: Tensor) -> None:
@@ -85,7 +87,8 @@ def fingerprint_parts(
     model: nn.Module, data: Tensor | tuple[Tensor, Tensor], family: Any, options: Mapping[str, Any]
 ) -> dict[str, Any]:
     """``{"model", "data"}`` SHA-256 hashes (parameters and buffers; probe inputs),
-    ``"family"`` (``family.to_dict()``) and ``"options"`` (less `RUN_ONLY_OPTIONS`)."""
+    ``"labels"`` (`_labels_hash`: the labels' SHA-256, ``None`` without labels), ``"family"``
+    (``family.to_dict()``) and ``"options"`` (less `RUN_ONLY_OPTIONS`)."""
     hm = hashlib.sha256()
     for name, t in sorted([*model.named_parameters(), *model.named_buffers()]):
         hm.update(name.encode())
@@ -94,13 +97,41 @@ def fingerprint_parts(
     _hash_tensor(hd, data[0] if isinstance(data, (tuple, list)) else data)
     fam = family.to_dict() if hasattr(family, "to_dict") else repr(family)
     kept = {k: v for k, v in options.items() if k not in RUN_ONLY_OPTIONS}
-    return {"model": hm.hexdigest(), "data": hd.hexdigest(), "family": fam, "options": kept}
+    return {
+        "model": hm.hexdigest(),
+        "data": hd.hexdigest(),
+        "labels": _labels_hash(data),
+        "family": fam,
+        "options": kept,
+    }
+
+
+def _has_labels(data: Any) -> bool:
+    """Whether ``data`` is an ``(x, y)`` pair."""
+    return isinstance(data, (tuple, list)) and len(data) == 2
+
+
+def _labels_hash(data: Tensor | tuple[Tensor, Tensor]) -> str | None:
+    """SHA-256 (hex) of the labels ``y`` of an ``(x, y)`` pair; ``None`` without labels.
+
+    The labels decide the records' labelled-loss check (``info["loss_along_u"]``), so a log
+    written with labels, with other labels or without them is another read. Labels that are
+    not a Tensor (which `read` refuses) are named by their type."""
+    if not _has_labels(data):
+        return None
+    y = data[1]
+    if not isinstance(y, Tensor):
+        return f"not a Tensor: {type(y).__name__}"
+    h = hashlib.sha256()
+    _hash_tensor(h, y)
+    return h.hexdigest()
 
 
 def read_fingerprint(
     model: nn.Module, data: Tensor | tuple[Tensor, Tensor], family: Any, options: Mapping[str, Any]
 ) -> str:
-    """SHA-256 (hex) of `fingerprint_parts`: parameters, buffers, probe inputs, family, options."""
+    """SHA-256 (hex) of `fingerprint_parts`: parameters, buffers, probe inputs, labels, family,
+    options."""
     return _digest(fingerprint_parts(model, data, family, options))
 
 
@@ -111,13 +142,16 @@ def _digest(parts: Mapping[str, Any]) -> str:
 def _differing(old: Any, new: Mapping[str, Any] | None) -> str:
     """The parts (and option names) in which a log's header differs from this read."""
     if not isinstance(old, Mapping) or new is None:
-        return "model, data, family or options"
-    names = [k for k in ("model", "data", "family") if old.get(k) != new.get(k)]
+        return "model, data, labels, family or options"
+    names = [k for k in ("model", "data", "labels", "family") if old.get(k) != new.get(k)]
+    if "labels" in names and (old.get("labels") is None) != (new.get("labels") is None):
+        given = ("given", "none") if new.get("labels") is None else ("none", "given")
+        names[names.index("labels")] = f"labels ({given[0]} → {given[1]})"
     o, n = old.get("options") or {}, new.get("options") or {}
     opts = sorted(k for k in set(o) | set(n) if o.get(k) != n.get(k))
     if opts:
         names.append("options " + ", ".join(f"{k} ({o.get(k)!r} → {n.get(k)!r})" for k in opts))
-    return "; ".join(names) or "model, data, family or options"
+    return "; ".join(names) or "model, data, labels, family or options"
 
 
 class ReadLog:
@@ -219,7 +253,9 @@ def resumable_read(
     ``meta["resumed_directions"]`` is not added: the result equals an uninterrupted read.
     ``fingerprint_data`` (default ``data``) is the probe set the fingerprint hashes: rank 0 of a
     data-parallel read reads its shard but logs under the whole probe set, so the single-process
-    ``--resume`` of that log is accepted (s16 trial Y #3: it said the data differed).
+    ``--resume`` of that log is accepted (s16 trial Y #3: it said the data differed). It is an
+    ``(x, y)`` pair exactly when ``data`` is one, so the whole set's labels are fingerprinted
+    (``ValueError`` otherwise).
     """
     from neuromanifold.singular.read import read
 
@@ -233,6 +269,12 @@ def resumable_read(
             f"read options must be JSON-serialisable to fingerprint them: {err}"
         ) from err
     hashed = data if fingerprint_data is None else fingerprint_data
+    if _has_labels(hashed) != _has_labels(data):
+        raise ValueError(
+            "fingerprint_data must be an (x, y) pair exactly when data is one (the labels are "
+            f"fingerprinted); got data with{'' if _has_labels(data) else 'out'} labels and "
+            f"fingerprint_data with{'' if _has_labels(hashed) else 'out'}"
+        )
     parts = fingerprint_parts(model, hashed, family, options)  # the model is hashed once
     log = ReadLog(log_path, _digest(parts), parts)
     finished = log.load() if resume else {}

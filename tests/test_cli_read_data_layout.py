@@ -99,7 +99,7 @@ def test_a_structured_npy_is_refused(tmp_path: Path) -> None:
 
 def test_a_npz_archive_is_read_by_its_array_x(tmp_path: Path) -> None:
     x = planted_mlp().data
-    np.savez(tmp_path / "x.npz", x=x.numpy(), y=np.zeros(len(x)))
+    np.savez(tmp_path / "x.npz", x=x.numpy(), ids=np.zeros(len(x)))  # other arrays: ignored
     torch.save(x, tmp_path / "x.pt")
     from_npz = _read(tmp_path / "x.npz", tmp_path / "npz.json")
     assert from_npz["directions"] == _read(tmp_path / "x.pt", tmp_path / "pt.json")["directions"]

@@ -129,8 +129,9 @@ _NPY_MAGIC = b"\x93NUMPY"
 
 
 def _load_data(path: Path) -> Any:
-    """The probe inputs in ``path``: a tensor, the entry ``x`` of a dict / safetensors file /
-    NumPy ``.npz`` archive, or a NumPy ``.npy`` array (no pickled objects). Every file problem
+    """The probe data in ``path``: a tensor or a pair ``(x, y)``; the entry ``x`` of a dict /
+    safetensors file / NumPy ``.npz`` archive, as the pair ``(x, y)`` when an entry ``y`` (the
+    labels) is beside it; or a NumPy ``.npy`` array (no pickled objects). Every file problem
     exits 2 with one line naming ``--data``."""
     import torch
 
@@ -153,7 +154,7 @@ def _load_data(path: Path) -> Any:
             fail(f"--data {path}: cannot read safetensors file (truncated or corrupt?): {err}")
         if "x" not in tensors:
             fail(f"--data {path}: holds {sorted(tensors)}; expected a tensor named 'x'")
-        return _checked_layout(tensors["x"], path)
+        return _checked_layout(_with_labels(tensors), path)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # UnpicklingError, KeyError, RuntimeError, OSError, ...
@@ -168,31 +169,46 @@ def _load_data(path: Path) -> Any:
     if isinstance(obj, dict):
         if "x" not in obj:
             fail(f"--data {path}: holds keys {sorted(obj)}; expected a key 'x'")
-        obj = obj["x"]
+        obj = _with_labels(obj)
     return _checked_layout(obj, path)
+
+
+def _with_labels(entries: Any) -> Any:
+    """``entries["x"]``, or the pair ``(entries["x"], entries["y"])`` when labels ``y`` are
+    beside the inputs (s21 trial AS #6: they were dropped without a word)."""
+    return (entries["x"], entries["y"]) if "y" in entries else entries["x"]
 
 
 def _numpy_data(path: Path, *, npy: bool) -> Any:
     """The tensor of a NumPy ``.npy`` file (``npy``) or of the array ``x`` of an ``.npz``
-    archive, in native byte order; pickled objects are not loaded. Exit 2 naming ``--data`` when
-    it cannot be read or holds no numbers (s20 trial AN #3, audit AP #3)."""
+    archive (the pair ``(x, y)`` when it holds an array ``y`` too), in native byte order;
+    pickled objects are not loaded. Exit 2 naming ``--data`` when it cannot be read or holds no
+    numbers (s20 trial AN #3, audit AP #3)."""
     import zipfile
     import zlib
 
     import numpy as np
-    import torch
 
     kind = "NumPy .npy file" if npy else "NumPy .npz archive"
     try:
         array = np.load(path, allow_pickle=False)
-        if not npy:  # an archive of named arrays, read like {'x': ...}
+        if not npy:  # an archive of named arrays, read like {'x': ..., 'y': ...}
             with array as archive:
                 if "x" not in archive.files:
                     fail(f"--data {path}: holds {sorted(archive.files)}; expected an array 'x'")
-                array = archive["x"]
+                entries = {k: archive[k] for k in ("x", "y") if k in archive.files}
+            return _with_labels({k: _numpy_tensor(a, path) for k, a in entries.items()})
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as err:  # pickles,
         # truncated or corrupt files and archives
         fail(f"--data {path}: cannot read this {kind}: {err}")
+    return _numpy_tensor(array, path)
+
+
+def _numpy_tensor(array: Any, path: Path) -> Any:
+    """``array`` as a tensor in native byte order; exit 2 naming ``--data`` when it holds no
+    numbers."""
+    import torch
+
     if array.dtype.byteorder not in ("=", "|"):  # e.g. '>f4' written on a big-endian host
         array = array.astype(array.dtype.newbyteorder("="))
     try:
@@ -217,6 +233,13 @@ def _checked_layout(obj: Any, path: Path) -> Any:
     x = obj[0] if isinstance(obj, tuple | list) else obj
     if isinstance(x, torch.Tensor) and x.ndim == 0:
         fail(f"--data {path}: holds a 0-d tensor; expected inputs with a leading sample axis")
+    y = obj[1] if isinstance(obj, tuple | list) else None
+    if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+        if y.ndim == 0 or y.shape[0] != x.shape[0]:
+            fail(
+                f"--data {path}: the labels y have shape {tuple(y.shape)} and the inputs x "
+                f"{tuple(x.shape)}; expected one label row per sample (leading size {x.shape[0]})"
+            )
     return obj
 
 
@@ -392,8 +415,11 @@ def register(app: typer.Typer) -> None:
             "--data",
             parser=_DATA,
             metavar="FILE",
-            help="probe inputs: a torch file (tensor or {'x': ...}), safetensors, NumPy .npy or "
-            ".npz (with 'x')",
+            help="probe data: a torch file (a tensor of inputs, a pair (x, y) or {'x': ..., "
+            "'y': ...}), safetensors or NumPy .npz (arrays 'x' and, optionally, 'y') or NumPy "
+            ".npy (inputs only); labels y, one per sample, are optional and used only to check "
+            "that the checkpoint is a minimum of the labelled probe loss along the directions "
+            "read",
         ),
         family: str | None = typer.Option(
             None,

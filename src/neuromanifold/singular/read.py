@@ -100,7 +100,8 @@ FORWARD_MODE_SAMPLES = 2
 
 def _inputs(data: Any) -> tuple[Tensor, Tensor | None]:
     """``(x, y)`` of ``data`` (``y`` None without labels), checked: a Tensor with a leading sample
-    axis, finite when floating; labels a Tensor with one row per sample."""
+    axis, finite when floating; labels a Tensor with one row per sample, finite when floating
+    (a NaN label made the labelled-loss check NaN and silently unflagged; s21 trial AS #7)."""
     x = data[0] if isinstance(data, (tuple, list)) else data
     if not isinstance(x, Tensor):
         raise TypeError(f"data must be a Tensor or an (X, y) tuple; got {type(data).__name__}")
@@ -123,43 +124,60 @@ def _inputs(data: Any) -> tuple[Tensor, Tensor | None]:
     first = first_nonfinite(x)
     if first is not None:
         raise ValueError(_NONFINITE.format(first))
+    first = None if y is None else first_nonfinite(y)
+    if first is not None:
+        raise ValueError(_NONFINITE_LABELS.format(first))
     return x, y
 
 
 _NONFINITE = "data inputs hold NaN or Inf values (first in sample {})"
+_NONFINITE_LABELS = "data labels y hold NaN or Inf values (first in sample {})"
+
+
+def _first_nonfinite_pair(data: Any) -> tuple[int | None, int | None]:
+    """The first non-finite sample of the inputs and of the labels of ``data`` (``None``: none,
+    or not checkable: not a Tensor, no sample axis, labels of another length)."""
+    x = data[0] if isinstance(data, tuple | list) else data
+    if not isinstance(x, Tensor) or x.ndim == 0:
+        return None, None
+    y = data[1] if isinstance(data, tuple | list) and len(data) == 2 else None
+    labelled = isinstance(y, Tensor) and y.ndim > 0 and y.shape[0] == x.shape[0]
+    return first_nonfinite(x), first_nonfinite(y) if labelled else None
 
 
 def _inputs_on_every_rank(data: Any) -> tuple[Tensor, Tensor | None]:
     """`_inputs`, agreed over the ranks of a process group before the read's first collective.
 
-    Every rank checks its own shard; the shard sizes, the first non-finite sample and any
-    other error are all-gathered, so that when one rank's shard is bad every rank raises the
-    same error (a rank that went on would wait in the next collective for one that stopped).
-    A non-finite sample is named by its index in the whole probe set (the shards are
-    contiguous, in rank order: `neuromanifold.singular.distributed.shard_slice`). Without a
-    process group this is `_inputs`.
+    Every rank checks its own shard; the shard sizes, the first non-finite sample of the inputs
+    and of the labels, and any other error are all-gathered, so that when one rank's shard is
+    bad every rank raises the same error (a rank that went on would wait in the next collective
+    for one that stopped). A non-finite sample is named by its index in the whole probe set (the
+    shards are contiguous, in rank order: `neuromanifold.singular.distributed.shard_slice`);
+    non-finite inputs are named before non-finite labels. Without a process group this is
+    `_inputs`.
     """
     if world_size() == 1:
         return _inputs(data)
     import torch.distributed as dist
 
-    got, err, n_local, first = None, None, 0, None
+    got, err, n_local, first = None, None, 0, (None, None)
     try:
         got = _inputs(data)
     except (TypeError, ValueError) as e:
         x = data[0] if isinstance(data, tuple | list) else data
         if isinstance(x, Tensor) and x.ndim > 0:
-            n_local, first = int(x.shape[0]), first_nonfinite(x)
-        err = None if first is not None else (type(e).__name__, str(e))
+            n_local, first = int(x.shape[0]), _first_nonfinite_pair(data)
+        err = None if first != (None, None) else (type(e).__name__, str(e))
     else:
         n_local = int(got[0].shape[0])
     states: list[Any] = [None] * world_size()
     dist.all_gather_object(states, (n_local, first, err))
-    offset = 0
-    for n_rank, first_rank, _ in states:
-        if first_rank is not None:
-            raise ValueError(_NONFINITE.format(offset + first_rank))
-        offset += n_rank
+    for which, message in enumerate((_NONFINITE, _NONFINITE_LABELS)):
+        offset = 0
+        for n_rank, first_rank, _ in states:
+            if first_rank[which] is not None:
+                raise ValueError(message.format(offset + first_rank[which]))
+            offset += n_rank
     for _, _, err_rank in states:
         if err_rank is not None:
             kind = TypeError if err_rank[0] == "TypeError" else ValueError

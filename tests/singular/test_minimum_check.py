@@ -380,10 +380,10 @@ def test_a_model_without_second_order_forward_mode_is_read_and_says_so() -> None
 def test_under_a_budget_the_check_keeps_the_sweeps_share(monkeypatch) -> None:
     """A JVP of a JVP holds 2.3–2.6× the activations of one JVP lane; under ``max_memory`` its
     chunks are sized for `LOSS_CHECK_LANES` lanes, so its measured peak (live tensors,
-    `peak_allocated`) stays within the bytes the plan gives the sweeps (``jvp_memory − held``).
+    `peak_allocated`) stays within the bytes the plan gives the sweeps (`MemoryPlan.pass_room`).
     Sized like one lane, it went over them."""
     from neuromanifold.singular import read_candidate as rc
-    from neuromanifold.singular.memory import peak_allocated
+    from neuromanifold.singular.memory import MemoryPlan, peak_allocated
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(256, 32), nn.Tanh(), nn.Linear(32, 4)).double()
@@ -407,5 +407,5 @@ def test_under_a_budget_the_check_keeps_the_sweeps_share(monkeypatch) -> None:
     plan = reading.meta["memory_plan"]
     assert plan["chunk_size"] < 2048  # the budget chunks the sweeps …
     assert peaks, "the planted chain must be checked"
-    room = plan["jvp_memory"] - plan["held"]
+    room = MemoryPlan(**plan).pass_room()
     assert max(peaks) <= room, (max(peaks), room)  # … and the check within their share

@@ -151,7 +151,11 @@ JVP_FRACTION = 0.2
 than `BUDGET_FRACTION`: over a budgeted read's sweeps, which repeat passes of the same sizes,
 glibc's heap kept up to 3.4× the tracked bytes resident (16→512→4 GELU MLP, N = 8192: RSS rise
 67 MB for a 21 MB plan; a 2-layer ViT: 2.3×); with ``JVP_FRACTION`` it stays below the budget.
-A lower share only makes the chunks smaller (more passes), it refuses no read."""
+A lower share only makes the chunks smaller (more passes), it refuses no read. Tensors held
+through the sweeps (the candidates and curved-gauge generators, a data copy) are not churned:
+they count at their own size, and the passes get this share of what they leave
+(`MemoryPlan.pass_room`; charged inside the share, 95 MB of a ViT's generators refused a budget
+of twice the read's peak, s21 trial AT #2)."""
 PROBE_SIZES = (2, 4)
 """Sample counts at which `plan_memory` measures the per-sample costs."""
 FACTOR_CHECK_ROUNDS = 4
@@ -283,8 +287,8 @@ class MemoryPlan:
     Attributes:
         max_memory: the bytes the factor batches are sized to and the detection must fit in
             (``BUDGET_FRACTION`` of the budget).
-        jvp_memory: the bytes the JVP chunks and lanes are sized to, with what is held
-            (``JVP_FRACTION`` of the budget).
+        jvp_memory: ``JVP_FRACTION`` of the budget: the bytes the JVP chunks and lanes are
+            sized to when nothing is held; beside held tensors, `pass_room`.
         budget: the budget itself (bytes).
         jvp_per_sample, jvp_fixed: ``s_jvp`` and ``I_jvp`` (bytes per sample per lane, per lane).
         factor_per_sample, factor_fixed: ``s_fac`` and ``I_fac`` (bytes).
@@ -316,12 +320,19 @@ class MemoryPlan:
 
     def chunk_for(self, lanes: int) -> int:
         """Largest sample chunk (≤ N) for ``lanes`` JVP lanes within the budget (≥ 1)."""
-        room = (self.jvp_memory - self.held) // max(lanes, 1) - self.jvp_fixed
+        room = self.pass_room() // max(lanes, 1) - self.jvp_fixed
         return max(1, min(self.n_samples, room // max(self.jvp_per_sample, 1)))
 
     def lanes_for(self, chunk: int) -> int:
         """Largest number of lanes (directions per ``vmap``) for a chunk of ``chunk`` (≥ 1)."""
-        return max(1, (self.jvp_memory - self.held) // max(self.jvp_cost(chunk), 1))
+        return max(1, self.pass_room() // max(self.jvp_cost(chunk), 1))
+
+    def pass_room(self, held: int | None = None) -> int:
+        """Bytes the JVP passes may fill beside ``held`` (default: the plan's): `JVP_FRACTION`
+        of what the held tensors leave of the budget. Held tensors stay put through the
+        sweeps, so they count at their own size; the share covers the heap churn of the passes
+        (`JVP_FRACTION`'s docstring), which repeat."""
+        return int(JVP_FRACTION * (self.budget - (self.held if held is None else held)))
 
     def holding(self, nbytes: int, what: str = "the read's candidate directions") -> MemoryPlan:
         """This plan with ``nbytes`` more held through the sweeps, its chunk and t-batch resized.
@@ -331,7 +342,7 @@ class MemoryPlan:
         """
         held = self.held + int(nbytes)
         chunk, lanes = _sweep_sizes(
-            self.jvp_memory - held,
+            self.pass_room(held),
             self.jvp_fixed,
             self.jvp_per_sample,
             self.n_samples,
@@ -343,7 +354,8 @@ class MemoryPlan:
                 f"is too small: {what} hold {format_bytes(nbytes)} ({format_bytes(held)} held "
                 f"in all), and beside them one sample of the JVP pass "
                 f"({format_bytes(self.jvp_cost(1))}) no longer fits in "
-                f"{JVP_FRACTION:.0%} of the budget; raise --max-memory"
+                f"{JVP_FRACTION:.0%} of what they leave of the budget; raise --max-memory "
+                f"{_at_least(held + self.jvp_cost(1) / JVP_FRACTION)}"
             )
         return replace(self, held=held, chunk_size=chunk, t_batch=lanes)
 
@@ -583,7 +595,7 @@ def plan_memory(
     factor = _checked_factor_batch(
         factor, budget - held - 2 * param_bytes, factor_points, factor_peak, x.device, budget_total
     )
-    chunk, lanes = _sweep_sizes(jvp_budget - held, i_jvp, s_jvp, n, t_batch)
+    chunk, lanes = _sweep_sizes(int(JVP_FRACTION * (budget_total - held)), i_jvp, s_jvp, n, t_batch)
     return MemoryPlan(
         max_memory=budget,
         jvp_memory=jvp_budget,

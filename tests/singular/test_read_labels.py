@@ -2,7 +2,11 @@
 
 #7: a NaN or Inf in floating labels made the labelled-loss check NaN (``info["loss_along_u"]``
 with ``slope: nan``, unflagged, and a literal NaN in the JSON); such labels are refused up front,
-naming the first bad sample, by its index in the whole probe set under data parallelism."""
+naming the first bad sample, by its index in the whole probe set under data parallelism.
+
+#8: labels of the wrong shape or dtype were refused with the shapes of the early checks' sub-batch
+of `GRAPH_SAMPLES` samples ("… of shape (16,) …; got shape (16,)" for 50 samples); the family's
+words now quote the user's N (under data parallelism, the whole probe set's)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import torch
 from torch import nn
 
 from neuromanifold.singular import distributed as dp
-from neuromanifold.singular.family import Gaussian
+from neuromanifold.singular.family import Categorical, Gaussian
 from neuromanifold.singular.read import GRAPH_SAMPLES, read
 
 N = 50  # more than GRAPH_SAMPLES: the early checks see a sub-batch
@@ -70,4 +74,60 @@ def test_a_non_finite_label_in_one_shard_is_named_by_its_global_index() -> None:
     ):
         dp.launch_local(
             2, "test_read_labels:nan_label_in_the_second_shard", read_kwargs={"progress": False}
+        )
+
+
+def _classifier(n_classes: int) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, n_classes)).double()
+
+
+def _refusal(model: nn.Module, data: tuple, family: object) -> str:
+    with pytest.raises(ValueError) as info:
+        read(model, data, family, max_directions=0, progress=False)
+    assert dp.is_agreed(info.value)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("n", [N, 10])  # above and below GRAPH_SAMPLES
+def test_gaussian_label_shape_errors_quote_the_users_n(n: int) -> None:
+    x, y = _xy(n)
+    assert _refusal(_mlp(), (x, y[:, 0]), Gaussian()) == (
+        f"Gaussian targets y must have the output's shape ({n}, 2); got ({n},)"
+    )
+
+
+def test_categorical_label_errors_quote_the_users_n_and_keep_the_class_count() -> None:
+    """16 classes, as many as the sub-batch has samples: only the leading sizes change."""
+    x, _ = _xy()
+    model = _classifier(GRAPH_SAMPLES)
+    labels = torch.arange(N) % GRAPH_SAMPLES
+    assert _refusal(model, (x, labels.double()), Categorical()) == (
+        f"Categorical labels y must be integer class indices of shape ({N},) (the logits' shape "
+        f"without the class axis); got shape ({N},), dtype torch.float64"
+    )
+    assert _refusal(model, (x, labels[:, None]), Categorical()).endswith(
+        f"of shape ({N},) (the logits' shape without the class axis); got shape ({N}, 1), "
+        "dtype torch.int64"
+    )
+    out_of_range = _refusal(model, (x, labels + GRAPH_SAMPLES), Categorical())
+    assert out_of_range.startswith(
+        f"Categorical labels y must lie in [0, {GRAPH_SAMPLES}) (C = {GRAPH_SAMPLES} classes); "
+        f"got values from {GRAPH_SAMPLES} to {2 * GRAPH_SAMPLES - 1}"
+    )
+
+
+def labels_of_the_wrong_shape() -> SimpleNamespace:
+    """Factory for `launch_local`: 7 samples (shards of 3 and 4) with labels (N,) for outputs
+    (N, 2)."""
+    x, y = _xy(7)
+    return SimpleNamespace(model=_mlp(), data=(x, y[:, 0]), family=Gaussian())
+
+
+def test_label_shape_errors_of_a_data_parallel_read_quote_the_whole_sets_n() -> None:
+    with pytest.raises(
+        ValueError, match=r"^Gaussian targets y must have the output's shape \(7, 2\); got \(7,\)"
+    ):
+        dp.launch_local(
+            2, "test_read_labels:labels_of_the_wrong_shape", read_kwargs={"progress": False}
         )

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -130,6 +131,26 @@ def _inputs(data: Any) -> tuple[Tensor, Tensor | None]:
     return x, y
 
 
+def _check_labels(family: Any, out: Tensor, labels: Tensor, n_all: int) -> None:
+    """``family.log_likelihood(out, labels)`` on the early sub-batch (``out`` and ``labels`` of
+    its first samples): the family's ``ValueError`` / ``TypeError`` is raised in its own words,
+    with the shapes it quotes given for the whole probe set's ``n_all`` samples (s21 trial AS
+    #8: "labels y must be … of shape (16,) … got shape (16,)" for 50 samples)."""
+    try:
+        family.log_likelihood(out, labels)
+    except (ValueError, TypeError) as err:
+        n_sub = int(labels.shape[0])
+        if n_sub == n_all:
+            raise
+        raise type(err)(_with_leading_size(str(err), n_sub, n_all)) from err
+
+
+def _with_leading_size(message: str, n_sub: int, n_all: int) -> str:
+    """``message`` with every shape that leads with ``n_sub`` (``(16,``, ``(16)``, ``[16,``)
+    quoted with ``n_all`` instead."""
+    return re.sub(rf"(?<=[(\[]){n_sub}(?=[,)\]])", str(n_all), message)
+
+
 _NONFINITE = "data inputs hold NaN or Inf values (first in sample {})"
 _NONFINITE_LABELS = "data labels y hold NaN or Inf values (first in sample {})"
 
@@ -145,8 +166,9 @@ def _first_nonfinite_pair(data: Any) -> tuple[int | None, int | None]:
     return first_nonfinite(x), first_nonfinite(y) if labelled else None
 
 
-def _inputs_on_every_rank(data: Any) -> tuple[Tensor, Tensor | None]:
-    """`_inputs`, agreed over the ranks of a process group before the read's first collective.
+def _inputs_on_every_rank(data: Any) -> tuple[Tensor, Tensor | None, int]:
+    """`_inputs` and the whole probe set's size N, agreed over the ranks of a process group
+    before the read's first collective.
 
     Every rank checks its own shard; the shard sizes, the first non-finite sample of the inputs
     and of the labels, and any other error are all-gathered, so that when one rank's shard is
@@ -154,10 +176,11 @@ def _inputs_on_every_rank(data: Any) -> tuple[Tensor, Tensor | None]:
     for one that stopped). A non-finite sample is named by its index in the whole probe set (the
     shards are contiguous, in rank order: `neuromanifold.singular.distributed.shard_slice`);
     non-finite inputs are named before non-finite labels. Without a process group this is
-    `_inputs`.
+    `_inputs` and its N.
     """
     if world_size() == 1:
-        return _inputs(data)
+        x, y = _inputs(data)
+        return x, y, int(x.shape[0])
     import torch.distributed as dist
 
     got, err, n_local, first = None, None, 0, (None, None)
@@ -183,7 +206,7 @@ def _inputs_on_every_rank(data: Any) -> tuple[Tensor, Tensor | None]:
             kind = TypeError if err_rank[0] == "TypeError" else ValueError
             raise kind(err_rank[1])
     assert got is not None  # no rank failed
-    return got
+    return got[0], got[1], sum(n_rank for n_rank, _, _ in states)
 
 
 def _registry(detectors: DetectorRegistry | Iterable[Detector] | None) -> DetectorRegistry:
@@ -372,7 +395,7 @@ def read(
             raise ValueError(f"snap must be True, False or 'auto'; got {snap!r}")
         batch_size = check_positive_int("batch_size", batch_size)
         live_threshold = check_live_threshold(live_threshold)
-        x, y = _inputs_on_every_rank(data)
+        x, y, n_all = _inputs_on_every_rank(data)
     # the device can differ between nodes, and between ranks without LOCAL_WORLD_SIZE
     dev = resolve_device(device) if device is not None else None
     with agreed_errors():  # the detectors, modes and parameters: the same on every rank
@@ -414,7 +437,7 @@ def read(
     family.check_output(out)
     if labels is not None:  # read by the labelled-loss check of the records: refused up front
         with agreed_errors():
-            family.log_likelihood(out, labels[:n_graph])
+            _check_labels(family, out, labels[:n_graph], n_all)
     _check_repeatable(work, xw[:GRAPH_SAMPLES], out, data_shape=tuple(x.shape))
     unpacked, mha_passes = multihead_as_projections(work, xw)
     linear_subclasses, adapt_passes = linear_subclasses_as_linear(work, xw)

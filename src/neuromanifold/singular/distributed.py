@@ -394,8 +394,8 @@ def _worker(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
     )
-    init_from_env(torch.device("cpu"))
     try:
+        init_from_env(torch.device("cpu"))
         net = _factory(factory)(**factory_kwargs)
         x = net.data[0] if isinstance(net.data, tuple | list) else net.data
         warm = net.data[: min(2 * world, x.shape[0])] if isinstance(net.data, Tensor) else None
@@ -415,8 +415,84 @@ def _worker(
         seconds = time.perf_counter() - t0
         out = {"reading": reading.to_dict(), "seconds": seconds}
         Path(out_dir, f"rank{local_rank}.json").write_text(json.dumps(out))
+    except Exception as err:
+        # on disk before this rank leaves the group: the other ranks fail in their next
+        # collective only once it has, so `launch_local` finds this file whichever rank torch
+        # reports first
+        _record_rank_error(out_dir, local_rank, err)
+        raise
     finally:
-        dist.destroy_process_group()
+        if _active():
+            dist.destroy_process_group()
+
+
+_TRANSPORT_MARKS = ("connection closed by peer", "connection reset by peer", "gloo/transport")
+"""Fragments of the messages of a collective whose peer left (gloo's "Read error ...: Connection
+reset by peer"): the other ranks' echo of one rank's error, not an error of their own."""
+
+
+def _is_transport_failure(err: BaseException) -> bool:
+    """Whether ``err`` (or an exception it was raised from) is a collective's connection or
+    transport failure: a ``torch.distributed.DistError`` or a message quoting a closed peer."""
+    seen: set[int] = set()
+    e: BaseException | None = err
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, dist.DistError) or any(m in str(e).lower() for m in _TRANSPORT_MARKS):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _record_rank_error(out_dir: str, local_rank: int, err: Exception) -> None:
+    """Write ``rank{r}.error`` (JSON) in ``out_dir``: the error's type and message, ``kind``
+    (``"ValueError"``, ``"TypeError"`` or None for any other type), whether it is a collective's
+    transport failure, the traceback and the pid. Written to a temporary name and renamed, so a
+    reader never sees half a file."""
+    import traceback
+
+    kind = (
+        "ValueError"
+        if isinstance(err, ValueError)
+        else "TypeError"
+        if isinstance(err, TypeError)
+        else None
+    )
+    record = {
+        "type": type(err).__name__,
+        "message": str(err),
+        "kind": kind,
+        "transport": _is_transport_failure(err),
+        "traceback": traceback.format_exc(),
+        "pid": os.getpid(),
+    }
+    part = Path(out_dir, f"rank{local_rank}.error.part")
+    part.write_text(json.dumps(record))
+    os.replace(part, Path(out_dir, f"rank{local_rank}.error"))
+
+
+def _primary_rank_error(out_dir: str, world: int) -> tuple[int, dict[str, Any]] | None:
+    """The lowest rank whose ``rank{r}.error`` holds a ``ValueError`` or ``TypeError`` that is not
+    a collective's transport failure, with its record; None when no rank left one."""
+    for r in range(world):
+        path = Path(out_dir, f"rank{r}.error")
+        if not path.is_file():
+            continue
+        record = json.loads(path.read_text())
+        if record.get("kind") in ("ValueError", "TypeError") and not record.get("transport"):
+            return r, record
+    return None
+
+
+def _rank_report(err: BaseException, r: int, record: Mapping[str, Any]) -> BaseException:
+    """Torch's report of rank ``r``'s failure: ``err`` when torch reported that rank, otherwise
+    the ``ProcessRaisedException`` torch would have raised for it (the record's traceback)."""
+    if getattr(err, "error_index", None) == r:
+        return err
+    from torch.multiprocessing import ProcessRaisedException
+
+    msg = f"\n\n-- Process {r:d} terminated with the following error:\n{record['traceback']}"
+    return ProcessRaisedException(msg, r, int(record["pid"]))
 
 
 def _child_value_error(err: BaseException) -> str | None:
@@ -444,8 +520,12 @@ def launch_local(
     `neuromanifold.cells.planted.planted_mlp`). Each rank first reads a tiny shard (first-call
     costs; an error there says so, since the shapes it quotes are the warm-up's) and then, after
     a barrier, the timed read. Returns, per rank, ``{"reading":
-    Reading.to_dict(), "seconds": wall time of the timed read}``. A ``ValueError`` a rank raises
-    (e.g. fewer samples than processes) is raised here with the rank's message.
+    Reading.to_dict(), "seconds": wall time of the timed read}``. A ``ValueError`` or
+    ``TypeError`` a rank raises (e.g. fewer samples than processes, or a forward that fails on one
+    rank's shard) is raised here, as that type, with the rank's message; when several ranks fail
+    it is the lowest rank's such error that is not a collective's connection failure (a rank's
+    error makes the others fail in their next collective, and torch reports whichever process
+    it sees exit first; s21 trial AT #1). Its cause is torch's report of that rank.
     """
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
         raise ValueError(f"world must be a positive int; got {world!r}")
@@ -470,6 +550,11 @@ def launch_local(
             except Exception as err:  # the port was taken between choosing and binding it
                 if "address already in use" in str(err).lower() and attempt + 1 < PORT_ATTEMPTS:
                     continue
+                primary = _primary_rank_error(tmp, world)
+                if primary is not None:
+                    r, record = primary
+                    cls = ValueError if record["kind"] == "ValueError" else TypeError
+                    raise cls(record["message"]) from _rank_report(err, r, record)
                 child = _child_value_error(err)
                 if child is not None:  # one line, as the CLI gives it (s16 trial Y #6)
                     raise ValueError(child) from err

@@ -13,7 +13,11 @@ from torch import nn
 
 from neuromanifold.singular.assembly import assemble_from_reading
 from neuromanifold.singular.family import Categorical, Gaussian
-from neuromanifold.singular.minimum_check import MIN_Z, loss_along, loss_along_reference
+from neuromanifold.singular.minimum_check import (
+    curvature_threshold,
+    loss_along,
+    loss_along_reference,
+)
 from neuromanifold.singular.read import read
 from neuromanifold.singular.reading import Reading
 
@@ -143,7 +147,11 @@ def test_a_saddle_is_flagged_in_the_record_the_note_and_the_assembly() -> None:
     check = genuine[0].info["loss_along_u"]
     assert not check["not_critical"] and check["slope"] == 0.0  # a critical point …
     assert check["span_dim"] == 3 and check["curved_down"]  # … a saddle of the chain's span
-    assert check["lowest_curvature"] < -MIN_Z * check["lowest_curvature_se"]
+    z = check["curvature_threshold"]
+    assert (
+        z == curvature_threshold(3)
+        and check["lowest_curvature"] < -z * check["lowest_curvature_se"]
+    )
     assert "θ0 is not a minimum of the labelled probe loss along u" in genuine[0].reason
     assert "θ0 is not a minimum of the labelled probe loss along 1 of the" in reading.note
     result = assemble_from_reading(reading, regular_dims=0)
@@ -409,3 +417,99 @@ def test_under_a_budget_the_check_keeps_the_sweeps_share(monkeypatch) -> None:
     assert peaks, "the planted chain must be checked"
     room = MemoryPlan(**plan).pass_room()
     assert max(peaks) <= room, (max(peaks), room)  # … and the check within their share
+
+
+class _DirectNorms(nn.Module):
+    """A model that calls ``torch.layer_norm`` (with ``cudnn_enable``) and ``torch.instance_norm``
+    itself, in their own argument orders, not through ``F``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 3, 3)
+        self.w, self.b = nn.Parameter(torch.ones(3)), nn.Parameter(torch.zeros(3))
+        self.head = nn.Linear(48, 3)
+
+    def forward(self, x):
+        h = torch.instance_norm(self.conv(x), self.w, self.b, None, None, True, 0.1, 1e-5, False)
+        h = torch.layer_norm(h.flatten(1), (48,), None, None, 1e-5, False)
+        return self.head(torch.tanh(h))
+
+
+def test_direct_torch_norm_calls_match_the_oracle() -> None:
+    """s21 audit AU #4: the elementwise norms took ``F``'s argument lists, so a model calling
+    ``torch.layer_norm(…, cudnn_enable)`` or ``torch.instance_norm(…)`` itself crashed the check
+    with a TypeError (and with it the whole labelled read)."""
+    torch.manual_seed(11)
+    net = _DirectNorms().double()
+    gen = torch.Generator().manual_seed(12)
+    x = torch.randn(6, 1, 6, 6, generator=gen, dtype=torch.float64)
+    y = torch.randint(0, 3, (6,), generator=gen)
+    params = {k: v.detach() for k, v in net.named_parameters()}
+    u = {k: torch.randn(v.shape, generator=gen, dtype=torch.float64) for k, v in params.items()}
+    fast = loss_along(net, params, u, (x, y), Categorical())
+    _assert_like_oracle(fast, loss_along_reference(net, params, u, (x, y), Categorical()))
+
+
+def _dead_unit_net() -> nn.Module:
+    """``1 → 3 → 1`` tanh net whose hidden unit 2 is dead (in-weight, bias and out-weight 0)."""
+    torch.manual_seed(13)
+    net = nn.Sequential(nn.Linear(1, 3), nn.Tanh(), nn.Linear(3, 1)).double()
+    with torch.no_grad():
+        net[0].weight[2] = 0.0
+        net[0].bias[2] = 0.0
+        net[2].weight[0, 2] = 0.0
+    return net
+
+
+#: bounds on the fraction of draws whose lowest curvature is below −2 standard errors on the
+#: dead unit's span: χ²₂'s tail e⁻² = 0.135, ± 3.4 binomial standard deviations over 200 draws
+CHI2_TAIL_AT_2 = (0.053, 0.217)
+
+
+def test_a_dead_unit_span_at_a_true_parameter_is_calibrated() -> None:
+    """s21 audit AU #2: on a dead unit's span (``0.weight``, ``0.bias`` and ``2.weight`` rows of
+    the unit) the Gauss–Newton part is 0 and the lowest eigenvalue is ``−√(X² + Y²)`` of two
+    cross terms: its z is χ₂-distributed, so P(z < −2) ≈ e⁻² (not a normal's 0.023), and a normal
+    threshold of 4 flagged at e⁻⁸ = 3.4·10⁻⁴. `curvature_threshold(3)` = 5.39 keeps it at most
+    6·10⁻⁵: no flag in 200 draws of labels from the model itself."""
+    net = _dead_unit_net()
+    params = {k: v.detach() for k, v in net.named_parameters()}
+    u = {k: torch.zeros_like(v) for k, v in params.items()}
+    u["0.weight"][2], u["0.bias"][2], u["2.weight"][0, 2] = 1.0, 1.0, 1.0
+    gen = torch.Generator().manual_seed(14)
+    x = torch.randn(200, 1, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        mean = net(x)
+    below_2, flags = 0, 0
+    for _ in range(CALIBRATION_DRAWS // 2):
+        y = mean + 0.5 * torch.randn(mean.shape, generator=gen, dtype=torch.float64)
+        got = loss_along(net, params, u, (x, y), Gaussian(0.5))
+        assert got["span_dim"] == 3
+        below_2 += got["lowest_curvature"] < -2 * got["lowest_curvature_se"]
+        flags += got["curved_down"] or got["not_critical"]
+    assert CHI2_TAIL_AT_2[0] <= below_2 / (CALIBRATION_DRAWS // 2) <= CHI2_TAIL_AT_2[1], below_2
+    assert flags == 0
+
+
+def test_rounding_on_a_linear_span_is_not_a_downward_curvature() -> None:
+    """s21 audit AU #3: a ``Linear(3, 4)`` with the constant input feature 0.7, read along its
+    weight column 0 and its bias, spans a direction the output does not see: the span Hessian
+    is PSD with a null eigenvector, f̈ = 0 makes the standard error 0, and eigh's −2·10⁻¹⁶ there
+    was flagged in 10 of 40 seeds; the rounding margin now scales with the span Hessian's
+    largest entry."""
+    flagged = []
+    for seed in range(40):
+        torch.manual_seed(seed)
+        net = nn.Linear(3, 4).double()
+        x = torch.randn(30, 3, dtype=torch.float64)
+        x[:, 0] = 0.7
+        family = Categorical() if seed % 2 else Gaussian(0.5)
+        y = torch.randint(0, 4, (30,)) if seed % 2 else torch.randn(30, 4, dtype=torch.float64)
+        column = torch.zeros(4, 3, dtype=torch.float64)
+        column[:, 0] = torch.randn(4, dtype=torch.float64)
+        u = {"weight": column, "bias": -0.7 * column[:, 0] * (1 + 0.5 * seed)}
+        params = {k: v.detach() for k, v in net.named_parameters()}
+        got = loss_along(net, params, u, (x, y), family)
+        assert got["lowest_curvature_se"] == 0.0 and got["span_dim"] == 2
+        flagged += [seed] if got["curved_down"] else []
+    assert flagged == []

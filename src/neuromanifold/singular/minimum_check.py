@@ -38,15 +38,16 @@ lowest-curvature unit direction ``v`` (the eigenvector of ``M`` of its smallest 
 cannot collapse the way a sample standard deviation does on a few samples or on a confident
 classifier's one-signed scores (s21 trial AS #4: 2–5 % false flags at N ≤ 30). θ0 is reported
 
-* **not critical** along ``u`` when ``|ḡ| > MIN_Z·se(ḡ)``, and
-* **curved downward** on the span when ``μ_min < −MIN_Z·se``,
+* **not critical** along ``u`` when ``|ḡ| > MIN_Z·se(ḡ)`` (``MIN_Z = 4``: a two-sided normal
+  test, about `FALSE_FLAG_RATE` = 6·10⁻⁵ under the null), and
+* **curved downward** on the span when ``μ_min < −z_n·se``, with ``z_n`` = `curvature_threshold`
+  (4.01, 4.71, 5.39, 6.07 for n = 1 … 4: the lowest eigenvalue is chosen from the data, and a
+  χ² bound over the span Hessian's entries keeps the rate at or below 6·10⁻⁵),
 
-each only beyond the rounding margin ``ROUNDING·mean|·|``. For a Gaussian family the per-sample
-scores are normal under the null and the z-tests exact; for a categorical one they rest on the
-normal approximation of a mean (poorer at small N and with rare classes). With ``MIN_Z = 4`` a
-true parameter is flagged along one direction with probability about 6·10⁻⁵ (slope, two-sided),
-and on a span of n parts about ``n·3·10⁻⁵`` (the lowest eigenvalue is chosen from the data;
-for the off-diagonal of a chain, as at the saddle, the test is two-sided). The test is
+each only beyond the rounding margin ``ROUNDING·`` (the larger of the per-sample ``mean|·|`` and,
+for the curvature, the span Hessian's largest entry). For a Gaussian family the per-sample
+scores are normal under the null; for a categorical one the tests rest on the normal
+approximation of a mean (poorer at small N and with rare classes). The test is
 necessary, not sufficient: a point can be a minimum on every span read and a saddle elsewhere;
 a degenerate saddle (slope and curvature 0, a cubic loss) passes; and along a genuine direction
 ``F_u(θ0) = 0`` forces ``ḟ_i = 0``, so every ``g_i`` is 0 there and only the curvature test
@@ -75,9 +76,11 @@ from neuromanifold.singular.passes import chunks, differentiable_kernels
 from neuromanifold.singular.second_order import elementwise_norms
 
 __all__ = [
+    "FALSE_FLAG_RATE",
     "MAX_SPAN_PARTS",
     "MIN_Z",
     "ROUNDING",
+    "curvature_threshold",
     "loss_along",
     "loss_along_reason",
     "loss_along_reference",
@@ -85,7 +88,10 @@ __all__ = [
 ]
 
 MIN_Z = 4.0
-"""Standard errors by which the mean slope or the span's lowest curvature must pass zero."""
+"""Standard errors by which the mean slope must pass zero (two-sided: about `FALSE_FLAG_RATE`)."""
+FALSE_FLAG_RATE = 6e-5
+"""Probability, under the null, with which one check flags the span's lowest curvature: its
+threshold is `curvature_threshold` standard errors."""
 ROUNDING = 1e-9
 """A mean at most this times the mean absolute per-sample value is rounding, never flagged."""
 MAX_SPAN_PARTS = 4
@@ -236,6 +242,9 @@ def _check(
     slope_se = math.sqrt(float(slope_sums[2])) / n_samples
     lowest = float(evals[0])
     lowest_se = math.sqrt(float(curve_sums[2])) / n_samples
+    # rounding: eigh of a PSD span Hessian gives −1e-16·‖M‖ for its null directions, where the
+    # standard error can be 0 too (a linear layer: f̈ = 0; s21 audit AU #3)
+    curve_scale = max(float(curve_sums[1]) / n_samples, float(mean_hess.abs().max()))
     return {
         "slope": slope,
         "slope_se": slope_se,
@@ -246,13 +255,32 @@ def _check(
         "lowest_direction": [float(c) for c in v],
         "n": n_samples,
         "not_critical": _beyond(abs(slope), slope_se, float(slope_sums[1]) / n_samples),
-        "curved_down": _beyond(-lowest, lowest_se, float(curve_sums[1]) / n_samples),
+        "curvature_threshold": curvature_threshold(n),
+        "curved_down": _beyond(-lowest, lowest_se, curve_scale, curvature_threshold(n)),
     }
 
 
-def _beyond(value: float, se: float, scale: float) -> bool:
-    """Whether ``value`` exceeds ``MIN_Z·se`` and the rounding margin ``ROUNDING·scale``."""
-    return value > MIN_Z * se and value > ROUNDING * scale
+def curvature_threshold(n_parts: int) -> float:
+    """Standard errors below zero at which the lowest curvature of an ``n_parts`` span is
+    flagged: ``√q`` with ``q`` the ``1 − FALSE_FLAG_RATE`` quantile of χ² with ``m = n(n+1)/2``
+    degrees of freedom, the span Hessian's entries. Under the null the residual part ``R`` of
+    the span Hessian has mean 0, its Gauss–Newton part is ≥ 0, and ``μ_min ≥ −‖R‖_F``; with
+    entries of about the standard error along ``v``, ``‖R‖_F²/se²`` is about χ²_m, so the
+    threshold bounds the rate. Along one direction (n = 1) it is the two-sided normal 4.01; for
+    a dead unit's span, where ``μ_min = −√(X² + Y²)`` of two cross terms (χ²₂), a single
+    normal threshold of 4 flagged true parameters at e⁻⁸ = 3.4·10⁻⁴ (s21 audit AU #2).
+
+    >>> [round(curvature_threshold(n), 2) for n in (1, 2, 3, 4)]
+    [4.01, 4.71, 5.39, 6.07]
+    """
+    from scipy.stats import chi2
+
+    return float(math.sqrt(chi2.isf(FALSE_FLAG_RATE, n_parts * (n_parts + 1) // 2)))
+
+
+def _beyond(value: float, se: float, scale: float, z: float = MIN_Z) -> bool:
+    """Whether ``value`` exceeds ``z·se`` and the rounding margin ``ROUNDING·scale``."""
+    return value > z * se and value > ROUNDING * scale
 
 
 def _prepared(
@@ -291,11 +319,13 @@ def loss_along(
 
     Returns:
         ``{"slope", "slope_se", "curvature", "span_dim", "lowest_curvature",
-        "lowest_curvature_se", "lowest_direction", "n", "not_critical", "curved_down"}``: the
-        mean slope along u and its null standard error; the mean curvature along u; the number
-        of parts n; the span Hessian's smallest eigenvalue, its null standard error and its unit
-        eigenvector (coefficients of the parts, in `span_parts` order); the global sample count;
-        the two flags. Plain floats, ints, lists and bools: JSON-ready.
+        "lowest_curvature_se", "lowest_direction", "n", "not_critical", "curvature_threshold",
+        "curved_down"}``: the mean slope along u and its null standard error; the mean curvature
+        along u; the number of parts n; the span Hessian's smallest eigenvalue, its null
+        standard error and its unit eigenvector (coefficients of the parts, in `span_parts`
+        order); the global sample count; the slope flag; the curvature's threshold in standard
+        errors (`curvature_threshold`) and its flag. Plain floats, ints, lists and bools:
+        JSON-ready.
 
     Raises:
         ValueError: ``data`` is not a pair ``(x, y)``, or as `prepare` does.

@@ -183,7 +183,8 @@ def read_candidate(
     a clause in its reason when θ0 is on a slope or curved downward there).
 
     Returns ``(record, forward passes of its sweeps, of the mirrored-side check and of the loss
-    check, one per sample chunk)``.
+    check: per sample chunk, one per part and pair of parts of its span and one along its
+    lowest-curvature direction)``.
     """
     n_passes = 0
     xw = xd[0] if isinstance(xd, tuple) else xd
@@ -292,7 +293,9 @@ def read_candidate(
             # check, and says why (the first line of the error; `_not_minimum_note`)
             loss_check = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
         info = {**info, "loss_along_u": loss_check}
-        n_passes += len(chunks(int(xw.shape[0]), loss_chunk))
+        # per chunk, one JVP of a JVP along each part and pair of parts of the span, and along v
+        n = int(loss_check.get("span_dim", 0))
+        n_passes += (n * (n + 1) // 2 + 1) * len(chunks(int(xw.shape[0]), loss_chunk))
     info = {**info, "support": direction_support(u_read)}
     rec = record(cand, r, overlap, info)
     if one_sided is not None:

@@ -20,9 +20,10 @@ from torch.overrides import TorchFunctionMode
 __all__ = ["elementwise_norms"]
 
 
-def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
     """``F.layer_norm`` from elementwise operations: ``(x − mean)/√(var + eps)·w + b`` over the
-    last ``len(normalized_shape)`` axes (biased variance)."""
+    last ``len(normalized_shape)`` axes (biased variance). ``torch.layer_norm``'s
+    ``cudnn_enable`` is accepted and has no effect on the value."""
     dims = tuple(range(-len(tuple(normalized_shape)), 0))
     centred = x - x.mean(dims, keepdim=True)
     out = centred * torch.rsqrt((centred * centred).mean(dims, keepdim=True) + eps)
@@ -54,6 +55,23 @@ def _instance_norm(
     return out if bias is None else out + bias.reshape(shape)
 
 
+def _torch_instance_norm(
+    x,
+    weight,
+    bias,
+    running_mean,
+    running_var,
+    use_input_stats,
+    momentum,
+    eps,
+    cudnn_enabled=True,
+):
+    """``torch.instance_norm``'s argument order (weight and bias first, then the running
+    statistics; s21 audit AU #4), answered by `_instance_norm`."""
+    stats = (running_mean, running_var)
+    return _instance_norm(x, *stats, weight, bias, use_input_stats, momentum, eps)
+
+
 class _ElementwiseNorms(TorchFunctionMode):
     """Calls of ``F.layer_norm`` / ``torch.layer_norm`` and of instance norm with input
     statistics answered by `_layer_norm` / `_instance_norm` (module docstring)."""
@@ -62,7 +80,7 @@ class _ElementwiseNorms(TorchFunctionMode):
         F.layer_norm: _layer_norm,
         torch.layer_norm: _layer_norm,
         F.instance_norm: _instance_norm,
-        torch.instance_norm: _instance_norm,
+        torch.instance_norm: _torch_instance_norm,
     }
 
     def __torch_function__(self, func, types, args=(), kwargs=None):

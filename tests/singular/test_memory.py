@@ -259,30 +259,35 @@ def test_plan_counts_the_detection() -> None:
 
 
 def test_holding_resizes_the_sweeps_or_refuses() -> None:
-    """`MemoryPlan.holding`: bytes held through the sweeps count at their own size, and the JVP
-    passes get ``JVP_FRACTION`` of what they leave (`MemoryPlan.pass_room`): the chunk shrinks so
-    that the pass stays within that room; when one sample no longer fits it raises, naming the
-    smallest budget at which it would. Held bytes above the whole JVP share are accepted when
-    the budget leaves room (s21 trial AT #2: a ViT's 95 MB of curved-gauge generators refused a
-    450 MB budget, about twice the read's unbudgeted peak, because they were charged inside the
-    20 % share)."""
+    """`MemoryPlan.holding`: bytes held through the sweeps count at their own size; the JVP
+    passes get ``JVP_FRACTION`` of what they leave (`MemoryPlan.pass_room`), and the held bytes
+    (candidates and generators, made by the detection) must fit beside the detection's estimate
+    in ``BUDGET_FRACTION`` of the budget. The chunk shrinks to the room; when either no longer
+    fits it raises, naming the smallest budget at which both do. Held bytes above the whole JVP
+    share are accepted when the budget leaves room (s21 trial AT #2: a ViT's 95 MB of
+    curved-gauge generators refused a 450 MB budget, about twice the read's unbudgeted peak,
+    charged inside the 20 % share; s21 audit AU #1: counted beside the sweeps only, a 130 MB
+    budget passed and the read rose by 218 MB)."""
     model = _mlp()
-    x = torch.randn(500, 8, dtype=torch.float64)
-    plan = plan_memory(model, x, Gaussian(), max_memory="1MB", t_batch=8)
+    x = torch.randn(5000, 8, dtype=torch.float64)  # the sweeps' chunk is limited by the budget
+    plan = plan_memory(model, x, Gaussian(), max_memory="10MB", t_batch=8)
     assert plan.pass_room() == int(JVP_FRACTION * (plan.budget - plan.held))
-    big = 2 * plan.jvp_memory  # twice the JVP share, a fraction of the budget
-    held = plan.holding(big)
+    assert plan.chunk_size < 5000
+    big = plan.jvp_memory + (plan.max_memory - plan.detection - plan.held - plan.jvp_memory) // 2
+    assert big > plan.jvp_memory  # above the whole JVP share …
+    held = plan.holding(big)  # … and accepted
     assert held.held == plan.held + big and held.chunk_size < plan.chunk_size
     assert held.jvp_cost(held.chunk_size, held.t_batch) <= held.pass_room()
     assert held.jvp_cost(held.chunk_size + 1, held.t_batch) > held.pass_room()
-    too_much = plan.budget - plan.held - int(plan.jvp_cost(1) / JVP_FRACTION) + 1
-    need = plan.held + too_much + plan.jvp_cost(1) / JVP_FRACTION
-    refused = r"too small: the candidates hold .* no longer fits"
+    too_much = plan.max_memory - plan.detection - plan.held + 1  # no room beside the detection
+    total = plan.held + too_much
+    need = max(total + plan.jvp_cost(1) / JVP_FRACTION, (plan.detection + total) / BUDGET_FRACTION)
+    refused = r"too small: the candidates hold .* the first no longer fits"
     with pytest.raises(ValueError, match=refused) as err:
         plan.holding(too_much, what="the candidates")
     assert f"raise --max-memory to at least {format_bytes(math.ceil(need))}" in str(err.value)
     assert need > plan.budget  # the named budget is above the refused one
-    plan.holding(too_much - 5 * JVP_FRACTION**-1)  # a few bytes less: accepted
+    plan.holding(too_much - 1)  # a byte less: accepted
 
 
 def _mlp() -> torch.nn.Module:

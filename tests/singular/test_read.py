@@ -708,15 +708,17 @@ def test_data_that_does_not_fit_is_named_by_its_whole_shape() -> None:
 
 
 def test_baseline_under_a_budget_refuses_before_the_sweeps(monkeypatch) -> None:
-    """``read(baseline=True, max_memory=14.9kB)`` on the planted ReLU MLP: the scan's copy of the
-    parameters does not fit beside the candidates and one JVP sample; the refusal comes before
-    any candidate is read (it came after every sweep before, the records discarded). The budget
-    sits in the window where exactly that is the first thing that does not fit: 14.75–15.0 kB
-    since held tensors count at their own size beside the passes' share (`pass_room`, s21 trial
-    AT #2; below it the detection is refused, from 15.25 kB the sweeps start); 26.5–28.5 kB
-    before, when they were charged inside the share."""
+    """``read(baseline=True, max_memory=…)`` on the planted ReLU MLP: at a budget where the scan's
+    copy of the parameters is the first thing that does not fit beside the candidates, the
+    refusal comes before any candidate is read (it came after every sweep before, the records
+    discarded). The budget is found by following the refusals' named minima up from 5 kB (the
+    window is narrow and moves with the plan's rules: 26.5–28.5 kB once, 14.75–15.0 kB after
+    s21 trial AT #2); every refusal on the way comes before the sweeps too."""
+    import re
+
     import neuromanifold.singular.read as read_module
     from neuromanifold.cells.planted import planted_mlp
+    from neuromanifold.singular.memory import parse_memory
 
     swept: list[int] = []
     real = read_module.read_candidate
@@ -727,14 +729,26 @@ def test_baseline_under_a_budget_refuses_before_the_sweeps(monkeypatch) -> None:
 
     monkeypatch.setattr(read_module, "read_candidate", spy)
     net = planted_mlp(activation="relu", n=128, seed=3)
-    with pytest.raises(ValueError, match=r"coordinate scan's copy of the parameters"):
-        read_module.read(
-            net.model,
-            net.data,
-            net.family,
-            max_memory="14.9kB",
-            max_directions=2,
-            baseline=True,
-            progress=False,
-        )
+    budget, refusals = 5_000, []
+    for _ in range(12):
+        with pytest.raises(ValueError, match=r"is too small") as err:
+            read_module.read(
+                net.model,
+                net.data,
+                net.family,
+                max_memory=budget,
+                max_directions=2,
+                baseline=True,
+                progress=False,
+            )
+        assert swept == [], refusals  # no refusal comes after a sweep
+        message = str(err.value)
+        refusals.append(budget)
+        if "coordinate scan's copy of the parameters" in message:
+            break
+        named = re.search(r"to at least ([0-9.]+ [kMG]?B)", message)
+        assert named, message
+        budget = max(budget + 1, int(parse_memory(named.group(1)) * 1.001) + 16)
+    else:
+        pytest.fail(f"no budget refused the scan's copy first; tried {refusals}")
     assert swept == []

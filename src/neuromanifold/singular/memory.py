@@ -155,7 +155,9 @@ A lower share only makes the chunks smaller (more passes), it refuses no read. T
 through the sweeps (the candidates and curved-gauge generators, a data copy) are not churned:
 they count at their own size, and the passes get this share of what they leave
 (`MemoryPlan.pass_room`; charged inside the share, 95 MB of a ViT's generators refused a budget
-of twice the read's peak, s21 trial AT #2)."""
+of twice the read's peak, s21 trial AT #2). The candidates and generators are made by the
+detection, so beside its estimate they must also fit in `BUDGET_FRACTION` of the budget
+(`MemoryPlan.holding`)."""
 PROBE_SIZES = (2, 4)
 """Sample counts at which `plan_memory` measures the per-sample costs."""
 FACTOR_CHECK_ROUNDS = 4
@@ -338,7 +340,9 @@ class MemoryPlan:
         """This plan with ``nbytes`` more held through the sweeps, its chunk and t-batch resized.
 
         Raises:
-            ValueError: one sample on one lane no longer fits beside what is held.
+            ValueError: one sample on one lane no longer fits beside what is held, or what is
+                held no longer fits beside the detection's estimate in its share; the message
+                names the smallest budget at which both fit.
         """
         held = self.held + int(nbytes)
         chunk, lanes = _sweep_sizes(
@@ -348,14 +352,22 @@ class MemoryPlan:
             self.n_samples,
             self.t_batch,
         )
-        if chunk == 0:
+        # the candidates and generators are made by the detection, beside its factors: they
+        # count in its share too (s21 audit AU #1: counted beside the sweeps only, a ViT's
+        # 95 MB of generators let 130 MB pass, and the read rose by 218 MB)
+        beside_detection = self.detection + held > self.max_memory
+        if chunk == 0 or beside_detection:
+            need = max(
+                held + self.jvp_cost(1) / JVP_FRACTION, (self.detection + held) / BUDGET_FRACTION
+            )
             raise ValueError(
                 f"max_memory={self.budget} bytes ({format_bytes(self.budget)}) "
                 f"is too small: {what} hold {format_bytes(nbytes)} ({format_bytes(held)} held "
-                f"in all), and beside them one sample of the JVP pass "
-                f"({format_bytes(self.jvp_cost(1))}) no longer fits in "
-                f"{JVP_FRACTION:.0%} of what they leave of the budget; raise --max-memory "
-                f"{_at_least(held + self.jvp_cost(1) / JVP_FRACTION)}"
+                f"in all); beside them the detection ({format_bytes(self.detection)}) must fit "
+                f"in {BUDGET_FRACTION:.0%} of the budget and one sample of the JVP pass "
+                f"({format_bytes(self.jvp_cost(1))}) in {JVP_FRACTION:.0%} of what they leave "
+                f"of it, and {'the first' if beside_detection else 'the second'} no longer "
+                f"fits; raise --max-memory {_at_least(need)}"
             )
         return replace(self, held=held, chunk_size=chunk, t_batch=lanes)
 

@@ -66,9 +66,10 @@ to the sweeps' fixed cost: the working copy, the read's parameter dict and the c
 per-direction call makes; ``2 ×`` to the factor pass's and the detection's), and so is its float64
 copy of the data when it makes one (``held``,
 counted in every phase). Not foreseen by the plan: the candidate directions the detectors
-propose, while the detection runs (their bytes are known only once it has run; then the sweeps
-are sized to what remains, `MemoryPlan.holding`, and the read raises ``ValueError`` when one
-sample no longer fits); the probe-rank pass (`neuromanifold.singular.probe_rank.g_rows`, one
+propose, while the detection runs (their bytes are known only once it has run; then they must
+fit beside the detection's estimate in its share, the sweeps are sized to what remains,
+`MemoryPlan.holding`, and the read raises ``ValueError`` naming the smallest budget at which
+both fit when either does not); the probe-rank pass (`neuromanifold.singular.probe_rank.g_rows`, one
 forward and one backward of a random cotangent) is not measured, but runs in chunks of
 ``factor_batch`` samples, about what one factor batch costs; the plan's own measuring passes
 (on 2 and 4 samples, the factor pass on up to 8, then its checks at the chosen factor batch on

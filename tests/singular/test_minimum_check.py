@@ -324,9 +324,8 @@ def test_two_gloo_ranks_check_the_loss_on_the_whole_probe_set() -> None:
                 assert g[key] == pytest.approx(w[key], rel=RTOL_SUMS, abs=1e-300), key
 
 
-class _NoSecondOrder(torch.autograd.Function):
-    """``x ↦ x`` whose forward-mode formula is a custom Function without one of its own: one JVP
-    runs, a JVP of a JVP raises."""
+class _Opaque(torch.autograd.Function):
+    """``x ↦ x`` with a backward and no forward-mode formula."""
 
     generate_vmap_rule = True
 
@@ -337,30 +336,19 @@ class _NoSecondOrder(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         pass
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class _NoSecondOrder(_Opaque):
+    """``x ↦ x`` whose forward-mode formula is `_Opaque`, which has none of its own: one JVP
+    runs, a JVP of a JVP raises."""
 
     @staticmethod
     def jvp(ctx, dx):
         return _Opaque.apply(dx)
-
-    @staticmethod
-    def backward(ctx, g):
-        return g
-
-
-class _Opaque(torch.autograd.Function):
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x):
-        return x.clone()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        pass
-
-    @staticmethod
-    def backward(ctx, g):
-        return g
 
 
 def test_a_model_without_second_order_forward_mode_is_read_and_says_so() -> None:

@@ -675,7 +675,7 @@ def loci_from_reading(
     if not_minimum:
         notes.append(
             f"θ0 is not a minimum of the labelled probe loss along {', '.join(not_minimum)} "
-            f"(info['loss_along_u']: a slope or a downward curvature beyond 4 standard errors): "
+            f"(info['loss_along_u']: a slope or a downward curvature beyond its threshold): "
             f"the orders describe the parametrization at θ0, and this (λ, m) is Watanabe's "
             f"only at a true parameter (docs/triple.md §4)"
         )

@@ -293,8 +293,8 @@ def read(
             integrated out); labels, when given, are used only to check that θ0 is a minimum of
             the probe loss along each genuine and live direction read
             (`neuromanifold.singular.minimum_check.loss_along`: its slope and curvature in
-            ``info["loss_along_u"]``, a clause in the reason and a reading note when either is
-            beyond 4 standard errors).
+            ``info["loss_along_u"]``, a clause in the reason and a reading note when the slope is
+            beyond 4 standard errors or the curvature below ``−curvature_threshold``).
         family: output family, ``Gaussian(sigma)`` or ``Categorical()``.
         detectors: a `DetectorRegistry` or detectors (default: `default_registry`).
         grid: t-grid for every sweep (default: `read_direction`'s per-direction policy).
@@ -730,7 +730,7 @@ def _not_minimum_note(records: Sequence[DirectionRecord]) -> str:
         clauses.append(
             f"θ0 is not a minimum of the labelled probe loss along {len(flagged)} of the "
             f"{len(checked)} checked direction(s) (#{', #'.join(map(str, flagged))}: a slope or "
-            "a downward curvature beyond 4 standard errors, info['loss_along_u']): the orders "
+            "a downward curvature beyond its threshold, info['loss_along_u']): the orders "
             "describe the parametrization at θ0, and (λ, m) assembled from them are Watanabe's "
             "only at a true parameter"
         )

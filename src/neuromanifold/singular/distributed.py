@@ -397,19 +397,16 @@ def _worker(
     try:
         init_from_env(torch.device("cpu"))
         net = _factory(factory)(**factory_kwargs)
-        labelled = isinstance(net.data, tuple | list) and len(net.data) == 2
-        x = net.data[0] if labelled else net.data
-        if isinstance(x, Tensor):  # first-call costs (lazy imports, kernels) outside the timing
-            n_warm = min(2 * world, x.shape[0])
-            # a labelled probe set warms up labelled (the labelled-loss check has its own costs)
-            warm = (x[:n_warm], net.data[1][:n_warm]) if labelled else x[:n_warm]
+        x = net.data[0] if isinstance(net.data, tuple | list) else net.data
+        warm = net.data[: min(2 * world, x.shape[0])] if isinstance(net.data, Tensor) else None
+        if warm is not None:  # first-call costs (lazy imports, kernels) outside the timing
             try:
                 read_sharded(net.model, warm, net.family, **{**read_kwargs, "progress": False})
             except ValueError as err:  # its shapes are the warm-up's, not the user's shards
-                if n_warm == x.shape[0]:  # the whole probe set: the read's own error
+                if warm.shape[0] == x.shape[0]:  # the whole probe set: the read's own error
                     raise
                 raise ValueError(
-                    f"the warm-up read on the first {n_warm} of {x.shape[0]} samples "
+                    f"the warm-up read on the first {warm.shape[0]} of {x.shape[0]} samples "
                     f"(before the timed read) failed: {err}"
                 ) from err
         dist.barrier()

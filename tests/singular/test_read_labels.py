@@ -131,3 +131,49 @@ def test_label_shape_errors_of_a_data_parallel_read_quote_the_whole_sets_n() -> 
         dp.launch_local(
             2, "test_read_labels:labels_of_the_wrong_shape", read_kwargs={"progress": False}
         )
+
+
+@pytest.mark.parametrize("bad_value", [-1, 3])
+def test_an_out_of_range_label_past_the_early_sub_batch_is_refused_before_the_read(
+    bad_value: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only sample 40 (beyond the `GRAPH_SAMPLES` the early checks see) is out of [0, 3): it was
+    met only by the labelled-loss check after the sweeps; now the read refuses it before the
+    factor pass (which is made to fail loudly if reached)."""
+    from neuromanifold.singular import read as read_module
+
+    x, _ = _xy()
+    labels = torch.arange(N) % 3
+    labels[40] = bad_value
+
+    def reached(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the factor pass ran before the labels were checked")
+
+    monkeypatch.setattr(read_module, "kfac_factors", reached)
+    message = _refusal(_classifier(3), (x, labels), Categorical())
+    low, high = min(bad_value, 0), max(bad_value, 2)
+    assert message.startswith(
+        f"Categorical labels y must lie in [0, 3) (C = 3 classes); got values from {low} to {high}"
+    )
+
+
+def out_of_range_label_in_the_second_shard() -> SimpleNamespace:
+    """Factory for `launch_local`: 40 labelled samples (shards [0, 20) and [20, 40)), three
+    classes, with class 5 at sample 37, which only rank 1 holds, past its early sub-batch."""
+    x, _ = _xy(40)
+    labels = torch.arange(40) % 3
+    labels[37] = 5
+    return SimpleNamespace(model=_classifier(3), data=(x, labels), family=Categorical())
+
+
+def test_an_out_of_range_label_in_one_shard_is_refused_on_every_rank() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"^Categorical labels y must lie in \[0, 3\) \(C = 3 classes\); got "
+        r"values from 0 to 5",
+    ):
+        dp.launch_local(
+            2,
+            "test_read_labels:out_of_range_label_in_the_second_shard",
+            read_kwargs={"progress": False},
+        )

@@ -145,6 +145,17 @@ def _check_labels(family: Any, out: Tensor, labels: Tensor, n_all: int) -> None:
         raise type(err)(_with_leading_size(str(err), n_sub, n_all)) from err
 
 
+def _check_all_labels(family: Any, out: Tensor, labels: Tensor) -> None:
+    """A family's own ``check_labels`` (the categorical range ``[0, C)``) on every label of this
+    rank's shard, against the sub-batch's output broadcast to the shard's size (a view: no
+    output is computed). `_check_labels` reads only the first samples, and an out-of-range label
+    past them was met only when the labelled-loss check ran, after the sweeps (s21 note)."""
+    check = getattr(family, "check_labels", None)
+    if check is None or labels.ndim == 0 or labels.shape[0] == 0:
+        return
+    check(out[:1].expand(labels.shape[0], *out.shape[1:]), labels)
+
+
 def _with_leading_size(message: str, n_sub: int, n_all: int) -> str:
     """``message`` with every shape that leads with ``n_sub`` (``(16,``, ``(16)``, ``[16,``)
     quoted with ``n_all`` instead."""
@@ -438,6 +449,7 @@ def read(
     if labels is not None:  # read by the labelled-loss check of the records: refused up front
         with agreed_errors():
             _check_labels(family, out, labels[:n_graph], n_all)
+            _check_all_labels(family, out, labels)
     _check_repeatable(work, xw[:GRAPH_SAMPLES], out, data_shape=tuple(x.shape))
     unpacked, mha_passes = multihead_as_projections(work, xw)
     linear_subclasses, adapt_passes = linear_subclasses_as_linear(work, xw)

@@ -28,6 +28,7 @@ from neuromanifold.singular.closed_forms import (
     rrr,
 )
 from neuromanifold.singular.coordinate_scan import CoordinateScan, coordinate_scan
+from neuromanifold.singular.critical_check import critical_check, critical_check_reference
 from neuromanifold.singular.direction import (
     VISIBILITY_FACTOR,
     DirectionReading,
@@ -91,7 +92,9 @@ __all__ = [  # noqa: RUF022 (grouped by concept, sorted within groups)
     "DirectionReading",
     "read_direction",
     "snap_base_point",
-    # is θ0 a minimum of the labelled probe loss along a direction, and its oracle
+    # is θ0 a critical point of the labelled probe loss, a minimum along a direction; oracles
+    "critical_check",
+    "critical_check_reference",
     "loss_along",
     "loss_along_reference",
     # K-FAC / KFC factors and the whole-model read's results

@@ -51,6 +51,7 @@ from fractions import Fraction
 from numbers import Integral
 from typing import Any, Literal
 
+from neuromanifold.singular.critical_check import critical_note
 from neuromanifold.singular.nu import K_MAX, nu
 
 __all__ = [
@@ -748,7 +749,10 @@ def assemble_from_reading(
 
     Where θ0 must lie: (λ, m) are Watanabe's learning coefficient and multiplicity only when the
     read point θ0 is a true parameter (θ0 ∈ W₀, the model at θ0 realises the data distribution,
-    as at a minimum of the population loss). The read does not check this. At another point
+    as at a minimum of the population loss). The read cannot check this; with labels it tests
+    two necessary conditions on the probe loss, the slope and curvature along each genuine or
+    live record (``info["loss_along_u"]``) and the whole gradient (``meta["critical_check"]``),
+    and a note names what they flag (:func:`_critical_notes`). At another point
     (a saddle, an unconverged checkpoint) the numbers describe the singularity of the read
     structure at θ0 only; an SGLD local learning coefficient there measures something else and
     can be negative (a saddle of Linear→Tanh→Linear read as (1/2, 2) gave −22).
@@ -786,7 +790,9 @@ def assemble_from_reading(
             f"found: regular_dims is the dimension of the live part, which contains them; pass "
             f"at least {n_live}, or None to count the live records (1/2 each)"
         )
-    notes = _truncation_notes(reading) + _probe_size_notes(reading) + notes
+    notes = (
+        _critical_notes(reading) + _truncation_notes(reading) + _probe_size_notes(reading) + notes
+    )
     if regular_dims:
         loci.append(Locus("caller: regular directions", "regular", dim=regular_dims))
     if not any(loc.kind in ("genuine", "regular") for loc in loci):
@@ -872,6 +878,14 @@ def _truncation_notes(reading: Any) -> list[str]:
             f"so m and λ are lower bounds"
         )
     return notes
+
+
+def _critical_notes(reading: Any) -> list[str]:
+    """The reading's whole-gradient check (``meta["critical_check"]``,
+    `neuromanifold.singular.critical_check`) as a note when it found θ0 not critical or could not
+    run; none otherwise (and none for a reading without labels, which has no check)."""
+    note = critical_note(_meta(reading).get("critical_check"))
+    return [note] if note else []
 
 
 def _meta(reading: Any) -> Mapping[str, Any]:

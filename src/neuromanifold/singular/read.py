@@ -68,6 +68,7 @@ from neuromanifold.singular.adapt_attention import multihead_as_projections
 from neuromanifold.singular.blocks import conv_padding, is_supported_block
 from neuromanifold.singular.classify import check_live_threshold
 from neuromanifold.singular.coordinate_scan import coordinate_scan
+from neuromanifold.singular.critical_check import critical_check, critical_note
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, Detector
 from neuromanifold.singular.detectors.embedding import embedding_rows_seen
 from neuromanifold.singular.detectors.gapless import gapless_note, gapless_small_ratios
@@ -87,7 +88,12 @@ from neuromanifold.singular.groups import group_key, is_grouped_conv
 from neuromanifold.singular.memory import MemoryPlan, plan_memory
 from neuromanifold.singular.passes import check_forward_mode
 from neuromanifold.singular.probe_rank import g_rows, probe_size_note, rank_limited
-from neuromanifold.singular.read_candidate import MIN_RESIDUAL, PROJECT_MIN_OVERLAP, read_candidate
+from neuromanifold.singular.read_candidate import (
+    LOSS_CHECK_LANES,
+    MIN_RESIDUAL,
+    PROJECT_MIN_OVERLAP,
+    read_candidate,
+)
 from neuromanifold.singular.reading import DirectionRecord, NotCovered, Reading
 from neuromanifold.singular.sweep import T_BATCH
 
@@ -524,6 +530,8 @@ def read(
             )
             if baseline:  # and beside them, the scan's copy: refuse before the sweeps
                 plan.holding(_scan_bytes(work), what="the coordinate scan's copy of the parameters")
+            if labels is not None:  # and the whole-gradient check's tensors
+                plan.holding(_critical_bytes(work), what=_CRITICAL_HELD)
     chunk = None if plan is None else plan.chunk_size
     t_batch = T_BATCH if plan is None else plan.t_batch
 
@@ -580,6 +588,11 @@ def read(
                 _scan_bytes(work), what="the coordinate scan's copy of the parameters"
             )
         records, n_baseline = _attach_baseline(records, work, xw, family, grid, scan_plan)
+    critical, critical_passes = None, (0, 0)
+    if labels is not None:
+        critical, critical_passes = _whole_gradient_check(
+            work, params, (xw, labels), family, batch_size, plan
+        )
     note = ""
     if n_supported == 0:
         note = "no supported layers: no detector applies to any module of this model"
@@ -607,6 +620,7 @@ def read(
         _crossing_chains_note(records),
         _shared_output_note(records, graph),
         _not_minimum_note(records),
+        critical_note(critical),
     ):
         if extra:
             note = f"{note}; {extra}" if note else extra
@@ -646,9 +660,10 @@ def read(
         + emb_passes
         + adapt_passes
         + n_sweep_passes
-        + n_certify,
+        + n_certify
+        + critical_passes[0],
         "n_certify_passes": n_certify,
-        "n_backward_passes": factor_counts["n_backward"] + probe_passes,
+        "n_backward_passes": factor_counts["n_backward"] + probe_passes + critical_passes[1],
         "probe_rank_limited": probe_limited,
         "factor_fisher": factor_counts["fisher"],
         "snap": snap if snap == "auto" else bool(snap),
@@ -665,6 +680,7 @@ def read(
         "multihead_as_projections": unpacked,
         "graph_stops": graph_stops,
         "gapless_small_ratios": gapless,
+        "critical_check": critical,
     }
     return Reading(directions=tuple(records), not_covered=tuple(not_covered), meta=meta, note=note)
 
@@ -888,6 +904,42 @@ def _working_copy(model: nn.Module) -> nn.Module:
                     sub.dropout = 0.0
                 sub.train()
     return work
+
+
+_CRITICAL_HELD = "the whole-gradient check's gradient and its copy"
+
+
+def _critical_bytes(model: nn.Module) -> int:
+    """Bytes the whole-gradient check holds beside a pass: the float64 gradient it sums over the
+    even-indexed samples and autograd's per-chunk gradient (`critical_check`)."""
+    return 2 * sum(p.numel() * 8 for p in model.parameters())
+
+
+def _whole_gradient_check(
+    work: nn.Module,
+    params: dict[str, Tensor],
+    data: tuple[Tensor, Tensor],
+    family: Any,
+    batch_size: int,
+    plan: MemoryPlan | None,
+) -> tuple[dict[str, Any], tuple[int, int]]:
+    """`critical_check` at θ0 (``meta["critical_check"]``) and its ``(forward, backward)`` pass
+    counts. Its chunks are the factor pass's batch, and under a budget at most what the plan
+    gives `LOSS_CHECK_LANES` lanes beside the check's gradient (a backward pass holds about as
+    much as a JVP of a JVP). An operator without a forward-mode formula leaves the check's
+    ``"error"`` (the first line of the message) and the read stands, as for `loss_along`."""
+    chunk = batch_size
+    if plan is not None:
+        chunk = min(
+            chunk, plan.holding(_critical_bytes(work), _CRITICAL_HELD).chunk_for(LOSS_CHECK_LANES)
+        )
+    n = int(data[0].shape[0])
+    n_a = -(-(n - n // 2) // chunk)  # the even-indexed half: a forward and a backward each
+    passes = (-(-(n // 2) // chunk) + n_a, n_a)
+    try:
+        return critical_check(work, params, data, family, chunk_size=chunk), passes
+    except (RuntimeError, NotImplementedError) as err:
+        return {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}, passes
 
 
 def _scan_bytes(model: nn.Module) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import subprocess
@@ -285,7 +284,7 @@ def test_holding_resizes_the_sweeps_or_refuses() -> None:
     refused = r"too small: the candidates hold .* the first no longer fits"
     with pytest.raises(ValueError, match=refused) as err:
         plan.holding(too_much, what="the candidates")
-    assert f"raise --max-memory to at least {format_bytes(math.ceil(need))}" in str(err.value)
+    assert f"raise --max-memory to at least {format_bytes(need, up=True)}" in str(err.value)
     assert need > plan.budget  # the named budget is above the refused one
     plan.holding(too_much - 1)  # a byte less: accepted
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from neuromanifold.singular.family import Gaussian
-from neuromanifold.singular.memory import parse_memory, plan_memory
+from neuromanifold.singular.memory import format_bytes, parse_memory, plan_memory
 
 LEAST = re.compile(
     r"(one sample of the \w+ pass|the detection).*raise --max-memory to at least "
@@ -44,6 +44,9 @@ def test_the_suggested_budget_is_where_the_refused_part_fits() -> None:
         if refused is None:
             break
         part, least = refused
+        # the named budget, as printed, is enough for that part (s22 trial LM #1: rounded to
+        # the nearest 10 kB, "2.64 MB" was refused again for the same part)
+        assert not parts or part != parts[-1], f"{part} refused again at its own suggestion"
         assert least > budget
         below = _refusal(int(BELOW * least))
         assert below is not None and below[0] == part  # just below: the same part is refused
@@ -60,3 +63,16 @@ def test_a_whole_float_is_taken_as_bytes() -> None:
     for bad in (2.5, float("inf"), float("nan")):
         with pytest.raises(TypeError, match=r"max_memory must be an int \(bytes\) or a string"):
             parse_memory(bad)  # type: ignore[arg-type]
+
+
+def test_a_named_budget_read_back_is_never_below_the_need() -> None:
+    """`format_bytes` with ``up`` (the refusals' "at least …"), parsed back by `parse_memory`, is
+    at least the need, over six decades and at the units' edges (s22 trial LM #1: 2 643 500 B
+    was named "2.64 MB", and 2.64 MB was refused again)."""
+    gen = torch.Generator().manual_seed(0)
+    needs = (10 ** (3 + 6 * torch.rand(2000, generator=gen, dtype=torch.float64))).tolist()
+    needs += [999.5, 1000.0, 1000.4, 2_643_500.0, 999_999.9, 1e9 - 1, 1e9 + 1]
+    for need in needs:
+        named = format_bytes(need, up=True)
+        assert parse_memory(named.replace(" ", "")) >= need, (need, named)
+        assert parse_memory(named.replace(" ", "")) <= need * 1.011 + 1, (need, named)

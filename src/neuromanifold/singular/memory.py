@@ -211,12 +211,20 @@ def parse_memory(value: int | float | str) -> int:
     return n
 
 
-def format_bytes(n: float) -> str:
-    """``n`` bytes as a short decimal string (``"1.50 MB"``)."""
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+def format_bytes(n: float, *, up: bool = False) -> str:
+    """``n`` bytes as a short decimal string (``"1.50 MB"``); with ``up``, rounded up to the
+    last digit shown, so that a budget read off the string is never below ``n`` (a least budget
+    of 2 643 500 B named "2.64 MB" was refused again at 2.64 MB; s22 trial LM #1).
+
+    >>> format_bytes(2_643_500), format_bytes(2_643_500, up=True), format_bytes(2_640_000, up=True)
+    ('2.64 MB', '2.65 MB', '2.64 MB')
+    """
+    for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
         if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{int(n)} B"
+            # in whole bytes and hundredths of the unit: exact, no float rounding on the way
+            shown = -(-math.ceil(n) * 100 // size) / 100 if up else n / size
+            return f"{shown:.2f} {unit}"
+    return f"{math.ceil(n) if up else int(n)} B"
 
 
 class _PeakLive(TorchDispatchMode):
@@ -456,7 +464,7 @@ def _checked_factor_batch(
 def _at_least(total: float) -> str:
     """``"to at least 3.21 MB (this part alone)"``: the budget below which the refused part
     cannot fit; a larger one may still be refused by another part of the plan."""
-    return f"to at least {format_bytes(math.ceil(total))} (this part alone)"
+    return f"to at least {format_bytes(total, up=True)} (this part alone)"
 
 
 def _ceil_div(a: int, b: int) -> int:

@@ -412,3 +412,17 @@ def test_json_to_an_existing_device_is_written_without_a_probe(monkeypatch) -> N
     monkeypatch.setattr(files.tempfile, "TemporaryDirectory", _Unwritable)
     r = RUNNER.invoke(app, [*JSON_COMMANDS["lcn ntk"], "--json", "/dev/null"], env=ENV)
     assert r.exit_code == 0, r.output
+
+
+def test_a_file_path_given_to_model_says_how_to_name_the_module(tmp_path: Path) -> None:
+    """s22 trial LM #6: ``--model /dir/file.py:factory`` gave a bare "No module named
+    '/dir/file'"; the error now names the module spec to pass and where to run from."""
+    data, _ = _data_and_checkpoint(tmp_path)
+    model_file = tmp_path / "my_models.py"
+    model_file.write_text("import torch\n\ndef net():\n    return torch.nn.Linear(4, 2)\n")
+    r = RUNNER.invoke(app, ["read", "--model", f"{model_file}:net", "--data", str(data)], env=ENV)
+    assert_usage_error(
+        r,
+        f"cannot import '{model_file}:net'",
+        f"set PYTHONPATH={tmp_path}, and pass --model my_models:net",
+    )

@@ -177,3 +177,16 @@ def test_an_out_of_range_label_in_one_shard_is_refused_on_every_rank() -> None:
             "test_read_labels:out_of_range_label_in_the_second_shard",
             read_kwargs={"progress": False},
         )
+
+
+def test_integer_labels_with_the_gaussian_family_point_to_the_categorical_one() -> None:
+    """s22 trial LM #4: class indices read with the default Gaussian family were refused with
+    the shapes only; the message now names the Categorical family (and still the user's N)."""
+    x, _ = _xy()
+    labels = torch.arange(N) % 2
+    message = _refusal(_mlp(), (x, labels), Gaussian())
+    assert message == (
+        f"Gaussian targets y must have the output's shape ({N}, 2); got ({N},) (integer labels "
+        f"of the output's shape without its last axis look like class indices over 2 logits: "
+        f"read them with the Categorical family, --family categorical)"
+    )

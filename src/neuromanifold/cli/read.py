@@ -47,7 +47,17 @@ def _import_factory(spec: str) -> Any:
     try:
         return getattr(importlib.import_module(mod_name), attr)
     except (ImportError, AttributeError) as err:
-        fail(f"--model: cannot import {spec!r}: {err}")
+        hint = ""
+        if mod_name.endswith(".py") or "/" in mod_name or "\\" in mod_name:
+            # a file path (s22 trial LM #6): say how to name the module instead
+            path = Path(mod_name)
+            stem = path.stem if path.suffix == ".py" else path.name
+            hint = (
+                f"; --model takes a module importable from Python's path, not a file: run from "
+                f"{str(path.parent) or '.'!r} or set PYTHONPATH={path.parent}, and pass "
+                f"--model {stem}:{attr}"
+            )
+        fail(f"--model: cannot import {spec!r}: {err}{hint}")
 
 
 def _check_no_arguments_needed(factory: Any, spec: str) -> None:

@@ -116,8 +116,17 @@ class Gaussian:
     def log_likelihood(self, out: Tensor, y: Tensor) -> Tensor:
         """``−‖y_i − out_i‖²/(2σ²)`` per sample (the θ-free normaliser dropped)."""
         if y.shape != out.shape:
+            hint = ""
+            if not (y.is_floating_point() or y.is_complex()) and y.shape == out.shape[:-1]:
+                # class indices with the Gaussian default (s22 trial LM #4)
+                hint = (
+                    f" (integer labels of the output's shape without its last axis look like "
+                    f"class indices over {out.shape[-1]} logits: read them with the Categorical "
+                    f"family, --family categorical)"
+                )
             raise ValueError(
-                f"Gaussian targets y must have the output's shape {_shape(out)}; got {_shape(y)}"
+                f"Gaussian targets y must have the output's shape {_shape(out)}; got "
+                f"{_shape(y)}{hint}"
             )
         r = (y - out).reshape(out.shape[0], -1)
         return -(r * r).sum(1) / (2 * self.sigma**2)

@@ -43,7 +43,7 @@ __all__ = ["LOG_KIND", "LOG_NAME", "ReadLog", "read_fingerprint", "resumable_rea
 
 LOG_KIND = "neuromanifold-read-log"
 LOG_NAME = "read.jsonl"
-LOG_VERSION = 17
+LOG_VERSION = 18
 """Bumped whenever the records a read writes change for the same inputs (2: ``snap=True`` no
 longer snaps gauge candidates; grouped convolutions are read; 3: ``snap="auto"`` keeps a genuine
 unsnapped read the snap would lose, the CE shift of a bias-free head is ``𝟙𝟙ᵀ``; 4: G-kernels
@@ -69,7 +69,9 @@ a flat non-gauge read whose mirrored side is not flat is read along −u (``info
 ``snap="auto"`` keeps a classified first read over an unresolved snapped one, the support names
 its tensors' sizes; 17: with labels, genuine and live records carry the labelled-loss check
 ``info["loss_along_u"]``, and the fingerprint covers the labels, their values and whether any
-were given, so a log is not resumed with other labels or none): an older log is refused."""
+were given, so a log is not resumed with other labels or none; 18: for a categorical family its
+cuts are at least Bernstein's bound, ``slope_cut`` and ``curvature_cut`` recorded): an older log is
+refused."""
 
 
 def _hash_tensor(h: Any, t: Tensor) -> None:

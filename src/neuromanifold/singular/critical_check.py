@@ -22,8 +22,11 @@ variance ``V``: ``z`` is a standard normal for a Gaussian family and approximate
 categorical one (a mean over the odd half). Choosing ``d`` from the same samples would not be
 calibrated: ``‖∇L‖²`` grows with the number of parameters even at a true parameter. Away from a
 critical point the loss rises along the half-set gradient on the other half too, so the test is
-one-sided: **not critical** when ``z > MIN_Z`` (4: a rate of 3·10⁻⁵ under the null) and ``S``
-exceeds the rounding margin ``ROUNDING · Σ|g_i|``.
+one-sided: **not critical** when ``S`` exceeds the rounding margin ``ROUNDING · Σ|g_i|`` and
+``MIN_Z·√V`` (a Gaussian family: a rate of `NULL_RATE` = 3·10⁻⁵ under the null), for a
+categorical one the larger of that and Bernstein's bound for scores bounded by
+`Categorical.score_bound` at the same rate (`neuromanifold.singular.minimum_check.tail_threshold`:
+the normal approximation fails with a rare class).
 
 The test is necessary, not sufficient, and it is over **every** parameter: a checkpoint trained
 with some parameters frozen, with weight decay, or stopped early is not a critical point of the
@@ -50,7 +53,13 @@ from torch.func import functional_call, jvp
 
 from neuromanifold.singular._validate import DTYPE, Prepared, prepare
 from neuromanifold.singular.family import check_family
-from neuromanifold.singular.minimum_check import MIN_Z, ROUNDING
+from neuromanifold.singular.minimum_check import (
+    MIN_Z,
+    ROUNDING,
+    _all_reduce_max,
+    _score_bound,
+    tail_threshold,
+)
 from neuromanifold.singular.passes import chunks, differentiable_kernels
 
 __all__ = [
@@ -111,11 +120,15 @@ def _loss_slopes(family: Any, out: Tensor, jv: Tensor, y: Tensor) -> Tensor:
     return g.detach()
 
 
-def _result(sums: Tensor, grad_norm: float, n_a: int, n_b: int) -> dict[str, Any]:
-    """The JSON-ready result from the all-reduced ``(Σ g_i, Σ|g_i|, Σ q_i)`` over ``B``."""
+def _result(
+    sums: Tensor, bound: float | None, grad_norm: float, n_a: int, n_b: int
+) -> dict[str, Any]:
+    """The JSON-ready result from the all-reduced ``(Σ g_i, Σ|g_i|, Σ q_i)`` over ``B`` and the
+    largest per-sample score bound (``None`` for a family without one: normal scores)."""
     s, s_abs, v = (float(t) for t in sums)
     testable = n_a > 0 and n_b > 0 and grad_norm > 0.0 and v > 0.0
     z = s / math.sqrt(v) if testable else None
+    cut = tail_threshold(v, bound, math.log(1.0 / NULL_RATE), MIN_Z)
     return {
         "z": z,
         "slope": s / n_b if n_b else 0.0,
@@ -124,7 +137,8 @@ def _result(sums: Tensor, grad_norm: float, n_a: int, n_b: int) -> dict[str, Any
         "n_direction": n_a,
         "n_test": n_b,
         "threshold": MIN_Z,
-        "not_critical": bool(testable and s > MIN_Z * math.sqrt(v) and s > ROUNDING * s_abs),
+        "slope_cut": cut / n_b if n_b else 0.0,
+        "not_critical": bool(testable and s > cut and s > ROUNDING * s_abs),
     }
 
 
@@ -177,6 +191,7 @@ def critical_check(
     n_a = round(float(_all_reduce(torch.tensor([float(idx_a.numel())], dtype=DTYPE))[0]))
     n_b = round(float(_all_reduce(torch.tensor([float(idx_b.numel())], dtype=DTYPE))[0]))
     sums = torch.zeros(3, dtype=DTYPE)
+    bound = torch.zeros(1, dtype=DTYPE)
     if norm > 0.0:
         d = {k: g / norm for k, g in grads.items()}
         primal = {k: prep.params[k] for k in keys}
@@ -192,7 +207,9 @@ def critical_check(
                 g = _loss_slopes(family, out.detach(), jv.detach(), prep.y[rows])
                 q = family.quadratic(out.detach(), jv.detach())
                 sums += torch.stack([g.sum(), g.abs().sum(), q.sum()]).cpu()
-    return _result(_all_reduce(sums), norm, n_a, n_b)
+                bound[0] = max(float(bound[0]), _score_bound(family, out.detach(), jv.detach()))
+    b = float(_all_reduce_max(bound)[0]) if hasattr(family, "score_bound") else None
+    return _result(_all_reduce(sums), b, norm, n_a, n_b)
 
 
 def critical_check_reference(
@@ -230,15 +247,19 @@ def critical_check_reference(
             grad += torch.autograd.functional.jacobian(lambda f, i=i: loss(f, i), flat0)
         norm = float(grad.norm())
         sums = torch.zeros(3, dtype=DTYPE)
+        bound = 0.0
         if norm > 0.0:
             d = grad / norm
             for i in idx_b.tolist():
                 g = float(torch.autograd.functional.jacobian(lambda f, i=i: loss(f, i), flat0) @ d)
                 jac = torch.autograd.functional.jacobian(lambda f, i=i: output(f, i), flat0)
                 out = output(flat0, i).detach()
-                q = float(family.quadratic(out, (jac @ d).reshape(out.shape))[0])
+                jv = (jac @ d).reshape(out.shape)
+                q = float(family.quadratic(out, jv)[0])
                 sums += torch.tensor([g, abs(g), q], dtype=DTYPE)
-    return _result(sums, norm, int(idx_a.numel()), int(idx_b.numel()))
+                bound = max(bound, _score_bound(family, out, jv))
+    b = bound if hasattr(family, "score_bound") else None
+    return _result(sums, b, norm, int(idx_a.numel()), int(idx_b.numel()))
 
 
 def critical_note(check: Mapping[str, Any] | None) -> str:

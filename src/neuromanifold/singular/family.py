@@ -203,6 +203,14 @@ class Categorical:
         p, centred = self._centred(out, jv)
         return self._per_sample((p * centred * centred).sum(-1))
 
+    def score_bound(self, out: Tensor, jv: Tensor) -> Tensor:
+        """``b_i = Σ_positions max_c |jv_c − Σ_c' p_c' jv_c'|``, shape ``(N,)``: a bound on
+        ``|(p − e_y)ᵀ jv|`` summed over positions, whatever the labels ``y`` (the per-sample score
+        along ``jv`` is bounded, which a Bernstein tail bound uses where the normal approximation
+        fails: a rare class, s22 audit MIN #1)."""
+        _, centred = self._centred(out, jv)
+        return self._per_sample(centred.abs().amax(-1))
+
     def empirical_quadratic(self, out: Tensor, jv: Tensor, y: Tensor) -> Tensor:
         """``s_i = Σ_positions (jv_{y} − Σ_c p_c jv_c)``; returns ``s_i²``, shape ``(N,)``."""
         self.check_labels(out, y)

@@ -39,15 +39,18 @@ cannot collapse the way a sample standard deviation does on a few samples or on 
 classifier's one-signed scores (s21 trial AS #4: 2–5 % false flags at N ≤ 30). θ0 is reported
 
 * **not critical** along ``u`` when ``|ḡ| > MIN_Z·se(ḡ)`` (``MIN_Z = 4``: a two-sided normal
-  test, about `FALSE_FLAG_RATE` = 6·10⁻⁵ under the null), and
+  test, `SLOPE_RATE` = 6.3·10⁻⁵ under the null), and
 * **curved downward** on the span when ``μ_min < −z_n·se``, with ``z_n`` = `curvature_threshold`
   (4.01, 4.71, 5.39, 6.07 for n = 1 … 4: the lowest eigenvalue is chosen from the data, and a
   χ² bound over the span Hessian's entries keeps the rate at or below 6·10⁻⁵),
 
 each only beyond the rounding margin ``ROUNDING·`` (the larger of the per-sample ``mean|·|`` and,
 for the curvature, the span Hessian's largest entry). For a Gaussian family the per-sample
-scores are normal under the null; for a categorical one the tests rest on the normal
-approximation of a mean (poorer at small N and with rare classes). The test is
+scores are normal under the null (with the family's σ, which must be the data's noise level);
+for a categorical one a normal approximation fails with a rare class, so each cut is also at
+least Bernstein's bound for the bounded scores at the same rate (`tail_threshold`,
+`Categorical.score_bound`; for spans of several parts its exponent gets the normal rule's
+allowance ``(z_n² − z_1²)/2`` for the data-chosen ``v``). The test is
 necessary, not sufficient: a point can be a minimum on every span read and a saddle elsewhere;
 a degenerate saddle (slope and curvature 0, a cubic loss) passes; and along a genuine direction
 ``F_u(θ0) = 0`` forces ``ḟ_i = 0``, so every ``g_i`` is 0 there and only the curvature test
@@ -80,6 +83,7 @@ __all__ = [
     "MAX_SPAN_PARTS",
     "MIN_Z",
     "ROUNDING",
+    "SLOPE_RATE",
     "curvature_threshold",
     "loss_along",
     "loss_along_reason",
@@ -88,7 +92,10 @@ __all__ = [
 ]
 
 MIN_Z = 4.0
-"""Standard errors by which the mean slope must pass zero (two-sided: about `FALSE_FLAG_RATE`)."""
+"""Standard errors by which the mean slope must pass zero (two-sided: `SLOPE_RATE`)."""
+SLOPE_RATE = math.erfc(MIN_Z / math.sqrt(2.0))
+"""Two-sided rate of the slope test under the null: ``2Φ(−MIN_Z)`` = 6.33·10⁻⁵ (for a categorical
+family, a bound: `tail_threshold`)."""
 FALSE_FLAG_RATE = 6e-5
 """Probability, under the null, with which one check flags the span's lowest curvature: its
 threshold is `curvature_threshold` standard errors."""
@@ -207,6 +214,7 @@ def _check(
     # stage 1: the span Hessian's entries, the slope along u and its null variance
     hess = torch.zeros(n, n, dtype=DTYPE)
     slope_sums = torch.zeros(3, dtype=DTYPE)  # Σ g_i(u), Σ |g_i(u)|, Σ q_i(ḟ_i(u))
+    bounds = [0.0, 0.0]  # max_i of the per-sample score bound along ḟ(u) and along f̈(v)
     for sl in chunks(n_local, chunk_size):
         fdots, c_of = {}, {}
         for j, k in pairs:
@@ -224,6 +232,7 @@ def _check(
         g, _ = _loss_jets(family, f, fdot_u, torch.zeros_like(fdot_u), y[sl])
         q = family.quadratic(f, fdot_u)
         slope_sums += torch.stack([g.sum(), g.abs().sum(), q.sum()]).cpu()
+        bounds[0] = max(bounds[0], _score_bound(family, f, fdot_u))
     hess, slope_sums = _all_reduce(hess), _all_reduce(slope_sums)
     mean_hess = hess / n_samples
     evals, evecs = torch.linalg.eigh(mean_hess)
@@ -237,7 +246,10 @@ def _check(
         _, c = _loss_jets(family, f, fdot, fddot, y[sl])
         q = family.quadratic(f, fddot)
         curve_sums += torch.stack([c.sum(), c.abs().sum(), q.sum()]).cpu()
+        bounds[1] = max(bounds[1], _score_bound(family, f, fddot))
     curve_sums = _all_reduce(curve_sums)
+    bounded = hasattr(family, "score_bound")
+    b_slope, b_curve = (float(b) for b in _all_reduce_max(torch.tensor(bounds, dtype=DTYPE)))
     slope = float(slope_sums[0]) / n_samples
     slope_se = math.sqrt(float(slope_sums[2])) / n_samples
     lowest = float(evals[0])
@@ -245,6 +257,16 @@ def _check(
     # rounding: eigh of a PSD span Hessian gives −1e-16·‖M‖ for its null directions, where the
     # standard error can be 0 too (a linear layer: f̈ = 0; s21 audit AU #3)
     curve_scale = max(float(curve_sums[1]) / n_samples, float(mean_hess.abs().max()))
+    z_n = curvature_threshold(n)
+    slope_cut = tail_threshold(
+        float(slope_sums[2]), b_slope if bounded else None, _log_inv(SLOPE_RATE, 2), MIN_Z
+    )
+    curve_cut = tail_threshold(
+        float(curve_sums[2]),
+        b_curve if bounded else None,
+        _log_inv(FALSE_FLAG_RATE, 2) + (z_n**2 - curvature_threshold(1) ** 2) / 2,
+        z_n,
+    )
     return {
         "slope": slope,
         "slope_se": slope_se,
@@ -254,9 +276,13 @@ def _check(
         "lowest_curvature_se": lowest_se,
         "lowest_direction": [float(c) for c in v],
         "n": n_samples,
-        "not_critical": _beyond(abs(slope), slope_se, float(slope_sums[1]) / n_samples),
-        "curvature_threshold": curvature_threshold(n),
-        "curved_down": _beyond(-lowest, lowest_se, curve_scale, curvature_threshold(n)),
+        "not_critical": _beyond(
+            abs(slope), slope_cut / n_samples, float(slope_sums[1]) / n_samples
+        ),
+        "curvature_threshold": z_n,
+        "curved_down": _beyond(-lowest, curve_cut / n_samples, curve_scale),
+        "slope_cut": slope_cut / n_samples,
+        "curvature_cut": curve_cut / n_samples,
     }
 
 
@@ -278,9 +304,50 @@ def curvature_threshold(n_parts: int) -> float:
     return float(math.sqrt(chi2.isf(FALSE_FLAG_RATE, n_parts * (n_parts + 1) // 2)))
 
 
-def _beyond(value: float, se: float, scale: float, z: float = MIN_Z) -> bool:
-    """Whether ``value`` exceeds ``z·se`` and the rounding margin ``ROUNDING·scale``."""
-    return value > z * se and value > ROUNDING * scale
+def _beyond(value: float, cut: float, scale: float) -> bool:
+    """Whether ``value`` exceeds ``cut`` and the rounding margin ``ROUNDING·scale``."""
+    return value > cut and value > ROUNDING * scale
+
+
+def _log_inv(rate: float, sides: int) -> float:
+    """``L = ln(sides/rate)``: a one-sided tail ``e^{−L}`` per side gives ``rate`` in all."""
+    return math.log(sides / rate)
+
+
+def tail_threshold(variance: float, bound: float | None, log_inv: float, z: float) -> float:
+    """The value beyond which a sum ``S`` of independent mean-zero per-sample scores of summed
+    variance ``V`` is flagged: ``z·√V`` (normal scores: a Gaussian family), and for scores
+    bounded by ``b`` (`Categorical.score_bound`) the larger of that and Bernstein's
+
+        s* = L·b/3 + √((L·b/3)² + 2·L·V),   P(S ≥ s*) ≤ e^{−L}.
+
+    Normal approximations of a categorical mean fail with a rare class, where one label moves
+    the mean by many standard errors (s22 audit MIN #1: 2.7·10⁻⁴ to 3·10⁻² at N = 10–1000
+    against 6·10⁻⁵); Bernstein's bound holds at every N. Where the scores are near normal
+    (``b`` ≪ ``√V``) it asks for ``√(2L)`` standard errors, 4.55 for the slope's rate, against
+    the normal 4: the price of a bound that holds for every label distribution.
+
+    >>> tail_threshold(1.0, None, 10.0, 4.0), round(tail_threshold(1.0, 0.0, 10.0, 4.0), 4)
+    (4.0, 4.4721)
+    """
+    normal = z * math.sqrt(max(variance, 0.0))
+    if bound is None:
+        return normal
+    a = log_inv * bound / 3.0
+    return max(normal, a + math.sqrt(a * a + 2.0 * log_inv * max(variance, 0.0)))
+
+
+def _score_bound(family: Any, f: Tensor, jv: Tensor) -> float:
+    """``max_i`` of the family's per-sample score bound along ``jv`` (0 without one)."""
+    bound = getattr(family, "score_bound", None)
+    return float(bound(f, jv).max()) if bound is not None and f.shape[0] else 0.0
+
+
+def _all_reduce_max(t: Tensor) -> Tensor:
+    if dist.is_available() and dist.is_initialized():
+        t = t.clone()
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t
 
 
 def _prepared(
@@ -320,12 +387,15 @@ def loss_along(
     Returns:
         ``{"slope", "slope_se", "curvature", "span_dim", "lowest_curvature",
         "lowest_curvature_se", "lowest_direction", "n", "not_critical", "curvature_threshold",
-        "curved_down"}``: the mean slope along u and its null standard error; the mean curvature
-        along u; the number of parts n; the span Hessian's smallest eigenvalue, its null
-        standard error and its unit eigenvector (coefficients of the parts, in `span_parts`
-        order); the global sample count; the slope flag; the curvature's threshold in standard
-        errors (`curvature_threshold`) and its flag. Plain floats, ints, lists and bools:
-        JSON-ready.
+        "curved_down", "slope_cut", "curvature_cut"}``: the mean slope along u and its null
+        standard error; the mean curvature along u; the number of parts n; the span Hessian's
+        smallest eigenvalue, its null standard error and its unit eigenvector (coefficients of
+        the parts, in `span_parts` order); the global sample count; the slope flag; the normal
+        rule's curvature threshold **in standard errors** (`curvature_threshold`) and the
+        curvature flag; and the cuts actually applied, in the units of the slope and of the
+        curvature (``|slope|`` and ``−lowest_curvature`` beyond them are flagged: the normal
+        rule's ``MIN_Z·se`` and ``z_n·se``, for a categorical family at least Bernstein's bound,
+        `tail_threshold`). Plain floats, ints, lists and bools: JSON-ready.
 
     Raises:
         ValueError: ``data`` is not a pair ``(x, y)``, or as `prepare` does.

@@ -88,9 +88,25 @@ def test_resume_of_a_complete_log_reads_nothing(net, uninterrupted, tmp_path, mo
     log = tmp_path / LOG_NAME
     resumable_read(m, x, fam, log_path=log, grid=GRID, progress=False)
     calls = _count_reads(monkeypatch)
-    again = resumable_read(m, x, fam, log_path=log, resume=True, grid=GRID, progress=False)
+    seen: list[int] = []
+    again = resumable_read(
+        m, x, fam, log_path=log, resume=True, on_resume=seen.append, grid=GRID, progress=False
+    )
     assert calls == []
     assert again == uninterrupted
+    assert seen == [N_DEAD]  # on_resume: the directions taken from the log
+
+
+def test_on_resume_hears_zero_without_a_log_and_nothing_without_resume(net, tmp_path):
+    m, x, fam = net
+    seen: list[int] = []
+    opts = {"grid": GRID, "progress": False, "max_directions": 0}
+    resumable_read(
+        m, x, fam, log_path=tmp_path / "a.jsonl", resume=True, on_resume=seen.append, **opts
+    )
+    assert seen == [0]
+    resumable_read(m, x, fam, log_path=tmp_path / "b.jsonl", on_resume=seen.append, **opts)
+    assert seen == [0]
 
 
 def test_torn_last_line_is_read_again(net, uninterrupted, tmp_path, monkeypatch):

@@ -635,6 +635,14 @@ def register(app: typer.Typer) -> None:
             if out is not None and main_rank:
                 from neuromanifold.report.resume import LOG_NAME, resumable_read
 
+                def resumed(n: int) -> None:  # said before the bars (s22 trial LM #9)
+                    log = out / LOG_NAME
+                    say_note(
+                        f"--resume: {n} finished direction{'s' * (n != 1)} taken from {log}"
+                        if n
+                        else f"--resume: no finished direction in {log}; reading from the start"
+                    )
+
                 try:
                     reading = resumable_read(  # the log's fingerprint: the whole probe set
                         net,
@@ -643,6 +651,7 @@ def register(app: typer.Typer) -> None:
                         log_path=out / LOG_NAME,
                         resume=resume,
                         fingerprint_data=x_all,
+                        on_resume=resumed,
                         **options,
                     )
                 except KeyboardInterrupt:  # the log keeps every direction read so far

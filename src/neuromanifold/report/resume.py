@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -242,6 +242,7 @@ def resumable_read(
     log_path: str | Path,
     resume: bool = False,
     fingerprint_data: Tensor | tuple[Tensor, Tensor] | None = None,
+    on_resume: Callable[[int], None] | None = None,
     **options: Any,
 ) -> Reading:
     """`read` that logs every finished direction to ``log_path``; with ``resume`` it continues.
@@ -258,6 +259,9 @@ def resumable_read(
     ``--resume`` of that log is accepted (s16 trial Y #3: it said the data differed). It is an
     ``(x, y)`` pair exactly when ``data`` is one, so the whole set's labels are fingerprinted
     (``ValueError`` otherwise).
+    ``on_resume(n)`` (with ``resume`` only) is called once the log is loaded, before any
+    direction is read, with the number ``n`` of finished directions taken from it (0 when there
+    is no log): the CLI says it, since the Reading does not (s22 trial LM #9).
     """
     from neuromanifold.singular.read import read
 
@@ -280,6 +284,8 @@ def resumable_read(
     parts = fingerprint_parts(model, hashed, family, options)  # the model is hashed once
     log = ReadLog(log_path, _digest(parts), parts)
     finished = log.load() if resume else {}
+    if resume and on_resume is not None:
+        on_resume(len(finished))
     opened = False
 
     def begin() -> None:

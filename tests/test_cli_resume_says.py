@@ -1,0 +1,77 @@
+"""``neuromanifold read --out DIR --resume`` says how many finished directions it took from the
+read log before it reads the rest (s22 trial LM #9: a resumed read gave no sign that it resumed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from neuromanifold.cli import app
+
+RUNNER = CliRunner()
+ENV = {"COLUMNS": "200"}
+ARGS = ["read", "--model", "resume_net:three_dead"]
+
+FACTORY = """
+import torch
+from neuromanifold.cells.planted import planted_mlp
+
+def three_dead():
+    p = planted_mlp(n=48, hidden=7, seed=1)  # one dead unit, and two more killed here
+    with torch.no_grad():
+        live = [i for i in range(7) if p.model[0].weight[i].abs().sum() > 0][:2]
+        for i in live:
+            p.model[0].weight[i] = 0.0
+            p.model[0].bias[i] = 0.0
+            p.model[2].weight[:, i] = 0.0
+    return p
+"""
+
+
+@pytest.fixture(autouse=True)
+def _factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "resume_net.py").write_text(FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def _resume_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("--resume:")]
+
+
+def test_a_resumed_read_names_the_directions_taken_from_its_log(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    full = tmp_path / "full.json"
+    first = RUNNER.invoke(app, [*ARGS, "--out", str(out), "--json", str(full)], env=ENV)
+    assert first.exit_code == 0, first.output
+    assert _resume_lines(first.output) == []  # a fresh read says nothing of resuming
+    log = out / "read.jsonl"
+    lines = log.read_text().splitlines()
+    n_total = len(json.loads(full.read_text())["directions"])
+    assert len(lines) == 1 + n_total >= 3  # header + one line per direction
+    keep = 1
+    log.write_text("\n".join(lines[: 1 + keep]) + "\n")  # as if stopped after one direction
+    again = tmp_path / "again.json"
+    res = RUNNER.invoke(app, [*ARGS, "--out", str(out), "--resume", "--json", str(again)], env=ENV)
+    assert res.exit_code == 0, res.output
+    assert _resume_lines(res.output) == [f"--resume: {keep} finished direction taken from {log}"]
+    assert json.loads(again.read_text())["directions"] == json.loads(full.read_text())["directions"]
+
+
+def test_a_resume_without_a_log_says_it_reads_from_the_start(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    res = RUNNER.invoke(app, [*ARGS, "--out", str(out), "--resume"], env=ENV)
+    assert res.exit_code == 0, res.output
+    assert _resume_lines(res.output) == [
+        f"--resume: no finished direction in {out / 'read.jsonl'}; reading from the start"
+    ]
+
+
+def test_with_json_on_stdout_the_resume_line_goes_to_stderr(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    res = RUNNER.invoke(app, [*ARGS, "--out", str(out), "--resume", "--json", "-"], env=ENV)
+    assert res.exit_code == 0, res.output
+    json.loads(res.stdout)  # stdout holds the JSON only
+    assert len(_resume_lines(res.stderr)) == 1

@@ -62,6 +62,24 @@ def test_markdown_has_a_table_per_layer_with_the_scan(planted):
     assert "\n### Not covered\n" in md
 
 
+def test_markdown_says_what_each_column_holds(planted):
+    """Under the tables a legend names every column, "magnitude" as c_k (s22 trial LM #8)."""
+    _, reading = planted
+    md = reading_markdown(reading)
+    header = next(
+        line for line in md.splitlines() if line.startswith("| #") and "magnitude" in line
+    )
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    legend = next(line for line in md.splitlines() if line.startswith("Columns:"))
+    assert md.rindex(header) < md.index(legend) < md.index("### Not covered")
+    # "#", units, detector and class explain themselves; the fit's columns are named
+    for name in set(columns) - {"#", "units", "detector", "class"}:
+        assert f"{name} " in legend or f"{name}:" in legend, name
+    assert "magnitude is c_k, the median of F_u/t^{2(k−1)} over the window" in legend
+    assert "coord. scan:" in legend  # this read ran with baseline=True
+    assert "Columns:" not in reading_markdown(Reading(directions=[], not_covered=[], meta={}))
+
+
 def test_figures_are_pngs(planted, tmp_path):
     p, reading = planted
     factors = kfac_factors(p.model, p.data, p.family)

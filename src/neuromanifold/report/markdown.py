@@ -30,6 +30,22 @@ ONE_SIDED_FOOTNOTE = (
 """Said under the tables when a record is marked one-sided (`class_cell`)."""
 
 
+COLUMNS_LEGEND = (
+    "Columns: k is the order read, F_u(t) ~ c_k·t^{2(k−1)} along θ₀ + t·u (none for a flat gauge); "
+    "k̂ = 1 + slope/2, with slope and r² those of the log–log fit of F_u on the window "
+    "[t₀, t₁]; λ_dir = 1/(2k) and ν(k) the universal value (an upper reference); magnitude is "
+    "c_k, the median of F_u/t^{2(k−1)} over the window (for k = 1 the window's median F, which "
+    "the live threshold is compared with); offset is |uᵀθ₀|; — marks a value the fit did not "
+    "produce."
+)
+"""The legend under the tables of `reading_markdown` (s22 trial LM #8: "magnitude" was unnamed)."""
+SCAN_LEGEND = (
+    " coord. scan: what the per-coordinate scan read on that layer (k = … for its largest "
+    "genuine order, else its classes)."
+)
+"""Added to `COLUMNS_LEGEND` when the read ran with ``baseline=True``."""
+
+
 def class_cell(r: DirectionRecord) -> str:
     """The record's class, with ``*`` when it is one-sided (`ONE_SIDED_FOOTNOTE`)."""
     return r.klass + ("*" if ONE_SIDED_KEY in r.info else "")
@@ -183,6 +199,8 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
         out.append(table(header, rows))
     if any(ONE_SIDED_KEY in r.info for r in reading.directions):
         out += ["", ONE_SIDED_FOOTNOTE]
+    if reading.directions:
+        out += ["", COLUMNS_LEGEND + (SCAN_LEGEND if has_scan else "")]
     out += ["", f"{h}# Not covered", ""]
     if reading.not_covered:
         out.append(

@@ -392,9 +392,17 @@ def _figure_factors(net: Any, x: Any, fam: Any, reading: Any) -> Any:
     batch that fits the budget; the pass takes it, so that it stays within the budget the read
     was held to (s19 trial AK #1: the default batch of 256 went 7x over an 8 MB budget). The CLI
     reads with the default ``max_factor_dim``, and so does this pass.
+
+    The read's module rewrites (``nn.MultiheadAttention`` as projections, ``Conv1D`` and
+    ``nn.Linear`` subclasses as ``nn.Linear``) are applied to ``net`` first (`rewrite_as_read`:
+    the read is done, and ``net`` is the CLI's own), so that the figure has a panel for every
+    block the read had factors of (s22 trial LM #10: an ``nn.MultiheadAttention``'s projections,
+    where the read's live directions sat, had none).
     """
+    from neuromanifold.singular.adapt import rewrite_as_read
     from neuromanifold.singular.factors import kfac_factors
 
+    rewrite_as_read(net, reading.meta)
     plan = reading.meta.get("memory_plan")
     batch = {} if plan is None else {"batch_size": int(plan["factor_batch"])}
     return kfac_factors(net, x, fam, **batch)

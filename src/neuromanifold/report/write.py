@@ -51,7 +51,9 @@ def write_report(
     """Write ``reading`` into directory ``out`` (module docstring).
 
     ``factors`` (optional; `kfac_factors` of the same model and probe set — `read` does not
-    return them) adds the A/G spectra figure. ``figures=False`` writes JSON and Markdown only.
+    return them — after ``rewrite_as_read(copy_of_model, reading.meta)``, so that an
+    ``nn.MultiheadAttention`` the read unpacked has its projections' panels) adds the A/G
+    spectra figure. ``figures=False`` writes JSON and Markdown only.
     When the sweeps figure leaves directions out (`sweep_panels`), the line under its link says
     how many it shows (`sweeps_note`); the tables list them all.
     """

@@ -11,6 +11,7 @@
   baseline `sgld_llc`; realized ``ν`` from posterior samples.
 """
 
+from neuromanifold.singular.adapt import rewrite_as_read
 from neuromanifold.singular.assembly import Assembly, Locus, assemble, assemble_from_reading
 from neuromanifold.singular.classify import (
     GAUGE_OVERLAP_MIN,
@@ -102,6 +103,7 @@ __all__ = [  # noqa: RUF022 (grouped by concept, sorted within groups)
     "Factors",
     "block_fisher_reference",
     "kfac_factors",
+    "rewrite_as_read",
     "DirectionRecord",
     "NotCovered",
     "Reading",

@@ -21,9 +21,17 @@ fails that test and is left alone (then reported as not covered). Under ``torch.
 the decision is reduced over the ranks (a module is rewritten when some rank called it and no
 rank saw it differ), so every rank reads the same modules. The read lists the rewritten modules
 in ``meta["linear_subclass_as_linear"]``.
+
+`rewrite_as_read` applies to another copy of the model the rewrites a read recorded in its
+``meta`` (Hugging Face ``Conv1D``, ``nn.MultiheadAttention`` unpacked by
+`neuromanifold.singular.adapt_attention`, ``nn.Linear`` subclasses), without testing them again:
+a later pass over the same model (the report's factor spectra) then sees the blocks the read saw.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -35,6 +43,7 @@ __all__ = [
     "conv1d_as_linear",
     "is_hf_conv1d",
     "linear_subclasses_as_linear",
+    "rewrite_as_read",
 ]
 
 SAME_MAP_RTOL = 1e-12
@@ -182,14 +191,81 @@ def linear_subclasses_as_linear(model: nn.Module, x: Tensor) -> tuple[list[str],
         votes = votes.to(x.device)
         dist.all_reduce(votes, op=dist.ReduceOp.MAX)
     done = []
-    for (name, mod), (differs, called) in zip(cands.items(), votes.tolist(), strict=True):
+    for name, (differs, called) in zip(cands, votes.tolist(), strict=True):
         if differs or not called:
             continue
-        lin = nn.Linear(mod.in_features, mod.out_features, bias=mod.bias is not None, device="meta")
-        lin.weight = mod.weight
-        lin.bias = mod.bias
-        lin.train(mod.training)
-        parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name), child, lin)
+        _as_plain_linear(model, name)
         done.append(name)
     return done, passes
+
+
+def _as_plain_linear(model: nn.Module, name: str) -> None:
+    """Replace the ``nn.Linear`` subclass ``name`` of ``model`` by an ``nn.Linear`` holding the
+    same parameter objects (names and ties kept)."""
+    mod = model.get_submodule(name)
+    lin = nn.Linear(mod.in_features, mod.out_features, bias=mod.bias is not None, device="meta")
+    lin.weight = mod.weight
+    lin.bias = mod.bias
+    lin.train(mod.training)
+    parent_name, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent_name), child, lin)
+
+
+REWRITE_KEYS = ("conv1d_as_linear", "multihead_as_projections", "linear_subclass_as_linear")
+"""The ``meta`` keys of a `Reading` that list the modules its read rewrote, in the read's order."""
+
+
+def rewrite_as_read(model: nn.Module, meta: Mapping[str, Any]) -> list[str]:
+    """Apply to ``model``, in place and in the read's order, the rewrites listed in a reading's
+    ``meta`` under `REWRITE_KEYS`; returns the rewritten module names.
+
+    The read decided each rewrite on its probe set (a ``Conv1D`` is rewritten when untied, an
+    attention or ``nn.Linear`` subclass when the model's outputs stayed equal); they are applied
+    here by name, with no forward pass, so ``model`` must be the model that was read. Raises
+    ValueError naming a listed module that ``model`` does not have or that is not of the kind
+    the key says.
+
+    >>> class Plain(nn.Linear):
+    ...     def forward(self, z):
+    ...         return z @ self.weight.T + self.bias
+    >>> m = nn.Sequential(Plain(3, 2))
+    >>> rewrite_as_read(m, {"linear_subclass_as_linear": ["0"]}), type(m[0]).__name__
+    (['0'], 'Linear')
+    """
+    from neuromanifold.singular.adapt_attention import UnpackedAttention
+
+    def module(key: str, name: str, kind: type | None) -> nn.Module:
+        try:
+            mod = model.get_submodule(name)
+        except AttributeError as err:
+            raise ValueError(
+                f"meta[{key!r}] names module {name!r}, which the model does not have: pass the "
+                "model that was read"
+            ) from err
+        if kind is not None and not isinstance(mod, kind):
+            raise ValueError(
+                f"meta[{key!r}] names module {name!r}, a {type(mod).__name__}, not an "
+                f"{kind.__name__}: pass the model that was read"
+            )
+        return mod
+
+    done: list[str] = []
+    conv1d = list(meta.get("conv1d_as_linear") or ())
+    for name in conv1d:
+        if not is_hf_conv1d(module("conv1d_as_linear", name, None)):
+            raise ValueError(
+                f"meta['conv1d_as_linear'] names module {name!r}, which is not a Hugging Face "
+                "Conv1D: pass the model that was read"
+            )
+    if conv1d:
+        done += [n for n in conv1d_as_linear(model) if n in conv1d]
+    for name in meta.get("multihead_as_projections") or ():
+        packed = module("multihead_as_projections", name, nn.MultiheadAttention)
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), child, UnpackedAttention(packed))
+        done.append(name)
+    for name in meta.get("linear_subclass_as_linear") or ():
+        module("linear_subclass_as_linear", name, nn.Linear)
+        _as_plain_linear(model, name)
+        done.append(name)
+    return done

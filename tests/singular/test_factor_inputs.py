@@ -44,6 +44,23 @@ def test_float_token_ids_name_the_dtype_first() -> None:
         forward_checked(_token_model(), ids)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_read_and_factor_pass_name_the_callers_dtype_not_its_float64_copy(dtype) -> None:
+    """s22 trial LM #5: float32 token ids were named ``torch.float64``, the read's copy."""
+    from neuromanifold.singular.factors import kfac_factors
+    from neuromanifold.singular.family import Gaussian
+    from neuromanifold.singular.read import read
+
+    ids = torch.randint(0, 10, (8, 3), generator=torch.Generator().manual_seed(0)).to(dtype)
+    said = rf"data of shape \(8, 3\) does not fit the model: its dtype {dtype} is not an integer"
+    with pytest.raises(ValueError, match=said):
+        read(_token_model(), ids, Gaussian(), progress=False)
+    with pytest.raises(ValueError, match=said):
+        kfac_factors(_token_model(), ids, Gaussian())
+    with pytest.raises(ValueError, match=said):  # forward_checked given the caller's dtype
+        forward_checked(_token_model(), ids.double(), data_dtype=dtype)
+
+
 def test_integer_ids_that_fit_pass_through() -> None:
     model = _token_model()
     ids = torch.randint(0, 10, (4, 3), generator=torch.Generator().manual_seed(0))

@@ -109,7 +109,11 @@ class NonFiniteActivation(ValueError):
 
 
 def forward_checked(
-    model: nn.Module, x: Tensor, *, data_shape: tuple[int, ...] | None = None
+    model: nn.Module,
+    x: Tensor,
+    *,
+    data_shape: tuple[int, ...] | None = None,
+    data_dtype: torch.dtype | None = None,
 ) -> Tensor:
     """``model(x)``; an error becomes a ``ValueError`` that says what is wrong:
 
@@ -138,8 +142,11 @@ def forward_checked(
 
     ``data_shape`` is the shape of the caller's whole probe set when ``x`` is a slice of it (the
     first samples, or one batch): the message names it, not the slice's. Default: ``x``'s shape.
+    ``data_dtype`` is likewise the dtype of the caller's data when ``x`` is its float64 copy
+    (s22 trial LM #5: float32 token ids were named ``torch.float64``). Default: ``x``'s dtype.
     """
     shape = tuple(x.shape) if data_shape is None else tuple(data_shape)
+    dtype = x.dtype if data_dtype is None else data_dtype
     unbatched: list[tuple[str, nn.Module]] = []  # convolutions that took x as one sample
 
     def pre_hook(name: str):
@@ -185,7 +192,7 @@ def forward_checked(
         if x.is_floating_point() and first is not None and isinstance(first[1], nn.Embedding):
             if "indices" in msg:  # torch: "Expected tensor for argument #1 'indices' to have ..."
                 raise ValueError(
-                    f"data of shape {shape} does not fit the model: its dtype {x.dtype} is not "
+                    f"data of shape {shape} does not fit the model: its dtype {dtype} is not "
                     f"an integer type, and the first layer {first[0]!r} (Embedding) takes "
                     f"integer token ids (torch.long, indices < {first[1].num_embeddings}): {err}"
                 ) from err

@@ -328,7 +328,7 @@ def kfac_factors(
             outs_seen.clear()
             out_of.clear()
             with torch.enable_grad():
-                out = forward_checked(m, xb, data_shape=tuple(x_all.shape))
+                out = forward_checked(m, xb, data_shape=tuple(x_all.shape), data_dtype=x_all.dtype)
             n_fwd += 1
             if not torch.isfinite(out).all():
                 raise ValueError("model output holds NaN or Inf values")

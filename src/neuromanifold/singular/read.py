@@ -434,7 +434,9 @@ def read(
         xw = xw.to(dev)
     labels = None if y is None else y.to(xw.device)
     with torch.no_grad():
-        out = forward_checked(work, xw[:GRAPH_SAMPLES], data_shape=tuple(x.shape))
+        out = forward_checked(
+            work, xw[:GRAPH_SAMPLES], data_shape=tuple(x.shape), data_dtype=x.dtype
+        )
     with agreed_errors():  # the output's type: the same on every rank
         if not isinstance(out, Tensor):
             raise TypeError(

@@ -408,6 +408,24 @@ def _figure_factors(net: Any, x: Any, fam: Any, reading: Any) -> Any:
     return kfac_factors(net, x, fam, **batch)
 
 
+def _write_directions(
+    path: Path, vectors: dict[int, dict[str, Any]], reading: Any, say: Any
+) -> None:
+    """``--save-directions``: write the swept unit directions (`save_directions`) and say how
+    many of the reading's records they cover (a resumed read's earlier ones are not in it)."""
+    from neuromanifold.report.directions import save_directions
+
+    with writing(path, option="--save-directions"):
+        save_directions(path, vectors, reading)
+    n, total = len(vectors), len(reading.directions)
+    missing = (
+        f"; the other {total - n} were taken from the read log and not swept again"
+        if n < total
+        else ""
+    )
+    say(f"wrote {path} ({n} of {total} directions{missing})")
+
+
 def _scan_summary(b: dict[str, Any]) -> str:
     if b["best_k"] is not None:
         return f"k = {b['best_k']}"
@@ -481,6 +499,13 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(
             False, "--resume", help="continue an interrupted read from DIR/read.jsonl (--out)"
         ),
+        save_directions: Path | None = typer.Option(
+            None,
+            "--save-directions",
+            metavar="FILE",
+            help="write the unit direction of every record swept, and its sweep's base shift, "
+            "to FILE (torch.save; neuromanifold.report.directions says how to check a record)",
+        ),
         device: str = typer.Option(
             "cpu",
             "--device",
@@ -519,6 +544,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("--resume needs --out DIR (the read log lives there)")
         with _said_once():
             check_json_target(json_path, stdout_ok=True)
+            check_json_target(save_directions, option="--save-directions")
             check_out_dir(out)
         try:  # the same on every process of a node where torchrun says how many there are
             dev = dp.resolve_device(device)
@@ -639,6 +665,12 @@ def register(app: typer.Typer) -> None:
         except (ValueError, TypeError) as err:
             _error(f"error: {err}", agreed=True)
             raise typer.Exit(code=2) from err
+        vectors: dict[int, dict[str, Any]] = {}  # --save-directions: rank 0 keeps û per record
+
+        def keep(i: int, u: dict[str, Any]) -> None:
+            vectors[i] = {name: t.detach().cpu() for name, t in u.items()}
+
+        on_vector = keep if save_directions is not None and main_rank else None
         try:
             if out is not None and main_rank:
                 from neuromanifold.report.resume import LOG_NAME, resumable_read
@@ -660,6 +692,7 @@ def register(app: typer.Typer) -> None:
                         resume=resume,
                         fingerprint_data=x_all,
                         on_resume=resumed,
+                        on_vector=on_vector,
                         **options,
                     )
                 except KeyboardInterrupt:  # the log keeps every direction read so far
@@ -670,7 +703,7 @@ def register(app: typer.Typer) -> None:
                     )
                     raise typer.Exit(code=130) from None
             else:
-                reading = read(net, x, fam, **options)
+                reading = read(net, x, fam, on_vector=on_vector, **options)
         except (ValueError, TypeError) as err:  # agreed checks are marked; others: this rank's
             _error(f"error: {err}", agreed=dp.is_agreed(err))
             raise typer.Exit(code=2) from err
@@ -741,6 +774,8 @@ def register(app: typer.Typer) -> None:
                     with writing(json_path, option="--json"):
                         write_reading_json(reading, json_path)
                     console.print(f"wrote {json_path}")
+            if save_directions is not None:
+                _write_directions(save_directions, vectors, reading, say_note)
         if out is not None:
             from neuromanifold.report.write import write_report
 

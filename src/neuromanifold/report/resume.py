@@ -43,7 +43,7 @@ __all__ = ["LOG_KIND", "LOG_NAME", "ReadLog", "read_fingerprint", "resumable_rea
 
 LOG_KIND = "neuromanifold-read-log"
 LOG_NAME = "read.jsonl"
-LOG_VERSION = 18
+LOG_VERSION = 19
 """Bumped whenever the records a read writes change for the same inputs (2: ``snap=True`` no
 longer snaps gauge candidates; grouped convolutions are read; 3: ``snap="auto"`` keeps a genuine
 unsnapped read the snap would lose, the CE shift of a bias-free head is ``𝟙𝟙ᵀ``; 4: G-kernels
@@ -70,8 +70,8 @@ a flat non-gauge read whose mirrored side is not flat is read along −u (``info
 its tensors' sizes; 17: with labels, genuine and live records carry the labelled-loss check
 ``info["loss_along_u"]``, and the fingerprint covers the labels, their values and whether any
 were given, so a log is not resumed with other labels or none; 18: for a categorical family its
-cuts are at least Bernstein's bound, ``slope_cut`` and ``curvature_cut`` recorded): an older log is
-refused."""
+cuts are at least Bernstein's bound, ``slope_cut`` and ``curvature_cut`` recorded; 19: a record's
+sweep carries its ``base_shift``): an older log is refused."""
 
 
 def _hash_tensor(h: Any, t: Tensor) -> None:
@@ -243,6 +243,7 @@ def resumable_read(
     resume: bool = False,
     fingerprint_data: Tensor | tuple[Tensor, Tensor] | None = None,
     on_resume: Callable[[int], None] | None = None,
+    on_vector: Callable[[int, dict[str, Tensor]], None] | None = None,
     **options: Any,
 ) -> Reading:
     """`read` that logs every finished direction to ``log_path``; with ``resume`` it continues.
@@ -261,7 +262,8 @@ def resumable_read(
     (``ValueError`` otherwise).
     ``on_resume(n)`` (with ``resume`` only) is called once the log is loaded, before any
     direction is read, with the number ``n`` of finished directions taken from it (0 when there
-    is no log): the CLI says it, since the Reading does not (s22 trial LM #9).
+    is no log): the CLI says it, since the Reading does not (s22 trial LM #9). ``on_vector`` is
+    passed to `read` (not fingerprinted); it hears only the directions read in this call.
     """
     from neuromanifold.singular.read import read
 
@@ -300,6 +302,8 @@ def resumable_read(
         begin()
         log.append(i, rec, passes)
 
-    reading = read(model, data, family, on_direction=append, finished=finished, **options)
+    reading = read(
+        model, data, family, on_direction=append, on_vector=on_vector, finished=finished, **options
+    )
     begin()  # also when no direction was left to read
     return reading

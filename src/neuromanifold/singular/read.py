@@ -52,6 +52,7 @@ import dataclasses
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any, Literal
 
 import torch
@@ -296,6 +297,7 @@ def read(
     batch_size: int = 256,
     progress: bool = True,
     on_direction: Callable[[int, DirectionRecord, int], None] | None = None,
+    on_vector: Callable[[int, dict[str, Tensor]], None] | None = None,
     finished: Mapping[int, tuple[DirectionRecord, int]] | None = None,
     max_memory: int | str | None = None,
     device: str | torch.device | None = None,
@@ -353,6 +355,15 @@ def read(
             index in `_reading_order`, after ``max_directions``) is read, with the sweep forward
             passes it cost; an exception raised there stops the read (used by resumable reads
             to log each finished direction, `neuromanifold.report.resume`).
+        on_vector: called as ``on_vector(i, û)`` before ``on_direction``, with the unit
+            direction ``û`` that record ``i``'s sweep went along (after a flip to ``−u`` or a
+            projection off a gauge span), a dict ``{parameter name: float64 tensor}`` of the
+            read's working copy on the read's device: the names and layouts of the modules it
+            rewrote (``meta["conv1d_as_linear"]``: a ``Conv1D`` weight transposed;
+            ``meta["multihead_as_projections"]``: ``<attn>.q_proj.weight`` … for row blocks of
+            ``in_proj_weight``). The sweep's base point is ``θ0 + s·û``, ``s =
+            record.sweep["base_shift"]``, so ``F_u(t)`` of the record can be checked by hand
+            (s22 trial LM #2). Not called for the ``finished`` candidates.
         finished: ``{i: (record, n_passes)}`` of candidates already read (e.g. from such a log):
             they are not read again, their records are used as they are. A record whose layers or
             detector differ from candidate ``i`` raises ``ValueError`` (the log is from another
@@ -571,6 +582,7 @@ def read(
                 t_batch=t_batch,
                 plan=plan,
                 live_threshold=live_threshold,
+                on_vector=None if on_vector is None else partial(on_vector, i),
             )
             n_sweep_passes += passes
             records.append(rec)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import torch
@@ -162,6 +162,7 @@ def read_candidate(
     t_batch: int,
     plan: MemoryPlan | None,
     live_threshold: float | None = None,
+    on_vector: Callable[[dict[str, Tensor]], None] | None = None,
 ) -> tuple[DirectionRecord, int]:
     """Read one candidate as `read` documents it: the sweep, the snapped re-read (``snap="auto"``),
     the re-read off curved-gauge spans, and per-block rates of a duality chain.
@@ -184,7 +185,10 @@ def read_candidate(
 
     Returns ``(record, forward passes of its sweeps, of the mirrored-side check and of the loss
     check: per sample chunk, one per part and pair of parts of its span and one along its
-    lowest-curvature direction)``.
+    lowest-curvature direction)``. ``on_vector(û)``, when given, receives the unit direction the
+    record's sweep went along (after a flip to ``−u`` or a projection off the gauge span), as
+    ``{parameter name: tensor}`` of ``work``; the sweep's base point is ``θ0 + s·û`` with ``s =
+    record.sweep["base_shift"]``.
     """
     n_passes = 0
     xw = xd[0] if isinstance(xd, tuple) else xd
@@ -297,6 +301,8 @@ def read_candidate(
         n = int(loss_check.get("span_dim", 0))
         n_passes += (n * (n + 1) // 2 + 1) * len(chunks(int(xw.shape[0]), loss_chunk))
     info = {**info, "support": direction_support(u_read)}
+    if on_vector is not None:
+        on_vector(check_direction(params, u_read)[0])
     rec = record(cand, r, overlap, info)
     if one_sided is not None:
         cut = FLOOR_MARGIN * r.sweep.floor
@@ -544,5 +550,10 @@ def record(
         ratio=cand.ratio,
         reason=r.reason,
         info={**cand.info, **extra},
-        sweep={"t": list(r.sweep.ts), "F": list(r.sweep.F), "floor": r.sweep.floor},
+        sweep={
+            "t": list(r.sweep.ts),
+            "F": list(r.sweep.F),
+            "floor": r.sweep.floor,
+            "base_shift": float(r.sweep.base_shift),
+        },
     )

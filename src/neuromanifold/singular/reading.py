@@ -41,7 +41,10 @@ class DirectionRecord:
     ``k``/``k_hat``/``slope``/``r2``/``magnitude``/``window`` from the rate fit (``None`` when no
     window passed); ``klass`` the class string; ``offset`` ``|uᵀθ0|``;
     ``gauge_overlap`` the overlap with the closed-form gauge span (``None`` if none applies);
-    ``ratio`` the detector's eigenvalue ratio; ``sweep`` ``{"t": [...], "F": [...], "floor": x}``;
+    ``ratio`` the detector's eigenvalue ratio; ``sweep`` ``{"t": [...], "F": [...], "floor": x,
+    "base_shift": s}``, the read of ``F_u`` along ``θ0 + (s + t)·û`` (``s = 0``, or ``−ûᵀθ0``
+    when the read was snapped; readings archived before read-log version 19 have no
+    ``base_shift``);
     ``baseline`` the coordinate-scan result on the same layer when computed; ``info`` the
     detector's and the read's details, among them ``info["support"]`` in a whole read: where the
     direction swept lives, per parameter tensor its share of ``‖u‖²`` and its dominant output

@@ -21,7 +21,7 @@ from neuromanifold.singular.critical_check import (
     split_halves,
 )
 from neuromanifold.singular.family import Categorical, Gaussian
-from neuromanifold.singular.minimum_check import MIN_Z
+from neuromanifold.singular.minimum_check import MIN_Z, loss_along
 from neuromanifold.singular.read import read
 from neuromanifold.singular.reading import Reading
 
@@ -177,6 +177,22 @@ def test_the_check_needs_labels() -> None:
     model, x = _mlp(), _x(4)
     with pytest.raises(ValueError, match=r"^critical_check needs labelled data \(x, y\)"):
         critical_check(model, _params(model), x, Gaussian())
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_non_finite_labels_are_refused_by_both_checks(bad: float) -> None:
+    """s23 audit TAIL #1: a NaN label gave z = NaN, unflagged, here and a failed eigh in
+    `loss_along`; both now refuse it as `read` does."""
+    model, x = _mlp(), _x(10)
+    with torch.no_grad():
+        y = model(x) + 0.1
+    y[4, 1] = bad
+    said = r"^data labels y hold NaN or Inf values \(first in sample 4\)$"
+    with pytest.raises(ValueError, match=said):
+        critical_check(model, _params(model), (x, y), Gaussian())
+    u = {"2.bias": torch.ones(2, dtype=torch.float64)}
+    with pytest.raises(ValueError, match=said):
+        loss_along(model, _params(model), u, (x, y), Gaussian())
 
 
 def test_the_split_follows_global_indices() -> None:

@@ -290,9 +290,15 @@ def curvature_threshold(n_parts: int) -> float:
     """Standard errors below zero at which the lowest curvature of an ``n_parts`` span is
     flagged: ``√q`` with ``q`` the ``1 − FALSE_FLAG_RATE`` quantile of χ² with ``m = n(n+1)/2``
     degrees of freedom, the span Hessian's entries. Under the null the residual part ``R`` of
-    the span Hessian has mean 0, its Gauss–Newton part is ≥ 0, and ``μ_min ≥ −‖R‖_F``; with
-    entries of about the standard error along ``v``, ``‖R‖_F²/se²`` is about χ²_m, so the
-    threshold bounds the rate. Along one direction (n = 1) it is the two-sided normal 4.01; for
+    the span Hessian has mean 0 and its Gauss–Newton part is ≥ 0, so ``μ_min ≥ vᵀRv =
+    ⟨R, vvᵀ⟩``, whose null variance is ``se(v)²``. For every fixed ``W``, Cauchy–Schwarz in the
+    metric of ``Σ`` (the covariance of R's m entries ``r``) gives ``⟨R, W⟩/√Var⟨R, W⟩ ≤
+    √(rᵀΣ⁻¹r)``, which is χ_m for normal ``r`` (Scheffé's argument), so ``P(μ_min < −z·se(v))
+    ≤ P(χ²_m > z²)`` however ``v`` was chosen from the data: the threshold bounds the rate for a
+    normal family (s23 audit TAIL #3 supplied this argument in place of a looser one). For a
+    categorical family the Bernstein cut of spans with n ≥ 2 gets the allowance ``(z_n² −
+    z_1²)/2`` in its exponent, a heuristic: no flag in 13.5 M null draws of that audit, but
+    not a proof. Along one direction (n = 1) it is the two-sided normal 4.01; for
     a dead unit's span, where ``μ_min = −√(X² + Y²)`` of two cross terms (χ²₂), a single
     normal threshold of 4 flagged true parameters at e⁻⁸ = 3.4·10⁻⁴ (s21 audit AU #2).
 
@@ -325,7 +331,12 @@ def tail_threshold(variance: float, bound: float | None, log_inv: float, z: floa
     the mean by many standard errors (s22 audit MIN #1: 2.7·10⁻⁴ to 3·10⁻² at N = 10–1000
     against 6·10⁻⁵); Bernstein's bound holds at every N. Where the scores are near normal
     (``b`` ≪ ``√V``) it asks for ``√(2L)`` standard errors, 4.55 for the slope's rate, against
-    the normal 4: the price of a bound that holds for every label distribution.
+    the normal 4: the price of a bound that holds for every label distribution. On ordinary
+    classifiers the cut is 5–6 standard errors (5.1–5.8 at N = 400, s23 audit TAIL #2); ``b``
+    is the worst case over the classes, so a very confident classifier at small N gets a cut of
+    tens to hundreds of standard errors (175 at logits up to 548, N = 30), and a point well off
+    the minimum can pass: the rate holds, the power does not. An exact Chernoff bound on the
+    known null label distribution would be tighter; it is not implemented.
 
     >>> tail_threshold(1.0, None, 10.0, 4.0), round(tail_threshold(1.0, 0.0, 10.0, 4.0), 4)
     (4.0, 4.4721)

@@ -192,10 +192,17 @@ class Categorical:
             )
         c = out.shape[-1]
         if y.numel() and (int(y.min()) < 0 or int(y.max()) >= c):
+            # the ignore-index advice only where a label is negative (s22 trial LM #3: it was
+            # given for labels 12 to 23 of a 12-class model too)
+            ignore = (
+                " (an ignore index such as -100 is not a label: read the positions that have "
+                "labels, e.g. return their logits only)"
+                if int(y.min()) < 0
+                else ""
+            )
             raise ValueError(
                 f"Categorical labels y must lie in [0, {c}) (C = {c} classes); got values from "
-                f"{int(y.min())} to {int(y.max())} (an ignore index such as -100 is not a label: "
-                f"read the positions that have labels, e.g. return their logits only)"
+                f"{int(y.min())} to {int(y.max())}{ignore}"
             )
 
     def quadratic(self, out: Tensor, jv: Tensor) -> Tensor:

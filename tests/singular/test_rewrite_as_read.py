@@ -95,6 +95,18 @@ def test_the_recorded_rewrites_give_the_reads_blocks_and_the_same_function(net_m
     assert set(kfac_factors(model, x, Categorical())) == raw  # the caller's model is untouched
 
 
+def test_a_second_call_leaves_the_rewritten_model_as_it_is(net_module) -> None:
+    """s23 trial VER #3: a second call said "pass the model that was read" of that model."""
+    model, x = net_module.factory(), net_module.data()
+    meta = read(model, x, Categorical(), max_directions=0, progress=False).meta
+    once = copy.deepcopy(model)
+    assert rewrite_as_read(once, meta) == ["inp", "attn", "mid"]
+    kinds = [type(m) for m in once.modules()]
+    assert rewrite_as_read(once, meta) == []
+    assert [type(m) for m in once.modules()] == kinds
+    torch.testing.assert_close(once(x), model(x), rtol=RTOL_SAME_MAP, atol=0)
+
+
 def test_nothing_recorded_changes_nothing(net_module) -> None:
     model = net_module.factory()
     before = [type(m) for m in model.modules()]
@@ -107,9 +119,20 @@ def test_nothing_recorded_changes_nothing(net_module) -> None:
     ("meta", "message"),
     [
         ({"multihead_as_projections": ["nope"]}, "names module 'nope', which the model does not"),
-        ({"multihead_as_projections": ["head"]}, "'head', a Linear, not an MultiheadAttention"),
-        ({"linear_subclass_as_linear": ["attn"]}, "'attn', a MultiheadAttention, not an Linear"),
-        ({"conv1d_as_linear": ["head"]}, "'head', which is not a Hugging Face Conv1D"),
+        (
+            {"multihead_as_projections": ["head"]},
+            "'head', which the read rewrote from an nn.MultiheadAttention; here it is a Linear",
+        ),
+        (
+            {"linear_subclass_as_linear": ["attn"]},
+            "'attn', which the read rewrote from an nn.Linear subclass; here it is a "
+            "MultiheadAttention",
+        ),
+        (
+            {"conv1d_as_linear": ["attn"]},
+            "'attn', which the read rewrote from a Hugging Face Conv1D; here it is a "
+            "MultiheadAttention",
+        ),
     ],
 )
 def test_a_meta_of_another_model_is_refused(net_module, meta, message) -> None:

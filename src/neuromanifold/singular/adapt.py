@@ -221,9 +221,11 @@ def rewrite_as_read(model: nn.Module, meta: Mapping[str, Any]) -> list[str]:
 
     The read decided each rewrite on its probe set (a ``Conv1D`` is rewritten when untied, an
     attention or ``nn.Linear`` subclass when the model's outputs stayed equal); they are applied
-    here by name, with no forward pass, so ``model`` must be the model that was read. Raises
-    ValueError naming a listed module that ``model`` does not have or that is not of the kind
-    the key says.
+    here by name, with no forward pass, so ``model`` must be the model that was read, with its
+    weights loaded (the rewritten model has no ``in_proj_weight`` to load a checkpoint into). A
+    module that is already rewritten is left as it is and not listed, so a second call returns
+    ``[]``. Raises ValueError naming a listed module that ``model`` does not have or that is
+    neither of the kind the key says nor its rewrite.
 
     >>> class Plain(nn.Linear):
     ...     def forward(self, z):
@@ -234,7 +236,8 @@ def rewrite_as_read(model: nn.Module, meta: Mapping[str, Any]) -> list[str]:
     """
     from neuromanifold.singular.adapt_attention import UnpackedAttention
 
-    def module(key: str, name: str, kind: type | None) -> nn.Module:
+    def to_rewrite(key: str, name: str, before: str, is_before: Any, is_after: Any) -> bool:
+        """Whether module ``name`` still needs its rewrite (False: already rewritten)."""
         try:
             mod = model.get_submodule(name)
         except AttributeError as err:
@@ -242,30 +245,46 @@ def rewrite_as_read(model: nn.Module, meta: Mapping[str, Any]) -> list[str]:
                 f"meta[{key!r}] names module {name!r}, which the model does not have: pass the "
                 "model that was read"
             ) from err
-        if kind is not None and not isinstance(mod, kind):
-            raise ValueError(
-                f"meta[{key!r}] names module {name!r}, a {type(mod).__name__}, not an "
-                f"{kind.__name__}: pass the model that was read"
-            )
-        return mod
+        if is_before(mod):
+            return True
+        if is_after(mod):
+            return False
+        raise ValueError(
+            f"meta[{key!r}] names module {name!r}, which the read rewrote from {before}; here it "
+            f"is a {type(mod).__name__}: pass the model that was read"
+        )
+
+    def plain_linear(mod: nn.Module) -> bool:
+        return type(mod) is nn.Linear
 
     done: list[str] = []
-    conv1d = list(meta.get("conv1d_as_linear") or ())
-    for name in conv1d:
-        if not is_hf_conv1d(module("conv1d_as_linear", name, None)):
-            raise ValueError(
-                f"meta['conv1d_as_linear'] names module {name!r}, which is not a Hugging Face "
-                "Conv1D: pass the model that was read"
-            )
+    conv1d = [
+        n
+        for n in meta.get("conv1d_as_linear") or ()
+        if to_rewrite("conv1d_as_linear", n, "a Hugging Face Conv1D", is_hf_conv1d, plain_linear)
+    ]
     if conv1d:
         done += [n for n in conv1d_as_linear(model) if n in conv1d]
     for name in meta.get("multihead_as_projections") or ():
-        packed = module("multihead_as_projections", name, nn.MultiheadAttention)
-        parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name), child, UnpackedAttention(packed))
-        done.append(name)
+        if to_rewrite(
+            "multihead_as_projections",
+            name,
+            "an nn.MultiheadAttention",
+            lambda m: isinstance(m, nn.MultiheadAttention),
+            lambda m: isinstance(m, UnpackedAttention),
+        ):
+            packed = model.get_submodule(name)
+            parent_name, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent_name), child, UnpackedAttention(packed))
+            done.append(name)
     for name in meta.get("linear_subclass_as_linear") or ():
-        module("linear_subclass_as_linear", name, nn.Linear)
-        _as_plain_linear(model, name)
-        done.append(name)
+        if to_rewrite(
+            "linear_subclass_as_linear",
+            name,
+            "an nn.Linear subclass",
+            lambda m: isinstance(m, nn.Linear) and not plain_linear(m),
+            plain_linear,
+        ):
+            _as_plain_linear(model, name)
+            done.append(name)
     return done

@@ -80,6 +80,22 @@ def test_markdown_says_what_each_column_holds(planted):
     assert "Columns:" not in reading_markdown(Reading(directions=[], not_covered=[], meta={}))
 
 
+def test_a_snapped_sweep_is_marked_beside_its_offset(planted):
+    """s23 trial VER #2: F recomputed at θ0 differed by 5–10 % from records read from the
+    snapped point, and nothing in report.md said which those were."""
+    import dataclasses
+
+    _, reading = planted
+    rec = reading.directions[0]
+    plain = dataclasses.replace(rec, sweep={**rec.sweep, "base_shift": 0.0})
+    snapped = dataclasses.replace(rec, sweep={**rec.sweep, "base_shift": -0.25})
+    for r, mark in ((plain, ""), (snapped, "†")):
+        md = reading_markdown(dataclasses.replace(reading, directions=(r,)))
+        row = next(line for line in md.splitlines() if line.startswith("| 0 |"))
+        assert row.strip("|").split("|")[-2].strip() == f"{rec.offset:.2g}{mark}"
+        assert "marked † where the sweep started from the snapped point" in md
+
+
 def test_figures_are_pngs(planted, tmp_path):
     p, reading = planted
     factors = kfac_factors(p.model, p.data, p.family)

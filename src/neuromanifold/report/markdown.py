@@ -3,11 +3,12 @@
 Table columns: ``#`` (the record's index in ``reading.directions``, as in ``report.json`` and
 the sweeps figure's panel titles), detector, class, k, k̂ = 1 + slope/2, λ_dir = 1/(2k) and the
 universal ν(k) (an upper reference; genuine and live records with an order), slope, r² (of the
-selected window),
-magnitude ``c_k = median F/t^{2(k−1)}`` over the window, window ``[t₀, t₁]``, offset ``|uᵀθ₀|``
-and — when the read ran with ``baseline=True`` — what the per-coordinate scan read on that layer
-(``k = …`` for the largest genuine order it found, else the classes it returned). A chain that
-spans several layers appears under each of them. ``—`` marks a value the fit did not produce.
+selected window), magnitude ``c_k = median F/t^{2(k−1)}`` over the window, window ``[t₀, t₁]``,
+offset ``|uᵀθ₀|`` (``†`` when the sweep started from the snapped point, ``sweep["base_shift"] ≠
+0``) and — when the read ran with ``baseline=True`` — what the per-coordinate scan read on that
+layer (``k = …`` for the largest genuine order it found, else the classes it returned); a legend
+under the tables says so (`COLUMNS_LEGEND`). A chain that spans several layers appears under
+each of them. ``—`` marks a value the fit did not produce.
 Module and layer names (the layer headings, the "Not covered" table, the notes) are code spans
 (`code_span`), so that a name such as ``<root>`` is shown rather than dropped as an HTML tag.
 """
@@ -35,7 +36,9 @@ COLUMNS_LEGEND = (
     "k̂ = 1 + slope/2, with slope and r² those of the log–log fit of F_u on the window "
     "[t₀, t₁]; λ_dir = 1/(2k) and ν(k) the universal value (an upper reference); magnitude is "
     "c_k, the median of F_u/t^{2(k−1)} over the window (for k = 1 the window's median F, which "
-    "the live threshold is compared with); offset is |uᵀθ₀|; — marks a value the fit did not "
+    "the live threshold is compared with); offset is |uᵀθ₀|, marked † where the sweep started "
+    "from the snapped point θ₀ − (uᵀθ₀)u instead of θ₀ (t, window and magnitude are then "
+    "measured from there: `sweep.base_shift` in report.json); — marks a value the fit did not "
     "produce."
 )
 """The legend under the tables of `reading_markdown` (s22 trial LM #8: "magnitude" was unnamed)."""
@@ -191,7 +194,7 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
                 fmt(r.r2, ".4f"),
                 fmt(r.magnitude, ".3g"),
                 _window(r),
-                fmt(r.offset, ".2g"),
+                fmt(r.offset, ".2g") + ("†" if r.sweep.get("base_shift") else ""),
             ]
             if has_scan:
                 row.append(scan_summary(r.baseline, layer))

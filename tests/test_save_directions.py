@@ -103,7 +103,7 @@ def test_the_saved_directions_give_back_every_sweep(net_module, tmp_path: Path) 
     assert res.exit_code == 0, res.output
     reading, saved = load_reading(js), load_directions(path)
     n = len(reading.directions)
-    assert f"wrote {path} ({n} of {n} directions)" in res.output
+    assert f"wrote {path} ({n} directions)" in res.output
     assert sorted(saved["directions"]) == list(range(n))
     assert any("unsnapped" in r.info for r in reading.directions)  # a snapped base point too
     assert _check_every_sweep(net_module, reading, saved) > 5 * n
@@ -121,22 +121,30 @@ def test_on_vector_hears_each_record_once_in_order(net_module) -> None:
     assert heard == list(range(len(reading.directions)))
 
 
-def test_a_resumed_read_saves_the_directions_it_swept_and_says_so(
-    net_module, tmp_path: Path
+@pytest.mark.parametrize("kept", [2, None])  # records left in the log; None: all of them
+def test_a_resumed_read_saves_every_direction_as_the_full_read_does(
+    net_module, tmp_path: Path, kept: int | None
 ) -> None:
+    """s23 trial VER #1: the directions a resume takes from its log were missing from the file
+    (a complete log gave an empty one); they are rebuilt from the candidates, bit for bit."""
     torch.save(net_module.data(), tmp_path / "x.pt")
-    out, path = tmp_path / "out", tmp_path / "dirs.pt"
+    out, full, resumed = tmp_path / "out", tmp_path / "full.pt", tmp_path / "resumed.pt"
     args = ["read", "--model", "dirs_net:factory", "--data", str(tmp_path / "x.pt")]
-    args += ["--family", "categorical", "--out", str(out), "--json", str(tmp_path / "r.json")]
-    assert RUNNER.invoke(app, args, env=ENV).exit_code == 0
-    n = len(load_reading(tmp_path / "r.json").directions)
+    args += ["--family", "categorical", "--out", str(out)]
+    assert RUNNER.invoke(app, [*args, "--save-directions", str(full)], env=ENV).exit_code == 0
     log = out / "read.jsonl"
-    log.write_text("\n".join(log.read_text().splitlines()[:3]) + "\n")  # 2 records kept
-    res = RUNNER.invoke(app, [*args, "--resume", "--save-directions", str(path)], env=ENV)
+    if kept is not None:
+        log.write_text("\n".join(log.read_text().splitlines()[: 1 + kept]) + "\n")
+    res = RUNNER.invoke(app, [*args, "--resume", "--save-directions", str(resumed)], env=ENV)
     assert res.exit_code == 0, res.output
-    said = f"wrote {path} ({n - 2} of {n} directions; the other 2 were taken from the read log"
-    assert said in res.output
-    assert sorted(load_directions(path)["directions"]) == list(range(2, n))
+    a, b = load_directions(full), load_directions(resumed)
+    n = len(a["directions"])
+    assert f"wrote {resumed} ({n} directions)" in res.output
+    assert a["base_shift"] == b["base_shift"] and sorted(b["directions"]) == list(range(n))
+    for i, u in a["directions"].items():
+        assert u.keys() == b["directions"][i].keys()
+        for name, t in u.items():
+            assert torch.equal(t, b["directions"][i][name]), (i, name)
 
 
 def test_errors(net_module, tmp_path: Path) -> None:

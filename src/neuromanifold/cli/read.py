@@ -411,19 +411,13 @@ def _figure_factors(net: Any, x: Any, fam: Any, reading: Any) -> Any:
 def _write_directions(
     path: Path, vectors: dict[int, dict[str, Any]], reading: Any, say: Any
 ) -> None:
-    """``--save-directions``: write the swept unit directions (`save_directions`) and say how
-    many of the reading's records they cover (a resumed read's earlier ones are not in it)."""
+    """``--save-directions``: write the swept unit directions (`save_directions`, one per
+    record: a resumed read's are rebuilt from their candidates) and say how many."""
     from neuromanifold.report.directions import save_directions
 
     with writing(path, option="--save-directions"):
         save_directions(path, vectors, reading)
-    n, total = len(vectors), len(reading.directions)
-    missing = (
-        f"; the other {total - n} were taken from the read log and not swept again"
-        if n < total
-        else ""
-    )
-    say(f"wrote {path} ({n} of {total} directions{missing})")
+    say(f"wrote {path} ({len(vectors)} direction{'s' * (len(vectors) != 1)})")
 
 
 def _scan_summary(b: dict[str, Any]) -> str:

@@ -16,8 +16,11 @@ at its ``sweep["t"]`` (`neuromanifold.singular.fisher.directional_fisher`). Para
 layouts are those of the read's working copy: a module listed under ``rewrites`` reads as
 rewritten (``rewrite_as_read`` gives the same model: an ``nn.MultiheadAttention``'s
 ``q_proj.weight`` … are row blocks of its ``in_proj_weight``, a Hugging Face ``Conv1D`` weight is
-transposed). Directions taken from a resume log were not swept again and are not in the file.
-`load_directions` reads the file back (tensors only: ``torch.load(weights_only=True)``).
+transposed). Load the checkpoint's weights into the model first, then rewrite it: the rewritten
+model has no ``in_proj_weight`` to load into. A resumed read does not sweep the directions it
+takes from its log again; their ``û`` is rebuilt from the detection's candidates (the read's
+`swept_direction`), so the file has every record. `load_directions` reads the file back
+(tensors only: ``torch.load(weights_only=True)``).
 """
 
 from __future__ import annotations

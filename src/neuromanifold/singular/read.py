@@ -94,6 +94,7 @@ from neuromanifold.singular.read_candidate import (
     MIN_RESIDUAL,
     PROJECT_MIN_OVERLAP,
     read_candidate,
+    swept_direction,
 )
 from neuromanifold.singular.reading import DirectionRecord, NotCovered, Reading
 from neuromanifold.singular.sweep import T_BATCH
@@ -363,7 +364,8 @@ def read(
             ``meta["multihead_as_projections"]``: ``<attn>.q_proj.weight`` … for row blocks of
             ``in_proj_weight``). The sweep's base point is ``θ0 + s·û``, ``s =
             record.sweep["base_shift"]``, so ``F_u(t)`` of the record can be checked by hand
-            (s22 trial LM #2). Not called for the ``finished`` candidates.
+            (s22 trial LM #2). For a ``finished`` candidate ``û`` is rebuilt from the
+            candidate and its record (`swept_direction`), without a sweep.
         finished: ``{i: (record, n_passes)}`` of candidates already read (e.g. from such a log):
             they are not read again, their records are used as they are. A record whose layers or
             detector differ from candidate ``i`` raises ``ValueError`` (the log is from another
@@ -563,6 +565,8 @@ def read(
                     )
                 records.append(rec)
                 n_sweep_passes += int(passes)
+                if on_vector is not None:  # not swept again: rebuilt from the candidate
+                    on_vector(i, swept_direction(cand, rec, gauges, params))
                 if bar is not None:
                     bar[0].advance(bar[1])
                 continue

@@ -53,6 +53,7 @@ __all__ = [
     "read_candidate",
     "record",
     "related_generators",
+    "swept_direction",
 ]
 
 LOSS_CHECKED = ("genuine_singularity", "live")
@@ -130,6 +131,25 @@ def _gauge_split(
     if rest.norm() < MIN_RESIDUAL or overlap < 1e-12:
         return cand.u, overlap, line
     return _unflatten(rest / rest.norm(), keys, params, keep=set(cand.u)), overlap, line
+
+
+def swept_direction(
+    cand: Candidate,
+    rec: DirectionRecord,
+    gauges: list[dict[str, Tensor]],
+    params: dict[str, Tensor],
+) -> dict[str, Tensor]:
+    """The unit direction ``û`` that ``rec``'s sweep went along, rebuilt from its candidate and
+    the choices `read_candidate` recorded: ``cand.u``, projected off the curved-gauge span when
+    ``info["projected"]``, negated when ``info["flipped"]`` (in that order, as there). For a
+    record taken from a resume log, whose direction was not swept again (s23 trial VER #1:
+    ``--resume --save-directions`` wrote none of them)."""
+    u = cand.u
+    if rec.info.get("projected"):
+        u = _gauge_split(cand, gauges, params)[0]
+    if "flipped" in rec.info:
+        u = {k: -v for k, v in u.items()}
+    return check_direction(params, u)[0]
 
 
 def _unflatten(

@@ -60,6 +60,20 @@ def test_a_resumed_read_names_the_directions_taken_from_its_log(tmp_path: Path) 
     assert json.loads(again.read_text())["directions"] == json.loads(full.read_text())["directions"]
 
 
+def test_a_torn_last_line_is_named(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    assert RUNNER.invoke(app, [*ARGS, "--out", str(out)], env=ENV).exit_code == 0
+    log = out / "read.jsonl"
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join(lines[:2]) + "\n" + lines[2][:40])  # killed while writing line 3
+    res = RUNNER.invoke(app, [*ARGS, "--out", str(out), "--resume"], env=ENV)
+    assert res.exit_code == 0, res.output
+    assert _resume_lines(res.output) == [
+        f"--resume: 1 finished direction taken from {log}; its torn last line was dropped and "
+        "that direction is read again"
+    ]
+
+
 def test_a_resume_without_a_log_says_it_reads_from_the_start(tmp_path: Path) -> None:
     out = tmp_path / "report"
     res = RUNNER.invoke(app, [*ARGS, "--out", str(out), "--resume"], env=ENV)

@@ -88,25 +88,29 @@ def test_resume_of_a_complete_log_reads_nothing(net, uninterrupted, tmp_path, mo
     log = tmp_path / LOG_NAME
     resumable_read(m, x, fam, log_path=log, grid=GRID, progress=False)
     calls = _count_reads(monkeypatch)
-    seen: list[int] = []
+    seen: list[tuple[int, bool]] = []
     again = resumable_read(
-        m, x, fam, log_path=log, resume=True, on_resume=seen.append, grid=GRID, progress=False
+        m, x, fam, log_path=log, resume=True, on_resume=_hear(seen), grid=GRID, progress=False
     )
     assert calls == []
     assert again == uninterrupted
-    assert seen == [N_DEAD]  # on_resume: the directions taken from the log
+    assert seen == [(N_DEAD, False)]  # on_resume: the directions taken from the log, no tear
+
+
+def _hear(seen: list[tuple[int, bool]]):
+    return lambda n, torn: seen.append((n, torn))
 
 
 def test_on_resume_hears_zero_without_a_log_and_nothing_without_resume(net, tmp_path):
     m, x, fam = net
-    seen: list[int] = []
+    seen: list[tuple[int, bool]] = []
     opts = {"grid": GRID, "progress": False, "max_directions": 0}
     resumable_read(
-        m, x, fam, log_path=tmp_path / "a.jsonl", resume=True, on_resume=seen.append, **opts
+        m, x, fam, log_path=tmp_path / "a.jsonl", resume=True, on_resume=_hear(seen), **opts
     )
-    assert seen == [0]
-    resumable_read(m, x, fam, log_path=tmp_path / "b.jsonl", on_resume=seen.append, **opts)
-    assert seen == [0]
+    assert seen == [(0, False)]
+    resumable_read(m, x, fam, log_path=tmp_path / "b.jsonl", on_resume=_hear(seen), **opts)
+    assert seen == [(0, False)]
 
 
 def test_torn_last_line_is_read_again(net, uninterrupted, tmp_path, monkeypatch):
@@ -116,10 +120,14 @@ def test_torn_last_line_is_read_again(net, uninterrupted, tmp_path, monkeypatch)
     text = log.read_text()
     log.write_text(text[: len(text) - 40])  # the process died while writing the last line
     calls = _count_reads(monkeypatch)
-    again = resumable_read(m, x, fam, log_path=log, resume=True, grid=GRID, progress=False)
+    seen: list[tuple[int, bool]] = []
+    again = resumable_read(
+        m, x, fam, log_path=log, resume=True, on_resume=_hear(seen), grid=GRID, progress=False
+    )
     assert len(calls) == 1
     assert again == uninterrupted
     assert all(json.loads(line) for line in log.read_text().splitlines())
+    assert seen == [(N_DEAD - 1, True)]  # said, so a user who killed a write knows (VER #4)
 
 
 def test_log_of_another_read_is_refused(net, tmp_path):

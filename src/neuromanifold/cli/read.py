@@ -669,13 +669,15 @@ def register(app: typer.Typer) -> None:
             if out is not None and main_rank:
                 from neuromanifold.report.resume import LOG_NAME, resumable_read
 
-                def resumed(n: int) -> None:  # said before the bars (s22 trial LM #9)
+                def resumed(n: int, torn: bool) -> None:  # before the bars (s22 trial LM #9)
                     log = out / LOG_NAME
-                    say_note(
+                    said = (
                         f"--resume: {n} finished direction{'s' * (n != 1)} taken from {log}"
                         if n
                         else f"--resume: no finished direction in {log}; reading from the start"
                     )
+                    torn_line = "; its torn last line was dropped and that direction is read again"
+                    say_note(said + (torn_line if torn else ""))
 
                 try:
                     reading = resumable_read(  # the log's fingerprint: the whole probe set

@@ -164,6 +164,8 @@ class ReadLog:
     ) -> None:
         self.path = Path(path)
         self.fingerprint = fingerprint
+        self.torn = False
+        """Whether the last `load` dropped a torn last line (its direction is read again)."""
         self.parts = None if parts is None else dict(parts)
 
     def _header(self) -> dict[str, Any]:
@@ -180,6 +182,7 @@ class ReadLog:
         Raises ValueError when the header is not a read log, its fingerprint differs, or a line
         other than the last is malformed.
         """
+        self.torn = False
         if not self.path.is_file():
             return {}
         lines = self.path.read_text(encoding="utf-8").split("\n")
@@ -213,6 +216,7 @@ class ReadLog:
                 out[int(entry["index"])] = (rec, int(entry["n_passes"]))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
                 if n == len(body) + 1:  # torn last line: the direction is read again
+                    self.torn = True
                     break
                 raise ValueError(f"{self.path}: line {n} is malformed: {err}") from err
         return out
@@ -242,7 +246,7 @@ def resumable_read(
     log_path: str | Path,
     resume: bool = False,
     fingerprint_data: Tensor | tuple[Tensor, Tensor] | None = None,
-    on_resume: Callable[[int], None] | None = None,
+    on_resume: Callable[[int, bool], None] | None = None,
     on_vector: Callable[[int, dict[str, Tensor]], None] | None = None,
     **options: Any,
 ) -> Reading:
@@ -260,9 +264,11 @@ def resumable_read(
     ``--resume`` of that log is accepted (s16 trial Y #3: it said the data differed). It is an
     ``(x, y)`` pair exactly when ``data`` is one, so the whole set's labels are fingerprinted
     (``ValueError`` otherwise).
-    ``on_resume(n)`` (with ``resume`` only) is called once the log is loaded, before any
+    ``on_resume(n, torn)`` (with ``resume`` only) is called once the log is loaded, before any
     direction is read, with the number ``n`` of finished directions taken from it (0 when there
-    is no log): the CLI says it, since the Reading does not (s22 trial LM #9). ``on_vector`` is
+    is no log) and whether a torn last line was dropped (a process killed while writing it; its
+    direction is read again): the CLI says it, since the Reading does not (s22 trial LM #9, s23
+    trial VER #4). ``on_vector`` is
     passed to `read` (not fingerprinted); it hears only the directions read in this call.
     """
     from neuromanifold.singular.read import read
@@ -287,7 +293,7 @@ def resumable_read(
     log = ReadLog(log_path, _digest(parts), parts)
     finished = log.load() if resume else {}
     if resume and on_resume is not None:
-        on_resume(len(finished))
+        on_resume(len(finished), log.torn)
     opened = False
 
     def begin() -> None:

@@ -269,7 +269,8 @@ def resumable_read(
     is no log) and whether a torn last line was dropped (a process killed while writing it; its
     direction is read again): the CLI says it, since the Reading does not (s22 trial LM #9, s23
     trial VER #4). ``on_vector`` is
-    passed to `read` (not fingerprinted); it hears only the directions read in this call.
+    passed to `read` (not fingerprinted); it hears every record, those taken from the log with
+    ``û`` rebuilt from their candidates (`read`'s ``finished``).
     """
     from neuromanifold.singular.read import read
 

@@ -413,6 +413,10 @@ def buffer_write_error(
     )
 
 
+NONFINITE_LABELS = "data labels y hold NaN or Inf values (first in sample {})"
+"""The refusal of non-finite floating labels (`prepare_data`, and `read` over the ranks)."""
+
+
 def prepare_data(data: object) -> tuple[Tensor, Tensor | None, bool]:
     """Split ``data`` into ``(x, y)``; cast floating inputs to float64.
 
@@ -456,7 +460,7 @@ def prepare_data(data: object) -> tuple[Tensor, Tensor | None, bool]:
         # a NaN label made the labelled-loss check's eigh fail and the whole-gradient check
         # return z = NaN, unflagged (s23 audit TAIL #1); `read` refuses them in the same words
         if (first := first_nonfinite(y)) is not None:
-            raise ValueError(f"data labels y hold NaN or Inf values (first in sample {first})")
+            raise ValueError(NONFINITE_LABELS.format(first))
     return x, y, upcast
 
 

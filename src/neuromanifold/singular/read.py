@@ -59,6 +59,7 @@ import torch
 from torch import Tensor, nn
 
 from neuromanifold.singular._validate import (
+    NONFINITE_LABELS,
     check_eval_mode,
     check_parameter_writes,
     first_nonfinite,
@@ -171,7 +172,7 @@ def _with_leading_size(message: str, n_sub: int, n_all: int) -> str:
 
 
 _NONFINITE = "data inputs hold NaN or Inf values (first in sample {})"
-_NONFINITE_LABELS = "data labels y hold NaN or Inf values (first in sample {})"
+_NONFINITE_LABELS = NONFINITE_LABELS
 
 
 def _first_nonfinite_pair(data: Any) -> tuple[int | None, int | None]:

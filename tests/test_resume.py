@@ -11,7 +11,13 @@ import pytest
 import torch
 
 from neuromanifold.cells.planted import planted_mlp
-from neuromanifold.report.resume import LOG_NAME, ReadLog, read_fingerprint, resumable_read
+from neuromanifold.report.resume import (
+    LOG_NAME,
+    LOG_VERSION,
+    ReadLog,
+    read_fingerprint,
+    resumable_read,
+)
 from neuromanifold.singular import read_candidate as candidate_mod
 from neuromanifold.singular.read import read
 
@@ -180,20 +186,21 @@ def test_log_of_another_version_raises(tmp_path):
         ReadLog(path, "x").load()
 
 
-@pytest.mark.parametrize("old", [15, 16, 17, 18])
+@pytest.mark.parametrize("old", [15, 16, 17, 18, 19])
 def test_a_log_written_before_the_mirrored_side_and_loss_checks_is_refused(tmp_path, old):
     """Version 15 logs hold records read without the mirrored-side checks (one_sided, flipped)
     and with snap='auto' replacing a live read by an unresolved snapped one: resuming one would
     mix them with new records (s20 audit AP #1: a resumed report said 'unresolved' where a fresh
     read says 'live'). Version 16 records lack the labelled-loss check (info['loss_along_u']);
     version 17 ones flagged categorical records by the normal rule alone (s22 audit MIN #1);
-    version 18 sweeps lack their base_shift (s22 trial LM #2)."""
+    version 18 sweeps lack their base_shift (s22 trial LM #2); version 19 categorical records
+    cut at Bernstein's bound where the exact Chernoff cut is smaller (s23 audit TAIL #2)."""
     from neuromanifold.report.resume import LOG_KIND
 
     path = tmp_path / LOG_NAME
     path.write_text(json.dumps({"kind": LOG_KIND, "version": old, "fingerprint": "x"}) + "\n")
     with pytest.raises(
-        ValueError, match=rf"read-log version {old} and this library writes version 19"
+        ValueError, match=rf"read-log version {old} and this library writes version {LOG_VERSION}"
     ):
         ReadLog(path, "x").load()
 

@@ -26,15 +26,17 @@ one-sided: **not critical** when ``S`` exceeds the rounding margin ``ROUNDING ·
 ``MIN_Z·√V`` (a Gaussian family: a rate of `NULL_RATE` = 3·10⁻⁵ under the null), for a
 categorical one the larger of that and Bernstein's bound for scores bounded by
 `Categorical.score_bound` at the same rate (`neuromanifold.singular.minimum_check.tail_threshold`:
-the normal approximation fails with a rare class).
+the normal approximation fails with a rare class) or, where ``S`` lies between the two, the
+exact cut of `neuromanifold.singular.chernoff` from the known null label distribution where
+smaller (one more forward-mode pass over ``B``, only in that band).
 
 The test is necessary, not sufficient, and it is over **every** parameter: a checkpoint trained
 with some parameters frozen, with weight decay, or stopped early is not a critical point of the
 probe loss, and the (λ, m) assembled from its orders are then not Watanabe's at a true parameter.
-Cost: one backward pass over ``A`` and one forward-mode pass over ``B`` (chunks of
-``chunk_size`` samples). Under a process group each rank passes its shard; the gradient and the
-sums are all-reduced, and the split follows the samples' global indices, so it does not depend
-on the number of ranks.
+Cost: one backward pass over ``A`` and one forward-mode pass over ``B`` (two in the exact cut's
+band; chunks of ``chunk_size`` samples). Under a process group each rank passes its shard; the
+gradient and the sums are all-reduced, and the split follows the samples' global indices, so it
+does not depend on the number of ranks.
 
 `critical_check` is the check; `critical_check_reference` its brute-force oracle (the per-sample
 Jacobian of the output, one sample at a time).
@@ -43,7 +45,7 @@ Jacobian of the output, one sample at a time).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -52,11 +54,18 @@ from torch import Tensor, nn
 from torch.func import functional_call, jvp
 
 from neuromanifold.singular._validate import DTYPE, Prepared, prepare
+from neuromanifold.singular.chernoff import (
+    chernoff_cut,
+    lambda_grid,
+    null_cgf,
+    truncation_levels,
+)
 from neuromanifold.singular.family import check_family
 from neuromanifold.singular.minimum_check import (
     MIN_Z,
     ROUNDING,
     _all_reduce_max,
+    _in_band,
     _score_bound,
     tail_threshold,
 )
@@ -121,14 +130,14 @@ def _loss_slopes(family: Any, out: Tensor, jv: Tensor, y: Tensor) -> Tensor:
 
 
 def _result(
-    sums: Tensor, bound: float | None, grad_norm: float, n_a: int, n_b: int
+    sums: Tensor, cut: tuple[float, bool], grad_norm: float, n_a: int, n_b: int
 ) -> dict[str, Any]:
     """The JSON-ready result from the all-reduced ``(Σ g_i, Σ|g_i|, Σ q_i)`` over ``B`` and the
-    largest per-sample score bound (``None`` for a family without one: normal scores)."""
+    cut applied to ``S = Σ g_i`` with whether it is the exact one."""
+    cut, exact = cut
     s, s_abs, v = (float(t) for t in sums)
     testable = n_a > 0 and n_b > 0 and grad_norm > 0.0 and v > 0.0
     z = s / math.sqrt(v) if testable else None
-    cut = tail_threshold(v, bound, math.log(1.0 / NULL_RATE), MIN_Z)
     return {
         "z": z,
         "slope": s / n_b if n_b else 0.0,
@@ -138,6 +147,7 @@ def _result(
         "n_test": n_b,
         "threshold": MIN_Z,
         "slope_cut": cut / n_b if n_b else 0.0,
+        "exact_cut": exact,
         "not_critical": bool(testable and s > cut and s > ROUNDING * s_abs),
     }
 
@@ -162,10 +172,12 @@ def critical_check(
 
     Returns:
         ``{"z", "slope", "slope_se", "gradient_norm", "n_direction", "n_test", "threshold",
-        "not_critical"}``: ``z = S/√V`` (``None`` when untestable: a half is empty, the half-set
-        gradient is 0, or the model's output does not move along it on the test half), the mean
-        slope ``S/|B|`` along ``d`` on the test half and its null standard error ``√V/|B|``,
-        ``‖∇ Σ_A ℓ_i‖/|A|``, the two half sizes (global), `MIN_Z`, and the flag. JSON-ready.
+        "slope_cut", "exact_cut", "not_critical"}``: ``z = S/√V`` (``None`` when untestable: a half
+        is empty, the half-set gradient is 0, or the model's output does not move along it on the
+        test half), the mean slope ``S/|B|`` along ``d`` on the test half and its null standard
+        error ``√V/|B|``, ``‖∇ Σ_A ℓ_i‖/|A|``, the two half sizes (global), `MIN_Z`, the cut applied
+        to the mean slope (module docstring) and whether it is the exact one (one more pass over
+        ``B``), and the flag. JSON-ready.
 
     Raises:
         ValueError: ``data`` is not a pair ``(x, y)``, or as `prepare` and the family's
@@ -192,9 +204,11 @@ def critical_check(
     n_b = round(float(_all_reduce(torch.tensor([float(idx_b.numel())], dtype=DTYPE))[0]))
     sums = torch.zeros(3, dtype=DTYPE)
     bound = torch.zeros(1, dtype=DTYPE)
-    if norm > 0.0:
-        d = {k: g / norm for k, g in grads.items()}
-        primal = {k: prep.params[k] for k in keys}
+    d = {k: g / norm for k, g in grads.items()} if norm > 0.0 else {}
+    primal = {k: prep.params[k] for k in keys}
+
+    def test_half() -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+        """``(out, J d, y)`` on each chunk of the test half."""
         with differentiable_kernels():
             for sl in _chunks(idx_b, chunk_size):
                 rows = idx_b[sl].to(dev)
@@ -204,12 +218,46 @@ def critical_check(
                     return functional_call(model, ({**prep.params, **p}, prep.buffers), (xb,))
 
                 out, jv = jvp(f, (primal,), (d,))
-                g = _loss_slopes(family, out.detach(), jv.detach(), prep.y[rows])
-                q = family.quadratic(out.detach(), jv.detach())
-                sums += torch.stack([g.sum(), g.abs().sum(), q.sum()]).cpu()
-                bound[0] = max(float(bound[0]), _score_bound(family, out.detach(), jv.detach()))
+                yield out.detach(), jv.detach(), prep.y[rows]
+
+    if norm > 0.0:
+        for out, jv, y in test_half():
+            g = _loss_slopes(family, out, jv, y)
+            q = family.quadratic(out, jv)
+            sums += torch.stack([g.sum(), g.abs().sum(), q.sum()]).cpu()
+            bound[0] = max(float(bound[0]), _score_bound(family, out, jv))
+    sums = _all_reduce(sums)
     b = float(_all_reduce_max(bound)[0]) if hasattr(family, "score_bound") else None
-    return _result(_all_reduce(sums), b, norm, n_a, n_b)
+
+    def cgf_of(lams: Tensor, taus: list[float]) -> Tensor:
+        # one more forward-mode pass over the test half
+        cgf = torch.zeros(len(taus), len(lams) + 1, dtype=DTYPE)
+        for out, jv, _ in test_half():
+            cgf += null_cgf(*family.null_scores(out, -jv), lams, taus)
+        return _all_reduce(cgf)
+
+    exact = cgf_of if hasattr(family, "null_scores") else None
+    return _result(sums, _cut(sums, b, exact), norm, n_a, n_b)
+
+
+def _cut(
+    sums: Tensor, bound: float | None, cgf_of: Callable[[Tensor, list[float]], Tensor] | None
+) -> tuple[float, bool]:
+    """The cut applied to ``S = Σ_B g_i`` from the all-reduced ``(Σ g_i, Σ|g_i|, Σ q_i)``: the
+    normal rule's ``MIN_Z·√V``, with a score bound (categorical) at least Bernstein's
+    (`tail_threshold`), and, where ``S`` lies between the two, the exact Chernoff cut of ``S =
+    Σ_B (−x)`` (`neuromanifold.singular.chernoff`; ``cgf_of(λ, τ)`` is the all-reduced
+    `null_cgf` of ``−x`` over ``B``, one more pass) in place of Bernstein's where smaller; and
+    whether that pass was made."""
+    s, v = float(sums[0]), float(sums[2])
+    log_inv = math.log(1.0 / NULL_RATE)
+    normal = MIN_Z * math.sqrt(max(v, 0.0))
+    cut = tail_threshold(v, bound, log_inv, MIN_Z)
+    if bound is not None and cgf_of is not None and _in_band(s, normal, cut):
+        lams = lambda_grid(v, bound, log_inv)
+        exact = chernoff_cut(cgf_of(lams, truncation_levels(bound)), lams, log_inv)
+        return max(normal, min(cut, exact)), True
+    return cut, False
 
 
 def critical_check_reference(
@@ -248,6 +296,7 @@ def critical_check_reference(
         norm = float(grad.norm())
         sums = torch.zeros(3, dtype=DTYPE)
         bound = 0.0
+        tangents: list[tuple[Tensor, Tensor]] = []
         if norm > 0.0:
             d = grad / norm
             for i in idx_b.tolist():
@@ -258,8 +307,17 @@ def critical_check_reference(
                 q = float(family.quadratic(out, jv)[0])
                 sums += torch.tensor([g, abs(g), q], dtype=DTYPE)
                 bound = max(bound, _score_bound(family, out, jv))
+                tangents.append((out, jv))
     b = bound if hasattr(family, "score_bound") else None
-    return _result(sums, b, norm, int(idx_a.numel()), int(idx_b.numel()))
+
+    def cgf_of(lams: Tensor, taus: list[float]) -> Tensor:
+        cgf = torch.zeros(len(taus), len(lams) + 1, dtype=DTYPE)
+        for out, jv in tangents:
+            cgf += null_cgf(*family.null_scores(out, -jv), lams, taus)
+        return cgf
+
+    exact = cgf_of if hasattr(family, "null_scores") else None
+    return _result(sums, _cut(sums, b, exact), norm, int(idx_a.numel()), int(idx_b.numel()))
 
 
 def critical_note(check: Mapping[str, Any] | None) -> str:

@@ -25,6 +25,7 @@ score ``s_i = ∂_t log p(y_i | x_i, θ + t u)`` (summed over positions for sequ
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -217,6 +218,22 @@ class Categorical:
         fails: a rare class, s22 audit MIN #1)."""
         _, centred = self._centred(out, jv)
         return self._per_sample(centred.abs().amax(-1))
+
+    def null_scores(self, out: Tensor, jv: Tensor) -> tuple[Tensor, Tensor]:
+        """The per-position score's distribution under the null (labels ``y ∼ softmax(out)``):
+        the value ``jv_c − Σ_c' p_c' jv_c'`` with probability ``p_c``. Returns ``(log p,
+        values)``, each ``(N, M, C)`` with the ``M`` positions of a sample flattened (``M = 1``
+        for ``(N, C)`` logits). `neuromanifold.singular.chernoff` turns it into a tail bound.
+
+        >>> import torch
+        >>> logp, values = Categorical().null_scores(torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]))
+        >>> logp.exp().tolist(), values.tolist()
+        ([[[0.5, 0.5]]], [[[1.0, -1.0]]])
+        """
+        _, centred = self._centred(out, jv)
+        logp = torch.log_softmax(out, dim=-1)
+        shape = (out.shape[0], math.prod(out.shape[1:-1]), out.shape[-1])
+        return logp.reshape(shape), centred.reshape(shape)
 
     def empirical_quadratic(self, out: Tensor, jv: Tensor, y: Tensor) -> Tensor:
         """``s_i = Σ_positions (jv_{y} − Σ_c p_c jv_c)``; returns ``s_i²``, shape ``(N,)``."""

@@ -50,7 +50,11 @@ scores are normal under the null (with the family's σ, which must be the data's
 for a categorical one a normal approximation fails with a rare class, so each cut is also at
 least Bernstein's bound for the bounded scores at the same rate (`tail_threshold`,
 `Categorical.score_bound`; for spans of several parts its exponent gets the normal rule's
-allowance ``(z_n² − z_1²)/2`` for the data-chosen ``v``). The test is
+allowance ``(z_n² − z_1²)/2`` for the data-chosen ``v``). Where a sum lies between the normal cut
+and Bernstein's, the only band where a tighter cut can change its flag, one more pass (stage 3)
+computes the exact cut of `neuromanifold.singular.chernoff` from the known null label
+distribution (Chernoff's bound, with rare large jumps union-bounded), which replaces Bernstein's
+where smaller; outside the band the reported cut is Bernstein's. The test is
 necessary, not sufficient: a point can be a minimum on every span read and a saddle elsewhere;
 a degenerate saddle (slope and curvature 0, a cubic loss) passes; and along a genuine direction
 ``F_u(θ0) = 0`` forces ``ḟ_i = 0``, so every ``g_i`` is 0 there and only the curvature test
@@ -74,6 +78,12 @@ from torch import Tensor, nn
 from torch.func import functional_call, jvp
 
 from neuromanifold.singular._validate import DTYPE, Prepared, check_direction, prepare
+from neuromanifold.singular.chernoff import (
+    chernoff_cut,
+    lambda_grid,
+    null_cgf,
+    truncation_levels,
+)
 from neuromanifold.singular.family import check_family
 from neuromanifold.singular.passes import chunks, differentiable_kernels
 from neuromanifold.singular.second_order import elementwise_norms
@@ -102,6 +112,7 @@ threshold is `curvature_threshold` standard errors."""
 ROUNDING = 1e-9
 """A mean at most this times the mean absolute per-sample value is rounding, never flagged."""
 MAX_SPAN_PARTS = 4
+CUTS = ("slope", "curvature")
 """Most parts a direction's span is checked on (``n + n(n−1)/2 + 1`` passes); beyond, along u."""
 
 Direction = dict[str, Tensor]
@@ -258,15 +269,41 @@ def _check(
     # standard error can be 0 too (a linear layer: f̈ = 0; s21 audit AU #3)
     curve_scale = max(float(curve_sums[1]) / n_samples, float(mean_hess.abs().max()))
     z_n = curvature_threshold(n)
-    slope_cut = tail_threshold(
-        float(slope_sums[2]), b_slope if bounded else None, _log_inv(SLOPE_RATE, 2), MIN_Z
-    )
-    curve_cut = tail_threshold(
-        float(curve_sums[2]),
-        b_curve if bounded else None,
-        _log_inv(FALSE_FLAG_RATE, 2) + (z_n**2 - curvature_threshold(1) ** 2) / 2,
-        z_n,
-    )
+    v_slope, v_curve = float(slope_sums[2]), float(curve_sums[2])
+    log_slope = _log_inv(SLOPE_RATE, 2)
+    log_curve = _log_inv(FALSE_FLAG_RATE, 2) + (z_n**2 - curvature_threshold(1) ** 2) / 2
+    slope_cut = tail_threshold(v_slope, b_slope if bounded else None, log_slope, MIN_Z)
+    curve_cut = tail_threshold(v_curve, b_curve if bounded else None, log_curve, z_n)
+    # stage 3 (a categorical family): the exact Chernoff cut, only where it can change a flag
+    exact_tails = bounded and hasattr(family, "null_scores")
+    slope_sum, curve_sum = float(slope_sums[0]), -lowest * n_samples
+    exact_slope = exact_tails and _in_band(abs(slope_sum), MIN_Z * math.sqrt(v_slope), slope_cut)
+    exact_curve = exact_tails and _in_band(curve_sum, z_n * math.sqrt(v_curve), curve_cut)
+    if exact_slope or exact_curve:
+        # Σ g_i = −Σ x along u (its observed side's tail); the curvature's residual Σ_i
+        # ∂_out ℓ_i·f̈_i(v) = −Σ x(f̈(v)) is flagged when very negative: the upper tail of x
+        side = -1.0 if slope_sum > 0 else 1.0
+        lam_slope = lambda_grid(v_slope, b_slope, log_slope) if exact_slope else None
+        lam_curve = lambda_grid(v_curve, b_curve, log_curve) if exact_curve else None
+        taus_slope, taus_curve = truncation_levels(b_slope), truncation_levels(b_curve)
+        cgf_slope = _cgf_rows(taus_slope, lam_slope)
+        cgf_curve = _cgf_rows(taus_curve, lam_curve)
+        w_u = _combine(basis, coef.tolist())
+        for sl in chunks(n_local, chunk_size):
+            if lam_slope is not None:
+                f, fdot_u, _ = jets(w_u, sl)
+                logp, values = family.null_scores(f, side * fdot_u)
+                cgf_slope += null_cgf(logp, values, lam_slope, taus_slope)
+            if lam_curve is not None:
+                f, _, fddot = jets(w_v, sl)
+                logp, values = family.null_scores(f, fddot)
+                cgf_curve += null_cgf(logp, values, lam_curve, taus_curve)
+        if lam_slope is not None:
+            exact = chernoff_cut(_all_reduce(cgf_slope), lam_slope, log_slope)
+            slope_cut = max(MIN_Z * math.sqrt(v_slope), min(slope_cut, exact))
+        if lam_curve is not None:
+            exact = chernoff_cut(_all_reduce(cgf_curve), lam_curve, log_curve)
+            curve_cut = max(z_n * math.sqrt(v_curve), min(curve_cut, exact))
     return {
         "slope": slope,
         "slope_se": slope_se,
@@ -283,6 +320,7 @@ def _check(
         "curved_down": _beyond(-lowest, curve_cut / n_samples, curve_scale),
         "slope_cut": slope_cut / n_samples,
         "curvature_cut": curve_cut / n_samples,
+        "exact_cuts": [cut for cut, on in zip(CUTS, (exact_slope, exact_curve), strict=True) if on],
     }
 
 
@@ -310,6 +348,17 @@ def curvature_threshold(n_parts: int) -> float:
     return float(math.sqrt(chi2.isf(FALSE_FLAG_RATE, n_parts * (n_parts + 1) // 2)))
 
 
+def _cgf_rows(taus: Sequence[float], lams: Tensor | None) -> Tensor:
+    """Zeros in `neuromanifold.singular.chernoff.null_cgf`'s layout (none without ``lams``)."""
+    return torch.zeros(len(taus), 0 if lams is None else len(lams) + 1, dtype=DTYPE)
+
+
+def _in_band(value: float, normal: float, cut: float) -> bool:
+    """Whether ``value`` lies where a cut between ``normal`` and ``cut`` decides its flag: the
+    only band where the exact Chernoff cut (`neuromanifold.singular.chernoff`) is computed."""
+    return normal > 0.0 and normal < value <= cut
+
+
 def _beyond(value: float, cut: float, scale: float) -> bool:
     """Whether ``value`` exceeds ``cut`` and the rounding margin ``ROUNDING·scale``."""
     return value > cut and value > ROUNDING * scale
@@ -335,8 +384,9 @@ def tail_threshold(variance: float, bound: float | None, log_inv: float, z: floa
     classifiers the cut is 5–6 standard errors (5.1–5.8 at N = 400, s23 audit TAIL #2); ``b``
     is the worst case over the classes, so a very confident classifier at small N gets a cut of
     tens to hundreds of standard errors (175 at logits up to 548, N = 30), and a point well off
-    the minimum can pass: the rate holds, the power does not. An exact Chernoff bound on the
-    known null label distribution would be tighter; it is not implemented.
+    the minimum could pass: the rate holds, the power does not. So where a sum lies between
+    ``z·√V`` and this cut, the checks compute the exact cut of `neuromanifold.singular.chernoff`
+    from the known null label distribution (6 standard errors in that case).
 
     >>> tail_threshold(1.0, None, 10.0, 4.0), round(tail_threshold(1.0, 0.0, 10.0, 4.0), 4)
     (4.0, 4.4721)
@@ -396,17 +446,19 @@ def loss_along(
         chunk_size: at most this many samples per pass (``None``: all).
 
     Returns:
-        ``{"slope", "slope_se", "curvature", "span_dim", "lowest_curvature",
-        "lowest_curvature_se", "lowest_direction", "n", "not_critical", "curvature_threshold",
-        "curved_down", "slope_cut", "curvature_cut"}``: the mean slope along u and its null
-        standard error; the mean curvature along u; the number of parts n; the span Hessian's
-        smallest eigenvalue, its null standard error and its unit eigenvector (coefficients of
-        the parts, in `span_parts` order); the global sample count; the slope flag; the normal
-        rule's curvature threshold **in standard errors** (`curvature_threshold`) and the
-        curvature flag; and the cuts actually applied, in the units of the slope and of the
-        curvature (``|slope|`` and ``−lowest_curvature`` beyond them are flagged: the normal
-        rule's ``MIN_Z·se`` and ``z_n·se``, for a categorical family at least Bernstein's bound,
-        `tail_threshold`). Plain floats, ints, lists and bools: JSON-ready.
+        ``{"slope", "slope_se", "curvature", "span_dim", "lowest_curvature", "lowest_curvature_se",
+        "lowest_direction", "n", "not_critical", "curvature_threshold", "curved_down", "slope_cut",
+        "curvature_cut", "exact_cuts"}``: the mean slope along u and its null standard error; the
+        mean curvature along u; the number of parts n; the span Hessian's smallest eigenvalue, its
+        null standard error and its unit eigenvector (coefficients of the parts, in `span_parts`
+        order); the global sample count; the slope flag; the normal rule's curvature threshold **in
+        standard errors** (`curvature_threshold`) and the curvature flag; and the cuts actually
+        applied, in the units of the slope and of the curvature (``|slope|`` and
+        ``−lowest_curvature`` beyond them are flagged: the normal rule's ``MIN_Z·se`` and
+        ``z_n·se``, for a categorical family at least Bernstein's bound, `tail_threshold`, or, where
+        the value lies between the two, the exact cut of `neuromanifold.singular.chernoff` where
+        smaller); which of ``"slope"`` and ``"curvature"`` got the exact cut (each one more pass
+        over the samples). Plain floats, ints, lists and bools: JSON-ready.
 
     Raises:
         ValueError: ``data`` is not a pair ``(x, y)``, or as `prepare` does.

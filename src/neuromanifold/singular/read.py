@@ -954,11 +954,13 @@ def _whole_gradient_check(
         )
     n = int(data[0].shape[0])
     n_a = -(-(n - n // 2) // chunk)  # the even-indexed half: a forward and a backward each
-    passes = (-(-(n // 2) // chunk) + n_a, n_a)
+    n_b = -(-(n // 2) // chunk)  # the odd-indexed half: a JVP each, twice for the exact cut
     try:
-        return critical_check(work, params, data, family, chunk_size=chunk), passes
+        check = critical_check(work, params, data, family, chunk_size=chunk)
     except (RuntimeError, NotImplementedError) as err:
-        return {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}, passes
+        error = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
+        return error, (n_b + n_a, n_a)
+    return check, (n_b * (2 if check.get("exact_cut") else 1) + n_a, n_a)
 
 
 def _scan_bytes(model: nn.Module) -> int:

@@ -317,9 +317,11 @@ def read_candidate(
             # check, and says why (the first line of the error; `_not_minimum_note`)
             loss_check = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
         info = {**info, "loss_along_u": loss_check}
-        # per chunk, one JVP of a JVP along each part and pair of parts of the span, and along v
+        # per chunk, one JVP of a JVP along each part and pair of parts of the span, along v,
+        # and along u and v again for each exact cut
         n = int(loss_check.get("span_dim", 0))
-        n_passes += (n * (n + 1) // 2 + 1) * len(chunks(int(xw.shape[0]), loss_chunk))
+        per_chunk = n * (n + 1) // 2 + 1 + len(loss_check.get("exact_cuts", ()))
+        n_passes += per_chunk * len(chunks(int(xw.shape[0]), loss_chunk))
     info = {**info, "support": direction_support(u_read)}
     if on_vector is not None:
         on_vector(check_direction(params, u_read)[0])

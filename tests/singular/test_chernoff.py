@@ -94,6 +94,52 @@ def test_the_cgf_rows_are_log_mean_exponentials_over_label_sequences(shape) -> N
     assert not null_cgf(*fam.null_scores(out[:0], jv[:0]), lams, taus).any()
 
 
+@pytest.mark.parametrize("confident", [False, True])
+def test_rows_that_can_give_no_cut_are_skipped_without_changing_it(confident: bool) -> None:
+    """Chunk by chunk with ``log_inv``: the rows whose ε reached e^{−L} keep no K (and are the
+    ones `chernoff_cut` skips), ε is summed in full, and the cut equals the one-shot cut. Random
+    logits void every truncated row; one class ahead by 30 in every sample voids none."""
+    g = torch.Generator().manual_seed(3)
+    out = torch.randn(40, 5, dtype=D, generator=g)
+    jv = torch.randn(40, 5, dtype=D, generator=g)
+    if confident:
+        out[:, 0] += 30.0
+    fam, log_inv = Categorical(), 6.0
+    bound = float(fam.score_bound(out, jv).max())
+    lams = lambda_grid(float(fam.quadratic(out, jv).sum()), bound, log_inv)
+    taus = truncation_levels(bound)
+    full = null_cgf(*fam.null_scores(out, jv), lams, taus)
+    rows = torch.zeros_like(full)
+    for sl in (slice(0, 7), slice(7, 30), slice(30, 40)):
+        got = null_cgf(*fam.null_scores(out[sl], jv[sl]), lams, taus, log_inv=log_inv, into=rows)
+        assert got is rows
+    assert torch.allclose(rows[:, -1], full[:, -1], rtol=CGF_RTOL, atol=0.0)
+    void = rows[:, -1] >= math.exp(-log_inv)
+    kept = ~void
+    assert torch.allclose(rows[kept], full[kept], rtol=CGF_RTOL, atol=CGF_RTOL)
+    assert chernoff_cut(rows, lams, log_inv) == pytest.approx(
+        chernoff_cut(full, lams, log_inv), rel=CGF_RTOL
+    )
+    assert void.tolist() == [False] + [not confident] * len(TRUNCATIONS)
+
+
+def test_a_chunk_with_nothing_above_tau_adds_the_untruncated_sums() -> None:
+    """The rare-jump case below, one sample per chunk: the balanced sample has nothing above
+    τ = b/4 … b/256 but its own jumps of 5·10⁻³ lie above b/256, so the rows differ by chunk."""
+    out = torch.tensor([[0.0, -9.0], [0.0, 0.0]], dtype=D)
+    jv = torch.tensor([[0.0, 1.0], [0.0, 1e-2]], dtype=D)
+    fam = Categorical()
+    lams = lambda_grid(float(fam.quadratic(out, jv).sum()), 1.0, 8.0)
+    taus = truncation_levels(float(fam.score_bound(out, jv).max()))
+    full = null_cgf(*fam.null_scores(out, jv), lams, taus)
+    rows = null_cgf(*fam.null_scores(out[:1], jv[:1]), lams, taus)
+    null_cgf(*fam.null_scores(out[1:], jv[1:]), lams, taus, into=rows)
+    assert torch.allclose(rows, full, rtol=CGF_RTOL, atol=CGF_RTOL)
+    balanced = null_cgf(*fam.null_scores(out[1:], jv[1:]), lams, taus)
+    assert torch.equal(balanced[1:4], balanced[:1].expand(3, -1))  # nothing above b/4 … b/64
+    assert not torch.equal(balanced[4], balanced[0])  # its ±5·10⁻³ lie above b/256
+
+
 def _problem(seed: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Three samples of two positions over three classes (3⁶ label configurations)."""
     g = torch.Generator().manual_seed(seed)

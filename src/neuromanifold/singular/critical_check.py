@@ -80,6 +80,8 @@ __all__ = [
 
 NULL_RATE = 0.5 * math.erfc(MIN_Z / math.sqrt(2.0))
 """One-sided normal tail beyond `MIN_Z`: the rate at which a true parameter is flagged (3.2e-5)."""
+LOG_INV = math.log(1.0 / NULL_RATE)
+"""``L = ln(1/NULL_RATE)``: the exponent of the tail bounds (`tail_threshold`, the exact cut)."""
 
 
 def _global_offset(n_local: int) -> int:
@@ -233,7 +235,7 @@ def critical_check(
         # one more forward-mode pass over the test half
         cgf = torch.zeros(len(taus), len(lams) + 1, dtype=DTYPE)
         for out, jv, _ in test_half():
-            cgf += null_cgf(*family.null_scores(out, -jv), lams, taus)
+            null_cgf(*family.null_scores(out, -jv), lams, taus, log_inv=LOG_INV, into=cgf)
         return _all_reduce(cgf)
 
     exact = cgf_of if hasattr(family, "null_scores") else None
@@ -250,12 +252,11 @@ def _cut(
     `null_cgf` of ``−x`` over ``B``, one more pass) in place of Bernstein's where smaller; and
     whether that pass was made."""
     s, v = float(sums[0]), float(sums[2])
-    log_inv = math.log(1.0 / NULL_RATE)
     normal = MIN_Z * math.sqrt(max(v, 0.0))
-    cut = tail_threshold(v, bound, log_inv, MIN_Z)
+    cut = tail_threshold(v, bound, LOG_INV, MIN_Z)
     if bound is not None and cgf_of is not None and _in_band(s, normal, cut):
-        lams = lambda_grid(v, bound, log_inv)
-        exact = chernoff_cut(cgf_of(lams, truncation_levels(bound)), lams, log_inv)
+        lams = lambda_grid(v, bound, LOG_INV)
+        exact = chernoff_cut(cgf_of(lams, truncation_levels(bound)), lams, LOG_INV)
         return max(normal, min(cut, exact)), True
     return cut, False
 
@@ -313,7 +314,7 @@ def critical_check_reference(
     def cgf_of(lams: Tensor, taus: list[float]) -> Tensor:
         cgf = torch.zeros(len(taus), len(lams) + 1, dtype=DTYPE)
         for out, jv in tangents:
-            cgf += null_cgf(*family.null_scores(out, -jv), lams, taus)
+            null_cgf(*family.null_scores(out, -jv), lams, taus, log_inv=LOG_INV, into=cgf)
         return cgf
 
     exact = cgf_of if hasattr(family, "null_scores") else None

@@ -112,8 +112,9 @@ threshold is `curvature_threshold` standard errors."""
 ROUNDING = 1e-9
 """A mean at most this times the mean absolute per-sample value is rounding, never flagged."""
 MAX_SPAN_PARTS = 4
-CUTS = ("slope", "curvature")
 """Most parts a direction's span is checked on (``n + n(n−1)/2 + 1`` passes); beyond, along u."""
+CUTS = ("slope", "curvature")
+"""The names ``exact_cuts`` lists: the cuts that got the exact Chernoff bound (one pass each)."""
 
 Direction = dict[str, Tensor]
 
@@ -293,11 +294,11 @@ def _check(
             if lam_slope is not None:
                 f, fdot_u, _ = jets(w_u, sl)
                 logp, values = family.null_scores(f, side * fdot_u)
-                cgf_slope += null_cgf(logp, values, lam_slope, taus_slope)
+                null_cgf(logp, values, lam_slope, taus_slope, log_inv=log_slope, into=cgf_slope)
             if lam_curve is not None:
                 f, _, fddot = jets(w_v, sl)
                 logp, values = family.null_scores(f, fddot)
-                cgf_curve += null_cgf(logp, values, lam_curve, taus_curve)
+                null_cgf(logp, values, lam_curve, taus_curve, log_inv=log_curve, into=cgf_curve)
         if lam_slope is not None:
             exact = chernoff_cut(_all_reduce(cgf_slope), lam_slope, log_slope)
             slope_cut = max(MIN_Z * math.sqrt(v_slope), min(slope_cut, exact))

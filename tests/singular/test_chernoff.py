@@ -14,6 +14,7 @@ import pytest
 import torch
 from scipy.optimize import minimize_scalar
 from scipy.stats import binom
+from test_categorical_tail import _bias_model  # the bias-only rare-class model
 from torch import nn
 from torch.func import functional_call, jvp
 
@@ -48,7 +49,7 @@ CHUNK_RTOL = 1e-12  # the same sums in other chunks or processes
 
 
 def _enumerated(out: torch.Tensor, jv: torch.Tensor, lam: float, tau: float) -> tuple[float, float]:
-    """One sample's ``(log E[exp(λ Σ_t x_t 1{|x_t| ≤ τ})], Σ_t P(|x_t| > τ))`` by summing over
+    """One sample's ``(log E[exp(λ Σ_t x_t 1{x_t ≤ τ})], Σ_t P(x_t > τ))`` by summing over
     every label sequence (the first) and over every position's classes (the second)."""
     c = out.shape[-1]
     p = torch.softmax(out, -1).reshape(-1, c).tolist()
@@ -60,9 +61,9 @@ def _enumerated(out: torch.Tensor, jv: torch.Tensor, lam: float, tau: float) -> 
     total = 0.0
     for labels in itertools.product(range(c), repeat=len(p)):
         prob = math.prod(p[t][y] for t, y in enumerate(labels))
-        kept = sum(x[t][y] for t, y in enumerate(labels) if abs(x[t][y]) <= tau)
+        kept = sum(x[t][y] for t, y in enumerate(labels) if x[t][y] <= tau)
         total += prob * math.exp(lam * kept)
-    eps = sum(p[t][k] for t in range(len(p)) for k in range(c) if abs(x[t][k]) > tau)
+    eps = sum(p[t][k] for t in range(len(p)) for k in range(c) if x[t][k] > tau)
     return math.log(total), eps
 
 
@@ -184,6 +185,31 @@ def test_a_rare_jump_is_union_bounded() -> None:
     assert tail_probability_reference(out, jv, cut) <= math.exp(-log_inv)
 
 
+def test_a_nearly_constant_truncated_sum_reaches_the_normal_floor() -> None:
+    """Eight samples with one class ahead by 25 (every other label has p ≈ 1.4·10⁻¹¹) and tangents
+    of size 100: b/√V ≈ 10⁵. With the rare jumps union-bounded the rest of the sum is almost
+    constant and its cut needs λ far above Bernstein's: the normal optimum's grid points give a
+    cut below 0.1 se (the applied cut is then the normal floor), where the points around λ_B
+    alone gave 82 se and plain Chernoff 4.2·10⁴ (s24 audit CHERNOFF #1)."""
+    out = torch.zeros(8, 3, dtype=D)
+    out[:, 0] = 25.0
+    jv = 100 * torch.randn(8, 3, dtype=D, generator=torch.Generator().manual_seed(0))
+    fam, log_inv = Categorical(), 10.0
+    variance, bound = float(fam.quadratic(out, jv).sum()), float(fam.score_bound(out, jv).max())
+    lams = lambda_grid(variance, bound, log_inv)
+    around_b = GRID_STEPS[1] - GRID_STEPS[0] + 1
+    assert len(lams) > around_b and bool((lams[1:] > lams[:-1]).all())
+    se = math.sqrt(variance)
+    for side in (1.0, -1.0):
+        rows = null_cgf(*fam.null_scores(out, side * jv), lams, truncation_levels(bound))
+        cut = chernoff_cut(rows, lams, log_inv)
+        assert cut < 0.1 * se
+        assert tail_probability_reference(out, side * jv, cut) <= math.exp(-log_inv)
+        only_b = rows[:, [*range(around_b), -1]]
+        assert chernoff_cut(only_b, lams[:around_b], log_inv) > 50 * se
+        assert chernoff_cut(rows[:1], lams, log_inv) > 1e4 * se
+
+
 def test_the_cut_is_the_grid_minimum_of_the_closed_form_chernoff_objective() -> None:
     """A Bernoulli sum (one rare class, p = 10⁻³, N = 30): the cut is ``min_grid (K(λ) + L)/λ``
     with ``K(λ) = N·(log(1 + p(e^λ − 1)) − λp)`` in closed form (the truncated rows are void:
@@ -224,14 +250,6 @@ def test_bad_arguments_are_refused() -> None:
         chernoff_cut(rows[0], lams, 5.0)
     with pytest.raises(ValueError, match="enumerates"):
         tail_probability_reference(torch.zeros(13, 3, dtype=D), torch.zeros(13, 3, dtype=D), 0.0)
-
-
-def _bias_model(p_rare: float) -> nn.Module:
-    model = nn.Linear(1, 2).double()
-    with torch.no_grad():
-        model.weight.zero_()
-        model.bias.copy_(torch.tensor([0.0, math.log(p_rare / (1 - p_rare))]))
-    return model
 
 
 class _Square(nn.Module):
@@ -331,7 +349,8 @@ def _bernstein_slope_cut(case: SimpleNamespace, x: torch.Tensor, check: dict) ->
 
 
 def test_a_confident_classifier_off_its_minimum_is_flagged_and_matches_the_oracle() -> None:
-    """Both flags are raised; the slope's exact cut is 20× below Bernstein's (5.3 against 105)."""
+    """Both flags are raised; the slope's applied cut is the normal floor, 4 se, where Bernstein's
+    is 2547 se (s24 audit CHERNOFF #3)."""
     case = _confident()
     params = dict(case.model.named_parameters())
     fast = loss_along(case.model, params, case.u, case.data, case.family)

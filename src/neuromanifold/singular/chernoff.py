@@ -16,29 +16,35 @@ bounds are available.
 gives ``P(S ≥ a) ≤ e^{K(λ) − λa}`` for every ``λ > 0``, so ``a = (K(λ) + L)/λ`` is a cut at rate
 ``e^{−L}``.
 
-**Rare jumps.** Chernoff's bound is loose when one label of small probability moves ``S`` by a
-lot (a confident classifier's near-boundary sample): ``e^{λS}`` weighs that label by
-``e^{λ·jump}``. For a level ``τ``, let ``E`` be the event that some label has ``|x_j(y_j)| > τ``;
-``P(E) ≤ ε_τ = Σ_j Σ_c p_jc 1{|x_j(c)| > τ}`` (a union bound), and off ``E`` the sum equals
-``S_τ = Σ_j x_j(y_j)·1{|x_j(y_j)| ≤ τ}``, whose generating function ``K_τ`` is exact (the large
-values moved to 0). So ``P(S ≥ a) ≤ ε_τ + e^{K_τ(λ) − λa}``, and for ``ε_τ < e^{−L}``
+**Rare jumps.** Chernoff's bound is loose when one label of small probability moves ``S`` up by
+a lot (a confident classifier's near-boundary sample): ``e^{λS}`` weighs that label by
+``e^{λ·jump}``. For a level ``τ``, let ``E`` be the event that some label has ``x_j(y_j) > τ``;
+``P(E) ≤ ε_τ = Σ_j Σ_c p_jc 1{x_j(c) > τ}`` (a union bound), and off ``E`` the sum equals
+``S_τ = Σ_j x_j(y_j)·1{x_j(y_j) ≤ τ}``, whose generating function ``K_τ`` is exact (the values
+above ``τ`` moved to 0). Only upward jumps need the union bound: the cut is one-sided, and the
+lower tail is the upper tail of ``−x`` (s24 audit CHERNOFF #2). So ``P(S ≥ a) ≤ ε_τ +
+e^{K_τ(λ) − λa}``, and for ``ε_τ < e^{−L}``
 
     a_τ(λ) = (K_τ(λ) + L_τ)/λ,   L_τ = −log(e^{−L} − ε_τ),     P(S ≥ a_τ(λ)) ≤ e^{−L}.
 
-`chernoff_cut` takes the least of ``a_τ(λ)`` over ``τ ∈ {∞} ∪ {b·4^{−k}, k = 1 … 4}``
-(`TRUNCATIONS`; ``τ = ∞`` is plain Chernoff, ``ε = 0``) and ``λ ∈ Λ``; every pair is a valid
-cut, and the set is chosen without the labels (from ``V`` and ``b``), so the least is one too.
+`chernoff_cut` takes the least of ``a_τ(λ)`` over ``τ ∈ {∞} ∪ {b·4^{−k}, k = 1 … 7}``
+(`TRUNCATIONS`; ``τ = ∞`` is plain Chernoff, ``ε = 0``; the small levels serve sequence logits,
+whose per-sample ``b`` sums the positions' ranges) and ``λ ∈ Λ``; every pair is a valid cut, and
+the set is chosen without the labels (from ``V`` and ``b``), so the least is one too.
 
 **The grid.** `lambda_grid` anchors ``Λ`` at Bernstein's own ``λ_B = s_B/(V + b·s_B/3)`` (``s_B``
 Bernstein's cut), at which Bernstein's inequality bounds ``K``: so the cut is at most Bernstein's
-(up to rounding). ``Λ = λ_B·2^{j/4}``, ``j = −12 … 48`` (a factor 1/8 to 4096: the optimum of a
-rare class or a truncated sum lies above ``λ_B``). Between grid points the cut is at most a
-factor ``(2^{1/8} + 2^{−1/8})/2`` = 1.004 above the continuous optimum where ``K`` is quadratic,
-and 1.3 % above it on a Bernoulli sum at p = 10⁻³ (N = 30). The cost is at most ``5 × 61``
-log-sum-exps over the classes per sample and position, and a row costs nothing more once its
-``ε_τ`` reaches ``e^{−L}`` or where nothing lies above its ``τ`` (then ``K_τ = K_∞``), so mostly
-61 (0.9 s for 512 positions × 5000 classes on one CPU thread): a pass of its own, computed only
-where it can change a flag.
+(up to rounding). ``Λ`` holds ``λ_B·2^{j/4}``, ``j = −12 … 48`` (a factor 1/8 to 4096: the
+optimum of a rare class or a truncated sum lies above ``λ_B``) and, beyond those, the normal
+optimum's ``λ_N·2^{j/4}``, ``λ_N = √(2L/V) ≥ λ_B``, ``j = −12 … 24``: a truncated sum that is
+nearly constant (every remaining label almost sure) needs λ far above ``λ_B`` when ``b ≫ √V``,
+and without them its cut was held at about ``L·b/12000``, hundreds of standard errors (s24 audit
+CHERNOFF #1). Where the optimum lies inside ``Λ``, the cut is at most a factor ``(2^{1/8} +
+2^{−1/8})/2`` = 1.004 above the continuous optimum where ``K`` is quadratic, and 1.3 % above it on
+a Bernoulli sum at p = 10⁻³ (N = 30). The cost is at most ``8 × 98`` log-sum-exps over the classes
+per sample and position, and a row costs nothing more once its ``ε_τ`` reaches ``e^{−L}`` or
+where nothing lies above its ``τ`` (then ``K_τ = K_∞``), so mostly one or two rows: a pass of its
+own (`benchmarks/exact_cuts.py` times it), computed only where it can change a flag.
 
 `tail_probability_reference` is the brute-force oracle of the law: the exact ``P(S ≥ a)`` by
 enumerating every label configuration (tiny problems only).
@@ -56,6 +62,7 @@ from neuromanifold.singular._validate import DTYPE
 
 __all__ = [
     "GRID_STEPS",
+    "NORMAL_STEPS",
     "TRUNCATIONS",
     "chernoff_cut",
     "lambda_grid",
@@ -65,19 +72,25 @@ __all__ = [
 ]
 
 GRID_STEPS = (-12, 48, 4)
-"""``(lowest, highest, per octave)``: ``Λ = λ_B·2^{j/4}`` for ``j = −12 … 48`` (61 values)."""
-TRUNCATIONS = (4.0, 16.0, 64.0, 256.0)
-"""The rare-jump levels ``τ = b/k`` tried besides ``τ = ∞`` (module docstring)."""
+"""``(lowest, highest, per octave)``: ``λ_B·2^{j/4}`` for ``j = −12 … 48`` (61 values)."""
+NORMAL_STEPS = (-12, 24, 4)
+"""The same around the normal optimum ``λ_N = √(2L/V)``: those above `GRID_STEPS`' last."""
+TRUNCATIONS = tuple(4.0**k for k in range(1, 8))
+"""The rare-jump levels ``τ = b/k``, ``k = 4, 16, …, 16384``, tried besides ``τ = ∞``."""
 
 
 def lambda_grid(variance: float, bound: float, log_inv: float) -> Tensor:
-    """The positive λ at which `chernoff_cut` evaluates ``K``: ``λ_B·2^{j/4}``, ``j = −12 … 48``,
-    around Bernstein's ``λ_B = s_B/(V + b·s_B/3)`` with ``s_B = L·b/3 + √((L·b/3)² + 2LV)``.
-    Shape ``(61,)``, float64. Needs ``V > 0`` (a sum of constant scores has no tail to cut).
+    """The positive λ at which `chernoff_cut` evaluates ``K``, ascending: ``λ_B·2^{j/4}``,
+    ``j = −12 … 48``, around Bernstein's ``λ_B = s_B/(V + b·s_B/3)`` with ``s_B = L·b/3 +
+    √((L·b/3)² + 2LV)``, then the points ``λ_N·2^{j/4}``, ``j = −12 … 24``, around the normal
+    optimum ``λ_N = √(2L/V)`` that lie above them. Shape ``(61 … 98,)``, float64. Needs ``V > 0``
+    (a sum of constant scores has no tail to cut).
 
-    >>> g = lambda_grid(1.0, 0.0, 8.0)  # b = 0: the normal optimum λ = √(2L/V) = 4
+    >>> g = lambda_grid(1.0, 0.0, 8.0)  # b = 0: λ_B = λ_N = √(2L/V) = 4
     >>> float(g[12]), len(g)
     (4.0, 61)
+    >>> len(lambda_grid(1.0, 1e6, 8.0))  # b ≫ √V: the normal optimum's points all lie above
+    98
     """
     if not (variance > 0.0 and math.isfinite(variance)) or not bound >= 0.0:
         raise ValueError(
@@ -88,11 +101,15 @@ def lambda_grid(variance: float, bound: float, log_inv: float) -> Tensor:
     s_b = a + math.sqrt(a * a + 2.0 * log_inv * variance)
     lam_b = s_b / (variance + bound * s_b / 3.0)
     low, high, per = GRID_STEPS
-    return lam_b * torch.pow(2.0, torch.arange(low, high + 1, dtype=DTYPE) / per)
+    grid = lam_b * torch.pow(2.0, torch.arange(low, high + 1, dtype=DTYPE) / per)
+    low, high, per = NORMAL_STEPS
+    lam_n = math.sqrt(2.0 * log_inv / variance)
+    normal = lam_n * torch.pow(2.0, torch.arange(low, high + 1, dtype=DTYPE) / per)
+    return torch.cat([grid, normal[normal > grid[-1]]])
 
 
 def truncation_levels(bound: float) -> list[float]:
-    """``[∞, b/4, b/16, b/64, b/256]``: the levels ``τ`` of `null_cgf`'s rows."""
+    """``[∞, b/4, b/16, …, b/16384]``: the levels ``τ`` of `null_cgf`'s rows."""
     return [math.inf] + [bound / k for k in TRUNCATIONS]
 
 
@@ -106,10 +123,10 @@ def null_cgf(
     into: Tensor | None = None,
 ) -> Tensor:
     """Summed over samples and positions, for each level ``τ`` (rows) the generating function
-    ``K_τ(λ) = Σ_j log Σ_c p_jc e^{λ·x_j(c)·1{|x_j(c)| ≤ τ}}`` at each ``λ`` (columns) and, in
-    the last column, the union bound ``ε_τ = Σ_j Σ_c p_jc 1{|x_j(c)| > τ}``. ``logp`` and
-    ``values`` as `Categorical.null_scores` gives them, ``(N, M, C)``; returns ``(len(taus),
-    len(lams) + 1)`` float64 on the CPU: sums over samples, ready to all-reduce.
+    ``K_τ(λ) = Σ_j log Σ_c p_jc e^{λ·x_j(c)·1{x_j(c) ≤ τ}}`` at each ``λ`` (columns) and, in the
+    last column, the union bound ``ε_τ = Σ_j Σ_c p_jc 1{x_j(c) > τ}`` (the upper tail's).
+    ``logp`` and ``values`` as `Categorical.null_scores` gives them, ``(N, M, C)``; returns
+    ``(len(taus), len(lams) + 1)`` float64 on the CPU: sums over samples, ready to all-reduce.
 
     ``into``: running sums of earlier chunks, added to (in place) and returned. With
     ``log_inv``, a row whose ``ε_τ`` (``into``'s plus this chunk's) has reached ``e^{−L}`` gets
@@ -127,7 +144,7 @@ def null_cgf(
     p = logp.exp()
     untruncated: Tensor | None = None
     for row, tau in enumerate(taus):
-        big = values.abs() > tau
+        big = values > tau
         out[row, -1] += float(p.masked_fill(~big, 0.0).sum())
         if log_inv is not None and float(out[row, -1]) >= rate:
             continue

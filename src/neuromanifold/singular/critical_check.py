@@ -21,7 +21,8 @@ and ``d`` depends on the labels of ``A`` only, so given ``A`` the sum ``S`` has 
 variance ``V``: ``z`` is a standard normal for a Gaussian family and approximately one for a
 categorical one (a mean over the odd half). Choosing ``d`` from the same samples would not be
 calibrated: ``‖∇L‖²`` grows with the number of parameters even at a true parameter. Away from a
-critical point the loss rises along the half-set gradient on the other half too, so the test is
+critical point the loss rises along the half-set gradient on the other half too when the two
+halves' per-sample gradients share a direction (the population gradient), so the test is
 one-sided: **not critical** when ``S`` exceeds the rounding margin ``ROUNDING · Σ|g_i|`` and
 ``MIN_Z·√V`` (a Gaussian family: a rate of `NULL_RATE` = 3·10⁻⁵ under the null), for a
 categorical one the larger of that and Bernstein's bound for scores bounded by
@@ -30,9 +31,12 @@ the normal approximation fails with a rare class) or, where ``S`` lies between t
 exact cut of `neuromanifold.singular.chernoff` from the known null label distribution where
 smaller (one more forward-mode pass over ``B``, only in that band).
 
-The test is necessary, not sufficient, and it is over **every** parameter: a checkpoint trained
-with some parameters frozen, with weight decay, or stopped early is not a critical point of the
-probe loss, and the (λ, m) assembled from its orders are then not Watanabe's at a true parameter.
+The test is necessary, not sufficient: a point far from critical whose halves pull apart gives
+``z ≪ 0`` and no flag (a confident classifier with wrong labels on different samples in each
+half: z = −17063 where `loss_along` flags, s24 audit CHERNOFF #5). And it is over **every**
+parameter: a checkpoint trained with some parameters frozen, with weight decay, or stopped early
+is not a critical point of the probe loss, and the (λ, m) assembled from its orders are then not
+Watanabe's at a true parameter.
 Cost: one backward pass over ``A`` and one forward-mode pass over ``B`` (two in the exact cut's
 band; chunks of ``chunk_size`` samples). Under a process group each rank passes its shard; the
 gradient and the sums are all-reduced, and the split follows the samples' global indices, so it

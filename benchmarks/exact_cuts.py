@@ -31,6 +31,7 @@ from scipy.stats import binom
 from torch import nn
 from torch.func import functional_call, jvp
 
+from neuromanifold.singular.chernoff import tail_threshold
 from neuromanifold.singular.critical_check import NULL_RATE, critical_check
 from neuromanifold.singular.family import Categorical
 from neuromanifold.singular.minimum_check import (
@@ -40,7 +41,6 @@ from neuromanifold.singular.minimum_check import (
     curvature_threshold,
     loss_along,
     span_parts,
-    tail_threshold,
 )
 
 D = torch.float64

@@ -15,6 +15,7 @@ import torch
 from scipy.stats import binom
 from torch import nn
 
+from neuromanifold.singular.chernoff import tail_threshold
 from neuromanifold.singular.critical_check import NULL_RATE, critical_check
 from neuromanifold.singular.family import Categorical
 from neuromanifold.singular.minimum_check import (
@@ -22,7 +23,6 @@ from neuromanifold.singular.minimum_check import (
     MIN_Z,
     SLOPE_RATE,
     loss_along,
-    tail_threshold,
 )
 
 RARE = (0.01, 0.001)  # the rare class's probability at θ0

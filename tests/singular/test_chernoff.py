@@ -26,6 +26,7 @@ from neuromanifold.singular.chernoff import (
     lambda_grid,
     null_cgf,
     tail_probability_reference,
+    tail_threshold,
     truncation_levels,
 )
 from neuromanifold.singular.critical_check import critical_check, critical_check_reference
@@ -36,7 +37,6 @@ from neuromanifold.singular.minimum_check import (
     SLOPE_RATE,
     loss_along,
     loss_along_reference,
-    tail_threshold,
 )
 from neuromanifold.singular.read import read
 

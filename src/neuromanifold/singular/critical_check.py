@@ -26,7 +26,7 @@ halves' per-sample gradients share a direction (the population gradient), so the
 one-sided: **not critical** when ``S`` exceeds the rounding margin ``ROUNDING · Σ|g_i|`` and
 ``MIN_Z·√V`` (a Gaussian family: a rate of `NULL_RATE` = 3·10⁻⁵ under the null), for a
 categorical one the larger of that and Bernstein's bound for scores bounded by
-`Categorical.score_bound` at the same rate (`neuromanifold.singular.minimum_check.tail_threshold`:
+`Categorical.score_bound` at the same rate (`neuromanifold.singular.chernoff.tail_threshold`:
 the normal approximation fails with a rare class) or, where ``S`` lies between the two, the
 exact cut of `neuromanifold.singular.chernoff` from the known null label distribution where
 smaller (one more forward-mode pass over ``B``, only in that band).
@@ -49,7 +49,7 @@ Jacobian of the output, one sample at a time).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -58,20 +58,13 @@ from torch import Tensor, nn
 from torch.func import functional_call, jvp
 
 from neuromanifold.singular._validate import DTYPE, Prepared, prepare
-from neuromanifold.singular.chernoff import (
-    chernoff_cut,
-    lambda_grid,
-    null_cgf,
-    truncation_levels,
-)
+from neuromanifold.singular.chernoff import RowsOf, applied_cut, null_cgf
 from neuromanifold.singular.family import check_family
 from neuromanifold.singular.minimum_check import (
     MIN_Z,
     ROUNDING,
     _all_reduce_max,
-    _in_band,
     _score_bound,
-    tail_threshold,
 )
 from neuromanifold.singular.passes import chunks, differentiable_kernels
 
@@ -235,34 +228,30 @@ def critical_check(
     sums = _all_reduce(sums)
     b = float(_all_reduce_max(bound)[0]) if hasattr(family, "score_bound") else None
 
-    def cgf_of(lams: Tensor, taus: list[float]) -> Tensor:
-        # one more forward-mode pass over the test half
-        cgf = torch.zeros(len(taus), len(lams) + 1, dtype=DTYPE)
-        for out, jv, _ in test_half():
-            null_cgf(*family.null_scores(out, -jv), lams, taus, log_inv=LOG_INV, into=cgf)
-        return _all_reduce(cgf)
-
-    exact = cgf_of if hasattr(family, "null_scores") else None
-    return _result(sums, _cut(sums, b, exact), norm, n_a, n_b)
+    # the exact cut's pass, if made, is one more forward-mode pass over the test half
+    rows = _rows_of(family, lambda: ((out, jv) for out, jv, _ in test_half()))
+    return _result(sums, _cut(sums, b, rows), norm, n_a, n_b)
 
 
-def _cut(
-    sums: Tensor, bound: float | None, cgf_of: Callable[[Tensor, list[float]], Tensor] | None
-) -> tuple[float, bool]:
-    """The cut applied to ``S = Σ_B g_i`` from the all-reduced ``(Σ g_i, Σ|g_i|, Σ q_i)``: the
-    normal rule's ``MIN_Z·√V``, with a score bound (categorical) at least Bernstein's
-    (`tail_threshold`), and, where ``S`` lies between the two, the exact Chernoff cut of ``S =
-    Σ_B (−x)`` (`neuromanifold.singular.chernoff`; ``cgf_of(λ, τ)`` is the all-reduced
-    `null_cgf` of ``−x`` over ``B``, one more pass) in place of Bernstein's where smaller; and
-    whether that pass was made."""
-    s, v = float(sums[0]), float(sums[2])
-    normal = MIN_Z * math.sqrt(max(v, 0.0))
-    cut = tail_threshold(v, bound, LOG_INV, MIN_Z)
-    if bound is not None and cgf_of is not None and _in_band(s, normal, cut):
-        lams = lambda_grid(v, bound, LOG_INV)
-        exact = chernoff_cut(cgf_of(lams, truncation_levels(bound)), lams, LOG_INV)
-        return max(normal, min(cut, exact)), True
-    return cut, False
+def _cut(sums: Tensor, bound: float | None, rows_of: RowsOf | None) -> tuple[float, bool]:
+    """`applied_cut` of ``S = Σ_B g_i`` from the all-reduced ``(Σ g_i, Σ|g_i|, Σ q_i)``: one-sided
+    at `LOG_INV`; the exact cut is that of ``S = Σ_B (−x)``."""
+    return applied_cut(float(sums[0]), float(sums[2]), bound, LOG_INV, MIN_Z, rows_of)
+
+
+def _rows_of(family: Any, tangents: Callable[[], Iterable[tuple[Tensor, Tensor]]]) -> RowsOf | None:
+    """The all-reduced `null_cgf` rows of ``−x`` (``S``'s upper tail) over the ``(out, J d)``
+    pairs ``tangents()`` yields; ``None`` for a family without `Categorical.null_scores`."""
+    if not hasattr(family, "null_scores"):
+        return None
+
+    def rows(lams: Tensor, taus: list[float]) -> Tensor:
+        out = torch.zeros(len(taus), len(lams) + 1, dtype=DTYPE)
+        for o, jv in tangents():
+            null_cgf(*family.null_scores(o, -jv), lams, taus, log_inv=LOG_INV, into=out)
+        return _all_reduce(out)
+
+    return rows
 
 
 def critical_check_reference(
@@ -314,15 +303,8 @@ def critical_check_reference(
                 bound = max(bound, _score_bound(family, out, jv))
                 tangents.append((out, jv))
     b = bound if hasattr(family, "score_bound") else None
-
-    def cgf_of(lams: Tensor, taus: list[float]) -> Tensor:
-        cgf = torch.zeros(len(taus), len(lams) + 1, dtype=DTYPE)
-        for out, jv in tangents:
-            null_cgf(*family.null_scores(out, -jv), lams, taus, log_inv=LOG_INV, into=cgf)
-        return cgf
-
-    exact = cgf_of if hasattr(family, "null_scores") else None
-    return _result(sums, _cut(sums, b, exact), norm, int(idx_a.numel()), int(idx_b.numel()))
+    cut = _cut(sums, b, _rows_of(family, lambda: tangents))
+    return _result(sums, cut, norm, int(idx_a.numel()), int(idx_b.numel()))
 
 
 def critical_note(check: Mapping[str, Any] | None) -> str:

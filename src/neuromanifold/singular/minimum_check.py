@@ -47,16 +47,16 @@ classifier's one-signed scores (s21 trial AS #4: 2–5 % false flags at N ≤ 30
 each only beyond the rounding margin ``ROUNDING·`` (the larger of the per-sample ``mean|·|`` and,
 for the curvature, the span Hessian's largest entry). For a Gaussian family the per-sample
 scores are normal under the null (with the family's σ, which must be the data's noise level);
-for a categorical one a normal approximation fails with a rare class, so each cut is also at
-least Bernstein's bound for the bounded scores at the same rate (`tail_threshold`,
-`Categorical.score_bound`; for spans of several parts its exponent gets the normal rule's
-allowance ``(z_n² − z_1²)/2`` for the data-chosen ``v``). Where a sum lies between the normal cut
-and Bernstein's, the only band where a tighter cut can change its flag, one more pass (stage 3)
-computes the exact cut of `neuromanifold.singular.chernoff` from the known null label
-distribution (Chernoff's bound, with rare large jumps union-bounded), which replaces Bernstein's
-where smaller; outside the band the reported cut is Bernstein's. The test is
-necessary, not sufficient: a point can be a minimum on every span read and a saddle elsewhere;
-a degenerate saddle (slope and curvature 0, a cubic loss) passes; and along a genuine direction
+for a categorical one a normal approximation fails with a rare class, so each cut is also at least
+Bernstein's bound for the bounded scores at the same rate
+(`neuromanifold.singular.chernoff.tail_threshold`, `Categorical.score_bound`; for spans of several
+parts its exponent gets the normal rule's allowance ``(z_n² − z_1²)/2`` for the data-chosen ``v``).
+Where a sum lies between the normal cut and Bernstein's, the only band where a tighter cut can
+change its flag, one more pass (stage 3) computes the exact cut of `neuromanifold.singular.chernoff`
+from the known null label distribution (Chernoff's bound, with rare upward jumps union-bounded),
+which replaces Bernstein's where smaller; outside the band the reported cut is Bernstein's. The test
+is necessary, not sufficient: a point can be a minimum on every span read and a saddle elsewhere; a
+degenerate saddle (slope and curvature 0, a cubic loss) passes; and along a genuine direction
 ``F_u(θ0) = 0`` forces ``ḟ_i = 0``, so every ``g_i`` is 0 there and only the curvature test
 speaks (an unconverged checkpoint shows through its live directions, if any are read).
 
@@ -78,12 +78,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, jvp
 
 from neuromanifold.singular._validate import DTYPE, Prepared, check_direction, prepare
-from neuromanifold.singular.chernoff import (
-    chernoff_cut,
-    lambda_grid,
-    null_cgf,
-    truncation_levels,
-)
+from neuromanifold.singular.chernoff import RowsOf, applied_cut, null_cgf
 from neuromanifold.singular.family import check_family
 from neuromanifold.singular.passes import chunks, differentiable_kernels
 from neuromanifold.singular.second_order import elementwise_norms
@@ -105,7 +100,7 @@ MIN_Z = 4.0
 """Standard errors by which the mean slope must pass zero (two-sided: `SLOPE_RATE`)."""
 SLOPE_RATE = math.erfc(MIN_Z / math.sqrt(2.0))
 """Two-sided rate of the slope test under the null: ``2Φ(−MIN_Z)`` = 6.33·10⁻⁵ (for a categorical
-family, a bound: `tail_threshold`)."""
+family, a bound: `neuromanifold.singular.chernoff.tail_threshold`)."""
 FALSE_FLAG_RATE = 6e-5
 """Probability, under the null, with which one check flags the span's lowest curvature: its
 threshold is `curvature_threshold` standard errors."""
@@ -273,38 +268,42 @@ def _check(
     v_slope, v_curve = float(slope_sums[2]), float(curve_sums[2])
     log_slope = _log_inv(SLOPE_RATE, 2)
     log_curve = _log_inv(FALSE_FLAG_RATE, 2) + (z_n**2 - curvature_threshold(1) ** 2) / 2
-    slope_cut = tail_threshold(v_slope, b_slope if bounded else None, log_slope, MIN_Z)
-    curve_cut = tail_threshold(v_curve, b_curve if bounded else None, log_curve, z_n)
-    # stage 3 (a categorical family): the exact Chernoff cut, only where it can change a flag
-    exact_tails = bounded and hasattr(family, "null_scores")
-    slope_sum, curve_sum = float(slope_sums[0]), -lowest * n_samples
-    exact_slope = exact_tails and _in_band(abs(slope_sum), MIN_Z * math.sqrt(v_slope), slope_cut)
-    exact_curve = exact_tails and _in_band(curve_sum, z_n * math.sqrt(v_curve), curve_cut)
-    if exact_slope or exact_curve:
-        # Σ g_i = −Σ x along u (its observed side's tail); the curvature's residual Σ_i
-        # ∂_out ℓ_i·f̈_i(v) = −Σ x(f̈(v)) is flagged when very negative: the upper tail of x
-        side = -1.0 if slope_sum > 0 else 1.0
-        lam_slope = lambda_grid(v_slope, b_slope, log_slope) if exact_slope else None
-        lam_curve = lambda_grid(v_curve, b_curve, log_curve) if exact_curve else None
-        taus_slope, taus_curve = truncation_levels(b_slope), truncation_levels(b_curve)
-        cgf_slope = _cgf_rows(taus_slope, lam_slope)
-        cgf_curve = _cgf_rows(taus_curve, lam_curve)
-        w_u = _combine(basis, coef.tolist())
-        for sl in chunks(n_local, chunk_size):
-            if lam_slope is not None:
-                f, fdot_u, _ = jets(w_u, sl)
-                logp, values = family.null_scores(f, side * fdot_u)
-                null_cgf(logp, values, lam_slope, taus_slope, log_inv=log_slope, into=cgf_slope)
-            if lam_curve is not None:
-                f, _, fddot = jets(w_v, sl)
-                logp, values = family.null_scores(f, fddot)
-                null_cgf(logp, values, lam_curve, taus_curve, log_inv=log_curve, into=cgf_curve)
-        if lam_slope is not None:
-            exact = chernoff_cut(_all_reduce(cgf_slope), lam_slope, log_slope)
-            slope_cut = max(MIN_Z * math.sqrt(v_slope), min(slope_cut, exact))
-        if lam_curve is not None:
-            exact = chernoff_cut(_all_reduce(cgf_curve), lam_curve, log_curve)
-            curve_cut = max(z_n * math.sqrt(v_curve), min(curve_cut, exact))
+    # stage 3 (a categorical family): the exact cuts, each one more pass and only where it can
+    # change its flag (`applied_cut`). Σ g_i = −Σ x along u: the observed side's tail; the
+    # curvature's residual Σ_i ∂_out ℓ_i·f̈_i(v) = −Σ x(f̈(v)) is flagged when very negative:
+    # the upper tail of x.
+    exact = bounded and hasattr(family, "null_scores")
+
+    def rows_of(w: Direction, orient: float, log_inv: float, second: bool) -> RowsOf | None:
+        def rows(lams: Tensor, taus: list[float]) -> Tensor:
+            out = torch.zeros(len(taus), len(lams) + 1, dtype=DTYPE)
+            for sl in chunks(n_local, chunk_size):
+                f, fdot, fddot = jets(w, sl)
+                scores = family.null_scores(f, orient * (fddot if second else fdot))
+                null_cgf(*scores, lams, taus, log_inv=log_inv, into=out)
+            return _all_reduce(out)
+
+        return rows if exact else None
+
+    slope_sum = float(slope_sums[0])
+    side = -1.0 if slope_sum > 0 else 1.0
+    w_u = _combine(basis, coef.tolist())
+    slope_cut, exact_slope = applied_cut(
+        abs(slope_sum),
+        v_slope,
+        b_slope if bounded else None,
+        log_slope,
+        MIN_Z,
+        rows_of(w_u, side, log_slope, second=False),
+    )
+    curve_cut, exact_curve = applied_cut(
+        -lowest * n_samples,
+        v_curve,
+        b_curve if bounded else None,
+        log_curve,
+        z_n,
+        rows_of(w_v, 1.0, log_curve, second=True),
+    )
     return {
         "slope": slope,
         "slope_se": slope_se,
@@ -349,17 +348,6 @@ def curvature_threshold(n_parts: int) -> float:
     return float(math.sqrt(chi2.isf(FALSE_FLAG_RATE, n_parts * (n_parts + 1) // 2)))
 
 
-def _cgf_rows(taus: Sequence[float], lams: Tensor | None) -> Tensor:
-    """Zeros in `neuromanifold.singular.chernoff.null_cgf`'s layout (none without ``lams``)."""
-    return torch.zeros(len(taus), 0 if lams is None else len(lams) + 1, dtype=DTYPE)
-
-
-def _in_band(value: float, normal: float, cut: float) -> bool:
-    """Whether ``value`` lies where a cut between ``normal`` and ``cut`` decides its flag: the
-    only band where the exact Chernoff cut (`neuromanifold.singular.chernoff`) is computed."""
-    return normal > 0.0 and normal < value <= cut
-
-
 def _beyond(value: float, cut: float, scale: float) -> bool:
     """Whether ``value`` exceeds ``cut`` and the rounding margin ``ROUNDING·scale``."""
     return value > cut and value > ROUNDING * scale
@@ -368,35 +356,6 @@ def _beyond(value: float, cut: float, scale: float) -> bool:
 def _log_inv(rate: float, sides: int) -> float:
     """``L = ln(sides/rate)``: a one-sided tail ``e^{−L}`` per side gives ``rate`` in all."""
     return math.log(sides / rate)
-
-
-def tail_threshold(variance: float, bound: float | None, log_inv: float, z: float) -> float:
-    """The value beyond which a sum ``S`` of independent mean-zero per-sample scores of summed
-    variance ``V`` is flagged: ``z·√V`` (normal scores: a Gaussian family), and for scores
-    bounded by ``b`` (`Categorical.score_bound`) the larger of that and Bernstein's
-
-        s* = L·b/3 + √((L·b/3)² + 2·L·V),   P(S ≥ s*) ≤ e^{−L}.
-
-    Normal approximations of a categorical mean fail with a rare class, where one label moves
-    the mean by many standard errors (s22 audit MIN #1: 2.7·10⁻⁴ to 3·10⁻² at N = 10–1000
-    against 6·10⁻⁵); Bernstein's bound holds at every N. Where the scores are near normal
-    (``b`` ≪ ``√V``) it asks for ``√(2L)`` standard errors, 4.55 for the slope's rate, against
-    the normal 4: the price of a bound that holds for every label distribution. On ordinary
-    classifiers the cut is 5–6 standard errors (5.1–5.8 at N = 400, s23 audit TAIL #2); ``b``
-    is the worst case over the classes, so a very confident classifier at small N gets a cut of
-    tens to hundreds of standard errors (175 at logits up to 548, N = 30), and a point well off
-    the minimum could pass: the rate holds, the power does not. So where a sum lies between
-    ``z·√V`` and this cut, the checks compute the exact cut of `neuromanifold.singular.chernoff`
-    from the known null label distribution (6 standard errors in that case).
-
-    >>> tail_threshold(1.0, None, 10.0, 4.0), round(tail_threshold(1.0, 0.0, 10.0, 4.0), 4)
-    (4.0, 4.4721)
-    """
-    normal = z * math.sqrt(max(variance, 0.0))
-    if bound is None:
-        return normal
-    a = log_inv * bound / 3.0
-    return max(normal, a + math.sqrt(a * a + 2.0 * log_inv * max(variance, 0.0)))
 
 
 def _score_bound(family: Any, f: Tensor, jv: Tensor) -> float:
@@ -456,10 +415,11 @@ def loss_along(
         standard errors** (`curvature_threshold`) and the curvature flag; and the cuts actually
         applied, in the units of the slope and of the curvature (``|slope|`` and
         ``−lowest_curvature`` beyond them are flagged: the normal rule's ``MIN_Z·se`` and
-        ``z_n·se``, for a categorical family at least Bernstein's bound, `tail_threshold`, or, where
-        the value lies between the two, the exact cut of `neuromanifold.singular.chernoff` where
-        smaller); which of ``"slope"`` and ``"curvature"`` got the exact cut (each one more pass
-        over the samples). Plain floats, ints, lists and bools: JSON-ready.
+        ``z_n·se``, for a categorical family at least Bernstein's bound,
+        `neuromanifold.singular.chernoff.tail_threshold`, or, where the value lies between the two,
+        the exact cut of `neuromanifold.singular.chernoff` where smaller); which of ``"slope"`` and
+        ``"curvature"`` got the exact cut (each one more pass over the samples). Plain floats, ints,
+        lists and bools: JSON-ready.
 
     Raises:
         ValueError: ``data`` is not a pair ``(x, y)``, or as `prepare` does.

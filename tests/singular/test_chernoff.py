@@ -22,6 +22,7 @@ from neuromanifold.singular import distributed as dp
 from neuromanifold.singular.chernoff import (
     GRID_STEPS,
     TRUNCATIONS,
+    applied_cut,
     chernoff_cut,
     lambda_grid,
     null_cgf,
@@ -233,6 +234,37 @@ def test_the_cut_is_the_grid_minimum_of_the_closed_form_chernoff_objective() -> 
     best = minimize_scalar(objective, bounds=(-10.0, 10.0), method="bounded").fun
     assert best <= cut <= best * POISSON_EXCESS
     assert cut < bernstein / 2  # Bernstein's is more than twice as high
+
+
+def test_the_applied_cut_makes_the_exact_pass_only_inside_its_band() -> None:
+    """`applied_cut`: normal scores keep ``z·√V``; a bounded sum inside the normal cut or beyond
+    Bernstein's keeps Bernstein's and never calls ``rows_of`` (the pass it would cost); between
+    them the exact cut is asked for once and applied as ``max(z·√V, min(Bernstein's, exact))``."""
+    variance, bound, log_inv, z = 4.0, 0.5, 10.0, 4.0
+    bernstein = tail_threshold(variance, bound, log_inv, z)
+    calls: list[int] = []
+
+    def rows_of(exact: float):
+        def rows(lams: torch.Tensor, taus: list[float]) -> torch.Tensor:
+            calls.append(len(taus))
+            assert len(taus) == len(TRUNCATIONS) + 1
+            out = torch.zeros(len(taus), len(lams) + 1, dtype=D)
+            out[0, :-1] = exact * lams - log_inv  # (K + L)/λ = exact at every λ
+            out[1:, -1] = 1.0  # truncated rows void
+            return out
+
+        return rows
+
+    assert applied_cut(100.0, variance, None, log_inv, z, rows_of(0.0)) == (8.0, False)
+    for value in (7.9, bernstein + 1e-9):  # inside the normal cut, beyond Bernstein's
+        assert applied_cut(value, variance, bound, log_inv, z, rows_of(0.0)) == (bernstein, False)
+    assert calls == []
+    value = (8.0 + bernstein) / 2
+    for exact, want in ((9.0, 9.0), (1.0, 8.0), (2 * bernstein, bernstein)):
+        cut, made = applied_cut(value, variance, bound, log_inv, z, rows_of(exact))
+        assert made and cut == pytest.approx(want, rel=CGF_RTOL)
+    assert applied_cut(value, variance, bound, log_inv, z, None) == (bernstein, False)
+    assert calls == [len(TRUNCATIONS) + 1] * 3
 
 
 def test_bad_arguments_are_refused() -> None:

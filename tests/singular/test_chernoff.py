@@ -347,10 +347,11 @@ def test_the_exact_cut_flags_fewer_rare_labels_than_bernstein() -> None:
 
 
 def _confident(wrong_every: int = 1) -> SimpleNamespace:
-    """A 2→8→3 tanh network whose last layer is scaled ×1000 (logits up to a few hundred), 30
-    inputs and wrong labels on every ``wrong_every``-th (the model's own plus one): far from a
-    true parameter. As in the s23 audit TAIL case, where Bernstein's cuts were 175 se (slope)
-    and 80 (curvature), so neither flag was raised."""
+    """A 2→8→3 tanh network whose last layer is scaled ×1000 (logits up to 1028), 30 inputs and
+    wrong labels on every ``wrong_every``-th (the model's own plus one): far from a true
+    parameter. Like the s23 audit TAIL case, where Bernstein's cuts left both flags down; here
+    they are 2547 se (slope) and 9974 se (curvature) with every label wrong (s24 audit
+    CHERNOFF)."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 3)).double()
     with torch.no_grad():
@@ -396,7 +397,7 @@ def test_a_confident_classifier_off_its_minimum_is_flagged_and_matches_the_oracl
         for key in ("slope_cut", "curvature_cut", "slope", "lowest_curvature"):
             assert other[key] == pytest.approx(fast[key], rel=rtol), key
     # the whole-gradient check: beyond Bernstein's cut with every label wrong (no exact cut),
-    # inside it with every third (the exact cut, 4 se, where Bernstein's is 12000)
+    # inside it with every third (the exact cut, 4 se, where Bernstein's is 3.2·10⁴)
     for wrong_every, exact in ((1, False), (3, True)):
         data = _confident(wrong_every).data
         whole = critical_check(case.model, params, data, case.family)

@@ -160,8 +160,8 @@ def test_error_logits_without_a_class_axis() -> None:
 
 
 def test_error_labels_outside_the_classes() -> None:
-    """An ignore index (−100) or a class id ≥ C is not a label: the fast path and the oracle both
-    refuse it (the oracle's own masked label set is internal)."""
+    """Without an ``ignore_index``, −100 or a class id ≥ C is not a label: the fast path and
+    the oracle both refuse it (the oracle's own masked label set is internal)."""
     model, params, x, dirs = _setup()
     for bad, shown in ((-100, "-100 to"), (VOCAB, f"to {VOCAB}")):
         y = torch.zeros(x.shape, dtype=torch.long)

@@ -267,6 +267,9 @@ def _family_label(family: str | None, default_family: Any, fam: Any) -> str:
     """One line naming the output family used and where it came from (the JSON holds the
     family itself in ``meta["family"]``)."""
     name = fam.to_dict().get("name", type(fam).__name__)
+    ignored = getattr(fam, "ignore_index", None)
+    if ignored is not None:
+        name = f"{name}, label {ignored} = no label"
     if family is not None:
         return f"output family: {name} (--family)"
     if default_family is not None:
@@ -457,6 +460,13 @@ def register(app: typer.Typer) -> None:
             help="output family: gaussian or categorical (default: the model's own, categorical "
             "for Hugging Face classification and language-model heads; else gaussian)",
         ),
+        ignore_index: int | None = typer.Option(
+            None,
+            "--ignore-index",
+            metavar="INT",
+            help="categorical labels equal to this negative integer mark positions without a "
+            "label (torch's cross_entropy uses -100): the labelled checks leave them out",
+        ),
         max_directions: int | None = typer.Option(
             None,
             "--max-directions",
@@ -638,6 +648,16 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"--family must be one of {_FAMILIES}; got {family!r}")
         fam = {"gaussian": Gaussian(), "categorical": Categorical()}.get(family or "")
         fam = fam or default_family or Gaussian()
+        if ignore_index is not None:
+            if not isinstance(fam, Categorical):
+                raise typer.BadParameter(
+                    f"--ignore-index marks categorical labels; the output family is "
+                    f"{fam.to_dict().get('name')} (pass --family categorical for a classifier)"
+                )
+            try:
+                fam = Categorical(ignore_index=ignore_index)
+            except ValueError as err:
+                raise typer.BadParameter(f"--ignore-index: {err}") from None
         family_line = _family_label(family, default_family, fam)
         options = {
             "max_directions": max_directions,

@@ -62,7 +62,7 @@ from torch.func import functional_call, jvp
 
 from neuromanifold.singular._validate import DTYPE, Prepared, prepare
 from neuromanifold.singular.chernoff import RowsOf, applied_cut, null_cgf
-from neuromanifold.singular.family import check_family
+from neuromanifold.singular.family import check_family, labelled_tangent
 from neuromanifold.singular.minimum_check import (
     MIN_Z,
     ROUNDING,
@@ -220,7 +220,8 @@ def critical_check(
                     return functional_call(model, ({**prep.params, **p}, prep.buffers), (xb,))
 
                 out, jv = jvp(f, (primal,), (d,))
-                yield out.detach(), jv.detach(), prep.y[rows]
+                yb = prep.y[rows]
+                yield out.detach(), labelled_tangent(family, jv.detach(), yb), yb
 
     if norm > 0.0:
         for out, jv, y in test_half():
@@ -300,7 +301,7 @@ def critical_check_reference(
                 g = float(torch.autograd.functional.jacobian(lambda f, i=i: loss(f, i), flat0) @ d)
                 jac = torch.autograd.functional.jacobian(lambda f, i=i: output(f, i), flat0)
                 out = output(flat0, i).detach()
-                jv = (jac @ d).reshape(out.shape)
+                jv = labelled_tangent(family, (jac @ d).reshape(out.shape), prep.y[i : i + 1])
                 q = float(family.quadratic(out, jv)[0])
                 sums += torch.tensor([g, abs(g), q], dtype=DTYPE)
                 bound = max(bound, _score_bound(family, out, jv))

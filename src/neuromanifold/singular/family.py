@@ -146,6 +146,13 @@ class Categorical:
 
     ``quadratic`` returns ``Σ_positions Var_{c∼p}[jv_c]``; a constant tangent (logit shift) gives 0.
 
+    ``ignore_index`` (a negative integer such as torch's −100, or ``None``): a position whose label
+    equals it has no label. It adds nothing to ``log_likelihood`` and ``empirical_quadratic``, and
+    the labelled checks zero its output tangents (`labelled_only`), so their null statistics are
+    those of the labelled positions alone. The Fisher itself integrates labels out and reads
+    every position the model returns: to leave padding out of it, return the padded positions'
+    logits no more.
+
     >>> import torch
     >>> logits = torch.zeros(1, 2, dtype=torch.float64)
     >>> Categorical().quadratic(logits, torch.tensor([[1.0, -1.0]], dtype=torch.float64)).item()
@@ -155,7 +162,20 @@ class Categorical:
     >>> seq = torch.zeros(1, 3, 2, dtype=torch.float64)  # three positions, each Var = 1
     >>> Categorical().quadratic(seq, torch.tensor([[[1.0, -1.0]] * 3], dtype=torch.float64)).item()
     3.0
+    >>> masked = Categorical(ignore_index=-100)
+    >>> masked.log_likelihood(seq, torch.tensor([[0, -100, 1]])).item() == 2 * math.log(0.5)
+    True
     """
+
+    ignore_index: int | None = None
+
+    def __post_init__(self) -> None:
+        i = self.ignore_index
+        if i is not None and (isinstance(i, bool) or not isinstance(i, int) or i >= 0):
+            raise ValueError(
+                f"Categorical ignore_index must be a negative integer (such as -100) or None; got "
+                f"{i!r} (a class index in [0, C) cannot mark positions without a label)"
+            )
 
     @property
     def name(self) -> str:
@@ -184,7 +204,7 @@ class Categorical:
 
     def check_labels(self, out: Tensor, y: Tensor) -> None:
         """Labels must be integers in ``[0, C)`` of shape ``out.shape[:-1]`` (one class per
-        sample and position; an ignore index such as −100 is not a label)."""
+        sample and position), or the ``ignore_index`` where a position has none."""
         if y.shape != out.shape[:-1] or y.is_floating_point() or y.is_complex():
             raise ValueError(
                 f"Categorical labels y must be integer class indices of shape "
@@ -192,19 +212,42 @@ class Categorical:
                 f"{_shape(y)}, dtype {y.dtype}"
             )
         c = out.shape[-1]
-        if y.numel() and (int(y.min()) < 0 or int(y.max()) >= c):
+        read = y if self.ignore_index is None else y[y != self.ignore_index]
+        if read.numel() and (int(read.min()) < 0 or int(read.max()) >= c):
             # the ignore-index advice only where a label is negative (s22 trial LM #3: it was
             # given for labels 12 to 23 of a 12-class model too)
-            ignore = (
-                " (an ignore index such as -100 is not a label: read the positions that have "
-                "labels, e.g. return their logits only)"
-                if int(y.min()) < 0
-                else ""
-            )
+            if self.ignore_index is not None:
+                ignore = f" (or be the ignore index {self.ignore_index})"
+            elif int(read.min()) < 0:
+                ignore = (
+                    " (a negative label such as -100 marks a position without a label: name it, "
+                    "Categorical(ignore_index=-100) or --ignore-index -100)"
+                )
+            else:
+                ignore = ""
             raise ValueError(
                 f"Categorical labels y must lie in [0, {c}) (C = {c} classes); got values from "
-                f"{int(y.min())} to {int(y.max())}{ignore}"
+                f"{int(read.min())} to {int(read.max())}{ignore}"
             )
+
+    def label_mask(self, y: Tensor) -> Tensor | None:
+        """``y != ignore_index`` (True where a position has a label), shape ``y.shape``; ``None``
+        without an ``ignore_index``."""
+        return None if self.ignore_index is None else y != self.ignore_index
+
+    def labelled_only(self, jv: Tensor, y: Tensor) -> Tensor:
+        """``jv`` with every class of an unlabelled position set to 0 (``jv`` of shape
+        ``(N, ..., C)``, ``y`` of ``(N, ...)``). A zero tangent adds 0 to ``quadratic``,
+        ``score_bound`` and ``null_scores``' cumulant generating function, so those become the
+        labelled positions' own: the null of a labelled sum (`neuromanifold.singular.chernoff`).
+
+        >>> import torch
+        >>> jv, y = torch.ones(1, 2, 3), torch.tensor([[2, -1]])
+        >>> Categorical(ignore_index=-1).labelled_only(jv, y)[0, :, 0].tolist()
+        [1.0, 0.0]
+        """
+        mask = self.label_mask(y)
+        return jv if mask is None else jv * mask.unsqueeze(-1).to(jv.dtype)
 
     def quadratic(self, out: Tensor, jv: Tensor) -> Tensor:
         """``q_i = Σ_positions Σ_c p_c (jv_c − Σ_c' p_c' jv_c')²``, shape ``(N,)``."""
@@ -235,22 +278,32 @@ class Categorical:
         shape = (out.shape[0], math.prod(out.shape[1:-1]), out.shape[-1])
         return logp.reshape(shape), centred.reshape(shape)
 
+    def _at_labels(self, per_class: Tensor, y: Tensor) -> Tensor:
+        """``per_class[..., y]`` at each labelled position and 0 at an unlabelled one, shape
+        ``y.shape``."""
+        mask = self.label_mask(y)
+        index = y.long() if mask is None else torch.where(mask, y.long(), 0)
+        picked = per_class.gather(-1, index.unsqueeze(-1)).squeeze(-1)
+        return picked if mask is None else torch.where(mask, picked, 0.0)
+
     def empirical_quadratic(self, out: Tensor, jv: Tensor, y: Tensor) -> Tensor:
-        """``s_i = Σ_positions (jv_{y} − Σ_c p_c jv_c)``; returns ``s_i²``, shape ``(N,)``."""
+        """``s_i = Σ_labelled positions (jv_{y} − Σ_c p_c jv_c)``; returns ``s_i²``, shape
+        ``(N,)``."""
         self.check_labels(out, y)
         _, centred = self._centred(out, jv)
-        s = self._per_sample(centred.gather(-1, y.long().unsqueeze(-1)).squeeze(-1))
+        s = self._per_sample(self._at_labels(centred, y))
         return s * s
 
     def log_likelihood(self, out: Tensor, y: Tensor) -> Tensor:
-        """``Σ_positions log softmax(out_i)[y_i]`` per sample, shape ``(N,)``."""
+        """``Σ_labelled positions log softmax(out_i)[y_i]`` per sample, shape ``(N,)``."""
         self.check_labels(out, y)
-        logp = torch.log_softmax(out, dim=-1).gather(-1, y.long().unsqueeze(-1)).squeeze(-1)
-        return self._per_sample(logp)
+        return self._per_sample(self._at_labels(torch.log_softmax(out, dim=-1), y))
 
     def to_dict(self) -> dict[str, object]:
-        """``{"name": "categorical"}``."""
-        return {"name": self.name}
+        """``{"name": "categorical"}``, with ``"ignore_index"`` when one is set."""
+        if self.ignore_index is None:
+            return {"name": self.name}
+        return {"name": self.name, "ignore_index": self.ignore_index}
 
 
 def family_from_dict(d: dict[str, object]) -> Gaussian | Categorical:
@@ -259,11 +312,18 @@ def family_from_dict(d: dict[str, object]) -> Gaussian | Categorical:
     if name == "gaussian":
         return Gaussian(sigma=float(d.get("sigma", 1.0)))  # type: ignore[arg-type]
     if name == "categorical":
-        return Categorical()
+        return Categorical(ignore_index=d.get("ignore_index"))  # type: ignore[arg-type]
     raise ValueError(
         f"unknown output family {name!r} (the 'name' entry of {d!r}); expected 'gaussian' or "
         "'categorical'"
     )
+
+
+def labelled_tangent(family: object, jv: Tensor, y: Tensor) -> Tensor:
+    """``family.labelled_only(jv, y)`` where the family has one (`Categorical`: 0 at the positions
+    without a label), else ``jv``: the output tangent a labelled check reads."""
+    restrict = getattr(family, "labelled_only", None)
+    return jv if restrict is None else restrict(jv, y)
 
 
 def check_family(family: object) -> OutputFamily:

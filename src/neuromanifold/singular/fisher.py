@@ -422,7 +422,7 @@ def directional_fisher_reference(
             out = check_tensor_output(functional_call(model, (prep.params, prep.buffers), (xc,)))
         family.check_output(out)
         if empirical:
-            if family.name == "categorical":  # the observed labels: no position is masked
+            if family.name == "categorical":  # observed labels; an ignore index (< 0) is masked
                 family.check_labels(out, prep.y[sl])  # type: ignore[attr-defined]
             xs, ys, w = xc, prep.y[sl], torch.ones(n, dtype=DTYPE, device=dev)
         elif family.name == "gaussian":

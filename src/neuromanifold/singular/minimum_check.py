@@ -79,7 +79,7 @@ from torch.func import functional_call, jvp
 
 from neuromanifold.singular._validate import DTYPE, Prepared, check_direction, prepare
 from neuromanifold.singular.chernoff import RowsOf, applied_cut, null_cgf
-from neuromanifold.singular.family import check_family
+from neuromanifold.singular.family import check_family, labelled_tangent
 from neuromanifold.singular.passes import chunks, differentiable_kernels
 from neuromanifold.singular.second_order import elementwise_norms
 
@@ -202,6 +202,18 @@ def _all_reduce(t: Tensor) -> Tensor:
 JetFn = Callable[[Direction, slice], tuple[Tensor, Tensor, Tensor]]
 
 
+def _labelled_jets(jets: JetFn, family: Any, y: Tensor) -> JetFn:
+    """``jets`` with ``ḟ`` and ``f̈`` at the positions without a label set to 0
+    (`labelled_tangent`): the loss there is not read, and neither is its null."""
+
+    def labelled(w: Direction, sl: slice) -> tuple[Tensor, Tensor, Tensor]:
+        f, fdot, fddot = jets(w, sl)
+        ys = y[sl]
+        return f, labelled_tangent(family, fdot, ys), labelled_tangent(family, fddot, ys)
+
+    return labelled
+
+
 def _check(
     jets: JetFn,
     family: Any,
@@ -216,6 +228,7 @@ def _check(
     along ``w`` on the samples ``sl`` of this rank's ``n_local`` (by forward mode in
     `loss_along`, by reverse mode in the oracle); sums are all-reduced and divided by the global
     ``n_samples``."""
+    jets = _labelled_jets(jets, family, y)
     n = len(basis)
     pairs = [(j, j) for j in range(n)] + [(j, k) for j in range(n) for k in range(j + 1, n)]
     # stage 1: the span Hessian's entries, the slope along u and its null variance

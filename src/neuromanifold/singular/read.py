@@ -316,7 +316,8 @@ def read(
             (`neuromanifold.singular.minimum_check.loss_along`: its slope and curvature in
             ``info["loss_along_u"]``, a clause in the reason and a reading note when the slope is
             beyond 4 standard errors or the curvature below ``−curvature_threshold``).
-        family: output family, ``Gaussian(sigma)`` or ``Categorical()``.
+        family: output family, ``Gaussian(sigma)`` or ``Categorical()``;
+            ``Categorical(ignore_index=-100)`` leaves positions labelled −100 out of the checks.
         detectors: a `DetectorRegistry` or detectors (default: `default_registry`).
         grid: t-grid for every sweep (default: `read_direction`'s per-direction policy).
         max_directions: read at most this many candidates, in `_reading_order` (possible dead

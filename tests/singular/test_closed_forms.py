@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from itertools import pairwise
 
 import pytest
 
@@ -19,6 +20,7 @@ from neuromanifold.singular.closed_forms import (
     width_one_hidden,
 )
 
+RANK_RTOL = 1e-10  # Hessian eigenvalues of a float64 polynomial at a true point: O(1) or O(1e-15)
 MAX_WIDTH_DLN_VS_RRR = 8  # spec §8: the two λ (and m) agree for M, H, N ≤ 8
 # width-1-hidden family checked against the restated λ for L ≤ 7 and outer widths ≤ 8
 MAX_DEPTH_WIDTH_ONE_HIDDEN = 7
@@ -135,6 +137,87 @@ def test_width_one_hidden_errors() -> None:
         width_one_hidden([1, 1])
     with pytest.raises(ValueError, match=r"widths\[2\] must be an int >= 1"):
         width_one_hidden([1, 1, 0])
+
+
+def _widths(max_layers: int, max_width: int):
+    """Every width vector of 3 to ``max_layers`` layers with widths in 1..``max_width``."""
+    from itertools import product
+
+    for n in range(4, max_layers + 2):
+        yield from (list(ws) for ws in product(range(1, max_width + 1), repeat=n))
+
+
+def test_deep_linear_lambda_is_the_rank_shift_of_its_reduced_widths() -> None:
+    """λ(widths, r) = r(H_1 + H_{L+1} − r)/2 + λ(widths − r, 0) for every width vector with
+    widths − r ≥ 1 (L = 3..4, widths ≤ 5; s25 audit TRIPLE): the regular part of a generic true
+    point plus the reduced network at truth 0, the identity the rank-shift m rests on."""
+    checked = 0
+    for ws in _widths(4, 5):
+        for r in range(1, min(ws)):
+            shift = Fraction(r * (ws[0] + ws[-1] - r), 2)
+            assert deep_linear(ws, r).lam == shift + deep_linear([h - r for h in ws], 0).lam, ws
+            checked += 1
+    assert checked > 1000
+
+
+def test_deep_linear_m_at_rank_r_is_at_least_the_derived_m_of_the_reduced_widths() -> None:
+    """m(widths, r) ≥ m(widths − r, 0) where the latter is derived (a hidden 1, no restated
+    tied piece), with the caveat naming the bound where the restated m is below it; before,
+    [2, 2, 2, 2] at r = 1 reported the restated m = 2 (s25 audit TRIPLE #1: m ≥ 3)."""
+    raised = 0
+    for ws in _widths(4, 5):
+        for r in range(1, min(ws)):
+            reduced = deep_linear([h - r for h in ws], 0)
+            if not any(h - r == 1 for h in ws[1:-1]) or "not independently" in reduced.caveat:
+                continue
+            c = deep_linear(ws, r)
+            assert c.m >= reduced.m, (ws, r, c, reduced)
+            if reduced.m > c.m_restated:
+                raised += 1
+                assert c.m == reduced.m and f"m ≥ {reduced.m}" in c.caveat, (ws, r, c)
+                assert "lower bound" in c.caveat and f"gives m = {c.m_restated}" in c.caveat
+    assert raised > 50
+    c = deep_linear([2, 2, 2, 2], 1)
+    assert (c.lam, c.m, c.m_restated) == (Fraction(2), 3, 2)
+    assert deep_linear([4, 4, 4, 4], 3).m == 3  # the assembly's m in docs/triple.md §5
+
+
+@pytest.mark.parametrize(
+    ("widths", "rank"), [([2, 2, 2, 2], 1), ([4, 4, 4, 4], 3), ([3, 2, 3, 3], 1)]
+)
+def test_a_generic_true_point_has_the_rank_shifts_regular_coordinates(widths, rank) -> None:
+    """The rank shift's regular part, checked numerically: at a generic true point of rank r
+    (each W_j of rank r on one path, T = W_L ⋯ W_1), the Hessian of K = ‖W_L ⋯ W_1 − T‖² has
+    rank r(H_1 + H_{L+1} − r), the 2·shift of the λ identity above (the reduced network at truth
+    0 adds nothing at second order: its product has degree ≥ 3 in its own coordinates)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    d = torch.float64
+    mats = []
+    for a, b in pairwise(widths):
+        left = torch.randn(b, rank, dtype=d, generator=gen)
+        right = torch.randn(rank, a, dtype=d, generator=gen)
+        mats.append((left, right))
+    # one common path: W_j = B_j C_j with C_j B_{j-1} invertible r × r (generic)
+    ws0 = [left @ right for left, right in mats]
+    shapes = [w.shape for w in ws0]
+    flat0 = torch.cat([w.reshape(-1) for w in ws0])
+    target = ws0[0]
+    for w in ws0[1:]:
+        target = w @ target
+
+    def k(flat: torch.Tensor) -> torch.Tensor:
+        parts = torch.split(flat, [a * b for a, b in shapes])
+        prod = parts[0].reshape(shapes[0])
+        for p, sh in zip(parts[1:], shapes[1:], strict=True):
+            prod = p.reshape(sh) @ prod
+        return ((prod - target) ** 2).sum()
+
+    hess = torch.autograd.functional.hessian(k, flat0)
+    ev = torch.linalg.eigvalsh(hess)
+    rank_h = int((ev > RANK_RTOL * ev.max()).sum())
+    assert rank_h == rank * (widths[0] + widths[-1] - rank), ev
 
 
 def test_deep_linear_equals_rrr_for_all_three_width_shapes() -> None:

@@ -90,3 +90,17 @@ def test_auto_falls_back_to_the_dense_product_when_it_is_finite() -> None:
     K = _no_warning(ntk, arch, theta)
     np.testing.assert_array_equal(K, ntk(arch, theta, method="gemm"))
     assert np.isfinite(K).all()
+
+
+def test_ntk_that_underflows_to_zero_is_refused() -> None:
+    """s25 trial LIN #4: θ = 1e-110·1 in every layer of L = 3 (entries of K about 1e-440) gave
+    the zero matrix silently, where the closed form and the command line refuse."""
+    arch = LCN((2, 2, 2), (2, 2))
+    with pytest.raises(ValueError, match=r"^ntk: K = Jμ Jμᵀ underflows float64 to 0"):
+        ntk(arch, [1e-110 * np.ones(2)] * 3)
+    # K = 0 exactly where two filters are zero (every column of J is a product of the others)
+    zero_two = [np.zeros(2), np.zeros(2), np.ones(2)]
+    assert not np.any(ntk(arch, zero_two)) and not np.any(ntk_reference(arch, zero_two))
+    one_zero = [np.zeros(2), np.ones(2), np.ones(2)]
+    np.testing.assert_array_equal(ntk(arch, one_zero), ntk_reference(arch, one_zero))
+    assert np.any(ntk(arch, one_zero))

@@ -162,7 +162,7 @@ def ntk_command(
     from neuromanifold.linear import LCN, delta, mu, ntk
     from neuromanifold.linear.metric import is_smooth_point
     from neuromanifold.linear.normalize import normal_form_note
-    from neuromanifold.linear.ntk import NTKOverflowError
+    from neuromanifold.linear.ntk import NTKOverflowError, NTKUnderflowError
 
     check_json_target(json_path, stdout_ok=True)
     echo = text_echo(json_path)
@@ -179,6 +179,8 @@ def ntk_command(
             K = ntk(arch, th)
         except NTKOverflowError:  # said below with μ's and δ's overflow, as --theta's
             K = np.array([np.inf])
+        except NTKUnderflowError:  # said below with μ's underflow
+            K = np.zeros(1)
     if not (np.isfinite(v).all() and np.isfinite(d).all() and np.isfinite(K).all()):
         big = max(float(np.abs(w).max()) for w in th)
         fail(

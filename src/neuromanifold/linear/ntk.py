@@ -173,7 +173,8 @@ def ntk(arch: LCN, theta: Sequence[Any], *, method: str = "auto") -> np.ndarray:
     that size. ``"auto"`` (default) takes the kernel for large 1-D networks with many taps per
     layer (`DIAGONAL_MIN_NV`, `DIAGONAL_MIN_MEAN_TAPS`) when it was built and no running sum can
     overflow, else ``J Jᵀ``; ``"diagonal"`` raises ValueError where a sum could overflow. Every
-    method raises ValueError when an entry of ``K`` overflows float64 (``θ`` must be finite).
+    method raises ValueError when an entry of ``K`` overflows float64 (``θ`` must be finite), and
+    when all of ``K`` underflows to 0 although at most one filter is zero (K = 0 needs two).
 
     Spec §4.3: ``θ = ((1, 2), (1, −1))``, stride 1.
 
@@ -193,11 +194,29 @@ def ntk(arch: LCN, theta: Sequence[Any], *, method: str = "auto") -> np.ndarray:
             "(neuromanifold.linear.rescale.fiber_scale), or balance the layer norms with "
             "rescale_to_delta (same μ, other δ)"
         )
+    if not np.any(K) and arch.L >= 2:
+        # J = 0 only where two filters are zero (each column of J is a product of the other
+        # layers' filters, and a product of non-zero polynomials is non-zero): else underflow
+        th = validate_params(arch, theta)
+        if sum(not np.any(w) for w in th) < 2:
+            small = max(float(np.max(np.abs(w))) for w in th)
+            raise NTKUnderflowError(
+                "ntk: K = Jμ Jμᵀ underflows float64 to 0 although at most one filter is zero "
+                f"(largest |coefficient| of θ {small:.3g}); rescale θ ↦ cθ with c > 1: K is "
+                f"homogeneous of degree 2(L − 1) = {2 * (arch.L - 1)} in the scale of θ "
+                "(neuromanifold.linear.rescale.fiber_scale)"
+            )
     return K
 
 
 class NTKOverflowError(ValueError):
     """An entry of ``K = Jμ Jμᵀ`` overflows float64 (raised by :func:`ntk`)."""
+
+
+class NTKUnderflowError(ValueError):
+    """``K = Jμ Jμᵀ`` underflows float64 to 0 at a ``θ`` where it is not 0 (raised by
+    :func:`ntk`; s25 trial LIN #4: it returned the zero matrix, which the closed form and the
+    command line refuse)."""
 
 
 def ntk_at_fiber_point(arch: LCN, theta: Sequence[Any]) -> np.ndarray:

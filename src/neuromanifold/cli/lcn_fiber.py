@@ -154,7 +154,13 @@ def fiber_command(
 
 def survey_command(
     samples: int = typer.Option(20, "--samples", min=1, help="Samples per row."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed (the run is reproducible)."),
+    seed: int = typer.Option(
+        0,
+        "--seed",
+        min=0,
+        help="Seed of the samples (verdicts and finite fibers reproduce; a continuum's sampled "
+        "points, so max_spread and mean_points of the FC and ReLU rows, can vary between runs).",
+    ),
     json_path: str | None = typer.Option(
         None, "--json", help=f"Write the rows as JSON here {JSON_STDOUT_HELP}."
     ),

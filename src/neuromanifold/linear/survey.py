@@ -17,10 +17,15 @@ there), and same global function (represented on a seeded probe set). Each row s
 
 Sampling: every sample uses its own generator ``default_rng([seed, row, sample])``, ``row`` being
 the row's index in :func:`default_rows` (also for a selection, ``row_indices`` of
-:func:`run_survey`, and recorded as ``SurveyRow.row_index``), so a run is reproducible, rows are
-independent, and a selected row reproduces its line of the full survey. D ≥ 2 filters are
-integers in ``[−20, 20]`` so that the rational factoring route applies; all other parameters are
-standard Gaussian.
+:func:`run_survey`, and recorded as ``SurveyRow.row_index``), so the samples are reproducible,
+rows are independent, and a selected row reproduces its line of the full survey. D ≥ 2 filters
+are integers in ``[−20, 20]`` so that the rational factoring route applies; all other parameters
+are standard Gaussian. The verdicts and the rows of finite fibers (the LCN rows) reproduce
+exactly; where a fiber is a continuum (the FC rows, the ReLU dataset rows) its points are where
+the Levenberg–Marquardt solves stop on it, which last-bit rounding differences (BLAS kernels, memory
+alignment) can move, so ``max_spread`` and ``mean_points`` of those rows can differ between runs
+and even between two calls in one process (s25 trial LIN #2: FC generic ``max_spread`` 0.961
+and 0.980 in two runs).
 
 References: E. M. Achour, K. Kohn, H. Rauhut, arXiv:2507.06367 (summary table).
 """

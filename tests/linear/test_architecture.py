@@ -144,3 +144,23 @@ def test_unflatten_errors() -> None:
 def test_param_shapes_rejects_non_architecture() -> None:
     with pytest.raises(TypeError, match="expected an LCN or FC"):
         param_shapes((2, 2))
+
+
+def test_complex_parameters_and_targets_are_refused() -> None:
+    """s25 trial LIN #5: complex filters were cut to their real part with only numpy's
+    ComplexWarning; now θ, a flat x, v and δ that are complex are refused by name."""
+    import warnings
+
+    from neuromanifold.linear import lcn_fiber, mu
+
+    arch = LCN((2, 2), (2,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # refused before numpy could warn
+        with pytest.raises(ValueError, match=r"^theta\[0\] is complex: expected a real array"):
+            mu(arch, [np.array([1 + 1j, 2]), np.ones(2)])
+        with pytest.raises(ValueError, match=r"^x is complex"):
+            unflatten_params(arch, np.ones(4, dtype=complex))
+        with pytest.raises(ValueError, match=r"^v is complex"):
+            lcn_fiber(arch, [1, 2, 1 + 0j, 2], [0])
+        with pytest.raises(ValueError, match=r"^delta is complex"):
+            lcn_fiber(arch, [1, 2, 1, 2], [1j])

@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 from neuromanifold.cli import app
 from neuromanifold.linear import LCN
 from neuromanifold.linear.architecture import flatten_params
-from neuromanifold.linear.fiber import continuum_note, lcn_fiber
+from neuromanifold.linear.fiber import lcn_fiber
 from neuromanifold.linear.fiber_numeric import FIBER_RTOL, curve_through
+from neuromanifold.linear.fiber_report import continuum_note
 from neuromanifold.linear.normalize import normal_form_note
 
 ATOL_EXACT = 1e-12

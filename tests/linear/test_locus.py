@@ -7,16 +7,12 @@ import json
 import numpy as np
 import pytest
 
+from neuromanifold.linear.accuracy import second_order_term, sigma_floor
 from neuromanifold.linear.architecture import LCN
 from neuromanifold.linear.converge import RANK_RTOL as CONVERGE_RANK_RTOL
 from neuromanifold.linear.fiber import lcn_fiber
 from neuromanifold.linear.fiber_numeric import RANK_RTOL as FIBER_RANK_RTOL
-from neuromanifold.linear.locus import (
-    classify_locus,
-    min_root_gap,
-    second_order_term,
-    sigma_floor,
-)
+from neuromanifold.linear.locus import classify_locus, min_root_gap
 from neuromanifold.linear.metric import RTOL_RANK, is_smooth_point, jacobian_rank
 from neuromanifold.linear.ntk import jacobian
 from neuromanifold.linear.polynomial import mu
@@ -187,7 +183,13 @@ def test_critical_examples_from_v_are_critical_for_every_delta(name: str, d: lis
     s = rep.singular_values[0]
     assert s[arch.dim_M - 1] <= rep.sigma_floors[0]
     # the note says so exactly when the plain RTOL_RANK rank would have been full
-    assert any("accuracy floor" in n for n in rep.notes) == (s[arch.dim_M - 1] > RTOL_RANK * s[0])
+    floored = s[arch.dim_M - 1] > RTOL_RANK * s[0]
+    assert any("accuracy floor" in n for n in rep.notes) == floored
+    # the fiber report counts the same ranks (s25 trial LIN #1: it used RTOL_RANK alone and
+    # printed rank J = dim M at δ = 0.5), and says why where the floor decides
+    fib = lcn_fiber(arch, mu(arch, theta), [0.0] if d is None else d, n_starts=N_STARTS)
+    assert fib.jacobian_ranks == rep.ranks
+    assert any("accuracy floor" in n for n in fib.notes) == floored
 
 
 @pytest.mark.parametrize("name", list(SMOOTH_THETAS))
@@ -204,6 +206,9 @@ def test_smooth_points_near_critical_stay_smooth_from_v(name: str, d: list | Non
     pairs = zip(rep.singular_values, rep.sigma_floors, strict=True)
     assert all(s[arch.dim_M - 1] > f for s, f in pairs)
     assert rep.min_root_gap is not None and rep.min_root_gap <= NEAR_ROOT_GAP
+    fib = lcn_fiber(arch, v, [0.0] if d is None else d, n_starts=N_STARTS)
+    assert fib.jacobian_ranks == (arch.dim_M,)
+    assert not any("accuracy floor" in n for n in fib.notes)
 
 
 def test_theta_path_uses_no_floor() -> None:

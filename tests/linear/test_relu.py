@@ -100,7 +100,8 @@ def test_global_notion_single_channel_cnn_is_determined() -> None:
     theta = random_relu_params(net, rng)
     X = region_dataset(net, theta, 8, rng, require_all_active=True)
     rep = relu_fiber(net, theta, X, notion="global", seed=1)
-    assert rep.fiber_dimension == 0
+    assert rep.fiber_dimension == 0 and rep.continuum is False
+    assert not any("continuum" in n for n in rep.notes)
     # θ0 is the first start, so it is always the first reported point; the content is that
     # the other starts (random and perturbed) that reached the fiber were all identified with
     # it modulo unit permutations: one point, hence one NTK
@@ -122,6 +123,10 @@ def test_dataset_notion_mlp_in_one_region_is_a_continuous_family() -> None:
     rep = relu_fiber(net, theta, X, notion="dataset", seed=2)
     assert rep.fiber_dimension > 0
     assert rep.n_distinct_ntks > 1
+    # the points are samples of the continuum, and the report says so as lcn_fiber's and
+    # fc_fiber's do (s25 trial LIN #3: continuum was None and no note)
+    assert rep.continuum is True
+    assert any(n.startswith("the fiber is a continuum") for n in rep.notes), rep.notes
 
 
 def test_global_notion_mlp_invariant_matching_gives_several_ntks() -> None:

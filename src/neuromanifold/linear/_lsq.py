@@ -88,3 +88,39 @@ def null_dimension(jac: np.ndarray, *, rtol: float = 1e-9) -> int:
     s = np.linalg.svd(jac, compute_uv=False)
     rank = int(np.sum(s > rtol * s[0])) if s.size and s[0] > 0 else 0
     return int(jac.shape[1] - rank)
+
+
+def curve_through(
+    fun: Callable[[np.ndarray], np.ndarray],
+    jac: Callable[[np.ndarray], np.ndarray],
+    x: np.ndarray,
+    *,
+    step: float,
+    tol: float,
+    rtol: float,
+) -> bool:
+    """Whether a curve of zeros of ``F`` (``fun``, Jacobian ``jac``) passes through its zero ``x``.
+
+    For each null vector ``n`` of ``dF(x)`` (singular values up to ``rtol · σ_max``), solve
+    ``F = 0`` on the affine space ``{x + step·n + z : z ∈ row space of dF(x)}`` from ``z = 0``.
+    Where the zero set is smooth at ``x`` it is a graph over the null space, so a zero with
+    ``‖z‖ = O(step²)`` exists; a solution with ``‖z‖ ≤ step`` and ``‖F‖ ≤ tol`` means a curve.
+    Near an isolated singular zero none lies there and ``‖F‖`` stays of order ``step^j``.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    _, s, vt = np.linalg.svd(jac(x))
+    rank = int(np.sum(s > rtol * s[0])) if s.size and s[0] > 0 else 0
+    Z = vt[:rank].T  # orthonormal basis of dF's row space
+    for i in range(rank, vt.shape[0]):
+        start = x + step * vt[i]
+
+        def on_slice(w: np.ndarray, start: np.ndarray = start) -> np.ndarray:
+            return fun(start + Z @ w)
+
+        def on_slice_jac(w: np.ndarray, start: np.ndarray = start) -> np.ndarray:
+            return jac(start + Z @ w) @ Z
+
+        res = solve(on_slice, on_slice_jac, np.zeros(Z.shape[1]))
+        if res.residual <= tol and float(np.linalg.norm(res.x)) <= step:
+            return True
+    return False

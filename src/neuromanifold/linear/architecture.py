@@ -287,6 +287,22 @@ def param_shapes(arch: Architecture) -> tuple[tuple[int, ...], ...]:
     return arch.param_shapes
 
 
+def real_array(x: Any, name: str) -> np.ndarray:
+    """``x`` as a float64 array; ``ValueError`` for a complex one (NumPy would drop the
+    imaginary part with only a ``ComplexWarning``; s25 trial LIN #5).
+
+    >>> real_array([1, 2.5], "v").tolist()
+    [1.0, 2.5]
+    """
+    try:
+        is_complex = np.iscomplexobj(x)
+    except (TypeError, ValueError):  # ragged or not numeric: the float conversion says so
+        is_complex = False
+    if is_complex:
+        raise ValueError(f"{name} is complex: expected a real array (filters and v are real)")
+    return np.asarray(x, dtype=np.float64)
+
+
 def validate_params(arch: Architecture, theta: Sequence[Any]) -> Params:
     """Check ``θ`` against ``arch`` and return it as a tuple of float64 arrays (copies).
 
@@ -306,8 +322,10 @@ def validate_params(arch: Architecture, theta: Sequence[Any]) -> Params:
     out = []
     for i, (w, shape) in enumerate(zip(theta, shapes, strict=True)):
         try:
-            a = np.array(w, dtype=np.float64)
+            a = np.array(real_array(w, f"theta[{i}]"), dtype=np.float64)
         except (TypeError, ValueError) as exc:
+            if "is complex" in str(exc):
+                raise
             raise ValueError(f"theta[{i}] = {w!r}: expected a real array of shape {shape}") from exc
         if a.shape != shape:
             raise ValueError(f"theta[{i}] has shape {a.shape}: expected shape {shape}")
@@ -325,7 +343,7 @@ def flatten_params(arch: Architecture, theta: Sequence[Any]) -> np.ndarray:
 def unflatten_params(arch: Architecture, x: Any) -> Params:
     """Inverse of :func:`flatten_params`: split a ``(n_params,)`` vector into per-layer arrays."""
     shapes = param_shapes(arch)
-    a = np.asarray(x, dtype=np.float64)
+    a = real_array(x, "x")
     if a.ndim != 1 or a.size != arch.n_params:
         raise ValueError(
             f"x has shape {a.shape}: expected a flat vector of shape ({arch.n_params},)"

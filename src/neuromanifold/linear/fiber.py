@@ -31,10 +31,12 @@ from typing import Any, Literal
 
 import numpy as np
 
+from neuromanifold.linear.accuracy import floored_rank, sigma_floor
 from neuromanifold.linear.architecture import (
     FC,
     LCN,
     flatten_params,
+    real_array,
     unflatten_params,
     validate_params,
 )
@@ -53,6 +55,7 @@ from neuromanifold.linear.fiber_report import (
     RouteSummary,
     build_report,
     cluster_ntks,
+    continuum_note,
     dedupe_points,
 )
 from neuromanifold.linear.invariants import delta as lcn_delta
@@ -75,37 +78,36 @@ ROUTE_AGREE_SINGULAR_RTOL = 1e-5
 Route = Literal["algebraic", "numeric"]
 
 
-def continuum_note(fiber_dimension: int | None, n_points: int) -> str | None:
-    """The note of a fiber through whose points a curve of fiber points passes: the points found
-    are samples of it, not all of it.
-
-    ``None`` when ``fiber_dimension`` is ``None`` (no point) or 0. The caller passes the
-    dimension only where :func:`~.fiber_numeric.curve_through` found a curve (a positive
-    ``n_params − rank dΦ`` alone can be an isolated singular point of Φ).
-    """
-    if not fiber_dimension:
-        return None
-    return (
-        f"the fiber is a continuum (dimension {fiber_dimension} at the first point, "
-        f"n_params − rank dΦ): the {n_points} point(s) found are samples of it, not all of it"
-    )
-
-
 def _rank(M: np.ndarray) -> int:
     s = np.linalg.svd(M, compute_uv=False)
     return int(np.sum(s > RANK_RTOL * s[0])) if s.size and s[0] > 0 else 0
+
+
+def _rebuilt_rank(
+    arch: LCN, theta: Sequence[np.ndarray], v: np.ndarray
+) -> tuple[int, int, float, float]:
+    """``(rank, bare rank, σ_dimM, floor)`` of ``Jμ`` at the balanced image of a fiber point
+    ``θ`` rebuilt from ``v``: the rank counts singular values below its accuracy floor
+    (:func:`~.accuracy.sigma_floor`) as zero, as :func:`~.locus.classify_locus` does; the bare
+    rank uses ``RTOL_RANK`` alone (s25 trial LIN #1: the spec §4.6 critical point rebuilt from
+    its v showed σ_4/σ_1 = 1.27e-9, just above 1e-9, and was reported with rank J = dim M)."""
+    s = np.linalg.svd(jacobian(arch, balanced_representative(arch, theta)), compute_uv=False)
+    floor = sigma_floor(arch, theta, v)
+    m = arch.dim_M
+    sigma_m = float(s[m - 1]) if s.size >= m else 0.0
+    return floored_rank(s, floor), floored_rank(s), sigma_m, floor
 
 
 def check_lcn_target(arch: LCN, v: Any, delta: Any) -> tuple[np.ndarray, np.ndarray]:
     """Validate ``v`` (shape ``arch.out_shape`` or flat of that size) and ``δ`` (length L − 1)."""
     if not isinstance(arch, LCN):
         raise TypeError(f"arch = {arch!r}: expected an LCN")
-    v = np.asarray(v, dtype=np.float64)
+    v = real_array(v, "v")
     if v.size != arch.n_v or (v.ndim > 1 and v.shape != arch.out_shape):
         raise ValueError(
             f"v has shape {v.shape}: expected {arch.n_v} coefficients (shape {arch.out_shape})"
         )
-    d = np.atleast_1d(np.asarray(delta, dtype=np.float64)).ravel()
+    d = np.atleast_1d(real_array(delta, "delta")).ravel()
     if d.size != arch.L - 1:
         raise ValueError(
             f"delta has length {d.size}: expected L − 1 = {arch.L - 1} invariants "
@@ -260,13 +262,12 @@ def lcn_fiber(
     pts = [all_pts[i] for i in keep]
     res = [all_res[i] for i in keep]
     thetas = [unflatten_params(arch, p) for p in pts]
+    ranked = [_rebuilt_rank(arch, th, v) for th in thetas]
     applicable = [s for s in summaries if s.applicable]
     agree: bool | None = None
     if len(applicable) == 2:
         singular = any(
-            _rank(jacobian(arch, balanced_representative(arch, unflatten_params(arch, p))))
-            < arch.dim_M
-            for p in all_pts
+            _rebuilt_rank(arch, unflatten_params(arch, p), v)[0] < arch.dim_M for p in all_pts
         )
         rtol = ROUTE_AGREE_SINGULAR_RTOL if singular else ROUTE_AGREE_RTOL
         agree = applicable[0].n_points == applicable[1].n_points and _ntks_agree(
@@ -274,6 +275,16 @@ def lcn_fiber(
         )
         if not agree and applicable[1].n_starts > 0:  # n_starts = 0: the numeric route is off
             notes.append(disagreement_note(applicable[0], applicable[1], rtol))
+    m = arch.dim_M
+    floored = [(sm, f) for r, bare, sm, f in ranked if r < m <= bare]
+    if floored:
+        sm, f = floored[0]
+        which = "a point" if len(ranked) == 1 else f"{len(floored)} of {len(ranked)} points"
+        notes.append(
+            f"{which}: σ_dimM = {sm:.3g} is below the accuracy floor {f:.3g} of a fiber point "
+            "rebuilt from v, so rank J counts it as zero: v is within round-off of a critical "
+            "value of μ (spec §4.6; see sigma_floor)"
+        )
     if not pts and not applicable:
         notes.append(
             "no route that applies to this v ran (see the routes' notes): nothing was searched, "
@@ -309,7 +320,7 @@ def lcn_fiber(
         tolerance=tol,
         routes=summaries,
         routes_agree=agree,
-        jacobian_ranks=[_rank(jacobian(arch, balanced_representative(arch, th))) for th in thetas],
+        jacobian_ranks=[r for r, _, _, _ in ranked],
         dim_M=arch.dim_M,
         fiber_dimension=fiber_dim,
         continuum=is_curve if pts else None,

@@ -316,23 +316,14 @@ def curve_through(arch: LCN | FC, v: np.ndarray, delta: Any, x: np.ndarray) -> b
     vu, du = unit_problem(arch, v, delta, rho)
     target = target_vector(arch, vu, du)
     xu = x / rho
-    _, s, vt = np.linalg.svd(phi_jacobian(arch, xu))
-    rank = int(np.sum(s > RANK_RTOL * s[0])) if s.size and s[0] > 0 else 0
-    eps = CURVE_STEP * max(float(np.linalg.norm(xu)), 1.0)
-    Z = vt[:rank].T  # orthonormal basis of dΦ's row space
-    for i in range(rank, vt.shape[0]):
-        start = xu + eps * vt[i]
-
-        def fun(w: np.ndarray, start=start, Z=Z) -> np.ndarray:
-            return phi(arch, start + Z @ w) - target
-
-        def jac(w: np.ndarray, start=start, Z=Z) -> np.ndarray:
-            return phi_jacobian(arch, start + Z @ w) @ Z
-
-        res = _lsq.solve(fun, jac, np.zeros(Z.shape[1]))
-        if res.residual <= FIBER_RTOL and float(np.linalg.norm(res.x)) <= eps:
-            return True
-    return False
+    return _lsq.curve_through(
+        lambda w: phi(arch, w) - target,
+        lambda w: phi_jacobian(arch, w),
+        xu,
+        step=CURVE_STEP * max(float(np.linalg.norm(xu)), 1.0),
+        tol=FIBER_RTOL,
+        rtol=RANK_RTOL,
+    )
 
 
 def fiber_dimension(arch: LCN | FC, x: np.ndarray) -> int:

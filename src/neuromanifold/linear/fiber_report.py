@@ -276,3 +276,19 @@ def build_report(
         notes=tuple(notes),
         point_residuals=tuple(float(r) for r in residuals),
     )
+
+
+def continuum_note(fiber_dimension: int | None, n_points: int) -> str | None:
+    """The note of a fiber through whose points a curve of fiber points passes: the points found
+    are samples of it, not all of it.
+
+    ``None`` when ``fiber_dimension`` is ``None`` (no point) or 0. The caller passes the
+    dimension only where a curve was found through the point (:func:`~._lsq.curve_through`; a
+    positive ``n_params − rank dΦ`` alone can be an isolated singular point of Φ).
+    """
+    if not fiber_dimension:
+        return None
+    return (
+        f"the fiber is a continuum (dimension {fiber_dimension} at the first point, "
+        f"n_params − rank dΦ): the {n_points} point(s) found are samples of it, not all of it"
+    )

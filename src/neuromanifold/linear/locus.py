@@ -23,12 +23,12 @@ sit ``t ≈ √(τ / ‖Q(n)‖)`` off the critical one (``Q`` the second-order 
 ``σ_dimM ≈ 2√(τ ‖Q(n)‖)`` — about ``√ε`` relative, e.g. ``1e-8`` for the spec §4.6 example rebuilt
 from its ``v``, whose root orbits are double. A rank threshold of ``RANK_RTOL = 1e-9`` cannot see
 that the point is critical, and whether it does then depends on ``δ`` (the scale of the point).
-So, with ``v=``, each fiber point's rank also discounts singular values up to its
-:func:`sigma_floor` (twice that estimate): ``v`` within round-off of a critical value of μ is
-reported as critical, for every ``δ``. The floor is of the order ``√ε · σ_max``: a smooth point
-whose ``σ_dimM`` is well above it (for the §4.6 family, root orbits more than about ``1e-6``
-apart) keeps rank ``dim M``. With ``theta=`` the given point decides and no floor is used (the
-same verdict as :func:`~.metric.is_smooth_point`). The root gap is reported but is not itself in
+So, with ``v=``, each fiber point's rank also discounts singular values up to its floor
+(:func:`~.accuracy.sigma_floor`, twice that estimate): ``v`` within round-off of a critical value of
+μ is reported as critical, for every ``δ``. The floor is of the order ``√ε · σ_max``: a smooth point
+whose ``σ_dimM`` is well above it (for the §4.6 family, root orbits more than about ``1e-6`` apart)
+keeps rank ``dim M``. With ``theta=`` the given point decides and no floor is used (the same verdict
+as :func:`~.metric.is_smooth_point`). The root gap is reported but is not itself in
 the verdict: a repeated root of ``v`` is not enough for a critical point (spec §4.6: one common
 root of ``w_1`` and ``w_2(z^s)`` is regular).
 
@@ -45,6 +45,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from neuromanifold.linear.accuracy import floored_rank, sigma_floor
 from neuromanifold.linear.architecture import LCN, validate_params
 from neuromanifold.linear.fiber import check_lcn_target, lcn_fiber
 from neuromanifold.linear.fiber_algebraic import roots_with_infinity
@@ -58,12 +59,6 @@ from neuromanifold.linear.polynomial import mu
 #: threshold :data:`~neuromanifold.linear.metric.RTOL_RANK`, so is_smooth_point agrees).
 RANK_RTOL = RTOL_RANK
 
-#: :func:`sigma_floor` is this factor times the ``σ_dimM`` that a point ``τ`` away (in ``v``) from
-#: an exactly critical point can show, ``2√(τ ‖Q(n)‖)``. That estimate is first order and is
-#: reached when the whole residual lies along the null direction: Gauss–Newton points of the
-#: spec §4.6 example, solved to ``1e-13``, show ``σ_dimM`` at 0.94–0.98 times it (measured over
-#: δ ∈ [−5, 10] and five scales of v); the factor 2 keeps them on the critical side.
-FLOOR_FACTOR = 2.0
 
 Classification = Literal["smooth", "crossing", "critical", "zero", "off_manifold"]
 
@@ -80,9 +75,10 @@ class LocusReport:
         pair_ranks: ``rank [J_i | J_j]`` for each pair ``i < j`` of fiber points.
         rank_rtol: the relative threshold used for all ranks.
         sigma_floors: per point of ``ranks``, the absolute accuracy floor
-            (:func:`sigma_floor`) below which a singular value also counts as zero: ``0`` for a
-            given ``θ`` (exact) and for every point when ``θ`` is given, the floor of each fiber
-            point rebuilt from ``v`` otherwise. The rank counts ``σ > max(rank_rtol·σ_max, floor)``.
+            (:func:`~.accuracy.sigma_floor`) below which a singular value also counts as zero: ``0``
+            for a given ``θ`` (exact) and for every point when ``θ`` is given, the floor of each
+            fiber point rebuilt from ``v`` otherwise. The rank counts ``σ > max(rank_rtol·σ_max,
+            floor)``.
         n_fiber_points: number of fiber points (modulo signs) found over ``v``.
         ntk_gap: largest entrywise NTK difference between the fiber points (at the δ used).
         min_root_gap: 1-D only — ``min |z_i − z_j| / max(1, |z_i|, |z_j|)`` over roots of v.
@@ -131,79 +127,6 @@ def _svals(M: np.ndarray) -> np.ndarray:
     return np.linalg.svd(M, compute_uv=False)
 
 
-def _rank(s: np.ndarray, floor: float = 0.0) -> int:
-    """Singular values above ``max(RANK_RTOL · σ_max, floor)``."""
-    return int(np.sum(s > max(RANK_RTOL * s[0], floor))) if s.size and s[0] > 0 else 0
-
-
-def second_order_term(arch: LCN, theta: Sequence[Any], n: Any) -> np.ndarray:
-    """The ``t²`` coefficient of ``μ(θ + t n)``: ``Q(n) = Σ_{l<l'} μ(θ; w_l → n_l, w_l' → n_l')``.
-
-    μ is multilinear, so ``μ(θ + t n) = μ(θ) + t Jμ(θ) n + t² Q(n) + O(t³)``; ``n`` is a flat
-    direction in parameter order (shape ``(n_params,)``). Zero for ``L = 1`` (μ is linear).
-
-    >>> a = LCN((2, 2), (1,))
-    >>> second_order_term(a, [[1.0, 2.0], [1.0, -1.0]], [1.0, 0.0, 0.0, 1.0]).tolist()  # 1 · z
-    [0.0, 1.0, 0.0]
-    """
-    th = validate_params(arch, theta)
-    flat = np.asarray(n, dtype=np.float64).ravel()
-    if flat.size != arch.n_params:
-        raise ValueError(f"n has {flat.size} entries: expected n_params = {arch.n_params}")
-    parts, off = [], 0
-    for w in th:
-        parts.append(flat[off : off + w.size].reshape(w.shape))
-        off += w.size
-    out = np.zeros(arch.out_shape)
-    for a, b in itertools.combinations(range(arch.L), 2):
-        swapped = list(th)
-        swapped[a], swapped[b] = parts[a], parts[b]
-        out += mu(arch, swapped)
-    return out
-
-
-def sigma_floor(arch: LCN, theta: Sequence[Any], v: Any) -> float:
-    """Accuracy floor of ``σ_dimM(Jμ(θ))`` at a fiber point ``θ`` rebuilt from ``v``.
-
-    ``θ`` solves ``μ(θ) = v`` to ``τ = ‖μ(θ) − v‖ + γ ‖μ(|θ|)‖``: its residual plus the standard
-    round-off bound of evaluating μ (each entry of ``v`` is a sum of at most ``Π_{l≥2} k_l``
-    products of ``L`` factors, ``γ = (L − 1 + Π_{l≥2} k_l) · ε``; ``|θ|`` entrywise). If ``θ`` is
-    ``t n`` away from an exactly critical ``θ*`` along its extra null direction ``n``
-    (``Jμ(θ*) n = 0``, ``‖n‖ = 1``), then ``μ(θ) − μ(θ*) ≈ t² Q(n)`` (:func:`second_order_term`)
-    and ``Jμ(θ) n ≈ 2 t Q(n)``: a point within ``τ`` of a critical one can show
-    ``σ_dimM ≈ 2√(τ ‖Q(n)‖)``. Returned: ``FLOOR_FACTOR · 2√(τ ‖Q(n)‖)``, with ``n`` the right
-    singular vector of ``σ_dimM`` at ``θ``. The floor is homogeneous like ``σ_dimM`` (scaling
-    ``v`` by ``c`` scales both by ``c^{(L−1)/L}``), and zero for ``L = 1``. Like the ranks it
-    qualifies, it is evaluated at the balanced point of ``θ``'s rescaling orbit
-    (:func:`~.metric.balanced_representative`).
-    """
-    given = validate_params(arch, theta)
-    th = balanced_representative(arch, given)
-    v = np.asarray(v, dtype=np.float64).reshape(arch.out_shape)
-    _, _, Vt = np.linalg.svd(jacobian(arch, th))
-    q = float(np.linalg.norm(second_order_term(arch, th, Vt[arch.dim_M - 1])))
-    gamma = (arch.L - 1 + int(np.prod([w.size for w in th[1:]]))) * np.finfo(np.float64).eps
-    # τ of θ as given (μ(θ) and μ(|θ|) are the same along the orbit, up to rounding)
-    tau = float(np.linalg.norm(mu(arch, given) - v)) + gamma * float(
-        np.linalg.norm(mu(arch, [np.abs(w) for w in given]))
-    )
-    return FLOOR_FACTOR * 2.0 * float(np.sqrt(tau * q))
-
-
-def rebuilt_point_rtol(arch: LCN, theta: Sequence[Any], v: Any) -> float:
-    """Relative rank threshold of a fiber point rebuilt from ``v``: ``max(RANK_RTOL, floor/σ_max)``.
-
-    ``floor`` is :func:`sigma_floor`; capped just below 1 (only ``σ_max`` then counts), which a
-    converged fiber point does not reach (its floor is of the order ``√ε · σ_max``). Pass it as
-    ``rtol`` to :func:`~.metric.is_smooth_point`.
-    """
-    th = balanced_representative(arch, validate_params(arch, theta))
-    smax = float(np.linalg.norm(jacobian(arch, th), 2))
-    if smax == 0.0:
-        return RANK_RTOL
-    return min(max(RANK_RTOL, sigma_floor(arch, theta, v) / smax), float(np.nextafter(1.0, 0.0)))
-
-
 def min_root_gap(v: np.ndarray) -> float:
     """``min_{i≠j} |z_i − z_j| / max(1, |z_i|, |z_j|)`` over the finite roots of a 1-D ``v``.
 
@@ -232,9 +155,9 @@ def classify_locus(
     """Classify ``v`` (or ``μ(θ)``) as smooth / crossing / critical / zero / off-manifold.
 
     Exactly one of ``v`` and ``theta`` must be given. ``delta`` defaults to ``δ(θ)`` or to 0.
-    With ``v=`` the fiber points' ranks discount singular values below their :func:`sigma_floor`
-    (module docstring), so the verdict does not depend on ``δ``. The network is used as given;
-    when it is not in the paper's normal form the notes say so
+    With ``v=`` the fiber points' ranks discount singular values below their floor
+    (:func:`~.accuracy.sigma_floor`, module docstring), so the verdict does not depend on ``δ``. The
+    network is used as given; when it is not in the paper's normal form the notes say so
     (:func:`~.normalize.normal_form_note`).
     """
     if (v is None) == (theta is None):
@@ -266,9 +189,11 @@ def classify_locus(
     svals = [_svals(J) for J in Js]
     # θ given: it is exact and decides (as is_smooth_point does); else each point's accuracy floor
     floors = [0.0] * len(Js) if th is not None else [sigma_floor(arch, p, v) for p in pts]
-    ranks = [_rank(s, f) for s, f in zip(svals, floors, strict=True)]
+    ranks = [floored_rank(s, f) for s, f in zip(svals, floors, strict=True)]
     fiber_J = Js[1:] if th is not None else Js
-    pair_ranks = [_rank(_svals(np.hstack([a, b]))) for a, b in itertools.combinations(fiber_J, 2)]
+    pair_ranks = [
+        floored_rank(_svals(np.hstack([a, b]))) for a, b in itertools.combinations(fiber_J, 2)
+    ]
     if not pts and th is None:
         cls: Classification = "off_manifold"
         notes.append(f"no fiber point over v (best residual {rep.residual:.3g})")
@@ -278,7 +203,7 @@ def classify_locus(
         floored = [
             (s[m - 1], f)
             for s, f in zip(svals, floors, strict=True)
-            if _rank(s) >= m and _rank(s, f) < m
+            if floored_rank(s) >= m and floored_rank(s, f) < m
         ]
         if floored:
             notes.append(

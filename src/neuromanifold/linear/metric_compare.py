@@ -30,7 +30,7 @@ is *the* NTK of every initialisation with invariants ``δ`` only where the fiber
 numbers then compare the metrics on the one sheet reached (``notes`` says so;
 :func:`~.fiber.lcn_fiber` lists all sheets). The metric needs ``rank K = dim M``: each point's
 regularity report is included (its rank threshold allows for the point's accuracy,
-:func:`~.locus.rebuilt_point_rtol`) and pairs with a singular ``K|_{T_vM}`` (eigenvalues at or
+:func:`~.accuracy.rebuilt_point_rtol`) and pairs with a singular ``K|_{T_vM}`` (eigenvalues at or
 below ``RTOL_RANK · λ_max``) have ``defined = False``; when both points are regular, ``K`` is only
 ill-conditioned there and ``notes`` says so.
 
@@ -50,10 +50,11 @@ from typing import Any
 import numpy as np
 
 from neuromanifold.linear._json import as_lists, as_tuples, finite_or_none
+from neuromanifold.linear.accuracy import rebuilt_point_rtol
 from neuromanifold.linear.architecture import LCN, _is_int, _is_real, validate_params
 from neuromanifold.linear.fiber import check_lcn_target
 from neuromanifold.linear.invariants import sq_norms
-from neuromanifold.linear.locus import LocusReport, classify_locus, rebuilt_point_rtol
+from neuromanifold.linear.locus import LocusReport, classify_locus
 from neuromanifold.linear.metric import (
     RTOL_RANK,
     SmoothPointReport,
@@ -106,7 +107,7 @@ class DeltaMetric:
             its threshold.
         smooth: :func:`~.metric.is_smooth_point` at ``theta`` (rank of ``Jμ``, ``σ_dimM``,
             ``σ_{dimM+1}``, ``rtol``; a self-crossing passes it, spec §4.2), with
-            ``rtol = max(RTOL_RANK, σ_floor / σ_max)`` (:func:`~.locus.rebuilt_point_rtol`): the
+            ``rtol = max(RTOL_RANK, σ_floor / σ_max)`` (:func:`~.accuracy.rebuilt_point_rtol`): the
             point is rebuilt from ``v`` to the Gauss–Newton tolerance, so a critical point can
             show ``σ_dimM`` up to about ``√(residual)`` (spec §4.6 example: ``σ_dimM / σ_max`` of
             ``1e-7`` to ``3e-7``, far above ``RTOL_RANK``); singular values below that floor

@@ -22,10 +22,12 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from neuromanifold.linear import _lsq
+from neuromanifold.linear.fiber_numeric import CURVE_STEP
 from neuromanifold.linear.fiber_report import (
     FiberReport,
     RouteSummary,
     build_report,
+    continuum_note,
     dedupe_points,
 )
 from neuromanifold.linear.metric import RTOL_RANK
@@ -202,6 +204,17 @@ def relu_fiber(
     residuals = [s * good[i].residual for i in keep]
     ntks = [relu_ntk(net, p, X) for p in points]
     fiber_dim = _lsq.null_dimension(jac(x0u), rtol=RANK_RTOL)
+    # a positive null dimension alone can be an isolated singular point: step off θ0 along it
+    # (s25 trial LIN #3: a dimension-1 fiber's 6 samples were reported as 6 points, no note)
+    is_curve = bool(fiber_dim) and _lsq.curve_through(
+        fun,
+        jac,
+        x0u,
+        step=CURVE_STEP * max(float(np.linalg.norm(x0u)), 1.0),
+        tol=FIBER_RTOL,
+        rtol=RANK_RTOL,
+    )
+    continuum = continuum_note(fiber_dim if is_curve else 0, len(points))
     route = RouteSummary(
         name=f"numeric-{notion}",
         applicable=True,
@@ -226,7 +239,8 @@ def relu_fiber(
         routes=[route],
         routes_agree=None,
         fiber_dimension=fiber_dim,
-        notes=(f"fiber notion: {notion}",),
+        continuum=is_curve,
+        notes=(f"fiber notion: {notion}", *([continuum] if continuum else [])),
     )
     return _with_route_count(report)
 

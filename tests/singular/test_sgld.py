@@ -10,6 +10,7 @@ from torch import nn
 
 from neuromanifold.singular.closed_forms import rrr
 from neuromanifold.singular.llc_convergence import (
+    MAX_DRIFT,
     MAX_RHAT,
     MIN_MALA_ACCEPTANCE,
     calibrate_step,
@@ -63,6 +64,30 @@ def test_rrr_llc_within_tolerance() -> None:
     assert all(MIN_MALA_ACCEPTANCE <= a <= 1.0 for a in res.mala_acceptance)
     assert res.n_passes == 1 + 4 * (1 + 500)
     assert len(res.loss_trace) == 4 and len(res.loss_trace[0]) == 500
+
+
+def test_drift_flags_the_uncalibrated_default_and_passes_a_calibrated_run() -> None:
+    """s25 audit TRIPLE #2: the default (ε, γ) = (1e-4, 100) on RRR(3, 2, 3) at truth 0 gives
+    λ̂ ≪ λ = 5/2 with acceptance and R̂ that look healthy; ``drift`` (the half-to-half move of
+    the post-burn-in loss, over λ̂) is what shows it, and a calibrated run passes the rule."""
+    loss, params, x, y = rrr_problem(3, 2, 3, 0)
+    lam = rrr(3, 2, 3, 0).lam_float
+    default = sgld_llc(loss, params, x, y)  # SGLDConfig(): 4 chains × 1000 draws
+    assert default.llc is not None and default.llc < 0.2 * lam, default.llc
+    assert default.rhat is not None and default.rhat < MAX_RHAT  # healthy-looking ...
+    assert min(default.mala_acceptance) > MIN_MALA_ACCEPTANCE
+    assert default.drift is not None and default.drift > MAX_DRIFT  # ... but not settled
+    calibrated = sgld_llc(
+        loss, params, x, y, config=SGLDConfig(lr=3e-3, gamma=1.0, num_draws=400, burnin=100)
+    )
+    assert calibrated.drift is not None and calibrated.drift <= MAX_DRIFT
+    assert abs(calibrated.llc - lam) / lam < RTOL_LLC, calibrated.llc
+    # the property is the formula on the stored traces, and the JSON carries it
+    tr = torch.tensor(calibrated.loss_trace, dtype=torch.float64)[:, 100:]
+    h = tr.shape[1] // 2
+    by_hand = calibrated.nbeta * abs(float(tr[:, h:].mean() - tr[:, :h].mean())) / calibrated.llc
+    assert calibrated.drift == pytest.approx(by_hand, rel=1e-12)
+    assert calibrated.to_dict()["drift"] == calibrated.drift
 
 
 def test_deterministic_for_fixed_seed_and_seed_matters() -> None:

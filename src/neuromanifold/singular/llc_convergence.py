@@ -181,15 +181,15 @@ class StepCalibration:
         }
 
 
-def _judge(res: SGLDResult, burnin: int, min_acc: float, max_rhat: float, max_drift: float):
+def _judge(res: SGLDResult, min_acc: float, max_rhat: float, max_drift: float):
     acc = sum(res.mala_acceptance) / len(res.mala_acceptance) if res.mala_acceptance else None
     if res.diverged or res.llc is None:
         return acc, None, False, "diverged"
     if not res.llc > 0:
         return acc, None, False, "llc <= 0"
-    tr = torch.tensor(res.loss_trace, dtype=torch.float64)[:, burnin:]
-    h = tr.shape[1] // 2
-    drift = res.nbeta * abs(float(tr[:, h:].mean() - tr[:, :h].mean())) / res.llc
+    drift = res.drift  # over the post-burn-in draws (res.config.burnin)
+    if drift is None:
+        return acc, None, False, "too few draws for a drift"
     if acc is None or acc < min_acc:
         return acc, drift, False, f"MALA acceptance {acc:.3f} < {min_acc}"
     if res.rhat is not None and res.rhat > max_rhat:
@@ -237,7 +237,7 @@ def calibrate_step(
         for lr in sorted(lrs, reverse=True):
             cfg = SGLDConfig(**{**base.to_dict(), "lr": float(lr), "gamma": float(gamma)})
             res = sgld_llc(loss_fn, params, x, y, config=cfg)
-            acc, drift, ok, why = _judge(res, base.burnin, min_acceptance, max_rhat, max_drift)
+            acc, drift, ok, why = _judge(res, min_acceptance, max_rhat, max_drift)
             trials.append(
                 StepTrial(
                     lr=float(lr),

@@ -175,6 +175,9 @@ def test_survey_command_writes_outputs(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "indices must lie in 0..9" in res.output
     res = runner.invoke(app, ["lcn", "survey", "--rows", "2,0,2"], env={"COLUMNS": "200"})
     assert res.exit_code == 2 and "row(s) [2] given more than once" in res.output
+    # an empty list says so (s25 trial LIN: it said "indices must lie in 0..9")
+    res = runner.invoke(app, ["lcn", "survey", "--rows", ""], env={"COLUMNS": "200"})
+    assert res.exit_code == 2 and "--rows '': no row given" in res.output
 
 
 def test_survey_rows_option_keeps_each_rows_samples(tmp_path: Path) -> None:

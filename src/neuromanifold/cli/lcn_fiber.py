@@ -198,8 +198,12 @@ def survey_command(
         repeated = sorted({i for i in idx if idx.count(i) > 1})
         if repeated:  # a repeated row ran and printed twice (session 14 trial N)
             raise typer.BadParameter(f"--rows {rows!r}: row(s) {repeated} given more than once")
+        if not idx:
+            raise typer.BadParameter(
+                f"--rows {rows!r}: no row given; name rows 0..{n_rows - 1}, e.g. --rows 0,3"
+            )
         bad = [i for i in idx if not 0 <= i < n_rows]
-        if bad or not idx:
+        if bad:
             raise typer.BadParameter(f"--rows {rows!r}: indices must lie in 0..{n_rows - 1}")
     t0 = time.perf_counter()
     with stderr_progress(  # progress, not output: stdout may hold the JSON

@@ -278,7 +278,8 @@ def _regime_note(arch: LCN) -> str:
             f"D = 1, all strides{which} > 1: on the smooth locus the (v, δ)-fiber is one sign "
             "orbit (spec §4.1), so each K_δ(v) is the NTK of every initialisation with that δ; a "
             "self-crossing v (spec §4.2) has other sheets this comparison does not see "
-            "(locus=True / lcn_fiber find them)."
+            "(locus=True / lcn_fiber find them; on the command line lcn compare --locus and "
+            "lcn fiber)."
         )
     if red.D == 1:
         ones = [i + 1 for i, s in enumerate(inner) if s[0] == 1]
@@ -287,7 +288,8 @@ def _regime_note(arch: LCN) -> str:
             "not be a function of (v, δ) (spec §4.3): regrouping real roots between layers gives "
             "other sheets with, in general, other NTKs (for two layers they coincide at δ = 0). "
             "The metrics compared here are those of one sheet: the first fiber point and its "
-            "Lemma rescalings (locus=True / lcn_fiber search all sheets)."
+            "Lemma rescalings (locus=True / lcn_fiber search all sheets; on the command line lcn "
+            "compare --locus and lcn fiber)."
         )
     return (
         f"D = {arch.D}: determinacy of K_δ(v) is not asserted from the architecture (spec §4.4: "

@@ -150,8 +150,8 @@ class Categorical:
     equals it has no label. It adds nothing to ``log_likelihood`` and ``empirical_quadratic``, and
     the labelled checks zero its output tangents (`labelled_only`), so their null statistics are
     those of the labelled positions alone. The Fisher itself integrates labels out and reads
-    every position the model returns: to leave padding out of it, return the padded positions'
-    logits no more.
+    every position the model returns: to leave padding out of the Fisher too, have the model
+    return only the positions to read.
 
     >>> import torch
     >>> logits = torch.zeros(1, 2, dtype=torch.float64)
@@ -247,7 +247,7 @@ class Categorical:
         [1.0, 0.0]
         """
         mask = self.label_mask(y)
-        return jv if mask is None else jv * mask.unsqueeze(-1).to(jv.dtype)
+        return jv if mask is None else torch.where(mask.unsqueeze(-1), jv, 0.0)
 
     def quadratic(self, out: Tensor, jv: Tensor) -> Tensor:
         """``q_i = Σ_positions Σ_c p_c (jv_c − Σ_c' p_c' jv_c')²``, shape ``(N,)``."""

@@ -164,22 +164,6 @@ def test_launch_local_says_when_the_warm_up_read_fails() -> None:
     assert "data of shape (2, 4) does not fit the model" in message
 
 
-def wrong_width_labelled_net() -> SimpleNamespace:
-    """`wrong_width_net` with labels: the probe set is a pair ``(x, y)``."""
-    net = wrong_width_net()
-    return SimpleNamespace(
-        model=net.model, data=(net.data, torch.zeros(12, 2, dtype=torch.float64)), family=net.family
-    )
-
-
-def test_launch_local_warms_up_on_labelled_data_too() -> None:
-    """Labelled data gets the warm-up read too (before, only a bare tensor did, so a labelled
-    read's timing held its first-call costs): its error quotes the warm-up's samples."""
-    with pytest.raises(ValueError, match=r"^the warm-up read on the first 2 of 12 samples "):
-        factory = "test_distributed:wrong_width_labelled_net"
-        launch_local(1, factory, read_kwargs={"progress": False})
-
-
 def test_torchrun_cli_reads_on_two_ranks_and_only_rank_zero_writes(tmp_path) -> None:
     """``torchrun --nproc_per_node 2 -m neuromanifold read`` (gloo) equals the in-process read."""
     import json

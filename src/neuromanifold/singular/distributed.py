@@ -397,18 +397,16 @@ def _worker(
     try:
         init_from_env(torch.device("cpu"))
         net = _factory(factory)(**factory_kwargs)
-        labelled = isinstance(net.data, tuple | list)
-        x, y = (net.data[0], net.data[1]) if labelled else (net.data, None)
-        k = min(2 * world, x.shape[0]) if isinstance(x, Tensor) else 0
-        warm = (x[:k], y[:k]) if isinstance(y, Tensor) else x[:k] if not labelled else None
-        if k and warm is not None:  # first-call costs (lazy imports, kernels) outside the timing
-            try:  # labelled: the checks' first calls too
+        x = net.data[0] if isinstance(net.data, tuple | list) else net.data
+        warm = net.data[: min(2 * world, x.shape[0])] if isinstance(net.data, Tensor) else None
+        if warm is not None:  # first-call costs (lazy imports, kernels) outside the timing
+            try:
                 read_sharded(net.model, warm, net.family, **{**read_kwargs, "progress": False})
             except ValueError as err:  # its shapes are the warm-up's, not the user's shards
-                if k == x.shape[0]:  # the whole probe set: the read's own error
+                if warm.shape[0] == x.shape[0]:  # the whole probe set: the read's own error
                     raise
                 raise ValueError(
-                    f"the warm-up read on the first {k} of {x.shape[0]} samples "
+                    f"the warm-up read on the first {warm.shape[0]} of {x.shape[0]} samples "
                     f"(before the timed read) failed: {err}"
                 ) from err
         dist.barrier()

@@ -120,10 +120,21 @@ def _assert_same(a: Any, b: Any, where: str = "") -> None:
 # the family itself
 
 
-@pytest.mark.parametrize("bad", [0, 3, True, 1.5, "-100"])
-def test_ignore_index_must_be_a_negative_integer(bad: object) -> None:
+@pytest.mark.parametrize("bad", [0, 3, True, 1.5, -100.0, "-100", -(2**63) - 1])
+def test_ignore_index_must_be_a_negative_int64(bad: object) -> None:
     with pytest.raises(ValueError, match=r"ignore_index must be a negative integer"):
         Categorical(ignore_index=bad)  # type: ignore[arg-type]
+
+
+def test_an_integer_of_another_type_is_stored_as_an_int() -> None:
+    """s25 audit IGNORE #3: np.int64(−100) was refused with a message about class indices."""
+    import numpy as np
+
+    fam = Categorical(ignore_index=np.int64(IGNORE))  # type: ignore[arg-type]
+    assert fam == Categorical(ignore_index=IGNORE) and type(fam.ignore_index) is int
+    assert json.dumps(fam.to_dict()) == '{"name": "categorical", "ignore_index": -100}'
+    with pytest.raises(ValueError, match=r"got -100.0 of type float"):
+        Categorical(ignore_index=-100.0)  # type: ignore[arg-type]
 
 
 def test_log_likelihood_is_torchs_cross_entropy_with_its_ignore_index() -> None:
@@ -278,6 +289,18 @@ def test_read_with_an_ignore_index_checks_the_labelled_positions() -> None:
     assert reading.meta["critical_check"]["not_critical"]
 
 
+def test_read_refuses_labels_that_are_all_the_ignore_index() -> None:
+    """s25 audit IGNORE #2: every label −100 read as a pass (slope 0, se 0, z None, no note)."""
+    x, y_full, _ = _data(adversarial=True)
+    with pytest.raises(ValueError, match=r"^every label is the ignore index -100: the labelled"):
+        read(
+            SeqNet(gather=False),
+            (x, torch.full_like(y_full, IGNORE)),
+            Categorical(ignore_index=IGNORE),
+            progress=False,
+        )
+
+
 FACTORY = "nm_ignore_index_models"
 
 
@@ -313,6 +336,18 @@ def test_cli_reads_with_the_ignore_index(tmp_path: Path, monkeypatch: pytest.Mon
     assert "output family: categorical, label -100 = no label (--family)" in r.output
     meta = json.loads(out.read_text())["meta"]
     assert meta["family"] == {"name": "categorical", "ignore_index": IGNORE}
+
+
+def test_cli_ignore_index_without_labels_is_refused(tmp_path, monkeypatch) -> None:
+    """s25 audit IGNORE #2: on data without labels the option changed nothing, without a word."""
+    _cli_files(tmp_path, monkeypatch)
+    x, _, _ = _data(adversarial=True)
+    bare = tmp_path / "x.pt"
+    torch.save(x, bare)
+    args = ["read", "--model", f"{FACTORY}:net", "--data", str(bare), "--family", "categorical"]
+    r = CliRunner().invoke(app, [*args, "--ignore-index", "-100"], env={"COLUMNS": "200"})
+    assert r.exit_code == 2, r.output
+    assert "the probe data has none" in " ".join(r.output.split())
 
 
 def test_cli_without_the_ignore_index_refuses_the_label(tmp_path, monkeypatch) -> None:

@@ -181,6 +181,34 @@ def test_an_out_of_range_label_in_one_shard_is_refused_on_every_rank() -> None:
         )
 
 
+def ignored_labels_on_one_shard(everywhere: bool = False) -> SimpleNamespace:
+    """Factory for `launch_local`: 40 samples, three classes, ignore index −100 on the first
+    shard's labels (``everywhere``: on every label)."""
+    x, _ = _xy(40)
+    labels = torch.arange(40) % 3
+    labels[: 40 if everywhere else 20] = -100
+    fam = Categorical(ignore_index=-100)
+    return SimpleNamespace(model=_classifier(3), data=(x, labels), family=fam)
+
+
+def test_all_ignored_labels_are_refused_only_when_no_rank_has_a_label() -> None:
+    """The count of labelled positions is all-reduced before any rank can raise: a shard with
+    none is fine while the other has labels, and labels that are all −100 are refused on every
+    rank (s25 audit IGNORE #2), with no rank left waiting in the collective."""
+    ranks = dp.launch_local(
+        2, "test_read_labels:ignored_labels_on_one_shard", read_kwargs={"progress": False}
+    )
+    check = ranks[0]["reading"]["meta"]["critical_check"]
+    assert check["n_test"] == 20 and check["z"] is not None, check  # rank 1's labels are read
+    with pytest.raises(ValueError, match=r"^every label is the ignore index -100"):
+        dp.launch_local(
+            2,
+            "test_read_labels:ignored_labels_on_one_shard",
+            factory_kwargs={"everywhere": True},
+            read_kwargs={"progress": False},
+        )
+
+
 def test_integer_labels_with_the_gaussian_family_point_to_the_categorical_one() -> None:
     """s22 trial LM #4: class indices read with the default Gaussian family were refused with
     the shapes only; the message now names the Categorical family (and still the user's N)."""

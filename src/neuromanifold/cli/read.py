@@ -465,7 +465,9 @@ def register(app: typer.Typer) -> None:
             "--ignore-index",
             metavar="INT",
             help="categorical labels equal to this negative integer mark positions without a "
-            "label (torch's cross_entropy uses -100): the labelled checks leave them out",
+            "label (torch's cross_entropy uses -100): the labelled checks leave them out; y[:, t] "
+            "is the label of logits[:, t] (shift Hugging Face labels: y = labels[:, 1:] against "
+            "logits[:, :-1])",
         ),
         max_directions: int | None = typer.Option(
             None,
@@ -658,6 +660,11 @@ def register(app: typer.Typer) -> None:
                 fam = Categorical(ignore_index=ignore_index)
             except ValueError as err:
                 raise typer.BadParameter(f"--ignore-index: {err}") from None
+            if not isinstance(x, tuple | list):  # no labels: no labelled check would run
+                raise typer.BadParameter(
+                    "--ignore-index marks labels, and the probe data has none (give --data a "
+                    "file with 'y' beside 'x', or a pair (x, y))"
+                )
         family_line = _family_label(family, default_family, fam)
         options = {
             "max_directions": max_directions,

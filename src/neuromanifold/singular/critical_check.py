@@ -12,7 +12,8 @@ even ones (``A``) choose a direction, the odd ones (``B``) test it,
 
     d = ∇_θ Σ_{i∈A} ℓ_i(θ0) / ‖·‖      (reverse mode, every parameter of the model)
     S = Σ_{i∈B} g_i(d),   g_i(d) = ∂_t ℓ_i(θ0 + t·d)|₀ = ∂_out ℓ_i · J_i d
-    V = Σ_{i∈B} q_i(J_i d)             (the family's Fisher quadratic, `OutputFamily.quadratic`)
+    V = Σ_{i∈B} q_i(J_i d)             (the family's Fisher quadratic, `OutputFamily.quadratic`;
+                                        over labelled positions where an ignore index marks some)
     z = S / √V.
 
 Under the null, ``E[g_i | x_i] = 0`` and ``Var[g_i | x_i] = q_i(J_i d)`` (Gaussian:

@@ -26,11 +26,15 @@ score ``s_i = ∂_t log p(y_i | x_i, θ + t u)`` (summed over positions for sequ
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
+
+#: The smallest label value a torch int64 tensor holds (an ignore index below it cannot occur).
+INT64_MIN = -(2**63)
 
 
 def _shape(t: Tensor) -> str:
@@ -147,11 +151,14 @@ class Categorical:
     ``quadratic`` returns ``Σ_positions Var_{c∼p}[jv_c]``; a constant tangent (logit shift) gives 0.
 
     ``ignore_index`` (a negative integer such as torch's −100, or ``None``): a position whose label
-    equals it has no label. It adds nothing to ``log_likelihood`` and ``empirical_quadratic``, and
-    the labelled checks zero its output tangents (`labelled_only`), so their null statistics are
-    those of the labelled positions alone. The Fisher itself integrates labels out and reads
-    every position the model returns: to leave padding out of the Fisher too, have the model
-    return only the positions to read.
+    equals it has no label. ``y[:, t]`` is the label of ``logits[:, t]``: for a causal language
+    model the token that position predicts, ``input_ids[:, t + 1]`` (−100 at the last position);
+    Hugging Face ``labels`` are the unshifted ids (the model shifts them in its own loss), so shift
+    them first, ``y = labels[:, 1:]`` against ``logits[:, :-1]``. Such a position adds nothing to
+    ``log_likelihood`` and ``empirical_quadratic``, and the labelled checks zero its output tangents
+    (`labelled_only`), so their null statistics are those of the labelled positions alone. The
+    Fisher itself integrates labels out and reads every position the model returns: to leave padding
+    out of the Fisher too, have the model return only the positions to read.
 
     >>> import torch
     >>> logits = torch.zeros(1, 2, dtype=torch.float64)
@@ -171,11 +178,20 @@ class Categorical:
 
     def __post_init__(self) -> None:
         i = self.ignore_index
-        if i is not None and (isinstance(i, bool) or not isinstance(i, int) or i >= 0):
+        if i is None:
+            return
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral):
             raise ValueError(
                 f"Categorical ignore_index must be a negative integer (such as -100) or None; got "
-                f"{i!r} (a class index in [0, C) cannot mark positions without a label)"
+                f"{i!r} of type {type(i).__name__}"
             )
+        if not INT64_MIN <= int(i) < 0:
+            raise ValueError(
+                f"Categorical ignore_index must be a negative integer (such as -100) of int64 "
+                f"range or None; got {int(i)} (a class index in [0, C) cannot mark positions "
+                "without a label)"
+            )
+        object.__setattr__(self, "ignore_index", int(i))  # a NumPy or torch integer: an int
 
     @property
     def name(self) -> str:

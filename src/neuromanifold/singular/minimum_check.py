@@ -29,7 +29,8 @@ Hessian ``M = (1/N) Σ_i C_i`` follows by polarisation (``C_i[j, k] = (c_i(û_j 
 − c_i(û_k))/2``), and along ``u = Σ_j a_j û_j`` the slope ``ḡ = (1/N) Σ_i Σ_j a_j g_i(û_j)``.
 
 **The test.** Under the null, ``E[g_i | x_i] = 0`` with variance ``q_i(ḟ_i)`` (the family's
-Fisher quadratic form, `OutputFamily.quadratic`: the read's own ``F_u`` summed), and
+Fisher quadratic form, `OutputFamily.quadratic`: the read's own ``F_u`` summed, over the
+labelled positions only where a `Categorical` ignore index marks some), and
 ``c_i = q_i(ḟ_i) + ∂_out ℓ_i·f̈_i`` is a Gauss–Newton term ≥ 0 plus a residual of mean 0 and
 variance ``q_i(f̈_i)`` (for both families ``∂²_out ℓ`` does not depend on the label). These
 **model-based** standard errors, ``se(ḡ) = √(Σ_i q_i(ḟ_i(u)))/N`` and, along the span's

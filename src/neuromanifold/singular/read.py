@@ -158,11 +158,21 @@ def _check_all_labels(family: Any, out: Tensor, labels: Tensor) -> None:
     """A family's own ``check_labels`` (the categorical range ``[0, C)``) on every label of this
     rank's shard, against the sub-batch's output broadcast to the shard's size (a view: no
     output is computed). `_check_labels` reads only the first samples, and an out-of-range label
-    past them was met only when the labelled-loss check ran, after the sweeps (s21 note)."""
+    past them was met only when the labelled-loss check ran, after the sweeps (s21 note). With
+    an ignore index, labels that are all of it are refused too (s25 audit IGNORE #2)."""
+    # the labelled positions of every rank, counted before any rank can raise (a collective)
+    mask = getattr(family, "label_mask", lambda y: None)(labels)
+    count = None if mask is None else torch.tensor([float(mask.sum())], dtype=torch.float64)
+    if count is not None and world_size() > 1:
+        torch.distributed.all_reduce(count)
     check = getattr(family, "check_labels", None)
-    if check is None or labels.ndim == 0 or labels.shape[0] == 0:
-        return
-    check(out[:1].expand(labels.shape[0], *out.shape[1:]), labels)
+    if check is not None and labels.ndim > 0 and labels.shape[0] > 0:
+        check(out[:1].expand(labels.shape[0], *out.shape[1:]), labels)
+    if count is not None and float(count[0]) == 0.0:  # every label is the ignore index
+        raise ValueError(
+            f"every label is the ignore index {family.ignore_index}: the labelled checks would "
+            "read nothing (is the pad value right?); pass data without labels to read without them"
+        )
 
 
 def _with_leading_size(message: str, n_sub: int, n_all: int) -> str:

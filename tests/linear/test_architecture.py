@@ -151,7 +151,7 @@ def test_complex_parameters_and_targets_are_refused() -> None:
     ComplexWarning; now θ, a flat x, v and δ that are complex are refused by name."""
     import warnings
 
-    from neuromanifold.linear import lcn_fiber, mu
+    from neuromanifold.linear import delta, lcn_fiber, mu, ntk_from_function
 
     arch = LCN((2, 2), (2,))
     with warnings.catch_warnings():
@@ -164,3 +164,8 @@ def test_complex_parameters_and_targets_are_refused() -> None:
             lcn_fiber(arch, [1, 2, 1 + 0j, 2], [0])
         with pytest.raises(ValueError, match=r"^delta is complex"):
             lcn_fiber(arch, [1, 2, 1, 2], [1j])
+        # s25b audit RERUN: these still dropped the imaginary part
+        with pytest.raises(ValueError, match=r"^theta\[1\] is complex"):
+            delta([np.ones(2), np.array([1.0, 1j])])
+        with pytest.raises(ValueError, match=r"^v is complex"):
+            ntk_from_function(arch, np.array([1, 2, 1, 2j]), [0.0])

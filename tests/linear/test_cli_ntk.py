@@ -193,6 +193,16 @@ def test_theta_whose_products_underflow_is_refused() -> None:
     assert "rank J" not in res.output
 
 
+def test_theta_with_a_zero_filter_whose_ntk_underflows_is_refused() -> None:
+    """s25b audit RERUN N1: one zero filter and two tiny ones (K ≈ 1e-440 ≠ 0) died with an
+    IndexError traceback once ntk raised on underflow; before that it printed K = 0."""
+    th = "0,0;1e-110,1e-110;1e-110,1e-110"
+    args = ["lcn", "ntk", "--filters", "2,2,2", "--strides", "2,2", "--theta", th]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert "the NTK underflows float64" in res.output and "Traceback" not in res.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

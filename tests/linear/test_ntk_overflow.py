@@ -104,3 +104,15 @@ def test_ntk_that_underflows_to_zero_is_refused() -> None:
     one_zero = [np.zeros(2), np.ones(2), np.ones(2)]
     np.testing.assert_array_equal(ntk(arch, one_zero), ntk_reference(arch, one_zero))
     assert np.any(ntk(arch, one_zero))
+
+
+def test_a_fiber_whose_ntk_underflows_says_so_in_terms_of_v() -> None:
+    """s25b audit RERUN N2: the underflow was said in terms of θ, which lcn_fiber's user did
+    not give; like the overflow, it is now said in terms of (v, δ)."""
+    from neuromanifold.linear import lcn_fiber
+
+    arch = LCN((2, 2, 2), (2, 2))
+    v = np.zeros(arch.n_v)
+    v[0] = 1e-300
+    with pytest.raises(ValueError, match=r"^the NTK over this \(v, δ\) is not representable"):
+        lcn_fiber(arch, v, [0.0, 0.0], n_starts=4)

@@ -179,8 +179,15 @@ def ntk_command(
             K = ntk(arch, th)
         except NTKOverflowError:  # said below with μ's and δ's overflow, as --theta's
             K = np.array([np.inf])
-        except NTKUnderflowError:  # said below with μ's underflow
-            K = np.zeros(1)
+        except NTKUnderflowError:
+            K = np.zeros(1)  # said below where no filter is zero, with μ's underflow
+            small = max(float(np.abs(w).max()) for w in th)
+            if not all(np.any(w) for w in th):  # one zero filter: the check below skips it
+                fail(
+                    f"--theta: the NTK underflows float64 (largest |coefficient| {small:.3g}) "
+                    "although at most one filter is zero; rescale θ (the NTK is homogeneous of "
+                    "degree 2(L − 1))"
+                )
     if not (np.isfinite(v).all() and np.isfinite(d).all() and np.isfinite(K).all()):
         big = max(float(np.abs(w).max()) for w in th)
         fail(

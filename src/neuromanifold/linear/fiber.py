@@ -282,8 +282,8 @@ def lcn_fiber(
         which = "a point" if len(ranked) == 1 else f"{len(floored)} of {len(ranked)} points"
         notes.append(
             f"{which}: σ_dimM = {sm:.3g} is below the accuracy floor {f:.3g} of a fiber point "
-            "rebuilt from v, so rank J counts it as zero: v is within round-off of a critical "
-            "value of μ (spec §4.6; see sigma_floor)"
+            "rebuilt from v, so rank J counts it as zero: v is a critical value of μ as far as "
+            "a point rebuilt from it can tell (spec §4.6; see sigma_floor)"
         )
     if not pts and not applicable:
         notes.append(

@@ -16,13 +16,15 @@ from typing import Any
 
 import numpy as np
 
+from neuromanifold.linear.architecture import real_array
+
 __all__ = ["delta", "fc_delta", "sq_norms"]
 
 
 def _as_arrays(theta: Sequence[Any], name: str) -> list[np.ndarray]:
     if isinstance(theta, np.ndarray) or not isinstance(theta, Sequence) or len(theta) == 0:
         raise TypeError(f"{name}: expected a non-empty sequence of per-layer arrays")
-    out = [np.asarray(w, dtype=np.float64) for w in theta]
+    out = [real_array(w, f"{name}[{i}]") for i, w in enumerate(theta)]
     for i, w in enumerate(out):
         if not np.all(np.isfinite(w)):
             raise ValueError(f"{name}[{i}]: entries must be finite")

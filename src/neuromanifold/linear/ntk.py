@@ -226,6 +226,15 @@ def ntk_at_fiber_point(arch: LCN, theta: Sequence[Any]) -> np.ndarray:
     ``c^{2(L−1)}``."""
     try:
         return ntk(arch, theta)
+    except NTKUnderflowError as err:
+        L = arch.L
+        raise ValueError(
+            f"the NTK over this (v, δ) is not representable in float64: K underflows to 0 at the "
+            f"fiber points found (largest |coefficient| of θ "
+            f"{max(float(np.max(np.abs(w))) for w in validate_params(arch, theta)):.3g}); "
+            f"(v, δ) ↦ (c^{L} v, c² δ) scales K by c^{2 * (L - 1)}, so read the fiber of a "
+            "larger (v, δ) (neuromanifold.linear.rescale.fiber_scale gives its scale)"
+        ) from err
     except NTKOverflowError as err:
         L = arch.L
         raise ValueError(

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from neuromanifold.linear.architecture import FC
+from neuromanifold.linear.architecture import FC, real_array
 from neuromanifold.linear.invariants import sq_norms as _sq_norms
 
 __all__ = [
@@ -59,7 +59,7 @@ def _validate(sq_norms: Any, delta: Any) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(
             f"sq_norms = {a.tolist()}: expected finite positive squared norms (non-zero filters)"
         )
-    d = np.asarray(delta, dtype=np.float64)
+    d = real_array(delta, "delta")
     if d.shape != (a.size - 1,):
         raise ValueError(f"delta has shape {d.shape}: expected ({a.size - 1},) = (L − 1,)")
     if not np.all(np.isfinite(d)):

@@ -40,6 +40,7 @@ from neuromanifold.linear.architecture import (
     Params,
     _is_int,
     flatten_params,
+    real_array,
     unflatten_params,
 )
 from neuromanifold.linear.architecture import validate_params as _validate_params
@@ -101,10 +102,10 @@ class NewtonResult:
 def _check_target(arch: LCN, v: Any, delta: Any) -> tuple[np.ndarray, np.ndarray]:
     if not isinstance(arch, LCN):
         raise TypeError(f"arch = {arch!r}: expected an LCN")
-    v = np.asarray(v, dtype=np.float64)
+    v = real_array(v, "v")
     if v.shape != arch.out_shape:
         raise ValueError(f"v has shape {v.shape}: expected arch.out_shape = {arch.out_shape}")
-    d = np.asarray(delta, dtype=np.float64)
+    d = real_array(delta, "delta")
     if d.shape != (arch.L - 1,):
         raise ValueError(f"delta has shape {d.shape}: expected ({arch.L - 1},) = (L − 1,)")
     if not (np.all(np.isfinite(v)) and np.all(np.isfinite(d))):

@@ -21,7 +21,7 @@ the row's index in :func:`default_rows` (also for a selection, ``row_indices`` o
 rows are independent, and a selected row reproduces its line of the full survey. D ≥ 2 filters
 are integers in ``[−20, 20]`` so that the rational factoring route applies; all other parameters
 are standard Gaussian. The verdicts and the rows of finite fibers (the LCN rows) reproduce
-exactly; where a fiber is a continuum (the FC rows, the ReLU dataset rows) its points are where
+exactly; where a fiber is a continuum (the FC rows, the ReLU rows) its points are where
 the Levenberg–Marquardt solves stop on it, which last-bit rounding differences (BLAS kernels, memory
 alignment) can move, so ``max_spread`` and ``mean_points`` of those rows can differ between runs
 and even between two calls in one process (s25 trial LIN #2: FC generic ``max_spread`` 0.961

@@ -73,6 +73,28 @@ def test_stride_one_runs_are_reported(tmp_path: Path) -> None:
     assert len(d["times"]) == len(d["losses"]) == len(d["drifts"]) > 1
 
 
+def test_the_json_holds_the_loss_and_each_limit() -> None:
+    """s25 trial LIN: converge.json had neither the loss nor the limits, so a recheck rebuilt the
+    seeds from the docstring. Now the loss is the seeded one, and from the JSON alone each run's
+    theta_final gives its loss_final and grad_norm again."""
+    from neuromanifold.linear.architecture import unflatten_params
+    from neuromanifold.linear.losses import QuadraticLoss
+    from neuromanifold.linear.polynomial import mu
+
+    arch = LCN((3, 2, 2), (1, 1))
+    rep = convergence_experiment(arch, n_runs=2, seed=1)
+    d = json.loads(json.dumps(rep.to_dict()))
+    seeded = random_least_squares(arch, np.random.default_rng([1, 0]))
+    np.testing.assert_array_equal(d["loss"]["A"], seeded.A)
+    np.testing.assert_array_equal(d["loss"]["b"], seeded.b)
+    loss = QuadraticLoss(np.array(d["loss"]["A"]), np.array(d["loss"]["b"]))
+    for run in d["runs"]:
+        theta = unflatten_params(arch, np.array(run["theta_final"]))
+        assert loss.value(mu(arch, theta)) == pytest.approx(run["loss_final"], rel=1e-12)
+        grad = param_grad(arch, theta, loss)
+        assert float(np.linalg.norm(grad)) == pytest.approx(run["grad_norm"], rel=1e-9)
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="n_runs must be a positive int, got 0"):
         convergence_experiment(LCN((2, 2), (2,)), n_runs=0)

@@ -114,10 +114,12 @@ class ConvergenceRun:
     times: tuple[float, ...]
     losses: tuple[float, ...]
     drifts: tuple[float, ...]
+    theta_final: tuple[float, ...] = ()  # the end point, flat in parameter order
 
     def to_dict(self, *, trajectory: bool = False) -> dict[str, Any]:
         """JSON-serialisable dict; the trajectory (times, losses, drifts) only on request."""
         d = dict(self.__dict__)
+        d["theta_final"] = list(self.theta_final)
         if not trajectory:
             for k in ("times", "losses", "drifts"):
                 d.pop(k)
@@ -199,6 +201,7 @@ def converge_run(
         times=tuple(float(t) for t in sol.t),
         losses=tuple(losses),
         drifts=tuple(drifts),
+        theta_final=tuple(float(x) for x in x_end),
     )
 
 
@@ -209,13 +212,16 @@ class ConvergenceReport:
     ``architecture`` is a description for figures and text; ``architecture_spec`` the
     architecture's ``to_dict()``, which `to_dict` writes under ``"architecture"`` (the same type
     as in ``lcn ntk``/``lcn compare``/``lcn fiber``; s15 trial T #4), the description under
-    ``"architecture_label"``.
+    ``"architecture_label"``. ``loss`` is the least-squares loss every run descends (written as
+    ``"loss": {"A", "b"}``), and each run's end point is ``theta_final``, so the limits can be
+    rechecked from the JSON alone (s25 trial LIN: the seeds had to be rebuilt from the docstring).
     """
 
     architecture: str
     runs: tuple[ConvergenceRun, ...]
     seed: int
     architecture_spec: dict[str, Any] | None = None
+    loss: QuadraticLoss | None = None
 
     def summary(self) -> dict[str, Any]:
         """Counts and extremes over the runs (critical values rounded to 1e-8 for counting)."""
@@ -239,6 +245,9 @@ class ConvergenceReport:
             "architecture": dict(spec) if spec is not None else self.architecture,
             "architecture_label": self.architecture,
             "seed": self.seed,
+            "loss": None
+            if self.loss is None
+            else {"A": self.loss.A.tolist(), "b": self.loss.b.tolist()},
             "summary": self.summary(),
             "runs": [x.to_dict() for x in self.runs],
         }
@@ -267,7 +276,7 @@ def convergence_experiment(
         runs.append(converge_run(arch, loss, theta0, index=i, t_max=t_max))
     from neuromanifold.linear.fiber import _describe  # the fiber reports' label (D-D too)
 
-    return ConvergenceReport(_describe(arch), tuple(runs), seed, arch.to_dict())
+    return ConvergenceReport(_describe(arch), tuple(runs), seed, arch.to_dict(), loss)
 
 
 #: factor by which a convergence panel's y range extends past its smallest and largest drawn

@@ -262,13 +262,12 @@ def lcn_fiber(
     pts = [all_pts[i] for i in keep]
     res = [all_res[i] for i in keep]
     thetas = [unflatten_params(arch, p) for p in pts]
-    ranked = [_rebuilt_rank(arch, th, v) for th in thetas]
+    all_ranked = [_rebuilt_rank(arch, unflatten_params(arch, p), v) for p in all_pts]
+    ranked = [all_ranked[i] for i in keep]
     applicable = [s for s in summaries if s.applicable]
     agree: bool | None = None
     if len(applicable) == 2:
-        singular = any(
-            _rebuilt_rank(arch, unflatten_params(arch, p), v)[0] < arch.dim_M for p in all_pts
-        )
+        singular = any(r < arch.dim_M for r, _, _, _ in all_ranked)
         rtol = ROUTE_AGREE_SINGULAR_RTOL if singular else ROUTE_AGREE_RTOL
         agree = applicable[0].n_points == applicable[1].n_points and _ntks_agree(
             per_route_ntks["algebraic"], per_route_ntks["numeric"], rtol

@@ -221,28 +221,22 @@ class NTKUnderflowError(ValueError):
 
 def ntk_at_fiber_point(arch: LCN, theta: Sequence[Any]) -> np.ndarray:
     """:func:`ntk` at a point the caller found on the fiber over a given ``(v, δ)``: an overflow
-    is said in terms of ``(v, δ)``, which the caller gave, rather than of ``θ``, which it did not.
-    ``θ ↦ cθ`` maps the fiber over ``(v, δ)`` onto the fiber over ``(c^L v, c² δ)`` and ``K`` by
-    ``c^{2(L−1)}``."""
+    or underflow is said in terms of ``(v, δ)``, which the caller gave, rather than of ``θ``,
+    which it did not. ``θ ↦ cθ`` maps the fiber over ``(v, δ)`` onto the fiber over
+    ``(c^L v, c² δ)`` and ``K`` by ``c^{2(L−1)}``."""
     try:
         return ntk(arch, theta)
-    except NTKUnderflowError as err:
+    except (NTKOverflowError, NTKUnderflowError) as err:
+        over = isinstance(err, NTKOverflowError)
+        what = "an entry of K overflows" if over else "K underflows to 0"
         L = arch.L
         raise ValueError(
-            f"the NTK over this (v, δ) is not representable in float64: K underflows to 0 at the "
-            f"fiber points found (largest |coefficient| of θ "
+            f"the NTK over this (v, δ) is not representable in float64: {what} at the fiber "
+            f"points found (largest |coefficient| of θ "
             f"{max(float(np.max(np.abs(w))) for w in validate_params(arch, theta)):.3g}); "
             f"(v, δ) ↦ (c^{L} v, c² δ) scales K by c^{2 * (L - 1)}, so read the fiber of a "
-            "larger (v, δ) (neuromanifold.linear.rescale.fiber_scale gives its scale)"
-        ) from err
-    except NTKOverflowError as err:
-        L = arch.L
-        raise ValueError(
-            f"the NTK over this (v, δ) is not representable in float64: an entry of K overflows "
-            f"at the fiber points found (largest |coefficient| of θ "
-            f"{max(float(np.max(np.abs(w))) for w in validate_params(arch, theta)):.3g}); "
-            f"(v, δ) ↦ (c^{L} v, c² δ) scales K by c^{2 * (L - 1)}, so read the fiber of a "
-            "smaller (v, δ) (neuromanifold.linear.rescale.fiber_scale gives its scale)"
+            f"{'smaller' if over else 'larger'} (v, δ) (neuromanifold.linear.rescale.fiber_scale "
+            "gives its scale)"
         ) from err
 
 

@@ -110,7 +110,8 @@ def test_global_notion_single_channel_cnn_is_determined() -> None:
     assert rep.n_points == 1 and rep.n_distinct_ntks == 1
     x0 = np.concatenate([np.ravel(t) for t in theta])
     (point,) = rep.point_arrays()
-    assert permutation_distance(net, np.concatenate([np.ravel(t) for t in point]), x0) == 0.0
+    # the solve started at θ0 may move it by rounding (6e-17 measured with the kink probes)
+    assert permutation_distance(net, np.concatenate([np.ravel(t) for t in point]), x0) <= ATOL_EXACT
 
 
 def test_dataset_notion_mlp_in_one_region_is_a_continuous_family() -> None:

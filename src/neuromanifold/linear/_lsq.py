@@ -14,6 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
+#: A residual map ``F: R^n → R^m`` or its Jacobian ``R^n → R^{m×n}``, on flat float64 arrays.
+Residual = Callable[[np.ndarray], np.ndarray]
+
 #: Termination tolerances handed to scipy (all three at round-off level).
 SOLVER_TOL = 1e-15
 

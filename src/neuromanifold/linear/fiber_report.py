@@ -292,3 +292,16 @@ def continuum_note(fiber_dimension: int | None, n_points: int) -> str | None:
         f"the fiber is a continuum (dimension {fiber_dimension} at the first point, "
         f"n_params − rank dΦ): the {n_points} point(s) found are samples of it, not all of it"
     )
+
+
+def continuum_elsewhere_note(n_on_curves: int, n_points: int) -> str | None:
+    """The note of a fiber whose first point is isolated but through ``n_on_curves`` of whose
+    other points found a curve of fiber points passes (``None`` when there is none): those
+    points are samples of a continuum elsewhere in the fiber."""
+    if not n_on_curves:
+        return None
+    return (
+        f"the fiber holds a continuum away from the first point: a curve of fiber points passes "
+        f"through {n_on_curves} of the {n_points} point(s) found, which are samples of it, not "
+        "all of it"
+    )

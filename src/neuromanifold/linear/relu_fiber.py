@@ -3,7 +3,8 @@
 ``Φ(θ) = (vec f_θ(Z), invariants(θ))``; the fiber of ``θ0`` is ``{θ : Φ(θ) = Φ(θ0)}`` with
 ``Z = X`` (``notion="dataset"``: θ must also keep θ0's activation pattern on ``X``, so the network
 is one linear network on the data) or ``Z = X ∪ probe`` (``notion="global"``: a seeded Gaussian
-probe set stands in for all of input space). Points are found by Levenberg–Marquardt from many
+probe set and pairs of points straddling each of θ0's kinks, :func:`kink_probes`, stand in for
+all of input space). Points are found by Levenberg–Marquardt from many
 starts and compared modulo permutations of the hidden units; the NTK of each on ``X`` decides
 determinacy. Networks, forward maps, invariants and NTKs: :mod:`neuromanifold.linear.relu`.
 
@@ -27,6 +28,7 @@ from neuromanifold.linear.fiber_report import (
     FiberReport,
     RouteSummary,
     build_report,
+    continuum_elsewhere_note,
     continuum_note,
     dedupe_points,
 )
@@ -36,6 +38,7 @@ from neuromanifold.linear.relu import (
     ReluNet,
     activation_pattern,
     check_int,
+    preactivations,
     relu_forward,
     relu_invariants,
     relu_jacobian,
@@ -47,6 +50,7 @@ from neuromanifold.linear.relu import (
 __all__ = [
     "FIBER_RTOL",
     "RANK_RTOL",
+    "kink_probes",
     "permutation_distance",
     "probe_set",
     "region_dataset",
@@ -126,6 +130,42 @@ def probe_set(net: ReluNet, n: int, rng: np.random.Generator) -> np.ndarray:
     return rng.standard_normal((n, net.input_dim))
 
 
+def kink_probes(net: ReluNet, theta: object, rng: np.random.Generator) -> np.ndarray:
+    """Probe inputs on both sides of every kink hyperplane of ``θ``, no other kink between them.
+
+    Pre-activations are linear in the input, ``z_h(x) = g_h · x`` (``g_h``: row ``h`` of
+    ``G``, ``H × d``, one row per neuron, or per channel and position). For each ``h`` with
+    ``g_h ≠ 0`` and each of ``d − 1`` unit points ``p`` drawn at random on ``{g_h · x = 0}``,
+    the pair ``x± = p ± ε ĝ_h`` with ``ε`` half the distance from ``p`` to the nearest kink
+    hyperplane not parallel to ``g_h``: ``x+`` and ``x−`` differ in unit ``h`` (and units on
+    its hyperplane) alone. Gaussian probes miss the thin wedges between nearly parallel
+    kinks (two units 1° apart: a wedge of 2/360 of the plane), and there the values on the
+    probe set no longer fix ``θ`` to first order (a false continuum, s25b audit RERUN N4);
+    a point inside each such wedge restores it. ``d = 1`` (every kink at 0): none.
+    Returns ``(2 (d − 1) H', d)`` for the ``H'`` nonzero rows; pairs are skipped where ``p``
+    lies on another kink (``ε = 0``).
+    """
+    d = net.input_dim
+    if d < 2:
+        return np.zeros((0, d))
+    G = preactivations(net, theta, np.eye(d)).reshape(d, -1).T  # z_h(x) = G[h] · x
+    norms = np.linalg.norm(G, axis=1)
+    live = norms > 0
+    Gn = G[live] / norms[live, None]
+    out: list[np.ndarray] = []
+    for h in range(Gn.shape[0]):
+        n = Gn[h]
+        others = Gn[np.abs(Gn @ n) < 1.0 - 1e-12]  # kinks not on this hyperplane
+        for _ in range(d - 1):
+            p = rng.standard_normal(d)
+            p -= (p @ n) * n
+            p /= np.linalg.norm(p)
+            eps = 0.5 * float(np.min(np.abs(others @ p))) if others.size else 0.5
+            if eps > 0:
+                out += [p + eps * n, p - eps * n]
+    return np.array(out).reshape(-1, d)
+
+
 def relu_fiber(
     net: ReluNet,
     theta0: object,
@@ -142,10 +182,12 @@ def relu_fiber(
     Fiber equations ``Φ(θ) = (vec f_θ(Z), invariants(θ)) = Φ(θ0)`` with ``Z = X`` (dataset
     notion; points must also keep θ0's activation pattern on ``X``) or ``Z = X ∪ probe`` with a
     seeded Gaussian probe set of ``probe_size`` points (global notion; default
-    ``max(60, 10·n_params)``). Levenberg–Marquardt from ``n_random`` Gaussian starts and
-    ``n_perturb`` perturbations of θ0 (relative sizes 0.05–1; these sample a continuous fiber
-    around θ0). Converged points are de-duplicated modulo unit permutations; the NTK of each
-    on ``X`` (:func:`relu_ntk`) is reported. ``fiber_dimension = n_params − rank dΦ(θ0)``.
+    ``max(60, 10·n_params)``) and θ0's :func:`kink_probes` (``2 (d − 1)`` per unit, so that the
+    values on ``Z`` fix θ0 to first order as the global function does). Levenberg–Marquardt
+    from ``n_random`` Gaussian starts and ``n_perturb`` perturbations of θ0 (relative sizes
+    0.05–1; these sample a continuous fiber around θ0). Converged points are de-duplicated
+    modulo unit permutations; the NTK of each on ``X`` (:func:`relu_ntk`) is reported.
+    ``fiber_dimension = n_params − rank dΦ(θ0)``.
     """
     if notion not in ("dataset", "global"):
         raise ValueError(f"notion must be 'dataset' or 'global', got {notion!r}")
@@ -154,7 +196,10 @@ def relu_fiber(
     rng = np.random.default_rng(seed)
     if notion == "global":
         size = probe_size if probe_size is not None else max(60, 10 * net.n_params)
-        Z = np.concatenate([X, probe_set(net, size, rng)], axis=0)
+        gauss = probe_set(net, size, rng)
+        # a generator of its own: the Gaussian probes and the starts are those drawn without it
+        kinks = kink_probes(net, (W0, A0), np.random.default_rng((seed, 1)))
+        Z = np.concatenate([X, gauss, kinks], axis=0)
     else:
         Z = X
     x0 = _flatten((W0, A0))
@@ -206,15 +251,13 @@ def relu_fiber(
     fiber_dim = _lsq.null_dimension(jac(x0u), rtol=RANK_RTOL)
     # a positive null dimension alone can be an isolated singular point: step off θ0 along it
     # (s25 trial LIN #3: a dimension-1 fiber's 6 samples were reported as 6 points, no note)
-    is_curve = bool(fiber_dim) and _lsq.curve_through(
-        fun,
-        jac,
-        x0u,
-        step=CURVE_STEP * max(float(np.linalg.norm(x0u)), 1.0),
-        tol=FIBER_RTOL,
-        rtol=RANK_RTOL,
-    )
+    is_curve = bool(fiber_dim) and _on_curve(fun, jac, x0u)
     continuum = continuum_note(fiber_dim if is_curve else 0, len(points))
+    if not is_curve:
+        # θ0 isolated: a curve can still pass through another point found (s25b audit RERUN N4:
+        # a dead unit's free direction elsewhere in the fiber), whose samples are then not all
+        on_curves = sum(_on_curve(fun, jac, pts[i]) for i in keep[1:])
+        continuum = continuum_elsewhere_note(on_curves, len(points))
     route = RouteSummary(
         name=f"numeric-{notion}",
         applicable=True,
@@ -225,7 +268,8 @@ def relu_fiber(
         n_converged=len(good),
         note="same activation pattern on X required"
         if notion == "dataset"
-        else f"global function represented on {Z.shape[0]} probe points",
+        else f"global function represented on {Z.shape[0]} points: X, {len(gauss)} Gaussian "
+        f"probes and {len(kinks)} on both sides of θ0's kinks",
     )
     report = build_report(
         architecture=net.describe(),
@@ -243,6 +287,14 @@ def relu_fiber(
         notes=(f"fiber notion: {notion}", *([continuum] if continuum else [])),
     )
     return _with_route_count(report)
+
+
+def _on_curve(fun: _lsq.Residual, jac: _lsq.Residual, x: np.ndarray) -> bool:
+    """Whether a curve of zeros of ``fun`` passes through its zero ``x`` (unit scale)."""
+    if not _lsq.null_dimension(jac(x), rtol=RANK_RTOL):
+        return False
+    step = CURVE_STEP * max(float(np.linalg.norm(x)), 1.0)
+    return _lsq.curve_through(fun, jac, x, step=step, tol=FIBER_RTOL, rtol=RANK_RTOL)
 
 
 def _phi_scale(target: np.ndarray, x0: np.ndarray) -> float:

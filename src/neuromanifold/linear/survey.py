@@ -13,7 +13,8 @@ Rows: the five rows of the paper's table (FC balanced, FC generic Δ, 1-D all st
 some stride = 1, D ≥ 2), then the rows the specification adds: D = 2 with two equal filter shapes
 and no stride between them, and the shallow ReLU CNN (one filter, stride > 1) and MLP, each under
 two notions of fiber — same outputs on a dataset inside one activation region (every unit active
-there), and same global function (represented on a seeded probe set). Each row states its notion.
+there), and same global function (represented on a seeded probe set and on points on both sides
+of each kink, :func:`~neuromanifold.linear.relu_fiber.kink_probes`). Each row states its notion.
 
 Sampling: every sample uses its own generator ``default_rng([seed, row, sample])``, ``row`` being
 the row's index in :func:`default_rows` (also for a selection, ``row_indices`` of
@@ -21,7 +22,7 @@ the row's index in :func:`default_rows` (also for a selection, ``row_indices`` o
 rows are independent, and a selected row reproduces its line of the full survey. D ≥ 2 filters
 are integers in ``[−20, 20]`` so that the rational factoring route applies; all other parameters
 are standard Gaussian. The verdicts and the rows of finite fibers (the LCN rows) reproduce
-exactly; where a fiber is a continuum (the FC rows, the ReLU rows) its points are where
+exactly; where a fiber is a continuum (the FC rows, the ReLU dataset rows) its points are where
 the Levenberg–Marquardt solves stop on it, which last-bit rounding differences (BLAS kernels, memory
 alignment) can move, so ``max_spread`` and ``mean_points`` of those rows can differ between runs
 and even between two calls in one process (s25 trial LIN #2: FC generic ``max_spread`` 0.961
@@ -221,7 +222,9 @@ def _relu(
 
 #: The fiber notions a row states (its ``fiber_notion``).
 NOTION_DATASET = "same outputs on a dataset inside one activation region (all units active there)"
-NOTION_GLOBAL = "same global function (values on a seeded Gaussian probe set)"
+NOTION_GLOBAL = (
+    "same global function (values on a seeded Gaussian probe set and on both sides of each kink)"
+)
 NOTION_PARAMS = "same end-to-end map and invariants"
 
 

@@ -286,6 +286,23 @@ def test_too_few_points_above_floor() -> None:
     assert fit.reason.startswith("no run of ≥ 6 consecutive points")
 
 
+def test_a_floor_prefix_is_said_where_no_window_passes() -> None:
+    """F at 0 up to a switch-on distance, then a jump (s26 trial CNN #7): the reason names the
+    last t at the floor and the largest F; a read above the floor from the start says nothing."""
+    t = grid()
+    on = t > 0.3
+    f = np.where(on, (t - 0.3) ** 3 + 1e-4, 0.0)
+    fit = fit_rate(t, f, floor=1e-12)
+    assert fit.k is None
+    last_off = t[~on][-1]
+    assert fit.reason.endswith(
+        f"; F ≤ 10×floor for t ≤ {last_off:.3g}, then rises to {f[-1]:.3g} at t = {t[-1]:.3g}"
+    )
+    noisy = np.abs(np.sin(40 * np.log(t))) + 1e-3  # above the floor everywhere, no power law
+    fit = fit_rate(t, noisy, floor=1e-12)
+    assert fit.k is None and fit.reason.startswith("no window passes") and "rises" not in fit.reason
+
+
 def test_zero_values_split_runs() -> None:
     t = grid()
     f = t**2

@@ -55,3 +55,45 @@ def test_a_snapped_read_without_a_rate_window_does_not_replace_a_live_read(
     assert (auto.klass, auto.k) == ("live", 1)
     assert auto.info["snapped_read"] == {"k": None, "k_hat": None, "class": "unresolved"}
     assert auto.sweep["F"] == unsnapped.sweep["F"]
+
+
+# a unit that never fires at θ0 (negative weights and bias on inputs ≥ 0), and a chain direction
+# whose consumer part runs against the column: the snap θ0 − (uᵀθ0)u turns the weights positive
+NEVER_WEIGHT, NEVER_BIAS = -0.05, -0.01
+
+
+def _never_firing_cell() -> tuple[nn.Sequential, dict[str, torch.Tensor]]:
+    model = _cell()
+    with torch.no_grad():
+        model[0].weight[0] = NEVER_WEIGHT
+        model[0].bias[0] = NEVER_BIAS
+    u = _chain()
+    u["2.weight"] = -u["2.weight"]
+    return model, u
+
+
+def test_a_flat_checkpoint_is_not_replaced_by_a_snapped_read_of_another_model(
+    candidate_kwargs: dict,
+) -> None:
+    """s26 trial CNN #6: along the chain of a never-firing unit F is 0 up to the switch-on
+    distance (about 0.1 here), so the first read finds no window; the snapped point revives the
+    unit (weights 0.03 > 0) and reads live, k = 1, a rate of another model. An offset off the
+    locus would show F ≈ c·δ_off² > 0 below it, not 0: the first read stands."""
+    model, u = _never_firing_cell()
+    x = torch.rand(128, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    assert (x @ params["0.weight"][0] + params["0.bias"][0]).max() < 0  # never fires at θ0
+    kwargs = {k: v for k, v in candidate_kwargs.items() if k != "snap"}
+    cand = Candidate(("0", "2"), "duality", u)
+    first, _ = read_candidate(cand, model, params, x, Gaussian(), snap=False, **kwargs)
+    snapped, _ = read_candidate(cand, model, params, x, Gaussian(), snap=True, **kwargs)
+    assert (snapped.klass, snapped.k) == ("live", 1)  # what the snap alone gives on this cell
+    ts, F = first.sweep["t"], first.sweep["F"]
+    assert all(f == 0.0 for t, f in zip(ts, F, strict=True) if t * 10 <= first.offset)
+    assert first.offset < ts[-1]  # the snap is tried
+    auto, _ = read_candidate(cand, model, params, x, Gaussian(), snap="auto", **kwargs)
+    assert auto.klass == first.klass != "live"
+    assert auto.info["snapped_read"] == {"k": 1, "k_hat": snapped.k_hat, "class": "live"}
+    assert auto.sweep["F"] == F
+    # the reason says where F leaves the floor
+    assert "F ≤ 10×floor for t ≤" in auto.reason and "then rises to" in auto.reason

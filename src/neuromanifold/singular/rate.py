@@ -209,6 +209,20 @@ def _check_positive_int(name: str, value: object, minimum: int) -> int:
     return value
 
 
+def _floor_prefix(t: np.ndarray, f: np.ndarray, keep: np.ndarray, margin: float) -> str:
+    """``"; F ≤ 10×floor for t ≤ a, then rises to F_max at t = b"`` where the grid's first
+    points are at the floor and later ones are not (a unit that switches on at some distance
+    along u shows so: F at rounding level, then a jump no power law fits); else ``""``."""
+    if keep[0] or not keep.any():
+        return ""
+    first = int(np.argmax(keep))
+    top = int(np.argmax(f))
+    return (
+        f"; F ≤ {margin:g}×floor for t ≤ {t[first - 1]:.3g}, then rises to {f[top]:.3g} "
+        f"at t = {t[top]:.3g}"
+    )
+
+
 def fit_rate(
     ts: Sequence[float] | np.ndarray,
     F: Sequence[float] | np.ndarray,
@@ -292,7 +306,7 @@ def fit_rate(
             reason=(
                 f"no run of ≥ {min_points} consecutive points above {floor_margin:g}×floor "
                 f"spanning ≥ {min_decades:g} decade(s) ({int(keep.sum())} of {t.size} points "
-                f"above the floor)"
+                f"above the floor){_floor_prefix(t, f, keep, floor_margin)}"
             ),
         )
     passing = []
@@ -325,7 +339,7 @@ def fit_rate(
                 f"no window passes: {len(candidates)} candidates, failures r²<{r2_min:g}: "
                 f"{fails['r2']}, slope<0: {fails['negative']}, |slope−even|>{slope_tol:g}: "
                 f"{fails['integrality']}, half-slope gap>{half_tol:g}: {fails['curvature']} "
-                f"(best r² {best_r2_any:.4f})"
+                f"(best r² {best_r2_any:.4f}){_floor_prefix(t, f, keep, floor_margin)}"
             ),
         )
     best = max(p[4] for p in passing)

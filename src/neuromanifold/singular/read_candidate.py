@@ -249,6 +249,10 @@ def read_candidate(
         # window showed none, and a classified first read stands (s20 trial AN #1: zero weights
         # of a ReLU channel snapped below zero, F ≈ 0 up to the offset, then a jump)
         keep_first = keep_first or (_unresolved(snapped) and not _unresolved(first))
+        # an offset off the locus shows as F ≈ c·δ_off² > 0 below it; F at the rounding floor
+        # there means θ0 is flat along u and the snapped point another model (s26 trial CNN #6:
+        # a never-firing channel's chain, snapped, revived the channel and read live)
+        keep_first = keep_first or _flat_below_offset(first)
         if keep_first:
             # the unsnapped sweep already shows an order ≥ 2 below the offset, so the offset hid
             # nothing; the snapped point is another model (a regular point of the product a·b
@@ -465,6 +469,17 @@ def _order_below_offset(r: Any) -> bool:
     (`neuromanifold.singular.detectors.bias_link`)."""
     window = r.fit.t_window
     return _is_genuine(r) and window is not None and window[0] * VISIBILITY_FACTOR <= r.offset
+
+
+def _flat_below_offset(r: Any) -> bool:
+    """Whether the unsnapped read ``r`` has ``F ≤ FLOOR_MARGIN·F_floor`` (the flat level) at every
+    grid point ``t ≤ δ_off / VISIBILITY_FACTOR``, and at least one such point. A checkpoint
+    ``δ_off`` off the locus along ``u`` shows the constant ``F ≈ c·δ_off²`` there (the
+    visibility rule), never 0: F at the floor means the offset hides no rate, and the snapped
+    point ``θ0 − (uᵀθ0)u`` is another model (e.g. a ReLU unit that never fires at θ0, revived)."""
+    ts, F = r.sweep.ts, r.sweep.F
+    below = [float(f) for t, f in zip(ts, F, strict=True) if t * VISIBILITY_FACTOR <= r.offset]
+    return bool(below) and max(below) <= FLOOR_MARGIN * r.sweep.floor
 
 
 def _unresolved(r: Any) -> bool:

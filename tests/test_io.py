@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import re
@@ -126,9 +127,33 @@ def test_timm_create_model_failure_is_value_error(monkeypatch) -> None:
         raise RuntimeError(f"Unknown model ({name})")
 
     calls = _fake_timm(monkeypatch, unknown)
-    with pytest.raises(ValueError, match=r"timm cannot build model 'no_such_net': Unknown model"):
+    with pytest.raises(
+        ValueError, match=r"timm cannot build model 'no_such_net': Unknown model"
+    ) as e:
         load_model(None, architecture="no_such_net")
     assert calls == [("no_such_net", {"pretrained": False})]
+    # a misspelt module:factory lands here too: the message names the accepted forms
+    assert "a JSON file, a directory or module:factory" in str(e.value)
+
+
+def test_a_timm_that_fails_to_import_is_said_with_the_accepted_forms(monkeypatch) -> None:
+    """s26 trial CNN #14: ``import timm`` raised RuntimeError (a torchvision built for another
+    torch), which escaped as "operator torchvision::nms does not exist" with no word about the
+    forms ``--model`` accepts."""
+    real_import = importlib.import_module
+
+    def broken(name: str, *args, **kwargs):
+        if name == "timm":
+            raise RuntimeError("operator torchvision::nms does not exist")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "timm", raising=False)
+    monkeypatch.setattr(importlib, "import_module", broken)
+    with pytest.raises(ImportError) as e:
+        load_model(None, architecture="plain_factory")
+    msg = str(e.value)
+    assert "'plain_factory' is not a zoo architecture" in msg and "module:factory" in msg
+    assert "importing timm failed (RuntimeError: operator torchvision::nms does not exist)" in msg
 
 
 def _transformers_or_skip():

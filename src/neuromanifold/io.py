@@ -749,20 +749,24 @@ def family_hint(model: nn.Module) -> Literal["categorical"] | None:
 
 
 def _from_timm(name: str) -> nn.Module:
+    from neuromanifold.zoo.models import ZOO_ARCHITECTURES
+
+    read_as = (
+        f"architecture {name!r} is not a zoo architecture {sorted(ZOO_ARCHITECTURES)}, a JSON "
+        "file, a directory or module:factory, so it is read as a timm model name"
+    )
     try:
         timm = importlib.import_module("timm")
     except ImportError as err:
-        from neuromanifold.zoo.models import ZOO_ARCHITECTURES
-
+        raise ImportError(f"{read_as}, which needs `timm`; {_EXTRA_HINT}") from err
+    except Exception as err:  # installed but broken (s26 trial CNN #14: a torchvision build error)
         raise ImportError(
-            f"architecture {name!r} is not a zoo architecture {sorted(ZOO_ARCHITECTURES)}, a JSON "
-            "file, a directory or module:factory, so it is read as a timm model name, which needs "
-            f"`timm`; {_EXTRA_HINT}"
+            f"{read_as}, and importing timm failed ({type(err).__name__}: {err})"
         ) from err
     try:
         return timm.create_model(name, pretrained=False)
     except Exception as err:
-        raise ValueError(f"timm cannot build model {name!r}: {err}") from err
+        raise ValueError(f"timm cannot build model {name!r}: {err} ({read_as})") from err
 
 
 def _build(

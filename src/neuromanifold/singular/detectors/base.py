@@ -64,7 +64,7 @@ class Candidate:
     Attributes:
         layers: module names the direction touches (a duality chain spans several).
         detector: provenance label (``"kfac-joint"``, ``"kfac-A"``, ``"kfac-G"``, ``"duality"``,
-            ``"ln-kernel"``, ``"qk-rotation"``, ``"vo-rescale"``, ``"ce-shift"``,
+            ``"ln-kernel"``, ``"qk-rotation"``, ``"vo-rescale"``, ``"ce-shift"``, ``"bn-shift"``,
             ``"relu-rescale"``, ``"norm-scale"``, ``"glu-rescale"``, ``"glu-dead-dimension"``,
             ``"qk-norm-rescale"``, ``"embedding-unseen"``, ``"qk-pair"``).
         u: unit direction, ``dict[str, Tensor]`` (float64).

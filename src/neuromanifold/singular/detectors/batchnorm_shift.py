@@ -1,0 +1,101 @@
+"""Closed-form flat gauge: the bias of a layer that feeds an evaluation-mode BatchNorm.
+
+In evaluation mode a BatchNorm channel is a fixed affine map,
+``y_c = γ_c (x_c − μ_c)/σ_c + β_c`` (``μ``: running mean, ``σ_c = √(running_var_c + eps)``). When
+``x_c`` is output channel ``c`` of a Linear or convolution with a bias ``b`` and that output
+reaches nothing but the BatchNorm (through Identity/Dropout), the line
+
+    (b_c, β_c) → (b_c + s, β_c − s·γ_c/σ_c),    s ∈ R,
+
+leaves the model unchanged: one flat gauge per channel, ``C`` in all, each a straight line in
+parameter space (F ≡ 0 along it). They are proposed as one candidate on their span (s26 trial
+CNN #8: conv + bias → BatchNorm, the commonest CNN layout, had none proposed),
+
+    u ∝ Σ_c (e_{b_c} − (γ_c/σ_c) e_{β_c}),
+
+``"bn-shift"``, with ``info["orbit_dim"] = C``, certified by evaluation
+(`neuromanifold.singular.detectors.rescale.relative_change` at ``s = 1`` on every channel at most
+``CERTIFY_RTOL``): a producer output that also enters a residual sum is no symmetry.
+
+Not proposed: the curved orbit of the same pair,
+``(w_c, b_c, γ_c, β_c) → (a·w_c, a·b_c, γ_c/a, β_c − (γ_c μ_c/σ_c)(1 − 1/a))`` for ``a > 0``,
+which exists with or without the producer's bias; its shift of ``β`` is affine in ``1/a``, not a
+factor, and the rescaling orbits of `neuromanifold.singular.detectors.rescale` act by factors only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
+from neuromanifold.singular.detectors.graph import graph_passes_through
+from neuromanifold.singular.detectors.rescale import CERTIFY_RTOL, relative_change
+
+__all__ = ["BatchNormShiftDetector"]
+
+
+def _prefix(name: str) -> str:
+    return f"{name}." if name else ""
+
+
+def _eval_affine_channels(module: nn.Module) -> int | None:
+    """Channels ``C`` of an affine BatchNorm that normalises with running statistics, else None."""
+    if not isinstance(module, nn.modules.batchnorm._BatchNorm) or not module.affine:
+        return None
+    if not module.track_running_stats or module.running_var is None:
+        return None
+    return int(module.weight.shape[0])
+
+
+def _biased_producer(ctx: DetectionContext, name: str, channels: int) -> str | None:
+    """The one producer of ``name``: a Linear or convolution with a bias of ``channels`` entries
+    whose output reaches ``name`` alone, unchanged; else None."""
+    producer = ctx.graph.single_producer(name)
+    if producer is None or ctx.graph.consumers.get(producer, ()) != (name,):
+        return None
+    if not graph_passes_through(ctx.graph, producer, name):
+        return None
+    module = ctx.model.get_submodule(producer)
+    if not isinstance(module, nn.Linear | nn.modules.conv._ConvNd):
+        return None
+    bias = getattr(module, "bias", None)
+    if bias is None or tuple(bias.shape) != (channels,):
+        return None
+    return producer
+
+
+class BatchNormShiftDetector:
+    """The producer-bias ↔ BatchNorm-shift line of every channel (flat gauge; module docstring)."""
+
+    name = "bn-shift"
+
+    def applies_to(self, module: nn.Module) -> bool:
+        """Affine BatchNorms with running statistics (proposes only behind a biased producer)."""
+        return _eval_affine_channels(module) is not None
+
+    def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
+        """One certified flat-gauge candidate on the span of the ``C`` lines, or nothing."""
+        channels = _eval_affine_channels(module)
+        producer = None if channels is None else _biased_producer(ctx, name, channels)
+        if producer is None:
+            return []
+        bias, beta = f"{_prefix(producer)}bias", f"{_prefix(name)}bias"
+        gamma = ctx.params[f"{_prefix(name)}weight"].to(torch.float64)
+        var = module.running_var.to(device=gamma.device, dtype=torch.float64)
+        slope = gamma / torch.sqrt(var + module.eps)  # γ_c/σ_c
+        ones = torch.ones_like(slope)
+        moved = {
+            bias: ctx.params[bias] + ones.to(ctx.params[bias].dtype),
+            beta: ctx.params[beta] - slope.to(ctx.params[beta].dtype),
+        }
+        if not relative_change(ctx, moved) <= CERTIFY_RTOL:
+            return []
+        cand = Candidate(
+            layers=(producer, name),
+            detector="bn-shift",
+            u=normalise({bias: ones, beta: -slope}),
+            gauge="flat",
+            info={"orbit_dim": channels},
+        )
+        return ctx.canonical([cand])

@@ -40,8 +40,8 @@ def all_residual_cell(seed: int):
     params = dict(cell.params)
     params["inp.weight"] = torch.randn(h, d_in, generator=g, dtype=torch.float64) / math.sqrt(d_in)
     params["out.weight"] = torch.randn(d_out, h, generator=g, dtype=torch.float64) / math.sqrt(h)
-    model = ResidualPath(d_in, h, d_out, BLOCKS, skip=True).double()
-    model.load_state_dict(params)
+    model = ResidualPath(d_in, h, d_out, BLOCKS, skip=True, bypass=cell.model.bypass).double()
+    model.load_state_dict({**params, "bypass": cell.model.bypass})
     blocks = {k: v for k, v in cell.direction.items() if k.startswith("blocks.")}
     assert len(blocks) == BLOCKS
     norm = math.sqrt(sum(float(v.square().sum()) for v in blocks.values()))

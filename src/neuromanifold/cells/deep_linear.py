@@ -3,15 +3,23 @@
 * Scalar chain ``y = (Π_{i=1}^{L} w_i) x`` at w = 0 along ``(1, …, 1)/√L``: the output along the
   probe is ``(t/√L)^L x``, so the KL order is L and ``F_u(t) = L^{2−L} t^{2(L−1)} E[x²]/σ²``.
 * Matrix chain ``y = W_L ⋯ W_1 x`` with a *dead path*: one hidden unit per hidden layer whose
-  incoming and outgoing weights all vanish, so the end-to-end map has a rank deficiency that
-  every layer shares. The probe is the concatenation of the per-layer joint modes
-  ``ΔW_ℓ = g_ℓ a_ℓᵀ``, over √L. These are the modes a K-FAC detector names at the base point:
-  on a hidden side the dead unit spans the kernel of the input second moment A_ℓ (a_ℓ) and of
-  the output-gradient second moment G_ℓ (g_ℓ); on the input side of layer 1, where A_1 = E[xxᵀ]
-  has no kernel, the one-sided mode pairs g_min with the top eigenvector of A_1 (a_1); on the
-  output side of layer L the Gaussian G_L = I/σ² is isotropic and g_L is a random unit vector.
-  Along it the chain adds ``(t/√L)^L g_L a_1ᵀ x`` to the live map: k = L. The A–G duality of
-  the spec reads the same rate per layer: at ``θ(t)``, layer ℓ's joint mode carries
+  incoming and outgoing weights all vanish. The live units (``width − 1`` per hidden layer) span
+  fewer than ``min(d_in, d_out)`` dimensions (defaults ``d_in = width = d_out = 3``: rank 2 of 3),
+  so the end-to-end map is rank deficient and the dead path's term ``g_L a_1ᵀ`` has a component
+  outside the image of the differential at θ0 (for random ``g_L`` and the data's ``a_1``): no
+  curve of true parameters leaves θ0 along the probe, a genuine singularity. Where ``width − 1 ≥
+  min(d_in, d_out)`` the live map already has full rank, θ0 is a submersion point, the true
+  parameters form a smooth set there and the probe is tangent to it: the straight line still reads
+  k = L, but the class the read gives, ``genuine_singularity``, is then operational only (nothing
+  supplies a generator of that smooth set; s26 audit CELLS #1 — the registry's rows had ``d_out =
+  2``). ``meta["rank_deficient"]`` says which case a cell is. The probe is the concatenation of
+  the per-layer joint modes ``ΔW_ℓ = g_ℓ a_ℓᵀ``, over √L. These are the modes a K-FAC detector
+  names at the base point: on a hidden side the dead unit spans the kernel of the input second
+  moment A_ℓ (a_ℓ) and of the output-gradient second moment G_ℓ (g_ℓ); on the input side of layer
+  1, where A_1 = E[xxᵀ] has no kernel, the one-sided mode pairs g_min with the top eigenvector of
+  A_1 (a_1); on the output side of layer L the Gaussian G_L = I/σ² is isotropic and g_L is a
+  random unit vector. Along it the chain adds ``(t/√L)^L g_L a_1ᵀ x`` to the live map: k = L. The
+  A–G duality of the spec reads the same rate per layer: at ``θ(t)``, layer ℓ's joint mode carries
   ``t^{2(ℓ−1)}`` from its input (forward depth) and ``t^{2(L−ℓ)}`` from its output gradient
   (backward depth), ``t^{2(L−1)}`` in all; those per-layer modes are the cell's ``components``.
 * Hidden bases: ``basis="rotated"`` replaces every hidden basis by a random orthogonal one
@@ -110,7 +118,7 @@ def matrix_chain(
     n: int = 64,
     d_in: int = 3,
     width: int = 3,
-    d_out: int = 2,
+    d_out: int = 3,
     basis: Basis = "canonical",
 ) -> Cell:
     """Matrix deep linear chain of ``depth`` layers with a dead path, probed along its joint modes.
@@ -176,5 +184,10 @@ def matrix_chain(
         expected_class=CLASS_GENUINE,
         reference="dead_directions.md §6.1 (A–G duality), §8 (deep linear), §9.1 (rotated chain)",
         components=components,
-        meta={"depth": depth, "widths": widths, "basis": basis},
+        meta={
+            "depth": depth,
+            "widths": widths,
+            "basis": basis,
+            "rank_deficient": width - 1 < min(d_in, d_out),
+        },
     )

@@ -27,8 +27,13 @@ The rule (spec §7.2 step 8; thresholds are design choices documented here and i
    ``gauge_overlap = ‖P_G u‖ ≥ GAUGE_OVERLAP_MIN = 0.9`` (``P_G`` the orthogonal projector on their
    span). A straight probe of a curved orbit (ReLU rescale, QK rotation, LN scale) leaves the orbit
    quadratically and mimics order 2 (spec: "slope ≈ 2"); it is excluded from (λ, m). An order
-   ``k ≥ 3`` is not that mimic (the probe does not show the orbit's ``t²`` departure), so it stays
-   genuine whatever its overlap; the reason then states the overlap.
+   ``k ≥ 3`` is not the mimic of a symmetry orbit with the closed-form generators supplied here
+   (those leave their orbits at ``t²``), so it stays genuine whatever its overlap; the reason then
+   states the overlap. A straight probe tangent to any smooth curved set of true parameters
+   mimics an order too, and that order can exceed 2 where the set bends less: a matrix chain
+   whose live units already give the end-to-end map full rank reads k = L along its dead path
+   (s26 audit CELLS #1; `neuromanifold.cells.deep_linear`). Without a generator of that set the
+   read cannot tell such a probe from a genuine singularity at any order.
 5. **genuine singularity** — ``k ≥ 2`` otherwise.
 
 Criterion implemented for curved gauges: the generator-span overlap. The paper's "magnitude

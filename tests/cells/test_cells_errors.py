@@ -137,6 +137,8 @@ def test_cell_checks_generators_and_components(cell) -> None:
         ),
         (lambda: qk_rotation(basis="skewed"), r"basis='skewed'; expected 'canonical'"),
         (lambda: qk_rotation(d_head=1), r"d_head=1; expected >= 2"),
+        # s26 audit CELLS #5: one token makes every QK direction flat, not a curved gauge
+        (lambda: qk_rotation(tokens=1), r"tokens=1; expected >= 2 \(with one token"),
         (lambda: residual_path(blocks=0), r"blocks=0; expected an integer >= 1"),
         (lambda: conv_node_death(dim=3), r"dim=3; expected 1 \(Conv1d\) or 2 \(Conv2d\)"),
         (lambda: conv_chain(depth=1), r"depth=1; expected an integer >= 2"),

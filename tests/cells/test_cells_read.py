@@ -174,3 +174,25 @@ def test_check_reading_reports_each_failed_criterion() -> None:
     result = check_reading(gauge, reading)
     assert result.failures == ("class 'genuine_singularity' != expected 'flat_gauge'",)
     assert CellResult.from_dict(result.to_dict()) == result
+
+
+def test_the_json_row_holds_why_it_passed_and_the_figure_data() -> None:
+    """s26 audit CELLS #9: window, magnitude, reason, λ_dir, the sweep and the description
+    travel with the verdict, through JSON text and back."""
+    import json
+
+    cell = get_cell("node_death_relu")
+    reading = read_cell(cell)
+    result = check_reading(cell, reading)
+    back = CellResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert back == result
+    assert back.t_window == reading.fit.t_window and back.magnitude == reading.fit.magnitude
+    assert back.lambda_dir == 1 / (2 * reading.k) == 0.25
+    assert back.reason == reading.reason and back.description == cell.description
+    assert back.sweep == {
+        "t": list(reading.sweep.ts),
+        "F": list(reading.sweep.F),
+        "floor": reading.sweep.floor,
+    }
+    flat = check_reading(get_cell("ce_logit_shift"), read_cell(get_cell("ce_logit_shift")))
+    assert flat.lambda_dir is None and flat.t_window is None

@@ -82,6 +82,9 @@ def qk_rotation(
     """
     if d_head < 2:
         raise ValueError(f"d_head={d_head!r}; expected >= 2 (so(1) is trivial)")
+    if not isinstance(tokens, int) or tokens < 2:
+        # one key: the softmax is 1 whatever the score, every QK direction is exactly flat
+        raise ValueError(f"tokens={tokens!r}; expected >= 2 (with one token the scores cancel)")
     gen = generator(seed)
     model = SingleHeadAttention(d, d_head)
     wq = randn(d_head, d, gen=gen) / math.sqrt(d)

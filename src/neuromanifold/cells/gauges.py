@@ -88,7 +88,8 @@ def relu_rescale(
 
     The unit's weights are random and non-zero, so it is live; the probe
     ``(ΔW₁[j], Δb₁[j], ΔW₂[:, j]) ∝ (W₁[j], b₁[j], −W₂[:, j])`` leaves the function unchanged to
-    first order and changes it by ``−(t/ν)² W₂[:, j] ReLU(W₁[j]x + b₁[j])`` exactly (for t < ν).
+    first order and changes it by ``−(t/ν)² W₂[:, j] ReLU(W₁[j]x + b₁[j])`` exactly for every t ≥ 0
+    (``ReLU((1 + t/ν)z) = (1 + t/ν) ReLU(z)``).
     ``basis="permuted"`` permutes the hidden units (the unit's index is ``meta["unit"]``);
     rotations do not commute with ReLU and are refused.
     """

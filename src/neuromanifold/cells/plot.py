@@ -96,7 +96,7 @@ def plot_reading(
         klass = getattr(reading.klass, "value", reading.klass)
         ax.set_title(f"{title}\n$\\hat{{k}}$ = {k_hat}, r² = {r2}, {klass}", fontsize=9)
         ax.legend(fontsize=7, loc="best")
-        fig.subplots_adjust(left=0.17, right=0.97, bottom=0.14, top=0.85)
+        fig.tight_layout()  # the tick labels decide the margins (a fixed left one clipped them)
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path)
     finally:

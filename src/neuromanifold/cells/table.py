@@ -36,6 +36,11 @@ class CellResult:
         klass: the class the read returned (string value of ``DirectionClass``).
         passed: whether every criterion of the module docstring holds.
         failures: one line per failed criterion (empty when passed).
+        reason: the read's reason for its class; t_window: the fitted window's ``(t_first,
+            t_last)``; magnitude: ``c_k`` over it; lambda_dir: the read's ``1/(2k)`` (``None``
+            for gauges and unresolved reads); sweep: ``{"t", "F", "floor"}``, enough to redraw
+            the cell's figure; description: the cell's construction and prediction in words
+            (s26 audit CELLS #9: the JSON held the verdict but not why).
     """
 
     name: str
@@ -48,10 +53,17 @@ class CellResult:
     klass: str
     passed: bool
     failures: tuple[str, ...] = ()
+    reason: str = ""
+    t_window: tuple[float, float] | None = None
+    magnitude: float | None = None
+    lambda_dir: float | None = None
+    sweep: dict[str, Any] | None = None
+    description: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable dict with keys ``name, expected_k, k, k_hat, slope, r2, class,
-        expected_class, passed, failures``."""
+        expected_class, passed, failures, reason, t_window, magnitude, lambda_dir, sweep,
+        description``."""
         return {
             "name": self.name,
             "expected_k": self.expected_k,
@@ -63,6 +75,12 @@ class CellResult:
             "expected_class": self.expected_class,
             "passed": self.passed,
             "failures": list(self.failures),
+            "reason": self.reason,
+            "t_window": None if self.t_window is None else list(self.t_window),
+            "magnitude": self.magnitude,
+            "lambda_dir": self.lambda_dir,
+            "sweep": self.sweep,
+            "description": self.description,
         }
 
     @classmethod
@@ -79,6 +97,12 @@ class CellResult:
             klass=d["class"],
             passed=bool(d["passed"]),
             failures=tuple(d.get("failures", ())),
+            reason=d.get("reason", ""),
+            t_window=None if d.get("t_window") is None else tuple(d["t_window"]),
+            magnitude=d.get("magnitude"),
+            lambda_dir=d.get("lambda_dir"),
+            sweep=d.get("sweep"),
+            description=d.get("description", ""),
         )
 
 
@@ -110,7 +134,33 @@ def check_reading(cell: Cell, reading: Any) -> CellResult:
         klass=str(klass),
         passed=not failures,
         failures=tuple(failures),
+        reason=str(getattr(reading, "reason", "")),
+        t_window=_fit_attr(reading, "t_window"),
+        magnitude=_fit_attr(reading, "magnitude"),
+        lambda_dir=getattr(reading, "lambda_dir", None),
+        sweep=_sweep_dict(reading),
+        description=cell.description,
     )
+
+
+def _fit_attr(reading: Any, name: str) -> Any:
+    """``reading.fit.<name>`` as plain floats (a tuple for the window), or ``None``."""
+    value = getattr(getattr(reading, "fit", None), name, None)
+    if value is None:
+        return None
+    return tuple(float(v) for v in value) if isinstance(value, tuple) else float(value)
+
+
+def _sweep_dict(reading: Any) -> dict[str, Any] | None:
+    """``{"t", "F", "floor"}`` of the reading's sweep as floats, or ``None`` without one."""
+    sweep = getattr(reading, "sweep", None)
+    if sweep is None:
+        return None
+    return {
+        "t": [float(t) for t in sweep.ts],
+        "F": [float(f) for f in sweep.F],
+        "floor": float(sweep.floor),
+    }
 
 
 def read_cell(

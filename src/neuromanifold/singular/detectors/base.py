@@ -65,8 +65,9 @@ class Candidate:
         layers: module names the direction touches (a duality chain spans several).
         detector: provenance label (``"kfac-joint"``, ``"kfac-A"``, ``"kfac-G"``, ``"duality"``,
             ``"ln-kernel"``, ``"qk-rotation"``, ``"vo-rescale"``, ``"ce-shift"``, ``"bn-shift"``,
-            ``"relu-rescale"``, ``"norm-scale"``, ``"glu-rescale"``, ``"glu-dead-dimension"``,
-            ``"qk-norm-rescale"``, ``"embedding-unseen"``, ``"qk-pair"``).
+            ``"bn-rescale"``, ``"relu-rescale"``, ``"norm-scale"``, ``"glu-rescale"``,
+            ``"glu-dead-dimension"``, ``"qk-norm-rescale"``, ``"embedding-unseen"``,
+            ``"qk-pair"``).
         u: unit direction, ``dict[str, Tensor]`` (float64).
         ratio: the eigenvalue ratio that selected it (``α/α_max``, ``γ/γ_max`` or their product),
             ``None`` for closed-form candidates.

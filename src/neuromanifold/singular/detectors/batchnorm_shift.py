@@ -17,10 +17,8 @@ CNN #8: conv + bias → BatchNorm, the commonest CNN layout, had none proposed),
 (`neuromanifold.singular.detectors.rescale.relative_change` at ``s = 1`` on every channel at most
 ``CERTIFY_RTOL``): a producer output that also enters a residual sum is no symmetry.
 
-Not proposed: the curved orbit of the same pair,
-``(w_c, b_c, γ_c, β_c) → (a·w_c, a·b_c, γ_c/a, β_c − (γ_c μ_c/σ_c)(1 − 1/a))`` for ``a > 0``,
-which exists with or without the producer's bias; its shift of ``β`` is affine in ``1/a``, not a
-factor, and the rescaling orbits of `neuromanifold.singular.detectors.rescale` act by factors only.
+The curved orbit of the same pair (the producer's channel scaled against the BatchNorm's scale)
+is `neuromanifold.singular.detectors.batchnorm_scale`.
 """
 
 from __future__ import annotations
@@ -32,14 +30,14 @@ from neuromanifold.singular.detectors.base import Candidate, DetectionContext, n
 from neuromanifold.singular.detectors.graph import graph_passes_through
 from neuromanifold.singular.detectors.rescale import CERTIFY_RTOL, relative_change
 
-__all__ = ["BatchNormShiftDetector"]
+__all__ = ["BatchNormShiftDetector", "channel_producer", "eval_affine_channels"]
 
 
 def _prefix(name: str) -> str:
     return f"{name}." if name else ""
 
 
-def _eval_affine_channels(module: nn.Module) -> int | None:
+def eval_affine_channels(module: nn.Module) -> int | None:
     """Channels ``C`` of an affine BatchNorm that normalises with running statistics, else None."""
     if not isinstance(module, nn.modules.batchnorm._BatchNorm) or not module.affine:
         return None
@@ -48,9 +46,12 @@ def _eval_affine_channels(module: nn.Module) -> int | None:
     return int(module.weight.shape[0])
 
 
-def _biased_producer(ctx: DetectionContext, name: str, channels: int) -> str | None:
-    """The one producer of ``name``: a Linear or convolution with a bias of ``channels`` entries
-    whose output reaches ``name`` alone, unchanged; else None."""
+def channel_producer(
+    ctx: DetectionContext, name: str, channels: int, *, with_bias: bool
+) -> str | None:
+    """The one producer of the BatchNorm ``name``: a Linear or (not transposed) convolution with
+    ``channels`` outputs (and a bias when ``with_bias``) whose output reaches ``name`` alone,
+    unchanged; else None."""
     producer = ctx.graph.single_producer(name)
     if producer is None or ctx.graph.consumers.get(producer, ()) != (name,):
         return None
@@ -59,8 +60,11 @@ def _biased_producer(ctx: DetectionContext, name: str, channels: int) -> str | N
     module = ctx.model.get_submodule(producer)
     if not isinstance(module, nn.Linear | nn.modules.conv._ConvNd):
         return None
-    bias = getattr(module, "bias", None)
-    if bias is None or tuple(bias.shape) != (channels,):
+    if getattr(module, "transposed", False):  # its weight holds the output channels in dim 1
+        return None
+    if int(module.weight.shape[0]) != channels:
+        return None
+    if with_bias and getattr(module, "bias", None) is None:
         return None
     return producer
 
@@ -72,12 +76,14 @@ class BatchNormShiftDetector:
 
     def applies_to(self, module: nn.Module) -> bool:
         """Affine BatchNorms with running statistics (proposes only behind a biased producer)."""
-        return _eval_affine_channels(module) is not None
+        return eval_affine_channels(module) is not None
 
     def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
         """One certified flat-gauge candidate on the span of the ``C`` lines, or nothing."""
-        channels = _eval_affine_channels(module)
-        producer = None if channels is None else _biased_producer(ctx, name, channels)
+        channels = eval_affine_channels(module)
+        producer = (
+            None if channels is None else channel_producer(ctx, name, channels, with_bias=True)
+        )
         if producer is None:
             return []
         bias, beta = f"{_prefix(producer)}bias", f"{_prefix(name)}bias"

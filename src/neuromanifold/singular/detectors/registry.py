@@ -3,11 +3,10 @@
 `default_registry` holds, in priority order (closed forms first, so that a K-FAC candidate
 duplicating a closed-form one is dropped in favour of the closed form): LayerNorm (graph
 consumers, then consumers reached through token selection/pooling by the factor test), RMSNorm,
-attention, query/key-norm rescale, CE logit shift, BatchNorm shift, ReLU rescale, norm scale,
-gated feed-forward dead dimension, gated up-projection rescale, layer scale, embedding,
-linear/conv K-FAC,
-attention query/key pairs (``qk-pair``, read from the projections' K-FAC factors),
-grouped-conv K-FAC (per group).
+attention, query/key-norm rescale, CE logit shift, BatchNorm shift and rescale, ReLU rescale,
+norm scale, gated feed-forward dead dimension, gated up-projection rescale, layer scale,
+embedding, linear/conv K-FAC, attention query/key pairs (``qk-pair``, read from the
+projections' K-FAC factors), grouped-conv K-FAC (per group).
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from torch import nn
 
 from neuromanifold.singular.detectors.attention import AttentionDetector
 from neuromanifold.singular.detectors.base import Detector
+from neuromanifold.singular.detectors.batchnorm_scale import BatchNormScaleDetector
 from neuromanifold.singular.detectors.batchnorm_shift import BatchNormShiftDetector
 from neuromanifold.singular.detectors.embedding import EmbeddingDetector
 from neuromanifold.singular.detectors.gauges import LogitShiftDetector
@@ -84,6 +84,7 @@ def default_registry() -> DetectorRegistry:
             QKNormDetector(),
             LogitShiftDetector(),
             BatchNormShiftDetector(),
+            BatchNormScaleDetector(),
             ReLURescaleDetector(),
             NormScaleDetector(),
             GLUDetector(),

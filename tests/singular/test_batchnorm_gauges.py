@@ -1,4 +1,5 @@
-"""The producer-bias ↔ BatchNorm-shift flat gauge (``bn-shift``; s26 trial CNN #8).
+"""The producer ↔ BatchNorm gauges: the bias shift (``bn-shift``, flat) and the channel rescale
+(``bn-rescale``, curved; s26 trial CNN #8).
 
 Closed form: in evaluation mode ``y_c = γ_c (x_c − μ_c)/σ_c + β_c``, so
 ``(b_c + s, β_c − s γ_c/σ_c)`` leaves the model unchanged for every ``s``: the candidate is the
@@ -12,7 +13,12 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from neuromanifold.singular.detectors import DetectionContext
+from neuromanifold.singular.detectors.batchnorm_scale import (
+    BatchNormRescale,
+    BatchNormScaleDetector,
+)
 from neuromanifold.singular.detectors.batchnorm_shift import BatchNormShiftDetector
+from neuromanifold.singular.detectors.rescale import CERTIFY_RTOL
 from neuromanifold.singular.family import Categorical
 from neuromanifold.singular.fisher import directional_fisher
 from neuromanifold.singular.read import read
@@ -119,3 +125,53 @@ def test_not_proposed_without_a_bias_or_when_the_output_is_read_twice() -> None:
     # a residual read of the conv output: the graph gives the conv two consumers or the
     # certification by evaluation refuses; either way nothing is proposed
     assert _propose(_double(_ConvNet(residual=True))) == []
+
+
+# ---------------------------------------------------------------- the curved orbit (bn-rescale)
+
+ATOL_TANGENT = 1e-12  # closed-form tangent vs forward-mode AD of the group action
+
+
+def _propose_rescale(model: nn.Module) -> list:
+    ctx = DetectionContext.from_model(model, _x(model), Categorical())
+    return BatchNormScaleDetector().propose("bn", ctx.model.bn, ctx), ctx
+
+
+def test_the_rescale_orbit_is_a_symmetry_and_its_tangent_the_derivative() -> None:
+    """(w_c, b_c, γ_c, β_c) → (a w_c, a b_c, γ_c/a, β_c − γ_c μ_c/σ_c (1 − 1/a)) keeps every
+    output (a drawn in [0.3, 3] per channel), and the closed-form tangent equals d/da_j."""
+    for bias in (True, False):
+        model = _double(_ConvNet(bias=bias))
+        (cand,), ctx = _propose_rescale(model)
+        assert cand.gauge == "curved" and cand.layers == ("conv", "bn")
+        assert cand.info["certified"] <= CERTIFY_RTOL
+        bn = ctx.model.bn
+        keys = ("conv.weight", "conv.bias") if bias else ("conv.weight",)
+        orbit = BatchNormRescale(
+            producers=keys,
+            consumers=("bn.weight", "bn.bias"),
+            mean_over_std=bn.running_mean / torch.sqrt(bn.running_var + bn.eps),
+        )
+        a = torch.rand(3, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+        moved = {**ctx.params, **orbit.act(ctx.params, 0.3 + 2.7 * a)}
+        x = _x(model)
+        torch.testing.assert_close(
+            functional_call(ctx.model, moved, (x,)),
+            functional_call(ctx.model, ctx.params, (x,)),
+            rtol=0,
+            atol=ATOL_SAME,
+        )
+        for j in range(3):
+            got, ref = orbit.tangent(ctx.params, j), orbit.tangent_reference(ctx.params, j)
+            assert set(got) == set(ref)
+            for k in got:
+                torch.testing.assert_close(got[k], ref[k], rtol=0, atol=ATOL_TANGENT)
+        # the straight probe along the tangent leaves the orbit at t²: a curved gauge, k = 2
+        reading = read(model, x, Categorical(), progress=False)
+        (rec,) = [d for d in reading.directions if d.detector == "bn-rescale"]
+        assert (rec.klass, rec.k) == ("curved_gauge", 2)
+
+
+def test_the_rescale_is_not_proposed_when_the_output_is_read_twice() -> None:
+    (cands, _) = _propose_rescale(_double(_ConvNet(residual=True)))
+    assert cands == []

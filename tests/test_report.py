@@ -196,3 +196,24 @@ def test_markdown_says_whose_passes_a_data_parallel_read_counts(planted):
     two = dataclasses.replace(reading, meta={**reading.meta, **shard})
     md = reading_markdown(two)
     assert "backward passes on rank 0's shard of 24 samples (each of the 2 ranks" in md
+
+
+def test_a_flat_plateau_fit_is_shown_in_parentheses(planted):
+    """s26 trial CNN #15: a flat gauge on a rounding plateau kept "k̂ 1.000, r² 1.0000" as if an
+    order had been read; the table now shows that fit in parentheses, and the legend says why."""
+    import dataclasses
+
+    _, reading = planted
+    rec = reading.directions[0]
+    flat = dataclasses.replace(
+        rec, klass="flat_gauge", k=None, k_hat=1.0, slope=0.0, r2=1.0, magnitude=2.3e-25
+    )
+    md = reading_markdown(dataclasses.replace(reading, directions=(flat,)), title="flat")
+    row = next(line for line in md.splitlines() if line.startswith("| 0 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[5] == "(1.000)" and cells[8] == "(0.000)" and cells[9] == "(1.0000)"
+    assert cells[4] == "—"  # no order
+    assert "(…) marks the fit of a flat gauge's plateau" in md
+    # an ordered record keeps its plain numbers
+    md = reading_markdown(reading, title="planted")
+    assert "(" + format(rec.k_hat, ".3f") + ")" not in md

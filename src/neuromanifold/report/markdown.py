@@ -39,7 +39,8 @@ COLUMNS_LEGEND = (
     "the live threshold is compared with); offset is |uᵀθ₀|, marked † where the sweep started "
     "from the snapped point θ₀ − (uᵀθ₀)u instead of θ₀ (t, window and magnitude are then "
     "measured from there: `sweep.base_shift` in report.json); — marks a value the fit did not "
-    "produce."
+    "produce; (…) marks the fit of a flat gauge's plateau (F below the live threshold: slope 0 "
+    "and r² near 1 there say the plateau is flat, not that an order was read)."
 )
 """The legend under the tables of `reading_markdown` (s22 trial LM #8: "magnitude" was unnamed)."""
 SCAN_LEGEND = (
@@ -75,6 +76,12 @@ def fmt(v: float | int | None, spec: str = ".4g") -> str:
     if isinstance(v, int) and not isinstance(v, bool):
         return str(v)
     return format(v, spec)
+
+
+def _plateau_fit(v: float | int | None, spec: str = ".4g") -> str:
+    """`fmt` in parentheses: a plateau's fit beside a flat gauge (no order read); "—" stays."""
+    text = fmt(v, spec)
+    return text if v is None else f"({text})"
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -181,17 +188,19 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
         out += ["", f"{h}# {code_span(layer or '<root>')}", ""]
         rows = []
         for r in recs:
+            # a flat gauge keeps its plateau's fit but reads no order (s26 trial CNN #15)
+            plateau = _plateau_fit if r.klass == "flat_gauge" and r.k is None else fmt
             row = [
                 str(index[id(r)]),
                 layer_units(r.info.get("support") or [], layer) or "—",
                 r.detector,
                 class_cell(r),
                 fmt(r.k),
-                fmt(r.k_hat, ".3f"),
+                plateau(r.k_hat, ".3f"),
                 fmt(r.lambda_dir, ".4g"),
                 fmt(r.nu_k, ".6f"),
-                fmt(r.slope, ".3f"),
-                fmt(r.r2, ".4f"),
+                plateau(r.slope, ".3f"),
+                plateau(r.r2, ".4f"),
                 fmt(r.magnitude, ".3g"),
                 _window(r),
                 fmt(r.offset, ".2g") + ("†" if r.sweep.get("base_shift") else ""),

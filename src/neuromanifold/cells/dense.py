@@ -131,8 +131,10 @@ def node_death_offset(
     snapped base point ``θ₀ − (uᵀθ₀)u`` is exactly the dead point and the snapped read is the
     node-death read: k = 1 + p. Unsnapped, the sweep runs along ``θ(s) = s·u`` with
     ``s = t + δ_off``, so ``F_u(t) = F_dead(t + δ_off)``: flat (slope 0, an apparent live
-    reading) for ``t ≪ δ_off`` and slope ``2(k − 1)`` only for ``t ≫ δ_off``. The offset
-    ``δ_off`` is stored in ``meta["offset"]``.
+    reading) for ``t ≪ δ_off`` and slope ``2(k − 1)`` only for ``t ≫ δ_off``. The default
+    grid ends at ``ρ_W = δ < δ_off`` (the RMS of the dead weights themselves), so an unsnapped
+    read on it sees the flat part alone; the slope shows on a grid reaching ``t ≫ δ_off``
+    (s26 audit CELLS #6). The offset ``δ_off`` is stored in ``meta["offset"]``.
     """
     if not (isinstance(offset, float | int) and 0 < offset < 1):
         raise ValueError(f"offset={offset!r}; expected a float in (0, 1)")
@@ -147,7 +149,8 @@ def node_death_offset(
         description=(
             f"{activation} node death with dead weights a = b = {offset:g} (δ_off = uᵀθ₀ = "
             f"{delta_off:.3g}). Snapped read: k = {base.expected_k}. Unsnapped: F_u(t) = "
-            f"F_dead(t + δ_off), slope 0 below δ_off and 2(k − 1) above it."
+            f"F_dead(t + δ_off), slope 0 below δ_off and 2(k − 1) above it (beyond the "
+            f"default grid, which ends at ρ_W = {offset:g})."
         ),
         model=model,
         params=params,

@@ -1,12 +1,14 @@
-"""The global notion's kink probes: the values on Z fix θ0 to first order as the function does.
+"""The global notion: kink probes, the closed-form first-order dimension, checked points.
 
-Oracle (closed form, no probe set): a bias-free shallow ReLU net is ``f(x) = Σ_h a_h σ(g_h · x)``
+Test oracle (generic θ0 only, written here apart from the package's line-grouped closed form
+`global_first_order_dimension`): a bias-free shallow ReLU net is ``f(x) = Σ_h a_h σ(g_h · x)``
 over its hidden pre-activations ``h`` (neurons, or channel × position). Along a tangent θ̇,
 ``ḟ(x) = Σ_h 1[g_h · x > 0] M_h x`` with ``M_h = ȧ_h g_hᵀ + a_h ġ_hᵀ``. Where the kink
-hyperplanes ``{g_h · x = 0}`` are pairwise distinct and ``d ≥ 2``, each has a facet on which
-unit ``h`` alone flips, so ``ḟ ≡ 0`` on ``R^d`` iff every ``M_h = 0``. The global fiber's
-first-order dimension is therefore ``n_params − rank`` of the map θ̇ ↦ (all ``M_h``, the
-invariants' derivative), computed here without any input point.
+hyperplanes ``{g_h · x = 0}`` are pairwise distinct (no parallel or antiparallel units) and
+``d ≥ 2``, each has a facet on which unit ``h`` alone flips, so ``ḟ ≡ 0`` on ``R^d`` iff every
+``M_h = 0``; the dimension is ``n_params − rank`` of θ̇ ↦ (all ``M_h``, the invariants'
+derivative). The brute-force oracle for every θ0 (parallel, antiparallel and zero units, d = 1
+included) is the probe Jacobian dΦ on Z that relu_fiber hands to its solver.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import importlib
 import numpy as np
 import pytest
 
+from neuromanifold.linear import _lsq
 from neuromanifold.linear.relu import (
     ReluCNN,
     ReluMLP,
@@ -26,8 +29,13 @@ from neuromanifold.linear.relu import (
     relu_invariants,
 )
 from neuromanifold.linear.relu_fiber import RANK_RTOL, kink_probes, relu_fiber
+from neuromanifold.linear.relu_global import global_first_order_dimension
 
 ReluNet = ReluMLP | ReluCNN
+# the probe Jacobian's null dimension is right above this angle between two kinks: its
+# separating singular value falls as the cube of the angle (8.6e-8 of σ_max at 1°, 2.3e-9 at
+# 0.3°, 6.8e-10 at 0.2°) against the rank threshold RANK_RTOL = 1e-9
+PROBE_RESOLUTION_DEG = 0.3
 ATOL_DEAD = 1e-8  # a_j of a fiber point solved to FIBER_RTOL = 1e-10 (entries of order 1)
 POINT_NORM_MIN = 1e-3  # a unit with a turnable direction: ‖w_j‖ above this
 RTOL_NORM = 1e-12  # a normalised vector's norm
@@ -83,6 +91,25 @@ def _no_kinks(net: ReluNet, theta: object, rng: np.random.Generator) -> np.ndarr
     return np.zeros((0, net.input_dim))
 
 
+def _probe_null_dimension(
+    net: ReluNet, theta: object, X: np.ndarray, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> int:
+    """``n_params − rank dΦ(θ0)`` with dΦ the probe Jacobian relu_fiber hands its solver (the
+    brute-force oracle of the closed form), captured from ``_lsq.multistart``."""
+    captured = {}
+    solver = _lsq.multistart
+
+    def spy(fun, jac, starts, **kw):
+        starts = list(starts)
+        captured["jac"], captured["x0"] = jac, starts[0]
+        return solver(fun, jac, starts[:1], **kw)
+
+    monkeypatch.setattr(_lsq, "multistart", spy)
+    relu_fiber(net, theta, X, notion="global", seed=seed, n_random=0, n_perturb=0)
+    monkeypatch.setattr(_lsq, "multistart", solver)
+    return _lsq.null_dimension(captured["jac"](captured["x0"]), rtol=RANK_RTOL)
+
+
 @pytest.mark.parametrize(
     ("net", "degrees", "seed"),
     [
@@ -90,6 +117,7 @@ def _no_kinks(net: ReluNet, theta: object, rng: np.random.Generator) -> np.ndarr
         (ReluMLP(2, 3), 0.3, 1),
         (ReluMLP(3, 3), 0.5, 2),
         (ReluCNN(6, 2, 1, channels=2), 0.05, 3),
+        (ReluMLP(2, 3), 0.1, 5),  # s26b audit RERUN N3: below the probe Jacobian's reach
     ],
     ids=lambda v: v.describe() if hasattr(v, "describe") else str(v),
 )
@@ -99,16 +127,23 @@ def test_near_parallel_kinks_keep_the_global_first_order_dimension(
     theta = _near_parallel(net, degrees, seed)
     X = np.random.default_rng(seed + 10).standard_normal((4, net.input_dim))
     assert global_null_dimension(net, theta) == 0  # generic otherwise: a finite fiber
+    assert global_first_order_dimension(net, theta) == 0
     rep = relu_fiber(net, theta, X, notion="global", seed=seed, n_random=4, n_perturb=4)
     assert rep.fiber_dimension == 0
     assert rep.continuum is False and not any("continuum" in n for n in rep.notes)
     (route,) = rep.routes
     assert "on both sides of θ0's kinks" in route.note
+    # the probe Jacobian reads the same above the rank threshold's reach; below it (0.1°: its
+    # separating singular value 8.6e-11 of σ_max) only the closed form separates the kinks
+    probe_dim = _probe_null_dimension(net, theta, X, seed, monkeypatch)
+    if degrees >= PROBE_RESOLUTION_DEG:
+        assert probe_dim == 0
+    elif isinstance(net, ReluMLP):
+        assert probe_dim > 0
     # the same seed with the Gaussian probes alone: none falls in the thin wedges, and the
     # values on Z leave a false first-order direction (what the kink probes are for)
     monkeypatch.setattr(relu_fiber_module, "kink_probes", _no_kinks)
-    gauss_only = relu_fiber(net, theta, X, notion="global", seed=seed, n_random=0, n_perturb=0)
-    assert gauss_only.fiber_dimension > 0
+    assert _probe_null_dimension(net, theta, X, seed, monkeypatch) > 0
 
 
 @pytest.mark.parametrize(
@@ -122,14 +157,59 @@ def test_near_parallel_kinks_keep_the_global_first_order_dimension(
     ],
     ids=lambda n: n.describe(),
 )
-def test_global_fiber_dimension_matches_the_closed_form(net: ReluNet) -> None:
-    """Random θ0 (kinks distinct with probability one): rank dΦ on Z equals the oracle's rank."""
+def test_global_fiber_dimension_matches_the_closed_form(
+    net: ReluNet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Random θ0 (kinks distinct with probability one): the package's closed form, the test's
+    generic oracle and the probe Jacobian's null dimension agree."""
     for seed in range(6):
         rng = np.random.default_rng(100 + seed)
         theta = random_relu_params(net, rng)
         X = rng.standard_normal((3, net.input_dim))
         rep = relu_fiber(net, theta, X, notion="global", seed=seed, n_random=0, n_perturb=0)
+        assert rep.fiber_dimension == global_first_order_dimension(net, theta)
         assert rep.fiber_dimension == global_null_dimension(net, theta), seed
+        assert rep.fiber_dimension == _probe_null_dimension(net, theta, X, seed, monkeypatch)
+
+
+def _special(seed: int) -> list[tuple[ReluNet, tuple[np.ndarray, np.ndarray]]]:
+    """Parallel, antiparallel, three units on one line, a zero unit, a dead read-out, d = 1, and
+    a CNN whose two channels are antiparallel."""
+    net = ReluMLP(2, 3)
+    W, A = random_relu_params(net, np.random.default_rng(seed))
+    cases = []
+    for rows in ({1: 2.0}, {1: -2.0}, {1: -2.0, 2: 3.0}):
+        Wc = W.copy()
+        for j, c in rows.items():
+            Wc[j] = c * W[0]
+        cases.append((net, (Wc, A)))
+    Wz = W.copy()
+    Wz[2] = 0.0
+    Az = A.copy()
+    Az[0, 2] = 0.0
+    cases += [(net, (Wz, A)), (net, (W, Az))]
+    one = ReluMLP(1, 3)
+    cases.append((one, random_relu_params(one, np.random.default_rng(seed))))
+    cnn = ReluCNN(6, 2, 1, channels=2)
+    Wc, Ac = random_relu_params(cnn, np.random.default_rng(seed))
+    Wc[1] = -Wc[0]
+    cases.append((cnn, (Wc, Ac)))
+    return cases
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_closed_form_matches_the_probe_jacobian_on_special_layouts(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where kinks coincide the conditions pair the units of one hyperplane (S⁺ = S⁻, ΣS⁻ = 0);
+    the probe Jacobian (brute force) reads the same dimension on every layout."""
+    dims = []
+    for net, theta in _special(seed):
+        X = np.random.default_rng(seed + 1).standard_normal((3, net.input_dim))
+        dim = global_first_order_dimension(net, theta)
+        assert dim == _probe_null_dimension(net, theta, X, seed, monkeypatch)
+        dims.append(dim)
+    assert max(dims) > 0 and min(dims) == 0  # the layouts do differ
 
 
 @pytest.mark.parametrize(
@@ -138,17 +218,18 @@ def test_global_fiber_dimension_matches_the_closed_form(net: ReluNet) -> None:
     ids=lambda n: n.describe(),
 )
 def test_each_pair_straddles_one_kink(net: ReluNet) -> None:
-    """``x±`` differ in exactly the one unit whose kink they straddle: 2 (d − 1) per unit."""
+    """``x±`` differ in exactly the one unit whose kink they straddle: 4 (d − 1) per unit
+    (a pair at ``p`` and one at ``−p``)."""
     theta = _near_parallel(net, 1.0, 4)
     d = net.input_dim
     G = preactivations(net, theta, np.eye(d)).reshape(d, -1).T
     probes = kink_probes(net, theta, np.random.default_rng(0))
-    assert probes.shape == (2 * (d - 1) * G.shape[0], d)
+    assert probes.shape == (4 * (d - 1) * G.shape[0], d)
     plus, minus = probes[0::2], probes[1::2]
     flips = activation_pattern(net, theta, plus).reshape(len(plus), -1) != activation_pattern(
         net, theta, minus
     ).reshape(len(minus), -1)
-    owners = np.repeat(np.arange(G.shape[0]), d - 1)
+    owners = np.repeat(np.arange(G.shape[0]), 2 * (d - 1))
     expected = np.zeros_like(flips)
     expected[np.arange(len(owners)), owners] = True
     np.testing.assert_array_equal(flips, expected)
@@ -167,7 +248,7 @@ def test_kink_probes_degenerate_inputs() -> None:
     net = ReluMLP(3, 3)
     W, A = random_relu_params(net, np.random.default_rng(1))
     W[2] = 0.0
-    assert kink_probes(net, (W, A), np.random.default_rng(0)).shape == (2 * 2 * 2, 3)
+    assert kink_probes(net, (W, A), np.random.default_rng(0)).shape == (4 * 2 * 2, 3)
 
 
 def _dead_units(net: ReluMLP, point: tuple[np.ndarray, np.ndarray]) -> list[int]:
@@ -219,3 +300,39 @@ def test_isolated_points_everywhere_get_no_continuum_note() -> None:
     rep = relu_fiber(net, theta, probe, notion="global", seed=3)
     assert rep.n_points == 2
     assert not any("continuum" in n for n in rep.notes)
+
+
+CIRCLE = 20001  # unit-circle inputs for the dense check of a 2-input fiber point
+ATOL_DENSE = 1e-8  # |f_θ − f_θ0| on the circle of a fiber point (outputs of order 1)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_every_reported_global_point_computes_the_function_everywhere(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """s26b audit RERUN N1: with a zero unit, solutions that split a unit into near-parallel
+    kinks matched θ0 on Z (θ0's probes) but not between their own kinks; each found point is
+    now checked on probes straddling its own kinks. Dense check: 20 001 unit-circle inputs."""
+    net = ReluMLP(2, 3)
+    W, A = random_relu_params(net, np.random.default_rng(seed))
+    W[2] = 0.0
+    X = np.random.default_rng(seed + 50).standard_normal((4, 2))
+    angles = np.linspace(0.0, 2 * np.pi, CIRCLE)
+    circle = np.stack([np.cos(angles), np.sin(angles)], axis=1)
+    f0 = relu_forward(net, (W, A), circle)
+
+    def off(rep) -> int:
+        return sum(
+            float(np.max(np.abs(relu_forward(net, p, circle) - f0))) > ATOL_DENSE
+            for p in rep.point_arrays()
+        )
+
+    rep = relu_fiber(net, (W, A), X, notion="global", seed=seed)
+    assert off(rep) == 0
+    (route,) = rep.routes
+    dropped = int(route.note.split("; ")[1].split(" solution")[0])
+    # without the check the dropped solutions are reported, each a point off the fiber (on
+    # these seeds every dropped solution was a distinct point: 0 to 3 per seed, 13 in all)
+    monkeypatch.setattr(relu_fiber_module, "_same_on_own_kinks", lambda *a, **k: True)
+    unchecked = relu_fiber(net, (W, A), X, notion="global", seed=seed)
+    assert off(unchecked) == dropped == unchecked.n_points - rep.n_points

@@ -46,6 +46,7 @@ from neuromanifold.linear.relu import (
     validate_relu_inputs,
     validate_relu_params,
 )
+from neuromanifold.linear.relu_global import PARALLEL_COS, global_first_order_dimension
 
 __all__ = [
     "FIBER_RTOL",
@@ -136,14 +137,18 @@ def kink_probes(net: ReluNet, theta: object, rng: np.random.Generator) -> np.nda
     Pre-activations are linear in the input, ``z_h(x) = g_h · x`` (``g_h``: row ``h`` of
     ``G``, ``H × d``, one row per neuron, or per channel and position). For each ``h`` with
     ``g_h ≠ 0`` and each of ``d − 1`` unit points ``p`` drawn at random on ``{g_h · x = 0}``,
-    the pair ``x± = p ± ε ĝ_h`` with ``ε`` half the distance from ``p`` to the nearest kink
-    hyperplane not parallel to ``g_h``: ``x+`` and ``x−`` differ in unit ``h`` (and units on
-    its hyperplane) alone. Gaussian probes miss the thin wedges between nearly parallel
-    kinks (two units 1° apart: a wedge of 2/360 of the plane), and there the values on the
-    probe set no longer fix ``θ`` to first order (a false continuum, s25b audit RERUN N4);
-    a point inside each such wedge restores it. ``d = 1`` (every kink at 0): none.
-    Returns ``(2 (d − 1) H', d)`` for the ``H'`` nonzero rows; pairs are skipped where ``p``
-    lies on another kink (``ε = 0``).
+    and their opposites ``−p``, the pair ``x± = p ± ε ĝ_h`` with ``ε`` half the distance from
+    ``p`` to the nearest kink hyperplane not parallel to ``g_h`` (``|ĝ_h · ĝ_k| <
+    PARALLEL_COS``): ``x+`` and ``x−`` differ in unit ``h`` (and units on its hyperplane) alone.
+    Gaussian probes miss the thin wedges between nearly parallel kinks (two units 1° apart: a
+    wedge of 2/360 of the plane), and there the values on the probe set no longer fix ``θ`` to
+    first order (a false continuum, s25b audit RERUN N4); a point inside each such wedge
+    restores it. Both ends ``±p``: two kinks through 0 bound two opposite thin wedges, each a
+    region of its own (one end only left 0.2° apart unseparated, s26b audit RERUN N3). Units
+    closer than about ``RANK_RTOL^{1/3}`` rad (≈ 0.06°) stay below the rank threshold: the
+    separating singular value falls with the cube of the angle. ``d = 1`` (every kink at 0):
+    none. Returns ``(4 (d − 1) H', d)`` for the ``H'`` nonzero rows; pairs are skipped where
+    ``p`` lies on another kink (``ε = 0``).
     """
     d = net.input_dim
     if d < 2:
@@ -155,14 +160,14 @@ def kink_probes(net: ReluNet, theta: object, rng: np.random.Generator) -> np.nda
     out: list[np.ndarray] = []
     for h in range(Gn.shape[0]):
         n = Gn[h]
-        others = Gn[np.abs(Gn @ n) < 1.0 - 1e-12]  # kinks not on this hyperplane
+        others = Gn[np.abs(Gn @ n) < PARALLEL_COS]  # kinks not on this hyperplane
         for _ in range(d - 1):
             p = rng.standard_normal(d)
             p -= (p @ n) * n
             p /= np.linalg.norm(p)
             eps = 0.5 * float(np.min(np.abs(others @ p))) if others.size else 0.5
             if eps > 0:
-                out += [p + eps * n, p - eps * n]
+                out += [p + eps * n, p - eps * n, -p + eps * n, -p - eps * n]
     return np.array(out).reshape(-1, d)
 
 
@@ -182,7 +187,7 @@ def relu_fiber(
     Fiber equations ``Φ(θ) = (vec f_θ(Z), invariants(θ)) = Φ(θ0)`` with ``Z = X`` (dataset
     notion; points must also keep θ0's activation pattern on ``X``) or ``Z = X ∪ probe`` with a
     seeded Gaussian probe set of ``probe_size`` points (global notion; default
-    ``max(60, 10·n_params)``) and θ0's :func:`kink_probes` (``2 (d − 1)`` per unit, so that the
+    ``max(60, 10·n_params)``) and θ0's :func:`kink_probes` (``4 (d − 1)`` per unit, so that the
     values on ``Z`` fix θ0 to first order as the global function does). Levenberg–Marquardt
     from ``n_random`` Gaussian starts and ``n_perturb`` perturbations of θ0 (relative sizes
     0.05–1; these sample a continuous fiber around θ0). Converged points are de-duplicated
@@ -237,6 +242,12 @@ def relu_fiber(
     tol = FIBER_RTOL * s
     good, best_u, n_starts = _lsq.multistart(fun, jac, [x0u, *starts], tol=FIBER_RTOL)
     best = s * best_u
+    n_solved = len(good)
+    if notion == "global":
+        # Z holds θ0's kink probes, not a found point's: a point whose units split near-parallel
+        # wedges no probe hits can match on Z and differ elsewhere (s26b audit RERUN N1)
+        own = np.random.default_rng((seed, 2))
+        good = [g for g in good if _same_on_own_kinks(net, g.x, x0u, own)]
     if notion == "dataset":
         good = [
             g
@@ -248,7 +259,15 @@ def relu_fiber(
     points = [_unflatten(net, c * pts[i]) for i in keep]
     residuals = [s * good[i].residual for i in keep]
     ntks = [relu_ntk(net, p, X) for p in points]
-    fiber_dim = _lsq.null_dimension(jac(x0u), rtol=RANK_RTOL)
+
+    def dim_at(x: np.ndarray) -> int:
+        """``n_params − rank dΦ`` at ``x``; for the global notion in closed form (no probe set
+        separates kinks 0.1° apart at the rank threshold, s26b audit RERUN N3)."""
+        if notion == "global":
+            return global_first_order_dimension(net, _unflatten(net, x))
+        return _lsq.null_dimension(jac(x), rtol=RANK_RTOL)
+
+    fiber_dim = dim_at(x0u)
     # a positive null dimension alone can be an isolated singular point: step off θ0 along it
     # (s25 trial LIN #3: a dimension-1 fiber's 6 samples were reported as 6 points, no note)
     is_curve = bool(fiber_dim) and _on_curve(fun, jac, x0u)
@@ -256,7 +275,7 @@ def relu_fiber(
     if not is_curve:
         # θ0 isolated: a curve can still pass through another point found (s25b audit RERUN N4:
         # a dead unit's free direction elsewhere in the fiber), whose samples are then not all
-        on_curves = sum(_on_curve(fun, jac, pts[i]) for i in keep[1:])
+        on_curves = sum(bool(dim_at(pts[i])) and _on_curve(fun, jac, pts[i]) for i in keep[1:])
         continuum = continuum_elsewhere_note(on_curves, len(points))
     route = RouteSummary(
         name=f"numeric-{notion}",
@@ -269,7 +288,9 @@ def relu_fiber(
         note="same activation pattern on X required"
         if notion == "dataset"
         else f"global function represented on {Z.shape[0]} points: X, {len(gauss)} Gaussian "
-        f"probes and {len(kinks)} on both sides of θ0's kinks",
+        f"probes and {len(kinks)} on both sides of θ0's kinks; {n_solved - len(good)} solution(s) "
+        "differing on their own kinks dropped; fiber dimension in closed form "
+        "(global_first_order_dimension)",
     )
     report = build_report(
         architecture=net.describe(),
@@ -287,6 +308,20 @@ def relu_fiber(
         notes=(f"fiber notion: {notion}", *([continuum] if continuum else [])),
     )
     return _with_route_count(report)
+
+
+def _same_on_own_kinks(
+    net: ReluNet, x: np.ndarray, x0: np.ndarray, rng: np.random.Generator
+) -> bool:
+    """Whether the point ``x`` (unit scale) computes θ0's (``x0``) outputs, to ``FIBER_RTOL``, on
+    probes straddling its own kinks (:func:`kink_probes`)."""
+    probes = kink_probes(net, _unflatten(net, x), rng)
+    if not len(probes):
+        return True
+    diff = relu_forward(net, _unflatten(net, x), probes) - relu_forward(
+        net, _unflatten(net, x0), probes
+    )
+    return float(np.linalg.norm(diff)) <= FIBER_RTOL
 
 
 def _on_curve(fun: _lsq.Residual, jac: _lsq.Residual, x: np.ndarray) -> bool:

@@ -1,0 +1,97 @@
+"""The global first-order fiber dimension of a bias-free shallow ReLU network, in closed form.
+
+``f_θ(x) = Σ_h a_h σ(g_h · x)`` over the hidden pre-activations ``h`` (neurons, or channel ×
+position of a `ReluCNN`; ``a_h``: the read-out column, ``g_h``: the row of ``z = G x``). Along a
+tangent ``θ̇``, wherever σ is differentiable,
+
+    ḟ(x) = Σ_h 1[g_h · x > 0] M_h x,    M_h = ȧ_h g_hᵀ + a_h ġ_hᵀ    (d_out × d),
+
+and a zero unit (``g_h = 0``) contributes nothing (σ'(0) = 0, the convention of
+:func:`~neuromanifold.linear.relu.relu_jacobian`). Group the other units by kink hyperplane ``L``
+(``g_h = ±|g_h| n_L``; ``|ĝ_h · ĝ_k| ≥ PARALLEL_COS`` counts as one hyperplane) and let ``S⁺_L``,
+``S⁻_L`` be the sums of ``M_h`` over the units of ``L`` active on either side. Each hyperplane has
+a facet that its group alone crosses, so ``ḟ ≡ 0`` on ``R^d`` iff ``S⁺_L = S⁻_L`` for every ``L``
+and ``Σ_L S⁻_L = 0`` (then ``ḟ(x) = (Σ_L S⁻_L) x``; with ``d = 1`` every kink is at 0, one
+hyperplane, and the same conditions hold). The dimension is ``n_params − rank`` of
+``θ̇ ↦ ({S⁺_L − S⁻_L}_L, Σ_L S⁻_L, the invariants' derivative)``: no input point enters.
+
+A probe set reaches the same rank only where its points separate every pair of kinks; between
+kinks closer than about ``RANK_RTOL^{1/3}`` rad the separating singular value of the probe
+Jacobian falls below the rank threshold (it shrinks with the cube of the angle; s26b audit RERUN
+N3), while the conditions above stay one per hyperplane and well scaled.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from neuromanifold.linear.metric import RTOL_RANK
+from neuromanifold.linear.relu import (
+    ReluMLP,
+    ReluNet,
+    preactivations,
+    relu_invariants,
+    validate_relu_params,
+)
+
+__all__ = ["PARALLEL_COS", "global_first_order_dimension", "kink_lines"]
+
+#: Kinks with ``|ĝ_h · ĝ_k|`` at or above this share a hyperplane (parallel or antiparallel units).
+PARALLEL_COS = 1.0 - 1e-12
+
+
+def _rows(net: ReluNet, W: np.ndarray, A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``G`` (``H × d``, ``z_h(x) = G[h] · x``) and the read-out columns ``a`` (``H × d_out``)."""
+    d = net.input_dim
+    G = preactivations(net, (W, A), np.eye(d)).reshape(d, -1).T
+    a = A.T if isinstance(net, ReluMLP) else A.reshape(-1, 1)
+    return G, a
+
+
+def kink_lines(G: np.ndarray) -> list[list[tuple[int, int]]]:
+    """The non-zero rows of ``G`` grouped by hyperplane: ``[[(h, ±1), …], …]``, the sign that of
+    ``g_h`` against the group's first row (``|ĝ_h · ĝ_first| ≥ PARALLEL_COS`` joins a group)."""
+    norms = np.linalg.norm(G, axis=1)
+    lines: list[tuple[np.ndarray, list[tuple[int, int]]]] = []
+    for h in np.flatnonzero(norms > 0):
+        g = G[h] / norms[h]
+        for n, members in lines:
+            cos = float(g @ n)
+            if abs(cos) >= PARALLEL_COS:
+                members.append((int(h), 1 if cos > 0 else -1))
+                break
+        else:
+            lines.append((g, [(int(h), 1)]))
+    return [members for _, members in lines]
+
+
+def global_first_order_dimension(net: ReluNet, theta: object, *, rtol: float = RTOL_RANK) -> int:
+    """``n_params − rank`` of the module docstring's map at ``θ`` (singular values above
+    ``rtol · σ_max`` count). The map is of degree 2 in θ (bilinear ``M_h``, quadratic
+    invariants), so its derivative is the central difference with step 1, exactly up to
+    rounding."""
+    W0, A0 = validate_relu_params(net, theta)
+    lines = kink_lines(_rows(net, W0, A0)[0])
+    nW = W0.size
+    x0 = np.concatenate([W0.ravel(), A0.ravel()])
+
+    def conditions(x: np.ndarray) -> np.ndarray:
+        W, A = x[:nW].reshape(W0.shape), x[nW:].reshape(A0.shape)
+        G, a = _rows(net, W, A)
+        M = np.einsum("ho,hd->hod", a, G)
+        plus = [
+            sum((M[h] for h, s in members if s > 0), np.zeros(M.shape[1:])) for members in lines
+        ]
+        minus = [
+            sum((M[h] for h, s in members if s < 0), np.zeros(M.shape[1:])) for members in lines
+        ]
+        parts = [(p - m).ravel() for p, m in zip(plus, minus, strict=True)]
+        parts.append(sum(minus, np.zeros(M.shape[1:])).ravel())
+        parts.append(relu_invariants(net, (W, A)))
+        return np.concatenate(parts)
+
+    eye = np.eye(x0.size)
+    D = np.stack([(conditions(x0 + e) - conditions(x0 - e)) / 2 for e in eye], axis=1)
+    s = np.linalg.svd(D, compute_uv=False)
+    rank = int(np.sum(s > rtol * s[0])) if s.size and s[0] > 0 else 0
+    return int(x0.size - rank)

@@ -130,6 +130,7 @@ def test_not_proposed_without_a_bias_or_when_the_output_is_read_twice() -> None:
 # ---------------------------------------------------------------- the curved orbit (bn-rescale)
 
 ATOL_TANGENT = 1e-12  # closed-form tangent vs forward-mode AD of the group action
+BROKEN_MIN = 1e-3  # a move that is no symmetry changes the outputs (order 1) by O(1)
 
 
 def _propose_rescale(model: nn.Module) -> list:
@@ -175,3 +176,37 @@ def test_the_rescale_orbit_is_a_symmetry_and_its_tangent_the_derivative() -> Non
 def test_the_rescale_is_not_proposed_when_the_output_is_read_twice() -> None:
     (cands, _) = _propose_rescale(_double(_ConvNet(residual=True)))
     assert cands == []
+
+
+class _LastDimLinear(nn.Module):
+    """A Linear on the last dimension of ``(N, C, L)`` with ``L = C`` into ``BatchNorm1d(C)``:
+    the bias is added along L, the BatchNorm's channels are C (s26b audit RERUN N2)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(4, 4)
+        self.bn = _bn(4, 1, 3)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(torch.tanh(self.bn(self.fc1(x))).flatten(1))
+
+
+def test_a_bias_along_another_axis_is_not_a_shift_gauge() -> None:
+    """A uniform shift is flat there, but the C per-channel lines are not: nothing is proposed
+    (a uniform certification proposed it with orbit_dim 4; one line moved the output by 15)."""
+    model = _double(_LastDimLinear())
+    x = torch.randn(N, 4, 4, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    ctx = DetectionContext.from_model(model, x, Categorical())
+    assert BatchNormShiftDetector().propose("bn", ctx.model.bn, ctx) == []
+    # the single line of channel 0 is not flat: the law the refusal rests on
+    u = {
+        "fc1.bias": torch.zeros(4, dtype=torch.float64),
+        "bn.bias": torch.zeros(4, dtype=torch.float64),
+    }
+    bn = ctx.model.bn
+    u["fc1.bias"][0] = 1.0
+    u["bn.bias"][0] = -float(bn.weight[0] / torch.sqrt(bn.running_var[0] + bn.eps))
+    moved = {**ctx.params, **{k: ctx.params[k] + u[k] for k in u}}
+    change = functional_call(ctx.model, moved, (x,)) - functional_call(ctx.model, ctx.params, (x,))
+    assert float(change.abs().max()) > BROKEN_MIN

@@ -14,8 +14,9 @@ CNN #8: conv + bias → BatchNorm, the commonest CNN layout, had none proposed),
     u ∝ Σ_c (e_{b_c} − (γ_c/σ_c) e_{β_c}),
 
 ``"bn-shift"``, with ``info["orbit_dim"] = C``, certified by evaluation
-(`neuromanifold.singular.detectors.rescale.relative_change` at ``s = 1`` on every channel at most
-``CERTIFY_RTOL``): a producer output that also enters a residual sum is no symmetry.
+(`neuromanifold.singular.detectors.rescale.relative_change` with distinct shifts ``s_c`` from 1
+to 2 over the channels, at most ``CERTIFY_RTOL``): a producer output that also enters a
+residual sum, or a bias added along another axis than the BatchNorm's channels, is no symmetry.
 
 The curved orbit of the same pair (the producer's channel scaled against the BatchNorm's scale)
 is `neuromanifold.singular.detectors.batchnorm_scale`.
@@ -91,9 +92,13 @@ class BatchNormShiftDetector:
         var = module.running_var.to(device=gamma.device, dtype=torch.float64)
         slope = gamma / torch.sqrt(var + module.eps)  # γ_c/σ_c
         ones = torch.ones_like(slope)
+        # distinct shifts per channel: a uniform one is also flat where the bias is added along
+        # another axis than the BatchNorm's channels (a Linear on the last dimension of (N, C, L)
+        # with L = C), where the C lines are not (s26b audit RERUN N2)
+        shift = torch.linspace(1.0, 2.0, channels, dtype=slope.dtype, device=slope.device)
         moved = {
-            bias: ctx.params[bias] + ones.to(ctx.params[bias].dtype),
-            beta: ctx.params[beta] - slope.to(ctx.params[beta].dtype),
+            bias: ctx.params[bias] + shift.to(ctx.params[bias].dtype),
+            beta: ctx.params[beta] - (shift * slope).to(ctx.params[beta].dtype),
         }
         if not relative_change(ctx, moved) <= CERTIFY_RTOL:
             return []

@@ -95,6 +95,7 @@ from neuromanifold.linear.relu import (
     relu_ntk_reference,
 )
 from neuromanifold.linear.relu_fiber import relu_fiber
+from neuromanifold.linear.relu_global import global_first_order_dimension
 from neuromanifold.linear.rescale import (
     fc_balanced_params,
     lemma_scalings,
@@ -201,6 +202,7 @@ __all__ = [  # noqa: RUF022
     # shallow ReLU networks
     "ReluCNN",
     "ReluMLP",
+    "global_first_order_dimension",
     "relu_fiber",
     "relu_invariants",
     "relu_ntk",

@@ -191,8 +191,12 @@ def relu_fiber(
     values on ``Z`` fix θ0 to first order as the global function does). Levenberg–Marquardt
     from ``n_random`` Gaussian starts and ``n_perturb`` perturbations of θ0 (relative sizes
     0.05–1; these sample a continuous fiber around θ0). Converged points are de-duplicated
-    modulo unit permutations; the NTK of each on ``X`` (:func:`relu_ntk`) is reported.
-    ``fiber_dimension = n_params − rank dΦ(θ0)``.
+    modulo unit permutations; the NTK of each on ``X`` (:func:`relu_ntk`) is reported. In the
+    global notion a converged point is kept only if it also matches θ0 on probes straddling its
+    own kinks (Z holds θ0's). ``fiber_dimension = n_params − rank dΦ(θ0)``: in the dataset notion
+    from dΦ on ``X``, in the global notion in closed form
+    (:func:`~neuromanifold.linear.relu_global.global_first_order_dimension`, which the probe
+    Jacobian equals wherever its points separate every pair of kinks).
     """
     if notion not in ("dataset", "global"):
         raise ValueError(f"notion must be 'dataset' or 'global', got {notion!r}")

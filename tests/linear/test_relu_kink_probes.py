@@ -336,3 +336,16 @@ def test_every_reported_global_point_computes_the_function_everywhere(
     monkeypatch.setattr(relu_fiber_module, "_same_on_own_kinks", lambda *a, **k: True)
     unchecked = relu_fiber(net, (W, A), X, notion="global", seed=seed)
     assert off(unchecked) == dropped == unchecked.n_points - rep.n_points
+
+
+def test_the_parallel_cut_sits_below_a_micro_radian() -> None:
+    """Kinks 1e-6 rad apart are two hyperplanes (a finite fiber, dimension 0); exactly parallel
+    units, whose unit normals meet to rounding, share one (s26c audit RERUN2 N1: the cut at
+    1 − 1e-12 merged kinks 1e-6 rad apart and read dimension 2)."""
+    net = ReluMLP(2, 3)
+    for seed in range(5):
+        theta = _near_parallel(net, float(np.rad2deg(1e-6)), seed)
+        assert global_first_order_dimension(net, theta) == 0
+        W, A = theta
+        W[1] = 1.7 * W[0]
+        assert global_first_order_dimension(net, (W, A)) == 2

@@ -36,8 +36,11 @@ from neuromanifold.linear.relu import (
 
 __all__ = ["PARALLEL_COS", "global_first_order_dimension", "kink_lines"]
 
-#: Kinks with ``|ĝ_h · ĝ_k|`` at or above this share a hyperplane (parallel or antiparallel units).
-PARALLEL_COS = 1.0 - 1e-12
+#: Kinks with ``|ĝ_h · ĝ_k|`` at or above this share a hyperplane (parallel or antiparallel units):
+#: two kinks less than ``√(2(1 − PARALLEL_COS))`` ≈ 1.4e-7 rad apart count as one (at 1e-12,
+#: 1.4e-6 rad, units 1e-6 rad apart were merged and read a dimension 2 where the global fiber
+#: is finite, s26c audit RERUN2 N1); exactly parallel units meet it with rounding of ~1e-16.
+PARALLEL_COS = 1.0 - 1e-14
 
 
 def _rows(net: ReluNet, W: np.ndarray, A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -34,7 +34,7 @@ from neuromanifold.singular.detectors.batchnorm_shift import (
     eval_affine_channels,
 )
 from neuromanifold.singular.detectors.one_sided import check_cap
-from neuromanifold.singular.detectors.rescale import rescale_candidate
+from neuromanifold.singular.detectors.rescale import action_derivative, rescale_candidate
 
 __all__ = ["BatchNormRescale", "BatchNormScaleDetector"]
 
@@ -106,13 +106,8 @@ class BatchNormRescale:
         return out
 
     def tangent_reference(self, params: dict[str, Tensor], j: int) -> dict[str, Tensor]:
-        """Oracle of `tangent`: ``d/da_j act(params, a)`` at ``a = 𝟙`` by forward-mode AD."""
-        ref = params[self.producers[0]]
-        ones = torch.ones(self.n_units(params), dtype=ref.dtype, device=ref.device)
-        e_j = torch.zeros_like(ones)
-        e_j[j] = 1.0
-        _, out = torch.func.jvp(lambda a: self.act(params, a), (ones,), (e_j,))
-        return out
+        """Oracle of `tangent`: ``d/da_j act(params, a)`` at ``a = 𝟙`` (`action_derivative`)."""
+        return action_derivative(self, params, j)
 
 
 def _prefix(name: str) -> str:

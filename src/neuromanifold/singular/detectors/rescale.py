@@ -50,6 +50,7 @@ __all__ = [
     "MAX_GENERATOR_ENTRIES",
     "UNIT_TIE_RTOL",
     "UnitRescale",
+    "action_derivative",
     "alternating_factors",
     "certify",
     "generator_cap",
@@ -133,13 +134,8 @@ class UnitRescale:
         return out
 
     def tangent_reference(self, params: dict[str, Tensor], j: int) -> dict[str, Tensor]:
-        """Oracle of `tangent`: ``d/dc_j act(params, c)`` at ``c = 𝟙`` by forward-mode AD."""
-        ref = params[self.producers[0]]
-        ones = torch.ones(self.n_units(params), dtype=ref.dtype, device=ref.device)
-        e_j = torch.zeros_like(ones)
-        e_j[j] = 1.0
-        _, out = torch.func.jvp(lambda c: self.act(params, c), (ones,), (e_j,))
-        return out
+        """Oracle of `tangent` (`action_derivative`)."""
+        return action_derivative(self, params, j)
 
     def act(self, params: dict[str, Tensor], factors: Tensor) -> dict[str, Tensor]:
         """The group element: producers' unit ``j`` times ``c_j``, consumers' times
@@ -173,6 +169,17 @@ class UnitRescale:
             sq = p.transpose(0, axis).reshape(rows, cols).pow(2).sum(1)
             total = sq if total is None else total + sq
         return torch.sqrt(total)
+
+
+def action_derivative(orbit: Any, params: dict[str, Tensor], j: int) -> dict[str, Tensor]:
+    """``d/dc_j orbit.act(params, c)`` at ``c = 𝟙`` by forward-mode AD: the oracle of an orbit's
+    closed-form ``tangent`` (any orbit with ``producers``, ``n_units`` and ``act``)."""
+    ref = params[orbit.producers[0]]
+    ones = torch.ones(orbit.n_units(params), dtype=ref.dtype, device=ref.device)
+    e_j = torch.zeros_like(ones)
+    e_j[j] = 1.0
+    _, out = torch.func.jvp(lambda c: orbit.act(params, c), (ones,), (e_j,))
+    return out
 
 
 def _outputs(ctx: DetectionContext, params: dict[str, Tensor], x: Tensor) -> list[Tensor]:

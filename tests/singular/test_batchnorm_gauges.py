@@ -210,3 +210,105 @@ def test_a_bias_along_another_axis_is_not_a_shift_gauge() -> None:
     moved = {**ctx.params, **{k: ctx.params[k] + u[k] for k in u}}
     change = functional_call(ctx.model, moved, (x,)) - functional_call(ctx.model, ctx.params, (x,))
     assert float(change.abs().max()) > BROKEN_MIN
+
+
+# ------------------------------------------- through homogeneous steps (s26c audit RERUN2 N5)
+
+
+class _ActMLP(nn.Module):
+    """``fc2(tanh(bn(act(fc1 x))))`` with ``act`` a ReLU (p = 1), a squared ReLU (p = 2) or tanh
+    (no homogeneity: no orbit)."""
+
+    def __init__(self, act: str) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(5, 4)
+        self.bn = _bn(4, 1, 4)
+        with torch.no_grad():  # a ReLU's output has a non-negative running mean
+            self.bn.running_mean.abs_()
+        self.fc2 = nn.Linear(4, 3)
+        self.act = act
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.fc1(x)
+        h = torch.tanh(h) if self.act == "tanh" else torch.relu(h)
+        if self.act == "squared":
+            h = h**2
+        return self.fc2(torch.tanh(self.bn(h)))
+
+
+def _rescale_orbit(ctx: DetectionContext, degree: int) -> BatchNormRescale:
+    bn = ctx.model.bn
+    return BatchNormRescale(
+        producers=("fc1.weight", "fc1.bias"),
+        consumers=("bn.weight", "bn.bias"),
+        mean_over_std=bn.running_mean / torch.sqrt(bn.running_var + bn.eps),
+        degree=degree,
+    )
+
+
+def test_the_rescale_through_a_relu_or_a_squared_relu_has_degree_p() -> None:
+    """Linear → ReLU (p = 1) or ReLU² (p = 2) → BatchNorm: (w_c, b_c) times a, γ_c over a^p,
+    β_c shifted by γ_c μ_c/σ_c (1 − a^{−p}) keeps every output; the tangent is d/da_j; the
+    straight probe reads a curved gauge of order 2. No bn-shift there (a ReLU does not commute
+    with a shift of its input)."""
+    x = torch.randn(N, 5, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    for act, degree in (("relu", 1), ("squared", 2)):
+        model = _double(_ActMLP(act))
+        ctx = DetectionContext.from_model(model, x, Categorical())
+        (cand,) = BatchNormScaleDetector().propose("bn", ctx.model.bn, ctx)
+        assert cand.layers == ("fc1", "bn") and cand.info["degree"] == degree
+        assert BatchNormShiftDetector().propose("bn", ctx.model.bn, ctx) == []
+        orbit = _rescale_orbit(ctx, degree)
+        a = torch.rand(4, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+        moved = {**ctx.params, **orbit.act(ctx.params, 0.3 + 2.7 * a)}
+        torch.testing.assert_close(
+            functional_call(ctx.model, moved, (x,)),
+            functional_call(ctx.model, ctx.params, (x,)),
+            rtol=0,
+            atol=ATOL_SAME,
+        )
+        for j in range(4):
+            got, ref = orbit.tangent(ctx.params, j), orbit.tangent_reference(ctx.params, j)
+            for k in got:
+                torch.testing.assert_close(got[k], ref[k], rtol=0, atol=ATOL_TANGENT)
+        # the candidate is the closed-form tangent of the unit it names
+        tangent = orbit.tangent(ctx.params, cand.info["unit"])
+        norm = torch.sqrt(sum((v**2).sum() for v in tangent.values()))
+        cos = sum(float((cand.u[k] * tangent[k]).sum()) for k in tangent) / float(norm)
+        assert abs(cos - 1.0) <= COS_EXACT
+        reading = read(model, x, Categorical(), progress=False)
+        (rec,) = [d for d in reading.directions if d.detector == "bn-rescale"]
+        assert (rec.klass, rec.k) == ("curved_gauge", 2)
+
+
+def test_the_rescale_is_not_proposed_through_tanh() -> None:
+    model = _double(_ActMLP("tanh"))
+    ctx = DetectionContext.from_model(model, _x(_MLP()), Categorical())
+    assert BatchNormScaleDetector().propose("bn", ctx.model.bn, ctx) == []
+
+
+DEAD_F_MAX = 1e-28  # F along a never-firing channel's line: its BatchNorm input is exactly 0
+
+
+def test_a_channel_that_never_fires_is_not_read_first() -> None:
+    """Channel 0 has the largest weights but never fires (bias −100, and the running statistics
+    a dead channel leaves: mean 0, variance 0). Along its own straight line F is exactly zero
+    (it would read flat, not as the certified curved gauge), so the candidate reads another
+    channel: strength times the RMS input √(var + mean²)."""
+    model = _ActMLP("relu")
+    with torch.no_grad():
+        model.fc1.weight[0] = 10.0
+        model.fc1.bias[0] = -100.0
+        model.bn.running_mean[0] = 0.0
+        model.bn.running_var[0] = 0.0
+    model = _double(model)
+    x = torch.randn(N, 5, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    ctx = DetectionContext.from_model(model, x, Categorical())
+    assert float(torch.relu(ctx.model.fc1(x))[:, 0].abs().max()) == 0.0  # never fires
+    (cand,) = BatchNormScaleDetector().propose("bn", ctx.model.bn, ctx)
+    assert cand.info["unit"] != 0
+    orbit = _rescale_orbit(ctx, 1)
+    assert int(orbit.strength(ctx.params).argmax()) == 0  # strength alone would pick it
+    dead = orbit.tangent(ctx.params, 0)
+    moved = {**ctx.params, **{k: ctx.params[k] + 0.3 * dead[k] for k in dead}}
+    assert float(directional_fisher(ctx.model, moved, dead, x, Categorical())) <= DEAD_F_MAX

@@ -44,6 +44,7 @@ __all__ = [
     "GaugeKind",
     "normalise",
     "parameter_aliases",
+    "qualified",
 ]
 
 GaugeKind = Literal["flat", "curved"]
@@ -55,6 +56,15 @@ def normalise(u: Mapping[str, Tensor]) -> dict[str, Tensor]:
     if not float(norm) > 0.0:
         raise ValueError("candidate direction is zero")
     return {k: (v.double() / norm) for k, v in u.items()}
+
+
+def qualified(module: str, leaf: str) -> str:
+    """The parameter key of ``leaf`` in the module named ``module`` (the root module: ``""``).
+
+    >>> qualified("blocks.0.fc1", "weight"), qualified("", "bias")
+    ('blocks.0.fc1.weight', 'bias')
+    """
+    return f"{module}.{leaf}" if module else leaf
 
 
 @dataclass(frozen=True, eq=False)

@@ -27,15 +27,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
-from neuromanifold.singular.detectors.graph import graph_passes_through
+from neuromanifold.singular.detectors.base import (
+    Candidate,
+    DetectionContext,
+    normalise,
+    qualified,
+)
+from neuromanifold.singular.detectors.graph import PASS_THROUGH, graph_passes_through
 from neuromanifold.singular.detectors.rescale import CERTIFY_RTOL, relative_change
+from neuromanifold.singular.detectors.rescale_detectors import chain_degree
 
 __all__ = ["BatchNormShiftDetector", "channel_producer", "eval_affine_channels"]
-
-
-def _prefix(name: str) -> str:
-    return f"{name}." if name else ""
 
 
 def eval_affine_channels(module: nn.Module) -> int | None:
@@ -48,15 +50,30 @@ def eval_affine_channels(module: nn.Module) -> int | None:
 
 
 def channel_producer(
-    ctx: DetectionContext, name: str, channels: int, *, with_bias: bool
-) -> str | None:
-    """The one producer of the BatchNorm ``name``: a Linear or (not transposed) convolution with
-    ``channels`` outputs (and a bias when ``with_bias``) whose output reaches ``name`` alone,
-    unchanged; else None."""
+    ctx: DetectionContext,
+    name: str,
+    channels: int,
+    *,
+    with_bias: bool,
+    homogeneous: bool = False,
+) -> tuple[str, int] | None:
+    """The one producer of the BatchNorm ``name`` and the degree ``p`` of the steps between: a
+    Linear or (not transposed) convolution with ``channels`` outputs (and a bias when
+    ``with_bias``) whose output reaches ``name`` alone, unchanged (``p = 1``) or, when
+    ``homogeneous``, also through positively homogeneous steps of total degree ``p``
+    (`rescale_detectors.chain_degree`: a ReLU, a squared ReLU, channelwise pooling), which carry
+    a channel scaled by ``a > 0`` to the BatchNorm scaled by ``a^p``; else None."""
     producer = ctx.graph.single_producer(name)
     if producer is None or ctx.graph.consumers.get(producer, ()) != (name,):
         return None
-    if not graph_passes_through(ctx.graph, producer, name):
+    if graph_passes_through(ctx.graph, producer, name):
+        degree: int | None = 1
+    elif homogeneous:
+        via = ctx.graph.via.get((producer, name), ())
+        degree = chain_degree([v for v in via if v not in PASS_THROUGH])
+    else:
+        degree = None
+    if degree is None:
         return None
     module = ctx.model.get_submodule(producer)
     if not isinstance(module, nn.Linear | nn.modules.conv._ConvNd):
@@ -67,7 +84,7 @@ def channel_producer(
         return None
     if with_bias and getattr(module, "bias", None) is None:
         return None
-    return producer
+    return producer, degree
 
 
 class BatchNormShiftDetector:
@@ -82,13 +99,12 @@ class BatchNormShiftDetector:
     def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
         """One certified flat-gauge candidate on the span of the ``C`` lines, or nothing."""
         channels = eval_affine_channels(module)
-        producer = (
-            None if channels is None else channel_producer(ctx, name, channels, with_bias=True)
-        )
-        if producer is None:
+        found = None if channels is None else channel_producer(ctx, name, channels, with_bias=True)
+        if found is None:
             return []
-        bias, beta = f"{_prefix(producer)}bias", f"{_prefix(name)}bias"
-        gamma = ctx.params[f"{_prefix(name)}weight"].to(torch.float64)
+        producer = found[0]
+        bias, beta = qualified(producer, "bias"), qualified(name, "bias")
+        gamma = ctx.params[qualified(name, "weight")].to(torch.float64)
         var = module.running_var.to(device=gamma.device, dtype=torch.float64)
         slope = gamma / torch.sqrt(var + module.eps)  # γ_c/σ_c
         ones = torch.ones_like(slope)

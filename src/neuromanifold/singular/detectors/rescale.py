@@ -279,7 +279,12 @@ def unit_activity(ctx: DetectionContext, orbit: UnitRescale) -> Tensor | None:
     entries, so this is the unit's RMS value times the root of their number). Zero for a unit
     no probe sample excites (a dead ReLU); None when no consumer is a block with factors (a
     layer scale, a packed attention projection). The consumers' widths are ``n_units·block``
-    (`UnitRescale`), so the entries group evenly."""
+    (`UnitRescale`), so the entries group evenly. An orbit that knows its units' activity
+    itself (an ``activity()`` method, e.g. `BatchNormRescale` from the running statistics)
+    answers instead."""
+    own = getattr(orbit, "activity", None)
+    if own is not None:
+        return own()
     n = orbit.n_units(ctx.params)
     for key in orbit.consumers:
         module, _, leaf = key.rpartition(".")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from torch import nn
 
 from neuromanifold.singular.blocks import is_supported_block
-from neuromanifold.singular.detectors.base import Candidate, DetectionContext
+from neuromanifold.singular.detectors.base import Candidate, DetectionContext, qualified
 from neuromanifold.singular.detectors.glu import glu_layout
 from neuromanifold.singular.detectors.graph import (
     CHANNELWISE_LABELS,
@@ -23,7 +23,13 @@ from neuromanifold.singular.detectors.graph_steps import power_degree
 from neuromanifold.singular.detectors.one_sided import check_cap
 from neuromanifold.singular.detectors.rescale import UnitRescale, rescale_candidate
 
-__all__ = ["GLURescaleDetector", "NormScaleDetector", "ReLURescaleDetector"]
+__all__ = [
+    "GLURescaleDetector",
+    "NormScaleDetector",
+    "ReLURescaleDetector",
+    "chain_degree",
+    "producer_keys",
+]
 
 
 def _check_max_units(value: object) -> int | None:
@@ -34,7 +40,7 @@ _HOMOGENEOUS = {"ReLU": 1, "LeakyReLU": 1, "SquaredReLU": 2, "ReLUSquaredActivat
 """Positively homogeneous activations by class name and their degree p: ``φ(cz) = c^p φ(z)``."""
 
 
-def _chain_degree(steps: list[str]) -> int | None:
+def chain_degree(steps: list[str]) -> int | None:
     """The degree p of the steps between a producer and its consumer (Identity/Dropout removed)
     when together they are positively homogeneous, ``φ(cz) = c^p φ(z)`` for ``c > 0``: degrees
     multiply under composition, so p is the product of the activations' degrees
@@ -43,9 +49,9 @@ def _chain_degree(steps: list[str]) -> int | None:
     steps counting 1. None when a step is not homogeneous of integer degree (Tanh, ``h ** 0.5``)
     or when there is no activation or power at all.
 
-    >>> _chain_degree(["ReLU", "Square"]), _chain_degree(["ReLU", "MaxPool"]), _chain_degree([])
+    >>> chain_degree(["ReLU", "Square"]), chain_degree(["ReLU", "MaxPool"]), chain_degree([])
     (2, 1, None)
-    >>> _chain_degree(["Tanh", "Square"]) is None
+    >>> chain_degree(["Tanh", "Square"]) is None
     True
     """
     degree, acts = 1, 0
@@ -57,10 +63,6 @@ def _chain_degree(steps: list[str]) -> int | None:
             return None
         degree, acts = degree * p, acts + 1
     return degree if acts else None
-
-
-def _prefix(name: str) -> str:
-    return f"{name}." if name else ""
 
 
 def _channel_affine_width(module: nn.Module) -> int | None:
@@ -85,11 +87,11 @@ def _channel_affine_width(module: nn.Module) -> int | None:
     return None
 
 
-def _producer_keys(name: str, module: nn.Module) -> list[str]:
+def producer_keys(name: str, module: nn.Module) -> list[str]:
     """The tensors indexed by the unit along dimension 0: ``weight`` and, if present, ``bias``."""
-    keys = [f"{_prefix(name)}weight"]
+    keys = [qualified(name, "weight")]
     if getattr(module, "bias", None) is not None:
-        keys.append(f"{_prefix(name)}bias")
+        keys.append(qualified(name, "bias"))
     return keys
 
 
@@ -99,7 +101,7 @@ class ReLURescaleDetector:
     A Linear/conv block, or a BatchNorm/GroupNorm with an affine map (its channel ``c`` is
     ``γ_c x̂_c + β_c``: the scale and shift play the row and bias, as in a ResNet's
     BatchNorm → ReLU → conv), followed (through positively homogeneous activations and powers of
-    total degree p, `_chain_degree`: ReLU and LeakyReLU p = 1, ``SquaredReLU``, Hugging Face's
+    total degree p, `chain_degree`: ReLU and LeakyReLU p = 1, ``SquaredReLU``, Hugging Face's
     ``ReLUSquaredActivation`` and an inline ``F.relu(h) ** 2`` p = 2, and any channelwise
     pooling, spatial mean or singleton flatten, degree 1: `graph.CHANNELWISE`) by consumer
     blocks, one or several (a ResNet block's ``relu(stem(x))`` read by its first conv and its
@@ -131,7 +133,7 @@ class ReLURescaleDetector:
         """One certified curved-gauge candidate for the block and all its consumers, or
         nothing."""
         consumers = tuple(ctx.graph.consumers.get(name, ()))
-        producers = _producer_keys(name, module)
+        producers = producer_keys(name, module)
         units = ctx.params[producers[0]].shape[0]
         if units == 0:  # a layer of zero width: no unit to rescale
             return []
@@ -139,7 +141,7 @@ class ReLURescaleDetector:
         for c in consumers:
             via = ctx.graph.via.get((name, c))
             steps = [v for v in via or () if v not in PASS_THROUGH]
-            degree = _chain_degree(steps)
+            degree = chain_degree(steps)
             if via is None or degree is None:
                 return []
             if not is_supported_block(ctx.model.get_submodule(c)):
@@ -239,7 +241,7 @@ class NormScaleDetector:
             if key is None:
                 return []
             weights.append(key)
-        orbit = UnitRescale(tuple(_producer_keys(name, module)), tuple(weights), 1)
+        orbit = UnitRescale(tuple(producer_keys(name, module)), tuple(weights), 1)
         return rescale_candidate(
             ctx,
             orbit,
@@ -275,15 +277,13 @@ class GLURescaleDetector:
     def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
         """One certified curved-gauge candidate for the block, or nothing."""
         _, up, down = glu_layout(module)
-        pre = _prefix(name)
-        producers = [f"{pre}{up}.weight"]
-        if module.get_submodule(up).bias is not None:
-            producers.append(f"{pre}{up}.bias")
-        orbit = UnitRescale(tuple(producers), (f"{pre}{down}.weight",), 1)
+        up_name, down_name = qualified(name, up), qualified(name, down)
+        producers = producer_keys(up_name, module.get_submodule(up))
+        orbit = UnitRescale(tuple(producers), (qualified(down_name, "weight"),), 1)
         return rescale_candidate(
             ctx,
             orbit,
-            layers=(f"{pre}{up}", f"{pre}{down}"),
+            layers=(up_name, down_name),
             detector="glu-rescale",
             max_units=self.max_units,
         )

@@ -261,16 +261,17 @@ def _dead_units(net: ReluMLP, point: tuple[np.ndarray, np.ndarray]) -> list[int]
     ]
 
 
-def test_a_continuum_away_from_theta0_is_said() -> None:
-    """θ0 with a zero unit is an isolated point of its global fiber (s25b audit RERUN, case D),
-    but the fiber holds points where a unit with ``a_j = 0`` keeps ``‖w_j‖ > 0``: its direction
-    turns freely (a circle of fiber points), and the report says those points are samples."""
+def test_a_zero_unit_is_no_isolated_point_and_its_fibers_dead_units_turn() -> None:
+    """θ0 with a zero unit (s25b audit RERUN, case D) was taken for an isolated point of its
+    global fiber; it is not: the unit grows parallel to a live one along a one-sided curve
+    (`zero_unit_curve`, s26c audit RERUN2 N2), now reported. The fiber also holds points where a
+    unit with ``a_j = 0`` keeps ``‖w_j‖ > 0``: its direction turns freely (a circle)."""
     net = ReluMLP(2, 3)
     W, A = random_relu_params(net, np.random.default_rng(1))
     W[2], A[0, 2] = 0.0, 0.0
     X = np.random.default_rng(9).standard_normal((4, 2))
     rep = relu_fiber(net, (W, A), X, notion="global", seed=1)
-    assert rep.continuum is False  # through θ0: none
+    assert rep.continuum is True
     points = rep.point_arrays()
     dead = [i for i, p in enumerate(points) if _dead_units(net, p)]
     assert dead and 0 not in dead
@@ -286,9 +287,51 @@ def test_a_continuum_away_from_theta0_is_said() -> None:
     np.testing.assert_allclose(
         relu_invariants(net, (Wt, Ad)), relu_invariants(net, (Wd, Ad)), atol=ATOL_EXACT
     )
+
+
+def _split_on_one_side(point: tuple[np.ndarray, np.ndarray], eps: float) -> tuple:
+    """d = 1, two units with ``w > 0``: ``f(x) = (a_0 w_0 + a_1 w_1) σ(x)``. Move ``w_0`` by
+    ``eps`` on its invariant (``a_0 = ±√(δ_0 + w_0²)``) and give unit 1 the rest ``P`` of the
+    slope on its own (``a_1 √(a_1² − δ_1) = P``: ``a_1² = (δ_1 + √(δ_1² + 4P²))/2``, ``a_1`` of
+    the sign of ``P``): the closed-form curve of equal functions and invariants through it."""
+    W, A = point
+    (w0, w1), (a0, a1) = W[:, 0], A[0]
+    d0, d1 = a0**2 - w0**2, a1**2 - w1**2
+    slope = a0 * w0 + a1 * w1
+    w0n = w0 + eps
+    a0n = np.sign(a0) * np.sqrt(d0 + w0n**2)
+    rest = slope - a0n * w0n
+    a1n = np.sign(rest) * np.sqrt((d1 + np.sqrt(d1**2 + 4 * rest**2)) / 2)
+    w1n = np.sqrt(a1n**2 - d1)
+    return np.array([[w0n], [w1n]]), np.array([[a0n, a1n]])
+
+
+def test_a_continuum_away_from_theta0_is_said() -> None:
+    """d = 1: unit 0 on x > 0, unit 1 dead (a = 0) pointing to x < 0. θ0 is isolated (the
+    first-order dimension is 0: nothing on x < 0 may change, and the invariant fixes |w_1|), but
+    its fiber holds the points where unit 1 turns to x > 0 and shares the slope with unit 0, a
+    one-parameter family; the report says the points found there are samples of a continuum."""
+    net = ReluMLP(1, 2)
+    theta = (np.array([[1.0], [-0.8]]), np.array([[1.5, 0.0]]))
+    rep = relu_fiber(net, theta, np.array([[0.7], [-1.3]]), notion="global", seed=0)
+    assert rep.continuum is False and rep.fiber_dimension == 0
+    points = rep.point_arrays()
+    split = [i for i, (W, _) in enumerate(points) if np.all(W[:, 0] > 0)]
+    assert split and 0 not in split
+    # the family is genuine: each such point moves along it with Φ fixed, by Θ(eps)
+    probe = np.linspace(-3.0, 3.0, 301)[:, None]
+    for i in split:
+        moved = _split_on_one_side(points[i], 1e-2)
+        np.testing.assert_allclose(
+            relu_forward(net, moved, probe), relu_forward(net, points[i], probe), atol=ATOL_EXACT
+        )
+        np.testing.assert_allclose(
+            relu_invariants(net, moved), relu_invariants(net, theta), atol=ATOL_EXACT
+        )
+        assert np.linalg.norm(moved[0] - points[i][0]) >= 1e-2
     (note,) = [n for n in rep.notes if "continuum away from the first point" in n]
     counted = int(note.split("passes through ")[1].split(" of ")[0])
-    assert counted >= len(dead)
+    assert counted >= len(split)
     assert f"of the {rep.n_points} point(s)" in note
 
 

@@ -127,3 +127,55 @@ def curve_through(
         if res.residual <= tol and float(np.linalg.norm(res.x)) <= step:
             return True
     return False
+
+
+def curve_through_hyperplanes(
+    fun: Callable[[np.ndarray], np.ndarray],
+    jac: Callable[[np.ndarray], np.ndarray],
+    x: np.ndarray,
+    *,
+    step: float,
+    tol: float,
+    rtol: float,
+) -> bool:
+    """Whether a curve of zeros of ``F`` passes through its zero ``x`` where the null space of
+    ``dF(x)`` (dimension ``k``) may be larger than the zero set's: a first-order direction that a
+    second-order term blocks, beside a curve (two parallel ReLU units: a one-dimensional fiber,
+    first-order dimension 2), or a curve leaving ``x`` along no null vector at all (a ReLU unit
+    with no input weights, whose ``dF`` columns vanish).
+
+    `curve_through` steps exactly along each null vector and corrects in the row space only, so
+    it finds a curve only where the null space is the curve's tangent space. Here, for each null
+    vector ``n`` and sign ``σ = ±1`` (a curve may leave ``x`` on one side only), ``F = 0`` is
+    solved on the hyperplane ``{y : ⟨y − x, n⟩ = σ·step}`` from ``x + σ·step·n``. A curve whose
+    tangent ``τ`` has ``|⟨τ̂, n⟩| ≥ 1/√k`` for some basis vector ``n`` (one always does, when
+    ``τ`` lies in the null space) crosses that hyperplane within ``√k·step`` of ``x``; a solution
+    with ``‖y − x‖ ≤ 2√k·step`` and ``‖F‖ ≤ tol`` counts as a curve. At an isolated zero no
+    other zero lies that close for a small enough step. ``False`` where ``dF(x)`` has no null
+    vector.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    _, s, vt = np.linalg.svd(jac(x))
+    rank = int(np.sum(s > rtol * s[0])) if s.size and s[0] > 0 else 0
+    k = vt.shape[0] - rank
+    reach = 2.0 * np.sqrt(max(k, 1)) * step
+    for i in range(rank, vt.shape[0]):
+        plane = np.delete(vt, i, axis=0).T  # orthonormal basis of the hyperplane's directions
+        for sign in (1.0, -1.0):
+            start = x + sign * step * vt[i]
+
+            def on_plane(
+                w: np.ndarray, start: np.ndarray = start, plane: np.ndarray = plane
+            ) -> np.ndarray:
+                return fun(start + plane @ w)
+
+            def on_plane_jac(
+                w: np.ndarray, start: np.ndarray = start, plane: np.ndarray = plane
+            ) -> np.ndarray:
+                return jac(start + plane @ w) @ plane
+
+            res = solve(on_plane, on_plane_jac, np.zeros(plane.shape[1]))
+            moved = float(np.linalg.norm(start + plane @ res.x - x))
+            if res.residual <= tol and moved <= reach:
+                return True
+    return False

@@ -46,7 +46,11 @@ from neuromanifold.linear.relu import (
     validate_relu_inputs,
     validate_relu_params,
 )
-from neuromanifold.linear.relu_global import PARALLEL_COS, global_first_order_dimension
+from neuromanifold.linear.relu_global import (
+    PARALLEL_COS,
+    global_first_order_dimension,
+    zero_unit_curve,
+)
 
 __all__ = [
     "FIBER_RTOL",
@@ -196,7 +200,11 @@ def relu_fiber(
     own kinks (Z holds θ0's). ``fiber_dimension = n_params − rank dΦ(θ0)``: in the dataset notion
     from dΦ on ``X``, in the global notion in closed form
     (:func:`~neuromanifold.linear.relu_global.global_first_order_dimension`, which the probe
-    Jacobian equals wherever its points separate every pair of kinks).
+    Jacobian equals wherever its points separate every pair of kinks). ``continuum`` says a
+    curve of fiber points passes through θ0: stepping along a null vector of dΦ, crossing a
+    hyperplane off one (a first-order null space larger than the fiber's, as with two parallel
+    units, or a curve leaving θ0 on one side), or, in the global notion, the closed-form
+    :func:`~neuromanifold.linear.relu_global.zero_unit_curve` of a unit with no input weights.
     """
     if notion not in ("dataset", "global"):
         raise ValueError(f"notion must be 'dataset' or 'global', got {notion!r}")
@@ -271,15 +279,23 @@ def relu_fiber(
             return global_first_order_dimension(net, _unflatten(net, x))
         return _lsq.null_dimension(jac(x), rtol=RANK_RTOL)
 
+    def through_curve(x: np.ndarray) -> bool:
+        """Whether a curve of the fiber passes through its point ``x`` (unit scale): off a null
+        vector of dΦ, or (global notion) the closed-form curve of a unit with no input weights,
+        whose tangent is no null vector (s26c audit RERUN2 N2)."""
+        if _on_curve(fun, jac, x):
+            return True
+        return notion == "global" and _zero_unit_curve_found(net, fun, x)
+
     fiber_dim = dim_at(x0u)
     # a positive null dimension alone can be an isolated singular point: step off θ0 along it
     # (s25 trial LIN #3: a dimension-1 fiber's 6 samples were reported as 6 points, no note)
-    is_curve = bool(fiber_dim) and _on_curve(fun, jac, x0u)
+    is_curve = bool(fiber_dim) and through_curve(x0u)
     continuum = continuum_note(fiber_dim if is_curve else 0, len(points))
     if not is_curve:
         # θ0 isolated: a curve can still pass through another point found (s25b audit RERUN N4:
         # a dead unit's free direction elsewhere in the fiber), whose samples are then not all
-        on_curves = sum(bool(dim_at(pts[i])) and _on_curve(fun, jac, pts[i]) for i in keep[1:])
+        on_curves = sum(bool(dim_at(pts[i])) and through_curve(pts[i]) for i in keep[1:])
         continuum = continuum_elsewhere_note(on_curves, len(points))
     route = RouteSummary(
         name=f"numeric-{notion}",
@@ -329,11 +345,38 @@ def _same_on_own_kinks(
 
 
 def _on_curve(fun: _lsq.Residual, jac: _lsq.Residual, x: np.ndarray) -> bool:
-    """Whether a curve of zeros of ``fun`` passes through its zero ``x`` (unit scale)."""
+    """Whether a curve of zeros of ``fun`` passes through its zero ``x`` (unit scale): along a
+    null vector of dΦ (`_lsq.curve_through`), else crossing a hyperplane off one
+    (`_lsq.curve_through_hyperplanes`: where dΦ's null space is larger than the fiber's tangent,
+    as with two parallel units, or a dataset-notion unit with no input weights that can turn into
+    the cone no sample of X excites)."""
     if not _lsq.null_dimension(jac(x), rtol=RANK_RTOL):
         return False
     step = CURVE_STEP * max(float(np.linalg.norm(x)), 1.0)
-    return _lsq.curve_through(fun, jac, x, step=step, tol=FIBER_RTOL, rtol=RANK_RTOL)
+    kw = {"step": step, "tol": FIBER_RTOL, "rtol": RANK_RTOL}
+    return _lsq.curve_through(fun, jac, x, **kw) or _lsq.curve_through_hyperplanes(
+        fun, jac, x, **kw
+    )
+
+
+def _zero_unit_curve_found(net: ReluNet, fun: _lsq.Residual, x: np.ndarray) -> bool:
+    """Whether the point ``x`` (unit scale) has a unit with no input weights and a unit with
+    some, and the :func:`~neuromanifold.linear.relu_global.zero_unit_curve` of such a pair,
+    evaluated at ``t = CURVE_STEP``, stays in the fiber (``‖fun‖ ≤ FIBER_RTOL``: the closed
+    form, checked on Z and the invariants). The first zero unit, against each live unit in turn
+    (a step that would empty the partner is no point of the curve)."""
+    theta = _unflatten(net, x)
+    W = theta[0]
+    live = np.flatnonzero(np.any(W != 0, axis=1))
+    zero = np.flatnonzero(~np.any(W != 0, axis=1))
+    for h in live if zero.size else ():
+        try:
+            point = zero_unit_curve(net, theta, int(zero[0]), int(h), CURVE_STEP)
+        except ValueError:  # the step empties unit h
+            continue
+        if float(np.linalg.norm(fun(_flatten(point)))) <= FIBER_RTOL:
+            return True
+    return False
 
 
 def _phi_scale(target: np.ndarray, x0: np.ndarray) -> float:

@@ -34,7 +34,7 @@ from neuromanifold.linear.relu import (
     validate_relu_params,
 )
 
-__all__ = ["PARALLEL_COS", "global_first_order_dimension", "kink_lines"]
+__all__ = ["PARALLEL_COS", "global_first_order_dimension", "kink_lines", "zero_unit_curve"]
 
 #: Kinks with ``|ĝ_h · ĝ_k|`` at or above this share a hyperplane (parallel or antiparallel units):
 #: two kinks less than ``√(2(1 − PARALLEL_COS))`` ≈ 1.4e-7 rad apart count as one (at 1e-12,
@@ -98,3 +98,75 @@ def global_first_order_dimension(net: ReluNet, theta: object, *, rtol: float = R
     s = np.linalg.svd(D, compute_uv=False)
     rank = int(np.sum(s > rtol * s[0])) if s.size and s[0] > 0 else 0
     return int(x0.size - rank)
+
+
+def _unit_vectors(
+    net: ReluNet, W: np.ndarray, A: np.ndarray, j: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Unit ``j``'s input weights ``w_j`` (a row of ``W``) and read-out ``a_j`` (a column of an
+    MLP's ``A``, a row of a CNN's: the channel's weights over positions)."""
+    return W[j], (A[:, j] if isinstance(net, ReluMLP) else A[j])
+
+
+def zero_unit_curve(
+    net: ReluNet, theta: object, zero: int, partner: int, t: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The point at ``t ≥ 0`` of a one-sided curve of the global fiber through ``θ`` that leaves it
+    where unit ``zero`` has no input weights (``w_z = 0``; its read-out ``a_z`` may be anything),
+    growing it parallel to the live unit ``partner`` (``w_h ≠ 0``); shapes those of ``θ``.
+
+    With ``w_z(t) = t·w_h`` unit z adds ``t·a_z(t) σ(w_h · x)`` for ``t ≥ 0`` (positive
+    homogeneity), which unit h gives up: ``(w_h, a_h) → (s w_h, r/s)`` with ``r = a_h − t a_z(t)``
+    keeps ``f``. The invariants ``‖a_j‖² − ‖w_j‖²`` fix the rest: ``‖a_z(t)‖² = ‖a_z‖² + t²‖w_h‖²``
+    (``a_z(t)`` along ``a_z``, or along ``a_h`` when ``a_z = 0``, else along the first axis) and
+    ``q = s²`` is the positive root of ``‖w_h‖² q² + (‖a_h‖² − ‖w_h‖²) q − ‖r‖² = 0`` (``q = 1`` at
+    ``t = 0``). ``‖θ(t) − θ‖ = Θ(t)`` (``w_z`` moves by ``t w_h``), so ``θ`` is not isolated in its
+    global fiber even where the null vectors of ``dΦ`` (in which the zero unit's input weights
+    enter only through its kink-free invariant) show no curve (s26c audit RERUN2 N2). For
+    ``t < 0`` unit z would be antiparallel to h: the curve is one-sided. Refuses (ValueError)
+    ``w_z ≠ 0``, ``w_h = 0``, ``zero == partner``, ``t < 0`` and a ``t`` large enough to empty unit
+    h (``q = 0``).
+
+    >>> from neuromanifold.linear.relu import relu_forward
+    >>> net = ReluMLP(d_in=2, width=2)
+    >>> theta = (np.array([[0.0, 0.0], [1.0, 2.0]]), np.array([[0.5, 3.0]]))
+    >>> W, A = zero_unit_curve(net, theta, 0, 1, 0.1)
+    >>> x = np.array([[1.0, 1.0], [-2.0, 0.5], [0.3, -1.0]])
+    >>> bool(np.allclose(relu_forward(net, (W, A), x), relu_forward(net, theta, x), atol=1e-14))
+    True
+    >>> bool(np.allclose(relu_invariants(net, (W, A)), relu_invariants(net, theta), atol=1e-14))
+    True
+    """
+    W0, A0 = validate_relu_params(net, theta)
+    if zero == partner:
+        raise ValueError(f"zero and partner must be different units, both are {zero}")
+    w_z, a_z = _unit_vectors(net, W0, A0, zero)
+    w_h, a_h = _unit_vectors(net, W0, A0, partner)
+    if np.any(w_z != 0):
+        raise ValueError(f"unit {zero} has input weights; the curve starts at a unit with w = 0")
+    if not np.any(w_h != 0):
+        raise ValueError(f"unit {partner} has no input weights to grow unit {zero} along")
+    if not t >= 0:
+        raise ValueError(f"t must be >= 0 (the curve is one-sided), got {t!r}")
+    ww = float(w_h @ w_h)
+    if np.any(a_z != 0):
+        e = a_z / np.linalg.norm(a_z)
+    elif np.any(a_h != 0):
+        e = a_h / np.linalg.norm(a_h)
+    else:
+        e = np.eye(a_z.size)[0]
+    a_z_t = np.sqrt(float(a_z @ a_z) + t * t * ww) * e
+    r = a_h - t * a_z_t
+    rr, b = float(r @ r), float(a_h @ a_h) - ww
+    root = np.sqrt(b * b + 4.0 * ww * rr)
+    q = 2.0 * rr / (b + root) if b > 0 else (root - b) / (2.0 * ww)  # no cancellation
+    if not q > 0:
+        raise ValueError(f"t = {t!r} empties unit {partner} (s² = {q!r}); take a smaller t")
+    s = np.sqrt(q)
+    W, A = W0.copy(), A0.copy()
+    W[zero], W[partner] = t * w_h, s * w_h
+    if isinstance(net, ReluMLP):
+        A[:, zero], A[:, partner] = a_z_t, r / s
+    else:
+        A[zero], A[partner] = a_z_t, r / s
+    return W, A

@@ -38,6 +38,13 @@ def test_a_npy_probe_set_reads_like_the_same_tensor_saved_by_torch(tmp_path: Pat
     assert from_npy["directions"] == from_pt["directions"]
 
 
+ONE = (
+    "the read calls the model on x alone (no attention mask, token type ids or other keyword "
+    "inputs): save unpadded probe sequences of one length as 'x' (token ids: x = input_ids), "
+    "labels as 'y' if any"
+)
+
+
 def _refused(path: Path, line: str) -> None:
     res = RUNNER.invoke(app, ["read", "--model", "zoo:planted-mlp", "--data", str(path)], env=ENV)
     assert res.exit_code == 2, res.output
@@ -99,12 +106,17 @@ def test_a_structured_npy_is_refused(tmp_path: Path) -> None:
 
 def test_a_npz_archive_is_read_by_its_array_x(tmp_path: Path) -> None:
     x = planted_mlp().data
-    np.savez(tmp_path / "x.npz", x=x.numpy(), ids=np.zeros(len(x)))  # other arrays: ignored
+    np.savez(tmp_path / "x.npz", x=x.numpy())
     torch.save(x, tmp_path / "x.pt")
     from_npz = _read(tmp_path / "x.npz", tmp_path / "npz.json")
     assert from_npz["directions"] == _read(tmp_path / "x.pt", tmp_path / "pt.json")["directions"]
     np.savez(tmp_path / "other.npz", inputs=x.numpy())
-    _refused(tmp_path / "other.npz", "holds ['inputs']; expected an array 'x'")
+    _refused(
+        tmp_path / "other.npz", f"holds arrays ['inputs']; expected 'x' (and optionally 'y'); {ONE}"
+    )
+    # another array beside x would be dropped without a word (s27 trial HF D1): refused
+    np.savez(tmp_path / "ids.npz", x=x.numpy(), ids=np.zeros(len(x)))
+    _refused(tmp_path / "ids.npz", f"holds arrays ['ids'] beside 'x'; {ONE}")
     compressed = tmp_path / "compressed.npz"
     np.savez_compressed(compressed, x=x.numpy())
     raw = bytearray(compressed.read_bytes())

@@ -82,11 +82,18 @@ def test_read_cli_errors_on_model_import_and_data_files(tmp_path: Path, monkeypa
     save_file({"inputs": torch.randn(4, 5, dtype=torch.float64)}, str(st))
     r = runner.invoke(app, ["read", "--model", "zoo:planted-mlp", "--data", str(st)], env=env)
     assert r.exit_code == 2
-    assert "holds ['inputs']; expected a tensor named 'x'" in _flat(r.output)
+    assert "holds tensors ['inputs']; expected 'x' (and optionally 'y')" in _flat(r.output)
     pt = tmp_path / "probe.pt"
     torch.save({"inputs": torch.randn(4, 5, dtype=torch.float64)}, pt)
     r = runner.invoke(app, ["read", "--model", "zoo:planted-mlp", "--data", str(pt)], env=env)
-    assert r.exit_code == 2 and "holds keys ['inputs']; expected a key 'x'" in _flat(r.output)
+    assert r.exit_code == 2 and "holds keys ['inputs']; expected 'x'" in _flat(r.output)
+    # an attention mask beside x would be dropped without a word (s27 trial HF D1): refused
+    ids = torch.zeros(4, 5, dtype=torch.long)
+    torch.save({"x": ids, "attention_mask": torch.ones_like(ids)}, pt)
+    r = runner.invoke(app, ["read", "--model", "zoo:planted-mlp", "--data", str(pt)], env=env)
+    assert r.exit_code == 2
+    assert "holds keys ['attention_mask'] beside 'x'" in _flat(r.output)
+    assert "no attention mask" in _flat(r.output)
     # a factory that returns a bare module (no probe set) needs --data
     fake = types.ModuleType("_nm_fake_models")
     fake.bare = lambda: torch.nn.Linear(4, 2).double()

@@ -162,8 +162,7 @@ def _load_data(path: Path) -> Any:
             tensors = load_file(str(path))
         except Exception as err:  # SafetensorError, OSError: the file is unreadable or corrupt
             fail(f"--data {path}: cannot read safetensors file (truncated or corrupt?): {err}")
-        if "x" not in tensors:
-            fail(f"--data {path}: holds {sorted(tensors)}; expected a tensor named 'x'")
+        _check_entries(tensors, path, "tensors")
         return _checked_layout(_with_labels(tensors), path)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
@@ -177,10 +176,30 @@ def _load_data(path: Path) -> Any:
             f"(truncated, corrupt or not weights-only?): {reason}"
         )
     if isinstance(obj, dict):
-        if "x" not in obj:
-            fail(f"--data {path}: holds keys {sorted(obj)}; expected a key 'x'")
+        _check_entries(obj, path, "keys")
         obj = _with_labels(obj)
     return _checked_layout(obj, path)
+
+
+_ONE_INPUT = (
+    "the read calls the model on x alone (no attention mask, token type ids or other keyword "
+    "inputs): save unpadded probe sequences of one length as 'x' (token ids: x = input_ids), "
+    "labels as 'y' if any"
+)
+
+
+def _check_entries(names: Any, path: Path, what: str) -> None:
+    """Exit 2 naming ``--data`` unless the named entries hold ``x`` and at most ``y`` beside it:
+    another entry (an ``attention_mask``) would be dropped without a word (s27 trial HF D1: a
+    padded batch was read as the unmasked model)."""
+    names = sorted(names)
+    if "x" not in names:
+        fail(
+            f"--data {path}: holds {what} {names}; expected 'x' (and optionally 'y'); {_ONE_INPUT}"
+        )
+    extra = [k for k in names if k not in ("x", "y")]
+    if extra:
+        fail(f"--data {path}: holds {what} {extra} beside 'x'; {_ONE_INPUT}")
 
 
 def _with_labels(entries: Any) -> Any:
@@ -204,8 +223,7 @@ def _numpy_data(path: Path, *, npy: bool) -> Any:
         array = np.load(path, allow_pickle=False)
         if not npy:  # an archive of named arrays, read like {'x': ..., 'y': ...}
             with array as archive:
-                if "x" not in archive.files:
-                    fail(f"--data {path}: holds {sorted(archive.files)}; expected an array 'x'")
+                _check_entries(archive.files, path, "arrays")
                 entries = {k: archive[k] for k in ("x", "y") if k in archive.files}
             return _with_labels({k: _numpy_tensor(a, path) for k, a in entries.items()})
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as err:  # pickles,
@@ -452,7 +470,8 @@ def register(app: typer.Typer) -> None:
             "'y': ...}), safetensors or NumPy .npz (arrays 'x' and, optionally, 'y') or NumPy "
             ".npy (inputs only); labels y, one per sample, are optional and used only to check "
             "that the checkpoint is a minimum of the labelled probe loss along the directions "
-            "read",
+            "read; no other entries (the model is called on x alone: no attention mask, so "
+            "probe sequences must be unpadded)",
         ),
         family: str | None = typer.Option(
             None,

@@ -38,6 +38,7 @@ from neuromanifold.singular.detectors.attention import (
     _generic,
     attention_layout,
     qk_basis,
+    qk_scale_generators,
 )
 from neuromanifold.singular.detectors.rescale import MAX_GENERATOR_ENTRIES, relative_change
 from neuromanifold.singular.direction import read_direction
@@ -252,7 +253,9 @@ def test_detector_proposes_certified_rope_planes_and_grouped_rescales(case: str)
         if c.detector == "qk-rotation":
             assert c.info["basis"] == "rope-half"
             assert c.info["rejected"]["so(d_head)"] > BROKEN_MIN
-            assert len(c.gauge_generators) == len(qk_basis("rope-half", D_HEAD)) == D_HEAD // 2
+            # the rotation and the scale of each rotary plane (module docstring, "QK scales")
+            assert len(qk_basis("rope-half", D_HEAD)) == c.info["n_scales"] == D_HEAD // 2
+            assert len(c.gauge_generators) == D_HEAD
             assert c.layers == (f"{ATTN}.q_proj", f"{ATTN}.k_proj")
         else:
             assert c.layers == (f"{ATTN}.v_proj", f"{ATTN}.o_proj")
@@ -380,7 +383,9 @@ def test_certification_picks_the_basis_the_model_carries(
     (c,) = qk
     assert c.info["basis"] == basis and c.info["certified"] <= QK_CERTIFY_RTOL
     assert all(v > BROKEN_MIN for v in c.info["rejected"].values())
-    assert len(c.gauge_generators) == len(qk_basis(basis, 4))
+    n_scales = len(qk_scale_generators(basis, 4, torch.device("cpu")))
+    assert c.info["n_scales"] == n_scales and c.info["scales"] <= QK_CERTIFY_RTOL
+    assert len(c.gauge_generators) == len(qk_basis(basis, 4)) + n_scales
     assert c.info["query_heads"] == [0, 1]
 
 
@@ -409,9 +414,11 @@ def test_packed_multihead_attention_is_certified_with_the_generic_basis() -> Non
     for c in cands:
         if c.detector == "qk-rotation":
             assert c.info["basis"] == "so(d_head)" and c.info["rejected"] == {}
-            assert c.info["certified"] <= QK_CERTIFY_RTOL and len(c.gauge_generators) == 6
+            assert c.info["certified"] <= QK_CERTIFY_RTOL
+            assert len(c.gauge_generators) == 6 + 10  # so(4) and sym(4): gl(4)
         else:
             assert c.info["certified"] == 0.0
+            assert len(c.gauge_generators) == 1 + 16  # u, then gl(4)
 
 
 def test_a_zeroed_kv_head_gets_no_candidate() -> None:
@@ -490,7 +497,7 @@ def test_wide_head_keeps_its_generators_within_the_budget() -> None:
     assert len(qk.gauge_generators) == cap
     assert qk.info["truncated"] == {
         "cap": cap,
-        "found": 128 * 127 // 2 + 1,  # the basis and u
+        "found": 128 * 127 // 2 + 128 * 129 // 2 + 1,  # so(128), sym(128) and u
         "kept": cap,
         "of": "generators",
     }
@@ -513,3 +520,116 @@ def test_small_query_key_weights_do_not_certify_a_broken_basis(scale: float) -> 
     ratio = c.info["rejected"]["so(d_head)"] / c.info["reference"]
     assert ratio > QK_CERTIFY_RATIO_MARGIN * QK_CERTIFY_RATIO
     assert c.info["certified"] <= QK_CERTIFY_RATIO * c.info["reference"]
+
+
+# ------------------------------- QK scales and VO GL(d_h) (s27 audit LLAMA D1, trial HF D6)
+
+
+@pytest.mark.parametrize("case", sorted(CONFIGS))
+def test_general_qk_and_vo_tangents_are_the_derivatives_of_the_actions(case: str) -> None:
+    """A general ``M`` (not antisymmetric): keys ``M K``, queries ``−Mᵀ Q``; V ``M V``, output
+    columns ``−O M``; against forward-mode AD of ``exp(tM)``'s action."""
+    model, x = _llama(CONFIGS[case])
+    ctx = _ctx(model, x)
+    lay = attention_layout(model.get_submodule(ATTN))
+    qk, vo = QKRotation(lay, f"{ATTN}."), VORescale(lay, f"{ATTN}.")
+    m = torch.randn(D_HEAD, D_HEAD, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    for g in range(lay.n_kv):
+        for fast, ref in (
+            (qk.tangent(ctx.params, g, m), qk.tangent_reference(ctx.params, g, m)),
+            (vo.matrix_tangent(ctx.params, g, m), vo.matrix_tangent_reference(ctx.params, g, m)),
+        ):
+            assert fast.keys() == ref.keys()
+            for k in fast:
+                torch.testing.assert_close(fast[k], ref[k], rtol=0, atol=ATOL_TANGENT)
+        eye = torch.eye(D_HEAD, dtype=torch.float64)
+        scalar = vo.tangent(ctx.params, g)
+        for k, v in vo.matrix_tangent(ctx.params, g, eye).items():
+            torch.testing.assert_close(v, scalar[k], rtol=0, atol=0.0)
+
+
+def test_rope_plane_scales_are_symmetries_and_sym_d_is_not() -> None:
+    """Under RoPE (rotate_half planes) ``exp`` of a generic combination of the plane scales
+    ``E_ii + E_jj`` (keys times A, queries times A⁻¹) leaves the outputs unchanged; a generic
+    symmetric ``M`` of all of ``sym(d_h)`` moves them by O(1): the scales are per plane."""
+    model, x = _llama(CONFIGS["gqa"])
+    ctx = _ctx(model, x)
+    lay = attention_layout(model.get_submodule(ATTN))
+    orbit = QKRotation(lay, f"{ATTN}.")
+    cpu = torch.device("cpu")
+    gen = torch.Generator().manual_seed(9)
+    for name, holds in (("rope-half", True), ("so(d_head)", False)):
+        gens = qk_scale_generators(name, D_HEAD, cpu)
+        moves = {}
+        for g in range(lay.n_kv):
+            c = torch.randn(len(gens), generator=gen, dtype=torch.float64)
+            moves[g] = torch.linalg.matrix_exp(
+                sum(float(a) * m for a, m in zip(c, gens, strict=True))
+            )
+        change = relative_change(ctx, orbit.act(ctx.params, moves))
+        assert (change <= RTOL_INVARIANT) if holds else (change > BROKEN_MIN), (name, change)
+
+
+def test_the_scale_and_gl_directions_read_as_gauges_with_the_candidates_generators() -> None:
+    """The directions the audit read as genuine singularities of order 2 (s27 audit LLAMA D1):
+    the per-head QK scalar (K·c, Q/c), a rotary plane's scale, and a symmetric VO generator.
+    With the candidates' generators they are curved gauges (overlap 1); without, the straight
+    probe's apparent order 2 mimics a genuine singularity."""
+    model, x = _llama(CONFIGS["gqa"])
+    ctx = _ctx(model, x)
+    lay = attention_layout(model.get_submodule(ATTN))
+    cands = AttentionDetector().propose(ATTN, model.get_submodule(ATTN), ctx)
+    qk = next(c for c in cands if c.detector == "qk-rotation" and c.info["head"] == 0)
+    vo = next(c for c in cands if c.detector == "vo-rescale" and c.info["head"] == 0)
+    assert vo.info["gl"]["certified"] <= QK_CERTIFY_RTOL
+    assert len(vo.gauge_generators) == 1 + D_HEAD**2
+    eye = torch.eye(D_HEAD, dtype=torch.float64)
+    plane = torch.zeros(D_HEAD, D_HEAD, dtype=torch.float64)
+    plane[0, 0] = plane[D_HEAD // 2, D_HEAD // 2] = 1.0  # the scale of rotary plane (0, d_h/2)
+    sym = torch.randn(D_HEAD, D_HEAD, generator=torch.Generator().manual_seed(10))
+    sym = (sym + sym.T).double()
+    directions = (
+        (QKRotation(lay, f"{ATTN}.").tangent(ctx.params, 0, eye), qk),
+        (QKRotation(lay, f"{ATTN}.").tangent(ctx.params, 0, plane), qk),
+        (VORescale(lay, f"{ATTN}.").matrix_tangent(ctx.params, 0, sym), vo),
+    )
+    for t, cand in directions:
+        u = {k: v / torch.sqrt(sum((w**2).sum() for w in t.values())) for k, v in t.items()}
+        assert gauge_overlap(u, cand.gauge_generators) == pytest.approx(1.0, abs=ATOL_OVERLAP)
+        got = read_direction(
+            model, ctx.params, u, x, Categorical(), gauge_generators=cand.gauge_generators
+        )
+        assert (got.klass.value, got.k) == ("curved_gauge", 2)
+        bare = read_direction(model, ctx.params, u, x, Categorical())
+        assert (bare.klass.value, bare.k) == ("genuine_singularity", 2)
+
+
+class _GatedOutput(_ConfigAttention):
+    """Each head's attention output times a fixed per-dimension gate before ``o_proj``: V's
+    scalar rescale still commutes with it, a general ``A`` does not."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        bsz, n, _ = x.shape
+        heads, kv = self.n_q, self.n_kv
+        q = self.q_proj(x).view(bsz, n, heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(bsz, n, kv, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(bsz, n, kv, self.head_dim).transpose(1, 2)
+        k = k.repeat_interleave(heads // kv, dim=1)
+        v = v.repeat_interleave(heads // kv, dim=1)
+        att = torch.softmax(q @ k.transpose(-1, -2) / self.head_dim**0.5, dim=-1)
+        return self.o_proj(((att @ v) * self.diag).transpose(1, 2).reshape(bsz, n, -1))
+
+
+def test_vo_gl_is_not_certified_where_a_gate_breaks_it() -> None:
+    torch.manual_seed(1)
+    model = _GatedOutput().double().eval()
+    ctx = _ctx(model, torch.randn(N, 5, 8, dtype=torch.float64), Gaussian())
+    cands = AttentionDetector().propose("", model, ctx)
+    (vo,) = [c for c in cands if c.detector == "vo-rescale"]
+    assert vo.info["certified"] == 0.0 and vo.info["gl"] is None
+    assert vo.gauge_generators == (vo.u,)
+    # the law behind the refusal: a generic A on V against A⁻¹ on O moves the outputs
+    orbit = VORescale(attention_layout(model), "")
+    m = torch.randn(4, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    moved = orbit.act_matrices(ctx.params, {0: torch.linalg.matrix_exp(m / 4)})
+    assert relative_change(ctx, moved) > BROKEN_MIN

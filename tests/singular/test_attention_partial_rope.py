@@ -137,7 +137,10 @@ def test_partial_basis_is_certified_with_every_generator() -> None:
     free = D_HEAD - ROTARY
     for c in qk:
         assert c.info["basis"] == "rope-partial-half" and c.info["certified"] <= QK_CERTIFY_RTOL
-        assert len(c.gauge_generators) == ROTARY // 2 + free * (free - 1) // 2
+        # rotations and scales of the rotary planes, gl of the free dimensions
+        scales = ROTARY // 2 + free * (free + 1) // 2
+        assert c.info["n_scales"] == scales
+        assert len(c.gauge_generators) == ROTARY // 2 + free * (free - 1) // 2 + scales
         assert c.info["rejected"]["so(d_head)"] > BROKEN_MIN
     assert all(c.info["certified"] == 0.0 for c in vo)  # powers of two: exact
 

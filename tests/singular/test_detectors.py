@@ -202,7 +202,7 @@ def test_qk_rotation_leaves_scores_invariant_to_first_order() -> None:
         dk = x @ c.u["attn.k_proj.weight"].T + c.u["attn.k_proj.bias"]
         first_order = dq @ k.transpose(-1, -2) + q @ dk.transpose(-1, -2)
         assert float(first_order.abs().max()) < ATOL_EXACT
-        assert c.gauge == "curved" and len(c.gauge_generators) == 6  # so(4)
+        assert c.gauge == "curved" and len(c.gauge_generators) == 6 + 10  # so(4), sym(4)
     vo = [c for c in _propose(ctx) if c.detector == "vo-rescale"]
     assert len(vo) == p.model.attn.n_heads
 

@@ -207,10 +207,15 @@ GAUGE_DETECTORS = (
     "ln-kernel",
     "qk-rotation",
     "vo-rescale",
+    "key-bias",
     "ce-shift",
+    "bn-shift",
+    "bn-rescale",
     "relu-rescale",
     "norm-scale",
     "glu-rescale",
+    "qk-norm-rescale",
+    "layer-scale",
     "embedding-unseen",
 )
 """Detectors that propose closed-form gauge directions (not possible dead directions)."""

@@ -163,12 +163,16 @@ def test_packed_read_equals_the_read_of_separate_projections() -> None:
         )
 
     # the hand-written module states no head count, so only the packed one gets the closed-form
-    # attention gauges (one QK rotation and one VO rescale per head); all else is the same
-    gauges = [d for d in r_packed.directions if d.detector in ("qk-rotation", "vo-rescale")]
+    # attention gauges (one QK rotation and one VO rescale per head, the key bias); all else is
+    # the same
+    closed = ("qk-rotation", "vo-rescale", "key-bias")
+    gauges = [d for d in r_packed.directions if d.detector in closed]
     assert sorted((d.detector, d.klass, d.k) for d in gauges) == sorted(
-        [("qk-rotation", "curved_gauge", 2)] * HEADS + [("vo-rescale", "curved_gauge", 2)] * HEADS
+        [("qk-rotation", "curved_gauge", 2)] * HEADS
+        + [("vo-rescale", "curved_gauge", 2)] * HEADS
+        + [("key-bias", "flat_gauge", None)]
     )
-    rest = [s for s in signature(r_packed, rename) if s[0] not in ("qk-rotation", "vo-rescale")]
+    rest = [s for s in signature(r_packed, rename) if s[0] not in closed]
     assert rest == signature(r_sep)
     assert any(
         d.detector.startswith("kfac") and "attn.v_proj" in d.layers for d in r_packed.directions

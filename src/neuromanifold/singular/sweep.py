@@ -23,6 +23,14 @@ tensors ``u`` touches (seeded, so reads are deterministic). ``F_r`` is the typic
 block; the second term keeps the floor meaningful when the whole block is degenerate at the base
 (e.g. a deep-linear chain at 0, where every direction has ``F_r = 0``). The rate fit then drops
 points with ``F < FLOOR_MARGIN·F_floor`` (``FLOOR_MARGIN = 10``).
+
+A block whose every direction is flat (an attention's key bias, which the softmax ignores) has
+no scale of its own: ``F_r`` and every ``F_u(t)`` are rounding residues (~1e-34), so its floor
+collapsed with them and an exactly flat direction read ``unresolved`` (s27 trial HF D4). Where
+``F_scale ≤ DEGENERATE_SCALE`` (an absolute screen: only such sweeps pay one more pass) the
+directional Fisher ``F_m`` along a seeded random unit direction over every parameter of the
+model is measured too, and when ``F_scale ≤ FLOOR_MARGIN·(FLOOR_EPS_MULTIPLE·ε_64)²·F_m`` (the
+block's own scale is rounding at the model's) the model's scale replaces it, ``F_scale = F_m``.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from neuromanifold.singular.family import OutputFamily, check_family
 from neuromanifold.singular.fisher import fisher_along_line, fisher_prepared
 
 __all__ = [
+    "DEGENERATE_SCALE",
     "FLOOR_EPS_MULTIPLE",
     "FLOOR_MARGIN",
     "GRID_HI",
@@ -66,6 +75,9 @@ GRID_HI = 1.0
 FLOOR_EPS_MULTIPLE = 1e3
 FLOOR_MARGIN = 10.0
 FLOOR_SEED = 20260703
+DEGENERATE_SCALE = 1e-20
+"""Sweeps whose ``F_scale`` is at most this also measure the model-wide scale ``F_m`` (module
+docstring); the decision itself is relative."""
 EPS64 = float(torch.finfo(torch.float64).eps)
 
 
@@ -136,8 +148,11 @@ class Sweep:
         floor: ``F_floor`` (see module docstring).
         scale: ``F_scale`` the floor was derived from.
         random_fisher: ``F_r`` at the base point (pseudo-random direction in the same tensors).
+        model_fisher: ``F_m`` (pseudo-random direction over every parameter), measured only
+            where ``F_scale ≤ DEGENERATE_SCALE``; ``None`` elsewhere.
         base_shift: ``s`` with ``θ_b = θ0 + s·u``.
-        n_forward_passes: JVP passes over the probe set (grid points + 1 for the floor).
+        n_forward_passes: JVP passes over the probe set (grid points + 1 for the floor, + 1 for
+            ``F_m`` where measured).
         n_samples: N.
         family: output family description.
         empirical: empirical (observed-label) Fisher instead of the true Fisher.
@@ -160,6 +175,7 @@ class Sweep:
     empirical: bool = False
     upcast: bool = False
     t_batched: bool = False
+    model_fisher: float | None = None
 
     @property
     def t_array(self) -> np.ndarray:
@@ -229,6 +245,23 @@ def sweep_prepared(
         )[0]
     )
     scale = max(f_rand, max(values))
+    f_model, extra = None, 0
+    if scale <= DEGENERATE_SCALE:  # a block with no scale of its own? (module docstring)
+        everything = sorted(prep.params)
+        f_model = float(
+            fisher_prepared(
+                model,
+                prep,
+                base,
+                [_random_direction(prep.params, everything)],
+                family,
+                empirical=empirical,
+                chunk_size=chunk_size,
+            )[0]
+        )
+        extra = 1
+        if scale <= FLOOR_MARGIN * floor_from_scale(f_model):
+            scale = f_model
     return Sweep(
         ts=tuple(grid.tolist()),
         F=tuple(values),
@@ -236,12 +269,13 @@ def sweep_prepared(
         scale=scale,
         random_fisher=f_rand,
         base_shift=float(base_shift),
-        n_forward_passes=len(values) + 1,
+        n_forward_passes=len(values) + 1 + extra,
         n_samples=prep.n,
         family=family.to_dict(),
         empirical=bool(empirical),
         upcast=prep.upcast,
         t_batched=batched,
+        model_fisher=f_model,
     )
 
 

@@ -4,7 +4,8 @@ A detector is one class (`Detector` protocol: ``name``, ``applies_to(module)``,
 ``propose(name, module, ctx)``) returning `Candidate` directions with a provenance label; see
 `neuromanifold.singular.detectors.base` for how to add one and `default_registry` for the
 built-ins (K-FAC/KFC linear and conv with the A–G duality join, LayerNorm kernel, RMSNorm,
-attention QK rotation and VO rescale, joint query/key dead pairs, query/key-norm rescale, CE
+attention QK rotation (and scales) and VO GL(d_h), the attention key bias, joint query/key dead
+pairs, query/key-norm rescale, CE
 logit shift, ReLU rescale, LayerNorm/RMSNorm scale, gated feed-forward dead dimensions and
 up-projection rescale, unseen embedding rows).
 """
@@ -26,6 +27,7 @@ from neuromanifold.singular.detectors.gauges import LogitShiftDetector
 from neuromanifold.singular.detectors.glu import GLUDetector, glu_layout
 from neuromanifold.singular.detectors.graph import ModelGraph, trace_graph
 from neuromanifold.singular.detectors.grouped_conv import GroupedConvDetector
+from neuromanifold.singular.detectors.key_bias import KeyBiasDetector
 from neuromanifold.singular.detectors.layer_scale import LayerScaleDetector
 from neuromanifold.singular.detectors.layernorm import (
     LayerNormDetector,
@@ -57,6 +59,7 @@ __all__ = [
     "GLUDetector",
     "GLURescaleDetector",
     "GroupedConvDetector",
+    "KeyBiasDetector",
     "LayerNormDetector",
     "LayerNormReachDetector",
     "LayerScaleDetector",

@@ -74,10 +74,10 @@ class Candidate:
     Attributes:
         layers: module names the direction touches (a duality chain spans several).
         detector: provenance label (``"kfac-joint"``, ``"kfac-A"``, ``"kfac-G"``, ``"duality"``,
-            ``"ln-kernel"``, ``"qk-rotation"``, ``"vo-rescale"``, ``"ce-shift"``, ``"bn-shift"``,
-            ``"bn-rescale"``, ``"relu-rescale"``, ``"norm-scale"``, ``"glu-rescale"``,
-            ``"glu-dead-dimension"``, ``"qk-norm-rescale"``, ``"embedding-unseen"``,
-            ``"qk-pair"``).
+            ``"ln-kernel"``, ``"qk-rotation"``, ``"vo-rescale"``, ``"key-bias"``, ``"ce-shift"``,
+            ``"bn-shift"``, ``"bn-rescale"``, ``"relu-rescale"``, ``"norm-scale"``,
+            ``"glu-rescale"``, ``"glu-dead-dimension"``, ``"qk-norm-rescale"``,
+            ``"embedding-unseen"``, ``"qk-pair"``).
         u: unit direction, ``dict[str, Tensor]`` (float64).
         ratio: the eigenvalue ratio that selected it (``α/α_max``, ``γ/γ_max`` or their product),
             ``None`` for closed-form candidates.

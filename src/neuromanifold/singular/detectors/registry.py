@@ -3,10 +3,10 @@
 `default_registry` holds, in priority order (closed forms first, so that a K-FAC candidate
 duplicating a closed-form one is dropped in favour of the closed form): LayerNorm (graph
 consumers, then consumers reached through token selection/pooling by the factor test), RMSNorm,
-attention, query/key-norm rescale, CE logit shift, BatchNorm shift and rescale, ReLU rescale,
-norm scale, gated feed-forward dead dimension, gated up-projection rescale, layer scale,
-embedding, linear/conv K-FAC, attention query/key pairs (``qk-pair``, read from the
-projections' K-FAC factors), grouped-conv K-FAC (per group).
+attention, attention key bias, query/key-norm rescale, CE logit shift, BatchNorm shift and
+rescale, ReLU rescale, norm scale, gated feed-forward dead dimension, gated up-projection
+rescale, layer scale, embedding, linear/conv K-FAC, attention query/key pairs (``qk-pair``,
+read from the projections' K-FAC factors), grouped-conv K-FAC (per group).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from neuromanifold.singular.detectors.embedding import EmbeddingDetector
 from neuromanifold.singular.detectors.gauges import LogitShiftDetector
 from neuromanifold.singular.detectors.glu import GLUDetector
 from neuromanifold.singular.detectors.grouped_conv import GroupedConvDetector
+from neuromanifold.singular.detectors.key_bias import KeyBiasDetector
 from neuromanifold.singular.detectors.layer_scale import LayerScaleDetector
 from neuromanifold.singular.detectors.layernorm import (
     LayerNormDetector,
@@ -81,6 +82,7 @@ def default_registry() -> DetectorRegistry:
             LayerNormReachDetector(),
             RMSNormDetector(),
             AttentionDetector(),
+            KeyBiasDetector(),
             QKNormDetector(),
             LogitShiftDetector(),
             BatchNormShiftDetector(),

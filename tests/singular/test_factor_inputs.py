@@ -128,3 +128,40 @@ def test_valid_token_ids_are_not_blamed_for_a_failure_inside_the_forward() -> No
     msg = str(info.value)
     assert "its ids lie in [0, 10) of '0', the first layer" in msg
     assert "does not fit" not in msg and "mat1 and mat2" in msg
+
+
+class _LearnedPositions(nn.Module):
+    """Token and learned position embeddings (4 positions), mean-pooled into a Linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(10, 3)
+        self.pos = nn.Embedding(4, 3)
+        self.head = nn.Linear(3, 2)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(ids.shape[1])  # (N, T) ids
+        return self.head((self.tok(ids) + self.pos(positions)).mean(-2))
+
+
+def test_a_sequence_longer_than_the_learned_positions_is_named() -> None:
+    """s27 trial HF D7: ids of length 6 against 4 learned positions were reported as "its ids
+    lie in [0, 10) of 'tok'" with torch's index error; the length is the cause."""
+    model = _LearnedPositions().double()
+    ids = torch.randint(0, 10, (8, 6), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError) as info:
+        forward_checked(model, ids)
+    msg = str(info.value)
+    assert "their length 6 exceeds the 4 rows of 'pos'" in msg
+    assert "sequences of at most 4 tokens" in msg
+    forward_checked(model, ids[:, :4])  # the same ids cut to 4 positions fit
+
+
+def test_one_sequence_without_its_sample_axis_is_named() -> None:
+    """s27 trial HF D7: one unbatched sequence failed inside the forward ("too many indices for
+    tensor of dimension 2" on GPT-2, a tuple index here) with no word about the sample axis."""
+    model = _LearnedPositions().double()
+    ids = torch.randint(0, 10, (4,), generator=torch.Generator().manual_seed(1))
+    with pytest.raises(ValueError) as info:
+        forward_checked(model, ids)
+    assert "one sequence is passed with its sample axis, shape (1, 4)" in str(info.value)

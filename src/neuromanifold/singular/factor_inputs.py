@@ -205,7 +205,8 @@ def forward_checked(
         expect = ""
         if first is not None and (fits := _fits(first, x)):
             raise ValueError(
-                f"the model's forward fails on data of shape {shape} ({fits}): {err}"
+                f"the model's forward fails on data of shape {shape} ({fits}"
+                f"{_token_hint(model, first, x)}): {err}"
             ) from err
         if first is not None:
             n, mod = first
@@ -240,6 +241,33 @@ def _fits(first: tuple[str, nn.Module], x: Tensor) -> str:
         if x.numel() and 0 <= int(x.min()) and int(x.max()) < mod.num_embeddings:
             return f"its ids lie in [0, {mod.num_embeddings}) of {name!r}, the first layer"
     return ""
+
+
+def _token_hint(model: nn.Module, first: tuple[str, nn.Module], x: Tensor) -> str:
+    """Where token ids fit the first Embedding but the forward fails, what else about their
+    shape may not fit (s27 trial HF D7, both errors blamed the ids): one sequence without the
+    sample axis (1-D ids), or a sequence longer than another Embedding's rows (the position
+    embedding of a model with learned positions); ``""`` otherwise."""
+    if not isinstance(first[1], nn.Embedding):
+        return ""
+    if x.ndim == 1:
+        return (
+            f"; but they are one axis, read as {x.shape[0]} samples of no length: one sequence "
+            f"is passed with its sample axis, shape (1, {x.shape[0]})"
+        )
+    length = int(x.shape[-1])
+    short = [
+        (n, m.num_embeddings)
+        for n, m in model.named_modules()
+        if isinstance(m, nn.Embedding) and m is not first[1] and m.num_embeddings < length
+    ]
+    if not short:
+        return ""
+    name, rows = short[0]
+    return (
+        f"; their length {length} exceeds the {rows} rows of {name!r} (learned positions: "
+        f"the model takes sequences of at most {rows} tokens)"
+    )
 
 
 _CONV_DIMS: dict[type, int] = {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}

@@ -633,3 +633,47 @@ def test_vo_gl_is_not_certified_where_a_gate_breaks_it() -> None:
     m = torch.randn(4, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     moved = orbit.act_matrices(ctx.params, {0: torch.linalg.matrix_exp(m / 4)})
     assert relative_change(ctx, moved) > BROKEN_MIN
+
+
+def test_phi3_fused_qkv_with_gqa_is_read_like_separate_projections() -> None:
+    """Phi-3's one ``qkv_proj`` (rows Q, K, V of widths heads·d_h, kv·d_h, kv·d_h) had no
+    layout, so none of its attention gauges was proposed (s27 audit LLAMA D2). Now: one QK and
+    one VO candidate per KV head, RoPE planes certified, every generator first-order exact."""
+    _need_transformers()
+    cfg = transformers.Phi3Config(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=HEADS,
+        num_key_value_heads=2,
+        max_position_embeddings=16,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=1,
+    )
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = TensorOutput(transformers.Phi3ForCausalLM(cfg)).double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.4)
+    x = torch.randint(1, VOCAB, (N, SEQ), generator=torch.Generator().manual_seed(0))
+    ctx = _ctx(model, x)
+    lay = attention_layout(model.get_submodule(ATTN))
+    assert (lay.q[2], lay.k[2], lay.v[2]) == (0, HEADS * D_HEAD, (HEADS + 2) * D_HEAD)
+    assert lay.n_kv == 2 and lay.layers["q"] == "qkv_proj"
+    cands = AttentionDetector().propose(ATTN, model.get_submodule(ATTN), ctx)
+    assert Counter(c.detector for c in cands) == {"qk-rotation": 2, "vo-rescale": 2}
+    m = torch.randn(D_HEAD, D_HEAD, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    scale = _first_order(ctx, QKRotation(lay, f"{ATTN}.").tangent(ctx.params, 0, m - m.T))
+    assert scale > 0.0
+    for c in cands:
+        if c.detector == "qk-rotation":
+            assert c.info["basis"] == "rope-half" and c.info["n_scales"] == D_HEAD // 2
+        else:
+            assert c.info["gl"] is not None and len(c.gauge_generators) == 1 + D_HEAD**2
+        assert c.info["query_heads"] == [2 * c.info["head"], 2 * c.info["head"] + 1]
+        for t in (c.u, *c.gauge_generators):
+            assert _first_order(ctx, t) <= RTOL_FIRST_ORDER * scale

@@ -20,7 +20,9 @@ grouped-query attention from ``num_key_value_heads`` (module or config) or
 * ``nn.MultiheadAttention`` with packed ``in_proj_weight``/``in_proj_bias`` and ``out_proj``;
 * GPT-NeoX (Pythia): a fused ``query_key_value`` Linear whose rows are grouped per head,
   ``[Q_h; K_h; V_h]`` for each head in turn (head stride ``3·d_h``), and the output ``dense``;
-  heads from ``config``.
+  heads from ``config``;
+* Phi-3: a fused ``qkv_proj`` Linear with rows ``[Q; K; V]`` of widths heads·d_h, kv·d_h,
+  kv·d_h (grouped-query attention allowed) and the output ``o_proj`` (s27 audit LLAMA D2).
 
 Query head ``h`` owns rows ``offset + h·stride … + d_h`` of Q (``stride = d_h`` except in the
 per-head grouped layout) and columns ``h·d_h … (h+1)·d_h`` of the output; KV head ``g`` owns the
@@ -176,6 +178,8 @@ def attention_layout(module: nn.Module) -> AttentionLayout | None:
         )
     if isinstance(kids.get("query_key_value"), nn.Linear) and o and kv_heads in (None, heads):
         return _neox_layout(module, heads, o, rot)
+    if isinstance(kids.get("qkv_proj"), nn.Linear) and o:
+        return _fused_gqa_layout(module, (heads, kv_heads, head_dim), o, sym, rot)
     if from_config:
         return _wrapped_layout(module)
     qkv = pick("qkv", "c_attn")
@@ -210,6 +214,40 @@ def _neox_layout(module: nn.Module, heads: int, o: str, rot: int | None) -> Atte
         o=f"{o}.weight",
         layers={"q": "query_key_value", "k": "query_key_value", "v": "query_key_value", "o": o},
         head_stride=3 * dh,
+        rotary_dims=rot if rot is not None and rot < dh else None,
+    )
+
+
+def _fused_gqa_layout(
+    module: nn.Module,
+    counts: tuple[int, int | None, int | None],
+    o: str,
+    sym: bool,
+    rot: int | None,
+) -> AttentionLayout | None:
+    """Phi-3: one ``qkv_proj`` Linear with rows ``[Q (heads·d_h); K (kv·d_h); V (kv·d_h)]``
+    (grouped-query attention allowed) and the output ``o``; None when the widths disagree."""
+    heads, kv_heads, head_dim = counts
+    qkv = module.get_submodule("qkv_proj")
+    kv = kv_heads or heads
+    out = module.get_submodule(o)
+    dh = head_dim or out.in_features // heads
+    if kv < 1 or heads % kv or qkv.out_features != (heads + 2 * kv) * dh:
+        return None
+    if out.in_features != heads * dh:
+        return None
+    e = heads * dh
+    return AttentionLayout(
+        heads=heads,
+        embed=e,
+        q=_linear_keys("qkv_proj", module, 0),
+        k=_linear_keys("qkv_proj", module, e),
+        v=_linear_keys("qkv_proj", module, e + kv * dh),
+        o=f"{o}.weight",
+        layers={"q": "qkv_proj", "k": "qkv_proj", "v": "qkv_proj", "o": o},
+        qk_symmetric=sym,
+        kv_heads=None if kv == heads else kv,
+        head_dim=None if head_dim is None else dh,
         rotary_dims=rot if rot is not None and rot < dh else None,
     )
 

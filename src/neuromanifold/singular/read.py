@@ -89,6 +89,7 @@ from neuromanifold.singular.family import check_family
 from neuromanifold.singular.groups import group_key, is_grouped_conv
 from neuromanifold.singular.memory import MemoryPlan, plan_memory
 from neuromanifold.singular.passes import check_forward_mode
+from neuromanifold.singular.precision import LowerPrecisionRecorder, lower_precision_note
 from neuromanifold.singular.probe_rank import g_rows, probe_size_note, rank_limited
 from neuromanifold.singular.read_candidate import (
     LOSS_CHECK_LANES,
@@ -483,7 +484,7 @@ def read(
         with agreed_errors():
             _check_labels(family, out, labels[:n_graph], n_all)
             _check_all_labels(family, out, labels)
-    _check_repeatable(work, xw[:GRAPH_SAMPLES], out, data_shape=tuple(x.shape))
+    lower = _check_repeatable(work, xw[:GRAPH_SAMPLES], out, data_shape=tuple(x.shape))
     unpacked, mha_passes = multihead_as_projections(work, xw)
     linear_subclasses, adapt_passes = linear_subclasses_as_linear(work, xw)
     adapt_passes += mha_passes
@@ -664,6 +665,9 @@ def read(
     gap_note = gapless_note(gapless)
     if gap_note:
         note = f"{note}; {gap_note}" if note else gap_note
+    low_note = lower_precision_note(lower)
+    if low_note:
+        note = f"{note}; {low_note}" if note else low_note
     meta = {
         "model": type(model).__name__,
         "n_params": sum(p.numel() for p in model.parameters()),
@@ -682,6 +686,7 @@ def read(
         else "",
         "upcast": bool(upcast),
         "upcast_note": _upcast_note(model),
+        "lower_precision_steps": lower,
         "n_candidates": n_found,
         "n_read": len(records),
         "n_forward_passes": 2
@@ -717,9 +722,10 @@ def read(
 
 def _check_repeatable(
     model: nn.Module, x: Tensor, first: Tensor, *, data_shape: tuple[int, ...]
-) -> None:
+) -> dict[str, str]:
     """Raise a ``ValueError`` unless ``model(x)`` evaluated again equals ``first`` (its output on
-    ``x``) to `REPEAT_RTOL` relative (`_validate.refuse_unless_repeats`).
+    ``x``) to `REPEAT_RTOL` relative (`_validate.refuse_unless_repeats`); return the steps of
+    that forward that computed below float64 (`precision.lower_precision_steps`).
 
     The read takes the model as a fixed function of θ (its Fisher, factors and sweeps are
     derivatives of that function); a forward that draws random numbers even in eval mode
@@ -730,10 +736,11 @@ def _check_repeatable(
     it.
     """
     if not bool(torch.isfinite(first).all()):
-        return
-    with torch.no_grad():
+        return {}
+    with torch.no_grad(), (rec := LowerPrecisionRecorder()):
         again = forward_checked(model, x, data_shape=data_shape)
     refuse_unless_repeats(first, again, x.shape[0])
+    return rec.steps
 
 
 def _upcast_note(model: nn.Module) -> str:

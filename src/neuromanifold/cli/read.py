@@ -769,7 +769,7 @@ def register(app: typer.Typer) -> None:
         # sits there, e.g. "0: out 2" / "2: in 2" for a node death of unit 2 (s20 trial AN,
         # suggestions)
         from neuromanifold.report.markdown import ONE_SIDED_FOOTNOTE, ONE_SIDED_KEY, class_cell
-        from neuromanifold.singular.support import layer_units
+        from neuromanifold.singular.support import record_units
 
         # no slope column: k̂ = 1 + slope/2 says the same (the slope is in the JSON and report.md)
         cols = ["#", "layer: units", "detector", "k", "k̂", "r²", "class", "magnitude"]
@@ -787,7 +787,7 @@ def register(app: typer.Typer) -> None:
                     extra = ["—" if b is None else _scan_summary(b)]
                 table.add_row(
                     str(number[id(r)]),
-                    _layer_cell(layer, layer_units(r.info.get("support") or [], layer)),
+                    _layer_cell(layer, record_units(r.info, layer)),
                     r.detector,
                     "—" if r.k is None else str(r.k),
                     "—" if r.k_hat is None else f"{r.k_hat:.3f}",

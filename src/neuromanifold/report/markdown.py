@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 
 from neuromanifold.singular.reading import DirectionRecord, Reading
-from neuromanifold.singular.support import layer_units
+from neuromanifold.singular.support import record_units
 
 ONE_SIDED_KEY = "one_sided"
 """The ``info`` key of a genuine record whose mirrored side reads flat (`read_candidate`)."""
@@ -192,7 +192,7 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
             plateau = _plateau_fit if r.klass == "flat_gauge" and r.k is None else fmt
             row = [
                 str(index[id(r)]),
-                layer_units(r.info.get("support") or [], layer) or "—",
+                record_units(r.info, layer) or "—",
                 r.detector,
                 class_cell(r),
                 fmt(r.k),

@@ -27,6 +27,7 @@ __all__ = [
     "UNIT_SHARE_MIN",
     "direction_support",
     "layer_units",
+    "record_units",
 ]
 
 SHARE_MIN = 1e-3
@@ -121,3 +122,31 @@ def layer_units(support: Sequence[Mapping[str, Any]], layer: str) -> str:
     if labels:
         return ", ".join(labels)
     return "spread" if spread else ""
+
+
+def record_units(info: Mapping[str, Any], layer: str) -> str:
+    """`layer_units` of a record's ``info`` in module ``layer``, tied parameters included: a
+    record whose tensor of ``layer`` is tied to another module's (``info["tied"]``: ``{alias:
+    parameter}``, e.g. a language-model head sharing the input embedding) has its support under
+    the parameter's name, so that part is read as the alias's, and the label says which module
+    it is tied to (s27 trial HF D5: ``model.lm_head`` showed units "—" and no word of the
+    embedding its direction moves).
+
+    >>> sup = [{"tensor": "wte.weight", "share": 1.0, "units": [[3, 0.9]], "inputs": [[0, 0.2]]}]
+    >>> record_units({"support": sup, "tied": {"head.weight": "wte.weight"}}, "head")
+    'out 3 (tied to wte)'
+    """
+    tied = {
+        target: alias
+        for alias, target in (info.get("tied") or {}).items()
+        if alias.rpartition(".")[0] == layer
+    }
+    support = [
+        {**e, "tensor": tied.get(str(e.get("tensor", "")), e.get("tensor", ""))}
+        for e in info.get("support") or []
+    ]
+    units = layer_units(support, layer)
+    if not tied:
+        return units
+    owners = ", ".join(sorted({t.rpartition(".")[0] for t in tied}))
+    return f"{units or 'spread'} (tied to {owners})"

@@ -217,6 +217,7 @@ GAUGE_DETECTORS = (
     "qk-norm-rescale",
     "layer-scale",
     "embedding-unseen",
+    "embedding-mean",
 )
 """Detectors that propose closed-form gauge directions (not possible dead directions)."""
 

@@ -23,6 +23,7 @@ from neuromanifold.singular.detectors.base import (
     parameter_aliases,
 )
 from neuromanifold.singular.detectors.embedding import EmbeddingDetector
+from neuromanifold.singular.detectors.embedding_mean import EmbeddingMeanDetector
 from neuromanifold.singular.detectors.gauges import LogitShiftDetector
 from neuromanifold.singular.detectors.glu import GLUDetector, glu_layout
 from neuromanifold.singular.detectors.graph import ModelGraph, trace_graph
@@ -56,6 +57,7 @@ __all__ = [
     "Detector",
     "DetectorRegistry",
     "EmbeddingDetector",
+    "EmbeddingMeanDetector",
     "GLUDetector",
     "GLURescaleDetector",
     "GroupedConvDetector",

@@ -77,7 +77,7 @@ class Candidate:
             ``"ln-kernel"``, ``"qk-rotation"``, ``"vo-rescale"``, ``"key-bias"``, ``"ce-shift"``,
             ``"bn-shift"``, ``"bn-rescale"``, ``"relu-rescale"``, ``"norm-scale"``,
             ``"glu-rescale"``, ``"glu-dead-dimension"``, ``"qk-norm-rescale"``,
-            ``"embedding-unseen"``, ``"qk-pair"``).
+            ``"embedding-unseen"``, ``"embedding-mean"``, ``"qk-pair"``).
         u: unit direction, ``dict[str, Tensor]`` (float64).
         ratio: the eigenvalue ratio that selected it (``α/α_max``, ``γ/γ_max`` or their product),
             ``None`` for closed-form candidates.

@@ -5,8 +5,9 @@ duplicating a closed-form one is dropped in favour of the closed form): LayerNor
 consumers, then consumers reached through token selection/pooling by the factor test), RMSNorm,
 attention, attention key bias, query/key-norm rescale, CE logit shift, BatchNorm shift and
 rescale, ReLU rescale, norm scale, gated feed-forward dead dimension, gated up-projection
-rescale, layer scale, embedding, linear/conv K-FAC, attention query/key pairs (``qk-pair``,
-read from the projections' K-FAC factors), grouped-conv K-FAC (per group).
+rescale, layer scale, embedding (unseen rows, mean shift), linear/conv K-FAC, attention
+query/key pairs (``qk-pair``, read from the projections' K-FAC factors), grouped-conv K-FAC (per
+group).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from neuromanifold.singular.detectors.base import Detector
 from neuromanifold.singular.detectors.batchnorm_scale import BatchNormScaleDetector
 from neuromanifold.singular.detectors.batchnorm_shift import BatchNormShiftDetector
 from neuromanifold.singular.detectors.embedding import EmbeddingDetector
+from neuromanifold.singular.detectors.embedding_mean import EmbeddingMeanDetector
 from neuromanifold.singular.detectors.gauges import LogitShiftDetector
 from neuromanifold.singular.detectors.glu import GLUDetector
 from neuromanifold.singular.detectors.grouped_conv import GroupedConvDetector
@@ -93,6 +95,7 @@ def default_registry() -> DetectorRegistry:
             GLURescaleDetector(),
             LayerScaleDetector(),
             EmbeddingDetector(),
+            EmbeddingMeanDetector(),
             LinearDetector(),
             QKPairDetector(),
             GroupedConvDetector(),

@@ -113,3 +113,38 @@ def test_two_parallel_relu_units_lie_on_a_curve() -> None:
         assert np.abs(f - f0).max() <= ATOL_SAME
         inv = relu_invariants(net, (W2, A2)) - relu_invariants(net, (W, A))
         assert np.abs(inv).max() <= ATOL_SAME
+
+
+def test_dataset_notion_counts_only_points_of_theta0s_activation_pattern() -> None:
+    """A zero unit (w = a = 0), d = 1, samples on both sides of 0: any w_z ≠ 0 fires on some
+    sample, so the dataset fiber (same pattern on X) holds no curve through θ0; the hyperplane
+    test found one of another pattern and reported a continuum (s27b audit RERUN #1). Where
+    every sample lies in one half-plane, w_z can turn into the cone none of them excites, with
+    |a_z| = |w_z| (its invariant 0): a genuine curve of the dataset fiber."""
+    net = ReluMLP(1, 2)
+    X = np.array([[0.4], [1.3], [0.7], [-0.5], [-1.1]])
+    theta = (np.array([[0.9], [0.0]]), np.array([[0.7, 0.0]]))
+    rep = relu_fiber(net, theta, X, notion="dataset")
+    assert rep.continuum is False
+    net2 = ReluMLP(2, 2)
+    X2 = np.array([[1.0, 0.2], [0.8, -0.3], [1.2, 0.5]])  # all in x_1 > 0
+    theta2 = (np.array([[0.0, 0.0], [0.5, 1.0]]), np.array([[0.0, 1.3]]))
+    rep2 = relu_fiber(net2, theta2, X2, notion="dataset", n_random=4, n_perturb=4)
+    assert rep2.continuum is True
+    # a narrow cone: the samples' directions span 175°, so the weights none of them excites
+    # form a cone of 5° (185° to 190°), which the closed-form cone curve finds
+    ang = np.deg2rad(np.array([-80.0, 0.0, 60.0, 95.0]))
+    X3 = np.stack([np.cos(ang), np.sin(ang)], axis=1)
+    rep3 = relu_fiber(net2, theta2, X3, notion="dataset", n_random=4, n_perturb=4)
+    assert rep3.continuum is True
+    for t in (1e-3, 1e-1):  # the curve: w_z = t·(−1, 0), a_z = t
+        W, A = theta2[0].copy(), theta2[1].copy()
+        W[0], A[0, 0] = (-t, 0.0), t
+        np.testing.assert_allclose(
+            relu_forward(net2, (W, A), X2), relu_forward(net2, theta2, X2), atol=ATOL_SAME
+        )
+        np.testing.assert_allclose(
+            relu_invariants(net2, (W, A)), relu_invariants(net2, theta2), atol=ATOL_SAME
+        )
+        pre = X2 @ W.T
+        assert np.array_equal(pre > 0, X2 @ theta2[0].T > 0)

@@ -101,6 +101,7 @@ def curve_through(
     step: float,
     tol: float,
     rtol: float,
+    accept: Callable[[np.ndarray], bool] | None = None,
 ) -> bool:
     """Whether a curve of zeros of ``F`` (``fun``, Jacobian ``jac``) passes through its zero ``x``.
 
@@ -109,6 +110,8 @@ def curve_through(
     Where the zero set is smooth at ``x`` it is a graph over the null space, so a zero with
     ``‖z‖ = O(step²)`` exists; a solution with ``‖z‖ ≤ step`` and ``‖F‖ ≤ tol`` means a curve.
     Near an isolated singular zero none lies there and ``‖F‖`` stays of order ``step^j``.
+    ``accept`` (optional) must also hold at the solution: a zero of ``F`` that is not in the set
+    the caller means (a ReLU fiber point of another activation pattern) counts for nothing.
     """
     x = np.asarray(x, dtype=np.float64)
     _, s, vt = np.linalg.svd(jac(x))
@@ -125,7 +128,8 @@ def curve_through(
 
         res = solve(on_slice, on_slice_jac, np.zeros(Z.shape[1]))
         if res.residual <= tol and float(np.linalg.norm(res.x)) <= step:
-            return True
+            if accept is None or accept(start + Z @ res.x):
+                return True
     return False
 
 
@@ -137,6 +141,7 @@ def curve_through_hyperplanes(
     step: float,
     tol: float,
     rtol: float,
+    accept: Callable[[np.ndarray], bool] | None = None,
 ) -> bool:
     """Whether a curve of zeros of ``F`` passes through its zero ``x`` where the null space of
     ``dF(x)`` (dimension ``k``) may be larger than the zero set's: a first-order direction that a
@@ -152,7 +157,8 @@ def curve_through_hyperplanes(
     ``τ`` lies in the null space) crosses that hyperplane within ``√k·step`` of ``x``; a solution
     with ``‖y − x‖ ≤ 2√k·step`` and ``‖F‖ ≤ tol`` counts as a curve. At an isolated zero no
     other zero lies that close for a small enough step. ``False`` where ``dF(x)`` has no null
-    vector.
+    vector. ``accept`` as in `curve_through` (s27b audit RERUN #1: a dataset-notion ReLU fiber
+    took a zero of another activation pattern for a curve).
     """
     x = np.asarray(x, dtype=np.float64)
     _, s, vt = np.linalg.svd(jac(x))
@@ -175,7 +181,8 @@ def curve_through_hyperplanes(
                 return jac(start + plane @ w) @ plane
 
             res = solve(on_plane, on_plane_jac, np.zeros(plane.shape[1]))
-            moved = float(np.linalg.norm(start + plane @ res.x - x))
-            if res.residual <= tol and moved <= reach:
+            y = start + plane @ res.x
+            moved = float(np.linalg.norm(y - x))
+            if res.residual <= tol and moved <= reach and (accept is None or accept(y)):
                 return True
     return False

@@ -17,6 +17,7 @@ there are no biases), ``Φ(cθ) = c² Φ(θ)`` for ``c > 0``. The acceptance thr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -36,6 +37,7 @@ from neuromanifold.linear.metric import RTOL_RANK
 from neuromanifold.linear.relu import (
     ReluMLP,
     ReluNet,
+    _patches,
     activation_pattern,
     check_int,
     preactivations,
@@ -279,13 +281,27 @@ def relu_fiber(
             return global_first_order_dimension(net, _unflatten(net, x))
         return _lsq.null_dimension(jac(x), rtol=RANK_RTOL)
 
+    def in_fiber(y: np.ndarray) -> bool:
+        """A zero of ``fun`` the notion counts: in the dataset notion θ0's activation pattern
+        on X (s27b audit RERUN #1: a zero of another pattern was taken for a curve). The global
+        notion takes every zero near the point: Z holds θ0's kink probes, and a step along a
+        genuine curve (two parallel units sharing their slope) lands on a zero whose units part
+        by a wedge smaller than the solve resolves, which the own-kink check made for isolated
+        points would refuse."""
+        if notion == "dataset":
+            return np.array_equal(activation_pattern(net, _unflatten(net, y), X), pattern0)
+        return True
+
     def through_curve(x: np.ndarray) -> bool:
         """Whether a curve of the fiber passes through its point ``x`` (unit scale): off a null
-        vector of dΦ, or (global notion) the closed-form curve of a unit with no input weights,
-        whose tangent is no null vector (s26c audit RERUN2 N2)."""
-        if _on_curve(fun, jac, x):
+        vector of dΦ, or the closed-form curve of a unit with no input weights, whose tangent is
+        no null vector: grown parallel to a live unit (global notion, s26c audit RERUN2 N2) or
+        turned into the cone of weights no sample of X excites (dataset notion)."""
+        if _on_curve(fun, jac, x, in_fiber):
             return True
-        return notion == "global" and _zero_unit_curve_found(net, fun, x)
+        if notion == "global":
+            return _zero_unit_curve_found(net, fun, x)
+        return _cone_curve_found(net, fun, x, X, in_fiber)
 
     fiber_dim = dim_at(x0u)
     # a positive null dimension alone can be an isolated singular point: step off θ0 along it
@@ -344,16 +360,19 @@ def _same_on_own_kinks(
     return float(np.linalg.norm(diff)) <= FIBER_RTOL
 
 
-def _on_curve(fun: _lsq.Residual, jac: _lsq.Residual, x: np.ndarray) -> bool:
+def _on_curve(
+    fun: _lsq.Residual, jac: _lsq.Residual, x: np.ndarray, accept: Callable[[np.ndarray], bool]
+) -> bool:
     """Whether a curve of zeros of ``fun`` passes through its zero ``x`` (unit scale): along a
     null vector of dΦ (`_lsq.curve_through`), else crossing a hyperplane off one
     (`_lsq.curve_through_hyperplanes`: where dΦ's null space is larger than the fiber's tangent,
     as with two parallel units, or a dataset-notion unit with no input weights that can turn into
-    the cone no sample of X excites)."""
+    the cone no sample of X excites); a point found counts only where ``accept`` holds (the
+    notion's own conditions beyond ``fun = 0``)."""
     if not _lsq.null_dimension(jac(x), rtol=RANK_RTOL):
         return False
     step = CURVE_STEP * max(float(np.linalg.norm(x)), 1.0)
-    kw = {"step": step, "tol": FIBER_RTOL, "rtol": RANK_RTOL}
+    kw = {"step": step, "tol": FIBER_RTOL, "rtol": RANK_RTOL, "accept": accept}
     return _lsq.curve_through(fun, jac, x, **kw) or _lsq.curve_through_hyperplanes(
         fun, jac, x, **kw
     )
@@ -377,6 +396,52 @@ def _zero_unit_curve_found(net: ReluNet, fun: _lsq.Residual, x: np.ndarray) -> b
         if float(np.linalg.norm(fun(_flatten(point)))) <= FIBER_RTOL:
             return True
     return False
+
+
+def _cone_curve_found(
+    net: ReluNet,
+    fun: _lsq.Residual,
+    x: np.ndarray,
+    X: np.ndarray,
+    in_fiber: Callable[[np.ndarray], bool],
+) -> bool:
+    """Dataset notion: whether the point ``x`` (unit scale) has a unit z with no input weights
+    whose weights can turn into the open cone ``{c : r·c < 0 for every input r it reads}``
+    (rows of X, or every patch of a `ReluCNN`): then ``w_z = t·ĉ``, ``a_z`` of norm
+    ``√(‖a_z‖² + t²)`` (along ``a_z``, else the first axis) keeps the unit silent on X, so the
+    outputs, the pattern and the invariants stay: a curve (s27b audit RERUN #1 found the
+    hyperplane test misses it where the cone is narrow). An interior ``c`` is the maximiser of
+    ``s`` subject to ``r·c + s ≤ 0``, ``|c_i| ≤ 1`` (`scipy.optimize.linprog`), interior when
+    ``s > 0``; the point at ``t = CURVE_STEP`` is checked against ``fun`` and ``in_fiber``."""
+    from scipy.optimize import linprog
+
+    W, A = _unflatten(net, x)
+    zero = np.flatnonzero(~np.any(W != 0, axis=1))
+    if not zero.size:
+        return False
+    rows = X if isinstance(net, ReluMLP) else _patches(net, X).reshape(-1, net.filter_size)
+    d = rows.shape[1]
+    res = linprog(
+        np.r_[np.zeros(d), -1.0],
+        A_ub=np.hstack([rows, np.ones((rows.shape[0], 1))]),
+        b_ub=np.zeros(rows.shape[0]),
+        bounds=[(-1.0, 1.0)] * d + [(None, 1.0)],
+    )
+    if not res.success or not -res.fun > 0:
+        return False
+    c = res.x[:d] / np.linalg.norm(res.x[:d])
+    z, t = int(zero[0]), CURVE_STEP
+    W2, A2 = W.copy(), A.copy()
+    a_z = A[:, z] if isinstance(net, ReluMLP) else A[z]
+    e = a_z / np.linalg.norm(a_z) if np.any(a_z != 0) else np.eye(a_z.size)[0]
+    grown = np.sqrt(float(a_z @ a_z) + t * t) * e
+    W2[z] = t * c
+    if isinstance(net, ReluMLP):
+        A2[:, z] = grown
+    else:
+        A2[z] = grown
+    y = _flatten((W2, A2))
+    return float(np.linalg.norm(fun(y))) <= FIBER_RTOL and in_fiber(y)
 
 
 def _phi_scale(target: np.ndarray, x0: np.ndarray) -> float:

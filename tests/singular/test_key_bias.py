@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from neuromanifold.singular.detectors import DetectionContext, KeyBiasDetector
+from neuromanifold.singular.direction import read_direction
 from neuromanifold.singular.family import Gaussian
 from neuromanifold.singular.fisher import directional_fisher
 from neuromanifold.singular.read import read
@@ -136,16 +137,44 @@ def test_no_key_bias_no_candidate() -> None:
 def test_a_block_with_no_scale_of_its_own_takes_the_models() -> None:
     """Every direction in the key bias is flat, so its own floor collapsed with the rounding
     residues (s27 trial HF D4: an exactly flat line read `unresolved`). The sweep measures the
-    model's scale F_m there and F stays below ten times the floor it gives; a block with a scale
-    of its own does not pay that pass."""
+    key projection's scale F_m there (weight and bias) and F stays below ten times the floor it
+    gives; a block with a scale of its own does not pay that pass."""
     model, x, ctx = _setup(_GQA())
     params = {k: v.detach() for k, v in model.named_parameters()}
     (cand,) = KeyBiasDetector().propose("", model, ctx)
     flat = sweep(model, params, cand.u, x, Gaussian())
-    assert flat.random_fisher <= DEGENERATE_SCALE and flat.model_fisher is not None
-    assert flat.scale == flat.model_fisher > 1e6 * flat.random_fisher
+    assert flat.random_fisher <= DEGENERATE_SCALE and flat.module_fisher is not None
+    assert flat.scale == flat.module_fisher > 1e6 * flat.random_fisher
     assert max(flat.F) <= FLOOR_MARGIN * flat.floor
     assert flat.n_forward_passes == len(flat.ts) + 2
     w = torch.randn(8, D, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     live = sweep(model, params, {"q_proj.weight": w / w.norm()}, x, Gaussian())
-    assert live.model_fisher is None and live.n_forward_passes == len(live.ts) + 1
+    assert live.module_fisher is None and live.n_forward_passes == len(live.ts) + 1
+
+
+class _TinyBranch(nn.Module):
+    """A main Linear plus a live side branch scaled by 1e-13 (s27b audit RERUN #2): the branch's
+    tangent is computed exactly (the main branch's is 0), so its F ~ 1e-28 is a value, not a
+    rounding residue."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.big = nn.Linear(4, 2)
+        self.side = nn.Linear(4, 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.big(x) + 1e-13 * self.side(x)
+
+
+def test_a_live_branch_at_a_tiny_scale_is_not_called_flat() -> None:
+    torch.manual_seed(0)
+    model = _TinyBranch().double().eval()
+    x = torch.randn(32, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    w = torch.randn(2, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    u = {"side.weight": w / w.norm()}
+    sw = sweep(model, params, u, x, Gaussian())
+    # its module's scale is measured (the bias beside the weight) and is as small: kept
+    assert sw.module_fisher is not None and sw.scale < 1e-20
+    assert min(sw.F) > FLOOR_MARGIN * sw.floor
+    assert read_direction(model, params, u, x, Gaussian()).klass.value == "live"

@@ -130,10 +130,8 @@ def test_read_candidate_counts_the_mirror_passes_and_keeps_the_class(
     assert min(minus.info["flipped"]["F_minus"]) > 0.0
     assert minus.sweep["F"] == plus.sweep["F"]  # the same read as along +u
     assert minus.info["one_sided"] == plus.info["one_sided"]
-    # the flat sweep, its top-t check, the sweep along +u and that read's own mirrored check;
-    # the flat sweep's block has no scale of its own at the cell's singular point (F_r = 0 and
-    # F ≡ 0), so it also measured the model's (one pass, sweep.DEGENERATE_SCALE)
-    assert n_minus == sweep + 1 + MIRROR_TOP_POINTS + n_plus
+    # the flat sweep, its top-t check, the sweep along +u and that read's own mirrored check
+    assert n_minus == sweep + MIRROR_TOP_POINTS + n_plus
 
 
 def test_a_flat_read_flat_on_both_sides_is_not_flipped(candidate_kwargs: dict) -> None:
@@ -147,9 +145,7 @@ def test_a_flat_read_flat_on_both_sides_is_not_flipped(candidate_kwargs: dict) -
     )
     assert rec.klass == "flat_gauge"
     assert "flipped" not in rec.info and "mirrored_read" not in rec.info
-    # grid points, the floor's pass and the model's scale: the block (one weight after a unit
-    # whose output is 0) has no scale of its own (sweep.DEGENERATE_SCALE)
-    assert n == len(rec.sweep["t"]) + 2 + MIRROR_TOP_POINTS
+    assert n == len(rec.sweep["t"]) + 1 + MIRROR_TOP_POINTS
 
 
 def test_the_check_starts_from_the_snapped_base_point() -> None:

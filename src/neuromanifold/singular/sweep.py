@@ -24,13 +24,17 @@ block; the second term keeps the floor meaningful when the whole block is degene
 (e.g. a deep-linear chain at 0, where every direction has ``F_r = 0``). The rate fit then drops
 points with ``F < FLOOR_MARGIN·F_floor`` (``FLOOR_MARGIN = 10``).
 
-A block whose every direction is flat (an attention's key bias, which the softmax ignores) has
+A tensor whose every direction is flat (an attention's key bias, which the softmax ignores) has
 no scale of its own: ``F_r`` and every ``F_u(t)`` are rounding residues (~1e-34), so its floor
 collapsed with them and an exactly flat direction read ``unresolved`` (s27 trial HF D4). Where
-``F_scale ≤ DEGENERATE_SCALE`` (an absolute screen: only such sweeps pay one more pass) the
-directional Fisher ``F_m`` along a seeded random unit direction over every parameter of the
-model is measured too, and when ``F_scale ≤ FLOOR_MARGIN·(FLOOR_EPS_MULTIPLE·ε_64)²·F_m`` (the
-block's own scale is rounding at the model's) the model's scale replaces it, ``F_scale = F_m``.
+``F_scale ≤ DEGENERATE_SCALE`` (an absolute screen: only such sweeps pay one more pass) and the
+modules ``u`` touches hold tensors it does not touch (the key projection's weight beside its
+bias), the directional Fisher ``F_m`` along a seeded random unit direction over all their
+tensors is measured too, and when ``F_scale ≤ FLOOR_MARGIN·(FLOOR_EPS_MULTIPLE·ε_64)²·F_m`` (the
+tensors' own scale is rounding at their module's) the module's scale replaces it,
+``F_scale = F_m``. The module, not the whole model: a branch that is live but scaled by 1e-13
+against the rest computes its tangent exactly, and the model's scale would call it flat (s27b
+audit RERUN #2).
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ FLOOR_EPS_MULTIPLE = 1e3
 FLOOR_MARGIN = 10.0
 FLOOR_SEED = 20260703
 DEGENERATE_SCALE = 1e-20
-"""Sweeps whose ``F_scale`` is at most this also measure the model-wide scale ``F_m`` (module
+"""Sweeps whose ``F_scale`` is at most this also measure their modules' scale ``F_m`` (module
 docstring); the decision itself is relative."""
 EPS64 = float(torch.finfo(torch.float64).eps)
 
@@ -148,8 +152,9 @@ class Sweep:
         floor: ``F_floor`` (see module docstring).
         scale: ``F_scale`` the floor was derived from.
         random_fisher: ``F_r`` at the base point (pseudo-random direction in the same tensors).
-        model_fisher: ``F_m`` (pseudo-random direction over every parameter), measured only
-            where ``F_scale ≤ DEGENERATE_SCALE``; ``None`` elsewhere.
+        module_fisher: ``F_m`` (pseudo-random direction over every tensor of the modules ``u``
+            touches), measured only where ``F_scale ≤ DEGENERATE_SCALE`` and those modules hold
+            a tensor ``u`` does not touch; ``None`` elsewhere.
         base_shift: ``s`` with ``θ_b = θ0 + s·u``.
         n_forward_passes: JVP passes over the probe set (grid points + 1 for the floor, + 1 for
             ``F_m`` where measured).
@@ -175,7 +180,7 @@ class Sweep:
     empirical: bool = False
     upcast: bool = False
     t_batched: bool = False
-    model_fisher: float | None = None
+    module_fisher: float | None = None
 
     @property
     def t_array(self) -> np.ndarray:
@@ -246,14 +251,15 @@ def sweep_prepared(
     )
     scale = max(f_rand, max(values))
     f_model, extra = None, 0
-    if scale <= DEGENERATE_SCALE:  # a block with no scale of its own? (module docstring)
-        everything = sorted(prep.params)
+    modules = {k.rpartition(".")[0] for k in keys}
+    siblings = sorted(k for k in prep.params if k.rpartition(".")[0] in modules)
+    if scale <= DEGENERATE_SCALE and siblings != sorted(keys):  # no scale of its own?
         f_model = float(
             fisher_prepared(
                 model,
                 prep,
                 base,
-                [_random_direction(prep.params, everything)],
+                [_random_direction(prep.params, siblings)],
                 family,
                 empirical=empirical,
                 chunk_size=chunk_size,
@@ -275,7 +281,7 @@ def sweep_prepared(
         empirical=bool(empirical),
         upcast=prep.upcast,
         t_batched=batched,
-        model_fisher=f_model,
+        module_fisher=f_model,
     )
 
 

@@ -635,10 +635,7 @@ def test_vo_gl_is_not_certified_where_a_gate_breaks_it() -> None:
     assert relative_change(ctx, moved) > BROKEN_MIN
 
 
-def test_phi3_fused_qkv_with_gqa_is_read_like_separate_projections() -> None:
-    """Phi-3's one ``qkv_proj`` (rows Q, K, V of widths heads·d_h, kv·d_h, kv·d_h) had no
-    layout, so none of its attention gauges was proposed (s27 audit LLAMA D2). Now: one QK and
-    one VO candidate per KV head, RoPE planes certified, every generator first-order exact."""
+def _phi3(**extra) -> tuple[nn.Module, Tensor]:
     _need_transformers()
     cfg = transformers.Phi3Config(
         vocab_size=VOCAB,
@@ -651,6 +648,7 @@ def test_phi3_fused_qkv_with_gqa_is_read_like_separate_projections() -> None:
         pad_token_id=0,
         eos_token_id=1,
         bos_token_id=1,
+        **extra,
     )
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
@@ -659,7 +657,14 @@ def test_phi3_fused_qkv_with_gqa_is_read_like_separate_projections() -> None:
         for p in model.parameters():
             if p.dim() == 2:
                 p.normal_(0.0, 0.4)
-    x = torch.randint(1, VOCAB, (N, SEQ), generator=torch.Generator().manual_seed(0))
+    return model, torch.randint(1, VOCAB, (N, SEQ), generator=torch.Generator().manual_seed(0))
+
+
+def test_phi3_fused_qkv_with_gqa_is_read_like_separate_projections() -> None:
+    """Phi-3's one ``qkv_proj`` (rows Q, K, V of widths heads·d_h, kv·d_h, kv·d_h) had no
+    layout, so none of its attention gauges was proposed (s27 audit LLAMA D2). Now: one QK and
+    one VO candidate per KV head, RoPE planes certified, every generator first-order exact."""
+    model, x = _phi3()
     ctx = _ctx(model, x)
     lay = attention_layout(model.get_submodule(ATTN))
     assert (lay.q[2], lay.k[2], lay.v[2]) == (0, HEADS * D_HEAD, (HEADS + 2) * D_HEAD)
@@ -677,3 +682,22 @@ def test_phi3_fused_qkv_with_gqa_is_read_like_separate_projections() -> None:
         assert c.info["query_heads"] == [2 * c.info["head"], 2 * c.info["head"] + 1]
         for t in (c.u, *c.gauge_generators):
             assert _first_order(ctx, t) <= RTOL_FIRST_ORDER * scale
+
+
+def test_phi3_partial_rotary_width_comes_from_its_config() -> None:
+    """Phi-3 at ``partial_rotary_factor = 0.5`` states the width only in its config: the layout
+    reads it (d_h/2), the partial basis certifies, and a diagonal scaling of the dimensions no
+    position touches (an exact symmetry, s27b audit RERUN #3, read genuine k = 2 before) lies in
+    the candidate's span."""
+    model, x = _phi3(partial_rotary_factor=0.5)
+    ctx = _ctx(model, x)
+    lay = attention_layout(model.get_submodule(ATTN))
+    assert lay.rotary_dims == D_HEAD // 2
+    cands = AttentionDetector().propose(ATTN, model.get_submodule(ATTN), ctx)
+    qk = next(c for c in cands if c.detector == "qk-rotation" and c.info["head"] == 0)
+    assert qk.info["basis"] == "rope-partial-half"
+    m = torch.zeros(D_HEAD, D_HEAD, dtype=torch.float64)
+    m[2, 2], m[3, 3] = 1.0, -1.0
+    t = QKRotation(lay, f"{ATTN}.").tangent(ctx.params, 0, m)
+    u = {k: v / torch.sqrt(sum((w**2).sum() for w in t.values())) for k, v in t.items()}
+    assert gauge_overlap(u, qk.gauge_generators) == pytest.approx(1.0, abs=ATOL_OVERLAP)

@@ -43,8 +43,8 @@ def test_a_float32_softmax_is_named_and_a_float64_forward_is_not() -> None:
     assert "below float64" not in clean.note
 
 
-def test_the_note_names_three_steps_and_counts_the_rest() -> None:
-    steps = {f"f{i}": "float16" for i in range(5)}
+def test_the_note_names_ten_steps_and_counts_the_rest() -> None:
+    steps = {f"f{i}": "float16" for i in range(12)}
     note = lower_precision_note(steps)
-    assert "f0 → float16, f1 → float16, f2 → float16 and 2 more" in note
+    assert "f8 → float16, f9 → float16 and 2 more" in note and "f10" not in note
     assert lower_precision_note({}) == ""

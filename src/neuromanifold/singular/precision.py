@@ -25,6 +25,10 @@ __all__ = [
     "lower_precision_steps",
 ]
 
+NOTE_STEPS = 10
+"""Steps the note names (all are in ``meta["lower_precision_steps"]``): a tiny Llama takes
+about ten, its rotary tables, RMSNorms and softmax (at three, the softmax was among "7 more",
+s27b audit RERUN #5)."""
 LOWER_PRECISION = (torch.float32, torch.float16, torch.bfloat16)
 """Floating dtypes below float64 that a step of a float64 forward can return."""
 
@@ -73,8 +77,8 @@ def lower_precision_note(steps: dict[str, str]) -> str:
     """The reading's clause for `lower_precision_steps`'s result (``""`` when empty)."""
     if not steps:
         return ""
-    named = ", ".join(f"{k} → {v}" for k, v in list(steps.items())[:3])
-    more = f" and {len(steps) - 3} more" if len(steps) > 3 else ""
+    named = ", ".join(f"{k} → {v}" for k, v in list(steps.items())[:NOTE_STEPS])
+    more = f" and {len(steps) - NOTE_STEPS} more" if len(steps) > NOTE_STEPS else ""
     return (
         f"the model computes part of its forward below float64 ({named}{more}), whatever the "
         "read's float64: values through those steps carry that precision's rounding (float32: "

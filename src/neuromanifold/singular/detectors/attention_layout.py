@@ -29,7 +29,8 @@ per-head grouped layout) and columns ``h·d_h … (h+1)·d_h`` of the output; KV
 rows ``offset + g·stride …`` of K and V; query head ``h`` reads KV head ``⌊h / n_rep⌋``,
 ``n_rep = heads / kv_heads`` (Hugging Face's ``repeat_kv``). A module's int ``rotary_ndims``
 (GPT-NeoX, Phi) or ``rotary_dim`` (GPT-J) — rotary embedding on the leading dimensions of each
-head only — is kept as ``rotary_dims`` for the QK bases when it is below ``d_h``.
+head only — is kept as ``rotary_dims`` for the QK bases when it is below ``d_h``; where the
+module states none, a Hugging Face config's ``partial_rotary_factor`` gives it (Phi-3).
 """
 
 from __future__ import annotations
@@ -163,6 +164,7 @@ def attention_layout(module: nn.Module) -> AttentionLayout | None:
             return None
         if o and kids[o].in_features != e:
             return None
+        rot = rot or _config_rotary(module, dh)
         return AttentionLayout(
             heads=heads,
             embed=e,
@@ -196,6 +198,31 @@ def attention_layout(module: nn.Module) -> AttentionLayout | None:
             qk_symmetric=sym,
         )
     return None
+
+
+def _config_rotary(module: nn.Module, d_head: int) -> int | None:
+    """The rotary width ``int(d_h · partial_rotary_factor)`` that a Hugging Face config states
+    where the module does not (Phi-3 reads it from ``config.rope_parameters`` or
+    ``config.partial_rotary_factor``); None for a factor of 1 or none, or a width that is not
+    an even number below ``d_h`` (s27b audit RERUN #3: a Phi-3 at factor 0.5 got the full-head
+    planes, and a diagonal move of the two dimensions no position touches, an exact gauge,
+    read genuine k = 2).
+
+    >>> from types import SimpleNamespace as NS
+    >>> _config_rotary(NS(config=NS(partial_rotary_factor=0.5)), 8)
+    4
+    >>> _config_rotary(NS(config=NS(rope_parameters={"partial_rotary_factor": 1.0})), 8) is None
+    True
+    """
+    cfg = getattr(module, "config", None)
+    factor = getattr(cfg, "partial_rotary_factor", None)
+    params = getattr(cfg, "rope_parameters", None)
+    if factor is None and isinstance(params, dict):
+        factor = params.get("partial_rotary_factor")
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor < 1:
+        return None
+    width = int(d_head * factor)
+    return width if 0 < width < d_head and width % 2 == 0 else None
 
 
 def _neox_layout(module: nn.Module, heads: int, o: str, rot: int | None) -> AttentionLayout | None:
@@ -237,6 +264,7 @@ def _fused_gqa_layout(
     if out.in_features != heads * dh:
         return None
     e = heads * dh
+    rot = rot or _config_rotary(module, dh)
     return AttentionLayout(
         heads=heads,
         embed=e,

@@ -88,9 +88,15 @@ def _llama(kv_heads: int) -> tuple[nn.Module, Tensor]:
         num_labels=3,
         pad_token_id=0,
     )
+    return _peaked(transformers.LlamaForSequenceClassification, cfg)
+
+
+def _peaked(cls: type, cfg: object) -> tuple[nn.Module, Tensor]:
+    """``cls(cfg)`` in float64, eval, eager attention, its matrices drawn at scale 0.4 (peaked
+    attention), and seeded token ids."""
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
-    model = TensorOutput(transformers.LlamaForSequenceClassification(cfg)).double().eval()
+    model = TensorOutput(cls(cfg)).double().eval()
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() == 2:
@@ -650,14 +656,7 @@ def _phi3(**extra) -> tuple[nn.Module, Tensor]:
         bos_token_id=1,
         **extra,
     )
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = TensorOutput(transformers.Phi3ForCausalLM(cfg)).double().eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, 0.4)
-    return model, torch.randint(1, VOCAB, (N, SEQ), generator=torch.Generator().manual_seed(0))
+    return _peaked(transformers.Phi3ForCausalLM, cfg)
 
 
 def test_phi3_fused_qkv_with_gqa_is_read_like_separate_projections() -> None:

@@ -238,34 +238,23 @@ def sweep_prepared(
     )
     values = [float(v) for v in vals]
     keys = touched_keys(u)
-    f_rand = float(
-        fisher_prepared(
-            model,
-            prep,
-            base,
-            [_random_direction(prep.params, keys)],
-            family,
-            empirical=empirical,
-            chunk_size=chunk_size,
-        )[0]
-    )
+
+    def random_fisher(over: Sequence[str]) -> float:
+        """F at the base point along the seeded random unit direction over tensors ``over``."""
+        r = _random_direction(prep.params, over)
+        return float(
+            fisher_prepared(
+                model, prep, base, [r], family, empirical=empirical, chunk_size=chunk_size
+            )[0]
+        )
+
+    f_rand = random_fisher(keys)
     scale = max(f_rand, max(values))
     f_model, extra = None, 0
     modules = {k.rpartition(".")[0] for k in keys}
     siblings = sorted(k for k in prep.params if k.rpartition(".")[0] in modules)
     if scale <= DEGENERATE_SCALE and siblings != sorted(keys):  # no scale of its own?
-        f_model = float(
-            fisher_prepared(
-                model,
-                prep,
-                base,
-                [_random_direction(prep.params, siblings)],
-                family,
-                empirical=empirical,
-                chunk_size=chunk_size,
-            )[0]
-        )
-        extra = 1
+        f_model, extra = random_fisher(siblings), 1
         if scale <= FLOOR_MARGIN * floor_from_scale(f_model):
             scale = f_model
     return Sweep(

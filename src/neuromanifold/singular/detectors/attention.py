@@ -89,7 +89,8 @@ rotary planes of those ``r`` dimensions and with all of ``so(d_h − r)`` on the
 generators); they are tried right after ``so(d_h)``, before the full-head plane bases, which
 there certify at most a subgroup (the interleaved planes do when ``r = 2``; usually they fail).
 
-Not covered: partial rotary embeddings whose width the module does not state, the larger
+Not covered: partial rotary embeddings whose width neither the module nor its Hugging Face
+config states (`attention_layout`), the larger
 commutant when two rotary planes share a frequency, the diagonal QK scalings left where a
 per-dimension query or key scale breaks every rotation basis, and fused layouts with GQA.
 """

@@ -114,21 +114,13 @@ def curve_through(
     the caller means (a ReLU fiber point of another activation pattern) counts for nothing.
     """
     x = np.asarray(x, dtype=np.float64)
-    _, s, vt = np.linalg.svd(jac(x))
-    rank = int(np.sum(s > rtol * s[0])) if s.size and s[0] > 0 else 0
+    rank, vt = _row_split(jac(x), rtol)
     Z = vt[:rank].T  # orthonormal basis of dF's row space
     for i in range(rank, vt.shape[0]):
         start = x + step * vt[i]
-
-        def on_slice(w: np.ndarray, start: np.ndarray = start) -> np.ndarray:
-            return fun(start + Z @ w)
-
-        def on_slice_jac(w: np.ndarray, start: np.ndarray = start) -> np.ndarray:
-            return jac(start + Z @ w) @ Z
-
-        res = solve(on_slice, on_slice_jac, np.zeros(Z.shape[1]))
-        if res.residual <= tol and float(np.linalg.norm(res.x)) <= step:
-            if accept is None or accept(start + Z @ res.x):
+        y, residual = _zero_on_slice(fun, jac, start, Z)
+        if residual <= tol and float(np.linalg.norm(y - start)) <= step:
+            if accept is None or accept(y):
                 return True
     return False
 
@@ -161,28 +153,37 @@ def curve_through_hyperplanes(
     took a zero of another activation pattern for a curve).
     """
     x = np.asarray(x, dtype=np.float64)
-    _, s, vt = np.linalg.svd(jac(x))
-    rank = int(np.sum(s > rtol * s[0])) if s.size and s[0] > 0 else 0
-    k = vt.shape[0] - rank
-    reach = 2.0 * np.sqrt(max(k, 1)) * step
+    rank, vt = _row_split(jac(x), rtol)
+    reach = 2.0 * np.sqrt(max(vt.shape[0] - rank, 1)) * step
     for i in range(rank, vt.shape[0]):
         plane = np.delete(vt, i, axis=0).T  # orthonormal basis of the hyperplane's directions
         for sign in (1.0, -1.0):
-            start = x + sign * step * vt[i]
-
-            def on_plane(
-                w: np.ndarray, start: np.ndarray = start, plane: np.ndarray = plane
-            ) -> np.ndarray:
-                return fun(start + plane @ w)
-
-            def on_plane_jac(
-                w: np.ndarray, start: np.ndarray = start, plane: np.ndarray = plane
-            ) -> np.ndarray:
-                return jac(start + plane @ w) @ plane
-
-            res = solve(on_plane, on_plane_jac, np.zeros(plane.shape[1]))
-            y = start + plane @ res.x
+            y, residual = _zero_on_slice(fun, jac, x + sign * step * vt[i], plane)
             moved = float(np.linalg.norm(y - x))
-            if res.residual <= tol and moved <= reach and (accept is None or accept(y)):
+            if residual <= tol and moved <= reach and (accept is None or accept(y)):
                 return True
     return False
+
+
+def _row_split(jac_x: np.ndarray, rtol: float) -> tuple[int, np.ndarray]:
+    """``(rank, Vᵀ)`` of ``dF(x)``'s SVD: rows ``:rank`` of ``Vᵀ`` span its row space (singular
+    values above ``rtol · σ_max``), the rest its null space."""
+    _, s, vt = np.linalg.svd(jac_x)
+    rank = int(np.sum(s > rtol * s[0])) if s.size and s[0] > 0 else 0
+    return rank, vt
+
+
+def _zero_on_slice(
+    fun: Callable[[np.ndarray], np.ndarray],
+    jac: Callable[[np.ndarray], np.ndarray],
+    start: np.ndarray,
+    basis: np.ndarray,
+) -> tuple[np.ndarray, float]:
+    """Solve ``F = 0`` on the affine slice ``{start + B w}`` (``B = basis``, orthonormal
+    columns) from ``w = 0``; returns the end point ``start + B w`` and ``‖F‖`` there."""
+    res = solve(
+        lambda w: fun(start + basis @ w),
+        lambda w: jac(start + basis @ w) @ basis,
+        np.zeros(basis.shape[1]),
+    )
+    return start + basis @ res.x, res.residual

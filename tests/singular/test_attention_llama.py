@@ -213,19 +213,28 @@ def test_generic_rotation_and_half_compensated_rescale_break_the_outputs(case: s
 
 @pytest.mark.parametrize("case", sorted(CONFIGS))
 def test_tangents_are_the_derivatives_of_the_actions(case: str) -> None:
+    """Against forward-mode AD of ``exp(tM)``'s action: a rotation ``M − Mᵀ`` and a general
+    ``M`` (keys ``M K``, queries ``−Mᵀ Q``; V ``M V``, output columns ``−O M``: the GL(d_h)
+    completions, s27 audit LLAMA D1) and the scalar VO rescale, which is ``M = I``."""
     model, x = _llama(CONFIGS[case])
     ctx = _ctx(model, x)
     lay = attention_layout(model.get_submodule(ATTN))
     qk, vo = QKRotation(lay, f"{ATTN}."), VORescale(lay, f"{ATTN}.")
     m = torch.randn(D_HEAD, D_HEAD, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    eye = torch.eye(D_HEAD, dtype=torch.float64)
     for g in range(lay.n_kv):
         for fast, ref in (
             (qk.tangent(ctx.params, g, m - m.T), qk.tangent_reference(ctx.params, g, m - m.T)),
+            (qk.tangent(ctx.params, g, m), qk.tangent_reference(ctx.params, g, m)),
             (vo.tangent(ctx.params, g), vo.tangent_reference(ctx.params, g)),
+            (vo.matrix_tangent(ctx.params, g, m), vo.matrix_tangent_reference(ctx.params, g, m)),
         ):
             assert fast.keys() == ref.keys()
             for k in fast:
                 torch.testing.assert_close(fast[k], ref[k], rtol=0, atol=ATOL_TANGENT)
+        scalar = vo.tangent(ctx.params, g)  # M = I is the scalar rescale, bit for bit
+        for k, v in vo.matrix_tangent(ctx.params, g, eye).items():
+            torch.testing.assert_close(v, scalar[k], rtol=0, atol=0.0)
 
 
 def _first_order(ctx: DetectionContext, t: dict[str, Tensor]) -> float:
@@ -529,29 +538,6 @@ def test_small_query_key_weights_do_not_certify_a_broken_basis(scale: float) -> 
 
 
 # ------------------------------- QK scales and VO GL(d_h) (s27 audit LLAMA D1, trial HF D6)
-
-
-@pytest.mark.parametrize("case", sorted(CONFIGS))
-def test_general_qk_and_vo_tangents_are_the_derivatives_of_the_actions(case: str) -> None:
-    """A general ``M`` (not antisymmetric): keys ``M K``, queries ``−Mᵀ Q``; V ``M V``, output
-    columns ``−O M``; against forward-mode AD of ``exp(tM)``'s action."""
-    model, x = _llama(CONFIGS[case])
-    ctx = _ctx(model, x)
-    lay = attention_layout(model.get_submodule(ATTN))
-    qk, vo = QKRotation(lay, f"{ATTN}."), VORescale(lay, f"{ATTN}.")
-    m = torch.randn(D_HEAD, D_HEAD, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
-    for g in range(lay.n_kv):
-        for fast, ref in (
-            (qk.tangent(ctx.params, g, m), qk.tangent_reference(ctx.params, g, m)),
-            (vo.matrix_tangent(ctx.params, g, m), vo.matrix_tangent_reference(ctx.params, g, m)),
-        ):
-            assert fast.keys() == ref.keys()
-            for k in fast:
-                torch.testing.assert_close(fast[k], ref[k], rtol=0, atol=ATOL_TANGENT)
-        eye = torch.eye(D_HEAD, dtype=torch.float64)
-        scalar = vo.tangent(ctx.params, g)
-        for k, v in vo.matrix_tangent(ctx.params, g, eye).items():
-            torch.testing.assert_close(v, scalar[k], rtol=0, atol=0.0)
 
 
 def test_rope_plane_scales_are_symmetries_and_sym_d_is_not() -> None:

@@ -40,7 +40,13 @@ from neuromanifold.singular.detectors.attention import (
     qk_basis,
     qk_scale_generators,
 )
-from neuromanifold.singular.detectors.rescale import MAX_GENERATOR_ENTRIES, relative_change
+from neuromanifold.singular.detectors.glu import fused_glu_layout
+from neuromanifold.singular.detectors.rescale import (
+    MAX_GENERATOR_ENTRIES,
+    UnitRescale,
+    relative_change,
+)
+from neuromanifold.singular.detectors.rescale_detectors import GLURescaleDetector
 from neuromanifold.singular.direction import read_direction
 from neuromanifold.singular.family import Categorical, Gaussian
 from neuromanifold.singular.read import read
@@ -686,3 +692,67 @@ def test_phi3_partial_rotary_width_comes_from_its_config() -> None:
     t = QKRotation(lay, f"{ATTN}.").tangent(ctx.params, 0, m)
     u = {k: v / torch.sqrt(sum((w**2).sum() for w in t.values())) for k, v in t.items()}
     assert gauge_overlap(u, qk.gauge_generators) == pytest.approx(1.0, abs=ATOL_OVERLAP)
+
+
+MLP = "model.model.layers.0.mlp"
+
+
+class _UpFirst(nn.Module):
+    """A fused gated feed-forward block whose ``gate_up_proj`` rows are up first, gate second
+    (``down(SiLU(rows h…2h−1) ⊙ rows 0…h−1)``): the names promise the Phi-3 order, the forward
+    breaks it."""
+
+    def __init__(self, d: int, h: int) -> None:
+        super().__init__()
+        self.gate_up_proj = nn.Linear(d, 2 * h, bias=False)
+        self.down_proj = nn.Linear(h, d, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        up, gate = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(nn.functional.silu(gate) * up)
+
+
+def test_phi3_fused_gate_up_gets_the_swiglu_rescale() -> None:
+    """Phi-3's fused ``gate_up_proj`` (gate rows first, then up rows) got no SwiGLU rescale (s27
+    audit LLAMA D2): the up rows ``h + j`` against ``down_proj``'s columns ``j`` are an exact
+    orbit. Now one certified candidate with a generator per hidden unit, each tangent the
+    derivative of the action (forward-mode oracle) and first-order exact; the read classes it a
+    curved gauge of apparent order 2."""
+    model, x = _phi3()
+    ctx = _ctx(model, x)
+    mlp = model.get_submodule(MLP)
+    (cand,) = GLURescaleDetector().propose(MLP, mlp, ctx)
+    hidden = mlp.down_proj.in_features
+    assert cand.layers == (f"{MLP}.gate_up_proj", f"{MLP}.down_proj")
+    assert cand.info["certified"] == 0.0 and len(cand.gauge_generators) == hidden
+    orbit = UnitRescale(
+        (f"{MLP}.gate_up_proj.weight",), (f"{MLP}.down_proj.weight",), 1, offset=hidden
+    )
+    lay = attention_layout(model.get_submodule(ATTN))
+    m = torch.randn(D_HEAD, D_HEAD, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    scale = _first_order(ctx, QKRotation(lay, f"{ATTN}.").tangent(ctx.params, 0, m - m.T))
+    for j in (0, cand.info["unit"], hidden - 1):
+        tangent = orbit.tangent(ctx.params, j)
+        oracle = orbit.tangent_reference(ctx.params, j)
+        for key, value in tangent.items():
+            torch.testing.assert_close(value, oracle[key], rtol=0.0, atol=ATOL_TANGENT)
+        gate_rows = tangent[f"{MLP}.gate_up_proj.weight"][:hidden]
+        assert not gate_rows.any()  # the gate rows are never moved
+        assert _first_order(ctx, tangent) <= RTOL_FIRST_ORDER * scale
+    reading = read(model, x, Categorical())
+    (rec,) = [r for r in reading.directions if r.detector == "glu-rescale"]
+    assert (rec.klass, rec.k) == ("curved_gauge", 2)
+
+
+def test_fused_gate_up_in_another_row_order_is_not_certified() -> None:
+    """The row order is the name's convention; a block that reads its up rows first fails the
+    certification (rescaling the gate's rows through SiLU moves the output) and gets nothing."""
+    torch.manual_seed(3)
+    model = nn.Sequential(_UpFirst(6, 5)).double().eval()
+    ctx = _ctx(model, torch.randn(N, 6, dtype=torch.float64), Gaussian())
+    assert fused_glu_layout(model[0]) == ("gate_up_proj", "down_proj")
+    assert GLURescaleDetector().propose("0", model[0], ctx) == []
+    hidden = 5
+    orbit = UnitRescale(("0.gate_up_proj.weight",), ("0.down_proj.weight",), 1, offset=hidden)
+    factors = torch.full((hidden,), 2.0, dtype=torch.float64)
+    assert relative_change(ctx, orbit.act(ctx.params, factors)) > BROKEN_MIN

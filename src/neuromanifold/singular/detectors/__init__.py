@@ -25,7 +25,7 @@ from neuromanifold.singular.detectors.base import (
 from neuromanifold.singular.detectors.embedding import EmbeddingDetector
 from neuromanifold.singular.detectors.embedding_mean import EmbeddingMeanDetector
 from neuromanifold.singular.detectors.gauges import LogitShiftDetector
-from neuromanifold.singular.detectors.glu import GLUDetector, glu_layout
+from neuromanifold.singular.detectors.glu import GLUDetector, fused_glu_layout, glu_layout
 from neuromanifold.singular.detectors.graph import ModelGraph, trace_graph
 from neuromanifold.singular.detectors.grouped_conv import GroupedConvDetector
 from neuromanifold.singular.detectors.key_bias import KeyBiasDetector
@@ -80,6 +80,7 @@ __all__ = [
     "attention_layout",
     "block_spectrum",
     "default_registry",
+    "fused_glu_layout",
     "glu_layout",
     "layernorm_kernel",
     "near_kernel",

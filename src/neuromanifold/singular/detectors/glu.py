@@ -24,7 +24,7 @@ from neuromanifold.singular.detectors.base import Candidate, DetectionContext, n
 from neuromanifold.singular.detectors.linear import block_spectrum, lift
 from neuromanifold.singular.detectors.link import link_energy_max, live_energy, null_energy_max
 
-__all__ = ["GLUDetector", "glu_layout"]
+__all__ = ["GLUDetector", "fused_glu_layout", "glu_layout"]
 
 _GATE = ("w1", "gate_proj", "gate")
 _UP = ("w3", "up_proj", "up")
@@ -45,6 +45,23 @@ def glu_layout(module: nn.Module) -> tuple[str, str, str] | None:
     if kids[up].out_features != h or kids[down].in_features != h:
         return None
     return gate, up, down
+
+
+_FUSED = ("gate_up_proj",)
+
+
+def fused_glu_layout(module: nn.Module) -> tuple[str, str] | None:
+    """Child names ``(gate_up, down)`` of a gated feed-forward module with one fused gate-and-up
+    ``nn.Linear`` of ``2h`` rows (Phi-3's ``gate_up_proj``: gate rows ``0 … h−1``, up rows
+    ``h … 2h−1``, its forward ``down(φ(gate) ⊙ up)``) and a down projection reading ``h``
+    features, or ``None``. The row order is the convention of the name; a model that splits the
+    rows otherwise fails the certification of every orbit built on it."""
+    kids = dict(module.named_children())
+    fused = next((n for n in _FUSED if type(kids.get(n)) is nn.Linear), None)
+    down = next((n for n in _DOWN if type(kids.get(n)) is nn.Linear), None)
+    if not (fused and down) or kids[fused].out_features != 2 * kids[down].in_features:
+        return None
+    return fused, down
 
 
 def _out_of_span_energy(basis: Tensor, vec: Tensor) -> float:

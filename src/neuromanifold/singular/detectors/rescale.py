@@ -89,29 +89,34 @@ class UnitRescale:
         block: columns per unit in the consumers: unit ``j`` owns columns
             ``j·block … (j+1)·block − 1`` (a conv's feature map of ``block`` positions per
             channel flattened into a Linear); 1 otherwise.
+        offset: the producers' rows before the first unit: unit ``j`` is producer row
+            ``offset + j`` (a fused gate-and-up projection whose up rows follow the gate's,
+            Phi-3's ``gate_up_proj``: offset = the hidden width); the rows before it are left
+            alone. 0 otherwise.
     """
 
     producers: tuple[str, ...]
     consumers: tuple[str, ...]
     degree: int = 1
     block: int = 1
+    offset: int = 0
 
     def n_units(self, params: dict[str, Tensor]) -> int:
-        """Number of units: the producers' length along dimension 0."""
-        return int(params[self.producers[0]].shape[0])
+        """Number of units: the producers' length along dimension 0 past ``offset``."""
+        return int(params[self.producers[0]].shape[0]) - self.offset
 
     def strength(self, params: dict[str, Tensor]) -> Tensor:
         """``‖producers[0][j]‖ · ‖consumer columns_j‖`` per unit (shape ``(n_units,)``; the first
         producer is the weight or scale, biases and shifts do not count). Weights only: a unit
         with large weights may still be one no probe sample excites (`unit_activity`)."""
-        return self._row_norms(params, self.producers[:1], 0) * self._row_norms(
-            params, self.consumers, 1, self.block
+        return self._row_norms(self._unit_rows(params, self.producers[:1]), 0) * self._row_norms(
+            params, 1, self.block, self.consumers
         )
 
     def tangent_norms(self, params: dict[str, Tensor]) -> Tensor:
         """``‖τ_j‖`` per unit (shape ``(n_units,)``); zero for a unit with nothing to rescale."""
-        prod = self._row_norms(params, self.producers, 0)
-        cons = self._row_norms(params, self.consumers, 1, self.block)
+        prod = self._row_norms(self._unit_rows(params, self.producers), 0)
+        cons = self._row_norms(params, 1, self.block, self.consumers)
         return torch.sqrt(prod**2 + self.degree**2 * cons**2)
 
     def tangent(self, params: dict[str, Tensor], j: int) -> dict[str, Tensor]:
@@ -120,7 +125,7 @@ class UnitRescale:
         out: dict[str, Tensor] = {}
         for key in self.producers:
             d = torch.zeros_like(params[key])
-            d[j] = params[key][j]
+            d[self.offset + j] = params[key][self.offset + j]
             out[key] = d
         cols = slice(j * self.block, (j + 1) * self.block)
         for key in self.consumers:
@@ -139,11 +144,13 @@ class UnitRescale:
 
     def act(self, params: dict[str, Tensor], factors: Tensor) -> dict[str, Tensor]:
         """The group element: producers' unit ``j`` times ``c_j``, consumers' times
-        ``c_j^{−p}`` (``factors`` = ``c``, shape ``(n_units,)``, positive)."""
+        ``c_j^{−p}`` (``factors`` = ``c``, shape ``(n_units,)``, positive; the producers' rows
+        before ``offset`` unchanged)."""
         out: dict[str, Tensor] = {}
+        rows = torch.cat([factors.new_ones(self.offset), factors])
         for key in self.producers:
             p = params[key]
-            out[key] = p * factors.reshape(-1, *([1] * (p.dim() - 1)))
+            out[key] = p * rows.reshape(-1, *([1] * (p.dim() - 1)))
         inverse = factors.pow(-self.degree).repeat_interleave(self.block)
         for key in self.consumers:
             w = params[key]
@@ -151,15 +158,20 @@ class UnitRescale:
             out[key] = w * inverse.reshape(shape)
         return out
 
+    def _unit_rows(self, params: dict[str, Tensor], keys: tuple[str, ...]) -> dict[str, Tensor]:
+        """The producers ``keys`` cut to their unit rows (those past ``offset``; views)."""
+        return {key: params[key][self.offset :] for key in keys}
+
     @staticmethod
     def _row_norms(
-        params: dict[str, Tensor], keys: tuple[str, ...], dim: int, block: int = 1
+        params: dict[str, Tensor], dim: int, block: int = 1, keys: tuple[str, ...] | None = None
     ) -> Tensor:
-        """Per unit, the root of the summed squares of its entries in ``keys`` (the unit along
-        ``dim``, or along 0 in a one-dimensional tensor; ``block`` entries per unit there), shape
-        ``(n_units,)``; empty for a layer of zero width."""
+        """Per unit, the root of the summed squares of its entries in ``keys`` (default: every
+        tensor of ``params``; the unit along ``dim``, or along 0 in a one-dimensional tensor;
+        ``block`` entries per unit there), shape ``(n_units,)``; empty for a layer of zero
+        width."""
         total = None
-        for key in keys:
+        for key in params if keys is None else keys:
             p = params[key].double()
             axis = min(dim, p.dim() - 1)  # a one-dimensional consumer holds the unit along 0
             rows = p.shape[axis] // block

@@ -12,7 +12,7 @@ from torch import nn
 
 from neuromanifold.singular.blocks import is_supported_block
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, qualified
-from neuromanifold.singular.detectors.glu import glu_layout
+from neuromanifold.singular.detectors.glu import fused_glu_layout, glu_layout
 from neuromanifold.singular.detectors.graph import (
     CHANNELWISE_LABELS,
     PASS_THROUGH,
@@ -257,10 +257,11 @@ class GLURescaleDetector:
     In ``down(φ(gate(x)) ⊙ up(x))`` hidden unit ``j`` is ``φ(gate_j)·up_j``, linear in ``up_j``
     whatever ``φ`` is, so ``(W_up[j], b_up[j], W_down[:, j]) → (c W_up[j], c b_up[j],
     W_down[:, j]/c)`` leaves the block unchanged: tangent ``(W_up[j], b_up[j], −W_down[:, j])``
-    (spec §6.5, SwiGLU rescaling). The layout comes from the child names (`glu_layout`); the
-    symmetry is certified by evaluation (`certify`). The gate is rescaled only with a positively
-    homogeneous ``φ``, which the names do not reveal, so it is not proposed. Candidate
-    ``"glu-rescale"``.
+    (spec §6.5, SwiGLU rescaling). The layout comes from the child names (`glu_layout`, or
+    `fused_glu_layout` for one fused gate-and-up projection, Phi-3's ``gate_up_proj``, whose up
+    rows ``h + j`` are the units: `UnitRescale` with ``offset = h``); the symmetry is certified by
+    evaluation (`certify`). The gate is rescaled only with a positively homogeneous ``φ``, which
+    the names do not reveal, so it is not proposed. Candidate ``"glu-rescale"``.
     """
 
     name = "glu-rescale"
@@ -271,15 +272,20 @@ class GLURescaleDetector:
         self.max_units = _check_max_units(max_units)
 
     def applies_to(self, module: nn.Module) -> bool:
-        """Modules with a recognised gate/up/down layout (`glu_layout`)."""
-        return glu_layout(module) is not None
+        """Modules with a recognised gate/up/down layout (`glu_layout`, `fused_glu_layout`)."""
+        return glu_layout(module) is not None or fused_glu_layout(module) is not None
 
     def propose(self, name: str, module: nn.Module, ctx: DetectionContext) -> list[Candidate]:
         """One certified curved-gauge candidate for the block, or nothing."""
-        _, up, down = glu_layout(module)
+        separate = glu_layout(module)
+        if separate is not None:
+            (_, up, down), offset = separate, 0
+        else:
+            up, down = fused_glu_layout(module)
+            offset = module.get_submodule(down).in_features
         up_name, down_name = qualified(name, up), qualified(name, down)
         producers = producer_keys(up_name, module.get_submodule(up))
-        orbit = UnitRescale(tuple(producers), (qualified(down_name, "weight"),), 1)
+        orbit = UnitRescale(tuple(producers), (qualified(down_name, "weight"),), 1, offset=offset)
         return rescale_candidate(
             ctx,
             orbit,

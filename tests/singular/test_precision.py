@@ -4,11 +4,24 @@ parameters were up-cast)."""
 
 from __future__ import annotations
 
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
 import torch
 from torch import Tensor, nn
+from typer.testing import CliRunner
 
+from neuromanifold.cli import app
 from neuromanifold.singular.family import Gaussian
-from neuromanifold.singular.precision import lower_precision_note, lower_precision_steps
+from neuromanifold.singular.precision import (
+    Float64Steps,
+    lower_precision_note,
+    lower_precision_steps,
+    promote_forward,
+)
 from neuromanifold.singular.read import read
 
 
@@ -35,12 +48,26 @@ def test_a_float32_softmax_is_named_and_a_float64_forward_is_not() -> None:
     low = _Mixer(torch.float32).double()
     assert lower_precision_steps(low, _x()) == {"torch.softmax": "float32"}
     assert lower_precision_steps(_Mixer(None).double(), _x()) == {}
-    reading = read(low, _x(), Gaussian(), max_directions=0, progress=False)
-    assert reading.meta["lower_precision_steps"] == {"torch.softmax": "float32"}
-    assert "torch.softmax → float32" in reading.note
+    kept = read(low, _x(), Gaussian(), max_directions=0, progress=False, promote=False)
+    assert kept.meta["lower_precision_steps"] == {"torch.softmax": "float32"}
+    assert kept.meta["promoted_steps"] == {}
+    assert "torch.softmax → float32" in kept.note and "ran them in float64" not in kept.note
     clean = read(_Mixer(None).double(), _x(), Gaussian(), max_directions=0, progress=False)
-    assert clean.meta["lower_precision_steps"] == {}
+    assert clean.meta["lower_precision_steps"] == clean.meta["promoted_steps"] == {}
     assert "below float64" not in clean.note
+
+
+def test_the_read_runs_lower_precision_steps_in_float64_by_default() -> None:
+    """The default read promotes the float32 softmax (its steps named in the note and in
+    ``meta["promoted_steps"]``, none left below float64); the caller's model is not touched."""
+    low = _Mixer(torch.float32).double()
+    reading = read(low, _x(), Gaussian(), max_directions=0, progress=False)
+    assert reading.meta["promoted_steps"] == {"torch.softmax": "float32"}
+    assert reading.meta["lower_precision_steps"] == {}
+    assert "torch.softmax → float32); the read ran them in float64" in reading.note
+    assert "forward" not in vars(low) and lower_precision_steps(low, _x()) != {}
+    with pytest.raises(TypeError, match="promote must be True or False"):
+        read(low, _x(), Gaussian(), max_directions=0, progress=False, promote="yes")
 
 
 def test_the_note_names_ten_steps_and_counts_the_rest() -> None:
@@ -48,3 +75,106 @@ def test_the_note_names_ten_steps_and_counts_the_rest() -> None:
     note = lower_precision_note(steps)
     assert "f8 → float16, f9 → float16 and 2 more" in note and "f10" not in note
     assert lower_precision_note({}) == ""
+
+
+def test_float64_steps_turns_lower_floating_dtypes_into_float64_and_nothing_else() -> None:
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    default = torch.get_default_dtype()
+    with Float64Steps():
+        assert torch.softmax(x, -1, dtype=torch.float32).dtype == torch.float64
+        assert x.to(torch.float32).dtype == x.to(dtype=torch.float16).dtype == torch.float64
+        assert x.float().dtype == x.half().dtype == x.bfloat16().dtype == torch.float64
+        assert torch.ones(2).dtype == torch.tensor(0.5).dtype == torch.float64
+        assert x.to(torch.int64).dtype == torch.int64 and x.long().dtype == torch.int64
+        assert (x > 0).to(torch.bool).dtype == torch.bool
+        torch.testing.assert_close(x.float(), x, rtol=0.0, atol=0.0)  # no rounding at all
+    assert torch.get_default_dtype() == default
+    with pytest.raises(RuntimeError, match="inside"), Float64Steps():
+        raise RuntimeError("inside")
+    assert torch.get_default_dtype() == default  # restored on an exception too
+
+
+def test_a_promoted_forward_is_the_float64_function_and_survives_a_deep_copy() -> None:
+    """The float32-softmax mixer, promoted, computes exactly what the float64 mixer with the same
+    weights computes (the same operations in the same dtype); a deep copy of the promoted module
+    runs its own weights, promoted."""
+    low, ideal = _Mixer(torch.float32).double(), _Mixer(None).double()
+    ideal.load_state_dict(low.state_dict())
+    with torch.no_grad():
+        rounded = low(_x())
+        promote_forward(low)
+        assert float((rounded - ideal(_x())).abs().max()) > 0.0  # float32 rounding before
+        torch.testing.assert_close(low(_x()), ideal(_x()), rtol=0.0, atol=0.0)
+        twin = copy.deepcopy(low)
+        twin.out.bias.add_(1.0)
+        torch.testing.assert_close(low(_x()), ideal(_x()), rtol=0.0, atol=0.0)
+        assert lower_precision_steps(twin, _x()) == {}
+        torch.testing.assert_close(twin(_x()), ideal(_x()) + 1.0, rtol=0.0, atol=1e-15)
+
+
+class _KeyBiasAttention(nn.Module):
+    """One head of softmax attention with a key bias, its softmax in float32 (as Hugging Face's
+    eager ViT attention): the key bias is an exact gauge of the float64 function."""
+
+    num_heads = 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q_proj, self.k_proj = nn.Linear(4, 4), nn.Linear(4, 4)
+        self.v_proj, self.o_proj = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        s = self.q_proj(x) @ self.k_proj(x).transpose(-1, -2) / 2.0
+        w = torch.softmax(s, -1, dtype=torch.float32).to(x.dtype)
+        return self.o_proj(w @ self.v_proj(x)).mean(1)
+
+
+def test_a_gauge_through_a_float32_softmax_is_found_only_when_promoted() -> None:
+    """The key bias's flat gauge is certified by evaluation at 1e-10; through a float32 softmax
+    the orbit's outputs differ at float32 rounding, so the kept-precision read proposes nothing
+    there, and the default read certifies it and reads it flat."""
+    torch.manual_seed(0)
+    model = nn.Sequential(_KeyBiasAttention()).double()
+    promoted = read(model, _x(), Gaussian(), progress=False)
+    (rec,) = [r for r in promoted.directions if r.detector == "key-bias"]
+    assert rec.klass == "flat_gauge" and rec.info["orbit_dim"] == 4
+    kept = read(model, _x(), Gaussian(), progress=False, promote=False)
+    assert not [r for r in kept.directions if r.detector == "key-bias"]
+
+
+MIXER_FACTORY = "nm_float32_mixer"
+
+
+def test_cli_keep_precision_reads_the_mixed_precision_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``read`` promotes by default and says so; ``--keep-precision`` keeps the float32 step and
+    names it (the two JSON metas)."""
+    (tmp_path / f"{MIXER_FACTORY}.py").write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "class Mixer(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.score, self.out = nn.Linear(4, 4), nn.Linear(4, 2)\n"
+        "    def forward(self, x):\n"
+        "        w = torch.softmax(self.score(x) @ x.transpose(-1, -2), -1, dtype=torch.float32)\n"
+        "        return self.out((w.to(x.dtype) @ x).mean(1))\n"
+        "def net():\n"
+        "    torch.manual_seed(0)\n"
+        "    return Mixer().double()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, MIXER_FACTORY, raising=False)
+    torch.save(_x(), tmp_path / "x.pt")
+    metas = {}
+    for flag in ([], ["--keep-precision"]):
+        out = tmp_path / f"r{len(flag)}.json"
+        args = ["read", "--model", f"{MIXER_FACTORY}:net", "--data", str(tmp_path / "x.pt")]
+        res = CliRunner().invoke(app, [*args, *flag, "--max-directions", "0", "--json", str(out)])
+        assert res.exit_code == 0, res.output
+        metas[bool(flag)] = json.loads(out.read_text())["meta"]
+    assert metas[False]["promoted_steps"] == {"torch.softmax": "float32"}
+    assert metas[False]["lower_precision_steps"] == {}
+    assert metas[True]["promoted_steps"] == {}
+    assert metas[True]["lower_precision_steps"] == {"torch.softmax": "float32"}

@@ -505,6 +505,13 @@ def register(app: typer.Typer) -> None:
         baseline: bool = typer.Option(
             False, "--baseline", help="also run the per-coordinate scan beside each singularity"
         ),
+        keep_precision: bool = typer.Option(
+            False,
+            "--keep-precision",
+            help="read the steps a float64 forward takes below float64 (a float32 softmax or "
+            "norm) as they are, rounded at their precision (default: run them in float64 and "
+            "say so in the note)",
+        ),
         checkpoint: Path | None = typer.Option(
             None,
             "--checkpoint",
@@ -697,6 +704,8 @@ def register(app: typer.Typer) -> None:
             options["max_memory"] = budget
         if live_threshold is not None:
             options["live_threshold"] = live_threshold
+        if keep_precision:
+            options["promote"] = False
         if not main_rank:
             options["progress"] = False
         try:  # the same on every rank: the data's shape

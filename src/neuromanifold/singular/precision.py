@@ -8,10 +8,20 @@ there leaves a residue near ``1e-16`` of ``F``'s scale instead of ``1e-32``, and
 orbit checks round at ``~1e-7``. `lower_precision_steps` runs one forward under a
 ``TorchFunctionMode`` and names every torch function that returned a floating tensor of a lower
 precision; `lower_precision_note` says so in the reading.
+
+`promote_forward` removes those steps instead (the read's default): the model's forward then runs
+under `Float64Steps`, a ``TorchFunctionMode`` that turns every request for a lower floating dtype
+into float64 — a ``dtype=torch.float32`` argument (``softmax(..., dtype=torch.float32)``), a
+lower dtype passed to ``Tensor.to``, ``Tensor.float()``/``half()``/``bfloat16()`` — with the
+default dtype set to float64 for the tensors the forward creates. The model read is then the
+float64 evaluation of the same function (the one the read's derivatives are about), not the
+mixed-precision program; constants the model stores already rounded (a float32 ``inv_freq``
+table up-cast by ``.double()``) stay as stored.
 """
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import torch
@@ -20,9 +30,12 @@ from torch.overrides import TorchFunctionMode, resolve_name
 
 __all__ = [
     "LOWER_PRECISION",
+    "Float64Steps",
     "LowerPrecisionRecorder",
     "lower_precision_note",
     "lower_precision_steps",
+    "promote_forward",
+    "promoted_note",
 ]
 
 NOTE_STEPS = 10
@@ -84,4 +97,71 @@ def lower_precision_note(steps: dict[str, str]) -> str:
         "read's float64: values through those steps carry that precision's rounding (float32: "
         "~6e-8 relative), so F along a direction that cancels there sits near 1e-16 of its "
         "scale rather than 1e-32, and a flat direction through them can read unresolved"
+    )
+
+
+_DOWNCASTS = (Tensor.float, Tensor.half, Tensor.bfloat16)
+
+
+def _float64(value: Any) -> Any:
+    """``torch.float64`` for a lower floating dtype (`LOWER_PRECISION`), else ``value``."""
+    return torch.float64 if isinstance(value, torch.dtype) and value in LOWER_PRECISION else value
+
+
+class Float64Steps(TorchFunctionMode):
+    """Runs a forward's lower-precision steps in float64 (module docstring): a lower floating
+    dtype among a call's arguments or as its ``dtype=`` becomes float64, and ``Tensor.float()``,
+    ``half()`` and ``bfloat16()`` become ``Tensor.double()``; the default dtype is float64 while
+    the mode is active. Integer and boolean dtypes are left alone."""
+
+    def __enter__(self) -> Float64Steps:
+        self._default = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        return super().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            super().__exit__(*exc)
+        finally:
+            torch.set_default_dtype(self._default)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = {k: _float64(v) for k, v in (kwargs or {}).items()}
+        if func in _DOWNCASTS:
+            kwargs.pop("dtype", None)
+            return Tensor.double(args[0], *args[1:], **kwargs)
+        return func(*(_float64(a) for a in args), **kwargs)
+
+
+def _promoted_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    with Float64Steps():
+        return type(self).forward(self, *args, **kwargs)
+
+
+def promote_forward(model: nn.Module) -> None:
+    """Make ``model``'s own forward run under `Float64Steps` (in place: an instance attribute
+    ``forward``, a method bound to ``model``, so that a deep copy of the module is bound to the
+    copy). Every way of calling the module — ``model(x)``, ``functional_call``, ``jvp`` and
+    ``vmap`` over it — goes through it.
+
+    >>> class Half(nn.Module):
+    ...     def forward(self, x):
+    ...         return torch.softmax(x, -1, dtype=torch.float32).double()
+    >>> m = Half()
+    >>> promote_forward(m)
+    >>> lower_precision_steps(m, torch.zeros(2, 3, dtype=torch.float64))
+    {}
+    """
+    model.forward = types.MethodType(_promoted_forward, model)
+
+
+def promoted_note(steps: dict[str, str]) -> str:
+    """The reading's clause for the steps `promote_forward` ran in float64 (``""`` when none)."""
+    if not steps:
+        return ""
+    named = ", ".join(f"{k} → {v}" for k, v in list(steps.items())[:NOTE_STEPS])
+    more = f" and {len(steps) - NOTE_STEPS} more" if len(steps) > NOTE_STEPS else ""
+    return (
+        f"the model's forward takes steps below float64 ({named}{more}); the read ran them in "
+        "float64 (promote=False, --keep-precision, reads the mixed-precision program as it is)"
     )

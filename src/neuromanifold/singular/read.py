@@ -89,7 +89,12 @@ from neuromanifold.singular.family import check_family
 from neuromanifold.singular.groups import group_key, is_grouped_conv
 from neuromanifold.singular.memory import MemoryPlan, plan_memory
 from neuromanifold.singular.passes import check_forward_mode
-from neuromanifold.singular.precision import LowerPrecisionRecorder, lower_precision_note
+from neuromanifold.singular.precision import (
+    LowerPrecisionRecorder,
+    lower_precision_note,
+    promote_forward,
+    promoted_note,
+)
 from neuromanifold.singular.probe_rank import g_rows, probe_size_note, rank_limited
 from neuromanifold.singular.read_candidate import (
     LOSS_CHECK_LANES,
@@ -316,6 +321,7 @@ def read(
     device: str | torch.device | None = None,
     live_threshold: float | None = None,
     max_factor_dim: int = MAX_FACTOR_DIM,
+    promote: bool = True,
 ) -> Reading:
     """Detect and read every dead direction of ``model`` on the probe set ``data``.
 
@@ -403,6 +409,14 @@ def read(
             / ``ValueError`` otherwise); ``None`` (default): each read's own
             ``LIVE_REL·F_scale`` (`neuromanifold.singular.classify`). Recorded in
             ``meta["live_threshold"]``.
+        promote: run the steps the model's float64 forward takes below float64 (Hugging Face's
+            eager softmax with ``dtype=torch.float32``, a Llama RMSNorm's ``.to(float32)``, the
+            rotary tables) in float64 (`neuromanifold.singular.precision.promote_forward`), so
+            that the read is of the float64 function, not of one rounded at ~6e-8 in places;
+            ``meta["promoted_steps"]`` names them and a reading note says so. ``False``: read
+            the mixed-precision program as it is (``meta["lower_precision_steps"]`` and a note
+            name the steps, whose rounding floors F near 1e-16 of its scale). A forward with no
+            such step is not touched either way.
 
     Grad modes: the read runs under ``torch.inference_mode(False)`` and ``torch.enable_grad()``
     (its K-FAC factor pass and probe-rank count are backward passes), so it gives the same
@@ -438,6 +452,8 @@ def read(
             raise ValueError(f"snap must be True, False or 'auto'; got {snap!r}")
         batch_size = check_positive_int("batch_size", batch_size)
         live_threshold = check_live_threshold(live_threshold)
+        if not isinstance(promote, bool):
+            raise TypeError(f"promote must be True or False; got {promote!r}")
         x, y, n_all = _inputs_on_every_rank(data)
     # the device can differ between nodes, and between ranks without LOCAL_WORLD_SIZE
     dev = resolve_device(device) if device is not None else None
@@ -485,6 +501,15 @@ def read(
             _check_labels(family, out, labels[:n_graph], n_all)
             _check_all_labels(family, out, labels)
     lower = _check_repeatable(work, xw[:GRAPH_SAMPLES], out, data_shape=tuple(x.shape))
+    promoted: dict[str, str] = {}
+    if promote and lower:  # the same checks again on the promoted forward
+        promote_forward(work)
+        promoted = lower
+        with torch.no_grad():
+            out = forward_checked(
+                work, xw[:GRAPH_SAMPLES], data_shape=tuple(x.shape), data_dtype=x.dtype
+            )
+        lower = _check_repeatable(work, xw[:GRAPH_SAMPLES], out, data_shape=tuple(x.shape))
     unpacked, mha_passes = multihead_as_projections(work, xw)
     linear_subclasses, adapt_passes = linear_subclasses_as_linear(work, xw)
     adapt_passes += mha_passes
@@ -665,9 +690,9 @@ def read(
     gap_note = gapless_note(gapless)
     if gap_note:
         note = f"{note}; {gap_note}" if note else gap_note
-    low_note = lower_precision_note(lower)
-    if low_note:
-        note = f"{note}; {low_note}" if note else low_note
+    for low_note in (promoted_note(promoted), lower_precision_note(lower)):
+        if low_note:
+            note = f"{note}; {low_note}" if note else low_note
     meta = {
         "model": type(model).__name__,
         "n_params": sum(p.numel() for p in model.parameters()),
@@ -687,6 +712,7 @@ def read(
         "upcast": bool(upcast),
         "upcast_note": _upcast_note(model),
         "lower_precision_steps": lower,
+        "promoted_steps": promoted,
         "n_candidates": n_found,
         "n_read": len(records),
         "n_forward_passes": 2

@@ -30,9 +30,11 @@ class _GQA(nn.Module):
     """Self-attention, 2 query heads sharing 1 KV head of width 4, biases, optional RoPE on the
     interleaved planes (2i, 2i+1)."""
 
-    def __init__(self, rope: bool = False) -> None:
+    def __init__(self, rope: bool = False, rotary_ndims: int | None = None) -> None:
         super().__init__()
         self.heads, self.kv, self.head_dim, self.rope = 2, 1, 4, rope
+        if rotary_ndims is not None:  # RoPE on the leading dimensions only (GPT-NeoX, Phi)
+            self.rotary_ndims = rotary_ndims
         self.config = type("C", (), {"num_attention_heads": 2, "num_key_value_heads": 1})()
         self.q_proj = nn.Linear(D, 8)
         self.k_proj = nn.Linear(D, 4)
@@ -41,7 +43,7 @@ class _GQA(nn.Module):
 
     def _rotary(self, z: Tensor) -> Tensor:
         n = z.shape[-2]
-        freq = 1.0 / (10.0 ** torch.arange(self.head_dim // 2, dtype=z.dtype))
+        freq = 1.0 / (10.0 ** torch.arange(z.shape[-1] // 2, dtype=z.dtype))
         ang = torch.arange(n, dtype=z.dtype)[:, None] * freq
         a, b = z[..., 0::2], z[..., 1::2]
         return torch.stack(
@@ -54,7 +56,9 @@ class _GQA(nn.Module):
         k = self.k_proj(x).view(bsz, n, 1, 4).transpose(1, 2)
         v = self.v_proj(x).view(bsz, n, 1, 4).transpose(1, 2)
         if self.rope:
-            q, k = self._rotary(q), self._rotary(k)
+            r = getattr(self, "rotary_ndims", self.head_dim)
+            q = torch.cat((self._rotary(q[..., :r]), q[..., r:]), -1)
+            k = torch.cat((self._rotary(k[..., :r]), k[..., r:]), -1)
         k, v = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
         causal = torch.full((n, n), float("-inf"), dtype=x.dtype).triu(1)
         att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(4) + causal, dim=-1)
@@ -125,6 +129,27 @@ def test_rope_breaks_it_and_nothing_is_proposed() -> None:
     base = functional_call(model, params, (x,))
     change = functional_call(model, shifted, (x,)) - base
     assert float(change.abs().max()) > BROKEN_MIN * float(base.abs().max())
+
+
+def test_under_partial_rope_the_dimensions_it_leaves_alone_are_the_gauge() -> None:
+    """RoPE on the leading 2 of 4 dimensions (``rotary_ndims``, as GPT-NeoX and Phi): a shift of
+    the key bias's other 2 dimensions keeps every output, one of the rotated 2 does not; the
+    candidate holds exactly the 2 free ones (s27b audit RERUN #4: nothing was proposed)."""
+    model, x, ctx = _setup(_GQA(rope=True, rotary_ndims=2))
+    (cand,) = KeyBiasDetector().propose("", model, ctx)
+    assert cand.info["orbit_dim"] == 2 and cand.info["rotary_dims"] == 2
+    assert cand.u["k_proj.bias"].ne(0).tolist() == [False, False, True, True]
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    base = functional_call(model, params, (x,))
+    for dims, law in (([2, 3], "keeps"), ([0], "moves")):
+        c = torch.zeros(4, dtype=torch.float64)
+        c[dims] = 3.0
+        moved = functional_call(model, {**params, "k_proj.bias": params["k_proj.bias"] + c}, (x,))
+        change = float((moved - base).abs().max()) / float(base.abs().max())
+        assert change <= RTOL_SAME if law == "keeps" else change > BROKEN_MIN
+    reading = read(model, x, Gaussian(), progress=False)
+    (rec,) = [d for d in reading.directions if d.detector == "key-bias"]
+    assert rec.klass == "flat_gauge" and rec.info["orbit_dim"] == 2
 
 
 def test_no_key_bias_no_candidate() -> None:

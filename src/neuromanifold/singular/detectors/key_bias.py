@@ -10,13 +10,18 @@ exact to 1.3e-14 on GPT-2, never proposed).
 
 It is broken where something between the projection and the scores treats key positions
 differently (rotary position embeddings turn ``c`` by the key's position; a key norm) or where
-the keys are read otherwise: the candidate is certified by evaluation, with a distinct shift
-per entry (from 1 to 2 times the bias's RMS, or 1 to 2 where the bias is zero) at most
-``CERTIFY_RTOL`` (`rescale.relative_change`). An attention that takes its softmax in float32
-(Hugging Face's eager attention in Llama-family models and ViT) rounds the shifted scores at
-~1e-7 relative and is not certified: the detector stays silent rather than propose a gauge it
-cannot check. ``"key-bias"`` proposes one candidate, ``u ∝ 𝟙`` on the key-bias entries, with
-``info["orbit_dim"] = n_kv·d_h``.
+the keys are read otherwise. Under a partial rotary embedding (`AttentionLayout.rotary_dims`
+``r < d_h``: GPT-NeoX, Phi, Phi-3 at a partial factor) the rotation touches the leading ``r``
+dimensions of each head only, and the shift of the other ``d_h − r`` is still a gauge: the
+candidate then holds those, ``n_kv·(d_h − r)`` lines. The candidate is certified by
+evaluation, with a distinct shift per entry (from 1 to 2 times the bias's RMS, or 1 to 2 where
+the bias is zero) at most ``CERTIFY_RTOL`` (`rescale.relative_change`). An attention that takes
+its softmax in float32 (Hugging Face's eager attention in ViT, GPT-NeoX, Phi) rounds the shifted
+scores at ~1e-7 relative: the read certifies it on the forward it promotes to float64
+(`neuromanifold.singular.precision.promote_forward`); read with ``promote=False`` it is not
+certified, and the detector stays silent rather than propose a gauge it cannot check.
+``"key-bias"`` proposes one candidate, ``u ∝ 𝟙`` on the key-bias entries it shifts, with
+``info["orbit_dim"]`` their number and ``info["rotary_dims"]`` (``r``, or None).
 """
 
 from __future__ import annotations
@@ -54,8 +59,10 @@ class KeyBiasDetector:
         key = qualified(name, lay.k[1])
         bias = ctx.params[key]
         mask = torch.zeros_like(bias, dtype=torch.bool)
+        skip = lay.rotary_dims or 0  # a partial rotary embedding turns the leading r dims
         for g in range(lay.n_kv):
-            mask[lay.rows(lay.k[2], g)] = True
+            rows = lay.rows(lay.k[2], g)
+            mask[rows.start + skip : rows.stop] = True
         n = int(mask.sum())
         if n == 0:
             return []
@@ -72,6 +79,6 @@ class KeyBiasDetector:
             detector="key-bias",
             u=u,
             gauge="flat",
-            info={"orbit_dim": n, "module": name},
+            info={"orbit_dim": n, "module": name, "rotary_dims": lay.rotary_dims},
         )
         return ctx.canonical([cand])

@@ -184,8 +184,19 @@ def _swiglu(additive: bool = False) -> tuple[nn.Module, Tensor]:
     return _HFSwiGLU(3, 5, 2, additive=additive), torch.randn(N, 3, dtype=torch.float64)
 
 
+def _prelu_mlp() -> tuple[nn.Module, Tensor]:
+    """Linear → PReLU with a learned slope per unit (0.1 … 0.5) → Linear."""
+    torch.manual_seed(0)
+    act = nn.PReLU(5)
+    with torch.no_grad():
+        act.weight.copy_(torch.linspace(0.1, 0.5, 5))
+    m = nn.Sequential(nn.Linear(3, 5), act, nn.Linear(5, 2))
+    return m, torch.randn(N, 3, dtype=torch.float64)
+
+
 CASES = {
     "relu": (_relu_mlp, ReLURescaleDetector(), "0"),
+    "prelu": (_prelu_mlp, ReLURescaleDetector(), "0"),
     "layernorm": (lambda: _prenorm(nn.LayerNorm), NormScaleDetector(), "ln"),
     "rmsnorm": (lambda: _prenorm(nn.RMSNorm), NormScaleDetector(), "ln"),
     "glu": (_swiglu, GLURescaleDetector(), ""),
@@ -214,6 +225,7 @@ def _proposal(case: str):
 def _orbit(case: str) -> UnitRescale:
     return {
         "relu": UnitRescale(("0.weight", "0.bias"), ("2.weight",)),
+        "prelu": UnitRescale(("0.weight", "0.bias"), ("2.weight",)),
         "layernorm": UnitRescale(("ln.weight", "ln.bias"), ("a.weight", "b.weight")),
         "rmsnorm": UnitRescale(("ln.weight",), ("a.weight", "b.weight")),
         "glu": UnitRescale(("up_proj.weight", "up_proj.bias"), ("down_proj.weight",)),
@@ -658,3 +670,18 @@ def test_read_counts_the_certification_passes() -> None:
     meta = read(p.model, p.data, p.family, progress=False, max_directions=0).meta
     assert meta["n_certify_passes"] >= 1 + 2  # f(θ), the two norm scales at least
     assert meta["n_forward_passes"] >= meta["n_certify_passes"] + 2
+
+
+def test_a_node_death_through_a_prelu_reads_as_one_chain() -> None:
+    """A PReLU (per-unit learned slopes) stopped the duality chain, so a planted node death read
+    as one-sided flats only (s28 trial EXOTIC #4). It is elementwise with ``φ(0) = 0`` and
+    positively homogeneous: the chain reads the death, k = 2, and the rescale is its gauge."""
+    model, _ = _prelu_mlp()
+    model = model.double()
+    with torch.no_grad():
+        model[0].weight[2], model[0].bias[2], model[2].weight[:, 2] = 0.0, 0.0, 0.0
+    x = torch.randn(64, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    reading = read(model, x, Gaussian(), progress=False)
+    kinds = {(r.detector, r.layers, r.klass, r.k) for r in reading.directions}
+    assert ("duality", ("0", "2"), "genuine_singularity", 2) in kinds
+    assert ("relu-rescale", ("0", "2"), "curved_gauge", 2) in kinds

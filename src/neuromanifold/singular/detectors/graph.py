@@ -95,6 +95,7 @@ ELEMENTWISE: tuple[type[nn.Module], ...] = (
     nn.SiLU,
     nn.Sigmoid,
     nn.LeakyReLU,
+    nn.PReLU,
     nn.ELU,
     nn.Softplus,
     nn.Identity,

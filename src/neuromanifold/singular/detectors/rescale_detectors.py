@@ -36,8 +36,15 @@ def _check_max_units(value: object) -> int | None:
     return None if value is None else check_cap("max_units", value)
 
 
-_HOMOGENEOUS = {"ReLU": 1, "LeakyReLU": 1, "SquaredReLU": 2, "ReLUSquaredActivation": 2}
-"""Positively homogeneous activations by class name and their degree p: ``φ(cz) = c^p φ(z)``."""
+_HOMOGENEOUS = {
+    "ReLU": 1,
+    "LeakyReLU": 1,
+    "PReLU": 1,
+    "SquaredReLU": 2,
+    "ReLUSquaredActivation": 2,
+}
+"""Positively homogeneous activations by class name and their degree p: ``φ(cz) = c^p φ(z)``
+(a PReLU's learned slopes too: ``max(cz, a·cz) = c·max(z, a·z)`` for ``c > 0``)."""
 
 
 def chain_degree(steps: list[str]) -> int | None:
@@ -101,7 +108,7 @@ class ReLURescaleDetector:
     A Linear/conv block, or a BatchNorm/GroupNorm with an affine map (its channel ``c`` is
     ``γ_c x̂_c + β_c``: the scale and shift play the row and bias, as in a ResNet's
     BatchNorm → ReLU → conv), followed (through positively homogeneous activations and powers of
-    total degree p, `chain_degree`: ReLU and LeakyReLU p = 1, ``SquaredReLU``, Hugging Face's
+    total degree p, `chain_degree`: ReLU, LeakyReLU and PReLU p = 1, ``SquaredReLU``, Hugging Face's
     ``ReLUSquaredActivation`` and an inline ``F.relu(h) ** 2`` p = 2, and any channelwise
     pooling, spatial mean or singleton flatten, degree 1: `graph.CHANNELWISE`) by consumer
     blocks, one or several (a ResNet block's ``relu(stem(x))`` read by its first conv and its

@@ -210,6 +210,7 @@ GAUGE_DETECTORS = (
     "key-bias",
     "ce-shift",
     "bn-shift",
+    "gn-shift",
     "bn-rescale",
     "relu-rescale",
     "norm-scale",

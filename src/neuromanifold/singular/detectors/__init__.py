@@ -28,6 +28,7 @@ from neuromanifold.singular.detectors.gauges import LogitShiftDetector
 from neuromanifold.singular.detectors.glu import GLUDetector, fused_glu_layout, glu_layout
 from neuromanifold.singular.detectors.graph import ModelGraph, trace_graph
 from neuromanifold.singular.detectors.grouped_conv import GroupedConvDetector
+from neuromanifold.singular.detectors.groupnorm_shift import GroupNormShiftDetector
 from neuromanifold.singular.detectors.key_bias import KeyBiasDetector
 from neuromanifold.singular.detectors.layer_scale import LayerScaleDetector
 from neuromanifold.singular.detectors.layernorm import (
@@ -60,6 +61,7 @@ __all__ = [
     "EmbeddingMeanDetector",
     "GLUDetector",
     "GLURescaleDetector",
+    "GroupNormShiftDetector",
     "GroupedConvDetector",
     "KeyBiasDetector",
     "LayerNormDetector",

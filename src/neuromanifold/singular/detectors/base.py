@@ -75,7 +75,7 @@ class Candidate:
         layers: module names the direction touches (a duality chain spans several).
         detector: provenance label (``"kfac-joint"``, ``"kfac-A"``, ``"kfac-G"``, ``"duality"``,
             ``"ln-kernel"``, ``"qk-rotation"``, ``"vo-rescale"``, ``"key-bias"``, ``"ce-shift"``,
-            ``"bn-shift"``, ``"bn-rescale"``, ``"relu-rescale"``, ``"norm-scale"``,
+            ``"bn-shift"``, ``"gn-shift"``, ``"bn-rescale"``, ``"relu-rescale"``, ``"norm-scale"``,
             ``"glu-rescale"``, ``"glu-dead-dimension"``, ``"qk-norm-rescale"``,
             ``"embedding-unseen"``, ``"embedding-mean"``, ``"qk-pair"``).
         u: unit direction, ``dict[str, Tensor]`` (float64).

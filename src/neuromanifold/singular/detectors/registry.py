@@ -25,6 +25,7 @@ from neuromanifold.singular.detectors.embedding_mean import EmbeddingMeanDetecto
 from neuromanifold.singular.detectors.gauges import LogitShiftDetector
 from neuromanifold.singular.detectors.glu import GLUDetector
 from neuromanifold.singular.detectors.grouped_conv import GroupedConvDetector
+from neuromanifold.singular.detectors.groupnorm_shift import GroupNormShiftDetector
 from neuromanifold.singular.detectors.key_bias import KeyBiasDetector
 from neuromanifold.singular.detectors.layer_scale import LayerScaleDetector
 from neuromanifold.singular.detectors.layernorm import (
@@ -89,6 +90,7 @@ def default_registry() -> DetectorRegistry:
             LogitShiftDetector(),
             BatchNormShiftDetector(),
             BatchNormScaleDetector(),
+            GroupNormShiftDetector(),
             ReLURescaleDetector(),
             NormScaleDetector(),
             GLUDetector(),

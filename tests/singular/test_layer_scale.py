@@ -17,6 +17,7 @@ from torch.func import functional_call
 
 from neuromanifold.singular.detectors import DetectionContext, LayerScaleDetector, UnitRescale
 from neuromanifold.singular.detectors.graph import layer_scale_param
+from neuromanifold.singular.detectors.layer_scale import ScalarRescale
 from neuromanifold.singular.detectors.rescale import certify
 from neuromanifold.singular.direction import read_direction
 from neuromanifold.singular.family import Categorical, Gaussian
@@ -64,6 +65,18 @@ class LayerScale2d(nn.Module):
         return x * self.gamma.view(1, -1, 1, 1)
 
 
+class ScalarLayerScale(nn.Module):
+    """One learned scale for the whole branch: ``x * gamma`` with ``gamma`` of shape ``(1,)``
+    (s28 trial EXOTIC #2)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.gamma = nn.Parameter(torch.empty(1).uniform_(0.5, 1.5))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.gamma
+
+
 class _Block(nn.Module):
     """``head(x + ls(fc2(gelu(fc1(ln x)))))``; ``leak`` also adds ``fc2``'s output unscaled."""
 
@@ -97,16 +110,18 @@ CASES = {
     "timm": (lambda: _Block(LayerScale), "fc2", "ls.gamma"),
     "dinov2": (lambda: _Block(Dinov2LayerScale), "fc2", "ls.lambda1"),
     "conv": (_ConvBlock, "conv", "ls.gamma"),
+    "scalar": (lambda: _Block(ScalarLayerScale), "fc2", "ls.gamma"),
 }
 
 
-def _case(name: str) -> tuple[DetectionContext, UnitRescale]:
+def _case(name: str) -> tuple[DetectionContext, UnitRescale | ScalarRescale]:
     build, producer, gamma = CASES[name]
     torch.manual_seed(0)
     model = build().double()
     x = torch.randn(N, 2, 4, 4) if name == "conv" else torch.randn(N, D)
     ctx = DetectionContext.from_model(model, x.double(), Gaussian())
-    orbit = UnitRescale((f"{producer}.weight", f"{producer}.bias"), (gamma,))
+    kind = ScalarRescale if name == "scalar" else UnitRescale
+    orbit = kind((f"{producer}.weight", f"{producer}.bias"), (gamma,))
     return ctx, orbit
 
 

@@ -277,8 +277,14 @@ _WHOLE_COLUMNS = ("#", "k", "k̂", "r²", "class", "magnitude")
 
 def _layer_cell(layer: str, units: str) -> str:
     """The table's ``layer: units`` cell (`neuromanifold.singular.support.layer_units`); the
-    layer alone when the direction names no unit there."""
-    return f"{layer}: {units}" if units else layer
+    layer alone when the direction names no unit there; the model itself is ``<root>`` (a
+    ViT's ``cls_token``, as in the markdown report's headings).
+
+    >>> _layer_cell("fc1", "out 2"), _layer_cell("", "pos_embed spread"), _layer_cell("fc", "")
+    ('fc1: out 2', '<root>: pos_embed spread', 'fc')
+    """
+    name = layer or "<root>"
+    return f"{name}: {units}" if units else name
 
 
 def _family_label(family: str | None, default_family: Any, fam: Any) -> str:

@@ -132,9 +132,16 @@ def record_units(info: Mapping[str, Any], layer: str) -> str:
     it is tied to (s27 trial HF D5: ``model.lm_head`` showed units "—" and no word of the
     embedding its direction moves).
 
+    A record on one named parameter of the module (``info["parameter"]``, as the
+    ``embedding-mean`` candidate of a ViT's ``pos_embed``) names it first.
+
     >>> sup = [{"tensor": "wte.weight", "share": 1.0, "units": [[3, 0.9]], "inputs": [[0, 0.2]]}]
     >>> record_units({"support": sup, "tied": {"head.weight": "wte.weight"}}, "head")
     'out 3 (tied to wte)'
+    >>> pos = [{"tensor": "pos_embed", "share": 1.0, "units": [[0, 1.0]], "n_units": 1,
+    ...         "inputs": [[0, 0.06]], "n_inputs": 17}]
+    >>> record_units({"support": pos, "parameter": "pos_embed"}, "")
+    'pos_embed spread'
     """
     tied = {
         target: alias
@@ -146,6 +153,9 @@ def record_units(info: Mapping[str, Any], layer: str) -> str:
         for e in info.get("support") or []
     ]
     units = layer_units(support, layer)
+    owner, _, leaf = str(info.get("parameter") or "").rpartition(".")
+    if leaf and owner == layer:  # one named table of the module (a ViT's cls_token, pos_embed)
+        units = f"{leaf} {units}".strip()
     if not tied:
         return units
     owners = ", ".join(sorted({t.rpartition(".")[0] for t in tied}))

@@ -573,6 +573,7 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from neuromanifold.cli._console import stdout_console, warnings_as_notes
+        from neuromanifold.report.markdown import truncation_notes
         from neuromanifold.singular import distributed as dp
         from neuromanifold.singular.family import Categorical, Gaussian
         from neuromanifold.singular.memory import parse_memory
@@ -819,6 +820,8 @@ def register(app: typer.Typer) -> None:
             said.print(ONE_SIDED_FOOTNOTE.replace("\\*", "*").replace("`", ""), markup=False)
         for nc in reading.not_covered:
             said.print(f"not covered: {nc.name} ({nc.type}, {nc.n_params} params): {nc.reason}")
+        for line in truncation_notes(reading.meta):  # s28 trial EXOTIC #7: said in JSON only
+            said.print(f"cap: {line}", markup=False)
         if reading.note:
             said.print(reading.note)
         with _failures_over_ranks() if out is not None else nullcontext():

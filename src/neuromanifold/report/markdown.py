@@ -16,7 +16,8 @@ Module and layer names (the layer headings, the "Not covered" table, the notes) 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from neuromanifold.singular.reading import DirectionRecord, Reading
 from neuromanifold.singular.support import record_units
@@ -55,7 +56,7 @@ def class_cell(r: DirectionRecord) -> str:
     return r.klass + ("*" if ONE_SIDED_KEY in r.info else "")
 
 
-__all__ = ["code_span", "fmt", "reading_markdown", "scan_summary", "table"]
+__all__ = ["code_span", "fmt", "reading_markdown", "scan_summary", "table", "truncation_notes"]
 
 
 def code_span(text: str) -> str:
@@ -126,6 +127,30 @@ def _passes_scope(meta: Mapping) -> str:
     return f" on rank {meta.get('rank', 0)}'s shard{of} (each of the {world} ranks reads its own)"
 
 
+def truncation_notes(meta: Mapping[str, Any], code: Callable[[str], str] = str) -> list[str]:
+    """One sentence per detector cap that cut candidates (``meta["truncated"]``), names set by
+    ``code`` (`code_span` in the report, plain in the command line's text).
+
+    >>> cut = {"layers": ["fc"], "detector": "kfac-A", "cap": 2, "found": 7, "kept": 2}
+    >>> truncation_notes({"truncated": [cut]})
+    ['kfac-A on fc found 7 directions and kept 2 (cap 2): the others were not read.']
+    """
+    lines = []
+    for cut in meta.get("truncated") or ():
+        where = f"{code(cut['detector'])} on {', '.join(map(code, cut['layers']))}"
+        if cut.get("of") == "generators":
+            lines.append(
+                f"{where} keeps {cut['kept']} of its {cut['found']} gauge generators (cap "
+                f"{cut['cap']}): candidates were tested against that part of the gauge span only."
+            )
+        else:
+            lines.append(
+                f"{where} found {cut['found']} directions and kept {cut['kept']} (cap "
+                f"{cut['cap']}): the others were not read."
+            )
+    return lines
+
+
 def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2) -> str:
     """Markdown for ``reading`` under a heading of ``level`` (module docstring: the columns)."""
     if not isinstance(reading, Reading):
@@ -164,18 +189,7 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
             "read with separate projections (`q_proj`, `k_proj`, `v_proj`: the row blocks of "
             "`in_proj_weight`; `out_proj`), which compute the same outputs on every probe sample."
         )
-    for cut in meta.get("truncated") or ():
-        where = f"{code_span(cut['detector'])} on {', '.join(map(code_span, cut['layers']))}"
-        if cut.get("of") == "generators":
-            out.append(
-                f"Note: {where} keeps {cut['kept']} of its {cut['found']} gauge generators (cap "
-                f"{cut['cap']}): candidates were tested against that part of the gauge span only."
-            )
-        else:
-            out.append(
-                f"Note: {where} found {cut['found']} directions and kept {cut['kept']} (cap "
-                f"{cut['cap']}): the others were not read."
-            )
+    out += [f"Note: {line}" for line in truncation_notes(meta, code_span)]
     has_scan = any(r.baseline for r in reading.directions)
     index = {id(r): i for i, r in enumerate(reading.directions)}
     # units: where the direction sits in this layer, e.g. "out 2" (s20 trial AN, suggestion)

@@ -381,6 +381,13 @@ class LinearDetector:
         every query head's copy of a dead value dimension, as a convolution's taps."""
         up: list[Tensor] = []
         p = ctx.graph.single_producer(name)
+        if p is not None and ctx.graph.stops.get(p):
+            # the producer's output also reaches a function the graph does not follow (a gate's
+            # product ``x * s`` beside the squeeze ``fc1(mean(x))``): a chain through it reads
+            # that second reader too, so this block's own chains are read as well, and its taps
+            # stay one-sided candidates (s28 trial EXOTIC #1: a node death after the squeeze was
+            # read only inside a chain the gate made live)
+            p = None
         edge = _value_edge(ctx, name)
         if p is None and edge is not None and edge.output == name:
             p = edge.value

@@ -44,8 +44,16 @@ part of ``‖u‖²``: one unit, not a spread direction."""
 
 
 def _top(weights: Tensor) -> list[list[float | int]]:
-    """``[[index, share], …]``: the largest entries of ``weights`` (shares summing to 1)."""
-    order = torch.argsort(weights, descending=True, stable=True)[:TOP_UNITS].tolist()
+    """``[[index, share], …]``: the largest entries of ``weights`` (shares summing to 1), ordered
+    by their share rounded to `DIGITS` decimals and then by index, so that shares equal up to
+    rounding (a direction spread evenly over its units) list the first indices whatever the
+    summation order (s28 trial DIST F1: one and two processes named different units).
+
+    >>> _top(torch.tensor([0.25, 0.25 + 1e-16, 0.25 - 1e-16, 0.25], dtype=torch.float64))
+    [[0, 0.25], [1, 0.25], [2, 0.25]]
+    """
+    rounded = torch.round(weights.double(), decimals=DIGITS)
+    order = torch.argsort(rounded, descending=True, stable=True)[:TOP_UNITS].tolist()
     return [
         [int(i), round(float(weights[i]), DIGITS)] for i in order if weights[i] >= UNIT_SHARE_MIN
     ]

@@ -89,3 +89,30 @@ def test_with_json_on_stdout_the_resume_line_goes_to_stderr(tmp_path: Path) -> N
     assert res.exit_code == 0, res.output
     json.loads(res.stdout)  # stdout holds the JSON only
     assert len(_resume_lines(res.stderr)) == 1
+
+
+def test_the_resume_hint_under_torchrun_says_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``torchrun … read --resume`` is refused, so the hint after an interrupted or failed group
+    read says to resume in one process (s28 trial DIST F4: it said "the same command")."""
+    from neuromanifold.cli import read as cli_read
+    from neuromanifold.singular import distributed as dp
+
+    assert cli_read._resume_hint() == "run the same command with --resume to continue"
+    monkeypatch.setattr(dp, "world_size", lambda: 2)
+    assert "in one process (without torchrun) with --resume" in cli_read._resume_hint()
+
+
+def test_a_failed_collective_is_told_apart_from_a_failure_of_the_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch.distributed as dist
+
+    from neuromanifold.cli import read as cli_read
+    from neuromanifold.singular import distributed as dp
+
+    lost = RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer")
+    own = RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+    assert not cli_read._group_failure(lost)  # one process: no group to fail
+    monkeypatch.setattr(dp, "world_size", lambda: 2)
+    assert cli_read._group_failure(lost) and cli_read._group_failure(dist.DistError("timeout"))
+    assert not cli_read._group_failure(own)

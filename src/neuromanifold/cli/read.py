@@ -275,6 +275,39 @@ _WHOLE_COLUMNS = ("#", "k", "k̂", "r²", "class", "magnitude")
 """Columns of the read table that never wrap (numbers and the class)."""
 
 
+def _resume_hint() -> str:
+    """How to continue an interrupted read from its log: the same command with ``--resume``; under
+    ``torchrun``, where ``--resume`` is refused, in one process (s28 trial DIST F4)."""
+    from neuromanifold.singular import distributed as dp
+
+    if dp.world_size() > 1:
+        return "run the same read in one process (without torchrun) with --resume to continue"
+    return "run the same command with --resume to continue"
+
+
+_GROUP_FAILURES = ("gloo", "nccl", "connection reset", "connection closed", "broken pipe")
+"""Fragments of the message of a collective that failed because another rank is gone."""
+
+
+def _group_failure(err: BaseException) -> bool:
+    """Whether ``err``, raised in a read under a process group of several ranks, is a failed
+    collective (``torch.distributed.DistError``, or a backend's ``RuntimeError`` naming gloo,
+    NCCL or a lost connection) rather than a failure of the read itself.
+
+    >>> _group_failure(RuntimeError("[gloo/pair.cc:537] Read error: Connection reset by peer"))
+    False
+    """
+    from torch import distributed as dist
+
+    from neuromanifold.singular import distributed as dp
+
+    if dp.world_size() <= 1:
+        return False
+    if isinstance(err, dist.DistError):
+        return True
+    return any(f in str(err).lower() for f in _GROUP_FAILURES)
+
+
 def _layer_cell(layer: str, units: str) -> str:
     """The table's ``layer: units`` cell (`neuromanifold.singular.support.layer_units`); the
     layer alone when the direction names no unit there; the model itself is ``<root>`` (a
@@ -756,10 +789,21 @@ def register(app: typer.Typer) -> None:
                 except KeyboardInterrupt:  # the log keeps every direction read so far
                     typer.echo(
                         f"interrupted: the directions read so far are kept in {out / LOG_NAME}; "
-                        "run the same command with --resume to continue",
+                        f"{_resume_hint()}",
                         err=True,
                     )
                     raise typer.Exit(code=130) from None
+                except RuntimeError as err:  # another rank died: its collective fails here
+                    if not _group_failure(err):
+                        raise
+                    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+                    typer.echo(
+                        f"error: a process of the group failed ({type(err).__name__}: {first}); "
+                        f"the directions read so far are kept in {out / LOG_NAME}; "
+                        f"{_resume_hint()}",
+                        err=True,
+                    )
+                    raise typer.Exit(code=1) from None
             else:
                 reading = read(net, x, fam, on_vector=on_vector, **options)
         except (ValueError, TypeError) as err:  # agreed checks are marked; others: this rank's

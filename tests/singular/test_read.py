@@ -284,6 +284,20 @@ class _CustomFunctionMLP(nn.Module):
         return self.fc2(_OldStyleGELU.apply(self.fc1(x)))
 
 
+def test_a_weight_norm_is_named_when_forward_mode_fails_in_it() -> None:
+    """torch's weight norm has no forward-mode formula: the error names the module and a way
+    around it (s28 trial EXOTIC #6: it named only the operator), and the way works."""
+    torch.manual_seed(0)
+    normed = nn.utils.parametrizations.weight_norm(nn.Linear(3, 4))
+    model = nn.Sequential(normed, nn.Tanh(), nn.Linear(4, 2)).double()
+    x = torch.randn(8, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"in the weight norm of 0: .*remove_parametrizations"):
+        read(model, x, Gaussian(), progress=False)
+    nn.utils.parametrize.remove_parametrizations(normed, "weight", leave_parametrized=True)
+    reading = read(model, x, Gaussian(), progress=False)  # runs: the plain weight is read
+    assert reading.meta["n_params"] == (3 * 4 + 4) + (4 * 2 + 2)
+
+
 def test_model_without_forward_mode_derivatives_fails_early() -> None:
     torch.manual_seed(0)
     x = torch.randn(8, 5, dtype=torch.float64)

@@ -138,21 +138,26 @@ def _promoted_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
         return type(self).forward(self, *args, **kwargs)
 
 
-def promote_forward(model: nn.Module) -> None:
+def promote_forward(model: nn.Module) -> bool:
     """Make ``model``'s own forward run under `Float64Steps` (in place: an instance attribute
     ``forward``, a method bound to ``model``, so that a deep copy of the module is bound to the
     copy). Every way of calling the module — ``model(x)``, ``functional_call``, ``jvp`` and
-    ``vmap`` over it — goes through it.
+    ``vmap`` over it — goes through it. A module that already holds a ``forward`` of its own
+    (an instance attribute, not its class's) is left as it is: ``False``; else ``True``.
 
     >>> class Half(nn.Module):
     ...     def forward(self, x):
     ...         return torch.softmax(x, -1, dtype=torch.float32).double()
     >>> m = Half()
-    >>> promote_forward(m)
+    >>> promote_forward(m), promote_forward(m)
+    (True, False)
     >>> lower_precision_steps(m, torch.zeros(2, 3, dtype=torch.float64))
     {}
     """
+    if "forward" in vars(model):
+        return False
     model.forward = types.MethodType(_promoted_forward, model)
+    return True
 
 
 def promoted_note(steps: dict[str, str]) -> str:

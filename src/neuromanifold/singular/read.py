@@ -502,8 +502,7 @@ def read(
             _check_all_labels(family, out, labels)
     lower = _check_repeatable(work, xw[:GRAPH_SAMPLES], out, data_shape=tuple(x.shape))
     promoted: dict[str, str] = {}
-    if promote and lower:  # the same checks again on the promoted forward
-        promote_forward(work)
+    if promote and lower and promote_forward(work):  # the same checks on the promoted forward
         promoted = lower
         with torch.no_grad():
             out = forward_checked(

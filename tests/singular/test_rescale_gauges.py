@@ -685,3 +685,21 @@ def test_a_node_death_through_a_prelu_reads_as_one_chain() -> None:
     kinds = {(r.detector, r.layers, r.klass, r.k) for r in reading.directions}
     assert ("duality", ("0", "2"), "genuine_singularity", 2) in kinds
     assert ("relu-rescale", ("0", "2"), "curved_gauge", 2) in kinds
+
+
+def test_a_prelu_is_no_stop_and_at_slope_zero_reads_as_the_relu() -> None:
+    """The PReLU module calls ``F.prelu``, which the graph did not follow: recorded as a second
+    reader of the producer, it gave an extra chain (s28b audit RERUN #2). At slopes 0 the PReLU
+    model is the ReLU model, bit for bit, and reads the same records."""
+    model, _ = _prelu_mlp()
+    model = model.double()
+    with torch.no_grad():
+        model[1].weight.zero_()
+        model[0].weight[2], model[0].bias[2], model[2].weight[:, 2] = 0.0, 0.0, 0.0
+    relu = nn.Sequential(model[0], nn.ReLU(), model[2])
+    x = torch.randn(64, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    assert torch.equal(model(x), relu(x))
+    assert trace_graph(model, x).stops == {}
+    readings = [read(m, x, Gaussian(), progress=False) for m in (model, relu)]
+    records = [[(r.detector, r.layers, r.klass, r.k) for r in rd.directions] for rd in readings]
+    assert records[0] == records[1]

@@ -47,6 +47,7 @@ FUNCTIONAL_ELEMENTWISE: dict[object, str] = {
         (_F.relu, _F.relu_, torch.relu, torch.relu_, Tensor.relu, Tensor.relu_), "ReLU"
     ),
     **dict.fromkeys((_F.leaky_relu, _F.leaky_relu_), "LeakyReLU"),
+    _F.prelu: "PReLU",  # its slopes, the second argument, are the module's own parameter
     _F.gelu: "GELU",
     _F.silu: "SiLU",
     **dict.fromkeys((torch.sigmoid, _F.sigmoid, Tensor.sigmoid), "Sigmoid"),

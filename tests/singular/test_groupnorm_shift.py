@@ -25,13 +25,14 @@ BROKEN_MIN = 1e-3  # a shift that is no symmetry moves the outputs by O(1e-1) he
 
 
 class _Net(nn.Module):
-    """conv(2→4, bias) → GroupNorm(2, 4) → ReLU → mean over positions → Linear(4→3); with
-    ``residual`` the conv output is also added back after the norm."""
+    """conv(2→4, bias) → GroupNorm(2, 4) (``instance``: InstanceNorm1d(4), one channel per
+    group) → ReLU → mean over positions → Linear(4→3); with ``residual`` the conv output is also
+    added back after the norm."""
 
-    def __init__(self, residual: bool = False, bias: bool = True) -> None:
+    def __init__(self, residual: bool = False, bias: bool = True, instance: bool = False) -> None:
         super().__init__()
         self.conv = nn.Conv1d(2, 4, 3, bias=bias)
-        self.gn = nn.GroupNorm(2, 4)
+        self.gn = nn.InstanceNorm1d(4, affine=True) if instance else nn.GroupNorm(2, 4)
         self.fc = nn.Linear(4, 3)
         self.residual = residual
 
@@ -97,3 +98,17 @@ def test_no_producer_bias_no_candidate() -> None:
     model, _, ctx = _setup(bias=False)
     assert GroupNormShiftDetector().applies_to(model.gn)
     assert GroupNormShiftDetector().propose("gn", model.gn, ctx) == []
+
+
+def test_an_instance_norm_has_one_line_per_channel() -> None:
+    """InstanceNorm1d(4): a GroupNorm of one channel per group (s28 trial EXOTIC: a conv bias
+    before an InstanceNorm read F = 0, not covered). Any per-channel shift keeps the model; the
+    read lists 4 flat lines. With running statistics it is a fixed affine map: no such gauge."""
+    model, x, ctx = _setup(instance=True)
+    (cand,) = GroupNormShiftDetector().propose("gn", model.gn, ctx)
+    assert cand.info["orbit_dim"] == 4
+    assert _change(model, x, [2.0, -1.0, 0.5, 3.0]) <= RTOL_SAME
+    reading = read(model, x, Gaussian(), progress=False)
+    (rec,) = [d for d in reading.directions if d.detector == "gn-shift"]
+    assert rec.klass == "flat_gauge" and reading.not_covered == ()
+    assert not GroupNormShiftDetector().applies_to(nn.InstanceNorm1d(4, track_running_stats=True))

@@ -210,6 +210,16 @@ CASES = {
         NormScaleDetector(),
         "norm",
     ),
+    "instancenorm-relu-conv": (
+        lambda: _channel_norm_cnn(nn.InstanceNorm2d(4, affine=True), nn.ReLU()),
+        ReLURescaleDetector(),
+        "norm",
+    ),
+    "instancenorm-conv": (
+        lambda: _channel_norm_cnn(nn.InstanceNorm2d(4, affine=True), nn.Identity()),
+        NormScaleDetector(),
+        "norm",
+    ),
     "batchnorm1d-linear": (_batchnorm_mlp, NormScaleDetector(), "1"),
     "relu-pool-flatten-linear": (_flatten_head, ReLURescaleDetector(), "conv"),
 }
@@ -231,6 +241,8 @@ def _orbit(case: str) -> UnitRescale:
         "glu": UnitRescale(("up_proj.weight", "up_proj.bias"), ("down_proj.weight",)),
         "batchnorm-relu-conv": UnitRescale(("norm.weight", "norm.bias"), ("conv2.weight",)),
         "groupnorm-conv": UnitRescale(("norm.weight", "norm.bias"), ("conv2.weight",)),
+        "instancenorm-relu-conv": UnitRescale(("norm.weight", "norm.bias"), ("conv2.weight",)),
+        "instancenorm-conv": UnitRescale(("norm.weight", "norm.bias"), ("conv2.weight",)),
         "batchnorm1d-linear": UnitRescale(("1.weight", "1.bias"), ("2.weight",)),
         "relu-pool-flatten-linear": UnitRescale(("conv.weight", "conv.bias"), ("fc.weight",), 1, 4),
     }[case]

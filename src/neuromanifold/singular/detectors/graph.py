@@ -4,7 +4,8 @@ An edge ``p → c`` is recorded when module ``c`` receives as its first input a 
 module ``p`` either directly or through a chain of elementwise modules (activations, dropout,
 identity; classes named in ``ELEMENTWISE_NAMES``; any module with a truthy ``elementwise``
 attribute). Sources are Linear and convolution modules, normalisation layers (torch's LayerNorm,
-RMSNorm, BatchNorm and GroupNorm, and RMSNorms defined elsewhere: `is_named_rmsnorm`) and
+RMSNorm, BatchNorm, GroupNorm and InstanceNorm, and RMSNorms defined elsewhere:
+`is_named_rmsnorm`) and
 embeddings; consumers are those, ``nn.MultiheadAttention`` (its query input) and layer-scale
 modules (`layer_scale_param`). Elementwise functions called inside a ``forward`` (``F.relu``,
 ``torch.tanh``, …: `FUNCTIONAL_ELEMENTWISE`) continue the chain like the equal modules, and so does
@@ -114,6 +115,7 @@ _SOURCES: tuple[type[nn.Module], ...] = (
     nn.RMSNorm,
     nn.modules.batchnorm._BatchNorm,
     nn.GroupNorm,
+    nn.modules.instancenorm._InstanceNorm,
     nn.Embedding,
 )
 _SINKS: tuple[type[nn.Module], ...] = (*_SOURCES, nn.MultiheadAttention)

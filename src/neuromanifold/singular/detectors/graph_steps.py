@@ -189,7 +189,9 @@ def channels_first_ndim(mod: nn.Module) -> int | None:
         return mod.weight.dim()  # (N, C, L) or (N, C, H, W)
     if isinstance(mod, nn.BatchNorm2d | nn.BatchNorm3d):
         return 4 if isinstance(mod, nn.BatchNorm2d) else 5
-    if isinstance(mod, nn.modules.batchnorm._BatchNorm | nn.GroupNorm):
+    if isinstance(mod, nn.InstanceNorm2d | nn.InstanceNorm3d):
+        return 4 if isinstance(mod, nn.InstanceNorm2d) else 5
+    if isinstance(mod, nn.modules.batchnorm._BatchNorm | nn.GroupNorm | nn.InstanceNorm1d):
         return 0
     return None
 

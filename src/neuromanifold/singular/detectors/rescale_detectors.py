@@ -72,15 +72,28 @@ def chain_degree(steps: list[str]) -> int | None:
     return degree if acts else None
 
 
+_CHANNEL_NORMS = (
+    nn.modules.batchnorm._BatchNorm,
+    nn.GroupNorm,
+    nn.modules.instancenorm._InstanceNorm,
+)
+"""Norms whose affine map acts per channel (dimension 1)."""
+
+
 def _channel_affine_width(module: nn.Module) -> int | None:
-    """Channels ``C`` of a BatchNorm or GroupNorm with a learned affine map (its output channel
-    ``c`` is ``γ_c x̂_c + β_c``, with ``x̂`` from running statistics in evaluation mode or from the
-    sample's group statistics), else None. A BatchNorm without running statistics normalises
-    with the statistics of the batch even in evaluation mode, so a sample's output depends on the
-    others: None (the read refuses such a model, `_validate.check_eval_mode`).
+    """Channels ``C`` of a BatchNorm, GroupNorm or InstanceNorm with a learned affine map (its
+    output channel ``c`` is ``γ_c x̂_c + β_c``, with ``x̂`` from running statistics in evaluation
+    mode or from the sample's group or channel statistics), else None. A BatchNorm without
+    running statistics normalises with the statistics of the batch even in evaluation mode, so a
+    sample's output depends on the others: None (the read refuses such a model,
+    `_validate.check_eval_mode`).
 
     >>> _channel_affine_width(nn.BatchNorm2d(3)), _channel_affine_width(nn.GroupNorm(2, 4))
     (3, 4)
+    >>> _channel_affine_width(nn.InstanceNorm2d(5, affine=True))
+    5
+    >>> _channel_affine_width(nn.InstanceNorm2d(5)) is None
+    True
     >>> _channel_affine_width(nn.BatchNorm1d(3, affine=False)) is None
     True
     >>> _channel_affine_width(nn.BatchNorm1d(3, track_running_stats=False)) is None
@@ -89,7 +102,7 @@ def _channel_affine_width(module: nn.Module) -> int | None:
     if isinstance(module, nn.modules.batchnorm._BatchNorm):
         if not module.track_running_stats or module.running_mean is None:
             return None
-    if isinstance(module, nn.modules.batchnorm._BatchNorm | nn.GroupNorm) and module.affine:
+    if isinstance(module, _CHANNEL_NORMS) and module.affine:
         return int(module.weight.shape[0])
     return None
 
@@ -175,10 +188,10 @@ class ReLURescaleDetector:
 def _norm_width(module: nn.Module) -> int | None:
     """Width ``d`` of a LayerNorm/RMSNorm over one trailing dimension with a scale, else None
     (an RMSNorm defined outside torch: the length of its one-dimensional ``weight``; an affine
-    BatchNorm/GroupNorm: its channels)."""
+    BatchNorm/GroupNorm/InstanceNorm: its channels)."""
     if is_named_rmsnorm(module):
         return int(module.weight.shape[0])
-    if isinstance(module, nn.modules.batchnorm._BatchNorm | nn.GroupNorm):
+    if isinstance(module, _CHANNEL_NORMS):
         return _channel_affine_width(module)
     shape = tuple(module.normalized_shape)
     if len(shape) != 1 or getattr(module, "weight", None) is None:

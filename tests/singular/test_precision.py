@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,35 @@ def test_cli_keep_precision_reads_the_mixed_precision_program(
     assert metas[False]["lower_precision_steps"] == {}
     assert metas[True]["promoted_steps"] == {}
     assert metas[True]["lower_precision_steps"] == {"torch.softmax": "float32"}
+
+
+class _TwoForwards(nn.Module):
+    """A class forward ``b(a(x))`` the instance does not use: its own bound ``forward`` (as
+    accelerate's hooks or a user's patch set) takes a float32 softmax of ``a(x)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(3, 4), nn.Linear(4, 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.b(self.a(x))
+
+
+def _patched(self: nn.Module, x: Tensor) -> Tensor:
+    return torch.softmax(self.a(x), -1, dtype=torch.float32).double()[:, :2]
+
+
+def test_a_module_with_a_forward_of_its_own_is_read_as_called() -> None:
+    """Promotion replaced the instance's forward by the class's, so the read analysed another
+    function (s28b audit RERUN #1: two live directions of the model as called read flat). Now
+    such a module is not promoted: its float32 step is named, the function read is its own."""
+    torch.manual_seed(0)
+    model = _TwoForwards().double()
+    model.forward = types.MethodType(_patched, model)
+    x = torch.randn(32, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    reading = read(model, x, Gaussian(), progress=False)
+    assert reading.meta["promoted_steps"] == {}
+    assert reading.meta["lower_precision_steps"] == {"torch.softmax": "float32"}
+    twin = copy.deepcopy(model)
+    assert not promote_forward(twin)
+    torch.testing.assert_close(twin(x), _patched(model, x), rtol=0.0, atol=0.0)

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from typer.testing import CliRunner
 
 from neuromanifold.cli import app
+from neuromanifold.singular.direction import read_direction
 from neuromanifold.singular.family import Gaussian
 from neuromanifold.singular.precision import (
     Float64Steps,
@@ -24,6 +25,10 @@ from neuromanifold.singular.precision import (
     promote_forward,
 )
 from neuromanifold.singular.read import read
+
+# F along a direction whose tangent cancels through a float32 step, relative to F's scale: the
+# rounding (~6e-8)² leaves ~1e-17 there, float64 ~1e-32 (measured 1e-34 promoted)
+FLOAT32_RESIDUE_MIN = 1e-24
 
 
 class _Mixer(nn.Module):
@@ -211,3 +216,24 @@ def test_a_module_with_a_forward_of_its_own_is_read_as_called() -> None:
     twin = copy.deepcopy(model)
     assert not promote_forward(twin)
     torch.testing.assert_close(twin(x), _patched(model, x), rtol=0.0, atol=0.0)
+
+
+def test_read_direction_promotes_as_the_read_does() -> None:
+    """The read called the key bias of a float32-softmax attention flat; ``read_direction`` on
+    the same vector, without promotion, saw the float32 rounding (s28b audit RERUN #3: F ~1e-17
+    of its scale, unresolved). Promoted by default, it agrees; the caller's model is not
+    changed."""
+    torch.manual_seed(0)
+    model = nn.Sequential(_KeyBiasAttention()).double()
+    vectors: dict[int, dict[str, Tensor]] = {}
+    reading = read(model, _x(), Gaussian(), progress=False, on_vector=vectors.__setitem__)
+    (i,) = [i for i, r in enumerate(reading.directions) if r.detector == "key-bias"]
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    again = read_direction(model, params, vectors[i], _x(), Gaussian())
+    assert again.klass.value == reading.directions[i].klass == "flat_gauge"
+    assert "forward" not in vars(model) and "forward" not in vars(model[0])
+    kept = read_direction(model, params, vectors[i], _x(), Gaussian(), promote=False)
+    assert max(kept.sweep.F) > FLOAT32_RESIDUE_MIN * kept.sweep.scale
+    assert max(again.sweep.F) < FLOAT32_RESIDUE_MIN * again.sweep.scale
+    with pytest.raises(TypeError, match="promote must be True or False"):
+        read_direction(model, params, vectors[i], _x(), Gaussian(), promote=1)

@@ -30,6 +30,7 @@ from neuromanifold.singular.classify import (
     gauge_overlap,
 )
 from neuromanifold.singular.family import OutputFamily, check_family
+from neuromanifold.singular.precision import promoted_model
 from neuromanifold.singular.rate import RateFit, fit_rate
 from neuromanifold.singular.reading import ORDERED_CLASSES
 from neuromanifold.singular.sweep import T_BATCH, Sweep, default_grid, sweep_prepared
@@ -37,6 +38,8 @@ from neuromanifold.singular.sweep import T_BATCH, Sweep, default_grid, sweep_pre
 __all__ = ["VISIBILITY_FACTOR", "DirectionReading", "read_direction", "snap_base_point"]
 
 VISIBILITY_FACTOR = 10.0
+PRECISION_SAMPLES = 8
+"""Samples of the one forward that looks for steps below float64 (``promote``)."""
 
 
 def snap_base_point(
@@ -179,6 +182,7 @@ def read_direction(
     chunk_size: int | None = None,
     live_threshold: float | None = None,
     t_batch: int = T_BATCH,
+    promote: bool = True,
 ) -> DirectionReading:
     """Read the order and class of direction ``u`` at the checkpoint ``params``.
 
@@ -187,7 +191,10 @@ def read_direction(
     (`classify`) using ``gauge_generators`` (closed-form gauge tangents at θ0; ``None`` or an
     empty sequence: none) for the curved-gauge test. ``chunk_size`` (samples per pass) and
     ``t_batch`` (grid points per ``vmap``) trade memory for speed and do not change the values.
-    See the module docstring for the offset visibility rule.
+    ``promote``: run the steps the model's forward takes below float64 in float64, as `read`
+    does (`neuromanifold.singular.precision.promoted_model`; the caller's model is not changed),
+    so that a record of `read` and a re-read of its direction agree; ``False``: the forward as
+    it is. See the module docstring for the offset visibility rule.
 
     Returns:
         `DirectionReading`.
@@ -207,7 +214,11 @@ def read_direction(
     (3, 3.0, 'genuine_singularity')
     """
     family = check_family(family)
+    if not isinstance(promote, bool):
+        raise TypeError(f"promote must be True or False; got {promote!r}")
     prep = prepare(model, params, data)
+    if promote:
+        model = promoted_model(model, {**prep.buffers, **prep.params}, prep.x[:PRECISION_SAMPLES])
     u_unit, norm = check_direction(prep.params, u)
     g = default_grid(prep.params, u_unit) if grid is None else check_grid(grid)
     # before the sweep, so that bad generators fail at once; an empty sequence (a `Cell`'s

@@ -21,11 +21,14 @@ table up-cast by ``.double()``) stay as stored.
 
 from __future__ import annotations
 
+import copy
 import types
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.func import functional_call
 from torch.overrides import TorchFunctionMode, resolve_name
 
 __all__ = [
@@ -35,6 +38,7 @@ __all__ = [
     "lower_precision_note",
     "lower_precision_steps",
     "promote_forward",
+    "promoted_model",
     "promoted_note",
 ]
 
@@ -158,6 +162,29 @@ def promote_forward(model: nn.Module) -> bool:
         return False
     model.forward = types.MethodType(_promoted_forward, model)
     return True
+
+
+def promoted_model(model: nn.Module, state: Mapping[str, Tensor], x: Tensor) -> nn.Module:
+    """``model``, or a shallow copy of it whose forward runs under `Float64Steps` when its
+    forward on ``x`` with the tensors ``state`` (float64 parameters and buffers, by name) takes a
+    step below float64 and the module holds no forward of its own (`promote_forward`). The copy
+    shares every submodule, parameter and buffer with ``model``, which is not changed.
+
+    >>> class Half(nn.Module):
+    ...     def forward(self, x):
+    ...         return torch.softmax(x, -1, dtype=torch.float32).double()
+    >>> m, x = Half(), torch.zeros(2, 3, dtype=torch.float64)
+    >>> p = promoted_model(m, {}, x)
+    >>> p is m, "forward" in vars(p), "forward" in vars(m)
+    (False, True, False)
+    """
+    with torch.no_grad(), (rec := LowerPrecisionRecorder()):
+        functional_call(model, dict(state), (x,))
+    if not rec.steps or "forward" in vars(model):
+        return model
+    view = copy.copy(model)  # its own attribute table (the forward set below), shared modules
+    promote_forward(view)
+    return view
 
 
 def promoted_note(steps: dict[str, str]) -> str:

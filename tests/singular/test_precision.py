@@ -23,6 +23,7 @@ from neuromanifold.singular.precision import (
     lower_precision_note,
     lower_precision_steps,
     promote_forward,
+    promoted_note,
 )
 from neuromanifold.singular.read import read
 
@@ -81,6 +82,8 @@ def test_the_note_names_ten_steps_and_counts_the_rest() -> None:
     note = lower_precision_note(steps)
     assert "f8 → float16, f9 → float16 and 2 more" in note and "f10" not in note
     assert lower_precision_note({}) == ""
+    assert "f9 → float16 and 2 more); the read ran them in float64" in promoted_note(steps)
+    assert promoted_note({}) == ""
 
 
 def test_float64_steps_turns_lower_floating_dtypes_into_float64_and_nothing_else() -> None:

@@ -90,14 +90,18 @@ def lower_precision_steps(model: nn.Module, x: Tensor) -> dict[str, str]:
     return rec.steps
 
 
+def _named(steps: dict[str, str]) -> str:
+    """``"f → dtype, …"`` for the first ``NOTE_STEPS`` steps, ``" and n more"`` for the rest."""
+    named = ", ".join(f"{k} → {v}" for k, v in list(steps.items())[:NOTE_STEPS])
+    return named + (f" and {len(steps) - NOTE_STEPS} more" if len(steps) > NOTE_STEPS else "")
+
+
 def lower_precision_note(steps: dict[str, str]) -> str:
     """The reading's clause for `lower_precision_steps`'s result (``""`` when empty)."""
     if not steps:
         return ""
-    named = ", ".join(f"{k} → {v}" for k, v in list(steps.items())[:NOTE_STEPS])
-    more = f" and {len(steps) - NOTE_STEPS} more" if len(steps) > NOTE_STEPS else ""
     return (
-        f"the model computes part of its forward below float64 ({named}{more}), whatever the "
+        f"the model computes part of its forward below float64 ({_named(steps)}), whatever the "
         "read's float64: values through those steps carry that precision's rounding (float32: "
         "~6e-8 relative), so F along a direction that cancels there sits near 1e-16 of its "
         "scale rather than 1e-32, and a flat direction through them can read unresolved"
@@ -191,9 +195,7 @@ def promoted_note(steps: dict[str, str]) -> str:
     """The reading's clause for the steps `promote_forward` ran in float64 (``""`` when none)."""
     if not steps:
         return ""
-    named = ", ".join(f"{k} → {v}" for k, v in list(steps.items())[:NOTE_STEPS])
-    more = f" and {len(steps) - NOTE_STEPS} more" if len(steps) > NOTE_STEPS else ""
     return (
-        f"the model's forward takes steps below float64 ({named}{more}); the read ran them in "
+        f"the model's forward takes steps below float64 ({_named(steps)}); the read ran them in "
         "float64 (promote=False, --keep-precision, reads the mixed-precision program as it is)"
     )

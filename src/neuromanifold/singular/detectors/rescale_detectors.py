@@ -44,7 +44,8 @@ _HOMOGENEOUS = {
     "ReLUSquaredActivation": 2,
 }
 """Positively homogeneous activations by class name and their degree p: ``φ(cz) = c^p φ(z)``
-(a PReLU's learned slopes too: ``max(cz, a·cz) = c·max(z, a·z)`` for ``c > 0``)."""
+(a PReLU's too, whatever its learned slopes: ``z`` for ``z ≥ 0``, ``a·z`` below, so
+``PReLU(cz) = c·PReLU(z)`` for ``c > 0``)."""
 
 
 def chain_degree(steps: list[str]) -> int | None:

@@ -19,13 +19,14 @@ from neuromanifold.cli import app
 from neuromanifold.singular.direction import read_direction
 from neuromanifold.singular.family import Gaussian
 from neuromanifold.singular.precision import (
+    PRECISION_SAMPLES,
     Float64Steps,
     lower_precision_note,
     lower_precision_steps,
     promote_forward,
     promoted_note,
 )
-from neuromanifold.singular.read import read
+from neuromanifold.singular.read import GRAPH_SAMPLES, read
 
 # F along a direction whose tangent cancels through a float32 step, relative to F's scale: the
 # rounding (~6e-8)² leaves ~1e-17 there, float64 ~1e-32 (measured 1e-34 promoted)
@@ -240,3 +241,34 @@ def test_read_direction_promotes_as_the_read_does() -> None:
     assert max(again.sweep.F) < FLOAT32_RESIDUE_MIN * again.sweep.scale
     with pytest.raises(TypeError, match="promote must be True or False"):
         read_direction(model, params, vectors[i], _x(), Gaussian(), promote=1)
+
+
+class _LateFloat32(_KeyBiasAttention):
+    """Its softmax is taken in float32 only for a batch holding a sample whose first entry is
+    above 2 (here sample 10 alone): a step the first 8 samples do not take."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        s = self.q_proj(x) @ self.k_proj(x).transpose(-1, -2) / 2.0
+        low = bool((x[:, 0, 0] > 2.0).any())
+        w = torch.softmax(s, -1, dtype=torch.float32 if low else None).to(x.dtype)
+        return self.o_proj(w @ self.v_proj(x)).mean(1)
+
+
+def test_read_direction_looks_for_lower_steps_on_the_samples_the_read_does() -> None:
+    """``read_direction`` looked at 8 samples, the read at 16: a float32 step only sample 10
+    takes was promoted by the read and not by ``read_direction`` (s28c audit RERUN: flat against
+    live). Both look at ``PRECISION_SAMPLES`` now."""
+    assert PRECISION_SAMPLES == GRAPH_SAMPLES
+    x = _x()
+    x[:, 0, 0] = x[:, 0, 0].clamp(max=1.0)
+    x[10, 0, 0] = 2.5
+    torch.manual_seed(0)
+    model = nn.Sequential(_LateFloat32()).double()
+    assert lower_precision_steps(model, x[:8]) == {}
+    assert lower_precision_steps(model, x[:PRECISION_SAMPLES]) != {}
+    vectors: dict[int, dict[str, Tensor]] = {}
+    reading = read(model, x, Gaussian(), progress=False, on_vector=vectors.__setitem__)
+    (i,) = [i for i, r in enumerate(reading.directions) if r.detector == "key-bias"]
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    again = read_direction(model, params, vectors[i], x, Gaussian())
+    assert again.klass.value == reading.directions[i].klass == "flat_gauge"

@@ -30,7 +30,7 @@ from neuromanifold.singular.classify import (
     gauge_overlap,
 )
 from neuromanifold.singular.family import OutputFamily, check_family
-from neuromanifold.singular.precision import promoted_model
+from neuromanifold.singular.precision import PRECISION_SAMPLES, promoted_model
 from neuromanifold.singular.rate import RateFit, fit_rate
 from neuromanifold.singular.reading import ORDERED_CLASSES
 from neuromanifold.singular.sweep import T_BATCH, Sweep, default_grid, sweep_prepared
@@ -38,8 +38,6 @@ from neuromanifold.singular.sweep import T_BATCH, Sweep, default_grid, sweep_pre
 __all__ = ["VISIBILITY_FACTOR", "DirectionReading", "read_direction", "snap_base_point"]
 
 VISIBILITY_FACTOR = 10.0
-PRECISION_SAMPLES = 8
-"""Samples of the one forward that looks for steps below float64 (``promote``)."""
 
 
 def snap_base_point(

@@ -33,6 +33,7 @@ from torch.overrides import TorchFunctionMode, resolve_name
 
 __all__ = [
     "LOWER_PRECISION",
+    "PRECISION_SAMPLES",
     "Float64Steps",
     "LowerPrecisionRecorder",
     "lower_precision_note",
@@ -42,6 +43,11 @@ __all__ = [
     "promoted_note",
 ]
 
+PRECISION_SAMPLES = 16
+"""Probe samples of the one forward that looks for steps below float64: the read's first
+``GRAPH_SAMPLES`` (`neuromanifold.singular.read`, which is this number) and `read_direction`'s
+(s28c audit RERUN: at 8 against the read's 16, a step only a later sample takes was promoted by
+the read and not by `read_direction`)."""
 NOTE_STEPS = 10
 """Steps the note names (all are in ``meta["lower_precision_steps"]``): a tiny Llama takes
 about ten, its rotary tables, RMSNorms and softmax (at three, the softmax was among "7 more",

@@ -90,6 +90,7 @@ from neuromanifold.singular.groups import group_key, is_grouped_conv
 from neuromanifold.singular.memory import MemoryPlan, plan_memory
 from neuromanifold.singular.passes import check_forward_mode
 from neuromanifold.singular.precision import (
+    PRECISION_SAMPLES,
     LowerPrecisionRecorder,
     lower_precision_note,
     promote_forward,
@@ -109,7 +110,9 @@ from neuromanifold.singular.sweep import T_BATCH
 __all__ = ["DEDUP_OVERLAP", "MIN_RESIDUAL", "PROJECT_MIN_OVERLAP", "check_live_threshold", "read"]
 
 DEDUP_OVERLAP = 0.999
-GRAPH_SAMPLES = 16
+GRAPH_SAMPLES = PRECISION_SAMPLES
+"""Probe samples of the graph trace and the early checks, the lower-precision search among them
+(as many as `read_direction` looks at for it: `precision.PRECISION_SAMPLES`)."""
 FORWARD_MODE_SAMPLES = 2
 """Probe samples of the read's early forward-mode test (`check_forward_mode`)."""
 

@@ -272,3 +272,37 @@ def test_read_direction_looks_for_lower_steps_on_the_samples_the_read_does() -> 
     params = {k: v.detach() for k, v in model.named_parameters()}
     again = read_direction(model, params, vectors[i], x, Gaussian())
     assert again.klass.value == reading.directions[i].klass == "flat_gauge"
+
+
+# relative agreement of one sweep computed twice in the same precision (same passes, same sums)
+SAME_SWEEP_RTOL = 1e-12
+
+
+def test_a_kept_precision_read_sweeps_the_mixed_precision_program() -> None:
+    """``read(promote=False)`` kept the float32 softmax for its detection but its sweeps ran
+    promoted: `read_direction` promotes by default, and the read called it so (s29). Every
+    record's ``F`` is now that of the unpromoted forward along the direction it swept, and the
+    promoted forward's differs from it there at float32 rounding."""
+    torch.manual_seed(0)
+    model = nn.Sequential(_KeyBiasAttention()).double()
+    vectors: dict[int, dict[str, Tensor]] = {}
+    kept = read(
+        model, _x(), Gaussian(), progress=False, promote=False, on_vector=vectors.__setitem__
+    )
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    worst_kept, worst_promoted = 0.0, 0.0
+    for i, rec in enumerate(kept.directions):
+        shift = rec.sweep["base_shift"]
+        base = {k: p + shift * vectors[i][k] if k in vectors[i] else p for k, p in params.items()}
+        f_read = torch.tensor(rec.sweep["F"], dtype=torch.float64)
+        for promote in (False, True):
+            again = read_direction(model, base, vectors[i], _x(), Gaussian(), promote=promote)
+            f_again = torch.tensor(again.sweep.F, dtype=torch.float64)
+            gap = float((f_again - f_read).abs().max() / f_read.abs().max())
+            if promote:
+                worst_promoted = max(worst_promoted, gap)
+            else:
+                worst_kept = max(worst_kept, gap)
+    assert len(kept.directions) >= 3
+    assert worst_kept <= SAME_SWEEP_RTOL
+    assert worst_promoted > 1e3 * SAME_SWEEP_RTOL

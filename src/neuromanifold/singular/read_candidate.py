@@ -233,6 +233,10 @@ def read_candidate(
             chunk_size=chunk,
             live_threshold=live_threshold,
             t_batch=t_batch,
+            # ``work`` is the read's working copy, promoted or kept as the read was asked
+            # (`promote_forward`): promoting here again would run a kept read's sweeps in float64
+            # and search PRECISION_SAMPLES samples for lower steps before every sweep
+            promote=False,
         )
 
     # a gauge's offset is intrinsic (its tangent is a function of θ0): never snapped

@@ -303,6 +303,36 @@ def test_a_floor_prefix_is_said_where_no_window_passes() -> None:
     assert fit.k is None and fit.reason.startswith("no window passes") and "rises" not in fit.reason
 
 
+def test_a_switch_on_is_no_order() -> None:
+    """F at rounding level up to t ≈ 0.025, then a jump to a short plateau and a t² rise (a dead
+    ReLU unit the move revives; s29 trial SHARED #5 read it genuine k = 2 on the rise): the rise's
+    law predicts far more than the floor where F sat at it, so no order is read and the reason
+    says F switches on, with the floor prefix."""
+    t = grid()
+    f = np.where(t < 0.025, 1e-38, np.maximum(3e-3, 0.9 * t**2))
+    fit = fit_rate(t, f, floor=3e-26)
+    assert fit.k is None
+    assert fit.reason.startswith("F switches on: the best window's law")
+    assert "; F ≤ 10×floor for t ≤ " in fit.reason
+    # the same rise with the floor points removed is a law again: the check is on the jump
+    assert fit_rate(t[t >= 0.025], f[t >= 0.025], floor=3e-26).k == 2
+
+
+@pytest.mark.parametrize("p", [2, 4, 6, 8, 10])
+def test_a_law_rising_out_of_the_floor_is_read(p: int) -> None:
+    """A power law under which F is at rounding level (1e-38) until it passes 10·floor: the law
+    predicts about the floor at the last point below it (within one grid step's factor), so the
+    switch-on check (`SWITCH_ON_FACTOR`) keeps the order."""
+    t = grid()
+    floor = t[10] ** p / 10  # the first 10 points are below 10·floor
+    clean = t**p
+    f = np.where(clean >= 10 * floor * (1 - 1e-12), clean, 1e-38)
+    assert int(np.sum(f == 1e-38)) == 10
+    fit = fit_rate(t, f, floor=floor)
+    assert fit.k == 1 + p // 2
+    assert abs(fit.k_hat - (1 + p / 2)) <= EXACT
+
+
 def test_zero_values_split_runs() -> None:
     t = grid()
     f = t**2

@@ -97,3 +97,29 @@ def test_a_flat_checkpoint_is_not_replaced_by_a_snapped_read_of_another_model(
     assert auto.sweep["F"] == F
     # the reason says where F leaves the floor
     assert "F ≤ 10×floor for t ≤" in auto.reason and "then rises to" in auto.reason
+
+
+SWITCH_ON_BIAS = -0.025  # the unit fires once its bias has moved past 0.025
+
+
+def test_a_unit_the_move_switches_on_reads_no_order() -> None:
+    """s29 trial SHARED #5: along a never-firing unit's bias F is 0 up to the switch-on distance,
+    then constant (the unit's output grows like t − 0.025, its consumer column reads it); the
+    rise fits a law (slope 0) that is no law of the germ, flat on both sides of θ0. It was read
+    live, k = 1 (genuine, k = 2, on a trained MLP whose rise curved); now no order is read and the
+    reason says F switches on."""
+    from neuromanifold.singular.direction import read_direction
+
+    model = _cell()
+    with torch.no_grad():
+        model[0].weight[0] = 0.0
+        model[0].bias[0] = SWITCH_ON_BIAS
+    x = torch.rand(64, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    u = {"0.bias": torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)}
+    grid = torch.logspace(-4, 0, 32, dtype=torch.float64)  # 1.4 decades past the switch-on
+    r = read_direction(model, params, u, x, Gaussian(), grid=grid)
+    ts, F = r.sweep.ts, r.sweep.F
+    assert all(f == 0.0 for t, f in zip(ts, F, strict=True) if t <= -SWITCH_ON_BIAS)
+    assert r.klass.value == "unresolved" and r.k is None
+    assert "F switches on" in r.reason and "then rises to" in r.reason

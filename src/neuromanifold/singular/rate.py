@@ -32,6 +32,16 @@ the power law holds and reads it. The rule (spec §7.2 steps 5–6, made precise
    The read keeps ``k`` (the order of the selected window) and the classification's reason
    states the lower order below it.
 
+8. **Switch-on.** When grid points below the floor precede the window's run, the window's law
+   ``exp(intercept)·t^slope`` is evaluated at the last of them, ``t_{a−1}``. Where it exceeds
+   ``SWITCH_ON_FACTOR`` times ``max(floor_margin·floor, F(t_{a−1}))`` the law does not reach down
+   to there: F sits at the floor and then jumps (a ReLU unit that the move switches on at
+   ``t ≈ t_a``, flat before it), and the window describes what happens after the switch, not the
+   germ at ``t → 0``. No order is read (``k = None``, the reason names the jump). A law that
+   emerges from the floor predicts about the floor there: at most one grid step's factor,
+   ``(t_a/t_{a−1})^slope`` (under 20 for k ≤ 6 on the default grid), above the last kept-out
+   point.
+
 A plateau is preferred only when it fits as well as the best window (step 5). Its r² is judged
 against the 1 % TSS floor, so a plateau that starts to bend within its decade loses to the power
 law above it: ``F = 1 + (t/s)²`` reads k = 1 on the default grid (32 points from ``1e−4``) only
@@ -63,6 +73,7 @@ __all__ = [
     "R2_TIE",
     "R2_TSS_FLOOR",
     "SLOPE_TOL",
+    "SWITCH_ON_FACTOR",
     "RateFit",
     "fit_rate",
     "local_slopes",
@@ -77,6 +88,11 @@ R2_TIE = 0.005
 R2_TSS_FLOOR = 0.01
 FLOOR_MARGIN_DEFAULT = 10.0
 CENTRE_TIE = 1e-9
+SWITCH_ON_FACTOR = 100.0
+"""How far above the floor (or the measured F) at the last point below it a window's law may
+predict before the rise counts as a switch-on (module docstring, step 8). A one-layer MLP's dead
+ReLU unit revived at t ≈ 0.025 (s29 trial SHARED #5): F = 1e-38 up to t = 0.022, 3.1e-3 from
+t = 0.030; the window's law predicted 9.6e-4 at 0.022, 3·10²¹ times the margin, and read k = 2."""
 
 
 @dataclass(frozen=True)
@@ -353,6 +369,21 @@ def fit_rate(
     k_hat = 1.0 + slope / 2.0
     k = round(k_hat)
     a = next(r0 for r0, r1 in _runs(keep) if r0 <= i0 <= r1)
+    if a > 0:  # step 8: points below the floor precede the run
+        below = max(floor_margin * fl, float(f[a - 1]))
+        predicted = math.exp(intercept + slope * lt[a - 1])
+        if predicted > SWITCH_ON_FACTOR * below:
+            return RateFit(
+                **empty,
+                n_candidates=len(candidates),
+                n_passing=len(passing),
+                reason=(
+                    f"F switches on: the best window's law (t in [{t[i0]:.3g}, {t[i1]:.3g}], "
+                    f"slope {slope:.3f}) predicts F = {predicted:.3g} at t = {t[a - 1]:.3g}, "
+                    f"where F is below {floor_margin:g}×floor"
+                    f"{_floor_prefix(t, f, keep, floor_margin)}"
+                ),
+            )
     small_t_slope, small_t_window = None, None
     if a + min_points - 1 < i0:
         small_t_slope = _ols(lt[a : a + min_points], lf[a : a + min_points])[0]

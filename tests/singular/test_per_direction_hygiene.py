@@ -75,6 +75,39 @@ def test_embedding_with_max_norm_is_refused(cls: type[nn.Module], width: int) ->
     assert torch.equal(m[0].weight.detach(), before)
 
 
+@pytest.mark.parametrize("fn", ["spectral_norm", "weight_norm"])
+@pytest.mark.parametrize("state", ["after_training", "after_no_grad_forward"])
+def test_a_legacy_norm_hook_is_refused_with_its_remove_call(fn: str, state: str) -> None:
+    """s29 trial SHARED #2: the legacy hook's ``weight`` is recomputed before every forward from
+    parameters the detectors never name; the read failed with a deep-copy error (right after a
+    training step, ``weight`` a graph tensor), a bare ``KeyError`` or a direction error. Every
+    entry point refuses it up front, naming the ``remove_…`` call, after which the baked-in
+    model computes the same function and reads."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 3)).double()
+    m[2] = getattr(nn.utils, fn)(m[2])
+    x = torch.randn(16, 4, dtype=D)
+    if state == "after_training":
+        F.mse_loss(m(x), torch.zeros(16, 3, dtype=D)).backward()
+    else:
+        with torch.no_grad():
+            m(x)
+    m.eval()
+    pattern = rf"submodule '2' \(Linear\) carries the hook of torch.nn.utils.{fn}.*remove_{fn}"
+    with pytest.raises(ValueError, match=pattern):
+        read(m, x, Gaussian(), progress=False)
+    u = {"0.weight": torch.randn(5, 4, dtype=D)}
+    for entry in (directional_fisher, read_direction):
+        with pytest.raises(ValueError, match=pattern):
+            entry(m, dict(m.named_parameters()), u, x, Gaussian())
+    with torch.no_grad():
+        before = m(x)
+    getattr(nn.utils, f"remove_{fn}")(m[2])
+    with torch.no_grad():
+        assert torch.equal(m(x), before)
+    assert read(m, x, Gaussian(), progress=False, max_directions=0).meta["n_params"] == 43
+
+
 class MCDropout(nn.Module):
     """Monte-Carlo dropout hard-wired on in forward: random whatever the module's mode."""
 

@@ -240,9 +240,17 @@ def check_parameter_writes(model: nn.Module, *, supplied: Collection[str] = ()) 
     output then depends on ``W_row · min(1, max_norm/‖W_row‖)``, but forward-mode derivatives see
     only the lookup, not the renormalisation, so ``F_u`` along such a row would be wrong (and the
     weight changes during the read).
+
+    A module carrying the hook of the legacy ``torch.nn.utils.spectral_norm`` or
+    ``torch.nn.utils.weight_norm`` recomputes its ``weight`` (a plain tensor attribute, not a
+    parameter) from ``weight_orig`` or ``weight_g``, ``weight_v`` before every forward: the read
+    would move parameters the detectors never name (s29 trial SHARED #2: a deep-copy error, a
+    bare ``KeyError`` or a direction error, by the module's state). It is refused, naming the
+    ``remove_…`` call that bakes the weight in (the function at the checkpoint is unchanged).
     """
     check_materialised(model, supplied=supplied)
     for name, mod in model.named_modules():
+        _check_legacy_reparametrization(name, mod)
         if isinstance(mod, nn.Embedding | nn.EmbeddingBag) and mod.max_norm is not None:
             raise ValueError(
                 f"model submodule {name or '<root>'!r} ({type(mod).__name__}) has "
@@ -251,6 +259,27 @@ def check_parameter_writes(model: nn.Module, *, supplied: Collection[str] = ()) 
                 f"read would be wrong; renormalise the weight once beforehand (torch.renorm("
                 f"weight, p=norm_type, dim=0, maxnorm=max_norm)) and set max_norm=None"
             )
+
+
+def _check_legacy_reparametrization(name: str, mod: nn.Module) -> None:
+    """Refuse ``mod`` when a forward pre-hook of the legacy spectral or weight norm is on it."""
+    from torch.nn.utils.spectral_norm import SpectralNorm
+    from torch.nn.utils.weight_norm import WeightNorm
+
+    for hook in mod._forward_pre_hooks.values():
+        if isinstance(hook, SpectralNorm):
+            fn, source = "spectral_norm", f"{hook.name}_orig (and the power iteration's u, v)"
+        elif isinstance(hook, WeightNorm):
+            fn, source = "weight_norm", f"{hook.name}_g and {hook.name}_v"
+        else:
+            continue
+        raise ValueError(
+            f"model submodule {name or '<root>'!r} ({type(mod).__name__}) carries the hook of "
+            f"torch.nn.utils.{fn}: its {hook.name!r} is recomputed from {source} before every "
+            f"forward, so it is no parameter the read can move; bake it in first with "
+            f"torch.nn.utils.remove_{fn}(module) (it keeps the weight the hook computes: the "
+            f"function at the checkpoint is unchanged) and read that model"
+        )
 
 
 def check_tensor_output(out: object) -> Tensor:

@@ -74,9 +74,16 @@ forward and one backward of a random cotangent) is not measured, but runs in chu
 ``factor_batch`` samples, about what one factor batch costs; the plan's own measuring passes
 (on 2 and 4 samples, the factor pass on up to 8, then its checks at the chosen factor batch on
 up to twice that batch: the first check runs at the line's batch, which may exceed the factor
-share by as much as the line underestimates), and passes over fixed-size chunks outside the
-plan (the graph trace and the forward-mode check on a few samples, the adapters' and the rescale
-certification's passes). Not
+share by as much as the line underestimates), passes over fixed-size chunks made before the
+plan (the graph trace, the precision search and the forward-mode check on a few samples, the
+adapters' passes), and the projection of a candidate off the curved-gauge generators sharing its
+tensors (`neuromanifold.singular.read_candidate`: those generators as one matrix and its singular
+vectors, twice their bytes, beside what is held). The rescale certifications' forwards run in
+passes of the factor batch and keep the model's outputs on the probe set only within what the
+detection's estimate leaves of its share (`MemoryPlan.detection_room`); before that, on a
+one-layer GPT-2 with 128-token sequences under a 60 MB budget, a 31-sample certification pass
+and the trace's held activations set the tracked peak at 63.0 MB (35.5 MB after; s28 trial DIST
+F3). Not
 seen by the tracker: scratch memory that kernels allocate internally (BLAS, LAPACK eigensolver
 and convolution workspaces), the allocator's caching and fragmentation, and Python objects:
 ``BUDGET_FRACTION`` and ``JVP_FRACTION`` leave room for them (their docstrings give the
@@ -344,6 +351,12 @@ class MemoryPlan:
         sweeps, so they count at their own size; the share covers the heap churn of the passes
         (`JVP_FRACTION`'s docstring), which repeat."""
         return int(JVP_FRACTION * (self.budget - (self.held if held is None else held)))
+
+    def detection_room(self) -> int:
+        """Bytes the detection's estimate and what is held leave of its share:
+        ``max(0, M − H − D)``. The detectors' certification passes may keep the model's outputs
+        on the probe set between them within it (`DetectionContext.cache_bytes`)."""
+        return max(0, self.max_memory - self.held - self.detection)
 
     def holding(self, nbytes: int, what: str = "the read's candidate directions") -> MemoryPlan:
         """This plan with ``nbytes`` more held through the sweeps, its chunk and t-batch resized.

@@ -77,6 +77,7 @@ from neuromanifold.singular.detectors.gapless import gapless_note, gapless_small
 from neuromanifold.singular.detectors.graph import ModelGraph, is_named_rmsnorm, trace_graph
 from neuromanifold.singular.detectors.qk_norm import query_key_norms
 from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
+from neuromanifold.singular.detectors.rescale import CERTIFY_CACHE_BYTES, CERTIFY_CHUNK
 from neuromanifold.singular.distributed import (
     PER_RANK_META,
     agreed_errors,
@@ -541,7 +542,16 @@ def read(
     seen, emb_passes = embedding_rows_seen(work, xw, batch_size)
     params = {k: v.detach().clone() for k, v in work.named_parameters()}
     ctx = DetectionContext(
-        model=work, params=params, factors=factors, graph=graph, family=family, data=xw
+        model=work,
+        params=params,
+        factors=factors,
+        graph=graph,
+        family=family,
+        data=xw,
+        # under a budget the certifications' forwards run in factor batches (a no-grad forward
+        # costs less than a factor pass over as many samples) and keep what the share leaves
+        forward_chunk=None if plan is None else min(CERTIFY_CHUNK, plan.factor_batch),
+        cache_bytes=None if plan is None else min(CERTIFY_CACHE_BYTES, plan.detection_room()),
     )
     ctx.cache["embedding_seen"] = seen
     not_covered = _not_covered(work, registry, set(factors.blocks), factors.skipped)

@@ -174,7 +174,11 @@ class DetectionContext:
     """What detectors read: float64 model copy and parameters, factors, graph, family, data.
 
     ``aliases`` (filled from ``model``) maps alias names of tied parameters to their first name;
-    ``params`` then answers both (module docstring).
+    ``params`` then answers both (module docstring). ``forward_chunk``: samples per forward pass
+    of the detectors' own passes over ``data`` (the certifications of
+    `neuromanifold.singular.detectors.rescale.relative_change`), ``None`` for their default;
+    ``cache_bytes``: the most bytes of model outputs those passes may keep between them,
+    ``None`` for their default. `read` sets both under a memory budget (`plan_memory`).
     """
 
     model: nn.Module
@@ -184,6 +188,8 @@ class DetectionContext:
     family: Any
     data: Tensor
     cache: dict[str, Any] = field(default_factory=dict)
+    forward_chunk: int | None = None
+    cache_bytes: int | None = None
     aliases: dict[str, str] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:

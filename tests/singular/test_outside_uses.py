@@ -102,3 +102,23 @@ def test_an_unused_uncovered_parameter_is_named_unused() -> None:
     reasons = {n.name: n.reason for n in reading.not_covered}
     assert reasons["<root>"] == UNUSED_REASON
     assert reasons["gate"] == "no detector for this type"
+
+
+def test_frozen_parameters_are_named_and_counted() -> None:
+    """s29 trial SHARED #4: parameters with ``requires_grad=False`` are part of θ (docs); the
+    reading now says so and counts them, and reads them exactly as when they train."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 3)).double()
+    x = _x(d=4)
+    trained = read(model, x, Gaussian(), progress=False)
+    assert trained.meta["n_frozen_params"] == 0 and "requires_grad" not in trained.note
+    for p in model[0].parameters():
+        p.requires_grad_(False)
+    frozen = read(model, x, Gaussian(), progress=False)
+    assert frozen.meta["n_frozen_params"] == 25
+    assert "25 of 43 parameter entries ('0.weight', '0.bias') have requires_grad=False" in (
+        frozen.note
+    )
+    assert [(r.detector, r.klass, r.k) for r in frozen.directions] == [
+        (r.detector, r.klass, r.k) for r in trained.directions
+    ]

@@ -719,7 +719,7 @@ def read(
     gap_note = gapless_note(gapless)
     if gap_note:
         note = f"{note}; {gap_note}" if note else gap_note
-    for low_note in (promoted_note(promoted), lower_precision_note(lower)):
+    for low_note in (promoted_note(promoted), lower_precision_note(lower), _frozen_note(model)):
         if low_note:
             note = f"{note}; {low_note}" if note else low_note
     meta = {
@@ -740,6 +740,7 @@ def read(
         else "",
         "upcast": bool(upcast),
         "upcast_note": _upcast_note(model),
+        "n_frozen_params": sum(p.numel() for p in model.parameters() if not p.requires_grad),
         "lower_precision_steps": lower,
         "promoted_steps": promoted,
         "n_candidates": n_found,
@@ -797,6 +798,22 @@ def _check_repeatable(
         again = forward_checked(model, x, data_shape=data_shape)
     refuse_unless_repeats(first, again, x.shape[0])
     return rec.steps
+
+
+def _frozen_note(model: nn.Module) -> str:
+    """The clause for parameters with ``requires_grad=False`` (``""`` when none): they are part of
+    θ and read like the others (s29 trial SHARED #4: a frozen first layer carried 52 % of a
+    genuine record's direction, which the reading did not point out)."""
+    frozen = [(n, p.numel()) for n, p in model.named_parameters() if not p.requires_grad]
+    if not frozen:
+        return ""
+    names = ", ".join(f"'{n}'" for n, _ in frozen[:3]) + (", …" if len(frozen) > 3 else "")
+    total = sum(p.numel() for p in model.parameters())
+    return (
+        f"{sum(k for _, k in frozen)} of {total} parameter entries ({names}) have "
+        f"requires_grad=False: they are part of θ and read like the others (register them as "
+        f"buffers to read the trainable parameters alone)"
+    )
 
 
 def _upcast_note(model: nn.Module) -> str:

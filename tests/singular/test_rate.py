@@ -318,6 +318,17 @@ def test_a_switch_on_is_no_order() -> None:
     assert fit_rate(t[t >= 0.025], f[t >= 0.025], floor=3e-26).k == 2
 
 
+@pytest.mark.parametrize("t0", [0.001, 0.003, 0.01])
+def test_a_rise_from_zero_past_a_nearby_node_death_is_read(t0: float) -> None:
+    """A checkpoint t₀ off a node death: F = 0 up to t₀, then c·(t − t₀)², which rises from zero
+    into the law rather than jumping onto it (`SWITCH_ON_JUMP`): the order of the node death is
+    read, as for any point near the structure (module docstring)."""
+    t = grid()
+    f = np.where(t > t0, 2.0 * (t - t0) ** 2, 1e-38)
+    fit = fit_rate(t, f, floor=1e-26)
+    assert fit.k == 2
+
+
 @pytest.mark.parametrize("p", [2, 4, 6, 8, 10])
 def test_a_law_rising_out_of_the_floor_is_read(p: int) -> None:
     """A power law under which F is at rounding level (1e-38) until it passes 10·floor: the law

@@ -33,14 +33,18 @@ the power law holds and reads it. The rule (spec §7.2 steps 5–6, made precise
    states the lower order below it.
 
 8. **Switch-on.** When grid points below the floor precede the window's run, the window's law
-   ``exp(intercept)·t^slope`` is evaluated at the last of them, ``t_{a−1}``. Where it exceeds
-   ``SWITCH_ON_FACTOR`` times ``max(floor_margin·floor, F(t_{a−1}))`` the law does not reach down
-   to there: F sits at the floor and then jumps (a ReLU unit that the move switches on at
-   ``t ≈ t_a``, flat before it), and the window describes what happens after the switch, not the
-   germ at ``t → 0``. No order is read (``k = None``, the reason names the jump). A law that
-   emerges from the floor predicts about the floor there: at most one grid step's factor,
-   ``(t_a/t_{a−1})^slope`` (under 20 for k ≤ 6 on the default grid), above the last kept-out
-   point.
+   ``ℓ(t) = exp(intercept)·t^slope`` is evaluated at the last of them, ``t_{a−1}``, and at the
+   run's first point ``t_a``. Where ``ℓ(t_{a−1})`` exceeds ``SWITCH_ON_FACTOR`` times
+   ``max(floor_margin·floor, F(t_{a−1}))`` the law does not reach down to there, and where
+   moreover ``F(t_a) ≥ SWITCH_ON_JUMP · ℓ(t_a)`` F did not rise from zero into the law but
+   jumped onto it: a dead ReLU unit with live output weights that the move switches on near
+   ``t_a`` (its derivative steps from 0 to 1), flat before it. The window then describes the
+   model after the switch, not the germ at ``t → 0``: no order is read (``k = None``, the reason
+   names the jump). A law that emerges from the floor predicts about the floor at ``t_{a−1}``
+   (at most one grid step's factor ``(t_a/t_{a−1})^slope`` above it, under 20 for k ≤ 6 on the
+   default grid). A checkpoint a distance ``t₀`` off a node death rises from zero like
+   ``(t − t₀)²``, below the law at ``t_a`` (at most ``(1 − t_{a−1}/t_a)² ≈ 0.07`` of it on the
+   default grid): it is read, with the order of the structure it sits near (below).
 
 A plateau is preferred only when it fits as well as the best window (step 5). Its r² is judged
 against the 1 % TSS floor, so a plateau that starts to bend within its decade loses to the power
@@ -74,6 +78,7 @@ __all__ = [
     "R2_TSS_FLOOR",
     "SLOPE_TOL",
     "SWITCH_ON_FACTOR",
+    "SWITCH_ON_JUMP",
     "RateFit",
     "fit_rate",
     "local_slopes",
@@ -90,9 +95,14 @@ FLOOR_MARGIN_DEFAULT = 10.0
 CENTRE_TIE = 1e-9
 SWITCH_ON_FACTOR = 100.0
 """How far above the floor (or the measured F) at the last point below it a window's law may
-predict before the rise counts as a switch-on (module docstring, step 8). A one-layer MLP's dead
-ReLU unit revived at t ≈ 0.025 (s29 trial SHARED #5): F = 1e-38 up to t = 0.022, 3.1e-3 from
-t = 0.030; the window's law predicted 9.6e-4 at 0.022, 3·10²¹ times the margin, and read k = 2."""
+predict before the rise can count as a switch-on (module docstring, step 8). A one-layer MLP's
+dead ReLU unit revived at t ≈ 0.025 (s29 trial SHARED #5): F = 1e-38 up to t = 0.022, 3.1e-3
+from t = 0.030; the window's law predicted 5.9e-4 at 0.022, 2·10²¹ times the margin, and read
+k = 2."""
+SWITCH_ON_JUMP = 0.5
+"""The run's first point holds at least this fraction of the window's law there when F jumped
+onto the law (step 8; SHARED #5: 3.1e-3 against 1.0e-3); a rise from zero past a nearby node
+death holds at most ~0.07 of it."""
 
 
 @dataclass(frozen=True)
@@ -372,7 +382,8 @@ def fit_rate(
     if a > 0:  # step 8: points below the floor precede the run
         below = max(floor_margin * fl, float(f[a - 1]))
         predicted = math.exp(intercept + slope * lt[a - 1])
-        if predicted > SWITCH_ON_FACTOR * below:
+        on_law = math.exp(intercept + slope * lt[a])
+        if predicted > SWITCH_ON_FACTOR * below and f[a] >= SWITCH_ON_JUMP * on_law:
             return RateFit(
                 **empty,
                 n_candidates=len(candidates),

@@ -49,6 +49,9 @@ from neuromanifold.linear.fiber_numeric import (
     numeric_fiber,
     point_distance,
     problem_scale,
+    same_fiber_point,
+    target_vector,
+    unit_problem,
 )
 from neuromanifold.linear.fiber_report import (
     FiberReport,
@@ -207,8 +210,14 @@ def lcn_fiber(
     tol = FIBER_RTOL
     rho = problem_scale(arch, v, d)
 
+    target = target_vector(arch, *unit_problem(arch, v, d, rho))
+
     def distinct(xs: Sequence[np.ndarray]) -> list[int]:  # de-duplicate at unit scale
-        return dedupe_points([x / rho for x in xs], lambda a, b: point_distance(arch, a, b))
+        return dedupe_points(
+            [x / rho for x in xs],
+            lambda a, b: point_distance(arch, a, b),
+            same=lambda a, b: same_fiber_point(arch, target, a, b),
+        )
 
     note = normal_form_note(arch)
     notes: list[str] = [note] if note else []

@@ -35,6 +35,18 @@ fix μ and δ). For an FC network these are the hidden isometries ``Q_l = s_l I`
 distinct points). The other hidden isometries that fix ``(W, Δ)`` — the ``Q_l ∈ O(n_l)`` that
 commute with ``Δ_l``, e.g. reflections ``U diag(±1) Uᵀ`` in ``Δ_l``'s eigenbasis — are not
 divided out: widths ``(1, 2, 1)`` list two points of one orbit, with one NTK (s16 audit AA #9).
+
+Two converged points are one point when they are within ``POINT_DISTINCT_RTOL`` of each other
+(modulo signs) or, for an LCN, when they are within ``SEGMENT_MAX`` and the fiber residual stays
+at most ``SEGMENT_MERGE_FACTOR · FIBER_RTOL`` at the quarter points of the segment between them
+(`same_fiber_point`). At a singular point of μ (a root of multiplicity m shared between layers)
+the residual grows like distance^m, so a solve stopped at ``FIBER_RTOL`` fixes the point only to
+about ``FIBER_RTOL^{1/m}``: at ``v = (z² − 0.49)³`` with filters (5, 2), stride 2, the starts ended
+2·10⁻⁶ to 7·10⁻⁵ from the one true point, were counted as 12 points with 7 NTKs, and the routes
+were said to disagree (s29 trial LIN2 F1). On the segment between two such ends the residual
+stayed ≤ 1.6·10⁻⁹; between two distinct points it rises to the size of the difference of their
+images: 1.3·10⁻⁷ for two factorisations whose roots differ by 10⁻³ (v with roots ½, ½ + 10⁻³).
+Points closer than that resolution are not told apart.
 """
 
 from __future__ import annotations
@@ -58,6 +70,11 @@ from neuromanifold.linear.rescale import fiber_scale, rescale_to_delta
 #: Converged when the unit-scale fiber residual (module docstring) is at most this: a fraction of
 #: ``ρ^L`` for ``μ`` and of ``ρ²`` for the invariants.
 FIBER_RTOL = 1e-10
+#: Two points within ``SEGMENT_MAX`` (unit scale, modulo signs) are one point when the residual at
+#: the quarter points of the segment between them is at most this times the tolerance (module
+#: docstring).
+SEGMENT_MERGE_FACTOR = 100.0
+SEGMENT_MAX = 1e-2
 #: Singular values below this fraction of the largest count as zero (ranks, fiber dimension):
 #: the package's shared threshold :data:`~neuromanifold.linear.metric.RTOL_RANK`.
 RANK_RTOL = RTOL_RANK
@@ -258,7 +275,7 @@ def numeric_fiber(
         lambda x: phi(arch, x) - target, lambda x: phi_jacobian(arch, x), starts, tol=tol
     )
     xs = [canonical_signs(arch, g.x) for g in good]
-    keep = _dedupe(arch, xs)  # at unit scale: the distinctness threshold is relative too
+    keep = _dedupe(arch, xs, target)  # at unit scale: the distinctness threshold is relative too
     return NumericFiber(
         points=tuple(rho * xs[i] for i in keep),
         residuals=tuple(good[i].residual for i in keep),
@@ -270,10 +287,45 @@ def numeric_fiber(
     )
 
 
-def _dedupe(arch: LCN | FC, xs: Sequence[np.ndarray]) -> list[int]:
+def _dedupe(arch: LCN | FC, xs: Sequence[np.ndarray], target: np.ndarray) -> list[int]:
     from neuromanifold.linear.fiber_report import dedupe_points
 
-    return dedupe_points(list(xs), lambda a, b: point_distance(arch, a, b))
+    # the segment rule for LCN fibers (finite outside continua); an FC fiber is mostly a
+    # continuum whose samples merging near the rule's level would only make the count of
+    # samples depend on rounding (it differed between scales 1 and 10⁶)
+    same = (lambda a, b: same_fiber_point(arch, target, a, b)) if isinstance(arch, LCN) else None
+    return dedupe_points(list(xs), lambda a, b: point_distance(arch, a, b), same=same)
+
+
+def same_fiber_point(
+    arch: LCN | FC, target: np.ndarray, x: np.ndarray, y: np.ndarray, tol: float = FIBER_RTOL
+) -> bool:
+    """Whether the unit-scale points ``x``, ``y`` over ``target`` are one point at the tolerance:
+    ``y``'s sign image nearest ``x`` is within ``SEGMENT_MAX`` and
+    ``max_{s ∈ {¼, ½, ¾}} ‖Φ(x + s(c·y − x)) − target‖ ≤ SEGMENT_MERGE_FACTOR · tol`` (module
+    docstring).
+
+    >>> arch = LCN((2, 2), (1,))
+    >>> t = target_vector(arch, np.array([0.5, 0.0, -0.5]), np.array([0.0]))  # (1 − z²)/2
+    >>> a = np.array([1.0, 1.0, 1.0, -1.0]) / 2**0.5  # w1 = 1 + z, w2 = 1 − z (balanced)
+    >>> b = np.array([1.0, -1.0, 1.0, 1.0]) / 2**0.5  # the roots swapped: another point
+    >>> same_fiber_point(arch, t, a, a + 1e-11), same_fiber_point(arch, t, a, b)
+    (True, False)
+    """
+    sizes = arch.layer_sizes
+    gap, near = min(
+        (
+            (float(np.linalg.norm(x - y * np.repeat(c, sizes))), y * np.repeat(c, sizes))
+            for c in sign_patterns(arch.L)
+        ),
+        key=lambda pair: pair[0],
+    )
+    if gap > SEGMENT_MAX:
+        return False
+    worst = max(
+        float(np.linalg.norm(phi(arch, x + s * (near - x)) - target)) for s in (0.25, 0.5, 0.75)
+    )
+    return worst <= SEGMENT_MERGE_FACTOR * tol
 
 
 def polish(arch: LCN | FC, v: np.ndarray, delta: Any, x0: np.ndarray) -> tuple[np.ndarray, float]:

@@ -71,8 +71,10 @@ def dedupe_points(
     distance: Callable[[np.ndarray, np.ndarray], float],
     *,
     rtol: float = POINT_DISTINCT_RTOL,
+    same: Callable[[np.ndarray, np.ndarray], bool] | None = None,
 ) -> list[int]:
-    """Indices of the first point of each class under ``distance(a, b) ≤ rtol · scale``.
+    """Indices of the first point of each class under ``distance(a, b) ≤ rtol · scale`` or, when
+    given, ``same(a, b)`` (e.g. `neuromanifold.linear.fiber_numeric.same_fiber_point`).
 
     ``scale = max(1, max_i ‖p_i‖)``. ``distance`` should already be taken modulo the symmetry
     group (e.g. the minimum over sign flips).
@@ -82,7 +84,10 @@ def dedupe_points(
     scale = max(1.0, max(float(np.linalg.norm(p)) for p in points))
     keep: list[int] = []
     for i, p in enumerate(points):
-        if all(distance(p, points[j]) > rtol * scale for j in keep):
+        if all(
+            distance(p, points[j]) > rtol * scale and not (same and same(points[j], p))
+            for j in keep
+        ):
             keep.append(i)
     return keep
 

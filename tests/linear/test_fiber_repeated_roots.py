@@ -1,0 +1,63 @@
+"""Fibers at a v whose roots repeat three or more times (s29 trial LIN2 F1): the numeric route's
+starts end anywhere within ~FIBER_RTOL^{1/m} of the one true point, and were counted as distinct
+points with distinct NTKs. Truth by hand: the factorisations of v into the layers' (dilated)
+polynomials, one point each after the rescaling lemma."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from neuromanifold.linear.architecture import LCN, flatten_params
+from neuromanifold.linear.fiber import lcn_fiber
+from neuromanifold.linear.fiber_numeric import (
+    SEGMENT_MAX,
+    phi,
+    problem_scale,
+    same_fiber_point,
+    target_vector,
+    unit_problem,
+)
+
+
+def _v(roots: list[float]) -> np.ndarray:
+    """Coefficients of Π (z − r) in increasing degree."""
+    return np.poly(roots)[::-1].copy()
+
+
+@pytest.mark.parametrize(
+    ("filters", "strides", "roots", "n_true", "n_starts"),
+    [
+        # (z² − 0.49)³ = w1(z)·w2(z²): w2 = z² − 0.49 only (as a polynomial in y = z²: (y − 0.49)³)
+        ((5, 2), (2,), [0.7] * 3 + [-0.7] * 3, 1, 40),
+        # (z − ½)³: w2 = z − ½, w1 = (z − ½)²
+        ((3, 2), (1,), [0.5] * 3, 1, 40),
+        # (z − ½)³(z + 2): w2 = z − ½ or z + 2
+        ((4, 2), (1,), [0.5] * 3 + [-2.0], 2, 40),
+    ],
+)
+def test_a_triple_root_gives_the_true_number_of_points_and_ntks(
+    filters: tuple, strides: tuple, roots: list[float], n_true: int, n_starts: int
+) -> None:
+    rep = lcn_fiber(LCN(filters, strides), _v(roots), [0.0], n_starts=n_starts)
+    assert (rep.n_points, rep.n_distinct_ntks) == (n_true, n_true)
+    assert rep.routes_agree is True
+    numeric = next(r for r in rep.routes if r.name == "numeric")
+    assert numeric.n_points == n_true
+
+
+def test_two_distinct_factorisations_closer_than_the_segment_gate_stay_apart() -> None:
+    """Roots ½ and ½ + 10⁻³ swap between the layers: two points 10⁻³ apart, both counted; the
+    residual midway between them (1.3e-7) is far above the merge level."""
+    arch = LCN((3, 2), (1,))
+    v = _v([0.5, 0.5 + 1e-3, 0.2])
+    rep = lcn_fiber(arch, v, [0.0])
+    assert (rep.n_points, rep.n_distinct_ntks) == (3, 3)
+    rho = problem_scale(arch, v, np.zeros(1))
+    target = target_vector(arch, *unit_problem(arch, v, np.zeros(1), rho))
+    xs = [flatten_params(arch, p) / rho for p in rep.points]
+    close = [(a, b) for i, a in enumerate(xs) for b in xs[i + 1 :] if np.linalg.norm(a - b) < 1e-2]
+    assert close and all(np.linalg.norm(a - b) < SEGMENT_MAX for a, b in close)
+    assert not any(same_fiber_point(arch, target, a, b) for a, b in close)
+    for x in xs:  # each is a fiber point
+        assert np.linalg.norm(phi(arch, x) - target) <= 1e-10

@@ -14,7 +14,7 @@ from neuromanifold.linear import LCN
 from neuromanifold.linear.architecture import flatten_params
 from neuromanifold.linear.fiber import lcn_fiber
 from neuromanifold.linear.fiber_numeric import FIBER_RTOL, curve_through
-from neuromanifold.linear.fiber_report import continuum_note
+from neuromanifold.linear.fiber_report import FiberReport, continuum_note
 from neuromanifold.linear.normalize import normal_form_note
 
 ATOL_EXACT = 1e-12
@@ -57,6 +57,15 @@ def test_fiber_command_stride_one_example(tmp_path: Path) -> None:
     assert d["n_points"] == 2 and d["n_distinct_ntks"] == 2
     K = np.array([[2, 1, 0], [1, 7, 1], [0, 1, 5]], dtype=float)
     assert any(np.max(np.abs(np.array(k) - K)) <= ATOL_EXACT for k in d["ntks"])
+    # the file reads back into a report (s29 trial LIN2 F3) that writes the same file, and whose
+    # points and NTKs are those lcn_fiber gives
+    back = FiberReport.from_dict(d)
+    assert json.loads(json.dumps(back.to_dict())) == d
+    rep = lcn_fiber(LCN((2, 2), (1,)), [1, 1, -2], [-3])
+    assert back.n_points == rep.n_points and back.architecture_spec == rep.architecture_spec
+    for a, b in zip(back.ntk_arrays(), rep.ntk_arrays(), strict=True):
+        assert np.max(np.abs(a - b)) <= ATOL_EXACT
+    assert [r.name for r in back.routes] == [r.name for r in rep.routes]
 
 
 def test_fiber_command_prints_normal_form_note(tmp_path: Path) -> None:

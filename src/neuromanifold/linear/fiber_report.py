@@ -15,7 +15,7 @@ References: E. M. Achour, K. Kohn, H. Rauhut, arXiv:2507.06367 (NTK determinacy 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,6 +126,13 @@ class RouteSummary:
             d["residual"] = None
         return d
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RouteSummary:
+        """Inverse of `to_dict` (a ``None`` residual is NaN again)."""
+        d = dict(d)
+        d["residual"] = float("nan") if d.get("residual") is None else float(d["residual"])
+        return cls(**d)
+
 
 @dataclass(frozen=True)
 class FiberReport:
@@ -232,6 +239,43 @@ class FiberReport:
             "notes": list(self.notes),
             "point_residuals": list(self.point_residuals),
         }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> FiberReport:
+        """Inverse of `to_dict` (s29 trial LIN2 F3: ``lcn fiber --json`` could not be read back):
+        ``FiberReport.from_dict(json.load(f))`` gives a report whose `to_dict` is the file's.
+
+        >>> rep = build_report(architecture="toy", v=np.ones(2), delta=np.zeros(1),
+        ...     points=[[np.ones(1), np.ones(2)]], ntks=[np.eye(2)], residuals=[0.0],
+        ...     best_residual=0.0, tolerance=1e-10, routes=(), routes_agree=None)
+        >>> FiberReport.from_dict(rep.to_dict()) == rep
+        True
+        """
+        arch = d["architecture"]
+        spec = dict(arch) if isinstance(arch, Mapping) else None
+        return cls(
+            architecture=str(d.get("architecture_label", arch if spec is None else "")),
+            architecture_spec=spec,
+            v=tuple(float(x) for x in d["v"]),
+            delta=tuple(float(x) for x in d["delta"]),
+            on_manifold=bool(d["on_manifold"]),
+            residual=float(d["residual"]),
+            tolerance=float(d["tolerance"]),
+            points=tuple(tuple(w for w in p) for p in d["points"]),
+            ntks=tuple(d["ntks"]),
+            ntk_labels=tuple(int(x) for x in d["ntk_labels"]),
+            n_distinct_ntks=int(d["n_distinct_ntks"]),
+            max_ntk_diff_abs=float(d["max_ntk_diff_abs"]),
+            max_ntk_diff_rel=float(d["max_ntk_diff_rel"]),
+            routes=tuple(RouteSummary.from_dict(r) for r in d["routes"]),
+            routes_agree=d["routes_agree"],
+            jacobian_ranks=tuple(int(x) for x in d.get("jacobian_ranks", ())),
+            dim_M=d.get("dim_M"),
+            fiber_dimension=d.get("fiber_dimension"),
+            continuum=d.get("continuum"),
+            notes=tuple(d.get("notes", ())),
+            point_residuals=tuple(float(x) for x in d.get("point_residuals", ())),
+        )
 
 
 def build_report(

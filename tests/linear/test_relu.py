@@ -230,3 +230,50 @@ def test_bad_inputs() -> None:
         relu_forward(net, (np.zeros((2, 2)), np.zeros((1, 2))), np.zeros((4, 3)))
     with pytest.raises(ValueError, match="notion must be 'dataset' or 'global'"):
         relu_fiber(net, (np.ones((2, 2)), np.ones((1, 2))), np.ones((3, 2)), notion="local")
+
+
+# RK4 drift of a conserved quantity over 1600 steps of 2.5e-4 (5e-8 at steps of 1e-3, the
+# diagonal's as much: integrator error, falling like h⁴)
+FLOW_CONSERVED_ATOL = 1e-9
+
+
+def _all_active_cell() -> tuple[ReluMLP, tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """ReluMLP(2, 3, 1) with positive inputs and input weights: every unit active on X."""
+    rng = np.random.default_rng(0)
+    X = np.abs(rng.standard_normal((4, 2))) + 0.1
+    W = np.abs(rng.standard_normal((3, 2))) + 0.1
+    A = rng.standard_normal((1, 3))
+    return ReluMLP(2, 3, 1), (W, A), X
+
+
+def test_units_sharing_an_activation_pattern_conserve_their_cross_terms() -> None:
+    """s29 trial LIN2 F2: on the data, gradient flow of the squared loss conserves
+    (AᵀA − WWᵀ)_{jk} for units j, k with the same activation pattern (all of them here), not
+    only the diagonal; the dataset fiber keeps the whole matrix, and its dimension is
+    n_params − rank of (f on X, the 6 conserved entries) = 9 − 2 − 6 = 1."""
+    net, (W, A), X = _all_active_cell()
+    y = np.array([[1.0], [-0.5], [0.3], [2.0]])
+
+    def grad(x: np.ndarray) -> np.ndarray:
+        th = (x[:6].reshape(3, 2), x[6:].reshape(1, 3))
+        return relu_jacobian(net, th, X).T @ (relu_forward(net, th, X) - y).ravel()
+
+    def gram(x: np.ndarray) -> np.ndarray:
+        Wx, Ax = x[:6].reshape(3, 2), x[6:].reshape(1, 3)
+        return Ax.T @ Ax - Wx @ Wx.T
+
+    x = np.concatenate([W.ravel(), A.ravel()])
+    start, h = gram(x), 2.5e-4
+    for _ in range(1600):
+        k1 = -grad(x)
+        k2 = -grad(x + h / 2 * k1)
+        k3 = -grad(x + h / 2 * k2)
+        k4 = -grad(x + h * k3)
+        x = x + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    assert np.all(activation_pattern(net, (x[:6].reshape(3, 2), x[6:].reshape(1, 3)), X))
+    assert np.linalg.norm(x - np.concatenate([W.ravel(), A.ravel()])) > 0.1  # it moved
+    assert np.max(np.abs(gram(x) - start)) <= FLOW_CONSERVED_ATOL
+    rep = relu_fiber(net, (W, A), X, notion="dataset")
+    assert rep.fiber_dimension == 1
+    for W1, A1 in rep.point_arrays():
+        assert np.max(np.abs((A1.T @ A1 - W1 @ W1.T) - start)) <= 1e-9 * np.max(np.abs(start))

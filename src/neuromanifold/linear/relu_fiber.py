@@ -191,7 +191,9 @@ def relu_fiber(
     """Search the fiber of ``θ0`` (same function in the given ``notion``, same invariants).
 
     Fiber equations ``Φ(θ) = (vec f_θ(Z), invariants(θ)) = Φ(θ0)`` with ``Z = X`` (dataset
-    notion; points must also keep θ0's activation pattern on ``X``) or ``Z = X ∪ probe`` with a
+    notion; points must also keep θ0's activation pattern on ``X``, and for an MLP the
+    invariants also hold ``(AᵀA − WWᵀ)_{jk}`` of every pair of units with the same pattern,
+    which the flow conserves there: `_shared_pattern_pairs`) or ``Z = X ∪ probe`` with a
     seeded Gaussian probe set of ``probe_size`` points (global notion; default
     ``max(60, 10·n_params)``) and θ0's :func:`kink_probes` (``4 (d − 1)`` per unit, so that the
     values on ``Z`` fix θ0 to first order as the global function does). Levenberg–Marquardt
@@ -222,17 +224,26 @@ def relu_fiber(
     else:
         Z = X
     x0 = _flatten((W0, A0))
-    target = np.concatenate(
-        [relu_forward(net, (W0, A0), Z).ravel(), relu_invariants(net, (W0, A0))]
-    )
     pattern0 = activation_pattern(net, (W0, A0), X)
+    pairs = (
+        _shared_pattern_pairs(pattern0) if notion == "dataset" and isinstance(net, ReluMLP) else []
+    )
+
+    def invariants(th: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        base = relu_invariants(net, th)
+        if not pairs:
+            return base
+        W, A = th
+        return np.concatenate([base, [A[:, j] @ A[:, k] - W[j] @ W[k] for j, k in pairs]])
+
+    target = np.concatenate([relu_forward(net, (W0, A0), Z).ravel(), invariants((W0, A0))])
     s = _phi_scale(target, x0)
     c = float(np.sqrt(s))  # Φ(θ) − target = s · (Φ(θ/c) − target/s): solve at unit scale θ/c
     target_u = target / s
 
     def fun(x: np.ndarray) -> np.ndarray:
         th = _unflatten(net, x)
-        out = np.concatenate([relu_forward(net, th, Z).ravel(), relu_invariants(net, th)])
+        out = np.concatenate([relu_forward(net, th, Z).ravel(), invariants(th)])
         return out - target_u
 
     def jac(x: np.ndarray) -> np.ndarray:
@@ -242,6 +253,8 @@ def relu_fiber(
             dinv = np.concatenate(
                 [-2 * _block_rows(W, axis_rows=True), 2 * _block_rows(A, axis_rows=False)], axis=1
             )
+            if pairs:
+                dinv = np.concatenate([dinv, _pair_rows(W, A, pairs)], axis=0)
         else:
             dinv = np.concatenate(
                 [-2 * _block_rows(W, axis_rows=True), 2 * _block_rows(A, axis_rows=True)], axis=1
@@ -457,6 +470,40 @@ def _with_route_count(report: FiberReport) -> FiberReport:
 
     routes = tuple(replace(r, n_distinct_ntks=report.n_distinct_ntks) for r in report.routes)
     return replace(report, routes=routes)
+
+
+def _shared_pattern_pairs(pattern: np.ndarray) -> list[tuple[int, int]]:
+    """The pairs ``j < k`` of hidden units with the same activation pattern on the data
+    (columns of ``pattern``, shape ``(N, m)``).
+
+    For such a pair ``(AᵀA − WWᵀ)_{jk} = a_j·a_k − w_j·w_k`` is conserved by gradient flow on
+    any loss of the outputs on the data, as the diagonal is: the flow's change of ``a_j·a_k`` is
+    ``−Σ_n r_nᵀ(a_k h_nj + a_j h_nk)`` and of ``w_j·w_k`` is ``−Σ_n (a_jᵀr_n) D_nj ⟨w_k, x_n⟩ +
+    (j ↔ k)``, equal when ``D_nj = D_nk`` (then ``D_nj ⟨w_k, x_n⟩ = h_nk``). With every unit
+    active on the data the network is one linear network there and the whole matrix is
+    conserved, as for an FC network (s29 trial LIN2 F2: the cross terms drifted by 1.1e-8 under
+    RK4, as the diagonal did; the dataset fiber without them had dimension 4, not 1).
+    """
+    m = pattern.shape[1]
+    return [
+        (j, k)
+        for j in range(m)
+        for k in range(j + 1, m)
+        if np.array_equal(pattern[:, j], pattern[:, k])
+    ]
+
+
+def _pair_rows(W: np.ndarray, A: np.ndarray, pairs: list[tuple[int, int]]) -> np.ndarray:
+    """``∂(a_j·a_k − w_j·w_k)/∂(vec W, vec A)`` for each pair, shape ``(len(pairs), n_params)``
+    (W: ``(m, d)``, unit j its row j; A: ``(o, m)``, unit j its column j)."""
+    m, d = W.shape
+    out = np.zeros((len(pairs), W.size + A.size))
+    for r, (j, k) in enumerate(pairs):
+        out[r, j * d : (j + 1) * d] -= W[k]
+        out[r, k * d : (k + 1) * d] -= W[j]
+        out[r, W.size + j :: m] += A[:, k]
+        out[r, W.size + k :: m] += A[:, j]
+    return out
 
 
 def _block_rows(M: np.ndarray, *, axis_rows: bool) -> np.ndarray:

@@ -61,3 +61,16 @@ def test_two_distinct_factorisations_closer_than_the_segment_gate_stay_apart() -
     assert not any(same_fiber_point(arch, target, a, b) for a, b in close)
     for x in xs:  # each is a fiber point
         assert np.linalg.norm(phi(arch, x) - target) <= 1e-10
+
+
+@pytest.mark.parametrize("roots", [[0.5, 0.5001, 0.2], [3.0, 3.0003, 0.2]])
+def test_exact_points_closer_than_the_numeric_resolution_are_all_kept(roots: list[float]) -> None:
+    """s29b audit #1: the algebraic route's exact points 10⁻⁴ apart (unit scale) were joined by
+    the segment rule, whose midpoint residual falls under its level for points that close: 2 of
+    3 points, once with the routes said to agree. Exact points are never joined to each other;
+    the numeric route, which cannot resolve them, is reported as disagreeing."""
+    rep = lcn_fiber(LCN((3, 2), (1,)), _v(roots), [0.0])
+    algebraic = next(r for r in rep.routes if r.name == "algebraic")
+    assert rep.n_points == algebraic.n_points == 3
+    numeric = next(r for r in rep.routes if r.name == "numeric")
+    assert rep.routes_agree is (numeric.n_points == 3)

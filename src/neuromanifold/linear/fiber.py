@@ -205,6 +205,7 @@ def lcn_fiber(
     summaries: list[RouteSummary] = []
     all_pts: list[np.ndarray] = []
     all_res: list[float] = []
+    n_exact = 0  # the algebraic route's points lead all_pts
     per_route_ntks: dict[str, list[np.ndarray]] = {}
     best = float("inf")
     tol = FIBER_RTOL
@@ -212,11 +213,15 @@ def lcn_fiber(
 
     target = target_vector(arch, *unit_problem(arch, v, d, rho))
 
-    def distinct(xs: Sequence[np.ndarray]) -> list[int]:  # de-duplicate at unit scale
+    def distinct(xs: Sequence[np.ndarray], exact: int = 0) -> list[int]:  # at unit scale
+        """The first of each class of ``xs``; the first ``exact`` are the algebraic route's,
+        which the segment rule never joins to each other (exact roots 10⁻⁴ apart are two
+        points: s29b audit #1)."""
         return dedupe_points(
             [x / rho for x in xs],
             lambda a, b: point_distance(arch, a, b),
             same=lambda a, b: same_fiber_point(arch, target, a, b),
+            exact=exact,
         )
 
     note = normal_form_note(arch)
@@ -227,7 +232,7 @@ def lcn_fiber(
         res = [r for r in alg.residuals if np.isfinite(r)]  # unit-scale (fiber_numeric.polish)
         ok = [i for i, r in enumerate(res) if r <= tol]
         pts, res = [pts[i] for i in ok], [res[i] for i in ok]
-        keep = distinct(pts)
+        keep = distinct(pts, exact=len(pts))
         pts, res = [pts[i] for i in keep], [res[i] for i in keep]
         ks = [ntk_at_fiber_point(arch, unflatten_params(arch, p)) for p in pts]
         per_route_ntks["algebraic"] = ks if alg.applicable else []
@@ -247,6 +252,7 @@ def lcn_fiber(
         if alg.applicable:
             all_pts += pts
             all_res += res
+            n_exact = len(pts)
     if "numeric" in routes:
         num = numeric_fiber(arch, v, d, n_starts=n_starts, seed=seed, theta_guess=theta_guess)
         ks = [ntk_at_fiber_point(arch, unflatten_params(arch, p)) for p in num.points]
@@ -267,7 +273,7 @@ def lcn_fiber(
         all_res += list(num.residuals)
         best = num.best_residual
         tol = num.tolerance
-    keep = distinct(all_pts)
+    keep = distinct(all_pts, exact=n_exact)
     pts = [all_pts[i] for i in keep]
     res = [all_res[i] for i in keep]
     thetas = [unflatten_params(arch, p) for p in pts]

@@ -45,8 +45,13 @@ about ``FIBER_RTOL^{1/m}``: at ``v = (z² − 0.49)³`` with filters (5, 2), str
 2·10⁻⁶ to 7·10⁻⁵ from the one true point, were counted as 12 points with 7 NTKs, and the routes
 were said to disagree (s29 trial LIN2 F1). On the segment between two such ends the residual
 stayed ≤ 1.6·10⁻⁹; between two distinct points it rises to the size of the difference of their
-images: 1.3·10⁻⁷ for two factorisations whose roots differ by 10⁻³ (v with roots ½, ½ + 10⁻³).
-Points closer than that resolution are not told apart.
+images: 1.3·10⁻⁷ for two factorisations whose roots differ by 10⁻³ (v with roots ½, ½ + 10⁻³),
+growing like the square of their distance, so that below a distance of about 2·10⁻⁴ (unit
+scale) two distinct numeric points are joined: the numeric route does not resolve them.
+`neuromanifold.linear.fiber.lcn_fiber` never joins two of the algebraic route's exact points
+this way (s29b audit #1: roots ½ and ½ + 10⁻⁴ gave 2 of 3 points), so the union keeps them and
+the routes are reported as disagreeing. At a multiplicity of 5 or more the ends spread about
+``FIBER_RTOL^{1/5} = 10⁻²``, beyond ``SEGMENT_MAX``, and are still over-counted there.
 """
 
 from __future__ import annotations

@@ -72,20 +72,23 @@ def dedupe_points(
     *,
     rtol: float = POINT_DISTINCT_RTOL,
     same: Callable[[np.ndarray, np.ndarray], bool] | None = None,
+    exact: int = 0,
 ) -> list[int]:
     """Indices of the first point of each class under ``distance(a, b) ≤ rtol · scale`` or, when
     given, ``same(a, b)`` (e.g. `neuromanifold.linear.fiber_numeric.same_fiber_point`).
 
     ``scale = max(1, max_i ‖p_i‖)``. ``distance`` should already be taken modulo the symmetry
-    group (e.g. the minimum over sign flips).
+    group (e.g. the minimum over sign flips). The first ``exact`` points are exact (an algebraic
+    route's): ``same`` joins a later point to them, never two of them to each other.
     """
     if not points:
         return []
     scale = max(1.0, max(float(np.linalg.norm(p)) for p in points))
     keep: list[int] = []
     for i, p in enumerate(points):
+        joins = same if same is not None and i >= exact else None
         if all(
-            distance(p, points[j]) > rtol * scale and not (same and same(points[j], p))
+            distance(p, points[j]) > rtol * scale and not (joins and joins(points[j], p))
             for j in keep
         ):
             keep.append(i)

@@ -344,6 +344,18 @@ def test_a_law_rising_out_of_the_floor_is_read(p: int) -> None:
     assert abs(fit.k_hat - (1 + p / 2)) <= EXACT
 
 
+@pytest.mark.parametrize(("p", "gap"), [(0, 3), (2, 4), (4, 5), (2, 8)])
+def test_an_early_drop_out_inside_a_law_is_no_switch_on(p: int, gap: int) -> None:
+    """s29b audit #3: one grid point at 0 early in a clean law leaves a run too short for a
+    window before it; the window after it was called a switch-on. The switch-on needs a prefix
+    all below the floor, and the law's order is read."""
+    t = grid()
+    f = 1e-3 * t**p
+    f[gap] = 0.0
+    fit = fit_rate(t, f, floor=1e-20)
+    assert fit.k == 1 + p // 2
+
+
 def test_zero_values_split_runs() -> None:
     t = grid()
     f = t**2

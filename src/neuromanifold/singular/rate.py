@@ -32,7 +32,8 @@ the power law holds and reads it. The rule (spec §7.2 steps 5–6, made precise
    The read keeps ``k`` (the order of the selected window) and the classification's reason
    states the lower order below it.
 
-8. **Switch-on.** When grid points below the floor precede the window's run, the window's law
+8. **Switch-on.** When the window's run follows a prefix of grid points all below the floor
+   (a point dropping out of a law later in the grid is no switch-on), the window's law
    ``ℓ(t) = exp(intercept)·t^slope`` is evaluated at the last of them, ``t_{a−1}``, and at the
    run's first point ``t_a``. Where ``ℓ(t_{a−1})`` exceeds ``SWITCH_ON_FACTOR`` times
    ``max(floor_margin·floor, F(t_{a−1}))`` the law does not reach down to there, and where
@@ -379,7 +380,7 @@ def fit_rate(
     k_hat = 1.0 + slope / 2.0
     k = round(k_hat)
     a = next(r0 for r0, r1 in _runs(keep) if r0 <= i0 <= r1)
-    if a > 0:  # step 8: points below the floor precede the run
+    if a > 0 and not keep[:a].any():  # step 8: the run follows a prefix below the floor
         below = max(floor_margin * fl, float(f[a - 1]))
         predicted = math.exp(intercept + slope * lt[a - 1])
         on_law = math.exp(intercept + slope * lt[a])

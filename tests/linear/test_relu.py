@@ -277,3 +277,33 @@ def test_units_sharing_an_activation_pattern_conserve_their_cross_terms() -> Non
     assert rep.fiber_dimension == 1
     for W1, A1 in rep.point_arrays():
         assert np.max(np.abs((A1.T @ A1 - W1 @ W1.T) - start)) <= 1e-9 * np.max(np.abs(start))
+
+
+def test_cnn_channels_sharing_a_pattern_keep_their_cross_term() -> None:
+    """s29b audit #5: the cross term of two channels with one pattern on the data is conserved
+    as for MLP units (the argument summed over positions); the dataset fiber fixes it: its
+    dimension is 5, not 6, and every point keeps A Aᵀ − W Wᵀ."""
+    rng = np.random.default_rng(3)
+    net = ReluCNN(length=6, filter_size=2, stride=1, channels=2)
+    X = np.abs(rng.standard_normal((4, 6))) + 0.1
+    W = np.abs(rng.standard_normal((2, 2))) + 0.1
+    A = rng.standard_normal((2, net.positions))
+    assert np.all(activation_pattern(net, (W, A), X))
+    start = A @ A.T - W @ W.T
+
+    def phi(x: np.ndarray) -> np.ndarray:  # f on X and the whole 2×2 matrix, by hand
+        Wx, Ax = x[:4].reshape(2, 2), x[4:].reshape(2, net.positions)
+        gram = Ax @ Ax.T - Wx @ Wx.T
+        return np.concatenate([relu_forward(net, (Wx, Ax), X).ravel(), gram[np.triu_indices(2)]])
+
+    x0, eps = np.concatenate([W.ravel(), A.ravel()]), 1e-6
+    jac = np.stack([(phi(x0 + eps * e) - phi(x0 - eps * e)) / (2 * eps) for e in np.eye(14)], 1)
+    sv = np.linalg.svd(jac, compute_uv=False)
+    expected = 14 - int(np.sum(sv > 1e-7 * sv[0]))
+    rep = relu_fiber(net, (W, A), X, notion="dataset")
+    assert rep.fiber_dimension == expected
+    # the cross term (row −2: the (0, 1) entry) removes one dimension
+    without = np.linalg.matrix_rank(np.delete(jac, -2, axis=0), tol=1e-7 * sv[0])
+    assert expected == 14 - without - 1
+    for W1, A1 in rep.point_arrays():
+        assert np.max(np.abs((A1 @ A1.T - W1 @ W1.T) - start)) <= 1e-9 * np.max(np.abs(start))

@@ -225,16 +225,16 @@ def relu_fiber(
         Z = X
     x0 = _flatten((W0, A0))
     pattern0 = activation_pattern(net, (W0, A0), X)
-    pairs = (
-        _shared_pattern_pairs(pattern0) if notion == "dataset" and isinstance(net, ReluMLP) else []
-    )
+    mlp = isinstance(net, ReluMLP)
+    pairs = _shared_pattern_pairs(pattern0) if notion == "dataset" else []
 
     def invariants(th: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         base = relu_invariants(net, th)
         if not pairs:
             return base
         W, A = th
-        return np.concatenate([base, [A[:, j] @ A[:, k] - W[j] @ W[k] for j, k in pairs]])
+        units = A.T if mlp else A  # unit j's read-out: column j (MLP), row j (CNN channel)
+        return np.concatenate([base, [units[j] @ units[k] - W[j] @ W[k] for j, k in pairs]])
 
     target = np.concatenate([relu_forward(net, (W0, A0), Z).ravel(), invariants((W0, A0))])
     s = _phi_scale(target, x0)
@@ -253,12 +253,12 @@ def relu_fiber(
             dinv = np.concatenate(
                 [-2 * _block_rows(W, axis_rows=True), 2 * _block_rows(A, axis_rows=False)], axis=1
             )
-            if pairs:
-                dinv = np.concatenate([dinv, _pair_rows(W, A, pairs)], axis=0)
         else:
             dinv = np.concatenate(
                 [-2 * _block_rows(W, axis_rows=True), 2 * _block_rows(A, axis_rows=True)], axis=1
             )
+        if pairs:
+            dinv = np.concatenate([dinv, _pair_rows(W, A, pairs, a_rows=not mlp)], axis=0)
         return np.concatenate([relu_jacobian(net, th, Z), dinv], axis=0)
 
     x0u = x0 / c
@@ -474,7 +474,8 @@ def _with_route_count(report: FiberReport) -> FiberReport:
 
 def _shared_pattern_pairs(pattern: np.ndarray) -> list[tuple[int, int]]:
     """The pairs ``j < k`` of hidden units with the same activation pattern on the data
-    (columns of ``pattern``, shape ``(N, m)``).
+    (``pattern``: MLP ``(N, m)``, unit j its column; CNN ``(N, channels, positions)``, channel j
+    its ``[:, j, :]``, the same argument summed over positions).
 
     For such a pair ``(AᵀA − WWᵀ)_{jk} = a_j·a_k − w_j·w_k`` is conserved by gradient flow on
     any loss of the outputs on the data, as the diagonal is: the flow's change of ``a_j·a_k`` is
@@ -493,16 +494,24 @@ def _shared_pattern_pairs(pattern: np.ndarray) -> list[tuple[int, int]]:
     ]
 
 
-def _pair_rows(W: np.ndarray, A: np.ndarray, pairs: list[tuple[int, int]]) -> np.ndarray:
+def _pair_rows(
+    W: np.ndarray, A: np.ndarray, pairs: list[tuple[int, int]], *, a_rows: bool = False
+) -> np.ndarray:
     """``∂(a_j·a_k − w_j·w_k)/∂(vec W, vec A)`` for each pair, shape ``(len(pairs), n_params)``
-    (W: ``(m, d)``, unit j its row j; A: ``(o, m)``, unit j its column j)."""
+    (W: ``(m, d)``, unit j its row j; A: unit j its column j, ``(o, m)``, or with ``a_rows`` its
+    row j, ``(m, positions)``: a CNN channel's read-out)."""
     m, d = W.shape
     out = np.zeros((len(pairs), W.size + A.size))
     for r, (j, k) in enumerate(pairs):
         out[r, j * d : (j + 1) * d] -= W[k]
         out[r, k * d : (k + 1) * d] -= W[j]
-        out[r, W.size + j :: m] += A[:, k]
-        out[r, W.size + k :: m] += A[:, j]
+        if a_rows:
+            p = A.shape[1]
+            out[r, W.size + j * p : W.size + (j + 1) * p] += A[k]
+            out[r, W.size + k * p : W.size + (k + 1) * p] += A[j]
+        else:
+            out[r, W.size + j :: m] += A[:, k]
+            out[r, W.size + k :: m] += A[:, j]
     return out
 
 

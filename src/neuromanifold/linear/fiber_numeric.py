@@ -170,14 +170,21 @@ def sign_patterns(L: int) -> list[np.ndarray]:
     return out
 
 
-def sign_distance(arch: LCN | FC, x: np.ndarray, y: np.ndarray) -> float:
-    """``min_c ‖x − c·y‖₂`` over the sign group (flat parameter vectors)."""
+def nearest_sign_image(arch: LCN | FC, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """``(min_c ‖x − c·y‖₂, c·y)`` over the sign group: the image of ``y`` nearest ``x``."""
     sizes = arch.layer_sizes
-    best = np.inf
+    best, near = np.inf, y
     for c in sign_patterns(arch.L):
         cy = y * np.repeat(c, sizes)
-        best = min(best, float(np.linalg.norm(x - cy)))
-    return best
+        gap = float(np.linalg.norm(x - cy))
+        if gap < best:
+            best, near = gap, cy
+    return best, near
+
+
+def sign_distance(arch: LCN | FC, x: np.ndarray, y: np.ndarray) -> float:
+    """``min_c ‖x − c·y‖₂`` over the sign group (flat parameter vectors)."""
+    return nearest_sign_image(arch, x, y)[0]
 
 
 def point_distance(arch: LCN | FC, x: np.ndarray, y: np.ndarray) -> float:
@@ -317,14 +324,7 @@ def same_fiber_point(
     >>> same_fiber_point(arch, t, a, a + 1e-11), same_fiber_point(arch, t, a, b)
     (True, False)
     """
-    sizes = arch.layer_sizes
-    gap, near = min(
-        (
-            (float(np.linalg.norm(x - y * np.repeat(c, sizes))), y * np.repeat(c, sizes))
-            for c in sign_patterns(arch.L)
-        ),
-        key=lambda pair: pair[0],
-    )
+    gap, near = nearest_sign_image(arch, x, y)
     if gap > SEGMENT_MAX:
         return False
     worst = max(

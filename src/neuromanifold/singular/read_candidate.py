@@ -75,15 +75,23 @@ ONE_SIDED_REASON = (
 (`one_sided_check`)."""
 
 
-def _flatten(u: dict[str, Tensor], keys: Sequence[str], params: dict[str, Tensor]) -> Tensor:
-    return torch.cat(
-        [
-            u[k].reshape(-1)
-            if k in u
-            else torch.zeros(params[k].numel(), dtype=torch.float64, device=params[k].device)
-            for k in keys
-        ]
-    )
+def _flatten(
+    u: dict[str, Tensor], keys: Sequence[str], params: dict[str, Tensor], out: Tensor | None = None
+) -> Tensor:
+    """``u`` over ``keys`` as one float64 vector (zero where ``u`` has no entry), written into
+    ``out`` (a zeroed vector or matrix column of the same length) when given."""
+    if out is None:
+        ref = params[keys[0]]
+        out = torch.zeros(
+            sum(params[k].numel() for k in keys), dtype=torch.float64, device=ref.device
+        )
+    pos = 0
+    for k in keys:
+        n = params[k].numel()
+        if k in u:
+            out[pos : pos + n] = u[k].reshape(-1)
+        pos += n
+    return out
 
 
 def related_generators(cand: Candidate, gauges: list[dict[str, Tensor]]) -> list[dict[str, Tensor]]:
@@ -126,13 +134,8 @@ def _gauge_split(
     u = _flatten(cand.u, keys, params)
     u = u / u.norm()
     basis = u.new_zeros(u.numel(), len(related))
-    pos = 0
-    for k in keys:
-        n = params[k].numel()
-        for j, g in enumerate(related):
-            if k in g:
-                basis[pos : pos + n, j] = g[k].reshape(-1)
-        pos += n
+    for j, g in enumerate(related):
+        _flatten(g, keys, params, out=basis[:, j])
     q, s, _ = torch.linalg.svd(basis, full_matrices=False)
     del basis
     q = q[:, : int((s > s.max() * 1e-10).sum())]  # s descends: the kept vectors lead

@@ -124,3 +124,71 @@ def test_read_of_a_norm_feeding_attention_has_no_note() -> None:
     assert graph.consumers["ln"] == ("attn.q_proj", "attn.k_proj", "attn.v_proj")
     assert "attn.q_proj" in graph.stops  # a projection's reshape is a stop, but no norm's
     assert "graph does not follow" not in reading.note
+
+
+class _ReLUHead(nn.Module):
+    """``head(op(act(fc(x))))``: ``op`` cuts the chain after the activation."""
+
+    def __init__(self, act: Callable[[Tensor], Tensor], op: Callable[[Tensor], Tensor]) -> None:
+        super().__init__()
+        self.fc = nn.Linear(D_IN, D)
+        self.head = nn.Linear(D, D_OUT)
+        self.act, self.op = act, op
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.op(self.act(self.fc(x))))
+
+
+def _relu_model(act: Callable[[Tensor], Tensor], op: Callable[[Tensor], Tensor]) -> nn.Module:
+    torch.manual_seed(0)
+    return _ReLUHead(act, op).double().eval()
+
+
+@pytest.mark.parametrize(
+    ("op", "func"), [(_transposes, torch.Tensor.transpose), (_clamp, torch.clamp)]
+)
+def test_read_notes_a_relu_chain_cut_before_its_consumer(op, func) -> None:
+    """The per-unit rescaling of ``fc`` through the ReLU is an exact gauge, but with the chain
+    cut no consumer is known, so it is not proposed: the read says so (s29 trial SHARED #7)."""
+    name = resolve_name(func)
+    graph = trace_graph(_relu_model(torch.relu, op), _x())
+    assert "fc" not in graph.consumers and graph.cuts["fc"] == ((name, ("ReLU",)),)
+    reading = read(_relu_model(torch.relu, op), _x(), Gaussian(), progress=False)
+    assert reading.meta["graph_stops"] == {"fc": [name]}
+    assert (
+        f"the output of 'fc' passes ReLU and then {name}, which the graph does not follow: "
+        "its relu-rescale gauges were not proposed"
+    ) in reading.note
+    assert not any(r.detector == "relu-rescale" for r in reading.directions)
+
+
+@pytest.mark.parametrize("act", [torch.tanh, _plain], ids=["tanh", "no activation"])
+def test_a_cut_after_no_homogeneous_activation_is_not_noted(act) -> None:
+    reading = read(_relu_model(act, _transposes), _x(), Gaussian(), progress=False)
+    assert reading.meta["graph_stops"] == {}
+    assert "graph does not follow" not in reading.note
+
+
+def test_the_uncut_relu_chain_is_not_noted_and_gets_its_gauge() -> None:
+    reading = read(_relu_model(torch.relu, _plain), _x(), Gaussian(), progress=False)
+    assert reading.meta["graph_stops"] == {}
+    assert any(r.detector == "relu-rescale" for r in reading.directions)
+
+
+def _halve(h: Tensor) -> Tensor:
+    return h * 0.5
+
+
+def test_a_norm_read_through_a_constant_factor_keeps_its_scale_gauge_and_notes_its_kernel() -> None:
+    """``head(ln(fc x) * 0.5)``: the per-feature rescale of γ against the head's columns crosses
+    the factor (proposed, exact); the LayerNorm-kernel identity is not carried across a factor
+    and is said to be missing (before the ``"Scale"`` step, the product stopped the chain and
+    neither gauge was proposed)."""
+    graph = trace_graph(_model(_halve), _x())
+    assert graph.via[("ln", "head")] == ("Scale",)
+    reading = read(_model(_halve), _x(), Gaussian(), progress=False)
+    assert reading.meta["graph_stops"] == {"ln": ["Scale"]}
+    assert "its LayerNorm-kernel gauge does not and was not proposed from the graph" in reading.note
+    (scale,) = [r for r in reading.directions if r.detector == "norm-scale"]
+    assert scale.layers == ("ln", "head") and str(scale.klass) == "curved_gauge"
+    assert not any(r.detector == "ln-kernel" for r in reading.directions)

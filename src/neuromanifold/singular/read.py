@@ -16,7 +16,8 @@ Pipeline (spec §7.2):
    on the same samples differ, `_check_repeatable`) raises ``ValueError``.
 2. One hooked forward on a few samples traces the data-flow graph (`trace_graph`; a norm whose
    output the graph loses at a function it does not follow is named in the ``note`` and in
-   ``meta["graph_stops"]``, `_norm_stops`); one pass over the probe set collects the K-FAC/KFC
+   ``meta["graph_stops"]``, `_norm_stops`, and so is a block whose output is lost there after a
+   ReLU, `_rescale_stops`); one pass over the probe set collects the K-FAC/KFC
    factors (`kfac_factors`); a no-grad pass records the embedding indices seen (only when the
    model has embeddings).
 3. Coverage: every module holding parameters must be handled by some detector of the registry;
@@ -74,10 +75,17 @@ from neuromanifold.singular.critical_check import critical_check, critical_note
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, Detector
 from neuromanifold.singular.detectors.embedding import embedding_rows_seen
 from neuromanifold.singular.detectors.gapless import gapless_note, gapless_small_ratios
-from neuromanifold.singular.detectors.graph import ModelGraph, is_named_rmsnorm, trace_graph
+from neuromanifold.singular.detectors.graph import (
+    PASS_THROUGH,
+    ModelGraph,
+    is_named_rmsnorm,
+    trace_graph,
+)
+from neuromanifold.singular.detectors.graph_steps import SCALE
 from neuromanifold.singular.detectors.qk_norm import query_key_norms
 from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
 from neuromanifold.singular.detectors.rescale import CERTIFY_CACHE_BYTES, CERTIFY_CHUNK
+from neuromanifold.singular.detectors.rescale_detectors import ReLURescaleDetector, chain_degree
 from neuromanifold.singular.distributed import (
     PER_RANK_META,
     agreed_errors,
@@ -713,7 +721,12 @@ def read(
     if size_note:
         note = f"{note}; {size_note}" if note else size_note
     graph_stops = _norm_stops(work, graph)
-    for extra in (_norm_stops_note(work, graph_stops), _outside_note(graph)):
+    rescale_stops = _rescale_stops(work, graph)
+    for extra in (
+        _norm_stops_note(work, graph_stops),
+        _rescale_stops_note(rescale_stops),
+        _outside_note(graph),
+    ):
         if extra:
             note = f"{note}; {extra}" if note else extra
     gap_note = gapless_note(gapless)
@@ -769,7 +782,7 @@ def read(
         "conv1d_as_linear": rewritten,
         "linear_subclass_as_linear": linear_subclasses,
         "multihead_as_projections": unpacked,
-        "graph_stops": graph_stops,
+        "graph_stops": {**graph_stops, **{k: v for k, (_, v) in rescale_stops.items()}},
         "outside_uses": {k: list(v) for k, v in graph.outside.items()},
         "gapless_small_ratios": gapless,
         "critical_check": critical,
@@ -910,9 +923,11 @@ def _norm_stops(model: nn.Module, graph: ModelGraph) -> dict[str, list[str]]:
     """Norms (``nn.LayerNorm``, ``nn.RMSNorm``, `is_named_rmsnorm`) whose output reaches no graph
     consumer and is not the model output, and went through functions the graph does not follow
     (``graph.stops``): norm → those functions' names. Their norm-scale (and, for a LayerNorm,
-    LayerNorm-kernel) gauges need a graph consumer, so none was proposed. The query and key norms
-    of a recognised attention are left out (`query_key_norms`: they have no such gauges; the
-    query/key-norm rescale is theirs)."""
+    LayerNorm-kernel) gauges need a graph consumer, so none was proposed. A LayerNorm read
+    through a constant factor (a ``"Scale"`` step) maps to ``["Scale"]``: its kernel identity
+    does not survive a factor that may differ by position, so that gauge was not proposed. The
+    query and key norms of a recognised attention are left out (`query_key_norms`: they have no
+    such gauges; the query/key-norm rescale is theirs)."""
     out: dict[str, list[str]] = {}
     qk = query_key_norms(model)
     for name, mod in model.named_modules():
@@ -922,6 +937,10 @@ def _norm_stops(model: nn.Module, graph: ModelGraph) -> dict[str, list[str]]:
         stopped = graph.stops.get(name, ())
         if is_norm and stopped and not graph.consumers.get(name) and graph.output != name:
             out[name] = list(stopped)
+        elif isinstance(mod, nn.LayerNorm) and any(
+            SCALE in graph.via[(name, c)] for c in graph.consumers.get(name, ())
+        ):
+            out[name] = [SCALE]
     return out
 
 
@@ -929,6 +948,13 @@ def _norm_stops_note(model: nn.Module, stops: Mapping[str, Sequence[str]]) -> st
     """One clause per norm of `_norm_stops`, naming the functions and the gauges not proposed."""
     clauses = []
     for name, funcs in stops.items():
+        if list(funcs) == [SCALE]:
+            clauses.append(
+                f"the output of '{name}' reaches the next layer through a constant factor "
+                "(Scale): its norm-scale gauge crosses it, its LayerNorm-kernel gauge does not "
+                "and was not proposed from the graph"
+            )
+            continue
         gauges = (
             "norm-scale and LayerNorm-kernel gauges were"
             if isinstance(model.get_submodule(name), nn.LayerNorm)
@@ -939,6 +965,38 @@ def _norm_stops_note(model: nn.Module, stops: Mapping[str, Sequence[str]]) -> st
             f"graph does not follow: its {gauges} not proposed"
         )
     return "; ".join(clauses)
+
+
+def _rescale_stops(model: nn.Module, graph: ModelGraph) -> dict[str, tuple[str, list[str]]]:
+    """Blocks the ReLU-rescale detector applies to whose output passed a positively homogeneous
+    activation (`chain_degree` of the steps) and then reached a function the graph does not
+    follow (``graph.cuts``), with no graph consumer: block → (the steps, those functions' names).
+    Their per-unit rescaling needs a consumer, so none was proposed (s29 trial SHARED #7: a
+    chain cut this way was silent). Cuts before any activation are not reported (attention
+    projections are always reshaped into heads)."""
+    rescale = ReLURescaleDetector()
+    out: dict[str, tuple[str, list[str]]] = {}
+    for name, cuts in graph.cuts.items():
+        if graph.consumers.get(name) or not rescale.applies_to(model.get_submodule(name)):
+            continue
+        for func, via in cuts:
+            steps = [v for v in via if v not in PASS_THROUGH]
+            if chain_degree(steps) is None:
+                continue
+            seen = out.setdefault(name, (" → ".join(steps), []))
+            if func not in seen[1]:
+                seen[1].append(func)
+    return out
+
+
+def _rescale_stops_note(stops: Mapping[str, tuple[str, Sequence[str]]]) -> str:
+    """One clause per block of `_rescale_stops`, naming the steps, the functions and the gauge
+    not proposed."""
+    return "; ".join(
+        f"the output of '{name}' passes {steps} and then {', '.join(funcs)}, which the graph does "
+        f"not follow: its relu-rescale gauges were not proposed"
+        for name, (steps, funcs) in stops.items()
+    )
 
 
 def _outside_note(graph: ModelGraph) -> str:

@@ -24,11 +24,15 @@ Hugging Face's ``lm_head(hidden_states[:, slice_indices, :])``, and a reshape th
 axis (``h.view(-1, d)``: `reshape_label`), both labelled ``"SelectRows"``. Each kept row holds
 every unit where it was, so the steps that act on the units pass through it (it is in
 `PASS_THROUGH`), while indexing the last axis (``h[..., :k]``), a reshape that splits it, or
-advanced indexing breaks the chain. Any other function (a product of two different tensors, a
-transpose, another reshape, a residual addition, an in-place operation on the tensor) breaks it,
-so no edge is drawn across it (the duality join and the LayerNorm lift are then not attempted,
-which is conservative). The functions that stopped a source's output this way are recorded in
-``ModelGraph.stops`` (calls made inside a sink's own ``forward``, where the sink computes on its
+advanced indexing breaks the chain. A product with a constant factor (``h * 0.5``,
+``h * self.mask``, ``h / self.tau``: a number, or a buffer or free parameter of the model that
+carries no source's provenance, broadcast into ``h``'s shape; `SCALES`) continues it as
+``"Scale"``, linear in each unit and outside `PASS_THROUGH`. Any other function (a product of two
+different tensors (a gate), a transpose, another reshape, a residual addition, an in-place
+operation on the tensor) breaks it, so no edge is drawn across it (the duality join and the
+LayerNorm lift are then not attempted, which is conservative). The functions that stopped a
+source's output this way are recorded in ``ModelGraph.stops``, with the steps passed before each
+in ``ModelGraph.cuts`` (calls made inside a sink's own ``forward``, where the sink computes on its
 input, are not stops), so that a read can say where a chain was cut. A module that is
 elementwise but computes through anything else (``torch.where``, ``clamp``, a custom kernel)
 continues the chain when it has a truthy ``elementwise`` attribute; its step is then labelled
@@ -66,12 +70,15 @@ from neuromanifold.singular.detectors.graph_steps import (
     FUNCTIONAL_ELEMENTWISE,
     POWERS,
     ROW_SELECTIONS,
+    SCALE,
+    SCALES,
     SELECT_ROWS,
     channel_label,
     channels_first_ndim,
     power_label,
     reshape_label,
     row_selection_label,
+    scale_pairs,
 )
 
 __all__ = [
@@ -85,6 +92,7 @@ __all__ = [
     "ROW_SELECTIONS",
     "ModelGraph",
     "graph_passes_through",
+    "graph_scales_through",
     "is_named_rmsnorm",
     "layer_scale_param",
     "trace_graph",
@@ -210,7 +218,9 @@ class ModelGraph:
     ``p``'s provenance and returned a tensor, outside any sink's own ``forward``: where a chain from
     ``p`` was cut. ``outside[name]``: for a parameter of a sink (by its first name), the functions
     that received it while its module was not running and returned a tensor (``F.linear(h,
-    self.enc.weight.t())`` in the model's own forward: a tied decoder), in call order; ``used``:
+    self.enc.weight.t())`` in the model's own forward: a tied decoder), in call order;
+    ``cuts[p]``: each stop of ``p`` with the steps its output had passed there (``("torch.Tensor.
+    transpose", ("ReLU",))``: a ReLU of ``p`` transposed), in call order; ``used``:
     the parameters (first names) that reached any function of the traced forward.
     """
 
@@ -223,6 +233,7 @@ class ModelGraph:
     stops: dict[str, tuple[str, ...]] = field(default_factory=dict)
     outside: dict[str, tuple[str, ...]] = field(default_factory=dict)
     used: frozenset[str] = frozenset()
+    cuts: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = field(default_factory=dict)
 
     def single_consumer(self, name: str) -> str | None:
         """The only consumer of ``name``, or ``None`` (none or several)."""
@@ -247,6 +258,14 @@ def graph_passes_through(graph: ModelGraph, producer: str, consumer: str) -> boo
     on the units and would not survive an activation or a pooling in between (the LayerNorm
     kernel, the norm scale, the layer scale)."""
     return set(graph.via.get((producer, consumer), ("missing",))) <= PASS_THROUGH
+
+
+def graph_scales_through(graph: ModelGraph, producer: str, consumer: str) -> bool:
+    """Whether the edge ``producer → consumer`` carries the producer's output unchanged up to a
+    row selection and constant elementwise factors (`PASS_THROUGH` and ``"Scale"`` steps only):
+    enough for a per-unit rescaling of the producer against the consumer's columns (the norm
+    scale), not for identities that need the values themselves (the LayerNorm kernel)."""
+    return set(graph.via.get((producer, consumer), ("missing",))) <= PASS_THROUGH | {SCALE}
 
 
 _ADDS = (torch.add, Tensor.add, Tensor.__add__, Tensor.__radd__, Tensor.__iadd__, Tensor.add_)
@@ -279,6 +298,7 @@ class _Provenance:
         self.stamp: dict[int, int] = {}
         self._watched: set[int] = set()  # ids whose entries are dropped when freed
         self.stops: dict[str, list[str]] = {}
+        self.cuts: dict[str, list[tuple[str, tuple[str, ...]]]] = {}  # with the steps passed
         self.in_sink = 0  # depth of sink forwards running: their own calls are no stops
 
     def stop(self, func: object, args: tuple, kwargs: dict, out: object) -> None:
@@ -289,8 +309,12 @@ class _Provenance:
         name = resolve_name(func) or getattr(func, "__qualname__", repr(func))
         for a in (*args, *kwargs.values()):
             origin = self.origin_of(a)
-            if origin is not None and name not in self.stops.setdefault(origin[0], []):
+            if origin is None:
+                continue
+            if name not in self.stops.setdefault(origin[0], []):
                 self.stops[origin[0]].append(name)
+            if (name, origin[1]) not in self.cuts.setdefault(origin[0], []):
+                self.cuts[origin[0]].append((name, origin[1]))
 
     def _current(self, t: object) -> bool:
         return isinstance(t, Tensor) and self.stamp.get(id(t)) == _version_of(t)
@@ -401,10 +425,16 @@ class _Calls(TorchFunctionMode):
     additions, and carries those of a channel-wise sum through channel-keeping pooling
     (`_pool_sum`)."""
 
-    def __init__(self, prov: _Provenance, uses: _ParamUses | None = None) -> None:
+    def __init__(
+        self,
+        prov: _Provenance,
+        uses: _ParamUses | None = None,
+        constants: frozenset[int] = frozenset(),
+    ) -> None:
         super().__init__()
         self.prov = prov
         self.uses = uses
+        self.constants = constants  # storages a "Scale" factor may live in (`_constant_storages`)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -419,6 +449,11 @@ class _Calls(TorchFunctionMode):
             label = power_label(func, args, kwargs)
         if label is not None or func in CHANNELWISE or func in ROW_SELECTIONS:
             return self._step(func, label, args, kwargs)
+        if func in SCALES:
+            for scaled, factor in scale_pairs(func, args, kwargs):
+                src = self.prov.origin_of(scaled)
+                if src is not None and self._constant(factor):
+                    return self._scale(func, args, kwargs, scaled, src)
         if func not in _ADDS or len(args) != 2 or kwargs.get("alpha", 1) != 1:
             out = func(*args, **kwargs)
             self.prov.stop(func, args, kwargs, out)
@@ -458,6 +493,36 @@ class _Calls(TorchFunctionMode):
             self.prov.stop(func, args, kwargs, out)
         return out
 
+    def _constant(self, factor: object) -> bool:
+        """Whether ``factor`` may scale a chain (`SCALES`): a real number, or a real tensor stored
+        in one of the model's buffers or free parameters (`_constant_storages`, views included)
+        that carries no source's provenance. A factor computed from the input or from a source
+        (a gate ``x * sigmoid(fc(x))``) is not one: the chain stops there, as before."""
+        if isinstance(factor, bool | int | float):
+            return True
+        if not isinstance(factor, Tensor) or factor.is_complex():
+            return False
+        if self.prov.origin_of(factor) is not None or self.prov.summands_of(factor):
+            return False
+        return _storage(factor) in self.constants
+
+    def _scale(
+        self,
+        func,
+        args: tuple,
+        kwargs: dict,
+        scaled: Tensor,
+        src: tuple[str, tuple[str, ...], bool],
+    ) -> object:
+        """``scaled · factor`` (or ``scaled / factor``) continues ``scaled``'s chain as ``"Scale"``
+        when the result has ``scaled``'s shape (the factor broadcasts into it); else a stop."""
+        out = func(*args, **kwargs)
+        if isinstance(out, Tensor) and out.shape == scaled.shape and out.dtype == scaled.dtype:
+            self.prov.tag(out, src[0], (*src[1], SCALE), src[2])
+        else:
+            self.prov.stop(func, args, kwargs, out)
+        return out
+
     def _pool_sum(
         self, func: object, args: tuple, kwargs: dict, out: Tensor, sums: frozenset[str]
     ) -> None:
@@ -469,6 +534,28 @@ class _Calls(TorchFunctionMode):
         label = reshape_label(func, args, out, True) or channel_label(func, args, kwargs, out, True)
         if label is not None and label != "FlattenChannels":
             self.prov.sum_of(out, sums, True)
+
+
+def _storage(t: Tensor) -> int:
+    """The address of ``t``'s storage (0 where it has none), shared by its views."""
+    try:
+        return int(t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):
+        return 0
+
+
+def _constant_storages(model: nn.Module) -> frozenset[int]:
+    """The storages of the model's buffers and of its parameters that no source or sink module
+    holds (a hand-written ``self.alpha``): the factors a `"Scale"` step may multiply by. A sink's
+    parameter used as a factor is a use outside its module (`ModelGraph.outside`), not a scale."""
+    held = {
+        id(p)
+        for _, mod in model.named_modules()
+        if _is_source(mod) or _is_sink(mod)
+        for p in mod.parameters(recurse=False)
+    }
+    tensors = [*model.buffers(), *(p for p in model.parameters() if id(p) not in held)]
+    return frozenset(a for a in map(_storage, tensors) if a != 0)
 
 
 def _channels_first(mod: nn.Module, out: Tensor) -> bool:
@@ -530,7 +617,7 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
         handles.append(mod.register_forward_pre_hook(pre(name, mod)))
         handles.append(mod.register_forward_hook(post(name, mod)))
     try:
-        with torch.no_grad(), _Calls(prov, uses):
+        with torch.no_grad(), _Calls(prov, uses, _constant_storages(model)):
             out = model(x)
     finally:
         for h in handles:
@@ -554,4 +641,5 @@ def trace_graph(model: nn.Module, x: Tensor) -> ModelGraph:
         stops={k: tuple(v) for k, v in prov.stops.items()},
         outside={k: tuple(v) for k, v in uses.outside.items()},
         used=frozenset(uses.used),
+        cuts={k: tuple(v) for k, v in prov.cuts.items()},
     )

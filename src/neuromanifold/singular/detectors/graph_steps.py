@@ -16,6 +16,9 @@
 * `ROW_SELECTIONS`: basic indexing that keeps the last (feature) axis whole and last
   (``h[:, s, :]``, ``h[:, -1]``, ``h[..., 1:, :]``), labelled ``"SelectRows"``
   (`row_selection_label`).
+* `SCALES`: an elementwise product with, or a quotient by, a factor that is not computed from
+  any source (``h * 0.5``, ``h * self.mask``, ``h / self.temperature``), labelled ``"Scale"``
+  (`scale_pairs` names the candidate operands; the graph decides which factors count).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ __all__ = [
     "FUNCTIONAL_ELEMENTWISE",
     "POWERS",
     "ROW_SELECTIONS",
+    "SCALE",
+    "SCALES",
     "SELECT_ROWS",
     "channel_label",
     "channels_first_ndim",
@@ -38,6 +43,7 @@ __all__ = [
     "power_label",
     "reshape_label",
     "row_selection_label",
+    "scale_pairs",
 ]
 
 
@@ -98,6 +104,40 @@ def power_label(func: object, args: tuple, kwargs: dict) -> str | None:
     if isinstance(p, bool) or not isinstance(p, int | float) or not math.isfinite(p):
         return None
     return "Square" if p == 2 else f"Pow({p:g})"
+
+
+SCALE = "Scale"
+"""The label of an elementwise product with a constant factor (`scale_pairs`)."""
+_MUL_ANY = frozenset((*_MUL, Tensor.__rmul__))
+_DIV = frozenset((torch.div, torch.true_divide, Tensor.div, Tensor.true_divide, Tensor.__truediv__))
+_IN_PLACE = frozenset((Tensor.mul_, Tensor.__imul__, Tensor.div_, Tensor.__itruediv__))
+SCALES = frozenset((*_MUL_ANY, *_DIV, *_IN_PLACE))
+"""Functions that multiply a tensor elementwise by another operand or divide it by one: for a
+factor ``m`` that does not depend on the units' parameters, ``(c·z)·m = c·(z·m)`` for every
+``c``, so the step is linear in ``z`` unit by unit and positively homogeneous of degree 1."""
+
+
+def scale_pairs(func: object, args: tuple, kwargs: dict) -> tuple[tuple[object, object], ...]:
+    """The ``(scaled, factor)`` operand pairs of ``func(*args, **kwargs)`` (``func`` in
+    `SCALES`) that make it ``scaled · factor`` or ``scaled / factor`` elementwise: both orders for
+    a product, the numerator only for a quotient, the tensor written in place only for an
+    in-place call; none for any other call (a ``rounding_mode``, a third argument).
+
+    >>> h, m = torch.ones(2), torch.full((2,), 2.0)
+    >>> [tuple(type(x).__name__ for x in p) for p in scale_pairs(Tensor.__mul__, (h, 0.5), {})]
+    [('Tensor', 'float'), ('float', 'Tensor')]
+    >>> len(scale_pairs(Tensor.__truediv__, (h, m), {})), len(scale_pairs(Tensor.mul_, (h, m), {}))
+    (1, 1)
+    >>> scale_pairs(torch.div, (h, m), {"rounding_mode": "floor"})
+    ()
+    """
+    other = args[1:] if "other" not in kwargs else (kwargs["other"],)
+    if not args or len(other) != 1 or set(kwargs) - {"other"}:
+        return ()
+    a, b = args[0], other[0]
+    if func in _MUL_ANY and func not in _IN_PLACE:
+        return ((a, b), (b, a))
+    return ((a, b),)
 
 
 def power_degree(label: str) -> int | None:

@@ -16,10 +16,10 @@ from neuromanifold.singular.detectors.glu import fused_glu_layout, glu_layout
 from neuromanifold.singular.detectors.graph import (
     CHANNELWISE_LABELS,
     PASS_THROUGH,
-    graph_passes_through,
+    graph_scales_through,
     is_named_rmsnorm,
 )
-from neuromanifold.singular.detectors.graph_steps import power_degree
+from neuromanifold.singular.detectors.graph_steps import SCALE, power_degree
 from neuromanifold.singular.detectors.one_sided import check_cap
 from neuromanifold.singular.detectors.rescale import UnitRescale, rescale_candidate
 
@@ -54,17 +54,19 @@ def chain_degree(steps: list[str]) -> int | None:
     multiply under composition, so p is the product of the activations' degrees
     (`_HOMOGENEOUS`) and of the integer powers' (`graph_steps.power_degree`: ``F.relu(h) ** 2``
     is ``("ReLU", "Square")``, p = 2; a square alone is p = 2 as well), the channelwise pooling
-    steps counting 1. None when a step is not homogeneous of integer degree (Tanh, ``h ** 0.5``)
-    or when there is no activation or power at all.
+    steps and a constant factor (``"Scale"``) counting 1. None when a step is not homogeneous of
+    integer degree (Tanh, ``h ** 0.5``) or when there is no activation or power at all.
 
     >>> chain_degree(["ReLU", "Square"]), chain_degree(["ReLU", "MaxPool"]), chain_degree([])
     (2, 1, None)
+    >>> chain_degree(["ReLU", "Scale"]), chain_degree(["Scale"])
+    (1, None)
     >>> chain_degree(["Tanh", "Square"]) is None
     True
     """
     degree, acts = 1, 0
     for step in steps:
-        if step in CHANNELWISE_LABELS:
+        if step in CHANNELWISE_LABELS or step == SCALE:
             continue
         p = _HOMOGENEOUS.get(step) or power_degree(step)
         if p is None:
@@ -223,10 +225,11 @@ class NormScaleDetector:
     LayerNorm/RMSNorm scale). The same holds per channel for an affine BatchNorm or GroupNorm
     (``γ_c x̂_c + β_c``) read by convolutions (``W_c[:, j]``: input channel ``j``). A LayerNorm or
     RMSNorm must normalise one trailing dimension with a scale, and the norm's graph consumers
-    (`ModelGraph`; through Identity/Dropout only) must be Linears, supported convolutions or
-    packed ``nn.MultiheadAttention`` in-projections; the symmetry is certified by evaluation
-    (`certify`: a norm output that also enters a residual sum, as in post-norm blocks, an
-    attention reading other keys, or a scale entering other than as a factor, as Gemma's
+    (`ModelGraph`; through Identity/Dropout and constant factors only, `graph_scales_through`:
+    ``W_c (m ⊙ LN(x))`` is as linear in ``γ_j`` as ``W_c LN(x)``) must be Linears, supported
+    convolutions or packed ``nn.MultiheadAttention`` in-projections; the symmetry is certified by
+    evaluation (`certify`: a norm output that also enters a residual sum, as in post-norm blocks,
+    an attention reading other keys, or a scale entering other than as a factor, as Gemma's
     ``1 + w``, is no symmetry). RMSNorms defined outside torch are matched by name
     (`is_named_rmsnorm`). Candidate ``"norm-scale"``.
     """
@@ -256,7 +259,7 @@ class NormScaleDetector:
             return []
         weights = []
         for c in consumers:
-            if not graph_passes_through(ctx.graph, name, c):
+            if not graph_scales_through(ctx.graph, name, c):
                 return []
             key = _consumer_weight(ctx.model.get_submodule(c), c, width)
             if key is None:

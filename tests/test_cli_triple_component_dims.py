@@ -58,3 +58,42 @@ def test_bad_component_dims_exit_2(planted_json: Path, args: list[str], message:
     assert res.exit_code == 2, res.output
     flat = " ".join(line.strip(" │╭╮╰╯─") for line in res.output.splitlines())
     assert message in flat, res.output
+
+
+@pytest.fixture(scope="module")
+def chain_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Reading JSON with one genuine record of order 7 over 3 tensors (s30 trial TRIPLE F1:
+    Lin–Sq–Lin–Sq–Lin, truly orders (1, 2, 4))."""
+    rec = {"class": "genuine_singularity", "k": 7, "layer": "a", "layers": ["a", "b", "c"]}
+    path = tmp_path_factory.mktemp("triple") / "chain.json"
+    path.write_text(json.dumps({"directions": [rec], "not_covered": [], "meta": {}}))
+    return path
+
+
+def test_component_orders_reach_the_assembly(chain_json: Path) -> None:
+    default = json.loads(_triple(chain_json).stdout)
+    assert (default["lambda"], default["m"]) == ("1/10", 1)
+    assert any("is a lower bound (the most even split gives 1/6)" in n for n in default["notes"])
+    given = _triple(chain_json, "--component-orders", "0:1,2,4")
+    assert given.exit_code == 0, given.output
+    out = json.loads(given.stdout)
+    assert (out["lambda"], out["m"]) == ("1/8", 1)
+    assert [b["orders"] for b in out["blocks"]] == [[1, 2, 4]]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["0:1,2"], "--component-orders: component_orders[0] must have 3 entries"),
+        (["0:1,2,x"], "--component-orders '0:1,2,x': expected RECORD:D1,D2,... with integers"),
+        (["0:0,3,4"], "--component-orders '0:0,3,4': orders must be >= 1"),
+        (["0:1,2,4", "0:1,2,4"], "--component-orders: record 0 is given twice"),
+        (["3:1,2,4"], "--component-orders: component_orders key 3: expected the int index"),
+    ],
+)
+def test_bad_component_orders_exit_2(chain_json: Path, args: list[str], message: str) -> None:
+    flags = [a for v in args for a in ("--component-orders", v)]
+    res = _triple(chain_json, *flags)
+    assert res.exit_code == 2, res.output
+    flat = " ".join(line.strip(" │╭╮╰╯─") for line in res.output.splitlines())
+    assert message in flat, res.output

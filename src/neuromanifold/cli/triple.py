@@ -161,10 +161,13 @@ def dln_cmd(
     _print_closed_form(cf, json_path)
 
 
-def _parse_component_dims(values: list[str]) -> dict[int, tuple[int, ...]] | None:
+def _parse_component_dims(
+    values: list[str], option: str = "--component-dims", what: str = "dimensions"
+) -> dict[int, tuple[int, ...]] | None:
     """``["0:3,2", "2:1,1"]`` → ``{0: (3, 2), 2: (1, 1)}`` (None for none); a malformed value or
-    a record given twice exits 2 naming ``--component-dims``. Whether the index names a genuine
-    record with an order, and the number of entries, `assemble_from_reading` checks."""
+    a record given twice exits 2 naming ``option`` (``--component-dims``, or
+    ``--component-orders`` with ``what="orders"``). Whether the index names a genuine record
+    with an order, and the number of entries, `assemble_from_reading` checks."""
     out: dict[int, tuple[int, ...]] = {}
     for value in values:
         index, sep, rest = value.partition(":")
@@ -175,12 +178,12 @@ def _parse_component_dims(values: list[str]) -> dict[int, tuple[int, ...]] | Non
             dims = tuple(int(d) for d in rest.split(","))
         except ValueError:
             raise typer.BadParameter(
-                f"--component-dims {value!r}: expected RECORD:D1,D2,... with integers, e.g. 0:3,2"
+                f"{option} {value!r}: expected RECORD:D1,D2,... with integers, e.g. 0:3,2"
             ) from None
         if any(d < 1 for d in dims):
-            raise typer.BadParameter(f"--component-dims {value!r}: dimensions must be >= 1")
+            raise typer.BadParameter(f"{option} {value!r}: {what} must be >= 1")
         if i in out:
-            raise typer.BadParameter(f"--component-dims: record {i} is given twice")
+            raise typer.BadParameter(f"{option}: record {i} is given twice")
         out[i] = dims
     return out or None
 
@@ -206,6 +209,13 @@ def read_cmd(
         metavar="I:D1,D2",
         help="Component dimensions of genuine record I (one per factor it crosses, e.g. 0:3,2); "
         "repeat for several records. Default: 1 each.",
+    ),
+    component_orders: list[str] | None = typer.Option(
+        None,
+        "--component-orders",
+        metavar="I:K1,K2",
+        help="Component orders of genuine record I (one per factor it crosses, summing to its "
+        "k, e.g. 0:1,2,4); repeat for several records. Default: 1, ..., 1, k - n + 1.",
     ),
     json_path: str | None = typer.Option(
         None, "--json", help=f"Write JSON here {JSON_STDOUT_HELP}."
@@ -242,11 +252,20 @@ def read_cmd(
             f"pass at least {n_live}, or leave it out to count the live records (1/2 each)"
         )
     dims = _parse_component_dims(component_dims or [])
+    orders = _parse_component_dims(component_orders or [], "--component-orders", "orders")
     try:  # a record of unknown class or with an order that is not an integer >= 1
-        result = assemble_from_reading(data, regular_dims=regular_dims, component_dims=dims)
-    except ValueError as err:  # component_dims' own errors name that option (s20 audit AR #5)
-        where = (
-            "--component-dims" if str(err).startswith("component_dims") else f"--reading {reading}"
+        result = assemble_from_reading(
+            data, regular_dims=regular_dims, component_dims=dims, component_orders=orders
+        )
+    except ValueError as err:  # the options' own errors name them (s20 audit AR #5)
+        text = str(err)
+        where = next(
+            (
+                f"--{o.replace('_', '-')}"
+                for o in ("component_dims", "component_orders")
+                if text.startswith(o)
+            ),
+            f"--reading {reading}",
         )
         raise typer.BadParameter(f"{where}: {err}") from None
     if json_path != "-":

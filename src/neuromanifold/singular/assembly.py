@@ -522,9 +522,12 @@ def _record_name(i: int, rec: Any) -> str:
 
 
 def _check_component_dims(
-    records: Sequence[Any], component_dims: Mapping[int, Sequence[int]] | None
+    records: Sequence[Any],
+    component_dims: Mapping[int, Sequence[int]] | None,
+    option: str = "component_dims",
 ) -> None:
-    """Every key of ``component_dims`` must be the int index of a genuine record with an order.
+    """Every key of ``component_dims`` (or of ``component_orders``, named by ``option``) must be
+    the int index of a genuine record with an order.
 
     A key that names no such record would be ignored and leave that record at dimension 1, a
     different λ with no sign of it (user trial H #1); string keys are what a JSON round trip of
@@ -545,15 +548,31 @@ def _check_component_dims(
                 else ""
             )
             raise ValueError(
-                f"component_dims key {key!r}: expected the int index of a genuine record with "
+                f"{option} key {key!r}: expected the int index of a genuine record with "
                 f"an order; the genuine records are {genuine}{hint}"
             )
+
+
+def _given_orders(i: int, given: Sequence[int], k: int, n: int) -> tuple[int, ...]:
+    """``component_orders[i]`` checked against record i: ``n`` integers ≥ 1 (one per factor the
+    record crosses) summing to its read order ``k`` (spec §5: k_diag = Σ k_i)."""
+    orders = tuple(given)
+    if any(isinstance(o, bool) or not isinstance(o, Integral) or o < 1 for o in orders):
+        raise ValueError(f"component_orders[{i}] must be integers >= 1, got {orders}")
+    orders = tuple(int(o) for o in orders)  # NumPy ints too
+    if len(orders) != n or sum(orders) != k:
+        raise ValueError(
+            f"component_orders[{i}] must have {n} entries (one per factor the record crosses) "
+            f"summing to its read order k={k}, got {orders}"
+        )
+    return orders
 
 
 def loci_from_reading(
     reading: Any,
     *,
     component_dims: Mapping[int, Sequence[int]] | None = None,
+    component_orders: Mapping[int, Sequence[int]] | None = None,
     count_live: bool = True,
 ) -> tuple[list[Locus], list[str]]:
     """Typed loci from the records of a read, and notes on what was skipped.
@@ -563,23 +582,26 @@ def loci_from_reading(
     a class (``klass``/``class``), an order ``k`` and the layers or tensors the direction crosses
     (``layers``/``info["chain_length"]``/``direction_keys``).
 
-    Rule (documented, [design]): a genuine direction of diagonal order k crossing n weight
-    tensors is a crossing of n components, one per tensor, whose orders add up to the diagonal
-    order (spec §5: k_diag = Σ k_i): n − 1 linear factors of order 1 and one factor carrying the
-    rest, orders (1, …, 1, k − n + 1) — a node death a·σ(b·) (n = 2, k = 1 + p) gives (1, p),
-    a depth-L linear chain (n = L = k) gives (1, …, 1). Either way the block's diagonal order
-    Σ_i k_i is the read order k, so the assembly's ``dominant_order`` and ν are those of the
-    order the read measured. Each genuine direction is its own block
-    (distinct dead units are independent coordinates). A direction inside one tensor (n = 1) is a
-    1-D normal form (k). A direction whose order is below its number of tensors (k < n, e.g. a
-    path that a skip connection keeps partly alive) is read as one normal form (k) too; its
-    λ_block = 1/(2k) is then a lower bound, since components of orders k_i summing to k have
-    λ_block = 1/(2 max k_i) ≥ 1/(2k), and a note says so. Live directions are regular (1/2
-    each) when ``count_live`` (otherwise they are only named in the notes); flat and curved
-    gauges contribute nothing. Unresolved records and genuine ones with no order (``k`` null) are
-    skipped and named in the notes; a malformed record raises ``ValueError`` (an unknown class,
-    an order that is not an integer ≥ 1 or that its class cannot have, ``layers`` that is not a
-    list of strings, an ``info["chain_length"]`` that is not an integer ≥ 1: `_check_records`).
+    Rule (documented, [design]): a genuine direction of diagonal order k crossing n weight tensors
+    is a crossing of n components, one per tensor, whose orders add up to the diagonal order (spec
+    §5: k_diag = Σ k_i): n − 1 linear factors of order 1 and one factor carrying the rest, orders
+    (1, …, 1, k − n + 1) — a node death a·σ(b·) (n = 2, k = 1 + p) gives (1, p), a depth-L linear
+    chain (n = L = k) gives (1, …, 1). Either way the block's diagonal order Σ_i k_i is the read
+    order k, so the assembly's ``dominant_order`` and ν are those of the order the read measured.
+    Each genuine direction is its own block (distinct dead units are independent coordinates). A
+    direction inside one tensor (n = 1) is a 1-D normal form (k). A direction whose order is below
+    its number of tensors (k < n, e.g. a path that a skip connection keeps partly alive) is read as
+    one normal form (k) too; its λ_block = 1/(2k) is then a lower bound, since components of orders
+    k_i summing to k have λ_block = 1/(2 max k_i) ≥ 1/(2k), and a note says so. From k ≥ n + 2 on
+    the split is not determined by k (Lin–Sq–Lin–Sq–Lin reads k = 7 over 3 factors, truly (1, 2,
+    4)): the default has the largest top order, so its λ_block is a lower bound and its m_block can
+    be too low; a note says so (`_split_note`), and ``component_orders[i]`` gives record i's orders
+    (n integers ≥ 1 summing to k, checked; keys as for ``component_dims``). Live directions are
+    regular (1/2 each) when ``count_live`` (otherwise they are only named in the notes); flat and
+    curved gauges contribute nothing. Unresolved records and genuine ones with no order (``k`` null)
+    are skipped and named in the notes; a malformed record raises ``ValueError`` (an unknown class,
+    an order that is not an integer ≥ 1 or that its class cannot have, ``layers`` that is not a list
+    of strings, an ``info["chain_length"]`` that is not an integer ≥ 1: `_check_records`).
 
     Component dimensions: 1 each, unless ``component_dims[i]`` gives them for record i (every
     key must be the integer index — Python or NumPy int — of a genuine record with an order, else
@@ -612,6 +634,7 @@ def loci_from_reading(
     records = _records(reading)
     _check_records(records)
     _check_component_dims(records, component_dims)
+    _check_component_dims(records, component_orders, "component_orders")
     loci: list[Locus] = []
     notes: list[str] = []
     shared: dict[tuple[str, ...], list[str]] = {}
@@ -632,8 +655,12 @@ def loci_from_reading(
                 notes.append(f"{name}: live direction, counted in the caller's regular_dims")
         elif klass == _GENUINE and k is not None:
             n = _n_factors(rec)
-            if n >= 2 and k >= n:
+            if component_orders and i in component_orders:
+                orders = _given_orders(i, component_orders[i], k, n)
+            elif n >= 2 and k >= n:
                 orders = (1,) * (n - 1) + (k - n + 1,)
+                if k >= n + 2:
+                    notes.append(_split_note(name, k, n))
             else:
                 orders = (k,)
                 if n >= 2:
@@ -681,6 +708,23 @@ def loci_from_reading(
             f"only at a true parameter (docs/triple.md §4)"
         )
     return loci, notes
+
+
+def _split_note(name: str, k: int, n: int) -> str:
+    """The note for a genuine record whose order ``k ≥ n + 2`` over ``n`` factors has several
+    splits into orders ``k_i ≥ 1`` (s30 trial TRIPLE F1: Lin–Sq–Lin–Sq–Lin, K ∝ c²b⁴a⁸, reads
+    k = 7 over 3 factors; the default (1, 1, 5) gives (1/10, 1) where the truth (1, 2, 4) is
+    (1/8, 1); Lin–Tanh–Lin–Sq–Lin, (1, 2, 2), gives (1/6, 1) for (1/4, 2)). The default split has
+    the largest possible top order, so its λ_block is the least the read allows; the most even
+    split, top order ⌈k/n⌉, gives the most."""
+    low, high = Fraction(1, 2 * (k - n + 1)), Fraction(1, 2 * -(-k // n))
+    return (
+        f"{name}: order k={k} over {n} factors is split as {(1,) * (n - 1) + (k - n + 1,)}, "
+        f"but any orders k_i ≥ 1 summing to {k} fit the read (the Fisher along a chain measures "
+        f"their sum only): its λ_block = {low} is a lower bound (the most even split gives "
+        f"{high}) and its m_block = 1 may be too low (components tied at the top order); pass "
+        f"the orders the architecture fixes with component_orders"
+    )
 
 
 def _not_minimum(rec: Any) -> bool:
@@ -735,6 +779,7 @@ def assemble_from_reading(
     *,
     regular_dims: int | None = None,
     component_dims: Mapping[int, Sequence[int]] | None = None,
+    component_orders: Mapping[int, Sequence[int]] | None = None,
 ) -> Assembly:
     """(λ, m) of the structure a read found, by :func:`loci_from_reading` and :func:`assemble`.
 
@@ -757,8 +802,8 @@ def assemble_from_reading(
     structure at θ0 only; an SGLD local learning coefficient there measures something else and
     can be negative (a saddle of Linear→Tanh→Linear read as (1/2, 2) gave −22).
 
-    ``regular_dims`` is an integer ≥ 0 (Python or NumPy) or ``None``. ``component_dims``: see
-    :func:`loci_from_reading`. A reading that left directions out
+    ``regular_dims`` is an integer ≥ 0 (Python or NumPy) or ``None``. ``component_dims`` and
+    ``component_orders``: see :func:`loci_from_reading`. A reading that left directions out
     (``max_directions``, or a detector cap that cut dead directions: ``meta["truncated"]``)
     gets a note saying so; after a cap cut of dead directions m and λ are lower bounds. Genuine
     records on a factor the probe set under-samples (``meta["probe_rank_limited"]``) are named
@@ -781,7 +826,10 @@ def assemble_from_reading(
         # the first pass and the live count taken on nothing (s17 audit AH #1)
         reading = _records(reading)
     loci, notes = loci_from_reading(
-        reading, component_dims=component_dims, count_live=regular_dims is None
+        reading,
+        component_dims=component_dims,
+        component_orders=component_orders,
+        count_live=regular_dims is None,
     )
     n_live = sum(_class_of(rec) == _LIVE for rec in _records(reading))
     if regular_dims is not None and regular_dims < n_live:

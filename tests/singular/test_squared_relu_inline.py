@@ -121,6 +121,7 @@ def test_inline_square_continues_the_chain(name: str) -> None:
         (lambda z: z * z, ("Square",)),
         (SqReLU(), ("ReLU", "Square")),  # traced into: the inline rule covers the module
         (MarkedClampSquare(), ("MarkedClampSquare",)),
+        (lambda z: F.relu(z) * 2.0, ("ReLU", "Scale")),  # a constant factor (test_graph_scale)
     ],
 )
 def test_powers_and_user_modules_are_labelled(act, via) -> None:
@@ -134,7 +135,6 @@ def test_powers_and_user_modules_are_labelled(act, via) -> None:
         lambda z: F.relu(z) * F.relu(z),  # two different tensors: a product
         lambda z: 2.0**z,  # a scalar base
         lambda z: z ** torch.tensor(2.0, dtype=torch.float64),  # a tensor exponent
-        lambda z: F.relu(z) * 2.0,
         ClampSquare(),  # clamp is not recognised, and the module is not marked
     ],
 )

@@ -11,6 +11,7 @@ from neuromanifold.singular.nu import nu
 from neuromanifold.singular.realized_nu import (
     functional_variance,
     realized_nu,
+    realized_nu_product,
     realized_nu_reference,
 )
 
@@ -18,6 +19,8 @@ from neuromanifold.singular.realized_nu import (
 N_SE = 4.0
 #: functional variance against the column-by-column sum of variances (measured ≤ 2.7e-16).
 RTOL_SUM = 1e-12
+#: product cell at depth 1 against the uniform-grid reference on the same data (measured 7e-14).
+RTOL_GRID = 1e-9
 
 
 def test_functional_variance_is_sum_of_sample_variances() -> None:
@@ -47,6 +50,28 @@ def test_live_overlap_suppresses_dead_fluctuation_only_at_small_effective_n() ->
     assert absorbed.live_dims == 1 and absorbed.to_dict()["nu_dead"] == absorbed.nu_dead
 
 
+def test_product_cell_of_depth_one_is_the_regular_reference_cell() -> None:
+    """y = w x with w ~ U[−1, 1] is both cells: the logarithmic grid of the product cell and the
+    uniform grid of the reference integrate the same posterior on the same data sets."""
+    prod = realized_nu_product(1, n=400, replicates=20, seed=5)
+    ref = realized_nu_reference(1, n=400, replicates=20, seed=5)
+    assert prod.nu_realized == pytest.approx(ref.nu_realized, rel=RTOL_GRID)
+    assert prod.k == 1 and prod.nu_universal == nu(1) == 0.5
+
+
+@pytest.mark.parametrize(("depth", "replicates"), [(2, 40), (3, 80)])
+def test_a_crossing_realizes_more_than_the_nu_of_its_diagonal_order(
+    depth: int, replicates: int
+) -> None:
+    """s30 trial TRIPLE F2: ν(k_diag) is an upper reference for a normal form t^{2k}, not for a
+    crossing of k components of order 1 (a·b: about 0.44 against ν(2) = 0.173; a·b·c: 0.37
+    against ν(3) = 0.278), which the assembly's ``nu_universal`` must not be sold as."""
+    cell = realized_nu_product(depth, n=4000, replicates=replicates, seed=7)
+    assert cell.nu_universal == nu(depth)
+    assert cell.nu_realized > nu(depth) + N_SE * cell.stderr
+    assert cell.nu_realized < 0.5  # and below a regular parameter's
+
+
 def test_errors() -> None:
     with pytest.raises(ValueError, match="loglik must have shape"):
         functional_variance(np.zeros(5))
@@ -58,3 +83,6 @@ def test_errors() -> None:
         realized_nu(2, replicates=1)
     with pytest.raises(ValueError, match="w_bound must be > 0"):
         realized_nu_reference(2, w_bound=0.0)
+    for depth in (0, True, 2.0):
+        with pytest.raises(ValueError, match="depth must be an int >= 1"):
+            realized_nu_product(depth)

@@ -284,7 +284,8 @@ def read_cmd(
             typer.echo(
                 f"dominant block {result.dominant_block} (smallest λ_block): diagonal order "
                 f"k = Σ k_i = {result.dominant_order}, ν(k) = {nu_text}: the per-direction "
-                f"ν(k_diag) of the dominant direction (universal upper reference), not the "
+                f"ν(k_diag) of the dominant direction (the normal form's universal value: an "
+                f"upper reference for one component, not a bound for a crossing), not the "
                 f"model's ν"
             )
         for b in result.blocks:

@@ -2,7 +2,8 @@
 
 Table columns: ``#`` (the record's index in ``reading.directions``, as in ``report.json`` and
 the sweeps figure's panel titles), detector, class, k, k̂ = 1 + slope/2, λ_dir = 1/(2k) and the
-universal ν(k) (an upper reference; genuine and live records with an order), slope, r² (of the
+universal ν(k) (the normal form's value: an upper reference for a direction inside one tensor,
+not a bound for a crossing; genuine and live records with an order), slope, r² (of the
 selected window), magnitude ``c_k = median F/t^{2(k−1)}`` over the window, window ``[t₀, t₁]``,
 offset ``|uᵀθ₀|`` (``†`` when the sweep started from the snapped point, ``sweep["base_shift"] ≠
 0``) and — when the read ran with ``baseline=True`` — what the per-coordinate scan read on that
@@ -35,7 +36,9 @@ ONE_SIDED_FOOTNOTE = (
 COLUMNS_LEGEND = (
     "Columns: k is the order read, F_u(t) ~ c_k·t^{2(k−1)} along θ₀ + t·u (none for a flat gauge); "
     "k̂ = 1 + slope/2, with slope and r² those of the log–log fit of F_u on the window "
-    "[t₀, t₁]; λ_dir = 1/(2k) and ν(k) the universal value (an upper reference); magnitude is "
+    "[t₀, t₁]; λ_dir = 1/(2k) and ν(k) the universal value of the normal form t^(2k) (an "
+    "upper reference for a direction inside one tensor, not a bound for a crossing of several); "
+    "magnitude is "
     "c_k, the median of F_u/t^{2(k−1)} over the window (for k = 1 the window's median F, which "
     "the live threshold is compared with); offset is |uᵀθ₀|, marked † where the sweep started "
     "from the snapped point θ₀ − (uᵀθ₀)u instead of θ₀ (t, window and magnitude are then "

@@ -20,19 +20,21 @@ Rules (spec §5; Watanabe's volume laws, with the crossing rule's Jacobian weigh
 Single-locus assumption: m is read from the enumerated structure as if each block were one
 crossing through θ* (no further loci meeting it); the result states this in ``assumption``.
 
-Dominant order and ν (spec §0 "k fixes the universal ν(k)", §5 operational reading): the
-*dominant block* is the genuine block with the smallest λ_block (ties: the largest diagonal
-order, then the first listed). Its *diagonal order* k_diag = Σ_i k_i is the order a read along
-the block's diagonal measures (a node death a·σ(b·) with σ of leading order p: components
-(1, p), k_diag = 1 + p; a width-one chain of depth L: k_diag = L). ``dominant_order`` is that
-k_diag and ``nu_universal`` = ν(k_diag), the universal upper reference for the fluctuation of
-the dominant dead direction, not the realized value (see
-:mod:`neuromanifold.singular.realized_nu`), and a per-direction value, not the model's ν (spec
-§2: a regular model of dimension d has ν = d/2; the other blocks and the regular directions do
-not enter it). Note that k_diag is not the order entering λ: the
-crossing's λ_block = min_i d_i/(2k_i) uses the component orders. With no genuine block,
-``dominant_order`` = 1 and ν = ν(1) = 1/2, that of one regular direction; when k_diag exceeds
-:data:`~neuromanifold.singular.nu.K_MAX`, ν is not computed (``None``, with a note).
+Dominant order and ν (spec §0 "k fixes the universal ν(k)", §5 operational reading): the *dominant
+block* is the genuine block with the smallest λ_block (ties: the largest diagonal order, then the
+first listed). Its *diagonal order* k_diag = Σ_i k_i is the order a read along the block's diagonal
+measures (a node death a·σ(b·) with σ of leading order p: components (1, p), k_diag = 1 + p; a
+width-one chain of depth L: k_diag = L). ``dominant_order`` is that k_diag and ``nu_universal`` =
+ν(k_diag), the universal value of the normal form t^{2k} along the dominant dead direction, not the
+realized value (see :mod:`neuromanifold.singular.realized_nu`): an upper reference when the block
+has one component (live structure only lowers it), but not a bound for a crossing, whose own
+fluctuation exceeds its diagonal line's (s30 trial TRIPLE F2: y = a·b·x realises ν̂ ≈ 0.438 against
+ν(2) ≈ 0.173, y = a·b·c·x ≈ 0.374 against ν(3) ≈ 0.278); and a per-direction value, not the model's
+ν (spec §2: a regular model of dimension d has ν = d/2; the other blocks and the regular directions
+do not enter it). Note that k_diag is not the order entering λ: the crossing's λ_block = min_i
+d_i/(2k_i) uses the component orders. With no genuine block, ``dominant_order`` = 1 and ν = ν(1) =
+1/2, that of one regular direction; when k_diag exceeds :data:`~neuromanifold.singular.nu.K_MAX`, ν
+is not computed (``None``, with a note).
 
 References: S. Watanabe, Algebraic Geometry and Statistical Learning Theory (2009);
 T. P. Shirodkar, arXiv:2606.05957 (volume laws), arXiv:2607.00603 (assembly from orders).
@@ -72,9 +74,11 @@ LocusKind = Literal["genuine", "regular", "gauge"]
 _KINDS = ("genuine", "regular", "gauge")
 
 NU_UNIVERSAL_SCOPE = (
-    "per-direction ν(k_diag) of the dominant block's diagonal direction (ν(1) = 1/2 of one "
-    "regular direction when there is no genuine block), a universal upper reference: not the "
-    "model's ν (a regular model of dimension d has ν = d/2)"
+    "per-direction ν(k_diag) of the dominant block's diagonal direction, the universal value of "
+    "the 1-D normal form t^(2k) (ν(1) = 1/2 of one regular direction when there is no genuine "
+    "block): not the model's ν (a regular model of dimension d has ν = d/2); an upper reference "
+    "for a block of one component, not a bound for a crossing (y = a·b·x realises about 0.44 "
+    "against ν(2) = 0.173)"
 )
 
 #: ``scope`` of `assemble_from_reading` without ``regular_dims`` (docs/triple.md §4, "What the
@@ -247,8 +251,9 @@ class Assembly:
     gauge loci ignored; ``dominant_block`` the id of the genuine block with the smallest λ_block
     (ties: the largest diagonal order, then the first listed; ``None`` if no genuine block);
     ``dominant_order`` its diagonal order k_diag = Σ_i k_i (1 if none); ``nu_universal`` =
-    ν(dominant_order), the per-direction universal upper reference of the dominant direction
-    (1/2 of one regular direction if no genuine block), not the model's ν (``None`` when
+    ν(dominant_order), the per-direction universal value of the dominant direction's normal
+    form (1/2 of one regular direction if no genuine block; an upper reference for a
+    one-component block, not a bound for a crossing), not the model's ν (``None`` when
     k_diag > ``K_MAX``; its JSON says so in ``nu_universal_scope``); ``assumption`` the
     single-locus statement. For an assembly from a reading (`assemble_from_reading`):
     ``regular_dims_given`` whether the caller gave ``regular_dims``, ``scope`` what λ covers

@@ -5,11 +5,12 @@ numbers, offset, gauge overlap, the sweep itself, an optional coordinate-scan ba
 modules no detector covers (``not_covered``, each with a reason) and ``meta`` (model summary,
 family, sample count, dtype up-cast note, pass counts, thresholds).
 
-Each record also reports, derived from its order k (spec §7.2 step 7), the per-direction
-learning coefficient ``lambda_dir`` = 1/(2k) and the universal singular fluctuation ``nu_k`` =
-ν(k) (:func:`neuromanifold.singular.nu.nu`, an upper reference, not the realized value). They
-are properties, written by ``to_dict`` and ignored by ``from_dict``. The global (λ, m, ν) is not
-a per-record quantity: it is assembled from the records by
+Each record also reports, derived from its order k (spec §7.2 step 7), the per-direction learning
+coefficient ``lambda_dir`` = 1/(2k) and the universal singular fluctuation ``nu_k`` = ν(k)
+(:func:`neuromanifold.singular.nu.nu`, the normal form's value, not the realized one: an upper
+reference for a direction inside one tensor, not a bound for a crossing, docs/triple.md). They are
+properties, written by ``to_dict`` and ignored by ``from_dict``. The global (λ, m, ν) is not a
+per-record quantity: it is assembled from the records by
 :func:`neuromanifold.singular.assembly.assemble_from_reading` (``neuromanifold triple read``).
 """
 
@@ -94,7 +95,8 @@ class DirectionRecord:
 
     @property
     def nu_k(self) -> float | None:
-        """ν(k), the universal upper reference (genuine or live with k ≤ ``K_MAX``, else None)."""
+        """ν(k), the normal form's universal value (genuine or live with k ≤ ``K_MAX``, else
+        None)."""
         from neuromanifold.singular.nu import K_MAX, nu
 
         k = self._order()

@@ -9,6 +9,9 @@ Cells (Gaussian noise σ = 1, x₁, x₂ ∼ N(0, 1) with correlation ρ, truth 
 
 * pure normal-form cell (``rho=None``): y = w^k x₂ + ε. One dead direction of order k, nothing
   else: ν̂ → ν(k) as n → ∞.
+* product cell (:func:`realized_nu_product`): y = (w₁ ⋯ w_L) x₂ + ε, every w_i a parameter. A
+  crossing of L components of order 1 (a node death a·b at L = 2, a width-one chain at L ≥ 3),
+  diagonal order k_diag = L, nothing live: its realized ν exceeds the diagonal line's ν(L).
 * live + dead cell (``rho=ρ``): y = v x₁ + w^k x₂ + ε, v a live (regular) parameter. The live
   part contributes 1/2; the dead part is reported as ν̂_dead = ν̂ − 1/2. The live feature overlaps
   the dead one by ρ, so the data fluctuation along x₂ is partly absorbed by v: given w the
@@ -40,6 +43,7 @@ __all__ = [
     "RealizedNu",
     "functional_variance",
     "realized_nu",
+    "realized_nu_product",
     "realized_nu_reference",
 ]
 
@@ -47,6 +51,9 @@ __all__ = [
 GRID_POINTS = 4001
 #: Half-width of the tabulated s-range in posterior standard deviations of the Gaussian part.
 _S_WIDTH = 12.0
+#: Points per sign of the product cell's logarithmic grid of |s|, and its smallest |s|.
+PRODUCT_GRID_POINTS = 20001
+_S_FLOOR = 1e-14
 
 
 def functional_variance(loglik: np.ndarray) -> float:
@@ -207,4 +214,61 @@ def realized_nu_reference(
         stderr=float(vals.std(ddof=1) / math.sqrt(replicates)),
         live_dims=0,
         nu_universal=nu(k),
+    )
+
+
+def _product_grid(depth: int, lin: float, prec: float) -> tuple[np.ndarray, np.ndarray]:
+    """Grid over s = w₁ ⋯ w_L (w_i ~ U[−1, 1]) and its normalised posterior weights.
+
+    −log|w_i| are i.i.d. Exp(1), so −log|s| is Gamma(L, 1): |s| has the prior density
+    (−log|s|)^{L−1}/(L−1)! on (0, 1], the sign is even. The grid is logarithmic in |s| from
+    ``_S_FLOOR`` to the end of the Gaussian-in-s mass (capped at 1), both signs, each point
+    weighted by density × cell width; the likelihood is exp(lin·s − prec·s²/2)."""
+    s_max = min(1.0, abs(lin) / prec + _S_WIDTH / math.sqrt(prec))
+    u = np.linspace(math.log(_S_FLOOR), math.log(s_max), PRODUCT_GRID_POINTS)
+    mag = np.exp(u)
+    prior = (-u) ** (depth - 1) * mag * np.gradient(u)  # density × d|s|, d|s| = |s| du
+    s = np.concatenate([-mag[::-1], mag])
+    w = np.concatenate([prior[::-1], prior])
+    logp = lin * s - 0.5 * prec * s * s
+    p = w * np.exp(logp - logp.max())
+    return s, p / p.sum()
+
+
+def realized_nu_product(
+    depth: int, *, n: int = 4000, replicates: int = 200, seed: int = 0
+) -> RealizedNu:
+    """Product cell y = (w₁ ⋯ w_L) x + ε (L = ``depth``, w_i ~ U[−1, 1], truth s = 0), no
+    sampling: the likelihood sees θ through s = Π w_i only, so V_n = Σ_i Var_post[y_i x_i s −
+    x_i² s²/2] from the exact posterior moments of s (prior of s: `_product_grid`), as in
+    :func:`realized_nu_reference`, on the same data sets for the same seed.
+
+    ``k`` and ``nu_universal`` are the block's diagonal order L and ν(L), the value of the
+    normal form t^{2L} along the block's diagonal, for comparison: L = 1 is a regular parameter
+    (ν̂ → 1/2 = ν(1)); for L ≥ 2 the crossing's realized ν exceeds ν(L) (n = 4000: about 0.44
+    against ν(2) = 0.173 at L = 2, 0.37 against ν(3) = 0.278 at L = 3; docs/triple.md §4), so
+    ν(k_diag) is no upper reference for a crossing.
+    """
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth must be an int >= 1, got {depth!r}")
+    _check(depth, n, None, replicates, 2, 1.0)
+    rng = np.random.default_rng(seed)
+    vals = np.empty(replicates)
+    for r in range(replicates):
+        _, x, y = _data(rng, n, None)
+        s, p = _product_grid(depth, float(x @ y), float(x @ x))
+        e1, e2, e3, e4 = (float(p @ s**j) for j in (1, 2, 3, 4))
+        var_s, cov, var_s2 = e2 - e1 * e1, e3 - e1 * e2, e4 - e2 * e2
+        c1, c2 = y * x, -0.5 * x * x
+        vals[r] = float(np.sum(c1 * c1 * var_s + 2 * c1 * c2 * cov + c2 * c2 * var_s2)) / 2
+    return RealizedNu(
+        k=depth,
+        n=n,
+        rho=None,
+        replicates=replicates,
+        draws=0,
+        nu_realized=float(vals.mean()),
+        stderr=float(vals.std(ddof=1) / math.sqrt(replicates)),
+        live_dims=0,
+        nu_universal=nu(depth),
     )

@@ -138,3 +138,47 @@ def test_the_primary_error_is_the_lowest_ranks_value_or_type_error_not_a_transpo
     assert found is not None
     rank, record = found
     assert (rank, record["kind"], record["message"]) == (2, "TypeError", "rank 2's own")
+
+
+DEATH_CODE = 9
+
+
+class DiesOnMarker(nn.Module):
+    """``inner``, except that a batch holding ``MARKER`` ends its process at once (``os._exit``:
+    no exception, no finalizer, no message; a rank killed by the machine looks the same)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: Tensor) -> Tensor:
+        if bool((x[..., 0] == MARKER).any()):
+            os._exit(DEATH_CODE)
+        return self.inner(x)
+
+
+def rank_one_dies_in_the_read() -> SimpleNamespace:
+    """Factory for `launch_local`: rank 1's process ends in the timed read's first forward over
+    its shard (the warm-up reads the first 4 samples only), rank 0 is then in a collective."""
+    from neuromanifold.cells.planted import planted_mlp
+
+    net = planted_mlp(n=N_SAMPLES)
+    x = net.data.clone()
+    x[N_SAMPLES - 1, 0] = MARKER
+    return SimpleNamespace(model=DiesOnMarker(net.model), data=x, family=net.family)
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_mid_read_ends_the_launch_with_its_exit_code() -> None:
+    """A rank that dies without raising (issue 8: rank death was not tested end to end): the
+    caller gets torch's ProcessExitedException for that rank and its exit code, and the launch
+    returns; rank 0, waiting in a collective, is ended with it rather than left hanging."""
+    from torch.multiprocessing import ProcessExitedException
+
+    with pytest.raises(ProcessExitedException) as err:
+        launch_local(
+            2,
+            "test_launch_local_errors:rank_one_dies_in_the_read",
+            read_kwargs={"progress": False},
+        )
+    assert err.value.error_index == 1 and err.value.exit_code == DEATH_CODE

@@ -31,6 +31,7 @@ information criterion, JMLR 11 (2010); T. P. Shirodkar, arXiv:2607.00603 (realiz
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,12 +195,29 @@ def realized_nu_reference(
     only in distribution (the sampler also consumes random numbers).
     """
     _check(k, n, None, replicates, 2, w_bound)
+
+    def grid(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        wg, p = _w_posterior(k, None, x, y, w_bound)
+        return wg**k, p
+
+    return _exact_in_s(k, n, replicates, seed, grid)
+
+
+def _exact_in_s(
+    k: int,
+    n: int,
+    replicates: int,
+    seed: int,
+    grid: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
+) -> RealizedNu:
+    """ν̂ of a cell y = s(θ) x + ε whose posterior is tabulated in s by ``grid(x, y) → (s, p)``:
+    per data set V_n = Σ_i Var_post(c₁ s + c₂ s²) = Σ_i c₁² Var(s) + 2c₁c₂ Cov(s, s²) +
+    c₂² Var(s²) with c₁ = y_i x_i, c₂ = −x_i²/2, from the grid moments of s."""
     rng = np.random.default_rng(seed)
     vals = np.empty(replicates)
     for r in range(replicates):
         _, x, y = _data(rng, n, None)
-        wg, p = _w_posterior(k, None, x, y, w_bound)
-        s = wg**k
+        s, p = grid(x, y)
         e1, e2, e3, e4 = (float(p @ s**j) for j in (1, 2, 3, 4))
         var_s, cov, var_s2 = e2 - e1 * e1, e3 - e1 * e2, e4 - e2 * e2
         c1, c2 = y * x, -0.5 * x * x
@@ -252,23 +270,6 @@ def realized_nu_product(
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"depth must be an int >= 1, got {depth!r}")
     _check(depth, n, None, replicates, 2, 1.0)
-    rng = np.random.default_rng(seed)
-    vals = np.empty(replicates)
-    for r in range(replicates):
-        _, x, y = _data(rng, n, None)
-        s, p = _product_grid(depth, float(x @ y), float(x @ x))
-        e1, e2, e3, e4 = (float(p @ s**j) for j in (1, 2, 3, 4))
-        var_s, cov, var_s2 = e2 - e1 * e1, e3 - e1 * e2, e4 - e2 * e2
-        c1, c2 = y * x, -0.5 * x * x
-        vals[r] = float(np.sum(c1 * c1 * var_s + 2 * c1 * c2 * cov + c2 * c2 * var_s2)) / 2
-    return RealizedNu(
-        k=depth,
-        n=n,
-        rho=None,
-        replicates=replicates,
-        draws=0,
-        nu_realized=float(vals.mean()),
-        stderr=float(vals.std(ddof=1) / math.sqrt(replicates)),
-        live_dims=0,
-        nu_universal=nu(depth),
+    return _exact_in_s(
+        depth, n, replicates, seed, lambda x, y: _product_grid(depth, float(x @ y), float(x @ x))
     )

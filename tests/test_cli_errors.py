@@ -426,3 +426,24 @@ def test_a_file_path_given_to_model_says_how_to_name_the_module(tmp_path: Path) 
         f"cannot import '{model_file}:net'",
         f"set PYTHONPATH={tmp_path}, and pass --model my_models:net",
     )
+
+
+def test_read_factory_that_returns_no_module(tmp_path: Path, monkeypatch) -> None:
+    """s30 trial DOCS #3: 'model must be a torch.nn.Module; got int' named neither --model nor
+    the factory."""
+    mod = _fake_module(
+        monkeypatch,
+        three=lambda: 3,
+        bundle=lambda: types.SimpleNamespace(model="not a module", data=torch.zeros(2, 4)),
+    )
+    data, ckpt = _data_and_checkpoint(tmp_path)
+    r = RUNNER.invoke(app, ["read", "--model", f"{mod}:three", "--data", str(data)], env=ENV)
+    assert_usage_error(r, f"--model: {mod}:three gave int, and it is not a torch.nn.Module")
+    r = RUNNER.invoke(app, ["read", "--model", f"{mod}:bundle", "--data", str(data)], env=ENV)
+    assert_usage_error(r, f"--model: {mod}:bundle gave str, and its .model is not a torch.nn")
+    r = RUNNER.invoke(
+        app,
+        ["read", "--model", f"{mod}:three", "--checkpoint", str(ckpt), "--data", str(data)],
+        env=ENV,
+    )
+    assert_usage_error(r, f"architecture '{mod}:three': factory returned int, expected nn.Module")

@@ -129,8 +129,15 @@ def _resolve_model(spec: str) -> tuple[Any, Any, Any]:
     model, data, family = obj, None, None
     if hasattr(obj, "model") and hasattr(obj, "data"):
         model, data, family = obj.model, obj.data, getattr(obj, "family", None)
-    if isinstance(model, nn.Module):  # as io.load_model does with --checkpoint: a freshly built
-        model = model.eval()  # module is in training mode, which the read refuses for dropout
+    if not isinstance(model, nn.Module):  # s30 trial DOCS #3: name the option and the factory
+        what = "its .model is" if model is not obj else "it is"
+        fail(
+            f"--model: {spec} gave {type(model).__name__}, and {what} not a torch.nn.Module: "
+            f"the factory must return a module, or an object with .model (a module) and .data"
+        )
+    # as io.load_model does with --checkpoint: a freshly built module is in training mode, which
+    # the read refuses for dropout
+    model = model.eval()
     return model, data, family
 
 

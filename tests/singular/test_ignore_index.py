@@ -180,6 +180,24 @@ def test_without_an_ignore_index_a_negative_label_names_the_option() -> None:
         Categorical().log_likelihood(out, torch.tensor([[0, IGNORE, 1]]))
 
 
+def test_labels_shifted_against_every_positions_logits_get_the_padding_hint() -> None:
+    """s30 trial DOCS #1: y = labels[:, 1:] for a model that returns all T positions' logits is
+    one position short; the refusal says how to pad it, and the padded labels are accepted."""
+    out = torch.zeros(2, 4, C, dtype=D)
+    labels = torch.tensor([[0, 1, 2, 3], [3, 2, 1, 0]])
+    with pytest.raises(ValueError, match=r"pad y's last position with an ignore index") as err:
+        Categorical().check_labels(out, labels[:, 1:])
+    assert "of shape (2, 4) (the logits' shape without the class axis); got shape (2, 3)" in str(
+        err.value
+    )
+    padded = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], IGNORE)], 1)
+    Categorical(ignore_index=IGNORE).check_labels(out, padded)
+    for wrong in (labels[:, :2], labels[:1], labels.float()):  # no shift: no hint
+        with pytest.raises(ValueError) as other:
+            Categorical().check_labels(out, wrong)
+        assert "pad y's last position" not in str(other.value)
+
+
 def test_the_family_round_trips_through_its_dict() -> None:
     fam = Categorical(ignore_index=IGNORE)
     assert fam.to_dict() == {"name": "categorical", "ignore_index": IGNORE}

@@ -531,8 +531,9 @@ def register(app: typer.Typer) -> None:
             metavar="INT",
             help="categorical labels equal to this negative integer mark positions without a "
             "label (torch's cross_entropy uses -100): the labelled checks leave them out; y[:, t] "
-            "is the label of logits[:, t] (shift Hugging Face labels: y = labels[:, 1:] against "
-            "logits[:, :-1])",
+            "is the label of logits[:, t] (shift Hugging Face labels: y = labels[:, 1:] with the "
+            "last position padded by this index, for a model that returns every position's "
+            "logits)",
         ),
         max_directions: int | None = typer.Option(
             None,

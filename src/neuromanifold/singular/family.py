@@ -222,10 +222,25 @@ class Categorical:
         """Labels must be integers in ``[0, C)`` of shape ``out.shape[:-1]`` (one class per
         sample and position), or the ``ignore_index`` where a position has none."""
         if y.shape != out.shape[:-1] or y.is_floating_point() or y.is_complex():
+            want = tuple(out.shape[:-1])
+            shifted = (  # y = labels[:, 1:] against a model that returns every position's logits
+                y.dim() == len(want) >= 2
+                and y.shape[0] == want[0]
+                and y.shape[1] == want[1] - 1
+                and y.shape[2:] == want[2:]
+            )
+            hint = (
+                " (labels shifted to y = labels[:, 1:] have one position fewer than logits "
+                "that cover every position: pad y's last position with an ignore index, "
+                "torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], -100)], 1), and read "
+                "with Categorical(ignore_index=-100) or --ignore-index -100)"
+                if shifted
+                else ""
+            )
             raise ValueError(
                 f"Categorical labels y must be integer class indices of shape "
-                f"{tuple(out.shape[:-1])} (the logits' shape without the class axis); got shape "
-                f"{_shape(y)}, dtype {y.dtype}"
+                f"{want} (the logits' shape without the class axis); got shape "
+                f"{_shape(y)}, dtype {y.dtype}{hint}"
             )
         c = out.shape[-1]
         read = y if self.ignore_index is None else y[y != self.ignore_index]

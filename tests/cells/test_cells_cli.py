@@ -19,6 +19,7 @@ def test_cells_command_reads_every_cell_and_writes_json(tmp_path) -> None:
     result = CliRunner().invoke(app, ["cells", "--json", str(path)])
     assert result.exit_code == 0, result.output
     assert f"all {len(CELLS)} cells passed" in result.output
+    assert f"wrote {path}" in result.output.replace("\n", "")  # s30 trial DOCS #2
     rows = json.loads(path.read_text())["cells"]
     assert [r["name"] for r in rows] == list(CELLS)
     for row in rows:
@@ -39,6 +40,7 @@ def test_cells_command_writes_one_png_per_cell(tmp_path) -> None:
         png = tmp_path / "png" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(list((tmp_path / "png").iterdir())) == len(names)
+    assert f"wrote {len(names)} figures to" in result.output
 
 
 def test_cells_command_fails_and_names_the_failing_cell(monkeypatch) -> None:

@@ -27,6 +27,7 @@ def test_nu_json(tmp_path: Path) -> None:
     assert data["nu"]["2"] == pytest.approx(nu(2), abs=ATOL_JSON)
     assert data["lambda_dir"]["3"] == pytest.approx(1 / 6, abs=ATOL_JSON)
     assert "0.172973" in res.output
+    assert f"wrote {out}" in res.output  # s30 trial DOCS #2: the file written is named
 
 
 def test_rrr_json_to_stdout() -> None:
@@ -46,7 +47,7 @@ def test_dln_human_and_json(tmp_path: Path) -> None:
     )
     data = json.loads(out.read_text())
     assert (data["lambda"], data["m"], data["m_restated"]) == ("1/2", 4, 2)
-    assert "caveat" in res.output
+    assert "caveat" in res.output and f"wrote {out}" in res.output
 
 
 def test_dln_width_one_hidden_multiplicity() -> None:

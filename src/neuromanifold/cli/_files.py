@@ -170,8 +170,11 @@ def text_echo(json_path: str | Path | None) -> Callable[..., None]:
     return _no_echo if json_to_stdout(json_path) else typer.echo
 
 
-def emit_json(path: str | Path | None, obj: Any, *, option: str = "--json") -> Path | None:
-    """Nothing for ``None``; the indented JSON on stdout for ``-``; else :func:`write_json`.
+def emit_json(
+    path: str | Path | None, obj: Any, *, option: str = "--json", say: bool = False
+) -> Path | None:
+    """Nothing for ``None``; the indented JSON on stdout for ``-``; else :func:`write_json`,
+    followed by the line ``wrote PATH`` when ``say``.
 
     Returns the file written (``None`` when none was).
     """
@@ -180,7 +183,10 @@ def emit_json(path: str | Path | None, obj: Any, *, option: str = "--json") -> P
     if json_to_stdout(path):
         typer.echo(json.dumps(obj, indent=2))
         return None
-    return write_json(path, obj, option=option)
+    written = write_json(path, obj, option=option)
+    if say:
+        typer.echo(f"wrote {written}")
+    return written
 
 
 def check_out_dir(path: str | Path | None, *, option: str = "--out") -> None:

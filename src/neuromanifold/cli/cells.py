@@ -83,7 +83,9 @@ def cells(
 
     # the seed and the selection with the results: the file alone reproduces them
     payload = {"seed": seed, "only": list(only) if only else None}
-    emit_json(json_path, {**payload, "cells": [res.to_dict() for _, _, res in rows]})
+    written = emit_json(json_path, {**payload, "cells": [res.to_dict() for _, _, res in rows]})
+    if written is not None:
+        console.print(f"wrote {written}")
     if out is not None:
         from neuromanifold.cells.plot import plot_reading
 
@@ -93,6 +95,7 @@ def cells(
                 plot_reading(
                     reading, out / f"{cell.name}.png", title=cell.name, expected_k=res.expected_k
                 )
+        console.print(f"wrote {len(rows)} figure{'s' * (len(rows) != 1)} to {out}")
 
     failed = [res for _, _, res in rows if not res.passed]
     if failed:

@@ -90,7 +90,7 @@ def _print_closed_form(cf: Any, json_path: str | None) -> None:
         typer.echo(f"{cf.model}: λ = {cf.lam} ({float(cf.lam):.6g}), m = {cf.m}  [case {cf.case}]")
         if cf.caveat:
             typer.echo(f"caveat: {cf.caveat}")
-    emit_json(json_path, cf.to_dict())
+    emit_json(json_path, cf.to_dict(), say=True)
 
 
 @triple_app.command("nu")
@@ -117,6 +117,7 @@ def nu_cmd(
             "lambda_dir": {str(kk): v[0] for kk, v in rows.items()},
             "v_frozen_zero": {str(kk): v[2] for kk, v in rows.items()},
         },
+        say=True,
     )
 
 
@@ -296,7 +297,7 @@ def read_cmd(
         for note in result.notes:
             typer.echo(f"  note: {note}")
         typer.echo(result.assumption)
-    emit_json(json_path, result.to_dict())
+    emit_json(json_path, result.to_dict(), say=True)
 
 
 def register(app: typer.Typer) -> None:

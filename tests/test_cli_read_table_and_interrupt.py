@@ -58,3 +58,37 @@ def test_an_interrupted_read_with_out_points_to_resume(
         f"interrupted: the directions read so far are kept in {out / 'read.jsonl'}; run the "
         "same command with --resume to continue\n"
     )
+
+
+def test_a_flat_gauges_plateau_fit_is_marked_in_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """s30 trial DOCS #4: k̂ = 1.000, r² = 1.0000 beside flat_gauge read like an order; the
+    table now shows them in parentheses, as report.md does, and says what they are."""
+    import dataclasses
+
+    import neuromanifold.singular.read as read_module
+    from neuromanifold.report.markdown import PLATEAU_NOTE
+    from neuromanifold.singular.classify import DirectionClass
+
+    real = read_module.read
+
+    def with_a_plateau(*args: object, **kwargs: object):
+        reading = real(*args, **kwargs)
+        flat = dataclasses.replace(
+            reading.directions[0], klass=DirectionClass("flat_gauge"), k=None, k_hat=1.0, r2=0.5
+        )
+        return dataclasses.replace(reading, directions=(*reading.directions, flat))
+
+    monkeypatch.setattr(read_module, "read", with_a_plateau)
+    res = RUNNER.invoke(app, ["read", "--model", "zoo:planted-mlp"], env=ENV)
+    assert res.exit_code == 0, res.output
+    rows = [_cells(line) for line in res.stdout.splitlines() if line.startswith("│")]
+    flat = [r for r in rows if r[6] == "flat_gauge"]
+    genuine = [r for r in rows if r[6] == "genuine_singularity"]
+    assert flat and all(r[3:6] == ["—", "(1.000)", "(0.5000)"] for r in flat)
+    assert genuine and all(not r[4].startswith("(") for r in genuine)
+    assert f"k̂, r² {PLATEAU_NOTE}" in " ".join(res.stdout.split())
+
+
+def test_no_plateau_note_without_a_plateau_fit() -> None:
+    res = RUNNER.invoke(app, ["read", "--model", "zoo:planted-mlp"], env=ENV)
+    assert res.exit_code == 0 and "plateau" not in res.stdout

@@ -836,12 +836,20 @@ def register(app: typer.Typer) -> None:
         # several layers has a row per layer, all with its number; after the layer, where it
         # sits there, e.g. "0: out 2" / "2: in 2" for a node death of unit 2 (s20 trial AN,
         # suggestions)
-        from neuromanifold.report.markdown import ONE_SIDED_FOOTNOTE, ONE_SIDED_KEY, class_cell
+        from neuromanifold.report.markdown import (
+            ONE_SIDED_FOOTNOTE,
+            ONE_SIDED_KEY,
+            PLATEAU_NOTE,
+            class_cell,
+            fit_format,
+            fmt,
+        )
         from neuromanifold.singular.support import record_units
 
         # no slope column: k̂ = 1 + slope/2 says the same (the slope is in the JSON and report.md)
         cols = ["#", "layer: units", "detector", "k", "k̂", "r²", "class", "magnitude"]
         number = {id(r): i for i, r in enumerate(reading.directions)}
+        plateaus = False  # whether a row shows a flat gauge's plateau fit
         for col in cols + (["coord. scan"] if baseline else []):
             # long names fold onto further lines instead of being cut with an ellipsis; the
             # numbers and the class stay whole (a folded 9.05e-06 read as 9.05e-0; s20 audit
@@ -853,13 +861,15 @@ def register(app: typer.Typer) -> None:
                 if baseline:
                     b = (r.baseline or {}).get(layer)
                     extra = ["—" if b is None else _scan_summary(b)]
+                fit = fit_format(r)  # a flat gauge's plateau fit in parentheses (DOCS #4)
+                plateaus = plateaus or (fit is not fmt and r.k_hat is not None)
                 table.add_row(
                     str(number[id(r)]),
                     _layer_cell(layer, record_units(r.info, layer)),
                     r.detector,
                     "—" if r.k is None else str(r.k),
-                    "—" if r.k_hat is None else f"{r.k_hat:.3f}",
-                    "—" if r.r2 is None else f"{r.r2:.4f}",
+                    fit(r.k_hat, ".3f"),
+                    fit(r.r2, ".4f"),
                     class_cell(r),
                     "—" if r.magnitude is None else f"{r.magnitude:.3g}",
                     *extra,
@@ -868,6 +878,8 @@ def register(app: typer.Typer) -> None:
         # needs too: on stderr when stdout holds the JSON (s15 trial T #2)
         said.print(family_line)
         console.print(table)
+        if plateaus:
+            said.print(f"k̂, r² {PLATEAU_NOTE}", markup=False)
         if any(ONE_SIDED_KEY in r.info for r in reading.directions):
             said.print(ONE_SIDED_FOOTNOTE.replace("\\*", "*").replace("`", ""), markup=False)
         for nc in reading.not_covered:

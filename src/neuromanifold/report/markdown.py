@@ -33,6 +33,12 @@ ONE_SIDED_FOOTNOTE = (
 """Said under the tables when a record is marked one-sided (`class_cell`)."""
 
 
+PLATEAU_NOTE = (
+    "(…) marks the fit of a flat gauge's plateau (F below the live threshold: slope 0 and r² near "
+    "1 there say the plateau is flat, not that an order was read)"
+)
+"""Said where a flat gauge's plateau fit is shown in parentheses (`fit_format`)."""
+
 COLUMNS_LEGEND = (
     "Columns: k is the order read, F_u(t) ~ c_k·t^{2(k−1)} along θ₀ + t·u (none for a flat gauge); "
     "k̂ = 1 + slope/2, with slope and r² those of the log–log fit of F_u on the window "
@@ -43,8 +49,7 @@ COLUMNS_LEGEND = (
     "the live threshold is compared with); offset is |uᵀθ₀|, marked † where the sweep started "
     "from the snapped point θ₀ − (uᵀθ₀)u instead of θ₀ (t, window and magnitude are then "
     "measured from there: `sweep.base_shift` in report.json); — marks a value the fit did not "
-    "produce; (…) marks the fit of a flat gauge's plateau (F below the live threshold: slope 0 "
-    "and r² near 1 there say the plateau is flat, not that an order was read)."
+    f"produce; {PLATEAU_NOTE}."
 )
 """The legend under the tables of `reading_markdown` (s22 trial LM #8: "magnitude" was unnamed)."""
 SCAN_LEGEND = (
@@ -59,7 +64,16 @@ def class_cell(r: DirectionRecord) -> str:
     return r.klass + ("*" if ONE_SIDED_KEY in r.info else "")
 
 
-__all__ = ["code_span", "fmt", "reading_markdown", "scan_summary", "table", "truncation_notes"]
+__all__ = [
+    "PLATEAU_NOTE",
+    "code_span",
+    "fit_format",
+    "fmt",
+    "reading_markdown",
+    "scan_summary",
+    "table",
+    "truncation_notes",
+]
 
 
 def code_span(text: str) -> str:
@@ -86,6 +100,12 @@ def _plateau_fit(v: float | int | None, spec: str = ".4g") -> str:
     """`fmt` in parentheses: a plateau's fit beside a flat gauge (no order read); "—" stays."""
     text = fmt(v, spec)
     return text if v is None else f"({text})"
+
+
+def fit_format(r: Any) -> Callable[[float | int | None, str], str]:
+    """How to print record ``r``'s fit (k̂, slope, r²): in parentheses for a flat gauge without an
+    order, whose fit is that of its plateau (s26 trial CNN #15), else plainly (`fmt`)."""
+    return _plateau_fit if r.klass == "flat_gauge" and r.k is None else fmt
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -206,7 +226,7 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
         rows = []
         for r in recs:
             # a flat gauge keeps its plateau's fit but reads no order (s26 trial CNN #15)
-            plateau = _plateau_fit if r.klass == "flat_gauge" and r.k is None else fmt
+            plateau = fit_format(r)
             row = [
                 str(index[id(r)]),
                 record_units(r.info, layer) or "—",

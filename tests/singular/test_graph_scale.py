@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from neuromanifold.singular.detectors import DetectionContext, ReLURescaleDetector, trace_graph
 from neuromanifold.singular.detectors.graph_steps import SCALES, scale_pairs
 from neuromanifold.singular.family import Gaussian
+from neuromanifold.singular.read import read
 
 EXACT = 1e-12
 """Relative output change of a certified exact gauge (rescaling by powers of two is exact)."""
@@ -120,3 +121,139 @@ def test_scale_pairs_offers_only_the_operands_that_can_be_scaled() -> None:
     assert scale_pairs(torch.div, (h, m), {"rounding_mode": "trunc"}) == ()
     assert scale_pairs(torch.mul, (h,), {}) == ()
     assert all(f in SCALES for f in (Tensor.__rmul__, torch.true_divide, Tensor.__itruediv__))
+
+
+class _ConvHead(nn.Module):
+    """``fc(relu(conv x).flatten(1))`` with the factor 0.5 before the flatten, after it, or
+    none; channel 1 of ``conv`` can be planted dead (filter 0, bias −1: the ReLU never fires)."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(2, 3, 3, padding=1)
+        self.fc = nn.Linear(3 * 4 * 4, 2)
+        self.where = where
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = F.relu(self.conv(x))
+        h = h * 0.5 if self.where == "before" else h
+        h = h.flatten(1)
+        return self.fc(h * 0.5 if self.where == "after" else h)
+
+
+def _conv_head(where: str, dead: bool = False) -> tuple[nn.Module, Tensor]:
+    torch.manual_seed(1)
+    model = _ConvHead(where).double().eval()
+    if dead:
+        with torch.no_grad():
+            model.conv.weight[1] = 0.0
+            model.conv.bias[1] = -1.0
+    torch.manual_seed(0)
+    return model, torch.randn(128, 2, 4, 4, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("where", ["none", "before", "after"])
+def test_a_factor_after_a_flatten_keeps_each_channels_block(where: str) -> None:
+    """s30 trial SCALE F1: with the factor after the flatten the edge's last step was "Scale",
+    and the two readers that look for the flatten's block layout at the last step dropped the
+    edge: no relu-rescale, and the planted dead channel read as two one-sided records, not as
+    the duality chain conv → fc it is in the other two models."""
+    model, x = _conv_head(where)
+    ctx = DetectionContext.from_model(model, x, Gaussian())
+    (cand,) = ReLURescaleDetector().propose("conv", ctx.model.conv, ctx)
+    assert cand.layers == ("conv", "fc") and cand.info["certified"] <= EXACT
+
+
+def test_a_dead_channel_reads_the_same_with_the_factor_before_or_after_the_flatten() -> None:
+    """The dead channel (bias −1, ReLU off on every sample) is one duality chain conv → fc, flat:
+    the function does not depend on the channel's parameters near θ0, so F = 0 on the grid; the
+    three models read the same records."""
+    records = {}
+    for where in ("none", "before", "after"):
+        model, x = _conv_head(where, dead=True)
+        reading = read(model, x, Gaussian(), progress=False)
+        records[where] = [(r.detector, str(r.klass), r.k, r.layers) for r in reading.directions]
+    assert ("duality", "flat_gauge", None, ("conv", "fc")) in records["none"]
+    assert records["before"] == records["after"] == records["none"]
+
+
+def test_a_buffer_the_forward_writes_is_no_constant_factor() -> None:
+    """s30 trial SCALE F3: a running maximum filled from the units in the same forward scales with
+    them (its relu-rescale is no symmetry); it must not be taken for a constant factor."""
+
+    def running_max(h: Tensor, m: nn.Module, _x: Tensor) -> Tensor:
+        torch.maximum(m.mask, h.detach().amax(0), out=m.mask)
+        return h * m.mask
+
+    model, x = _model(running_max)
+    graph = trace_graph(model, x)
+    assert "fc1" not in graph.consumers and graph.stops["fc1"]
+
+
+class _MaskSpelled(nn.Module):
+    """``fc2(relu(fc1 x) * f)`` with the buffer ``m`` spelled as ``f``: plainly, ``m.type_as(h)``
+    or ``m.expand_as(h)``; unit 1 is dead on both sides (ReLU off, fc2's column 1 zero)."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(4, 6)
+        self.fc2 = nn.Linear(6, 3)
+        self.register_buffer("m", torch.tensor([0.5, 2.0, 1.5, 1.0, 0.3, 2.0]))
+        self.how = how
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = F.relu(self.fc1(x))
+        f = {"plain": self.m, "type_as": self.m.type_as(h), "expand_as": self.m.expand_as(h)}
+        return self.fc2(h * f[self.how])
+
+
+def test_a_factor_spelled_through_the_units_metadata_reads_the_same() -> None:
+    """s30 trial SCALE F4: ``m.type_as(h)`` reads only h's dtype, yet it was recorded as a stop
+    of fc1, which the linear detector takes for a second reader of h: one flat kfac-A record
+    more than for ``h * m``, the same function."""
+    records = {}
+    for how in ("plain", "type_as", "expand_as"):
+        torch.manual_seed(1)
+        model = _MaskSpelled(how).double().eval()
+        with torch.no_grad():
+            model.fc1.weight[1] = 0.0
+            model.fc1.bias[1] = -1.0
+            model.fc2.weight[:, 1] = 0.0
+        torch.manual_seed(0)
+        x = torch.randn(128, 4, dtype=torch.float64)
+        graph = trace_graph(model, x)
+        assert graph.via[("fc1", "fc2")] == ("ReLU", "Scale") and "fc1" not in graph.stops
+        reading = read(model, x, Gaussian(), progress=False)
+        records[how] = [(r.detector, str(r.klass), r.k, r.layers) for r in reading.directions]
+    assert records["type_as"] == records["expand_as"] == records["plain"]
+
+
+class _ConvScaleNorm(nn.Module):
+    """``fc(bn(conv(x) * m).flatten(1))`` with a per-channel buffer ``m``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(2, 3, 3, padding=1)
+        self.bn = nn.BatchNorm2d(3)
+        self.fc = nn.Linear(48, 2)
+        self.register_buffer("m", torch.tensor([0.5, 2.0, 1.5])[:, None, None])
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc(self.bn(self.conv(x) * self.m).flatten(1))
+
+
+def test_the_batchnorm_rescale_crosses_a_lone_constant_factor() -> None:
+    """s30 trial SCALE F5: channel c of conv scaled by a reaches the BatchNorm scaled by a through
+    ``* m`` as it does with no factor, so the bn-rescale orbit is exact; it was proposed through
+    ReLU → Scale but not through Scale alone."""
+    torch.manual_seed(1)
+    model = _ConvScaleNorm().double()
+    torch.manual_seed(0)
+    x = torch.randn(64, 2, 4, 4, dtype=torch.float64)
+    with torch.no_grad():  # running statistics of the data
+        model.train()
+        model(x)
+        model(x)
+    model.eval()
+    reading = read(model, x, Gaussian(), progress=False)
+    (rescale,) = [r for r in reading.directions if r.detector == "bn-rescale"]
+    assert str(rescale.klass) == "curved_gauge" and rescale.layers[:2] == ("conv", "bn")

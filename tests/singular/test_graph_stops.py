@@ -188,7 +188,22 @@ def test_a_norm_read_through_a_constant_factor_keeps_its_scale_gauge_and_notes_i
     assert graph.via[("ln", "head")] == ("Scale",)
     reading = read(_model(_halve), _x(), Gaussian(), progress=False)
     assert reading.meta["graph_stops"] == {"ln": ["Scale"]}
-    assert "its LayerNorm-kernel gauge does not and was not proposed from the graph" in reading.note
+    assert (
+        "through a constant factor (Scale), which the LayerNorm-kernel gauge is not carried "
+        "across: that gauge was not proposed from the graph"
+    ) in reading.note
     (scale,) = [r for r in reading.directions if r.detector == "norm-scale"]
     assert scale.layers == ("ln", "head") and str(scale.klass) == "curved_gauge"
     assert not any(r.detector == "ln-kernel" for r in reading.directions)
+
+
+def _halve_then_gelu(h: Tensor) -> Tensor:
+    return torch.nn.functional.gelu(h * 0.5)
+
+
+def test_a_factor_before_an_activation_gives_no_layernorm_note() -> None:
+    """s30 trial SCALE F2: the note fired for any Scale on the edge; behind a GELU neither norm
+    gauge reaches the consumer, with or without the factor, so the factor is not why."""
+    reading = read(_model(_halve_then_gelu), _x(), Gaussian(), progress=False)
+    assert reading.meta["graph_stops"] == {}
+    assert "constant factor" not in reading.note

@@ -78,6 +78,8 @@ from neuromanifold.singular.detectors.gapless import gapless_note, gapless_small
 from neuromanifold.singular.detectors.graph import (
     PASS_THROUGH,
     ModelGraph,
+    graph_passes_through,
+    graph_scales_through,
     is_named_rmsnorm,
     trace_graph,
 )
@@ -938,8 +940,9 @@ def _norm_stops(model: nn.Module, graph: ModelGraph) -> dict[str, list[str]]:
         if is_norm and stopped and not graph.consumers.get(name) and graph.output != name:
             out[name] = list(stopped)
         elif isinstance(mod, nn.LayerNorm) and any(
-            SCALE in graph.via[(name, c)] for c in graph.consumers.get(name, ())
-        ):
+            graph_scales_through(graph, name, c) and not graph_passes_through(graph, name, c)
+            for c in graph.consumers.get(name, ())
+        ):  # a consumer the kernel would reach but for a constant factor (s30 trial SCALE F2)
             out[name] = [SCALE]
     return out
 
@@ -951,8 +954,8 @@ def _norm_stops_note(model: nn.Module, stops: Mapping[str, Sequence[str]]) -> st
         if list(funcs) == [SCALE]:
             clauses.append(
                 f"the output of '{name}' reaches the next layer through a constant factor "
-                "(Scale): its norm-scale gauge crosses it, its LayerNorm-kernel gauge does not "
-                "and was not proposed from the graph"
+                "(Scale), which the LayerNorm-kernel gauge is not carried across: that gauge was "
+                "not proposed from the graph"
             )
             continue
         gauges = (

@@ -33,7 +33,11 @@ from neuromanifold.singular.detectors.base import (
     normalise,
     qualified,
 )
-from neuromanifold.singular.detectors.graph import PASS_THROUGH, graph_passes_through
+from neuromanifold.singular.detectors.graph import (
+    PASS_THROUGH,
+    graph_passes_through,
+    graph_scales_through,
+)
 from neuromanifold.singular.detectors.rescale import CERTIFY_RTOL, relative_change
 from neuromanifold.singular.detectors.rescale_detectors import chain_degree
 
@@ -61,13 +65,16 @@ def channel_producer(
     Linear or (not transposed) convolution with ``channels`` outputs (and a bias when
     ``with_bias``) whose output reaches ``name`` alone, unchanged (``p = 1``) or, when
     ``homogeneous``, also through positively homogeneous steps of total degree ``p``
-    (`rescale_detectors.chain_degree`: a ReLU, a squared ReLU, channelwise pooling), which carry
-    a channel scaled by ``a > 0`` to the BatchNorm scaled by ``a^p``; else None."""
+    (`rescale_detectors.chain_degree`: a ReLU, a squared ReLU, channelwise pooling) or constant
+    factors alone (``"Scale"``, p = 1), which carry a channel scaled by ``a > 0`` to the
+    BatchNorm scaled by ``a^p``; else None."""
     producer = ctx.graph.single_producer(name)
     if producer is None or ctx.graph.consumers.get(producer, ()) != (name,):
         return None
     if graph_passes_through(ctx.graph, producer, name):
         degree: int | None = 1
+    elif homogeneous and graph_scales_through(ctx.graph, producer, name):
+        degree = 1  # constant factors only: a channel scaled by a reaches the norm scaled by a
     elif homogeneous:
         via = ctx.graph.via.get((producer, name), ())
         degree = chain_degree([v for v in via if v not in PASS_THROUGH])

@@ -58,6 +58,7 @@ shortest weighted path).
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -75,6 +76,7 @@ from neuromanifold.singular.detectors.graph_steps import (
     SELECT_ROWS,
     channel_label,
     channels_first_ndim,
+    metadata_only_args,
     power_label,
     reshape_label,
     row_selection_label,
@@ -303,11 +305,15 @@ class _Provenance:
 
     def stop(self, func: object, args: tuple, kwargs: dict, out: object) -> None:
         """Record ``func`` as a stop for each source whose provenance a tensor argument of the
-        call still carries, when ``func`` returned a tensor outside any sink's ``forward``."""
+        call still carries, when ``func`` returned a tensor outside any sink's ``forward``; an
+        argument the call reads only for its shape, dtype or device (``m.type_as(h)``,
+        `metadata_only_args`) is no reader of the source (s30 trial SCALE F4: it made the linear
+        detector see a second reader of ``h``)."""
         if self.in_sink or not isinstance(out, Tensor):
             return
         name = resolve_name(func) or getattr(func, "__qualname__", repr(func))
-        for a in (*args, *kwargs.values()):
+        read = metadata_only_args(func, args)  # ``m.type_as(h)`` reads no value of h
+        for a in (*read, *(kwargs.values() if read is args else ())):
             origin = self.origin_of(a)
             if origin is None:
                 continue
@@ -429,12 +435,13 @@ class _Calls(TorchFunctionMode):
         self,
         prov: _Provenance,
         uses: _ParamUses | None = None,
-        constants: frozenset[int] = frozenset(),
+        constants: Mapping[int, int] | None = None,
     ) -> None:
         super().__init__()
         self.prov = prov
         self.uses = uses
-        self.constants = constants  # storages a "Scale" factor may live in (`_constant_storages`)
+        # storage → version counter before the forward: where a "Scale" factor may live
+        self.constants = dict(constants or {})  # (`_constant_storages`)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -496,15 +503,19 @@ class _Calls(TorchFunctionMode):
     def _constant(self, factor: object) -> bool:
         """Whether ``factor`` may scale a chain (`SCALES`): a real number, or a real tensor stored
         in one of the model's buffers or free parameters (`_constant_storages`, views included)
-        that carries no source's provenance. A factor computed from the input or from a source
-        (a gate ``x * sigmoid(fc(x))``) is not one: the chain stops there, as before."""
+        that carries no source's provenance and that the forward has not written so far (its
+        version counter is the one it had before: a running statistic filled from the units in
+        the same forward, ``torch.maximum(m, h.amax(0), out=m)``, scales with them; s30 trial
+        SCALE F3). A factor computed from the input or from a source (a gate
+        ``x * sigmoid(fc(x))``) is not one: the chain stops there, as before."""
         if isinstance(factor, bool | int | float):
             return True
         if not isinstance(factor, Tensor) or factor.is_complex():
             return False
         if self.prov.origin_of(factor) is not None or self.prov.summands_of(factor):
             return False
-        return _storage(factor) in self.constants
+        version = self.constants.get(_storage(factor))
+        return version is not None and _version_of(factor) == version
 
     def _scale(
         self,
@@ -544,10 +555,11 @@ def _storage(t: Tensor) -> int:
         return 0
 
 
-def _constant_storages(model: nn.Module) -> frozenset[int]:
+def _constant_storages(model: nn.Module) -> dict[int, int]:
     """The storages of the model's buffers and of its parameters that no source or sink module
-    holds (a hand-written ``self.alpha``): the factors a `"Scale"` step may multiply by. A sink's
-    parameter used as a factor is a use outside its module (`ModelGraph.outside`), not a scale."""
+    holds (a hand-written ``self.alpha``), each with its tensor's version counter now: the
+    factors a `"Scale"` step may multiply by, while unwritten. A sink's parameter used as a
+    factor is a use outside its module (`ModelGraph.outside`), not a scale."""
     held = {
         id(p)
         for _, mod in model.named_modules()
@@ -555,7 +567,7 @@ def _constant_storages(model: nn.Module) -> frozenset[int]:
         for p in mod.parameters(recurse=False)
     }
     tensors = [*model.buffers(), *(p for p in model.parameters() if id(p) not in held)]
-    return frozenset(a for a in map(_storage, tensors) if a != 0)
+    return {_storage(t): _version_of(t) for t in tensors if _storage(t) != 0}
 
 
 def _channels_first(mod: nn.Module, out: Tensor) -> bool:

@@ -32,6 +32,7 @@ __all__ = [
     "CHANNELWISE",
     "CHANNELWISE_LABELS",
     "FUNCTIONAL_ELEMENTWISE",
+    "METADATA_READS",
     "POWERS",
     "ROW_SELECTIONS",
     "SCALE",
@@ -39,6 +40,8 @@ __all__ = [
     "SELECT_ROWS",
     "channel_label",
     "channels_first_ndim",
+    "layout_step",
+    "metadata_only_args",
     "power_degree",
     "power_label",
     "reshape_label",
@@ -115,6 +118,61 @@ SCALES = frozenset((*_MUL_ANY, *_DIV, *_IN_PLACE))
 """Functions that multiply a tensor elementwise by another operand or divide it by one: for a
 factor ``m`` that does not depend on the units' parameters, ``(c·z)·m = c·(z·m)`` for every
 ``c``, so the step is linear in ``z`` unit by unit and positively homogeneous of degree 1."""
+
+
+METADATA_READS = frozenset(
+    (
+        Tensor.type_as,
+        Tensor.expand_as,
+        Tensor.view_as,
+        Tensor.reshape_as,
+        Tensor.to,
+        Tensor.new_zeros,
+        Tensor.new_ones,
+        Tensor.new_full,
+        Tensor.new_empty,
+        torch.zeros_like,
+        torch.ones_like,
+        torch.empty_like,
+        torch.full_like,
+        torch.rand_like,
+        torch.randn_like,
+    )
+)
+"""Functions that read only the shape, dtype or device of some tensor arguments: the second
+argument of ``m.type_as(h)``, ``m.expand_as(h)``, ``m.view_as(h)``, ``m.reshape_as(h)``,
+``m.to(h)``, and every argument of ``h.new_zeros(…)`` and the ``*_like`` constructors. Such a call
+does not read ``h``'s values, so it is no stop of ``h``'s source (`metadata_only_args`)."""
+_FIRST_IS_DATA = frozenset(
+    (Tensor.type_as, Tensor.expand_as, Tensor.view_as, Tensor.reshape_as, Tensor.to)
+)
+
+
+def metadata_only_args(func: object, args: tuple) -> tuple:
+    """The arguments of ``func(*args)`` whose values the call reads: all of them, except for
+    `METADATA_READS`, where only the first argument of ``type_as``/``expand_as``/``view_as``/
+    ``reshape_as``/``to`` is read, and none of a constructor's.
+
+    >>> m, h = torch.ones(2), torch.zeros(2)
+    >>> len(metadata_only_args(Tensor.type_as, (m, h))), len(metadata_only_args(torch.mul, (m, h)))
+    (1, 2)
+    >>> metadata_only_args(torch.zeros_like, (h,))
+    ()
+    """
+    if func not in METADATA_READS:
+        return args
+    return args[:1] if func in _FIRST_IS_DATA else ()
+
+
+def layout_step(steps: list[str] | tuple[str, ...]) -> str | None:
+    """The last step of ``steps`` that is not a constant factor (`SCALE`): what sets how the
+    consumer's columns hold the producer's units (``"FlattenChannels"``: a block per channel),
+    since a factor after it keeps every feature where it is; None when there is none.
+
+    >>> layout_step(("ReLU", "FlattenChannels", "Scale")), layout_step(("Scale",))
+    ('FlattenChannels', None)
+    """
+    return next((s for s in reversed(steps) if s != SCALE), None)
 
 
 def scale_pairs(func: object, args: tuple, kwargs: dict) -> tuple[tuple[object, object], ...]:

@@ -100,6 +100,7 @@ from neuromanifold.singular.detectors.bias_link import (
     compensated_reference,
 )
 from neuromanifold.singular.detectors.graph import PASS_THROUGH
+from neuromanifold.singular.detectors.graph_steps import layout_step
 from neuromanifold.singular.detectors.link import (
     MATCH_MIN,
     BlockSpectrum,
@@ -625,7 +626,7 @@ def _flatten_block(ctx: DetectionContext, producer: str | None, consumer: str) -
     steps = [v for v in via or () if v not in PASS_THROUGH]
     mods = ctx.cache.get("modules") or dict(ctx.model.named_modules())
     cons, prod = mods.get(consumer), mods.get(producer) if producer is not None else None
-    if not steps or steps[-1] != "FlattenChannels" or not isinstance(cons, nn.Linear):
+    if layout_step(steps) != "FlattenChannels" or not isinstance(cons, nn.Linear):
         return 1
     channels = ctx.factors.blocks[producer].G.shape[0] if producer in ctx.factors.blocks else 0
     if prod is None or channels == 0 or cons.in_features % channels:

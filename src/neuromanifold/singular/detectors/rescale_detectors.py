@@ -19,7 +19,7 @@ from neuromanifold.singular.detectors.graph import (
     graph_scales_through,
     is_named_rmsnorm,
 )
-from neuromanifold.singular.detectors.graph_steps import SCALE, power_degree
+from neuromanifold.singular.detectors.graph_steps import SCALE, layout_step, power_degree
 from neuromanifold.singular.detectors.one_sided import check_cap
 from neuromanifold.singular.detectors.rescale import UnitRescale, rescale_candidate
 
@@ -170,7 +170,7 @@ class ReLURescaleDetector:
             if not is_supported_block(ctx.model.get_submodule(c)):
                 return []
             cols = ctx.params[f"{c}.weight"].shape[1]
-            block = cols // units if steps[-1] == "FlattenChannels" else 1
+            block = cols // units if layout_step(steps) == "FlattenChannels" else 1
             if cols != units * block:
                 return []
             found.add((degree, block))

@@ -925,9 +925,10 @@ def _norm_stops(model: nn.Module, graph: ModelGraph) -> dict[str, list[str]]:
     """Norms (``nn.LayerNorm``, ``nn.RMSNorm``, `is_named_rmsnorm`) whose output reaches no graph
     consumer and is not the model output, and went through functions the graph does not follow
     (``graph.stops``): norm → those functions' names. Their norm-scale (and, for a LayerNorm,
-    LayerNorm-kernel) gauges need a graph consumer, so none was proposed. A LayerNorm read
-    through a constant factor (a ``"Scale"`` step) maps to ``["Scale"]``: its kernel identity
-    does not survive a factor that may differ by position, so that gauge was not proposed. The
+    LayerNorm-kernel) gauges need a graph consumer, so none was proposed. A LayerNorm with a
+    consumer reached through constant factors alone (``"Scale"`` steps, `graph_scales_through`)
+    maps to ``["Scale"]``: its kernel identity does not survive a factor that may differ by
+    position, so that gauge was not proposed from the graph. The
     query and key norms of a recognised attention are left out (`query_key_norms`: they have no
     such gauges; the query/key-norm rescale is theirs)."""
     out: dict[str, list[str]] = {}

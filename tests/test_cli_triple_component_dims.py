@@ -53,8 +53,12 @@ def test_component_dims_reach_the_assembly(planted_json: Path) -> None:
     ],
 )
 def test_bad_component_dims_exit_2(planted_json: Path, args: list[str], message: str) -> None:
-    flags = [a for v in args for a in ("--component-dims", v)]
-    res = _triple(planted_json, *flags)
+    _assert_refused(planted_json, "--component-dims", args, message)
+
+
+def _assert_refused(path: Path, option: str, args: list[str], message: str) -> None:
+    """``triple read`` with ``option`` given each of ``args`` exits 2 saying ``message``."""
+    res = _triple(path, *[a for v in args for a in (option, v)])
     assert res.exit_code == 2, res.output
     flat = " ".join(line.strip(" │╭╮╰╯─") for line in res.output.splitlines())
     assert message in flat, res.output
@@ -92,8 +96,4 @@ def test_component_orders_reach_the_assembly(chain_json: Path) -> None:
     ],
 )
 def test_bad_component_orders_exit_2(chain_json: Path, args: list[str], message: str) -> None:
-    flags = [a for v in args for a in ("--component-orders", v)]
-    res = _triple(chain_json, *flags)
-    assert res.exit_code == 2, res.output
-    flat = " ".join(line.strip(" │╭╮╰╯─") for line in res.output.splitlines())
-    assert message in flat, res.output
+    _assert_refused(chain_json, "--component-orders", args, message)

@@ -257,3 +257,15 @@ def test_the_batchnorm_rescale_crosses_a_lone_constant_factor() -> None:
     reading = read(model, x, Gaussian(), progress=False)
     (rescale,) = [r for r in reading.directions if r.detector == "bn-rescale"]
     assert str(rescale.klass) == "curved_gauge" and rescale.layers[:2] == ("conv", "bn")
+
+
+def test_an_in_place_product_on_a_relus_output_is_refused_with_the_fix() -> None:
+    """s30 trial SCALE F6: the graph follows ``h.mul_(mask)`` after a ReLU, but torch cannot
+    differentiate the model (the ReLU's backward keeps its output); the read ended in torch's raw
+    RuntimeError. It now says what to write instead, and the out-of-place model reads."""
+    model, x = _model(_in_place)
+    with pytest.raises(ValueError, match=r"write that step out of place \(h = h \* m\)"):
+        read(model, x, Gaussian(), progress=False)
+    model, x = _model(CONSTANT["buffer"])
+    reading = read(model, x, Gaussian(), progress=False)
+    assert any(r.detector == "relu-rescale" for r in reading.directions)

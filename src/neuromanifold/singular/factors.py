@@ -198,6 +198,23 @@ def check_positive_int(name: str, value: Any) -> int:
 
 @torch.inference_mode(False)
 @torch.enable_grad()
+def _in_place_error(err: RuntimeError) -> Exception:
+    """torch's refusal to differentiate through a tensor written in place after autograd kept it
+    (``h.mul_(m)`` on a ReLU's output) as a ``ValueError`` that names the cause and the fix
+    (s30 trial SCALE F6: the read ended in torch's raw ``RuntimeError``); any other error as
+    it is."""
+    if "modified by an inplace operation" not in str(err):
+        return err
+    first = str(err).strip().splitlines()[0]
+    return ValueError(
+        "the read needs reverse-mode derivatives of the model (the K-FAC factors), and torch "
+        "cannot compute them: the forward writes in place into a tensor that autograd keeps for "
+        "the backward (h.mul_(m) or h *= m on an activation's output, a ReLU applied in place "
+        "to a tensor that is read again); write that step out of place (h = h * m). "
+        f"torch: {first}"
+    )
+
+
 def kfac_factors(
     model: nn.Module,
     data: Any,
@@ -379,9 +396,15 @@ def kfac_factors(
             for j, col in enumerate(cols):
                 for n in blocks:
                     grads_seen[n].clear()
-                torch.autograd.grad(
-                    (out * col).sum(), targets, retain_graph=j < len(cols) - 1, allow_unused=True
-                )
+                try:
+                    torch.autograd.grad(
+                        (out * col).sum(),
+                        targets,
+                        retain_graph=j < len(cols) - 1,
+                        allow_unused=True,
+                    )
+                except RuntimeError as err:
+                    raise _in_place_error(err) from err
                 n_bwd += 1
                 for n, seen in grads_seen.items():
                     if not seen or n == head:

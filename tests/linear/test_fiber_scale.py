@@ -334,3 +334,14 @@ def test_an_unreachable_v_still_reports_the_search() -> None:
     (num,) = [r for r in rep.routes if r.name == "numeric"]
     assert not rep.on_manifold and num.n_starts == 40 and np.isfinite(rep.residual)
     assert rep.residual > 1e-3  # a genuine miss, not a tolerance question
+
+
+def test_ntk_from_function_refuses_v_zero() -> None:
+    """s30 trial LINFLOW #2: at v = 0 the fiber is a continuum (any θ with a zero layer) whose
+    NTKs differ, and ntk_from_function returned one of them, a different one per seed; the fiber
+    itself says continuum, as the refusal does."""
+    arch = LCN((3, 2, 2), (2, 2))
+    zero, dlt = np.zeros(arch.n_v), np.array([1.0, 1.0])
+    with pytest.raises(ValueError, match="v = 0: every parameter with a zero layer realises it"):
+        ntk_from_function(arch, zero, dlt)
+    assert lcn_fiber(arch, zero, dlt, seed=0).continuum

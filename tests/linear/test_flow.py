@@ -114,6 +114,23 @@ def test_invariants_conserved_by_dop853(arch: LCN) -> None:
     assert invariant_drift(res).max() < ATOL_DRIFT_FLOW * max(1.0, np.max(np.abs(delta(theta))))
 
 
+def test_drift_is_measured_from_theta0_when_t0_is_not_recorded() -> None:
+    """s30 trial LINFLOW #1: with ``t_eval = [2.0]`` the drift was measured against the first
+    recorded time, so it read 0 whatever δ did. A loose tolerance makes δ drift measurably."""
+    arch = LCN((3, 2, 2), (2, 2))
+    rng = np.random.default_rng(4)
+    theta = [rng.standard_normal(f) for f in arch.filters]
+    loss = QuadraticLoss(
+        rng.standard_normal((arch.n_v + 2, arch.n_v)), rng.standard_normal(arch.n_v + 2)
+    )
+    res = gradient_flow(arch, theta, loss, (0.0, 2.0), rtol=1e-3, atol=1e-3, t_eval=[2.0])
+    by_hand = np.max(np.abs(delta(res.theta(0)) - delta(theta)))
+    assert by_hand > DRIFT_MIN  # the loose solve really moved δ
+    assert invariant_drift(res)[0] == pytest.approx(by_hand, rel=RTOL_LITERAL)
+    np.testing.assert_array_equal(res.invariants_start, delta(theta))
+    assert res.to_dict()["invariants_start"] == list(delta(theta))
+
+
 def test_fc_invariants_conserved_by_dop853() -> None:
     rng = np.random.default_rng(3)
     arch = FC((3, 2, 4, 2))

@@ -109,6 +109,8 @@ class FlowResult:
         invariants: ``δ`` (LCN) or flattened ``Δ_l`` (FC) per time, ``(n_t, m)``.
         loss: ``ℓ(v(t))``, ``(n_t,)``.
         success: solver status; message: solver message; nfev: RHS evaluations.
+        invariants_start: the invariants at ``θ0``, ``(m,)``, the baseline of
+            :func:`invariant_drift` (``t_eval`` need not record ``t0``).
     """
 
     arch: Architecture
@@ -120,6 +122,7 @@ class FlowResult:
     success: bool
     message: str
     nfev: int
+    invariants_start: np.ndarray | None = None
 
     def theta(self, i: int) -> Params:
         """Per-layer parameters at time index ``i``."""
@@ -137,10 +140,21 @@ class FlowResult:
             "success": self.success,
             "message": self.message,
             "nfev": self.nfev,
+            "invariants_start": (
+                None if self.invariants_start is None else self.invariants_start.tolist()
+            ),
         }
 
 
-def _record(arch: Architecture, t: np.ndarray, X: np.ndarray, loss: FunctionLoss, **kw: Any):
+def _record(
+    arch: Architecture,
+    t: np.ndarray,
+    X: np.ndarray,
+    loss: FunctionLoss,
+    start: np.ndarray,
+    **kw: Any,
+) -> FlowResult:
+    """The `FlowResult` of the flat parameters ``X`` at times ``t``, from the flat ``start``."""
     vs, invs, ls = [], [], []
     for x in X:
         th = unflatten_params(arch, x)
@@ -155,6 +169,7 @@ def _record(arch: Architecture, t: np.ndarray, X: np.ndarray, loss: FunctionLoss
         v=np.array(vs),
         invariants=np.array(invs),
         loss=np.array(ls),
+        invariants_start=np.asarray(invariants(arch, unflatten_params(arch, start))),
         **kw,
     )
 
@@ -233,6 +248,7 @@ def gradient_flow(
         sol.t,
         sol.y.T,
         loss,
+        x0,
         success=bool(sol.success),
         message=str(sol.message),
         nfev=int(sol.nfev),
@@ -273,6 +289,7 @@ def gradient_descent(
                 np.array(ts),
                 np.array(X),
                 loss,
+                X[0],
                 success=False,
                 message=f"diverged at step {k}",
                 nfev=k,
@@ -280,15 +297,22 @@ def gradient_descent(
         if k % record_every == 0 or k == steps:
             ts.append(k * lr)
             X.append(x.copy())
-    return _record(arch, np.array(ts), np.array(X), loss, success=True, message="done", nfev=steps)
+    return _record(
+        arch, np.array(ts), np.array(X), loss, X[0], success=True, message="done", nfev=steps
+    )
 
 
 def invariant_drift(result: FlowResult) -> np.ndarray:
-    """``max_m |I_m(t) − I_m(t_0)|`` per recorded time, ``(n_t,)`` (``I`` = δ or flattened Δ)."""
+    """``max_m |I_m(t) − I_m(θ0)|`` per recorded time, ``(n_t,)`` (``I`` = δ or flattened Δ),
+    against the invariants at the start ``θ0`` (``result.invariants_start``), also when the
+    recorded times leave ``t0`` out (s30 trial LINFLOW #1: measured from the first recorded
+    time, the drift read 0 where δ had moved by 1.8e-3); a result without that field falls back
+    to the first recorded time."""
     inv = np.asarray(result.invariants)
     if inv.shape[1] == 0:
         return np.zeros(inv.shape[0])
-    return np.max(np.abs(inv - inv[0]), axis=1)
+    base = inv[0] if result.invariants_start is None else np.asarray(result.invariants_start)
+    return np.max(np.abs(inv - base), axis=1)
 
 
 @dataclass(frozen=True, eq=False)

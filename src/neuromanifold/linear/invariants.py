@@ -40,7 +40,7 @@ def delta(theta: Sequence[Any]) -> np.ndarray:
     """``δ_l = ‖w_{l+1}‖² − ‖w_l‖²`` for ``l = 1..L−1``, shape ``(L − 1,)``.
 
     Plain float64 arithmetic: a layer norm beyond about ``1e154`` makes ``δ`` overflow to
-    ``±inf`` (numpy warns). The Lemma and the closed-form NTK do not need ``δ(θ)``: they work
+    ``±inf``, and to NaN where both norms of a difference overflow (``inf − inf``; numpy warns). The Lemma and the closed-form NTK do not need ``δ(θ)``: they work
     from the logs of the norms (`neuromanifold.linear.rescale.log_sq_norms`).
 
     >>> delta([[1.0, 2.0], [1.0, -1.0]]).tolist()

@@ -320,11 +320,19 @@ def ntk_from_function(
     (``K = Jμ Jμᵀ`` and ``Jμ`` is homogeneous of degree ``L − 1``). Only one fiber point is
     found: where the fiber carries several NTKs (stride one, or a crossing such as spec §4.2 with
     strides > 1) the NTK returned depends on the start (use :func:`~.fiber.lcn_fiber` to see
-    them all).
+    them all). ``v = 0`` raises ``ValueError``: every θ with a zero layer realises it, a
+    continuum of fiber points whose NTKs differ, so K is no function of ``(v, δ)`` there (s30
+    trial LINFLOW #2: two seeds gave NTKs 1.5 apart, silently).
     """
     res = solve_fiber_point(
         arch, v, delta, theta_guess=theta_guess, n_starts=n_starts, seed=seed, tol=tol
     )
+    if not np.any(np.asarray(v, dtype=np.float64)):  # v was checked by solve_fiber_point
+        raise ValueError(
+            "v = 0: every parameter with a zero layer realises it, a continuum of fiber points "
+            "with different NTKs, so K is not a function of (v, delta) there; lcn_fiber lists "
+            "them (continuum=True)"
+        )
     if not res.converged:
         raise RuntimeError(
             f"no fiber point found for the given (v, delta): best residual {res.residual:.3e} > "

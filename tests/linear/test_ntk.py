@@ -238,6 +238,21 @@ def test_balanced_operator_equals_fc_ntk_at_balanced_point() -> None:
         )
 
 
+def test_fc_ntk_overflow_is_said_as_for_the_lcn() -> None:
+    """s30 trial LINFLOW #3: weights of 1e200 gave a matrix of inf and NaN, silently."""
+    import warnings
+
+    from neuromanifold.linear.ntk import NTKOverflowError
+
+    arch = FC((2, 2, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy overflow warning on the way either
+        with pytest.raises(NTKOverflowError, match="fc_ntk: K is not representable in float64"):
+            fc_ntk(arch, [np.full((2, 2), 1e200)] * 2)
+    big = [np.full((2, 2), 1e100)] * 2  # K ~ 1e200 · 4: still finite, and returned as it is
+    assert np.all(np.isfinite(fc_ntk(arch, big)))
+
+
 def test_error_paths() -> None:
     with pytest.raises(TypeError, match="expected an LCN"):
         ntk(FC((2, 2)), [np.ones((2, 2))])

@@ -39,9 +39,10 @@ def sq_norms(theta: Sequence[Any]) -> np.ndarray:
 def delta(theta: Sequence[Any]) -> np.ndarray:
     """``δ_l = ‖w_{l+1}‖² − ‖w_l‖²`` for ``l = 1..L−1``, shape ``(L − 1,)``.
 
-    Plain float64 arithmetic: a layer norm beyond about ``1e154`` makes ``δ`` overflow to
-    ``±inf``, and to NaN where both norms of a difference overflow (``inf − inf``; numpy warns). The Lemma and the closed-form NTK do not need ``δ(θ)``: they work
-    from the logs of the norms (`neuromanifold.linear.rescale.log_sq_norms`).
+    Plain float64 arithmetic: a layer norm beyond about ``1e154`` makes ``δ`` overflow to ``±inf``,
+    and to NaN where both norms of a difference overflow (``inf − inf``; numpy warns). The Lemma and
+    the closed-form NTK do not need ``δ(θ)``: they work from the logs of the norms
+    (`neuromanifold.linear.rescale.log_sq_norms`).
 
     >>> delta([[1.0, 2.0], [1.0, -1.0]]).tolist()
     [-3.0]

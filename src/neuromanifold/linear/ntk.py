@@ -285,11 +285,23 @@ def fc_ntk(arch: FC, Ws: Sequence[Any]) -> np.ndarray:
 
     Shape ``(n_L n_0, n_L n_0)``.
 
+    An entry that is not representable in float64 raises :class:`NTKOverflowError`, as
+    :func:`ntk` does (s30 trial LINFLOW #3: weights of 1e200 gave a matrix of inf and NaN).
+
     >>> fc_ntk(FC((1, 1, 1)), [[[2.0]], [[3.0]]]).tolist()
     [[13.0]]
     """
-    A, B = _fc_prefixes(arch, Ws)
-    return sum(np.kron(a @ a.T, b.T @ b) for a, b in zip(A, B, strict=True))
+    with np.errstate(over="ignore", invalid="ignore"):  # checked below, said as a ValueError
+        A, B = _fc_prefixes(arch, Ws)
+        K = sum(np.kron(a @ a.T, b.T @ b) for a, b in zip(A, B, strict=True))
+    if not np.all(np.isfinite(K)):
+        big = max(float(np.max(np.abs(np.asarray(W, dtype=np.float64)))) for W in Ws)
+        raise NTKOverflowError(
+            "fc_ntk: K is not representable in float64 (an entry overflows; largest |entry| of "
+            f"the weights {big:.3g}); rescale the weights W ↦ cW with c < 1: K is homogeneous "
+            f"of degree 2(L − 1) = {2 * (len(Ws) - 1)} in their scale"
+        )
+    return K
 
 
 def fc_ntk_apply(arch: FC, Ws: Sequence[Any], Z: Any) -> np.ndarray:

@@ -162,7 +162,7 @@ def dln_cmd(
     _print_closed_form(cf, json_path)
 
 
-def _parse_component_dims(
+def _parse_components(
     values: list[str], option: str = "--component-dims", what: str = "dimensions"
 ) -> dict[int, tuple[int, ...]] | None:
     """``["0:3,2", "2:1,1"]`` → ``{0: (3, 2), 2: (1, 1)}`` (None for none); a malformed value or
@@ -252,8 +252,8 @@ def read_cmd(
             f"{reading}: --regular-dims is the dimension of the live part, which contains them; "
             f"pass at least {n_live}, or leave it out to count the live records (1/2 each)"
         )
-    dims = _parse_component_dims(component_dims or [])
-    orders = _parse_component_dims(component_orders or [], "--component-orders", "orders")
+    dims = _parse_components(component_dims or [])
+    orders = _parse_components(component_orders or [], "--component-orders", "orders")
     try:  # a record of unknown class or with an order that is not an integer >= 1
         result = assemble_from_reading(
             data, regular_dims=regular_dims, component_dims=dims, component_orders=orders

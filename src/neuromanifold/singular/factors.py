@@ -196,8 +196,6 @@ def check_positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
-@torch.inference_mode(False)
-@torch.enable_grad()
 def _in_place_error(err: RuntimeError) -> Exception:
     """torch's refusal to differentiate through a tensor written in place after autograd kept it
     (``h.mul_(m)`` on a ReLU's output) as a ``ValueError`` that names the cause and the fix
@@ -215,6 +213,8 @@ def _in_place_error(err: RuntimeError) -> Exception:
     )
 
 
+@torch.inference_mode(False)
+@torch.enable_grad()
 def kfac_factors(
     model: nn.Module,
     data: Any,

@@ -311,6 +311,8 @@ def test_factors_equal_curvlinops_gaussian() -> None:
 def _distributed_worker(rank: int, world: int, store: str, out: str) -> None:
     import torch.distributed as dist
 
+    from neuromanifold.singular.distributed import _leave_without_finalizing
+
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
@@ -325,6 +327,7 @@ def _distributed_worker(rank: int, world: int, store: str, out: str) -> None:
             torch.save({n: (b.A, b.G, b.n_samples) for n, b in fac.items()}, out)
     finally:
         dist.destroy_process_group()
+    _leave_without_finalizing()  # gloo's worker threads can abort the interpreter's finalization
 
 
 @pytest.mark.slow

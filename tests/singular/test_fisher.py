@@ -475,6 +475,8 @@ f = directional_fisher(model, p, u, shard, Categorical())
 s = sweep(model, p, u, shard, Categorical(), grid=[0.1, 1.0])
 print(repr(float(f)), repr(s.F[1]))
 dist.destroy_process_group()
+from neuromanifold.singular.distributed import _leave_without_finalizing
+_leave_without_finalizing()  # gloo's worker threads can abort the interpreter's finalization
 """
 
 

@@ -251,7 +251,7 @@ def _masked_model_and_ids() -> tuple[nn.Module, Tensor]:
 def _g_rows_worker(rank: int, world: int, port: int, out_dir: str) -> None:
     import torch.distributed as dist
 
-    from neuromanifold.singular.distributed import shard_data
+    from neuromanifold.singular.distributed import _leave_without_finalizing, shard_data
 
     torch.set_num_threads(1)
     dist.init_process_group(
@@ -265,6 +265,7 @@ def _g_rows_worker(rank: int, world: int, port: int, out_dir: str) -> None:
         (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(counts))
     finally:
         dist.destroy_process_group()
+    _leave_without_finalizing()  # gloo's worker threads can abort the interpreter's finalization
 
 
 @pytest.mark.slow

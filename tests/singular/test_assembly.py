@@ -228,7 +228,7 @@ def _rec(klass: str, k: int | None, layers: tuple[str, ...], **extra) -> dict:
 def test_loci_from_stand_in_records() -> None:
     records = [
         _rec("genuine_singularity", 2, ("0", "2")),  # node death, σ'(0) ≠ 0: (1, 1)
-        _rec("genuine_singularity", 3, ("4", "6")),  # squared-ReLU node death: (1, 2)
+        _rec("genuine_singularity", 3, ("4", "6")),  # squared-ReLU node death: (2, 1) for (b, a)
         _rec("genuine_singularity", 3, ("a", "b", "c")),  # depth-3 chain: (1, 1, 1)
         _rec("live", 1, ("0",)),
         _rec("flat_gauge", None, ("5",)),
@@ -237,12 +237,12 @@ def test_loci_from_stand_in_records() -> None:
     ]
     loci, notes = loci_from_reading({"directions": records})
     genuine = [loc for loc in loci if loc.kind == "genuine"]
-    assert [loc.orders for loc in genuine] == [(1, 1), (1, 2), (1, 1, 1)]
+    assert [loc.orders for loc in genuine] == [(1, 1), (2, 1), (1, 1, 1)]  # input side first
     assert len({loc.block for loc in genuine}) == 3
     assert [loc.kind for loc in loci].count("gauge") == 2 and len(notes) == 2
     assert "no component_dims were given" in notes[1]  # the three crossings are at dims 1
     expected = (
-        normal_crossing([1, 1]).lam + normal_crossing([1, 2]).lam + normal_crossing([1, 1, 1]).lam
+        normal_crossing([1, 1]).lam + normal_crossing([2, 1]).lam + normal_crossing([1, 1, 1]).lam
     )
     a = assemble_from_reading(records)  # the live record counts 1/2
     assert a.lam == expected + Fraction(1, 2)

@@ -208,15 +208,17 @@ def read_cmd(
         None,
         "--component-dims",
         metavar="I:D1,D2",
-        help="Component dimensions of genuine record I (one per factor it crosses, e.g. 0:3,2); "
-        "repeat for several records. Default: 1 each.",
+        help="Component dimensions of genuine record I (one per factor it crosses, in the "
+        "record's layer order, input side first, e.g. 0:3,2); repeat for several records. "
+        "Default: 1 each.",
     ),
     component_orders: list[str] | None = typer.Option(
         None,
         "--component-orders",
         metavar="I:K1,K2",
-        help="Component orders of genuine record I (one per factor it crosses, summing to its "
-        "k, e.g. 0:1,2,4); repeat for several records. Default: 1, ..., 1, k - n + 1.",
+        help="Component orders of genuine record I (one per factor it crosses, in the record's "
+        "layer order, input side first, summing to its k, e.g. 0:4,2,1); repeat for several "
+        "records. Default: k - n + 1, 1, ..., 1.",
     ),
     json_path: str | None = typer.Option(
         None, "--json", help=f"Write JSON here {JSON_STDOUT_HELP}."

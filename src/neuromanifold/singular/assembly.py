@@ -23,11 +23,11 @@ crossing through θ* (no further loci meeting it); the result states this in ``a
 Dominant order and ν (spec §0 "k fixes the universal ν(k)", §5 operational reading): the *dominant
 block* is the genuine block with the smallest λ_block (ties: the largest diagonal order, then the
 first listed). Its *diagonal order* k_diag = Σ_i k_i is the order a read along the block's diagonal
-measures (a node death a·σ(b·) with σ of leading order p: components (1, p), k_diag = 1 + p; a
-width-one chain of depth L: k_diag = L). ``dominant_order`` is that k_diag and ``nu_universal`` =
-ν(k_diag), the universal value of the normal form t^{2k} along the dominant dead direction, not the
-realized value (see :mod:`neuromanifold.singular.realized_nu`): an upper reference when the block
-has one component (live structure only lowers it), but not a bound for a crossing, whose own
+measures (a node death a·σ(b·) with σ of leading order p: components (p, 1) for (b, a), k_diag = 1 +
+p; a width-one chain of depth L: k_diag = L). ``dominant_order`` is that k_diag and ``nu_universal``
+= ν(k_diag), the universal value of the normal form t^{2k} along the dominant dead direction, not
+the realized value (see :mod:`neuromanifold.singular.realized_nu`): an upper reference when the
+block has one component (live structure only lowers it), but not a bound for a crossing, whose own
 fluctuation exceeds its diagonal line's (s30 trial TRIPLE F2: y = a·b·x realises ν̂ ≈ 0.438 against
 ν(2) ≈ 0.173, y = a·b·c·x ≈ 0.374 against ν(3) ≈ 0.278); and a per-direction value, not the model's
 ν (spec §2: a regular model of dimension d has ν = d/2; the other blocks and the regular directions
@@ -589,24 +589,28 @@ def loci_from_reading(
 
     Rule (documented, [design]): a genuine direction of diagonal order k crossing n weight tensors
     is a crossing of n components, one per tensor, whose orders add up to the diagonal order (spec
-    §5: k_diag = Σ k_i): n − 1 linear factors of order 1 and one factor carrying the rest, orders
-    (1, …, 1, k − n + 1) — a node death a·σ(b·) (n = 2, k = 1 + p) gives (1, p), a depth-L linear
-    chain (n = L = k) gives (1, …, 1). Either way the block's diagonal order Σ_i k_i is the read
-    order k, so the assembly's ``dominant_order`` and ν are those of the order the read measured.
-    Each genuine direction is its own block (distinct dead units are independent coordinates). A
-    direction inside one tensor (n = 1) is a 1-D normal form (k). A direction whose order is below
-    its number of tensors (k < n, e.g. a path that a skip connection keeps partly alive) is read as
-    one normal form (k) too; its λ_block = 1/(2k) is then a lower bound, since components of orders
-    k_i summing to k have λ_block = 1/(2 max k_i) ≥ 1/(2k), and a note says so. From k ≥ n + 2 on
-    the split is not determined by k (Lin–Sq–Lin–Sq–Lin reads k = 7 over 3 factors, truly (1, 2,
-    4)): the default has the largest top order, so its λ_block is a lower bound and its m_block can
-    be too low; a note says so (`_split_note`), and ``component_orders[i]`` gives record i's orders
-    (n integers ≥ 1 summing to k, checked; keys as for ``component_dims``). Live directions are
-    regular (1/2 each) when ``count_live`` (otherwise they are only named in the notes); flat and
-    curved gauges contribute nothing. Unresolved records and genuine ones with no order (``k`` null)
-    are skipped and named in the notes; a malformed record raises ``ValueError`` (an unknown class,
-    an order that is not an integer ≥ 1 or that its class cannot have, ``layers`` that is not a list
-    of strings, an ``info["chain_length"]`` that is not an integer ≥ 1: `_check_records`).
+    §5: k_diag = Σ k_i): n − 1 linear factors of order 1 and one factor carrying the rest. Orders
+    and ``component_dims`` are listed in the record's ``layers`` order, input side first, and the
+    default is (k − n + 1, 1, …, 1): the first tensor carries the rest, as the input weights b of a
+    node death a·σ(b·) do (n = 2, k = 1 + p: (p, 1), K ∝ a²b^{2p}; s31 trial DISK #1: with the rest
+    on the last tensor, dims given input side first paired the order p with a's dimension); a
+    depth-L linear chain (n = L = k) gives (1, …, 1). Either way the block's diagonal order Σ_i k_i
+    is the read order k, so the assembly's ``dominant_order`` and ν are those of the order the read
+    measured. Each genuine direction is its own block (distinct dead units are independent
+    coordinates). A direction inside one tensor (n = 1) is a 1-D normal form (k). A direction whose
+    order is below its number of tensors (k < n, e.g. a path that a skip connection keeps partly
+    alive) is read as one normal form (k) too; its λ_block = 1/(2k) is then a lower bound, since
+    components of orders k_i summing to k have λ_block = 1/(2 max k_i) ≥ 1/(2k), and a note says so.
+    From k ≥ n + 2 on the split is not determined by k (Lin–Sq–Lin–Sq–Lin reads k = 7 over 3
+    factors, truly (4, 2, 1)): the default has the largest top order, so its λ_block is a lower
+    bound and its m_block can be too low; a note says so (`_split_note`), and
+    ``component_orders[i]`` gives record i's orders (n integers ≥ 1 summing to k, checked; keys as
+    for ``component_dims``). Live directions are regular (1/2 each) when ``count_live`` (otherwise
+    they are only named in the notes); flat and curved gauges contribute nothing. Unresolved records
+    and genuine ones with no order (``k`` null) are skipped and named in the notes; a malformed
+    record raises ``ValueError`` (an unknown class, an order that is not an integer ≥ 1 or that its
+    class cannot have, ``layers`` that is not a list of strings, an ``info["chain_length"]`` that is
+    not an integer ≥ 1: `_check_records`).
 
     Component dimensions: 1 each, unless ``component_dims[i]`` gives them for record i (every
     key must be the integer index — Python or NumPy int — of a genuine record with an order, else
@@ -663,7 +667,7 @@ def loci_from_reading(
             if component_orders and i in component_orders:
                 orders = _given_orders(i, component_orders[i], k, n)
             elif n >= 2 and k >= n:
-                orders = (1,) * (n - 1) + (k - n + 1,)
+                orders = (k - n + 1,) + (1,) * (n - 1)
                 if k >= n + 2:
                     notes.append(_split_note(name, k, n))
             else:
@@ -717,14 +721,15 @@ def loci_from_reading(
 
 def _split_note(name: str, k: int, n: int) -> str:
     """The note for a genuine record whose order ``k ≥ n + 2`` over ``n`` factors has several
-    splits into orders ``k_i ≥ 1`` (s30 trial TRIPLE F1: Lin–Sq–Lin–Sq–Lin, K ∝ c²b⁴a⁸, reads
-    k = 7 over 3 factors; the default (1, 1, 5) gives (1/10, 1) where the truth (1, 2, 4) is
-    (1/8, 1); Lin–Tanh–Lin–Sq–Lin, (1, 2, 2), gives (1/6, 1) for (1/4, 2)). The default split has
+    splits into orders ``k_i ≥ 1`` (s30 trial TRIPLE F1: Lin–Sq–Lin–Sq–Lin, K ∝ c²b⁴a⁸, reads k = 7
+    over 3 factors; the default (5, 1, 1) gives (1/10, 1) where the truth (4, 2, 1), in layer order,
+    is (1/8, 1); Lin–Tanh–Lin–Sq–Lin, (2, 2, 1), gives (1/6, 1) for (1/4, 2)). The default split has
     the largest possible top order, so its λ_block is the least the read allows; the most even
     split, top order ⌈k/n⌉, gives the most."""
     low, high = Fraction(1, 2 * (k - n + 1)), Fraction(1, 2 * -(-k // n))
     return (
-        f"{name}: order k={k} over {n} factors is split as {(1,) * (n - 1) + (k - n + 1,)}, "
+        f"{name}: order k={k} over {n} factors is split as {(k - n + 1,) + (1,) * (n - 1)} "
+        f"(layer order, input side first), "
         f"but any orders k_i ≥ 1 summing to {k} fit the read (the Fisher along a chain measures "
         f"their sum only): its λ_block = {low} is a lower bound (the most even split gives "
         f"{high}) and its m_block = 1 may be too low (components tied at the top order); pass "

@@ -6,7 +6,7 @@ All values are exact rationals (``fractions.Fraction``). Models covered:
 * Additive K = Σ_i x_i^{2k_i} (+ m⊥ regular squares): λ = Σ_i 1/(2k_i) + m⊥/2, m = 1.
 * Normal crossing K = Π_i x_i^{2k_i}: λ = 1/(2 max k_i), m = #{i : k_i = max k}.
 * One hidden node y = a·σ(b x), true function 0, σ of leading order p at 0 (σ(u) ≍ u^p):
-  K ∝ a² b^{2p}, a crossing of orders (1, p): p = 1 (σ'(0) ≠ 0: tanh, GELU, SiLU, ReLU with
+  K ∝ a² b^{2p}, a crossing of orders 1 (a) and p (b): p = 1 (σ'(0) ≠ 0: tanh, GELU, SiLU, ReLU with
   symmetric inputs) gives (1/2, 2); p = 2 (ReLU²) gives (1/4, 1).
 * Reduced-rank regression y = B A x (input M, inner H, output N, true rank r), four cases.
 * Deep linear networks (widths H_1 = input, …, H_{L+1} = output, true rank r): λ from Aoyagi's
@@ -199,7 +199,7 @@ def width_one_hidden(widths: Sequence[int]) -> ClosedForm:
 
 
 def one_hidden_node(activation: str | int) -> ClosedForm:
-    """y = a·σ(b x) + N(0,1) noise, true function 0: K ∝ a² b^{2p}, a crossing of orders (1, p).
+    """y = a·σ(b x) + N(0,1) noise, true function 0: K ∝ a² b^{2p}, orders 1 (a) and p (b).
 
     ``activation`` is a name in :data:`ACTIVATION_ORDERS` or the leading order p ≥ 1 of σ at 0.
     ReLU counts as p = 1 (ReLU² as p = 2) only with inputs on both sides of 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,36 @@ def test_cli_empty_data_file_ends_early(tmp_path) -> None:
     assert f"--data {path}: cannot read it as a torch file" in _flat(r.output), r.output
     assert ENDS_EARLY in _flat(r.output), r.output
     assert "EOFError()" not in r.output
+
+
+def test_a_torchscript_archive_is_named_without_torchs_unsafe_advice(tmp_path: Path) -> None:
+    """s31 trial DISK #3: ``torch.jit.save`` output got "truncated, corrupt or not weights-only?"
+    after a raw UserWarning, with torch's advice to reload with ``weights_only=False``."""
+    path = tmp_path / "scripted.pt"
+    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), str(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch.load is not reached: no "dispatching" warning
+        with pytest.raises(ValueError) as err:
+            read_state_dict(path)
+    message = str(err.value)
+    assert message.startswith(f"{path} is a TorchScript archive (torch.jit.save)"), message
+    assert "weights_only=False" not in message
+    plain = tmp_path / "plain.pt"
+    torch.save(torch.nn.Linear(2, 2).state_dict(), plain)  # a state dict's archive is read
+    assert set(read_state_dict(plain)) == {"weight", "bias"}
+
+
+def test_a_wrapper_prefix_on_every_key_is_named(tmp_path: Path) -> None:
+    """s31 trial DISK #4: a state dict saved from DataParallel (every key ``module.…``) was
+    refused with the key lists only; the refusal now names the prefix. Keys that carry it but
+    are not the module's own get no such hint."""
+    from neuromanifold.io import load_state_dict_checked
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 3))
+    wrapped = {f"module.{k}": v for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=r"every checkpoint key carries the prefix 'module\.'"):
+        load_state_dict_checked(model, wrapped)
+    other = {**wrapped, "module.extra": torch.zeros(1)}
+    with pytest.raises(ValueError, match="unexpected keys") as err:
+        load_state_dict_checked(model, other)
+    assert "prefix" not in str(err.value)

@@ -154,6 +154,24 @@ def torch_error_line(err: Exception) -> str:
     return lines[0] if lines else repr(err)
 
 
+def _is_torchscript(path: Path) -> bool:
+    """Whether ``path`` is a TorchScript archive (``torch.jit.save``): a zip whose top folder
+    holds ``constants.pkl`` or ``code/``, which a state dict's archive (``torch.save``) lacks."""
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as z:
+        return any(
+            name.count("/") >= 1
+            and (
+                name.split("/", 1)[1] == "constants.pkl"
+                or name.split("/", 1)[1].startswith("code/")
+            )
+            for name in z.namelist()
+        )
+
+
 def _checkpoint_file(path: str | Path) -> Path:
     """``path`` as a ``Path`` when it is an existing file; ``IsADirectoryError`` for a
     directory, ``FileNotFoundError`` for anything else."""
@@ -186,6 +204,12 @@ def read_state_dict(path: str | Path) -> dict[str, Tensor]:
     if suffix in _TORCH_SUFFIXES:
         if p.stat().st_size == 0:
             raise ValueError(f"checkpoint file {p} is empty (0 bytes); expected a state dict")
+        if _is_torchscript(p):  # before torch.load, which warns and advises an unsafe reload
+            raise ValueError(
+                f"{p} is a TorchScript archive (torch.jit.save), not a state dict; the read "
+                f"needs the nn.Module: save `model.state_dict()` and give the module's factory "
+                f"(--model module:function)"
+            )
         try:
             obj = torch.load(p, map_location="cpu", weights_only=True)
         except Exception as err:
@@ -288,10 +312,34 @@ def _load_checked(model: nn.Module, state: dict[str, Tensor], source: str) -> nn
     if mismatched:
         problems.append(f"shape mismatches [{'; '.join(mismatched)}]")
     if problems:
-        raise ValueError(f"{source} does not fit {type(model).__name__}: " + ", ".join(problems))
+        raise ValueError(
+            f"{source} does not fit {type(model).__name__}: "
+            + ", ".join(problems)
+            + _prefix_hint(set(expected), set(state))
+        )
     _match_dtypes(model, expected, state, source)
     model.load_state_dict(state, strict=True)
     return model
+
+
+WRAPPER_PREFIX = "module."
+"""The prefix ``torch.nn.DataParallel`` and ``DistributedDataParallel`` put before every key of the
+wrapped module's state dict."""
+
+
+def _prefix_hint(expected: set[str], stored: set[str]) -> str:
+    """``"; …"`` naming the `WRAPPER_PREFIX` when every stored key carries it and the keys without
+    it are the module's own (a state dict saved from the wrapper); else ``""``."""
+    n = len(WRAPPER_PREFIX)
+    if not stored or not all(k.startswith(WRAPPER_PREFIX) for k in stored):
+        return ""
+    if {k[n:] for k in stored} != expected:
+        return ""
+    return (
+        f"; every checkpoint key carries the prefix {WRAPPER_PREFIX!r} of a DataParallel / "
+        f"DistributedDataParallel wrapper: save `model.module.state_dict()`, or strip the prefix "
+        f"from the keys"
+    )
 
 
 def _holds(wide: torch.dtype, narrow: torch.dtype) -> bool:

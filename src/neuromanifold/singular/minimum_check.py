@@ -46,9 +46,9 @@ classifier's one-signed scores (s21 trial AS #4: 2–5 % false flags at N ≤ 30
   χ² bound over the span Hessian's entries keeps the rate at or below 6·10⁻⁵),
 
 each only beyond the rounding margin ``ROUNDING·`` (the larger of the per-sample ``mean|·|`` and,
-for the curvature, the span Hessian's largest entry). For a Gaussian family the per-sample
-scores are normal under the null (with the family's σ, which must be the data's noise level);
-for a categorical one a normal approximation fails with a rare class, so each cut is also at least
+for the curvature, the span Hessian's largest entry). For a Gaussian family the per-sample scores
+are normal under the null (with the family's σ, which must be the data's noise level); for a
+categorical one a normal approximation fails with a rare class, so each cut is also at least
 Bernstein's bound for the bounded scores at the same rate
 (`neuromanifold.singular.chernoff.tail_threshold`, `Categorical.score_bound`; for spans of several
 parts its exponent gets the normal rule's allowance ``(z_n² − z_1²)/2`` for the data-chosen ``v``).
@@ -57,9 +57,11 @@ change its flag, one more pass (stage 3) computes the exact cut of `neuromanifol
 from the known null label distribution (Chernoff's bound, with rare upward jumps union-bounded),
 which replaces Bernstein's where smaller; outside the band the reported cut is Bernstein's. The test
 is necessary, not sufficient: a point can be a minimum on every span read and a saddle elsewhere; a
-degenerate saddle (slope and curvature 0, a cubic loss) passes; and along a genuine direction
-``F_u(θ0) = 0`` forces ``ḟ_i = 0``, so every ``g_i`` is 0 there and only the curvature test
-speaks (an unconverged checkpoint shows through its live directions, if any are read).
+degenerate saddle (slope and curvature 0, a cubic loss) passes, and so does a ReLU kink (a dead unit
+a·relu(b·x̄) at a = b = 0: autograd's relu′(0) = 0 makes f̈ and its standard error 0 along the whole
+span, whatever the one-sided curvatures; s31 trial DISK #2); and along a genuine direction
+``F_u(θ0) = 0`` forces ``ḟ_i = 0``, so every ``g_i`` is 0 there and only the curvature test speaks
+(an unconverged checkpoint shows through its live directions, if any are read).
 
 `loss_along` is the check; `read` runs it on every genuine and live record when ``data`` carries
 labels (``info["loss_along_u"]``). `loss_along_reference` is its brute-force oracle: per sample,

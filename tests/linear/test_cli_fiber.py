@@ -199,6 +199,10 @@ def test_survey_rows_option_keeps_each_rows_samples(tmp_path: Path) -> None:
         res = runner.invoke(app, [*args, "--json", str(js)])
         assert res.exit_code == 0, res.output
         lines.append(json.loads(js.read_text())["rows"][-1])
+        # the table's first column is the index --rows takes (s31 trial LCN #9)
+        table = [ln for ln in res.output.splitlines() if ln.startswith("| ") and "---" not in ln]
+        assert table[0].startswith("| row | architecture |")
+        assert [ln.split("|")[1].strip() for ln in table[1:]] == sel.split(",")
     assert lines[0]["row_index"] == 3 and lines[0] == lines[1]
 
 

@@ -134,6 +134,11 @@ def test_crossing_label_says_what_is_checked(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     data = json.loads(out.read_text())
     assert data["rank"] == data["dim_M"] == 4 and data["smooth"] is True and data["notes"] == []
+    # the file holds θ, so K can be recomputed from it (s31 trial LCN #6)
+    arch = LCN.from_dict(data["architecture"])
+    theta = [np.asarray(w, dtype=np.float64) for w in data["theta"]]
+    assert np.array_equal(ntk(arch, theta), np.asarray(data["ntk"]))
+    assert np.array_equal(mu(arch, theta), np.asarray(data["v"]))
     assert "smooth point (rank Jμ = dim M at θ): yes" in res.output
     assert "crossings of several fiber components need `lcn fiber`" in res.output
     assert "normal form" not in res.output

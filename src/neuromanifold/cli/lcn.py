@@ -141,7 +141,8 @@ def ntk_command(
     strides: str | None = typer.Option(
         None,
         "--strides",
-        help="Strides s_1..s_{L-1} (or s_1..s_L), e.g. 1 or 2,3 or 1x1; default: all 1.",
+        help="Strides s_1..s_{L-1} (or s_1..s_L), one per layer (a single value only for L ≤ 2), "
+        "e.g. 2 or 2,3 or 1x1; default: all 1.",
     ),
     dim: int = typer.Option(1, "--dim", min=1, help="Signal dimension D."),
     json_path: str | None = typer.Option(
@@ -220,6 +221,7 @@ def ntk_command(
         echo(f"note: {note}")
     if json_path is not None:
         payload = {
+            "theta": [np.asarray(w).tolist() for w in th],  # K is a function of θ, not of (v, δ)
             "v": v.tolist(),
             "delta": d.tolist(),
             "ntk": K.tolist(),
@@ -247,7 +249,8 @@ def compare_command(
     strides: str | None = typer.Option(
         None,
         "--strides",
-        help="Strides s_1..s_{L-1} (or s_1..s_L), e.g. 1 or 2,3 or 1x1; default: all 1.",
+        help="Strides s_1..s_{L-1} (or s_1..s_L), one per layer (a single value only for L ≤ 2), "
+        "e.g. 2 or 2,3 or 1x1; default: all 1.",
     ),
     dim: int = typer.Option(1, "--dim", min=1, help="Signal dimension D."),
     theta: str | None = typer.Option(

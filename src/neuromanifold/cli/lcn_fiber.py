@@ -66,7 +66,8 @@ def fiber_command(
     strides: str | None = typer.Option(
         None,
         "--strides",
-        help="Strides s_1..s_{L-1} (or s_1..s_L), e.g. 1 or 2,3 or 1x1; default: all 1.",
+        help="Strides s_1..s_{L-1} (or s_1..s_L), one per layer (a single value only for L ≤ 2), "
+        "e.g. 2 or 2,3 or 1x1; default: all 1.",
     ),
     dim: int = typer.Option(1, "--dim", min=1, help="Signal dimension D."),
     starts: int = typer.Option(40, "--starts", min=1, help="Random starts of the numeric route."),
@@ -174,8 +175,8 @@ def survey_command(
     rows: str | None = typer.Option(
         None,
         "--rows",
-        help="Only these rows (0-based indices, comma-separated); each row gets the same samples "
-        "as in the full survey.",
+        help="Only these rows (the table's 'row' column: 0-based indices, comma-separated); each "
+        "row gets the same samples as in the full survey.",
     ),
 ) -> None:
     """Recompute the paper's NTK-determinacy table by sampling fibers (verdicts are computed)."""

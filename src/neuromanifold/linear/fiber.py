@@ -136,19 +136,28 @@ def _ntks_agree(
     return covered(a, b) and covered(b, a)
 
 
-def disagreement_note(alg: RouteSummary, num: RouteSummary, rtol: float) -> str:
+def disagreement_note(alg: RouteSummary, num: RouteSummary, rtol: float, dim: int = 1) -> str:
     """Why the algebraic and numeric routes disagree, and what to do, from their summaries.
 
     The numeric route samples ``n_starts`` random starts, so it can miss points of a finite
-    fiber; the algebraic route enumerates every grouping of the roots, so it missing a point the
-    numeric route found means a root was not recovered to the residual tolerance. The report's
-    points are the union of both routes either way."""
+    fiber. In 1-D (``dim`` = 1) the algebraic route enumerates every grouping of the roots, so it
+    missing a point the numeric route found means a root was not recovered to the residual
+    tolerance; in D ≥ 2 it factors over ℚ only, so the numeric route's extra points are real
+    factorisations with irrational coefficients (s31 trial LCN #4: the note blamed roots there).
+    The report's points are the union of both routes either way."""
     if num.n_points < alg.n_points:
         return (
             f"the routes disagree: the numeric route found {num.n_points} of the "
             f"{alg.n_points} points of the algebraic route from {num.n_starts} random starts; "
             "more starts (n_starts, CLI --starts) usually find the rest. The points listed are "
             "the union of both routes"
+        )
+    if num.n_points > alg.n_points and dim >= 2:
+        return (
+            f"the routes disagree: the rational route found {alg.n_points} point(s), the "
+            f"numeric route {num.n_points}; in D ≥ 2 the rational route factors v over ℚ only "
+            "and does not see real factorisations with irrational coefficients, which the "
+            "numeric route can reach. The points listed are the union of both routes"
         )
     if num.n_points > alg.n_points:
         return (
@@ -288,7 +297,7 @@ def lcn_fiber(
             per_route_ntks["algebraic"], per_route_ntks["numeric"], rtol
         )
         if not agree and applicable[1].n_starts > 0:  # n_starts = 0: the numeric route is off
-            notes.append(disagreement_note(applicable[0], applicable[1], rtol))
+            notes.append(disagreement_note(applicable[0], applicable[1], rtol, _dim(arch)))
     m = arch.dim_M
     floored = [(sm, f) for r, bare, sm, f in ranked if r < m <= bare]
     if floored:
@@ -322,6 +331,12 @@ def lcn_fiber(
     continuum = continuum_note(fiber_dim if is_curve else 0, len(pts))
     if continuum:
         notes.append(continuum)
+    elif pts and "numeric" in routes and n_starts > 0:
+        incomplete = _sampled_count_note(
+            arch, bool(applicable) and applicable[0].name == "algebraic", n_starts
+        )
+        if incomplete:
+            notes.append(incomplete)
     return build_report(
         architecture=_describe(arch),
         architecture_spec=arch.to_dict(),
@@ -339,6 +354,30 @@ def lcn_fiber(
         fiber_dimension=fiber_dim,
         continuum=is_curve if pts else None,
         notes=notes,
+    )
+
+
+def _dim(arch: LCN | FC) -> int:
+    """The signal dimension D of an LCN; 1 for a fully connected network."""
+    return arch.D if isinstance(arch, LCN) else 1
+
+
+def _sampled_count_note(arch: LCN | FC, exact_route: bool, n_starts: int) -> str | None:
+    """The note for a finite fiber whose count rests on random starts alone: no exact route
+    applied, or one ran in D ≥ 2, where it factors over ℚ only (s31 trial LCN #1: three 2×2
+    layers with irrational separable filters have 36 points; 40 starts found 27 and nothing said
+    so). None when the 1-D root route applied: it enumerates every grouping of the roots."""
+    if exact_route and _dim(arch) == 1:
+        return None
+    why = (
+        "the rational route factors v over ℚ only (D ≥ 2)"
+        if exact_route
+        else "no exact route applies to this v"
+    )
+    return (
+        f"the count is a lower bound: {why}, and the numeric route's {n_starts} random starts "
+        f"can miss points of a finite fiber; rerun with more starts (n_starts, CLI --starts) "
+        f"and compare the counts"
     )
 
 

@@ -20,15 +20,18 @@ _AXIS_MARGIN = 10.0
 
 
 def to_markdown(result: SurveyResult) -> str:
-    """A Markdown table of the rows, followed by the witnesses of disagreements."""
+    """A Markdown table of the rows, followed by the witnesses of disagreements. Its first column
+    is the row's index in `neuromanifold.linear.survey.default_rows`, the index ``lcn survey
+    --rows`` takes (s31 trial LCN #9: documented nowhere)."""
     head = (
-        "| architecture | condition | fiber notion | samples | fraction dependent | "
-        "max spread | verdict | paper claim | agrees |\n|---|---|---|---|---|---|---|---|---|\n"
+        "| row | architecture | condition | fiber notion | samples | fraction dependent | "
+        "max spread | verdict | paper claim | agrees |\n|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in result.rows:
+        index = "—" if r.row_index is None else r.row_index
         lines.append(
-            f"| {r.architecture} | {r.condition} | {r.fiber_notion} | {r.samples} | "
+            f"| {index} | {r.architecture} | {r.condition} | {r.fiber_notion} | {r.samples} | "
             f"{r.fraction_dependent:.2f} | {r.max_spread:.3g} | {r.verdict} | "
             f"{r.paper_claim or '—'} | {_yes_no(r.agrees)} |"
         )

@@ -313,9 +313,18 @@ def same_fiber_point(
     arch: LCN | FC, target: np.ndarray, x: np.ndarray, y: np.ndarray, tol: float = FIBER_RTOL
 ) -> bool:
     """Whether the unit-scale points ``x``, ``y`` over ``target`` are one point at the tolerance:
-    ``y``'s sign image nearest ``x`` is within ``SEGMENT_MAX`` and
-    ``max_{s ∈ {¼, ½, ¾}} ‖Φ(x + s(c·y − x)) − target‖ ≤ SEGMENT_MERGE_FACTOR · tol`` (module
-    docstring).
+    ``y``'s sign image ``c·y`` nearest ``x`` is within ``SEGMENT_MAX`` and
+
+    * at a regular point (dΦ(x) of full column rank, smallest singular value ``σ`` above
+      ``RANK_RTOL`` of the largest), where the inverse function theorem makes fiber points
+      isolated: ``‖x − c·y‖ ≤ SEGMENT_MERGE_FACTOR · (r_x + r_y + ε) / σ``, with ``r`` the
+      points' residuals ``‖Φ − target‖`` and ε the float64 epsilon (two converged copies of one
+      point lie within about ``(r_x + r_y)/σ`` of each other; s31 trial LCN #2: two points
+      4·10⁻⁴ apart near a fold, σ = 3·10⁻⁵, whose NTKs differ by 2·10⁻⁵ relative, were merged
+      by the segment rule);
+    * elsewhere (a singular point, where converged copies spread along dΦ's null directions):
+      ``max_{s ∈ {¼, ½, ¾}} ‖Φ(x + s(c·y − x)) − target‖ ≤ SEGMENT_MERGE_FACTOR · tol``
+      (module docstring).
 
     >>> arch = LCN((2, 2), (1,))
     >>> t = target_vector(arch, np.array([0.5, 0.0, -0.5]), np.array([0.0]))  # (1 − z²)/2
@@ -327,6 +336,13 @@ def same_fiber_point(
     gap, near = nearest_sign_image(arch, x, y)
     if gap > SEGMENT_MAX:
         return False
+    sv = np.linalg.svd(phi_jacobian(arch, x), compute_uv=False)
+    n = x.size
+    if sv.size >= n and sv[0] > 0 and sv[n - 1] > RANK_RTOL * sv[0]:
+        r_x = float(np.linalg.norm(phi(arch, x) - target))
+        r_y = float(np.linalg.norm(phi(arch, near) - target))
+        eps = float(np.finfo(np.float64).eps)
+        return gap <= SEGMENT_MERGE_FACTOR * (r_x + r_y + eps) / float(sv[n - 1])
     worst = max(
         float(np.linalg.norm(phi(arch, x + s * (near - x)) - target)) for s in (0.25, 0.5, 0.75)
     )

@@ -248,15 +248,15 @@ def _masked_model_and_ids() -> tuple[nn.Module, Tensor]:
     return _MaskedMean().double().eval(), ids
 
 
-def _g_rows_worker(rank: int, world: int, port: int, out_dir: str) -> None:
+def _g_rows_worker(rank: int, world: int, store: str, out_dir: str) -> None:
     import torch.distributed as dist
 
     from neuromanifold.singular.distributed import _leave_without_finalizing, shard_data
 
     torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-    )
+    # a file rendezvous: a port chosen, released and bound later can be taken in between
+    # (s31 trial FLAKY #2; `launch_local` retries that race, this test would not)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         model, ids = _masked_model_and_ids()
         shard = shard_data(ids, rank=rank, world=world)
@@ -270,18 +270,14 @@ def _g_rows_worker(rank: int, world: int, port: int, out_dir: str) -> None:
 
 @pytest.mark.slow
 def test_ranks_with_different_shards_count_the_rows_of_the_whole_probe_set(tmp_path: Path) -> None:
-    import socket
-
     import torch.multiprocessing as mp
 
     model, ids = _masked_model_and_ids()
     single = g_rows(model, ids, Categorical(), kfac_factors(model, ids, Categorical()))
     assert single["fc1"] == 8 * 3 * 2  # N · three real tokens · (C − 1)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    store = str(tmp_path / "store")
     mp.start_processes(
-        _g_rows_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True, start_method="spawn"
+        _g_rows_worker, args=(2, store, str(tmp_path)), nprocs=2, join=True, start_method="spawn"
     )
     per_rank = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert per_rank[0] == per_rank[1] == single  # rank 0 alone sees one real token per sample

@@ -331,7 +331,11 @@ def lcn_fiber(
     continuum = continuum_note(fiber_dim if is_curve else 0, len(pts))
     if continuum:
         notes.append(continuum)
-    elif pts and "numeric" in routes and n_starts > 0:
+    else:
+        crossing = crossing_note(arch, thetas, [r for r, _, _, _ in ranked])
+        if crossing:
+            notes.append(crossing)
+    if not continuum and pts and "numeric" in routes and n_starts > 0:
         incomplete = _sampled_count_note(
             arch, bool(applicable) and applicable[0].name == "algebraic", n_starts
         )
@@ -354,6 +358,31 @@ def lcn_fiber(
         fiber_dimension=fiber_dim,
         continuum=is_curve if pts else None,
         notes=notes,
+    )
+
+
+def crossing_note(
+    arch: LCN, thetas: Sequence[Sequence[np.ndarray]], ranks: Sequence[int]
+) -> str | None:
+    """The note for fiber points at which μ is regular (rank Jμ = dim M) but whose tangent
+    spaces differ: ``rank [J_0 | J_i] > dim M`` for the first point's Jacobian ``J_0`` and some
+    other point's ``J_i`` (each at its balanced image, as `~.locus.classify_locus` reads them).
+    Equal tangent spaces are an equivalence, so comparing every point with the first finds any
+    pair that differs. Then ``v`` is a self-crossing of the neuromanifold (spec §4.2) and each
+    sheet has its own NTK (s31 trial LCN #3: `lcn fiber` listed the two sheets of the §4.2
+    crossing with no word, while `lcn ntk` sends crossings here). None otherwise, and when a
+    point is not regular (the critical-point note speaks there)."""
+    m = arch.dim_M
+    if len(thetas) < 2 or any(r != m for r in ranks):
+        return None
+    js = [jacobian(arch, balanced_representative(arch, th)) for th in thetas]
+    pair = max(floored_rank(np.linalg.svd(np.hstack([js[0], j]), compute_uv=False)) for j in js[1:])
+    if pair <= m:
+        return None
+    return (
+        f"v is a self-crossing of the neuromanifold: the fiber points are regular (rank Jμ = "
+        f"dim M = {m}) but their tangent spaces differ (rank [J|J'] = {pair} > {m}; spec §4.2), "
+        f"so each sheet through v has its own NTK"
     )
 
 

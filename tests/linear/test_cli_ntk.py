@@ -244,3 +244,26 @@ def test_empty_fields_in_number_lists_are_refused(args: list[str], message: str)
     assert res.exit_code == 2, res.output
     flat = " ".join(res.output.replace("│", " ").split())
     assert message in flat, res.output
+
+
+def test_compare_names_its_sheet_and_calls_the_rank_column_regular(tmp_path: Path) -> None:
+    """s31 trial LCN #7: the text did not say which sheet was compared (|w_l|² is the same on
+    both sheets of the spec §4.2 crossing) and its 'smooth yes' read as v being smooth."""
+    out = tmp_path / "c.json"
+    args = ["lcn", "compare", "--filters", "3,2", "--strides", "2"]
+    args += ["--v", "0.5625,0,-2.5,0,1", "--delta", "5", "--delta=-1.3", "--json", str(out)]
+    res = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    theta = [
+        np.asarray(w, dtype=np.float64)
+        for w in json.loads(out.read_text())["per_delta"][0]["theta"]
+    ]
+    (line,) = [ln for ln in res.output.splitlines() if ln.startswith("sheet: θ at δ of row 0 = ")]
+    shown = [
+        np.array([float(x) for x in part.strip(" []").split()])
+        for part in line.split(" = ", 1)[1].split(" (another sheet")[0].split(";")
+    ]
+    for w, s in zip(theta, shown, strict=True):  # printed to 6 significant digits
+        np.testing.assert_allclose(s, w.ravel(), rtol=1e-5, atol=1e-12)
+    (header,) = [ln for ln in res.output.splitlines() if "rank J" in ln and "cond K|T" in ln]
+    assert "regular" in header and "smooth" not in header

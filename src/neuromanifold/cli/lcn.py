@@ -267,12 +267,13 @@ def compare_command(
 ) -> None:
     """Compare the metrics g = K_δ(v)⁺ on T_vM at one v for several δ (pencil, distance).
 
-    Per δ: the fiber point's squared layer norms, Gauss–Newton residual, rank Jμ / dim M and the
-    condition of K on T_vM. Per pair: ‖K_i − K_j‖_F relative, the extreme generalized eigenvalues
-    λ of K_i ξ = λ K_j ξ on T_vM (all 1 iff the metrics agree) and the affine-invariant distance
-    √Σ log² λ. All points lie on one sheet of the fiber; --locus searches the whole fiber at
-    each δ (smooth / crossing, NTK gap between sheets). Exit status 1 when v has no fiber point
-    (off the neuromanifold).
+    Per δ: the fiber point's squared layer norms, Gauss–Newton residual, rank Jμ / dim M, whether θ
+    is a regular parameter (rank Jμ = dim M at θ: v may still be a crossing, see --locus) and the
+    condition of K on T_vM; the sheet is named by θ at the first δ. Per pair: ‖K_i − K_j‖_F
+    relative, the extreme generalized eigenvalues λ of K_i ξ = λ K_j ξ on T_vM (all 1 iff the
+    metrics agree) and the affine-invariant distance √Σ log² λ. All points lie on one sheet of the
+    fiber; --locus searches the whole fiber at each δ (smooth / crossing, NTK gap between sheets).
+    Exit status 1 when v has no fiber point (off the neuromanifold).
     """
     import numpy as np
 
@@ -305,9 +306,12 @@ def compare_command(
     with np.printoptions(formatter=FLOAT_FORMATTER, linewidth=120):
         echo(f"architecture: filters {arch.filters}, strides {arch.strides}, D = {arch.D}")
         echo(f"v = {np.array(res.v)}   dim M = {res.dim_M}\nroute: {res.route}")
+        if res.per_delta:  # which sheet (s31 trial LCN #7: |w_l|² does not tell sheets apart)
+            first = "; ".join(np.array2string(w.ravel()) for w in res.per_delta[0].theta_arrays())
+            echo(f"sheet: θ at δ of row 0 = {first} (another sheet: --theta; all: --locus)")
         echo(
             f"\n{'i':>2}  {'delta':<16} {'|w_l|^2':<24} {'residual':>9}  {'rank J':>6}  "
-            f"{'smooth':>6}  {'s_dimM/s_max':>12}  {'cond K|T':>9}"
+            f"{'regular':>7}  {'s_dimM/s_max':>12}  {'cond K|T':>9}"
         )
         for i, p in enumerate(res.per_delta):
             sm = p.smooth
@@ -315,7 +319,7 @@ def compare_command(
             echo(
                 f"{i:>2}  {np.array2string(np.array(p.delta)):<16} "
                 f"{np.array2string(np.array(p.sq_norms)):<24} {p.residual:>9.2e}  "
-                f"{sm.rank:>3}/{sm.dim_M:<2}  {'yes' if sm.smooth else 'no':>6}  "
+                f"{sm.rank:>3}/{sm.dim_M:<2}  {'yes' if sm.smooth else 'no':>7}  "
                 f"{sm.sigma_dim / sm.sigma_max:>12.3e}  {cond:>9}"
             )
     echo(

@@ -49,3 +49,9 @@ def test_the_one_dimensional_root_route_needs_no_such_note() -> None:
     rep = lcn_fiber(LCN((2, 2), (1,)), [1, 1, -2], [-3], n_starts=8)
     assert rep.routes_agree and rep.n_points == 2
     assert not any(n.startswith(LOWER_BOUND) for n in rep.notes)
+
+
+def test_a_numeric_only_run_says_the_exact_route_was_not_run() -> None:
+    rep = lcn_fiber(LCN((2, 2), (1,)), [1, 1, -2], [-3], routes=("numeric",), n_starts=8)
+    (bound,) = [n for n in rep.notes if n.startswith(LOWER_BOUND)]
+    assert "the exact route was not run" in bound

@@ -336,9 +336,8 @@ def lcn_fiber(
         if crossing:
             notes.append(crossing)
     if not continuum and pts and "numeric" in routes and n_starts > 0:
-        incomplete = _sampled_count_note(
-            arch, bool(applicable) and applicable[0].name == "algebraic", n_starts
-        )
+        exact = bool(applicable) and applicable[0].name == "algebraic"
+        incomplete = _sampled_count_note(arch, exact, "algebraic" in routes, n_starts)
         if incomplete:
             notes.append(incomplete)
     return build_report(
@@ -391,18 +390,21 @@ def _dim(arch: LCN | FC) -> int:
     return arch.D if isinstance(arch, LCN) else 1
 
 
-def _sampled_count_note(arch: LCN | FC, exact_route: bool, n_starts: int) -> str | None:
+def _sampled_count_note(
+    arch: LCN | FC, exact_route: bool, exact_ran: bool, n_starts: int
+) -> str | None:
     """The note for a finite fiber whose count rests on random starts alone: no exact route
     applied, or one ran in D ≥ 2, where it factors over ℚ only (s31 trial LCN #1: three 2×2
     layers with irrational separable filters have 36 points; 40 starts found 27 and nothing said
     so). None when the 1-D root route applied: it enumerates every grouping of the roots."""
     if exact_route and _dim(arch) == 1:
         return None
-    why = (
-        "the rational route factors v over ℚ only (D ≥ 2)"
-        if exact_route
-        else "no exact route applies to this v"
-    )
+    if exact_route:
+        why = "the rational route factors v over ℚ only (D ≥ 2)"
+    elif exact_ran:
+        why = "no exact route applies to this v"
+    else:
+        why = "the exact route was not run (routes)"
     return (
         f"the count is a lower bound: {why}, and the numeric route's {n_starts} random starts "
         f"can miss points of a finite fiber; rerun with more starts (n_starts, CLI --starts) "

@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from neuromanifold.linear.architecture import LCN, flatten_params
+from neuromanifold.linear.architecture import LCN, flatten_params, unflatten_params
 from neuromanifold.linear.fiber import lcn_fiber
+from neuromanifold.linear.fiber_algebraic import algebraic_fiber_1d, merge_multiple_roots
 from neuromanifold.linear.fiber_numeric import (
     SEGMENT_MAX,
     phi,
@@ -18,6 +19,13 @@ from neuromanifold.linear.fiber_numeric import (
     target_vector,
     unit_problem,
 )
+from neuromanifold.linear.polynomial import mu
+
+FIBER_ATOL = 1e-12
+"""A polished point reproduces v = O(1) to rounding."""
+CENTROID_ATOL = 1e-9
+"""The merged triple root of (z − ½)³(z − 0.505) from np.poly's rounded coefficients: 2.2e-10 off
+½ (the cluster's centroid has condition ~1/0.005 against the root beside it); polish follows."""
 
 
 def _v(roots: list[float]) -> np.ndarray:
@@ -74,3 +82,43 @@ def test_exact_points_closer_than_the_numeric_resolution_are_all_kept(roots: lis
     assert rep.n_points == algebraic.n_points == 3
     numeric = next(r for r in rep.routes if r.name == "numeric")
     assert rep.routes_agree is (numeric.n_points == 3)
+
+
+@pytest.mark.parametrize(
+    ("filters", "roots", "n_true"),
+    [
+        # one root per layer: every layer gets z − ½, one point; with z + 1 as well, four (which
+        # layer gets z + 1); multiplicities 3, 4 and 5 split by ~eps^{1/m} in np.roots
+        ((2, 2, 2), [0.5] * 3, 1),
+        ((2, 2, 2, 2), [0.5] * 3 + [-1.0], 4),
+        ((2, 2, 2, 2), [0.5] * 4, 1),
+        ((2, 2, 2, 2, 2), [0.5] * 5, 1),
+        ((2, 2, 2), [10.0] * 3, 1),
+        ((2, 2, 2, 2), [0.5] * 3 + [0.505], 4),
+    ],
+)
+def test_the_algebraic_route_finds_points_over_a_root_of_multiplicity_three_or_more(
+    filters: tuple, roots: list[float], n_true: int
+) -> None:
+    """s31 trial LCN #5: the computed triple root of (z − ½)³ is ½ + 6e-6·(cube roots of 1); the
+    complex pair made each one-root layer non-real and the algebraic route found no point (the
+    numeric route found the one, so only the cross-check was lost). Truth by hand, as above."""
+    arch = LCN(filters, (1,) * (len(filters) - 1))
+    delta = np.zeros(len(filters) - 1)
+    alg = algebraic_fiber_1d(arch, _v(roots), delta)
+    assert len(alg.points) == n_true
+    target = _v(roots)
+    for x in alg.points:
+        assert np.linalg.norm(mu(arch, unflatten_params(arch, x)) - target) <= FIBER_ATOL
+    rep = lcn_fiber(arch, target, delta)
+    assert (rep.n_points, rep.routes_agree) == (n_true, True)
+
+
+def test_distinct_close_roots_are_not_merged() -> None:
+    """Three roots 10⁻³ apart rebuild v only to ~10⁻⁷ when merged: kept as computed."""
+    core = _v([0.5, 0.501, 0.502])
+    computed = np.roots(core[::-1]).astype(complex)
+    assert np.array_equal(merge_multiple_roots(core, computed), computed)
+    core = _v([0.5] * 3 + [0.505])
+    merged = np.sort_complex(merge_multiple_roots(core, np.roots(core[::-1])))
+    assert merged.tolist() == pytest.approx([0.5, 0.5, 0.5, 0.505], abs=CENTROID_ATOL)

@@ -9,6 +9,9 @@ remaining roots to layer ``l`` (every choice, so stride-one regroupings are all 
 rest to layer 1, and keeps the assignments whose layers have real coefficients (conjugation-
 closed root sets). Each assignment fixes every filter up to a scalar; the scalars' product is
 fixed by ``v``, and the rescaling lemma fixes them, up to the sign group, for the target ``δ``.
+A root of multiplicity ≥ 3, which the root finder splits into a small cluster, is first made
+exact (`merge_multiple_roots`), and groupings that differ only in which copy of a repeated root
+went where are tried once.
 
 **D ≥ 2 (rational factoring).** When ``v`` reads as a vector of small rationals (rule below),
 ``v`` is factored over ℚ with sympy and every distribution of its
@@ -61,6 +64,12 @@ ZERO_RTOL = 1e-12
 ROOT_MATCH_RTOL = 1e-6
 #: A layer polynomial is real when its imaginary parts are below this fraction of its size.
 REAL_RTOL = 1e-6
+#: Radii (times max(1, |z|)), tightest first, at which computed roots are grouped as candidates
+#: for one root of multiplicity ≥ 3 (an m-fold root splits to a cluster of radius ~ eps^{1/m}).
+CLUSTER_RTOLS = (1e-5, 1e-4, 1e-3, 1e-2)
+#: A cluster is one multiple root when replacing it by its centroid rebuilds v within this
+#: fraction of ‖v‖ (rounding level; distinct roots d apart move v by ~d²).
+MERGE_RTOL = 1e-11
 #: A reconstructed factorisation is kept when ‖μ(θ) − v‖ ≤ BUILD_RTOL · ‖v‖ before polishing
 #: (v ≠ 0 there).
 BUILD_RTOL = 1e-5
@@ -91,7 +100,9 @@ class AlgebraicFiber:
 def roots_with_infinity(v: np.ndarray) -> np.ndarray:
     """All ``len(v) − 1`` roots of the binary form of ``v`` (ascending coefficients).
 
-    Exact zeros are returned as ``0`` and roots at infinity as ``inf``.
+    Exact zeros are returned as ``0`` and roots at infinity as ``inf``. A cluster of three or more
+    computed roots that is one multiple root is returned as its centroid repeated
+    (`merge_multiple_roots`).
 
     >>> roots_with_infinity(np.array([0.0, 1.0, 1.0, 0.0])).tolist()
     [0j, (-1+0j), (inf+0j)]
@@ -105,9 +116,62 @@ def roots_with_infinity(v: np.ndarray) -> np.ndarray:
     n_inf = int(np.argmax(~small[::-1]))
     core = v[n_zero : v.size - n_inf]
     finite = np.roots(core[::-1]) if core.size > 1 else np.zeros(0, dtype=complex)
-    return np.concatenate(
-        [np.full(n_zero, _ZERO), np.sort_complex(finite.astype(complex)), np.full(n_inf, _INF)]
-    )
+    finite = merge_multiple_roots(core, finite.astype(complex))
+    return np.concatenate([np.full(n_zero, _ZERO), np.sort_complex(finite), np.full(n_inf, _INF)])
+
+
+def _rebuild_error(core: np.ndarray, roots: np.ndarray) -> float:
+    """``‖core[-1]·Π(z − r) − core‖ / ‖core‖`` (ascending coefficients)."""
+    rebuilt = core[-1] * npoly.polyfromroots(roots) if roots.size else core[-1:]
+    return float(np.linalg.norm(rebuilt - core) / np.linalg.norm(core))
+
+
+def merge_multiple_roots(core: np.ndarray, roots: np.ndarray) -> np.ndarray:
+    """Computed roots of ``core`` with each multiple root (multiplicity ≥ 3) made exact.
+
+    An m-fold root of ``v`` comes out of the companion matrix as m roots on a circle of radius
+    ~ (eps·‖v‖/|v⁽ᵐ⁾/m!|)^{1/m} (6e-6 for a triple root at ½): its members then no longer match
+    each other within `ROOT_MATCH_RTOL`, and the complex ones make every layer that gets one of
+    them non-real (s31 trial LCN #5: (z − ½)³ over three 2-tap layers had no algebraic point).
+    The centroid of the cluster is far more accurate than its members (it is a coefficient of the
+    cluster's own factor: ~eps times that factor's condition, 2e-10 for (z − ½)³ beside a root at
+    0.505; the polish that follows solves the fiber equations), so a cluster is replaced by its
+    centroid, repeated, when the roots so merged rebuild
+    ``core`` within ``MERGE_RTOL·‖core‖``; distinct roots d apart would move it by ~d², so roots
+    of ``v`` closer than ~√MERGE_RTOL ≈ 3e-6 (times their scale) are read as one. Clusters are
+    formed by single linkage at each radius of `CLUSTER_RTOLS`, tightest first; a double root
+    (radius ~√eps ≈ 1e-8) already matches within `ROOT_MATCH_RTOL` and is left as computed.
+
+    Shapes: ``core`` (n + 1,) ascending coefficients with ``core[0]``, ``core[-1]`` ≠ 0;
+    ``roots`` (n,) complex; returns (n,) complex.
+
+    >>> c = npoly.polyfromroots([0.5, 0.5, 0.5, -1.0])
+    >>> np.round(merge_multiple_roots(c, np.roots(c[::-1])), 12).tolist()
+    [(-1+0j), (0.5+0j), (0.5+0j), (0.5+0j)]
+    """
+    roots = roots.copy()
+    if roots.size < 3:
+        return roots
+    for rtol in CLUSTER_RTOLS:
+        scale = np.maximum(1.0, np.abs(roots))
+        close = np.abs(roots[:, None] - roots[None, :]) <= rtol * np.minimum.outer(scale, scale)
+        label = np.arange(roots.size)
+        for _ in range(roots.size):  # single linkage: propagate the smallest index
+            label = np.min(np.where(close, label[None, :], roots.size), axis=1)
+        for lab in np.unique(label):
+            members = np.flatnonzero(label == lab)
+            if members.size < 3 or np.all(roots[members] == roots[members[0]]):
+                continue
+            trial = roots.copy()
+            centroid = complex(np.mean(roots[members]))
+            if abs(centroid.imag) <= REAL_RTOL * max(1.0, abs(centroid)) and np.all(
+                np.abs(roots[members].imag) <= rtol * scale[members]
+            ):
+                centroid = complex(centroid.real, 0.0)  # a real multiple root straddles ℝ
+            trial[members] = centroid
+            if _rebuild_error(core, trial) <= MERGE_RTOL:
+                roots = trial
+    return roots
 
 
 def _is_special(z: complex) -> bool:
@@ -229,7 +293,12 @@ def algebraic_fiber_1d(arch: LCN, v: np.ndarray, delta: Any) -> AlgebraicFiber:
         return AlgebraicFiber(False, (), (), 0, "v = 0: every point with a zero layer lies over it")
     roots = roots_with_infinity(v)
     pts, res, n = [], [], 0
+    seen: set[tuple[float, ...]] = set()
     for layers in _groupings_1d(arch, roots):
+        key = tuple(np.concatenate(layers).tolist())
+        if key in seen:  # a repeated root gives the same grouping once per ordering of its copies
+            continue
+        seen.add(key)
         n += 1
         out = _finish(arch, v, delta, layers)
         if out is not None:

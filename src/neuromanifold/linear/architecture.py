@@ -299,7 +299,7 @@ def real_array(x: Any, name: str) -> np.ndarray:
     except (TypeError, ValueError):  # ragged or not numeric: the float conversion says so
         is_complex = False
     if is_complex:
-        raise ValueError(f"{name} is complex: expected a real array (filters and v are real)")
+        raise ValueError(f"{name} is complex: expected a real array")
     return np.asarray(x, dtype=np.float64)
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from neuromanifold.linear.architecture import FC, LCN, _is_int, validate_params
+from neuromanifold.linear.architecture import FC, LCN, _is_int, real_array, validate_params
 from neuromanifold.linear.polynomial import mul_dilated
 
 __all__ = [
@@ -307,9 +307,11 @@ def fc_ntk(arch: FC, Ws: Sequence[Any]) -> np.ndarray:
 def fc_ntk_apply(arch: FC, Ws: Sequence[Any], Z: Any) -> np.ndarray:
     """``K(Z) = Σ_j A_j A_jᵀ Z B_jᵀ B_j`` for ``Z`` of shape ``(n_L, n_0)`` (matrix-free)."""
     A, B = _fc_prefixes(arch, Ws)
-    Z = np.asarray(Z, dtype=np.float64)
+    Z = real_array(Z, "Z")
     if Z.shape != arch.out_shape:
         raise ValueError(f"Z has shape {Z.shape}: expected {arch.out_shape} = (n_L, n_0)")
+    if not np.all(np.isfinite(Z)):
+        raise ValueError("Z must be finite (it holds NaN or inf)")
     return sum(a @ (a.T @ Z @ b.T) @ b for a, b in zip(A, B, strict=True))
 
 

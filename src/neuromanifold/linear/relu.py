@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from neuromanifold.linear.architecture import real_array
+
 __all__ = [
     "ReluCNN",
     "ReluMLP",
@@ -161,13 +163,22 @@ class ReluCNN:
 ReluNet = ReluMLP | ReluCNN
 
 
+def check_relu_net(net: object) -> None:
+    """``TypeError`` unless ``net`` is a `ReluMLP` or `ReluCNN` (an `FC` or `LCN` has its own
+    functions; s32 trial RELU #4: they failed on a missing ``shapes`` attribute)."""
+    if not isinstance(net, (ReluMLP, ReluCNN)):
+        raise TypeError(f"net = {net!r}: expected a ReluMLP or ReluCNN")
+
+
 def validate_relu_params(net: ReluNet, theta: object) -> tuple[np.ndarray, np.ndarray]:
-    """Return ``(W, A)`` as float64 arrays, checking shapes and finiteness."""
+    """Return ``(W, A)`` as float64 arrays, checking the network, shapes, realness and
+    finiteness."""
+    check_relu_net(net)
     if not isinstance(theta, (tuple, list)) or len(theta) != 2:
         raise ValueError(f"theta must be a pair (W, A) of arrays, got {type(theta).__name__}")
     out = []
     for name, arr, shape in zip(("W", "A"), theta, net.shapes, strict=True):
-        a = np.asarray(arr, dtype=np.float64)
+        a = real_array(arr, f"theta[{name}]")
         if a.shape != shape:
             raise ValueError(f"theta[{name}] must have shape {shape}, got {a.shape}")
         if not np.all(np.isfinite(a)):
@@ -177,10 +188,15 @@ def validate_relu_params(net: ReluNet, theta: object) -> tuple[np.ndarray, np.nd
 
 
 def validate_relu_inputs(net: ReluNet, X: object) -> np.ndarray:
-    """``X`` as a float64 array of shape ``(N, net.input_dim)``; ``ValueError`` otherwise."""
-    X = np.asarray(X, dtype=np.float64)
-    if X.ndim != 2 or X.shape[1] != net.input_dim:
-        raise ValueError(f"X must have shape (N, {net.input_dim}), got {X.shape}")
+    """``X`` as a float64 array of shape ``(N, net.input_dim)``, ``N ≥ 1``, real and finite;
+    ``ValueError`` otherwise (s32 trial RELU #5: NaN gave a NaN NTK, complex lost its imaginary
+    part)."""
+    check_relu_net(net)
+    X = real_array(X, "X")
+    if X.ndim != 2 or X.shape[1] != net.input_dim or X.shape[0] == 0:
+        raise ValueError(f"X must have shape (N, {net.input_dim}) with N >= 1, got {X.shape}")
+    if not np.all(np.isfinite(X)):
+        raise ValueError("X must be finite (it holds NaN or inf)")
     return X
 
 

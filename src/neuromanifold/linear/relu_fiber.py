@@ -190,30 +190,32 @@ def relu_fiber(
 ) -> FiberReport:
     """Search the fiber of ``θ0`` (same function in the given ``notion``, same invariants).
 
-    Fiber equations ``Φ(θ) = (vec f_θ(Z), invariants(θ)) = Φ(θ0)`` with ``Z = X`` (dataset
-    notion; points must also keep θ0's activation pattern on ``X``, and for an MLP the
-    invariants also hold ``(AᵀA − WWᵀ)_{jk}`` of every pair of units with the same pattern,
-    which the flow conserves there: `_shared_pattern_pairs`) or ``Z = X ∪ probe`` with a
-    seeded Gaussian probe set of ``probe_size`` points (global notion; default
-    ``max(60, 10·n_params)``) and θ0's :func:`kink_probes` (``4 (d − 1)`` per unit, so that the
-    values on ``Z`` fix θ0 to first order as the global function does). Levenberg–Marquardt
-    from ``n_random`` Gaussian starts and ``n_perturb`` perturbations of θ0 (relative sizes
-    0.05–1; these sample a continuous fiber around θ0). Converged points are de-duplicated
-    modulo unit permutations; the NTK of each on ``X`` (:func:`relu_ntk`) is reported. In the
-    global notion a converged point is kept only if it also matches θ0 on probes straddling its
-    own kinks (Z holds θ0's). ``fiber_dimension = n_params − rank dΦ(θ0)``: in the dataset notion
-    from dΦ on ``X``, in the global notion in closed form
-    (:func:`~neuromanifold.linear.relu_global.global_first_order_dimension`, which the probe
-    Jacobian equals wherever its points separate every pair of kinks). ``continuum`` says a
-    curve of fiber points passes through θ0: stepping along a null vector of dΦ, crossing a
-    hyperplane off one (a first-order null space larger than the fiber's, as with two parallel
-    units, or a curve leaving θ0 on one side), or, in the global notion, the closed-form
+    Fiber equations ``Φ(θ) = (vec f_θ(Z), invariants(θ)) = Φ(θ0)`` with ``Z = X`` (dataset notion;
+    points must also keep θ0's activation pattern on ``X``, and for an MLP the invariants also hold
+    ``(AᵀA − WWᵀ)_{jk}`` of every pair of units with the same pattern, which the flow conserves
+    there: `_shared_pattern_pairs`) or ``Z = X ∪ probe`` with a seeded Gaussian probe set of
+    ``probe_size`` points (global notion; default ``max(60, 10·n_params)``; 0 leaves X and the kink
+    probes) and θ0's :func:`kink_probes` (``4 (d − 1)`` per unit, so that the values on ``Z`` fix θ0
+    to first order as the global function does). Levenberg–Marquardt from ``n_random`` Gaussian
+    starts and ``n_perturb`` perturbations of θ0 (relative sizes 0.05–1; these sample a continuous
+    fiber around θ0). Converged points are de-duplicated modulo unit permutations; the NTK of each
+    on ``X`` (:func:`relu_ntk`) is reported. In the global notion a converged point is kept only if
+    it also matches θ0 on probes straddling its own kinks (Z holds θ0's). ``fiber_dimension =
+    n_params − rank dΦ(θ0)``: in the dataset notion from dΦ on ``X``, in the global notion in closed
+    form (:func:`~neuromanifold.linear.relu_global.global_first_order_dimension`, which the probe
+    Jacobian equals wherever its points separate every pair of kinks). ``continuum`` says a curve of
+    fiber points passes through θ0: stepping along a null vector of dΦ, crossing a hyperplane off
+    one (a first-order null space larger than the fiber's, as with two parallel units, or a curve
+    leaving θ0 on one side), or, in the global notion, the closed-form
     :func:`~neuromanifold.linear.relu_global.zero_unit_curve` of a unit with no input weights.
     """
     if notion not in ("dataset", "global"):
         raise ValueError(f"notion must be 'dataset' or 'global', got {notion!r}")
     W0, A0 = validate_relu_params(net, theta0)
     X = validate_relu_inputs(net, X)
+    n_random, n_perturb = check_int("n_random", n_random, 0), check_int("n_perturb", n_perturb, 0)
+    if probe_size is not None:
+        probe_size = check_int("probe_size", probe_size, 0)
     rng = np.random.default_rng(seed)
     if notion == "global":
         size = probe_size if probe_size is not None else max(60, 10 * net.n_params)

@@ -342,7 +342,8 @@ def continuum_note(fiber_dimension: int | None, n_points: int) -> str | None:
         return None
     return (
         f"the fiber is a continuum (dimension {fiber_dimension} at the first point, "
-        f"n_params − rank dΦ): the {n_points} point(s) found are samples of it, not all of it"
+        f"n_params − rank dΦ: its first-order dimension, an upper bound where dΦ drops rank): "
+        f"the {n_points} point(s) found are samples of it, not all of it"
     )
 
 

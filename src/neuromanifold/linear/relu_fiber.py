@@ -48,6 +48,7 @@ from neuromanifold.linear.relu import (
     validate_relu_inputs,
     validate_relu_params,
 )
+from neuromanifold.linear.relu_exchange import exchange_points, exchanges_are_complete
 from neuromanifold.linear.relu_global import (
     PARALLEL_COS,
     global_first_order_dimension,
@@ -199,10 +200,15 @@ def relu_fiber(
     to first order as the global function does). Levenberg–Marquardt from ``n_random`` Gaussian
     starts and ``n_perturb`` perturbations of θ0 (relative sizes 0.05–1; these sample a continuous
     fiber around θ0). Converged points are de-duplicated modulo unit permutations; the NTK of each
-    on ``X`` (:func:`relu_ntk`) is reported. In the global notion a converged point is kept only if
-    it also matches θ0 on probes straddling its own kinks (Z holds θ0's). ``fiber_dimension =
-    n_params − rank dΦ(θ0)``: in the dataset notion from dΦ on ``X``, in the global notion in closed
-    form (:func:`~neuromanifold.linear.relu_global.global_first_order_dimension`, which the probe
+    on ``X`` (:func:`relu_ntk`) is reported. In the global notion the search also starts from every
+    exchange of invariants between units
+    (:func:`~neuromanifold.linear.relu_exchange.exchange_points`, the whole fiber of a generic θ0),
+    and a converged point is kept only if it also matches θ0 on probes straddling its own kinks (Z
+    holds θ0's). A finite fiber's count that rests on the random starts (the dataset notion; the
+    global one where the exchanges are not known to be complete) gets a note that it is a lower
+    bound. ``fiber_dimension = n_params − rank dΦ(θ0)``: in the dataset notion from dΦ on ``X``, in
+    the global notion in closed form
+    (:func:`~neuromanifold.linear.relu_global.global_first_order_dimension`, which the probe
     Jacobian equals wherever its points separate every pair of kinks). ``continuum`` says a curve of
     fiber points passes through θ0: stepping along a null vector of dΦ, crossing a hyperplane off
     one (a first-order null space larger than the fiber's, as with two parallel units, or a curve
@@ -268,6 +274,8 @@ def relu_fiber(
     starts = [scale * rng.standard_normal(x0u.size) for _ in range(n_random)]
     rel = np.geomspace(0.05, 1.0, max(n_perturb, 1))
     starts += [x0u + r * scale * rng.standard_normal(x0u.size) for r in rel[:n_perturb]]
+    exchanged = exchange_points(net, (W0, A0))[1:] if notion == "global" else []
+    starts += [_flatten(p) / c for p in exchanged]  # after the seeded draws: same random starts
     tol = FIBER_RTOL * s
     good, best_u, n_starts = _lsq.multistart(fun, jac, [x0u, *starts], tol=FIBER_RTOL)
     best = s * best_u
@@ -322,12 +330,15 @@ def relu_fiber(
     # a positive null dimension alone can be an isolated singular point: step off θ0 along it
     # (s25 trial LIN #3: a dimension-1 fiber's 6 samples were reported as 6 points, no note)
     is_curve = bool(fiber_dim) and through_curve(x0u)
-    continuum = continuum_note(fiber_dim if is_curve else 0, len(points))
+    note = continuum_note(fiber_dim if is_curve else 0, len(points))
     if not is_curve:
         # θ0 isolated: a curve can still pass through another point found (s25b audit RERUN N4:
         # a dead unit's free direction elsewhere in the fiber), whose samples are then not all
         on_curves = sum(bool(dim_at(pts[i])) and through_curve(pts[i]) for i in keep[1:])
-        continuum = continuum_elsewhere_note(on_curves, len(points))
+        note = continuum_elsewhere_note(on_curves, len(points))
+        if not note:
+            complete = notion == "global" and exchanges_are_complete(net, (W0, A0))
+            note = None if complete else _sampled_count_note(notion, n_random + n_perturb)
     route = RouteSummary(
         name=f"numeric-{notion}",
         applicable=True,
@@ -356,9 +367,24 @@ def relu_fiber(
         routes_agree=None,
         fiber_dimension=fiber_dim,
         continuum=is_curve,
-        notes=(f"fiber notion: {notion}", *([continuum] if continuum else [])),
+        notes=(f"fiber notion: {notion}", *([note] if note else [])),
     )
     return _with_route_count(report)
+
+
+def _sampled_count_note(notion: Notion, n_starts: int) -> str:
+    """The note of a finite fiber whose count rests on random starts (s32 trial RELU #2: a
+    width-4 MLP's global fiber has 4! = 24 points, 24 starts found 3 and nothing said so)."""
+    why = (
+        "the exchanges of invariants between units are not known to be the whole fiber here "
+        "(parallel kinks, a unit without input weights or read-out, or width > 6)"
+        if notion == "global"
+        else "the dataset notion has no closed-form enumeration"
+    )
+    return (
+        f"the count is a lower bound: {why}, and the {n_starts} random starts can miss points of "
+        "a finite fiber; rerun with more starts (n_random, n_perturb)"
+    )
 
 
 def _same_on_own_kinks(

@@ -163,14 +163,14 @@ def test_packed_read_equals_the_read_of_separate_projections() -> None:
         )
 
     # the hand-written module states no head count, so only the packed one gets the closed-form
-    # attention gauges (one QK rotation and one VO rescale per head, the key bias); all else is
-    # the same
-    closed = ("qk-rotation", "vo-rescale", "key-bias")
+    # attention gauges (one QK rotation and one VO rescale per head, the key and value biases);
+    # all else is the same
+    closed = ("qk-rotation", "vo-rescale", "key-bias", "value-bias")
     gauges = [d for d in r_packed.directions if d.detector in closed]
     assert sorted((d.detector, d.klass, d.k) for d in gauges) == sorted(
         [("qk-rotation", "curved_gauge", 2)] * HEADS
         + [("vo-rescale", "curved_gauge", 2)] * HEADS
-        + [("key-bias", "flat_gauge", None)]
+        + [("key-bias", "flat_gauge", None), ("value-bias", "flat_gauge", None)]
     )
     rest = [s for s in signature(r_packed, rename) if s[0] not in closed]
     assert rest == signature(r_sep)

@@ -72,6 +72,7 @@ from neuromanifold.singular.blocks import conv_padding, is_supported_block
 from neuromanifold.singular.classify import check_live_threshold
 from neuromanifold.singular.coordinate_scan import coordinate_scan
 from neuromanifold.singular.critical_check import critical_check, critical_note
+from neuromanifold.singular.detectors.attention_layout import unrecognised_attention
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, Detector
 from neuromanifold.singular.detectors.embedding import embedding_rows_seen
 from neuromanifold.singular.detectors.gapless import gapless_note, gapless_small_ratios
@@ -724,10 +725,12 @@ def read(
         note = f"{note}; {size_note}" if note else size_note
     graph_stops = _norm_stops(work, graph)
     rescale_stops = _rescale_stops(work, graph)
+    unrecognised = [n or "<root>" for n, m in work.named_modules() if unrecognised_attention(m)]
     for extra in (
         _norm_stops_note(work, graph_stops),
         _rescale_stops_note(rescale_stops),
         _outside_note(graph),
+        _unrecognised_attention_note(unrecognised),
     ):
         if extra:
             note = f"{note}; {extra}" if note else extra
@@ -786,6 +789,7 @@ def read(
         "multihead_as_projections": unpacked,
         "graph_stops": {**graph_stops, **{k: v for k, (_, v) in rescale_stops.items()}},
         "outside_uses": {k: list(v) for k, v in graph.outside.items()},
+        "unrecognised_attention": unrecognised,
         "gapless_small_ratios": gapless,
         "critical_check": critical,
     }
@@ -1018,6 +1022,23 @@ def _outside_note(graph: ModelGraph) -> str:
         f"{'its module' if len(names) == 1 else 'their modules'}: the K-FAC factors and the "
         f"data-flow graph see only the module calls, so dead directions and gauges through the "
         f"other use are not proposed (every direction read is swept through both uses)"
+    )
+
+
+def _unrecognised_attention_note(names: list[str]) -> str:
+    """One clause naming modules that look like attention but whose heads the read does not know
+    (`attention_layout.unrecognised_attention`, ``meta["unrecognised_attention"]``; s32 trial ATTN
+    #1: a nanoGPT attention's ``n_head``, or a head count kept as ``self.H``, lost every attention
+    gauge without a word). Their projections are still read as Linears."""
+    if not names:
+        return ""
+    shown = ", ".join(f"'{n}'" for n in names[:3])
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return (
+        f"{shown}{more} look{'s' if len(names) == 1 else ''} like attention but no head count or "
+        "layout was recognised: the attention gauges (QK, VO, key and value bias) are not "
+        "proposed there; give the module an int num_heads (and num_key_value_heads, head_dim "
+        "where they differ) and separate q_proj/k_proj/v_proj or a fused qkv Linear"
     )
 
 

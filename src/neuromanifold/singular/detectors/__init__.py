@@ -4,7 +4,8 @@ A detector is one class (`Detector` protocol: ``name``, ``applies_to(module)``,
 ``propose(name, module, ctx)``) returning `Candidate` directions with a provenance label; see
 `neuromanifold.singular.detectors.base` for how to add one and `default_registry` for the
 built-ins (K-FAC/KFC linear and conv with the A–G duality join, LayerNorm kernel, RMSNorm,
-attention QK rotation (and scales) and VO GL(d_h), the attention key bias, joint query/key dead
+attention QK rotation (and scales) and VO GL(d_h), the attention key bias, the value bias against
+the output bias, a LayerNorm's shift against its consumers' biases, joint query/key dead
 pairs, query/key-norm rescale, CE
 logit shift, ReLU rescale, LayerNorm/RMSNorm scale, gated feed-forward dead dimensions and
 up-projection rescale, unseen embedding rows).
@@ -40,6 +41,7 @@ from neuromanifold.singular.detectors.layernorm import (
 from neuromanifold.singular.detectors.linear import LinearDetector, block_spectrum
 from neuromanifold.singular.detectors.link import BlockSpectrum
 from neuromanifold.singular.detectors.near_kernel import near_kernel
+from neuromanifold.singular.detectors.norm_shift import NormShiftDetector
 from neuromanifold.singular.detectors.qk_norm import QKNormDetector, QKNormRescale
 from neuromanifold.singular.detectors.qk_pair import QKPairDetector
 from neuromanifold.singular.detectors.registry import DetectorRegistry, default_registry
@@ -49,6 +51,7 @@ from neuromanifold.singular.detectors.rescale_detectors import (
     NormScaleDetector,
     ReLURescaleDetector,
 )
+from neuromanifold.singular.detectors.value_bias import ValueBiasDetector
 
 __all__ = [
     "AttentionDetector",
@@ -71,6 +74,7 @@ __all__ = [
     "LogitShiftDetector",
     "ModelGraph",
     "NormScaleDetector",
+    "NormShiftDetector",
     "QKNormDetector",
     "QKNormRescale",
     "QKPairDetector",
@@ -79,6 +83,7 @@ __all__ = [
     "ReLURescaleDetector",
     "UnitRescale",
     "VORescale",
+    "ValueBiasDetector",
     "attention_layout",
     "block_spectrum",
     "default_registry",

@@ -1,10 +1,10 @@
 """Which modules are attention, and where their heads live: `attention_layout`.
 
-Heads come from an int ``n_heads``/``num_heads``/``num_attention_heads`` attribute or, for
-Hugging Face modules such as ``LlamaAttention``, from ``module.config.num_attention_heads``;
-grouped-query attention from ``num_key_value_heads`` (module or config) or
-``num_key_value_groups``; the head width from an int ``head_dim``, else
-``q.out_features / heads``. Recognised layouts:
+Heads come from an int ``n_heads``/``num_heads``/``num_attention_heads``/``n_head``/``nhead``
+attribute or, for Hugging Face modules such as ``LlamaAttention``, from
+``module.config.num_attention_heads``; grouped-query attention from ``num_key_value_heads``
+(``n_kv_heads``/``n_kv_head``/``num_kv_heads``; module or config) or ``num_key_value_groups``; the
+head width from an int ``head_dim``, else ``q.out_features / heads``. Recognised layouts:
 
 * separate ``nn.Linear`` projections — ``q_proj``/``k_proj``/``v_proj`` (Llama, timm),
   ``query``/``key``/``value`` (BERT), ``q_lin``/``k_lin``/``v_lin`` (DistilBERT) or
@@ -40,9 +40,16 @@ from typing import Any
 
 from torch import nn
 
-__all__ = ["AttentionLayout", "attention_layout"]
+__all__ = ["AttentionLayout", "attention_layout", "unrecognised_attention"]
 
-_HEADS = ("n_heads", "num_heads", "num_attention_heads")
+_HEADS = ("n_heads", "num_heads", "num_attention_heads", "n_head", "nhead")
+_KV_HEADS = ("num_key_value_heads", "n_kv_heads", "n_kv_head", "num_kv_heads")
+_Q, _K, _V = (
+    ("q_proj", "query", "q_lin", "q"),
+    ("k_proj", "key", "k_lin", "k"),
+    ("v_proj", "value", "v_lin", "v"),
+)
+_FUSED = ("qkv", "c_attn", "query_key_value", "qkv_proj", "Wqkv", "in_proj")
 
 
 @dataclass(frozen=True)
@@ -114,7 +121,8 @@ def _head_counts(module: nn.Module) -> tuple[int, int | None, int | None, bool] 
         heads = _int(cfg, "num_attention_heads")
         if heads is None:
             return None
-    kv = _int(module, "num_key_value_heads") or _int(cfg, "num_key_value_heads")
+    kv = next((_int(module, a) for a in _KV_HEADS if _int(module, a) is not None), None)
+    kv = kv or _int(cfg, "num_key_value_heads")
     groups = _int(module, "num_key_value_groups")
     if kv is None and groups is not None:
         kv = heads // groups if heads % groups == 0 else -1
@@ -152,9 +160,7 @@ def attention_layout(module: nn.Module) -> AttentionLayout | None:
     sym = all(isinstance(kids.get(n), nn.Identity) or n not in kids for n in ("q_norm", "k_norm"))
     rot = _int(module, "rotary_ndims") or _int(module, "rotary_dim")
     o = pick("out_proj", "o_proj", "proj", "out_lin", "dense", "c_proj")
-    q = pick("q_proj", "query", "q_lin", "q")
-    k = pick("k_proj", "key", "k_lin", "k")
-    v = pick("v_proj", "value", "v_lin", "v")
+    q, k, v = pick(*_Q), pick(*_K), pick(*_V)
     if q and k and v:
         e = kids[q].out_features
         dh = head_dim or e // heads
@@ -309,3 +315,16 @@ def _wrapped_layout(module: nn.Module) -> AttentionLayout | None:
         kv_heads=lay.kv_heads,
         head_dim=lay.head_dim,
     )
+
+
+def unrecognised_attention(module: nn.Module) -> bool:
+    """Whether ``module`` looks like an attention that `attention_layout` does not recognise:
+    ``nn.Linear`` children named as query, key and value projections, or a fused one (``qkv``,
+    ``c_attn``, ``query_key_value``, ``qkv_proj``, ``Wqkv``, ``in_proj``), and no layout (most
+    often: no head count under a name above; s32 trial ATTN #1, a hand-written attention keeping
+    it as ``self.H``). Its attention gauges are then not proposed, which the read says."""
+    if isinstance(module, nn.MultiheadAttention) or attention_layout(module) is not None:
+        return False
+    kids = {n: m for n, m in module.named_children() if isinstance(m, nn.Linear)}
+    separate = all(any(n in kids for n in names) for names in (_Q, _K, _V))
+    return separate or any(n in kids for n in _FUSED)

@@ -34,6 +34,7 @@ from neuromanifold.singular.detectors.layernorm import (
     RMSNormDetector,
 )
 from neuromanifold.singular.detectors.linear import LinearDetector
+from neuromanifold.singular.detectors.norm_shift import NormShiftDetector
 from neuromanifold.singular.detectors.qk_norm import QKNormDetector
 from neuromanifold.singular.detectors.qk_pair import QKPairDetector
 from neuromanifold.singular.detectors.rescale_detectors import (
@@ -41,6 +42,7 @@ from neuromanifold.singular.detectors.rescale_detectors import (
     NormScaleDetector,
     ReLURescaleDetector,
 )
+from neuromanifold.singular.detectors.value_bias import ValueBiasDetector
 
 __all__ = ["DetectorRegistry", "default_registry"]
 
@@ -86,6 +88,8 @@ def default_registry() -> DetectorRegistry:
             RMSNormDetector(),
             AttentionDetector(),
             KeyBiasDetector(),
+            ValueBiasDetector(),
+            NormShiftDetector(),
             QKNormDetector(),
             LogitShiftDetector(),
             BatchNormShiftDetector(),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import torch
 from rich.cells import cell_len
 from typer.testing import CliRunner
 
@@ -90,3 +91,28 @@ def test_cells_json_records_the_seed_and_the_selection(tmp_path) -> None:
     rerun += [a for n in saved["only"] for a in ("--only", n)] + ["--json", str(again)]
     assert CliRunner().invoke(app, rerun).exit_code == 0
     assert json.loads(again.read_text()) == saved
+
+
+def test_a_seed_near_two_to_the_64_builds_every_cell_that_adds_an_offset() -> None:
+    """s32 trial CELLS #1: cells seeding a second generator from ``seed + 7919`` or
+    ``seed + 104729`` failed for seeds near 2⁶⁴ (torch's bound) that the others took, and the CLI
+    blamed ``--only``. Seeds beyond the bound are reduced mod 2⁶⁴: 2⁶⁴ + 5 builds seed 5's cell."""
+    from neuromanifold.cells.registry import get_cell
+
+    for name in ("swiglu_dead_dimension", "qk_rotation", "node_death_relu"):
+        get_cell(name, seed=2**64 - 1)  # builds
+        same, base = get_cell(name, seed=2**64 + 5), get_cell(name, seed=5)
+        assert all(torch.equal(same.params[k], base.params[k]) for k in base.params)
+        assert all(torch.equal(same.data[i], base.data[i]) for i in range(len(base.data)))
+    result = CliRunner().invoke(
+        app, ["cells", "--seed", str(2**64 - 1), "--only", "swiglu_dead_dimension"]
+    )
+    assert result.exit_code in (0, 1) and "--only" not in result.output  # read, not refused
+
+
+def test_a_cell_named_twice_is_read_once(tmp_path) -> None:
+    path = tmp_path / "r.json"
+    args = ["cells", "--only", "node_death_relu", "--only", "node_death_relu", "--json", str(path)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    saved = json.loads(path.read_text())
+    assert saved["only"] == ["node_death_relu"] and len(saved["cells"]) == 1

@@ -181,9 +181,20 @@ def cell_constructor(fn: Callable[P, Cell]) -> Callable[P, Cell]:
 
 
 def generator(seed: int) -> torch.Generator:
-    """A CPU generator seeded with ``seed`` (every cell draws from its own)."""
+    """A CPU generator seeded with ``seed`` (every cell draws from its own).
+
+    Any int: torch takes ``[−2⁶³, 2⁶⁴)``, and a seed outside it is reduced mod 2⁶⁴ (s32 trial
+    CELLS #1: cells that draw a second generator from ``seed + 7919`` or ``seed + 104729`` failed
+    for seeds near 2⁶⁴ that the others took). Seeds inside the range are passed as they are.
+
+    >>> float(torch.rand(1, generator=generator(2**64 + 5))) == float(
+    ...     torch.rand(1, generator=generator(5)))
+    True
+    """
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    if not -(2**63) <= seed < 2**64:
+        seed %= 2**64
     return torch.Generator().manual_seed(seed)
 
 

@@ -38,7 +38,7 @@ def cells(
     from rich.console import Console
     from rich.table import Table
 
-    from neuromanifold.cells.registry import all_cells, get_cell
+    from neuromanifold.cells.registry import CELLS, all_cells, get_cell
     from neuromanifold.cells.table import read_cells
     from neuromanifold.cli._console import stdout_console
 
@@ -49,10 +49,13 @@ def cells(
         quiet=to_stdout
     )  # the text output; stdout holds the JSON under --json -
     failures = Console(stderr=True) if to_stdout else console
-    try:
-        chosen = [get_cell(name, seed=seed) for name in only] if only else all_cells(seed=seed)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--only") from exc
+    names = list(dict.fromkeys(only)) if only else []  # a name given twice is read once
+    for name in names:
+        if name not in CELLS:
+            raise typer.BadParameter(
+                f"unknown cell {name!r}; expected one of: {', '.join(CELLS)}", param_hint="--only"
+            )
+    chosen = [get_cell(name, seed=seed) for name in names] if names else all_cells(seed=seed)
     rows = read_cells(chosen)
 
     def fmt(v: float | None, spec: str) -> str:
@@ -82,7 +85,7 @@ def cells(
     console.print(table)
 
     # the seed and the selection with the results: the file alone reproduces them
-    payload = {"seed": seed, "only": list(only) if only else None}
+    payload = {"seed": seed, "only": names or None}
     written = emit_json(json_path, {**payload, "cells": [res.to_dict() for _, _, res in rows]})
     if written is not None:
         console.print(f"wrote {written}")

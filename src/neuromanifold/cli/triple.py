@@ -62,7 +62,10 @@ def parse_k_range(spec: str) -> list[int]:
             if "-" in part:
                 lo, hi = (int(p) for p in part.split("-", 1))
                 if lo > hi:
-                    raise ValueError
+                    raise typer.BadParameter(
+                        f"--k range {part!r} runs backwards (start {lo} > end {hi}); "
+                        f"write it as '{hi}-{lo}'"
+                    )
             else:
                 lo = hi = int(part)
         except ValueError:

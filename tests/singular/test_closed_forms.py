@@ -270,6 +270,23 @@ def test_to_dict_round_trip() -> None:
     assert rrr(5, 3, 5, 0).to_dict()["lambda"] == "13/2"
 
 
+@pytest.mark.parametrize(
+    ("widths", "rank", "m", "status"),
+    [
+        ([1, 1, 1, 1, 2], 0, 3, "exact"),  # derived: the width-1 pieces' product rule
+        ([2, 2, 2, 2], 1, 3, "lower_bound"),  # one true point's m (rank shift)
+        ([4, 4, 4, 4], 0, 2, "restated"),  # the literature formula, unverified
+        ([5, 3], 0, 1, "exact"),  # one layer: regular
+    ],
+)
+def test_m_status_says_what_m_is(widths: list[int], rank: int, m: int, status: str) -> None:
+    """s32 trial CELLS #4: a lower bound sat in ``m`` with only the caveat's prose to say so."""
+    cf = deep_linear(widths, rank)
+    assert (cf.m, cf.m_status) == (m, status)
+    assert ClosedForm.from_dict(cf.to_dict()) == cf
+    assert rrr(5, 3, 5, 0).m_status == "exact"
+
+
 def test_errors() -> None:
     with pytest.raises(ValueError, match=r"r must satisfy 0 <= r <= min\(M, H, N\) = 3"):
         rrr(5, 3, 5, 4)

@@ -90,7 +90,11 @@ def _parse_widths(spec: str) -> list[int]:
 
 def _print_closed_form(cf: Any, json_path: str | None) -> None:
     if json_path != "-":
-        typer.echo(f"{cf.model}: λ = {cf.lam} ({float(cf.lam):.6g}), m = {cf.m}  [case {cf.case}]")
+        status = {"lower_bound": " (a lower bound)", "restated": " (restated, unverified)"}
+        typer.echo(
+            f"{cf.model}: λ = {cf.lam} ({float(cf.lam):.6g}), m = {cf.m}"
+            f"{status.get(cf.m_status, '')}  [case {cf.case}]"
+        )
         if cf.caveat:
             typer.echo(f"caveat: {cf.caveat}")
     emit_json(json_path, cf.to_dict(), say=True)

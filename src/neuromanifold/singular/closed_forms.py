@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import pairwise
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
     "ACTIVATION_ORDERS",
@@ -48,6 +48,9 @@ __all__ = [
     "width_one_chain",
     "width_one_hidden",
 ]
+
+MStatus = Literal["exact", "lower_bound", "restated"]
+"""What a `ClosedForm`'s ``m`` is (its ``m_status``)."""
 
 #: Leading order p of σ at 0 (σ(u) ≍ u^p) for the activations the one-node model knows.
 ACTIVATION_ORDERS: dict[str, int] = {
@@ -66,6 +69,10 @@ class ClosedForm:
 
     ``lam`` is exact; ``m`` is the multiplicity the library stands behind; ``m_restated`` is a
     literature formula's value when it differs or is unverified; ``caveat`` explains why.
+    ``m_status`` says what ``m`` is, for a program to read without the caveat's prose (s32 trial
+    CELLS #4): ``"exact"`` (derived or a verified formula), ``"lower_bound"`` (one true point's
+    multiplicity; others could raise it) or ``"restated"`` (a literature formula's value, not
+    independently verified).
     """
 
     lam: Fraction
@@ -74,6 +81,7 @@ class ClosedForm:
     case: str = ""
     m_restated: int | None = None
     caveat: str = ""
+    m_status: MStatus = "exact"
 
     @property
     def lam_float(self) -> float:
@@ -90,6 +98,7 @@ class ClosedForm:
             "case": self.case,
             "m_restated": self.m_restated,
             "caveat": self.caveat,
+            "m_status": self.m_status,
         }
 
     @classmethod
@@ -102,6 +111,7 @@ class ClosedForm:
             case=d.get("case", ""),
             m_restated=d.get("m_restated"),
             caveat=d.get("caveat", ""),
+            m_status=d.get("m_status", "exact"),
         )
 
 
@@ -349,7 +359,8 @@ def _width_one_split(ws: list[int], lam: Fraction, m_re: int, model: str, case: 
         )
     else:
         caveat += ", which is wrong here"
-    return ClosedForm(lam, m, model=model, case=case, m_restated=m_re, caveat=caveat)
+    status: MStatus = "restated" if unverified else "exact"
+    return ClosedForm(lam, m, model, case, m_re, caveat, status)
 
 
 def _rank_shift(
@@ -388,7 +399,7 @@ def _rank_shift(
         f"m ≥ {m0} (a lower bound: other true points could raise it); the restated formula gives "
         f"m = {m_re}, which is wrong here"
     )
-    return ClosedForm(lam, m0, model=model, case=case, m_restated=m_re, caveat=caveat)
+    return ClosedForm(lam, m0, model, case, m_re, caveat, "lower_bound")
 
 
 def deep_linear(widths: Sequence[int], rank: int) -> ClosedForm:
@@ -442,4 +453,4 @@ def deep_linear(widths: Sequence[int], rank: int) -> ClosedForm:
     caveat = (
         "m is the restated formula's value (Aoyagi 2024 via Lau et al.), not independently verified"
     )
-    return ClosedForm(lam, m_re, model=model, case=case, m_restated=m_re, caveat=caveat)
+    return ClosedForm(lam, m_re, model, case, m_re, caveat, "restated")

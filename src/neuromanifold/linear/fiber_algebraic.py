@@ -129,18 +129,18 @@ def _rebuild_error(core: np.ndarray, roots: np.ndarray) -> float:
 def merge_multiple_roots(core: np.ndarray, roots: np.ndarray) -> np.ndarray:
     """Computed roots of ``core`` with each multiple root (multiplicity ≥ 3) made exact.
 
-    An m-fold root of ``v`` comes out of the companion matrix as m roots on a circle of radius
-    ~ (eps·‖v‖/|v⁽ᵐ⁾/m!|)^{1/m} (6e-6 for a triple root at ½): its members then no longer match
-    each other within `ROOT_MATCH_RTOL`, and the complex ones make every layer that gets one of
-    them non-real (s31 trial LCN #5: (z − ½)³ over three 2-tap layers had no algebraic point).
-    The centroid of the cluster is far more accurate than its members (it is a coefficient of the
+    An m-fold root of ``v`` comes out of the companion matrix as m roots on a circle of radius ~
+    (eps·‖v‖/|v⁽ᵐ⁾/m!|)^{1/m} (6e-6 for a triple root at ½): its members then no longer match each
+    other within `ROOT_MATCH_RTOL`, and the complex ones make every layer that gets one of them
+    non-real (s31 trial LCN #5: (z − ½)³ over three 2-tap layers had no algebraic point). The
+    centroid of the cluster is far more accurate than its members (it is a coefficient of the
     cluster's own factor: ~eps times that factor's condition, 2e-10 for (z − ½)³ beside a root at
     0.505; the polish that follows solves the fiber equations), so a cluster is replaced by its
-    centroid, repeated, when the roots so merged rebuild
-    ``core`` within ``MERGE_RTOL·‖core‖``; distinct roots d apart would move it by ~d², so roots
-    of ``v`` closer than ~√MERGE_RTOL ≈ 3e-6 (times their scale) are read as one. Clusters are
-    formed by single linkage at each radius of `CLUSTER_RTOLS`, tightest first; a double root
-    (radius ~√eps ≈ 1e-8) already matches within `ROOT_MATCH_RTOL` and is left as computed.
+    centroid, repeated, when the roots so merged rebuild ``core`` within ``MERGE_RTOL·‖core‖``;
+    distinct roots d apart would move it by ~d², so roots of ``v`` closer than ~√MERGE_RTOL ≈ 3e-6
+    (times their scale) are read as one. Clusters are formed by single linkage at each radius of
+    `CLUSTER_RTOLS`, tightest first; a double root (radius ~√eps ≈ 1e-8) already matches within
+    `ROOT_MATCH_RTOL` and is left as computed.
 
     Shapes: ``core`` (n + 1,) ascending coefficients with ``core[0]``, ``core[-1]`` ≠ 0;
     ``roots`` (n,) complex; returns (n,) complex.

@@ -18,7 +18,11 @@ from neuromanifold.linear.relu import (
     relu_invariants,
     relu_ntk,
 )
-from neuromanifold.linear.relu_exchange import exchange_points, exchanges_are_complete
+from neuromanifold.linear.relu_exchange import (
+    exchange_points,
+    exchanges_are_complete,
+    flip_sets,
+)
 from neuromanifold.linear.relu_fiber import permutation_distance, region_dataset, relu_fiber
 from neuromanifold.linear.survey import RowSpec, default_rows, run_survey
 
@@ -88,6 +92,30 @@ def test_a_width_four_global_fiber_has_all_its_twenty_four_points() -> None:
     K = [relu_ntk(net, p, X) for p in exchange_points(net, theta)]
     for k in rep.ntk_arrays():  # every NTK reported is one of the closed-form points'
         assert min(np.max(np.abs(k - kk)) for kk in K) <= MATCH_ATOL * np.max(np.abs(k))
+
+
+def test_units_whose_linear_parts_cancel_turn_together() -> None:
+    """s32 trial NEWCODE #1: with A W = 0, turning every input weight (σ(−y) = σ(y) − y) keeps f
+    and the invariants: the fiber is the 3! exchanges, each also turned, 12 points, of which the
+    exchanges alone gave 6 (the search found 10) while claiming completeness."""
+    rng = np.random.default_rng(0)
+    net = ReluMLP(2, 3, 1)
+    W = rng.standard_normal((3, 2))
+    A = 2.0 * np.linalg.svd(W.T)[2][-1][None, :]  # A W = 0
+    theta = (W, A)
+    assert flip_sets(net, theta) == [(0, 1, 2)]
+    pts = exchange_points(net, theta)
+    assert len(pts) == 12 and exchanges_are_complete(net, theta)
+    probes = rng.standard_normal((2000, 2))
+    f0, d0 = relu_forward(net, theta, probes), relu_invariants(net, theta)
+    for p in pts:
+        assert np.max(np.abs(relu_forward(net, p, probes) - f0)) <= EXACT_RTOL * np.max(np.abs(f0))
+        assert np.max(np.abs(relu_invariants(net, p) - d0)) <= EXACT_RTOL * np.max(np.abs(d0))
+    rep = relu_fiber(net, theta, rng.standard_normal((5, 2)), notion="global")
+    assert rep.n_points == 12
+    for found in rep.point_arrays():
+        d = min(permutation_distance(net, _flat(found), _flat(p)) for p in pts)
+        assert d <= MATCH_ATOL * np.linalg.norm(_flat(theta))
 
 
 def test_a_count_resting_on_random_starts_says_it_is_a_lower_bound() -> None:

@@ -122,3 +122,14 @@ def test_distinct_close_roots_are_not_merged() -> None:
     core = _v([0.5] * 3 + [0.505])
     merged = np.sort_complex(merge_multiple_roots(core, np.roots(core[::-1])))
     assert merged.tolist() == pytest.approx([0.5, 0.5, 0.5, 0.505], abs=CENTROID_ATOL)
+
+
+@pytest.mark.parametrize(("d", "merged"), [(0.0, True), (1e-6, True), (1e-3, False)])
+def test_a_merged_multiple_root_is_said(d: float, merged: bool) -> None:
+    """s32 trial NEWCODE #2: distinct roots ½, ½ + d, ½ + 2d with d ≤ 4e-6 are read as one triple
+    root (float64 coefficients cannot tell them apart): one point where 6 are distinct. The
+    report says a multiple root was read, so a count of 1 is not taken for the truth silently."""
+    rep = lcn_fiber(LCN((2, 2, 2), (1, 1)), _v([0.5, 0.5 + d, 0.5 + 2 * d]), [0.0, 0.0])
+    said = [n for n in rep.notes if n.startswith("v has a root of multiplicity ≥ 3")]
+    assert bool(said) is merged
+    assert rep.n_points == (1 if merged else 6)

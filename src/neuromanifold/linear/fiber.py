@@ -262,6 +262,8 @@ def lcn_fiber(
             all_pts += pts
             all_res += res
             n_exact = len(pts)
+            if alg.merge_note:
+                notes.append(alg.merge_note)
     if "numeric" in routes:
         num = numeric_fiber(arch, v, d, n_starts=n_starts, seed=seed, theta_guess=theta_guess)
         ks = [ntk_at_fiber_point(arch, unflatten_params(arch, p)) for p in num.points]

@@ -95,6 +95,7 @@ class AlgebraicFiber:
     residuals: tuple[float, ...]
     n_groupings: int
     note: str = ""
+    merge_note: str = ""
 
 
 def roots_with_infinity(v: np.ndarray) -> np.ndarray:
@@ -118,6 +119,28 @@ def roots_with_infinity(v: np.ndarray) -> np.ndarray:
     finite = np.roots(core[::-1]) if core.size > 1 else np.zeros(0, dtype=complex)
     finite = merge_multiple_roots(core, finite.astype(complex))
     return np.concatenate([np.full(n_zero, _ZERO), np.sort_complex(finite), np.full(n_inf, _INF)])
+
+
+def merged_roots_note(roots: np.ndarray) -> str:
+    """The note of a root set (`roots_with_infinity`) holding a finite non-zero root repeated three
+    or more times, which `merge_multiple_roots` made exact: float64 coefficients cannot tell such a
+    root from distinct roots a few 1e-6 apart, whose distinct fiber points are then counted as one
+    (s32 trial NEWCODE #2: roots ½, ½ + d, ½ + 2d over three 2-tap layers, 6 points, read as 1
+    for d ≤ 4e-6; unmerged, the route found none). Empty when there is none."""
+    finite = roots[np.isfinite(roots.real) & (roots != _ZERO)]
+    values, counts = np.unique(finite, return_counts=True)
+    multiple = [(z, int(c)) for z, c in zip(values, counts, strict=True) if c >= 3]
+    if not multiple:
+        return ""
+    shown = ", ".join(
+        f"{z.real:.6g}" + (f"{z.imag:+.6g}i" if z.imag else "") + f" ×{c}" for z, c in multiple
+    )
+    return (
+        f"v has a root of multiplicity ≥ 3 ({shown}), read from a cluster of computed roots: roots "
+        "of a float64 v closer than a few 1e-6 (relative) cannot be told apart from one multiple "
+        "root, so if v's roots there are in fact distinct, the fiber points that differ in how "
+        "they are grouped are counted as one"
+    )
 
 
 def _rebuild_error(core: np.ndarray, roots: np.ndarray) -> float:
@@ -304,7 +327,7 @@ def algebraic_fiber_1d(arch: LCN, v: np.ndarray, delta: Any) -> AlgebraicFiber:
         if out is not None:
             pts.append(out[0])
             res.append(out[1])
-    return AlgebraicFiber(True, tuple(pts), tuple(res), n)
+    return AlgebraicFiber(True, tuple(pts), tuple(res), n, merge_note=merged_roots_note(roots))
 
 
 def rational_coefficients(v: np.ndarray) -> list[Fraction] | None:

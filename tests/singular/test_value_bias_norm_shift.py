@@ -139,7 +139,7 @@ def test_neither_gauge_is_proposed_where_it_is_no_symmetry() -> None:
     assert shifts == {"fc1", "head"}  # ln2 and lnf (the head now has a bias), not ln1
 
 
-@pytest.mark.parametrize("attr", ["n_head", "nhead", "num_heads", "n_heads"])
+@pytest.mark.parametrize("attr", ["n_head", "nhead", "num_heads", "n_heads", "heads"])
 def test_the_head_count_is_read_under_its_common_names(attr: str) -> None:
     lay = attention_layout(_Attn(heads_attr=attr))
     assert lay is not None and (lay.heads, lay.n_kv, lay.d_head) == (HEADS, KV, DH)
@@ -152,7 +152,37 @@ def test_an_attention_without_a_known_head_count_is_named_in_the_note() -> None:
     model, x = _model(heads_attr="H")
     reading = read(model, x, Gaussian(), progress=False)
     assert reading.meta["unrecognised_attention"] == ["attn"]
-    assert "'attn' looks like attention but no head count or layout was recognised" in (
+    assert "'attn' looks like attention (query, key and value Linears) but no head count" in (
         reading.note
     )
     assert not [d for d in reading.directions if d.detector in ("value-bias", "key-bias")]
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ("q", "k", "v", "o"),  # T5
+        ("wq", "wk", "wv", "wo"),  # Meta's Llama
+        ("query_proj", "key_proj", "value_proj", None),  # DeBERTa (output in another module)
+        ("to_q", "to_k", "to_v", None),  # diffusers (output in a list)
+    ],
+)
+def test_projections_are_found_under_their_common_names(names: tuple) -> None:
+    """s32 trial NEWCODE #3, #5: a T5-style output ``o`` was not found (no value-bias, no note);
+    Meta's ``wq``/``wo``, DeBERTa's and diffusers' names were neither read nor named."""
+    m = nn.Module()
+    m.n_heads, m.n_kv_heads = HEADS, KV
+    shapes = [(D, HEADS * DH), (D, KV * DH), (D, KV * DH), (HEADS * DH, D)]
+    for name, (i, o) in zip(names, shapes, strict=True):
+        if name:
+            setattr(m, name, nn.Linear(i, o))
+    lay = attention_layout(m)
+    assert lay is not None and (lay.heads, lay.n_kv) == (HEADS, KV)
+    assert lay.layers["q"] == names[0] and lay.layers["o"] == (names[3] or "")
+
+
+def test_a_fused_in_proj_alone_is_not_taken_for_attention() -> None:
+    """s32 trial NEWCODE #4: a Mamba mixer's ``in_proj`` Linear was named as attention."""
+    m = nn.Module()
+    m.in_proj, m.out_proj = nn.Linear(4, 16), nn.Linear(8, 4)
+    assert not unrecognised_attention(m)

@@ -1035,10 +1035,10 @@ def _unrecognised_attention_note(names: list[str]) -> str:
     shown = ", ".join(f"'{n}'" for n in names[:3])
     more = f" and {len(names) - 3} more" if len(names) > 3 else ""
     return (
-        f"{shown}{more} look{'s' if len(names) == 1 else ''} like attention but no head count or "
-        "layout was recognised: the attention gauges (QK, VO, key and value bias) are not "
-        "proposed there; give the module an int num_heads (and num_key_value_heads, head_dim "
-        "where they differ) and separate q_proj/k_proj/v_proj or a fused qkv Linear"
+        f"{shown}{more} look{'s' if len(names) == 1 else ''} like attention (query, key and "
+        "value Linears) but no head count or layout was recognised: the attention gauges (QK, "
+        "VO, key and value bias) are not proposed there; if it is an attention, give the module "
+        "an int num_heads (and num_key_value_heads, head_dim where they differ)"
     )
 
 

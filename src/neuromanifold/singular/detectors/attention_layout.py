@@ -7,9 +7,11 @@ attribute or, for Hugging Face modules such as ``LlamaAttention``, from
 head width from an int ``head_dim``, else ``q.out_features / heads``. Recognised layouts:
 
 * separate ``nn.Linear`` projections — ``q_proj``/``k_proj``/``v_proj`` (Llama, timm),
-  ``query``/``key``/``value`` (BERT), ``q_lin``/``k_lin``/``v_lin`` (DistilBERT) or
-  ``q``/``k``/``v`` — and an output ``out_proj``/``o_proj``/``proj``/``out_lin``/``dense``
-  (Phi)/``c_proj``; without an output projection (BERT's self-attention) only Q, K, V are known.
+  ``query``/``key``/``value`` (BERT), ``q_lin``/``k_lin``/``v_lin`` (DistilBERT),
+  ``q``/``k``/``v`` (T5), ``wq``/``wk``/``wv`` (Meta's Llama), ``query_proj``/``key_proj``/
+  ``value_proj`` (DeBERTa) or ``to_q``/``to_k``/``to_v`` (diffusers) — and an output
+  ``out_proj``/``o_proj``/``proj``/``out_lin``/``dense`` (Phi)/``c_proj``/``o``/``wo``; without an
+  output projection (BERT's self-attention, diffusers' ``to_out`` list) only Q, K, V are known.
   The projection widths must agree (``q``: heads·d_h, ``k``/``v``: kv_heads·d_h, output columns
   heads·d_h), else the module is not recognised;
 * the Hugging Face BERT wrapper (``BertAttention``): children ``self`` (a self-attention as above
@@ -42,14 +44,13 @@ from torch import nn
 
 __all__ = ["AttentionLayout", "attention_layout", "unrecognised_attention"]
 
-_HEADS = ("n_heads", "num_heads", "num_attention_heads", "n_head", "nhead")
+_HEADS = ("n_heads", "num_heads", "num_attention_heads", "n_head", "nhead", "heads")
 _KV_HEADS = ("num_key_value_heads", "n_kv_heads", "n_kv_head", "num_kv_heads")
-_Q, _K, _V = (
-    ("q_proj", "query", "q_lin", "q"),
-    ("k_proj", "key", "k_lin", "k"),
-    ("v_proj", "value", "v_lin", "v"),
-)
-_FUSED = ("qkv", "c_attn", "query_key_value", "qkv_proj", "Wqkv", "in_proj")
+_Q = ("q_proj", "query", "q_lin", "q", "wq", "query_proj", "to_q")
+_K = ("k_proj", "key", "k_lin", "k", "wk", "key_proj", "to_k")
+_V = ("v_proj", "value", "v_lin", "v", "wv", "value_proj", "to_v")
+_O = ("out_proj", "o_proj", "proj", "out_lin", "dense", "c_proj", "o", "wo")
+_FUSED = ("qkv", "c_attn", "query_key_value", "qkv_proj", "Wqkv")
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ def attention_layout(module: nn.Module) -> AttentionLayout | None:
 
     sym = all(isinstance(kids.get(n), nn.Identity) or n not in kids for n in ("q_norm", "k_norm"))
     rot = _int(module, "rotary_ndims") or _int(module, "rotary_dim")
-    o = pick("out_proj", "o_proj", "proj", "out_lin", "dense", "c_proj")
+    o = pick(*_O)
     q, k, v = pick(*_Q), pick(*_K), pick(*_V)
     if q and k and v:
         e = kids[q].out_features
@@ -320,7 +321,7 @@ def _wrapped_layout(module: nn.Module) -> AttentionLayout | None:
 def unrecognised_attention(module: nn.Module) -> bool:
     """Whether ``module`` looks like an attention that `attention_layout` does not recognise:
     ``nn.Linear`` children named as query, key and value projections, or a fused one (``qkv``,
-    ``c_attn``, ``query_key_value``, ``qkv_proj``, ``Wqkv``, ``in_proj``), and no layout (most
+    ``c_attn``, ``query_key_value``, ``qkv_proj``, ``Wqkv``), and no layout (most
     often: no head count under a name above; s32 trial ATTN #1, a hand-written attention keeping
     it as ``self.H``). Its attention gauges are then not proposed, which the read says."""
     if isinstance(module, nn.MultiheadAttention) or attention_layout(module) is not None:

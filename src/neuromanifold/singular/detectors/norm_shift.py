@@ -14,8 +14,9 @@ GPT-2, never proposed). The producer-side counterpart for BatchNorm is
 (post-LN blocks) or a consumer without a bias (a language model's head) has no such line; the
 candidate is certified by evaluation with a distinct shift per feature (1 to 2 times β's RMS, or 1
 to 2 where β is zero), at most ``CERTIFY_RTOL`` (`rescale.relative_change`), which also catches
-an output read otherwise than the graph shows. A consuming ``nn.MultiheadAttention`` (packed
-in-projection) is not handled: no candidate.
+an output read otherwise than the graph shows. An ``nn.MultiheadAttention`` consumer is read as
+the separate projections the read unpacks it into (`neuromanifold.singular.adapt_attention`); one
+left packed gets no candidate.
 """
 
 from __future__ import annotations

@@ -12,7 +12,9 @@ from neuromanifold.zoo.checkpoint import (
     CheckpointMeta,
     atomic_write,
     load_checkpoint,
+    read_meta,
     save_checkpoint,
+    weights_sha256,
 )
 from neuromanifold.zoo.compression import mlp_usage
 from neuromanifold.zoo.models import MLPConfig, ViTConfig, build_model
@@ -94,6 +96,31 @@ def test_recipe_writes_then_loads_from_its_cache(tmp_path) -> None:
     assert again.metrics["vit-digits-finetune"] == first.metrics["vit-digits-finetune"]
     other_seed = run_recipe("vit-digits-finetune", out=tmp_path, steps=3, seed=1, progress=False)
     assert other_seed.cached == ()
+
+
+def test_the_cache_is_bound_to_the_weights_and_to_the_parent_stage(tmp_path) -> None:
+    """s32 trial TRAIN #1, #2: a fine-tune was taken from the cache after its pretrain stage had
+    been retrained into other weights, and other weights under a matching sidecar were taken
+    with the sidecar's metrics."""
+    first = run_recipe("vit-digits-finetune", out=tmp_path, steps=3, progress=False)
+    pre, fine = (first.checkpoints[n] for n in ("vit-digits-pretrain", "vit-digits-finetune"))
+    assert read_meta(fine).weights_sha256 == weights_sha256(fine)
+    assert read_meta(fine).recipe_config["init_sha256"] == weights_sha256(pre)
+    # other weights under the fine-tune's sidecar: not a cache hit
+    fine_sidecar = fine.with_suffix(".json").read_text()
+    fine.write_bytes(pre.read_bytes())
+    again = run_recipe("vit-digits-finetune", out=tmp_path, steps=3, progress=False)
+    assert again.cached == ("vit-digits-pretrain",)
+    assert weights_sha256(fine) == json.loads(fine_sidecar)["weights_sha256"]  # retrained, same
+    # the pretrain stage holds other weights (a retrain), its sidecar consistent: the
+    # fine-tune that started from the old weights is retrained
+    model, meta = load_checkpoint(pre)
+    with torch.no_grad():
+        next(model.parameters()).add_(0.01)
+    save_checkpoint(pre, model, meta)
+    third = run_recipe("vit-digits-finetune", out=tmp_path, steps=3, progress=False)
+    assert third.cached == ("vit-digits-pretrain",)
+    assert read_meta(fine).recipe_config["init_sha256"] == weights_sha256(pre)
 
 
 def test_recipe_errors(tmp_path) -> None:

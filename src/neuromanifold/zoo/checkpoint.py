@@ -9,6 +9,7 @@ weights that are not on disk.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,7 +19,14 @@ from torch import nn
 
 from neuromanifold._atomic import atomic_write
 
-__all__ = ["CheckpointMeta", "atomic_write", "load_checkpoint", "read_meta", "save_checkpoint"]
+__all__ = [
+    "CheckpointMeta",
+    "atomic_write",
+    "load_checkpoint",
+    "read_meta",
+    "save_checkpoint",
+    "weights_sha256",
+]
 
 
 @dataclass(frozen=True)
@@ -29,7 +37,9 @@ class CheckpointMeta:
     ``OptimizerConfig.to_dict()`` used (or ``None``); ``train``: ``TrainConfig.to_dict()`` (or
     ``None``); ``seed``; ``steps`` actually taken; ``metrics`` (e.g. ``val_loss``,
     ``val_accuracy``); ``task`` (data task name); ``recipe`` name and ``recipe_config`` (the
-    dict the recipe cache compares); ``library_version``.
+    dict the recipe cache compares); ``library_version``; ``weights_sha256``, the SHA-256 of the
+    weights file this sidecar was written with (`weights_sha256`; the recipe cache takes a
+    checkpoint only when the file still has it, s32 trial TRAIN #2).
     """
 
     architecture: dict[str, Any]
@@ -42,6 +52,7 @@ class CheckpointMeta:
     recipe: str | None = None
     recipe_config: dict[str, Any] | None = None
     library_version: str = ""
+    weights_sha256: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable fields; :meth:`from_dict` inverts it."""
@@ -62,8 +73,18 @@ def _sidecar_path(path: Path) -> Path:
     return path.with_suffix(".json")
 
 
+def weights_sha256(path: str | Path) -> str:
+    """Hex SHA-256 of the file ``path``."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def save_checkpoint(path: str | Path, model: nn.Module, meta: CheckpointMeta) -> Path:
-    """Write ``model``'s state dict to ``path`` (safetensors), ``meta`` beside it; return path."""
+    """Write ``model``'s state dict to ``path`` (safetensors), ``meta`` beside it with the weights
+    file's SHA-256 (``weights_sha256``); return path."""
     from safetensors.torch import save_file
 
     from neuromanifold import __version__
@@ -75,6 +96,7 @@ def save_checkpoint(path: str | Path, model: nn.Module, meta: CheckpointMeta) ->
         meta = CheckpointMeta(**{**meta.to_dict(), "library_version": __version__})
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     atomic_write(p, lambda tmp: save_file(state, str(tmp)))
+    meta = CheckpointMeta(**{**meta.to_dict(), "weights_sha256": weights_sha256(p)})
     text = json.dumps(meta.to_dict(), indent=2, sort_keys=True)
     atomic_write(_sidecar_path(p), lambda tmp: tmp.write_text(text))
     return p

@@ -6,8 +6,9 @@ bundled digits and writes one checkpoint per stage (``<stage>.safetensors`` + ``
 into the output directory (default: the user cache, ``$XDG_CACHE_HOME/neuromanifold/zoo`` or
 ``~/.cache/neuromanifold/zoo``). A stage whose checkpoint already exists there with a sidecar whose
 ``recipe_config`` equals the stage's configuration (architecture, task, optimizer, training
-config, seed, library version) is loaded instead of retrained: the cache is only ever filled by the
-recipes themselves.
+config, seed, library version, and for a stage that starts from another that stage's weights
+hash) and whose weights file still has the hash its sidecar records is loaded instead of
+retrained: the cache is only ever filled by the recipes themselves.
 
 ``seed`` sets the model initialisation and the minibatch order; the train/val split of the digits
 is fixed (split seed 0) so validation numbers are comparable across seeds. ``steps`` overrides the
@@ -39,7 +40,13 @@ from typing import Any
 
 from torch import nn
 
-from neuromanifold.zoo.checkpoint import CheckpointMeta, load_checkpoint, read_meta, save_checkpoint
+from neuromanifold.zoo.checkpoint import (
+    CheckpointMeta,
+    load_checkpoint,
+    read_meta,
+    save_checkpoint,
+    weights_sha256,
+)
 from neuromanifold.zoo.compression import MLPUsage, mlp_usage
 from neuromanifold.zoo.data import digits
 from neuromanifold.zoo.models import ViTConfig, ZooConfig, build_model
@@ -152,10 +159,17 @@ def default_cache_dir() -> Path:
     return Path(base) / "neuromanifold" / "zoo"
 
 
-def _stage_config(recipe: Recipe, stage: Stage, seed: int) -> dict[str, Any]:
+def _stage_config(
+    recipe: Recipe, stage: Stage, seed: int, parent_sha256: str | None = None
+) -> dict[str, Any]:
+    """What a stage's cached checkpoint must have been trained with; a stage that starts from
+    another holds that stage's weights hash (``init_sha256``), so it is retrained when its parent
+    was (s32 trial TRAIN #1: a fine-tune was taken from the cache after its pretrain stage had
+    been retrained with other steps)."""
     from neuromanifold import __version__
 
     return {
+        "init_sha256": parent_sha256,
         "recipe": recipe.name,
         "stage": stage.name,
         "architecture": recipe.architecture.to_dict(),
@@ -173,11 +187,16 @@ def _count_below(usage: list[MLPUsage], threshold: float) -> dict[str, int]:
 
 
 def _cached(path: Path, config: dict[str, Any]) -> tuple[nn.Module, CheckpointMeta] | None:
+    """The checkpoint at ``path`` when its sidecar's ``recipe_config`` is ``config`` and the weights
+    file still has the SHA-256 the sidecar was written with (s32 trial TRAIN #2: other weights
+    under a matching sidecar were taken, with the sidecar's metrics); else None."""
     if not path.is_file():
         return None
     try:
         meta = read_meta(path)
         if meta.recipe_config != config:
+            return None
+        if not meta.weights_sha256 or meta.weights_sha256 != weights_sha256(path):
             return None
         return load_checkpoint(path)
     except (OSError, ValueError):
@@ -206,6 +225,7 @@ def run_recipe(
     metrics: dict[str, dict[str, Any]] = {}
     stage_wall: dict[str, float] = {}
     cached: list[str] = []
+    metas: dict[str, CheckpointMeta] = {}
     for stage in recipe.stages:
         t0 = time.perf_counter()
         if steps is not None:
@@ -220,7 +240,8 @@ def run_recipe(
                 ),
             )
         stage = replace(stage, train=replace(stage.train, seed=seed))
-        config = _stage_config(recipe, stage, seed)
+        parent = metas[stage.init_from].weights_sha256 if stage.init_from else None
+        config = _stage_config(recipe, stage, seed, parent)
         path = directory / f"{stage.name}.safetensors"
         hit = _cached(path, config) if use_cache else None
         if hit is not None:
@@ -271,8 +292,10 @@ def run_recipe(
                 recipe_config=config,
             )
             save_checkpoint(path, model, meta)
+            meta = read_meta(path)  # with the weights hash save_checkpoint added
             models[stage.name] = model
         checkpoints[stage.name] = path
+        metas[stage.name] = meta
         metrics[stage.name] = meta.metrics
         stage_wall[stage.name] = time.perf_counter() - t0
     return RecipeResult(

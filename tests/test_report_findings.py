@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from types import SimpleNamespace
@@ -239,3 +240,31 @@ def test_optimizer_and_cell_findings():
     f = cell_finding(cells)
     assert f.holds is False and "failing: b" in f.observed
     assert cell_finding(cells[:1]).holds is True
+
+
+def _probe(k, klass, k_hat=2.1, r2=0.999):
+    return {"k": k, "class": klass, "k_hat": k_hat, "r2": r2}
+
+
+def test_the_weakest_hidden_direction_is_a_finding_of_its_own(record_of):
+    """s32 trial TRAIN #3: "node deaths: does not hold" (no detector named one) stood beside k = 2
+    reads of both blocks' weakest hidden directions, which the verdict did not count."""
+    live = record_of(["blocks.0.mlp.fc2"], "kfac-G", "live", 1, 1.0)
+    scan = {"blocks.0.mlp.fc1": {"best_k": 2}}
+    both = [
+        {
+            "block": f"blocks.{i}.mlp",
+            "ratio": 1e-9,
+            "scan": scan,
+            "unsnapped": _probe(2, "genuine_singularity"),
+            "snapped": _probe(2, "genuine_singularity"),
+        }
+        for i in (0, 1)
+    ]
+    mr = dataclasses.replace(_model([live]), probes=tuple(both))
+    named, weakest = node_death_findings(mr, r2_min=R2_MIN)
+    assert named.holds is False and "named by the read's detectors" in named.expectation
+    assert weakest.holds is True and "blocks.1.mlp (A ratio 1.0e-09)" in weakest.observed
+    one_live = [both[0], {**both[1], "unsnapped": _probe(1, "live"), "snapped": _probe(1, "live")}]
+    mr = dataclasses.replace(mr, probes=tuple(one_live))
+    assert node_death_findings(mr, r2_min=R2_MIN)[1].holds is False

@@ -49,3 +49,15 @@ def test_without_a_title_the_key_is_the_title(tmp_path: Path, monkeypatch) -> No
     fig, ax = _class_map(reading, "", tmp_path, monkeypatch)
     assert _words(fig._suptitle.get_text()) == _words(figures.CLASS_MAP_KEY)
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("class", "layer")
+
+
+def test_a_root_parameter_row_is_labelled_root(tmp_path: Path, monkeypatch) -> None:
+    """s32 trial TRAIN #7: a ViT's cls_token/pos_embed records (layer "") had a blank row label,
+    where the markdown and the CLI say ``<root>``."""
+    reading = Reading(
+        directions=(dataclasses.replace(_record("0"), layers=("",)), _record("fc1")),
+        not_covered=(),
+        meta={},
+    )
+    _, ax = _class_map(reading, "", tmp_path, monkeypatch)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["<root>", "fc1"]

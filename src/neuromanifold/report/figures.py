@@ -488,7 +488,7 @@ def plot_class_map(reading: Reading, path: str | Path, *, title: str = "") -> Pa
                 colour = _text_colour(image.cmap(image.norm(v)))
                 ax.text(j, i, str(v), ha="center", va="center", fontsize=8, color=colour)
     ax.set_xticks(range(len(CLASSES)), [c.replace("_", "\n") for c in CLASSES], fontsize=7)
-    ax.set_yticks(range(len(layers)), layers, fontsize=7)
+    ax.set_yticks(range(len(layers)), [layer or "<root>" for layer in layers], fontsize=7)
     ax.set_xlabel("class", fontsize=_LABEL_FONTSIZE)
     ax.set_ylabel("layer", fontsize=_LABEL_FONTSIZE)
     _fit_title(fig, f"{title}\n{CLASS_MAP_KEY}" if title else CLASS_MAP_KEY)

@@ -60,6 +60,21 @@ def test_a_resumed_read_names_the_directions_taken_from_its_log(tmp_path: Path) 
     assert json.loads(again.read_text())["directions"] == json.loads(full.read_text())["directions"]
 
 
+def test_a_read_without_resume_says_it_replaces_a_finished_log(tmp_path: Path) -> None:
+    """s32 trial TRAIN #5: a rerun into a DIR holding a finished log restarted it silently."""
+    out = tmp_path / "report"
+    assert RUNNER.invoke(app, [*ARGS, "--out", str(out)], env=ENV).exit_code == 0
+    log = out / "read.jsonl"
+    n = len(log.read_text().splitlines()) - 1
+    res = RUNNER.invoke(app, [*ARGS, "--out", str(out)], env=ENV)
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert f"{log} holds {n} finished directions of an earlier read, which this read replaces" in (
+        said
+    )
+    assert "(--resume continues it instead)" in said
+
+
 def test_a_torn_last_line_is_named(tmp_path: Path) -> None:
     out = tmp_path / "report"
     assert RUNNER.invoke(app, [*ARGS, "--out", str(out)], env=ENV).exit_code == 0

@@ -282,6 +282,23 @@ _WHOLE_COLUMNS = ("#", "k", "k̂", "r²", "class", "magnitude")
 """Columns of the read table that never wrap (numbers and the class)."""
 
 
+def _say_replaced_log(log: Path, say: Callable[[str], None]) -> None:
+    """Say, before a read without ``--resume`` starts over, that ``log`` holds finished directions
+    it will replace (s32 trial TRAIN #5: a finished 53-direction log was restarted without a
+    word, beside the old report files)."""
+    try:
+        with log.open() as fh:
+            n = max(sum(1 for line in fh if line.strip()) - 1, 0)  # less the header line
+    except OSError:
+        return
+    if n:
+        say(
+            f"{log} holds {n} finished direction{'s' * (n != 1)} of an earlier read, which this "
+            f"read replaces (--resume continues it instead); the report files in {log.parent} are "
+            "the earlier read's until this one finishes"
+        )
+
+
 def _resume_hint() -> str:
     """How to continue an interrupted read from its log: the same command with ``--resume``; under
     ``torchrun``, where ``--resume`` is refused, in one process (s28 trial DIST F4)."""
@@ -782,6 +799,8 @@ def register(app: typer.Typer) -> None:
                     torn_line = "; its torn last line was dropped and that direction is read again"
                     say_note(said + (torn_line if torn else ""))
 
+                if not resume:
+                    _say_replaced_log(out / LOG_NAME, say_note)
                 try:
                     reading = resumable_read(  # the log's fingerprint: the whole probe set
                         net,

@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from neuromanifold.singular.critical_check import critical_line
 from neuromanifold.singular.reading import DirectionRecord, Reading
 from neuromanifold.singular.support import record_units
 
@@ -192,6 +193,8 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
         f"{meta.get('n_backward_passes', '?')} backward passes{_passes_scope(meta)}",
     ]
     out.append("; ".join(summary) + ".")
+    if "critical_check" in meta:  # a reading from before the check has no key: nothing said
+        out.append(critical_line(meta["critical_check"]))
     if meta.get("upcast_note"):
         out.append(f"Note: {meta['upcast_note']}.")
     if reading.note:

@@ -76,6 +76,7 @@ __all__ = [
     "NULL_RATE",
     "critical_check",
     "critical_check_reference",
+    "critical_line",
     "critical_note",
 ]
 
@@ -310,6 +311,37 @@ def critical_check_reference(
     b = bound if hasattr(family, "score_bound") else None
     cut = _cut(sums, b, _rows_of(family, lambda: tangents))
     return _result(sums, cut, norm, int(idx_a.numel()), int(idx_b.numel()))
+
+
+def critical_line(check: Mapping[str, Any] | None) -> str:
+    """One sentence for a report saying what the whole-gradient check found, flagged or not (s32
+    trial TRAIN #6: a checkpoint at chance accuracy read z = 1.3, and no report said the check had
+    run): its z against the threshold and the half sizes, or that it did not run.
+
+    >>> critical_line(None)[:45]
+    'Critical check: not run (the probe data carry'
+    >>> critical_line({"z": 1.3, "threshold": 4.0, "n_direction": 64, "n_test": 64,
+    ...                "not_critical": False})[:75]
+    'Critical check: z = 1.30 (threshold 4), 64 + 64 samples: not significant (a'
+    """
+    if not isinstance(check, Mapping):
+        return (
+            "Critical check: not run (the probe data carry no labels); whether θ0 is a minimum "
+            "of the probe loss is not tested."
+        )
+    if "error" in check:
+        return f"Critical check: could not run ({check['error']})."
+    if check.get("z") is None:
+        return "Critical check: untestable here (an empty half, or a zero half-set gradient)."
+    verdict = (
+        "θ0 is not a critical point of the labelled probe loss"
+        if check.get("not_critical")
+        else "not significant (a necessary condition only; few samples give it little power)"
+    )
+    return (
+        f"Critical check: z = {check['z']:.2f} (threshold {check['threshold']:g}), "
+        f"{check['n_direction']} + {check['n_test']} samples: {verdict}."
+    )
 
 
 def critical_note(check: Mapping[str, Any] | None) -> str:

@@ -12,7 +12,7 @@ from neuromanifold.report.resume import LOG_NAME
 from neuromanifold.singular import read_candidate as candidate_mod
 from neuromanifold.singular.family import Categorical
 from neuromanifold.singular.read import read
-from neuromanifold.zoo.checkpoint import CheckpointMeta, save_checkpoint
+from neuromanifold.zoo.checkpoint import CheckpointMeta, save_checkpoint, weights_sha256
 from neuromanifold.zoo.models import MLPConfig, build_model
 
 RUNNER = CliRunner()
@@ -63,9 +63,15 @@ def test_out_writes_report_equal_to_the_direct_read(zoo_files, tmp_path):
     ):
         assert (out / name).is_file(), name
     direct = read(model, x, Categorical(), progress=False)
-    assert load_reading(out / "report.json") == direct
+    saved = load_reading(out / "report.json")
+    # the CLI adds which files were read (s32 trial TRAIN #4); all else is the direct read
+    source = saved.meta.pop("source")
+    assert saved == direct
+    assert source["checkpoint"] == {"path": str(ckpt.resolve()), "sha256": weights_sha256(ckpt)}
+    assert source["data"]["path"] == str(data.resolve()) and source["model"] == str(sidecar)
     assert direct.directions  # kfac-A kernel of the image border pixels, CE shift
     md = (out / "report.md").read_text()
+    assert f"checkpoint `{ckpt.resolve()}` (SHA-256 {weights_sha256(ckpt)[:12]}…)" in md
     assert "| # | units | detector | class | k |" in md
     for layer in direct.by_layer():
         assert f"`{layer}`" in md

@@ -282,6 +282,26 @@ _WHOLE_COLUMNS = ("#", "k", "k̂", "r²", "class", "magnitude")
 """Columns of the read table that never wrap (numbers and the class)."""
 
 
+def _provenance(model: str, checkpoint: Path | None, data: Path | None) -> dict[str, Any]:
+    """``meta["source"]``: the ``--model`` given, the checkpoint and data files (absolute paths)
+    with their SHA-256, and the command line."""
+    import sys
+
+    from neuromanifold.zoo.checkpoint import weights_sha256
+
+    def file(path: Path | None) -> dict[str, str] | None:
+        if path is None or not Path(path).is_file():
+            return None
+        return {"path": str(Path(path).resolve()), "sha256": weights_sha256(path)}
+
+    return {
+        "model": model,
+        "checkpoint": file(checkpoint),
+        "data": file(data),
+        "argv": ["neuromanifold", *sys.argv[1:]],
+    }
+
+
 def _say_replaced_log(log: Path, say: Callable[[str], None]) -> None:
     """Say, before a read without ``--resume`` starts over, that ``log`` holds finished directions
     it will replace (s32 trial TRAIN #5: a finished 53-direction log was restarted without a
@@ -836,10 +856,14 @@ def register(app: typer.Typer) -> None:
         except (ValueError, TypeError) as err:  # agreed checks are marked; others: this rank's
             _error(f"error: {err}", agreed=dp.is_agreed(err))
             raise typer.Exit(code=2) from err
-        if dp.world_size() > 1:  # this rank's shard beside the global N (the pass counts are its)
-            import dataclasses
+        import dataclasses
 
+        if dp.world_size() > 1:  # this rank's shard beside the global N (the pass counts are its)
             reading = dataclasses.replace(reading, meta={**reading.meta, **dp.shard_meta(n_global)})
+        # which files this reading is of (s32 trial TRAIN #4: reports of several checkpoints
+        # could not be told apart, and a stale one can sit beside a new log)
+        source = _provenance(model, checkpoint, data)
+        reading = dataclasses.replace(reading, meta={**reading.meta, "source": source})
         # the figures' factor pass is collective under torchrun: every rank takes part, rank 0
         # after it has written --json (a pass stopped by the memory limit loses the figures only);
         # the ranks first agree that rank 0's --json was written, so that a failed write stops

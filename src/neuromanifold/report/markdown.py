@@ -193,6 +193,15 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
         f"{meta.get('n_backward_passes', '?')} backward passes{_passes_scope(meta)}",
     ]
     out.append("; ".join(summary) + ".")
+    source = meta.get("source")
+    if isinstance(source, Mapping):
+        files = [
+            f"{what} `{f['path']}` (SHA-256 {f['sha256'][:12]}…)"
+            for what, f in (("checkpoint", source.get("checkpoint")), ("data", source.get("data")))
+            if isinstance(f, Mapping)
+        ]
+        said = "".join(f"; {x}" for x in files)
+        out.append(f"Read: `--model {source.get('model')}`{said}.")
     if "critical_check" in meta:  # a reading from before the check has no key: nothing said
         out.append(critical_line(meta["critical_check"]))
     if meta.get("upcast_note"):

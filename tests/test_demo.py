@@ -65,6 +65,9 @@ def _check_json_round_trip(result, out):
     for key, mr in result.models.items():
         assert again.models[key].reading == mr.reading
     assert DemoResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+    # the verdicts are in the JSON too, as the markdown gives them (s32 trial TRAIN #11)
+    saved = json.loads((out / "report.json").read_text())["findings"]
+    assert saved == [f.to_dict() for f in demo_findings(result)]
 
 
 def _check_rows(result):

@@ -151,6 +151,18 @@ def _passes_scope(meta: Mapping) -> str:
     return f" on rank {meta.get('rank', 0)}'s shard{of} (each of the {world} ranks reads its own)"
 
 
+def _capped(meta: Mapping[str, Any]) -> str:
+    """`` (N more cut by detector caps)`` when caps dropped directions before they became
+    candidates (``meta["truncated"]``; s32 trial TRAIN #9: "53 candidates, 53 read" while 27 had
+    been cut), else ""."""
+    cut = sum(
+        int(c["found"]) - int(c["kept"])
+        for c in meta.get("truncated") or ()
+        if c.get("of") != "generators"
+    )
+    return f" ({cut} more cut by detector caps: notes below)" if cut else ""
+
+
 def truncation_notes(meta: Mapping[str, Any], code: Callable[[str], str] = str) -> list[str]:
     """One sentence per detector cap that cut candidates (``meta["truncated"]``), names set by
     ``code`` (`code_span` in the report, plain in the command line's text).
@@ -188,7 +200,8 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
         f"model `{meta.get('model', '?')}`",
         f"{meta.get('n_params', '?')} parameters",
         f"{meta.get('n_samples', '?')} probe samples",
-        f"{meta.get('n_candidates', '?')} candidates, {meta.get('n_read', '?')} read",
+        f"{meta.get('n_candidates', '?')} candidates, {meta.get('n_read', '?')} read"
+        + _capped(meta),
         f"{meta.get('n_forward_passes', '?')} forward / "
         f"{meta.get('n_backward_passes', '?')} backward passes{_passes_scope(meta)}",
     ]

@@ -49,3 +49,25 @@ def test_read_help_describes_max_directions() -> None:
     assert res.exit_code == 0, res.output
     (line,) = [line for line in res.output.splitlines() if "--max-directions" in line]
     assert "read at most N" in line  # printed beside the option
+
+
+def test_train_json_holds_the_result(tmp_path: Path, monkeypatch) -> None:
+    """s32 trial TRAIN #13: `train` had no --json; the metrics were in the table only."""
+    import json
+
+    ckpt = tmp_path / "vit-digits-scratch.safetensors"
+    metrics = {"val_loss": 0.5, "val_accuracy": 0.75, "train_accuracy": 0.8}
+    result = recipes.RecipeResult(
+        name="vit-digits-scratch",
+        checkpoints={"vit-digits-scratch": ckpt},
+        metrics={"vit-digits-scratch": metrics},
+        cached=("vit-digits-scratch",),
+    )
+    monkeypatch.setattr(recipes, "run_recipe", lambda name, **_: result)
+    res = RUNNER.invoke(app, ["train", "vit-digits-scratch", "--json", "-"], env=NARROW)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == result.to_dict()  # stdout holds the JSON only
+    path = tmp_path / "t.json"
+    res = RUNNER.invoke(app, ["train", "vit-digits-scratch", "--json", str(path)], env=NARROW)
+    assert res.exit_code == 0 and f"wrote {path}" in " ".join(res.output.split())
+    assert json.loads(path.read_text())["metrics"]["vit-digits-scratch"] == metrics

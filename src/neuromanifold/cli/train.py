@@ -6,7 +6,14 @@ from pathlib import Path
 
 import typer
 
-from neuromanifold.cli._files import check_out_dir, out_dir_parser
+from neuromanifold.cli._files import (
+    JSON_STDOUT_HELP,
+    check_json_target,
+    check_out_dir,
+    emit_json,
+    json_to_stdout,
+    out_dir_parser,
+)
 
 _OUT = out_dir_parser()
 
@@ -40,6 +47,11 @@ def register(app: typer.Typer) -> None:
         no_cache: bool = typer.Option(
             False, "--no-cache", help="Retrain even if a checkpoint matches."
         ),
+        json_path: str | None = typer.Option(
+            None,
+            "--json",
+            help=f"Write the checkpoints and every stage's metrics to PATH {JSON_STDOUT_HELP}.",
+        ),
     ) -> None:
         """Train a named recipe (or load it from its cache); print checkpoints and metrics."""
         from rich.table import Table
@@ -52,6 +64,7 @@ def register(app: typer.Typer) -> None:
                 f"unknown recipe {recipe!r}; expected one of {sorted(RECIPES)}", param_hint="RECIPE"
             )
         check_out_dir(out)
+        check_json_target(json_path, stdout_ok=True)
         result = run_recipe(
             recipe, out=out, steps=steps, seed=seed, progress=True, use_cache=not no_cache
         )
@@ -68,4 +81,6 @@ def register(app: typer.Typer) -> None:
                 "yes" if stage in result.cached else "no",
                 str(path),
             )
-        stdout_console().print(table)
+        if not json_to_stdout(json_path):
+            stdout_console().print(table)
+        emit_json(json_path, result.to_dict(), say=True)  # s32 trial TRAIN #13

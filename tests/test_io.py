@@ -236,6 +236,23 @@ def test_wrong_architecture_for_checkpoint(tmp_path) -> None:
         load_model(tmp_path / "w.safetensors", architecture=ViTConfig())
 
 
+def test_a_mismatch_names_the_zoo_sidecar_beside_the_weights(tmp_path) -> None:
+    """s32 trial TRAIN #8: a fine-tune checkpoint (5-class head) read with ``--model vit-digits``
+    did not say that its sidecar describes the model it was saved from."""
+    five = ViTConfig(num_classes=5)
+    path = save_checkpoint(
+        tmp_path / "ft.safetensors", build_model(five), CheckpointMeta(architecture=five.to_dict())
+    )
+    with pytest.raises(ValueError, match=r"head.weight: expected \(10, 32\), got \(5, 32\)") as err:
+        load_model(path, architecture=ViTConfig())
+    assert str(err.value).endswith(
+        f"; {tmp_path / 'ft.json'} beside it describes the model it was saved from: pass it as "
+        "--model"
+    )
+    model = load_model(path, architecture=str(tmp_path / "ft.json"))  # and that works
+    assert model.head.out_features == 5
+
+
 @pytest.mark.parametrize("suffix", [".safetensors", ".pt"])
 def test_truncated_files_raise_value_error_naming_file(tmp_path, suffix) -> None:
     full = tmp_path / f"full{suffix}"

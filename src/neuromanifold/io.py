@@ -316,10 +316,28 @@ def _load_checked(model: nn.Module, state: dict[str, Tensor], source: str) -> nn
             f"{source} does not fit {type(model).__name__}: "
             + ", ".join(problems)
             + _prefix_hint(set(expected), set(state))
+            + _sidecar_hint(source)
         )
     _match_dtypes(model, expected, state, source)
     model.load_state_dict(state, strict=True)
     return model
+
+
+def _sidecar_hint(source: str) -> str:
+    """``"; …"`` naming a zoo sidecar beside the weights file ``source`` (``F.json`` for
+    ``F.safetensors`` holding an ``architecture``): the architecture the weights were saved from,
+    which ``--model`` takes (s32 trial TRAIN #8: the fine-tune checkpoint's 5-class head did not
+    fit ``--model vit-digits``, and nothing said its sidecar describes it); else ``""``."""
+    path = Path(source)
+    side = path.with_suffix(".json")
+    if path.suffix != ".safetensors" or not side.is_file():
+        return ""
+    try:
+        if "architecture" not in json.loads(side.read_text()):
+            return ""
+    except (OSError, ValueError):
+        return ""
+    return f"; {side} beside it describes the model it was saved from: pass it as --model"
 
 
 WRAPPER_PREFIX = "module."

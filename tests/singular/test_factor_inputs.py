@@ -167,3 +167,16 @@ def test_one_sequence_without_its_sample_axis_is_named() -> None:
     with pytest.raises(ValueError) as info:
         forward_checked(model, ids)
     assert "one sequence is passed with its sample axis, shape (1, 4)" in str(info.value)
+
+
+def test_an_image_whose_last_axis_matches_a_patch_embedding_is_not_told_it_fits() -> None:
+    """s32 trial TRAIN #10: 4×4 images for an 8×8 ViT (2×2 patches, in_features 4) were told
+    "its last axis, 4, is the in_features of 'patch_embed.proj'"; the image size was the cause."""
+    from neuromanifold.zoo.models import ViTConfig, build_model
+
+    model = build_model(ViTConfig()).double()
+    x = torch.randn(8, 1, 4, 4, dtype=torch.float64)
+    with torch.no_grad(), pytest.raises(ValueError) as info:
+        forward_checked(model, x)
+    assert "is the in_features of" not in str(info.value)
+    assert "data of shape (8, 1, 4, 4)" in str(info.value)

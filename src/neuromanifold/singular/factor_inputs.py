@@ -233,9 +233,12 @@ def _fits(first: tuple[str, nn.Module], x: Tensor) -> str:
     ``in_features`` on the last axis, a convolution's ``in_channels`` on axis 1, an Embedding's
     index range — or ``""`` where it does not. Only that layer is checked (not the spatial size
     a later layer needs, nor which layer the forward calls first), so the message states the
-    match and torch's error, and blames neither the data nor the model."""
+    match and torch's error, and blames neither the data nor the model. A Linear's match is
+    claimed for inputs of at most 3 axes (features, or tokens × features): an image's last axis
+    matching a patch embedding's in_features is a coincidence of sizes (s32 trial TRAIN #10: 4×4
+    images for an 8×8 ViT with 2×2 patches were told their last axis fits)."""
     name, mod = first
-    if isinstance(mod, nn.Linear) and x.ndim >= 1 and x.shape[-1] == mod.in_features:
+    if isinstance(mod, nn.Linear) and 1 <= x.ndim <= 3 and x.shape[-1] == mod.in_features:
         return f"its last axis, {x.shape[-1]}, is the in_features of {name!r}, the first layer"
     if isinstance(mod, (nn.Conv1d, nn.Conv2d)) and x.ndim >= 2 and x.shape[1] == mod.in_channels:
         return f"its axis 1, {x.shape[1]}, is the in_channels of {name!r}, the first layer"

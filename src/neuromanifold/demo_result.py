@@ -208,6 +208,8 @@ GAUGE_DETECTORS = (
     "qk-rotation",
     "vo-rescale",
     "key-bias",
+    "value-bias",
+    "norm-shift",
     "ce-shift",
     "bn-shift",
     "gn-shift",

@@ -186,3 +186,13 @@ def test_a_fused_in_proj_alone_is_not_taken_for_attention() -> None:
     m = nn.Module()
     m.in_proj, m.out_proj = nn.Linear(4, 16), nn.Linear(8, 4)
     assert not unrecognised_attention(m)
+
+
+def test_the_demo_counts_the_new_gauges_as_gauges(pre_ln) -> None:
+    """s32 review #1: the demo's optimizer table counted value-bias and norm-shift records among
+    the possible dead directions. Every closed-form record of this read is a gauge detector's."""
+    from neuromanifold.demo_result import GAUGE_DETECTORS
+
+    factor_labels = {"kfac-A", "kfac-G", "kfac-joint", "duality", "qk-pair"}
+    closed = {d.detector for d in pre_ln[2].directions} - factor_labels
+    assert {"value-bias", "norm-shift"} <= closed <= set(GAUGE_DETECTORS)

@@ -43,7 +43,7 @@ __all__ = ["LOG_KIND", "LOG_NAME", "ReadLog", "read_fingerprint", "resumable_rea
 
 LOG_KIND = "neuromanifold-read-log"
 LOG_NAME = "read.jsonl"
-LOG_VERSION = 20
+LOG_VERSION = 21
 """Bumped whenever the records a read writes change for the same inputs (2: ``snap=True`` no
 longer snaps gauge candidates; grouped convolutions are read; 3: ``snap="auto"`` keeps a genuine
 unsnapped read the snap would lose, the CE shift of a bias-free head is ``𝟙𝟙ᵀ``; 4: G-kernels
@@ -72,7 +72,8 @@ its tensors' sizes; 17: with labels, genuine and live records carry the labelled
 were given, so a log is not resumed with other labels or none; 18: for a categorical family its
 cuts are at least Bernstein's bound, ``slope_cut`` and ``curvature_cut`` recorded; 19: a record's
 sweep carries its ``base_shift``; 20: a categorical cut between the normal one and Bernstein's is
-the exact Chernoff cut, `neuromanifold.singular.chernoff`): an older log is refused."""
+the exact Chernoff cut, `neuromanifold.singular.chernoff`; 21: ``value-bias`` and ``norm-shift``
+candidates are proposed): an older log is refused."""
 
 
 def _hash_tensor(h: Any, t: Tensor) -> None:

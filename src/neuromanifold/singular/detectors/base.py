@@ -74,7 +74,8 @@ class Candidate:
     Attributes:
         layers: module names the direction touches (a duality chain spans several).
         detector: provenance label (``"kfac-joint"``, ``"kfac-A"``, ``"kfac-G"``, ``"duality"``,
-            ``"ln-kernel"``, ``"qk-rotation"``, ``"vo-rescale"``, ``"key-bias"``, ``"ce-shift"``,
+            ``"ln-kernel"``, ``"qk-rotation"``, ``"vo-rescale"``, ``"key-bias"``, ``"value-bias"``,
+            ``"norm-shift"``, ``"layer-scale"``, ``"ce-shift"``,
             ``"bn-shift"``, ``"gn-shift"``, ``"bn-rescale"``, ``"relu-rescale"``, ``"norm-scale"``,
             ``"glu-rescale"``, ``"glu-dead-dimension"``, ``"qk-norm-rescale"``,
             ``"embedding-unseen"``, ``"embedding-mean"``, ``"qk-pair"``).

@@ -3,7 +3,8 @@
 `default_registry` holds, in priority order (closed forms first, so that a K-FAC candidate
 duplicating a closed-form one is dropped in favour of the closed form): LayerNorm (graph
 consumers, then consumers reached through token selection/pooling by the factor test), RMSNorm,
-attention, attention key bias, query/key-norm rescale, CE logit shift, BatchNorm shift and
+attention, attention key bias, attention value bias against the output bias, LayerNorm shift
+against its consumers' biases, query/key-norm rescale, CE logit shift, BatchNorm shift and
 rescale, ReLU rescale, norm scale, gated feed-forward dead dimension, gated up-projection
 rescale, layer scale, embedding (unseen rows, mean shift), linear/conv K-FAC, attention
 query/key pairs (``qk-pair``, read from the projections' K-FAC factors), grouped-conv K-FAC (per

@@ -28,7 +28,7 @@ from neuromanifold.singular.read import read
 from neuromanifold.singular.reading import Reading
 
 N, SEQ, D = 16, 5, 8
-HEADS, KV, DH = 2, 1, 4
+HEADS, KV, DH = 4, 2, 4  # query heads 0, 1 read KV head 0; 2, 3 read KV head 1
 RTOL_SAME = 1e-12
 """Outputs after an O(1) move along an exact linear symmetry: rounding only."""
 BROKEN_MIN = 1e-3
@@ -36,7 +36,7 @@ BROKEN_MIN = 1e-3
 
 
 class _Attn(nn.Module):
-    """Grouped-query self-attention (2 query heads, 1 KV head of width 4), causal, biases."""
+    """Grouped-query self-attention (4 query heads, 2 KV heads of width 4), causal, biases."""
 
     def __init__(self, *, o_bias: bool = True, heads_attr: str = "num_heads") -> None:
         super().__init__()
@@ -96,27 +96,40 @@ def _change(model: nn.Module, x: Tensor, move: dict[str, Tensor]) -> float:
 
 
 @pytest.fixture(scope="module")
-def pre_ln() -> tuple[nn.Module, Tensor, Reading]:
+def pre_ln() -> tuple[nn.Module, Tensor, Reading, dict[int, dict[str, Tensor]]]:
     model, x = _model(head_bias=False)
-    return model, x, read(model, x, Gaussian(), progress=False)
+    vectors: dict[int, dict[str, Tensor]] = {}
+    reading = read(model, x, Gaussian(), progress=False, on_vector=vectors.__setitem__)
+    return model, x, reading, vectors
 
 
 def test_value_bias_is_one_flat_record_whose_family_leaves_the_model_unchanged(pre_ln) -> None:
-    model, x, reading = pre_ln
-    (rec,) = [d for d in reading.directions if d.detector == "value-bias"]
+    model, x, reading, vectors = pre_ln
+    (i,) = [i for i, d in enumerate(reading.directions) if d.detector == "value-bias"]
+    rec = reading.directions[i]
     assert rec.klass == "flat_gauge" and rec.info["orbit_dim"] == KV * DH
     assert set(rec.layers) == {"attn.v_proj", "attn.o_proj"}
-    # an independent member of the family: a random c, and the compensation from W_O by hand
+    # an independent member of the family: a random c, and the compensation from W_O by hand,
+    # query head h reading KV head h // (HEADS / KV)
     c = torch.randn(KV * DH, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     w_o = model.attn.o_proj.weight.detach()
-    comp = -sum(w_o[:, h * DH : (h + 1) * DH] @ c for h in range(HEADS))  # every head reads KV 0
+    rep = HEADS // KV
+    comp = -sum(
+        w_o[:, h * DH : (h + 1) * DH] @ c[(h // rep) * DH : (h // rep + 1) * DH]
+        for h in range(HEADS)
+    )
     assert _change(model, x, {"attn.v_proj.bias": c, "attn.o_proj.bias": comp}) <= RTOL_SAME
+    # and the record's own direction, moved by an O(1) step
+    assert _change(model, x, {k: 3.0 * v for k, v in vectors[i].items()}) <= RTOL_SAME
     assert _change(model, x, {"attn.v_proj.bias": c}) >= BROKEN_MIN  # the shift alone is not
 
 
 def test_norm_shift_is_proposed_where_every_reader_is_a_biased_linear(pre_ln) -> None:
-    model, x, reading = pre_ln
+    model, x, reading, vectors = pre_ln
     recs = {d.info["consumers"][0]: d for d in reading.directions if d.detector == "norm-shift"}
+    for i, d in enumerate(reading.directions):  # each record's own direction, an O(1) step
+        if d.detector == "norm-shift":
+            assert _change(model, x, {k: 3.0 * v for k, v in vectors[i].items()}) <= RTOL_SAME
     # ln1 → q, k, v; ln2 → fc1; lnf → a bias-free head: none
     assert set(recs) == {"attn.q_proj", "fc1"}
     assert recs["attn.q_proj"].info["consumers"] == ["attn.q_proj", "attn.k_proj", "attn.v_proj"]
@@ -147,12 +160,13 @@ def test_the_head_count_is_read_under_its_common_names(attr: str) -> None:
 
 def test_an_attention_without_a_known_head_count_is_named_in_the_note() -> None:
     """s32 trial ATTN #1: a head count kept as ``self.H`` lost every attention gauge silently."""
-    assert unrecognised_attention(_Attn(heads_attr="H"))
-    assert not unrecognised_attention(_Attn()) and not unrecognised_attention(nn.Linear(2, 2))
+    assert unrecognised_attention(_Attn(heads_attr="H")) == "no head count"
+    assert unrecognised_attention(_Attn()) is None
+    assert unrecognised_attention(nn.Linear(2, 2)) is None
     model, x = _model(heads_attr="H")
     reading = read(model, x, Gaussian(), progress=False)
-    assert reading.meta["unrecognised_attention"] == ["attn"]
-    assert "'attn' looks like attention (query, key and value Linears) but no head count" in (
+    assert reading.meta["unrecognised_attention"] == {"attn": "no head count"}
+    assert "'attn' (no head count: if they are attention, give each an int num_heads" in (
         reading.note
     )
     assert not [d for d in reading.directions if d.detector in ("value-bias", "key-bias")]
@@ -185,7 +199,26 @@ def test_a_fused_in_proj_alone_is_not_taken_for_attention() -> None:
     """s32 trial NEWCODE #4: a Mamba mixer's ``in_proj`` Linear was named as attention."""
     m = nn.Module()
     m.in_proj, m.out_proj = nn.Linear(4, 16), nn.Linear(8, 4)
-    assert not unrecognised_attention(m)
+    assert unrecognised_attention(m) is None
+
+
+def test_a_head_count_with_an_unknown_layout_is_told_apart() -> None:
+    """s32 review #3: a fused ``qkv`` with grouped-query attention has a head count; the note's
+    advice to add one was wrong there."""
+    m = nn.Module()
+    m.num_heads, m.num_key_value_heads = 4, 2
+    m.qkv, m.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
+    assert unrecognised_attention(m) == "layout not supported"
+
+
+def test_llama2c_head_counts_are_read() -> None:
+    """s32 review #4: Meta's and llama2.c's attention keep n_local_heads and n_local_kv_heads."""
+    m = nn.Module()
+    m.n_local_heads, m.n_local_kv_heads = HEADS, KV
+    m.wq, m.wk = nn.Linear(D, HEADS * DH), nn.Linear(D, KV * DH)
+    m.wv, m.wo = nn.Linear(D, KV * DH), nn.Linear(HEADS * DH, D)
+    lay = attention_layout(m)
+    assert lay is not None and (lay.heads, lay.n_kv, lay.layers["o"]) == (HEADS, KV, "wo")
 
 
 def test_the_demo_counts_the_new_gauges_as_gauges(pre_ln) -> None:

@@ -725,7 +725,9 @@ def read(
         note = f"{note}; {size_note}" if note else size_note
     graph_stops = _norm_stops(work, graph)
     rescale_stops = _rescale_stops(work, graph)
-    unrecognised = [n or "<root>" for n, m in work.named_modules() if unrecognised_attention(m)]
+    unrecognised = {
+        n or "<root>": why for n, m in work.named_modules() if (why := unrecognised_attention(m))
+    }
     for extra in (
         _norm_stops_note(work, graph_stops),
         _rescale_stops_note(rescale_stops),
@@ -1025,20 +1027,36 @@ def _outside_note(graph: ModelGraph) -> str:
     )
 
 
-def _unrecognised_attention_note(names: list[str]) -> str:
-    """One clause naming modules that look like attention but whose heads the read does not know
-    (`attention_layout.unrecognised_attention`, ``meta["unrecognised_attention"]``; s32 trial ATTN
-    #1: a nanoGPT attention's ``n_head``, or a head count kept as ``self.H``, lost every attention
-    gauge without a word). Their projections are still read as Linears."""
-    if not names:
+def _unrecognised_attention_note(found: dict[str, str]) -> str:
+    """One clause naming modules that look like attention but whose layout the read does not know
+    (`attention_layout.unrecognised_attention`, ``meta["unrecognised_attention"]``: name → reason;
+    s32 trial ATTN #1: a nanoGPT attention's ``n_head``, or a head count kept as ``self.H``, lost
+    every attention gauge without a word), with advice for each reason. Their projections are
+    still read as Linears."""
+    if not found:
         return ""
-    shown = ", ".join(f"'{n}'" for n in names[:3])
-    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    clauses = []
+    for why, advice in (
+        (
+            "no head count",
+            "if they are attention, give each an int num_heads (and num_key_value_heads, "
+            "head_dim where they differ)",
+        ),
+        (
+            "layout not supported",
+            "they have a head count, but their projections' widths or their fused layout (with "
+            "grouped-query attention) are not one the read knows (attention_layout)",
+        ),
+    ):
+        names = [n for n, w in found.items() if w == why]
+        if names:
+            shown = ", ".join(f"'{n}'" for n in names[:3])
+            more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+            clauses.append(f"{shown}{more} ({why}: {advice})")
     return (
-        f"{shown}{more} look{'s' if len(names) == 1 else ''} like attention (query, key and "
-        "value Linears) but no head count or layout was recognised: the attention gauges (QK, "
-        "VO, key and value bias) are not proposed there; if it is an attention, give the module "
-        "an int num_heads (and num_key_value_heads, head_dim where they differ)"
+        "modules that look like attention (query, key and value Linears) have no recognised "
+        "layout, so the attention gauges (QK, VO, key and value bias) are not proposed there: "
+        + "; ".join(clauses)
     )
 
 

@@ -1,15 +1,17 @@
 """Which modules are attention, and where their heads live: `attention_layout`.
 
-Heads come from an int ``n_heads``/``num_heads``/``num_attention_heads``/``n_head``/``nhead``
-attribute or, for Hugging Face modules such as ``LlamaAttention``, from
-``module.config.num_attention_heads``; grouped-query attention from ``num_key_value_heads``
-(``n_kv_heads``/``n_kv_head``/``num_kv_heads``; module or config) or ``num_key_value_groups``; the
+Heads come from an int ``n_heads``/``num_heads``/``num_attention_heads``/``n_head``/``nhead``/
+``heads``/``n_local_heads`` attribute or, for Hugging Face modules such as ``LlamaAttention``, from
+``module.config.num_attention_heads``; grouped-query attention from the module's
+``num_key_value_heads`` (or ``n_kv_heads``/``n_kv_head``/``num_kv_heads``/``n_local_kv_heads``),
+the config's ``num_key_value_heads``, or ``num_key_value_groups``; the
 head width from an int ``head_dim``, else ``q.out_features / heads``. Recognised layouts:
 
 * separate ``nn.Linear`` projections — ``q_proj``/``k_proj``/``v_proj`` (Llama, timm),
   ``query``/``key``/``value`` (BERT), ``q_lin``/``k_lin``/``v_lin`` (DistilBERT),
-  ``q``/``k``/``v`` (T5), ``wq``/``wk``/``wv`` (Meta's Llama), ``query_proj``/``key_proj``/
-  ``value_proj`` (DeBERTa) or ``to_q``/``to_k``/``to_v`` (diffusers) — and an output
+  ``q``/``k``/``v`` (T5), ``wq``/``wk``/``wv`` (Meta's Llama, llama2.c),
+  ``query_proj``/``key_proj``/``value_proj`` (DeBERTa) or ``to_q``/``to_k``/``to_v`` (diffusers)
+  — and an output
   ``out_proj``/``o_proj``/``proj``/``out_lin``/``dense`` (Phi)/``c_proj``/``o``/``wo``; without an
   output projection (BERT's self-attention, diffusers' ``to_out`` list) only Q, K, V are known.
   The projection widths must agree (``q``: heads·d_h, ``k``/``v``: kv_heads·d_h, output columns
@@ -44,8 +46,16 @@ from torch import nn
 
 __all__ = ["AttentionLayout", "attention_layout", "unrecognised_attention"]
 
-_HEADS = ("n_heads", "num_heads", "num_attention_heads", "n_head", "nhead", "heads")
-_KV_HEADS = ("num_key_value_heads", "n_kv_heads", "n_kv_head", "num_kv_heads")
+_HEADS = (
+    "n_heads",
+    "num_heads",
+    "num_attention_heads",
+    "n_head",
+    "nhead",
+    "heads",
+    "n_local_heads",
+)
+_KV_HEADS = ("num_key_value_heads", "n_kv_heads", "n_kv_head", "num_kv_heads", "n_local_kv_heads")
 _Q = ("q_proj", "query", "q_lin", "q", "wq", "query_proj", "to_q")
 _K = ("k_proj", "key", "k_lin", "k", "wk", "key_proj", "to_k")
 _V = ("v_proj", "value", "v_lin", "v", "wv", "value_proj", "to_v")
@@ -318,14 +328,18 @@ def _wrapped_layout(module: nn.Module) -> AttentionLayout | None:
     )
 
 
-def unrecognised_attention(module: nn.Module) -> bool:
-    """Whether ``module`` looks like an attention that `attention_layout` does not recognise:
-    ``nn.Linear`` children named as query, key and value projections, or a fused one (``qkv``,
-    ``c_attn``, ``query_key_value``, ``qkv_proj``, ``Wqkv``), and no layout (most
-    often: no head count under a name above; s32 trial ATTN #1, a hand-written attention keeping
-    it as ``self.H``). Its attention gauges are then not proposed, which the read says."""
+def unrecognised_attention(module: nn.Module) -> str | None:
+    """Why ``module``, which looks like an attention, has no `AttentionLayout`; None when it has
+    one or does not look like one (``nn.Linear`` children named as query, key and value
+    projections, or a fused one: ``qkv``, ``c_attn``, ``query_key_value``, ``qkv_proj``,
+    ``Wqkv``). The reason is ``"no head count"`` (none under a name above; s32 trial ATTN #1, a
+    hand-written attention keeping it as ``self.H``) or ``"layout not supported"`` (a head count
+    but projections of other widths, or a fused projection with grouped-query attention). Its
+    attention gauges are then not proposed, which the read says."""
     if isinstance(module, nn.MultiheadAttention) or attention_layout(module) is not None:
-        return False
+        return None
     kids = {n: m for n, m in module.named_children() if isinstance(m, nn.Linear)}
     separate = all(any(n in kids for n in names) for names in (_Q, _K, _V))
-    return separate or any(n in kids for n in _FUSED)
+    if not (separate or any(n in kids for n in _FUSED)):
+        return None
+    return "no head count" if _head_counts(module) is None else "layout not supported"

@@ -95,6 +95,10 @@ def test_exact_points_closer_than_the_numeric_resolution_are_all_kept(roots: lis
         ((2, 2, 2, 2, 2), [0.5] * 5, 1),
         ((2, 2, 2), [10.0] * 3, 1),
         ((2, 2, 2, 2), [0.5] * 3 + [0.505], 4),
+        # a distinct root 1e-4 from a triple one: float roots scatter by 4e-5 and no cluster is
+        # the triple; v's rationals give the multiplicities exactly (s32 review #6)
+        ((2, 2, 2, 2), [0.5] * 3 + [0.5001], 4),
+        ((2, 2, 2, 2), [2.0] * 3 + [2.0001], 4),
     ],
 )
 def test_the_algebraic_route_finds_points_over_a_root_of_multiplicity_three_or_more(
@@ -111,7 +115,12 @@ def test_the_algebraic_route_finds_points_over_a_root_of_multiplicity_three_or_m
     for x in alg.points:
         assert np.linalg.norm(mu(arch, unflatten_params(arch, x)) - target) <= FIBER_ATOL
     rep = lcn_fiber(arch, target, delta)
-    assert (rep.n_points, rep.routes_agree) == (n_true, True)
+    assert rep.n_points == n_true
+    distinct = set(roots)
+    if all(abs(r - q) > 1e-3 for r in distinct for q in distinct if r != q):
+        # the numeric route agrees where the distinct roots are apart; points 1e-4 apart at a
+        # near-quadruple root it resolves only in part
+        assert rep.routes_agree is True
 
 
 def test_distinct_close_roots_are_not_merged() -> None:
@@ -124,12 +133,16 @@ def test_distinct_close_roots_are_not_merged() -> None:
     assert merged.tolist() == pytest.approx([0.5, 0.5, 0.5, 0.505], abs=CENTROID_ATOL)
 
 
-@pytest.mark.parametrize(("d", "merged"), [(0.0, True), (1e-6, True), (1e-3, False)])
-def test_a_merged_multiple_root_is_said(d: float, merged: bool) -> None:
-    """s32 trial NEWCODE #2: distinct roots ½, ½ + d, ½ + 2d with d ≤ 4e-6 are read as one triple
-    root (float64 coefficients cannot tell them apart): one point where 6 are distinct. The
-    report says a multiple root was read, so a count of 1 is not taken for the truth silently."""
+@pytest.mark.parametrize(
+    ("d", "merged", "n_points"), [(0.0, False, 1), (1e-6, True, 1), (1e-3, False, 6)]
+)
+def test_a_merged_multiple_root_is_said(d: float, merged: bool, n_points: int) -> None:
+    """s32 trial NEWCODE #2: distinct roots ½, ½ + d, ½ + 2d with d ≤ 4e-6 (not small rationals:
+    no exact route) are read as one triple root (float64 coefficients cannot tell them apart):
+    one point where 6 are distinct. The report says a multiple root was read, so a count of 1 is
+    not taken for the truth silently. At d = 0, v = (z − ½)³ reads as rationals and its
+    multiplicity is exact (square-free factorisation): no caveat."""
     rep = lcn_fiber(LCN((2, 2, 2), (1, 1)), _v([0.5, 0.5 + d, 0.5 + 2 * d]), [0.0, 0.0])
     said = [n for n in rep.notes if n.startswith("v has a root of multiplicity ≥ 3")]
     assert bool(said) is merged
-    assert rep.n_points == (1 if merged else 6)
+    assert rep.n_points == n_points

@@ -101,7 +101,11 @@ class AlgebraicFiber:
 def roots_with_infinity(v: np.ndarray) -> np.ndarray:
     """All ``len(v) − 1`` roots of the binary form of ``v`` (ascending coefficients).
 
-    Exact zeros are returned as ``0`` and roots at infinity as ``inf``. A cluster of three or more
+    Exact zeros are returned as ``0`` and roots at infinity as ``inf``. Multiple roots: where the
+    remaining coefficients read as small rationals (`rational_coefficients`), their square-free
+    factorisation over ℚ (sympy) gives each root's multiplicity exactly, and each square-free
+    factor's roots are computed apart (`exact_multiplicities`: (z − ½)³(z − 0.5001) has no
+    computed triple, its four float roots scatter by 4e-5); otherwise a cluster of three or more
     computed roots that is one multiple root is returned as its centroid repeated
     (`merge_multiple_roots`).
 
@@ -112,13 +116,46 @@ def roots_with_infinity(v: np.ndarray) -> np.ndarray:
     scale = float(np.max(np.abs(v))) if v.size else 0.0
     if scale == 0.0:
         raise ValueError("v is the zero polynomial: its roots are not defined")
-    small = np.abs(v) <= ZERO_RTOL * scale
-    n_zero = int(np.argmax(~small))
-    n_inf = int(np.argmax(~small[::-1]))
-    core = v[n_zero : v.size - n_inf]
-    finite = np.roots(core[::-1]) if core.size > 1 else np.zeros(0, dtype=complex)
-    finite = merge_multiple_roots(core, finite.astype(complex))
+    n_zero = int(np.argmax(np.abs(v) > ZERO_RTOL * scale))
+    core = _core(v)
+    n_inf = v.size - n_zero - core.size
+    finite = exact_multiplicities(core)
+    if finite is None:
+        finite = np.roots(core[::-1]) if core.size > 1 else np.zeros(0, dtype=complex)
+        finite = merge_multiple_roots(core, finite.astype(complex))
     return np.concatenate([np.full(n_zero, _ZERO), np.sort_complex(finite), np.full(n_inf, _INF)])
+
+
+def _core(v: np.ndarray) -> np.ndarray:
+    """``v`` without its leading and trailing zero coefficients (``≤ ZERO_RTOL·max|v|``)."""
+    v = np.asarray(v, dtype=np.float64).ravel()
+    small = np.abs(v) <= ZERO_RTOL * float(np.max(np.abs(v)))
+    return v[int(np.argmax(~small)) : v.size - int(np.argmax(~small[::-1]))]
+
+
+def exact_multiplicities(core: np.ndarray) -> np.ndarray | None:
+    """The roots of ``core`` (ascending, degree ≥ 3) with exact multiplicities, from its square-free
+    factorisation over ℚ, when its coefficients read as small rationals; None otherwise (or below
+    degree 3, where a double root already matches within `ROOT_MATCH_RTOL`). Shapes: ``core``
+    (n + 1,); returns (n,) complex.
+
+    >>> np.round(exact_multiplicities(np.array([-0.125, 0.75, -1.5, 1.0])), 12).tolist()
+    [(0.5+0j), (0.5+0j), (0.5+0j)]
+    """
+    if core.size < 4:
+        return None
+    rational = rational_coefficients(core)
+    if rational is None:
+        return None
+    import sympy
+
+    z = sympy.Symbol("z")
+    poly = sympy.Poly([sympy.Rational(f.numerator, f.denominator) for f in rational[::-1]], z)
+    roots = []
+    for factor, k in poly.sqf_list()[1]:
+        coeffs = np.array([float(c) for c in factor.all_coeffs()])
+        roots += [r for r in np.roots(coeffs).astype(complex) for _ in range(k)]
+    return np.array(roots, dtype=complex)
 
 
 def merged_roots_note(roots: np.ndarray) -> str:
@@ -182,19 +219,46 @@ def merge_multiple_roots(core: np.ndarray, roots: np.ndarray) -> np.ndarray:
         for _ in range(roots.size):  # single linkage: propagate the smallest index
             label = np.min(np.where(close, label[None, :], roots.size), axis=1)
         for lab in np.unique(label):
-            members = np.flatnonzero(label == lab)
-            if members.size < 3 or np.all(roots[members] == roots[members[0]]):
+            cluster = np.flatnonzero(label == lab)
+            if cluster.size < 3 or np.all(roots[cluster] == roots[cluster[0]]):
                 continue
-            trial = roots.copy()
-            centroid = complex(np.mean(roots[members]))
-            if abs(centroid.imag) <= REAL_RTOL * max(1.0, abs(centroid)) and np.all(
-                np.abs(roots[members].imag) <= rtol * scale[members]
-            ):
-                centroid = complex(centroid.real, 0.0)  # a real multiple root straddles ℝ
-            trial[members] = centroid
-            if _rebuild_error(core, trial) <= MERGE_RTOL:
-                roots = trial
+            # the whole cluster first, then ever smaller sets of the members nearest each
+            # other (s32 review #6: (z − ½)³(z − 0.5001) is one cluster of four at these radii,
+            # and only its three nearest members are one root)
+            for size in range(cluster.size, 2, -1):
+                merged = _merge(core, roots, _nearest(roots, cluster, size), rtol * scale)
+                if merged is not None:
+                    roots = merged
+                    break
     return roots
+
+
+def _nearest(roots: np.ndarray, cluster: np.ndarray, size: int) -> np.ndarray:
+    """The ``size`` members of ``cluster`` with the smallest summed distance to each other."""
+    if size == cluster.size:
+        return cluster
+    best, best_spread = cluster[:size], np.inf
+    for subset in itertools.combinations(cluster.tolist(), size):
+        z = roots[list(subset)]
+        spread = float(np.abs(z[:, None] - z[None, :]).sum())
+        if spread < best_spread:
+            best, best_spread = np.array(subset), spread
+    return best
+
+
+def _merge(
+    core: np.ndarray, roots: np.ndarray, members: np.ndarray, radius: np.ndarray
+) -> np.ndarray | None:
+    """``roots`` with ``members`` replaced by their centroid (real where the cluster straddles
+    ℝ within ``radius``) when that rebuilds ``core`` within ``MERGE_RTOL``; else None."""
+    centroid = complex(np.mean(roots[members]))
+    if abs(centroid.imag) <= REAL_RTOL * max(1.0, abs(centroid)) and np.all(
+        np.abs(roots[members].imag) <= radius[members]
+    ):
+        centroid = complex(centroid.real, 0.0)  # a real multiple root straddles ℝ
+    trial = roots.copy()
+    trial[members] = centroid
+    return trial if _rebuild_error(core, trial) <= MERGE_RTOL else None
 
 
 def _is_special(z: complex) -> bool:
@@ -315,6 +379,7 @@ def algebraic_fiber_1d(arch: LCN, v: np.ndarray, delta: Any) -> AlgebraicFiber:
     if not np.any(v):
         return AlgebraicFiber(False, (), (), 0, "v = 0: every point with a zero layer lies over it")
     roots = roots_with_infinity(v)
+    exact = exact_multiplicities(_core(v)) is not None
     pts, res, n = [], [], 0
     seen: set[tuple[float, ...]] = set()
     for layers in _groupings_1d(arch, roots):
@@ -327,7 +392,8 @@ def algebraic_fiber_1d(arch: LCN, v: np.ndarray, delta: Any) -> AlgebraicFiber:
         if out is not None:
             pts.append(out[0])
             res.append(out[1])
-    return AlgebraicFiber(True, tuple(pts), tuple(res), n, merge_note=merged_roots_note(roots))
+    note = "" if exact else merged_roots_note(roots)  # exact multiplicities need no caveat
+    return AlgebraicFiber(True, tuple(pts), tuple(res), n, merge_note=note)
 
 
 def rational_coefficients(v: np.ndarray) -> list[Fraction] | None:

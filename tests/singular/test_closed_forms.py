@@ -277,6 +277,7 @@ def test_to_dict_round_trip() -> None:
         ([2, 2, 2, 2], 1, 3, "lower_bound"),  # one true point's m (rank shift)
         ([4, 4, 4, 4], 0, 2, "restated"),  # the literature formula, unverified
         ([5, 3], 0, 1, "exact"),  # one layer: regular
+        ([3, 3, 3, 1, 3], 0, 3, "restated"),  # product rule, a tied piece's m restated
     ],
 )
 def test_m_status_says_what_m_is(widths: list[int], rank: int, m: int, status: str) -> None:
@@ -284,7 +285,14 @@ def test_m_status_says_what_m_is(widths: list[int], rank: int, m: int, status: s
     cf = deep_linear(widths, rank)
     assert (cf.m, cf.m_status) == (m, status)
     assert ClosedForm.from_dict(cf.to_dict()) == cf
+    old = {k: v for k, v in cf.to_dict().items() if k != "m_status"}  # written before the field
+    assert ClosedForm.from_dict(old).m_status == status
+
+
+def test_m_status_is_checked_on_load() -> None:
     assert rrr(5, 3, 5, 0).m_status == "exact"
+    with pytest.raises(ValueError, match="m_status must be exact, lower_bound or restated"):
+        ClosedForm.from_dict({**rrr(5, 3, 5, 0).to_dict(), "m_status": "guess"})
 
 
 def test_errors() -> None:

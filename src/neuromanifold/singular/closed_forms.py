@@ -71,8 +71,8 @@ class ClosedForm:
     literature formula's value when it differs or is unverified; ``caveat`` explains why.
     ``m_status`` says what ``m`` is, for a program to read without the caveat's prose (s32 trial
     CELLS #4): ``"exact"`` (derived or a verified formula), ``"lower_bound"`` (one true point's
-    multiplicity; others could raise it) or ``"restated"`` (a literature formula's value, not
-    independently verified).
+    multiplicity; others could raise it) or ``"restated"`` (it rests, wholly or for a tied piece,
+    on the restated literature formula, not independently verified).
     """
 
     lam: Fraction
@@ -111,8 +111,22 @@ class ClosedForm:
             case=d.get("case", ""),
             m_restated=d.get("m_restated"),
             caveat=d.get("caveat", ""),
-            m_status=d.get("m_status", "exact"),
+            m_status=_m_status(d),
         )
+
+
+def _m_status(d: dict[str, Any]) -> MStatus:
+    """``d["m_status"]``, checked; for a JSON written before the field, read off its caveat (s32
+    review #10: such a file read as "exact" where its caveat said lower bound)."""
+    status = d.get("m_status")
+    if status is None:
+        caveat = str(d.get("caveat", ""))
+        if "a lower bound" in caveat:
+            return "lower_bound"
+        return "restated" if "not independently verified" in caveat else "exact"
+    if status not in ("exact", "lower_bound", "restated"):
+        raise ValueError(f"m_status must be exact, lower_bound or restated, got {status!r}")
+    return status
 
 
 def _pos_int(name: str, value: object, *, minimum: int = 1) -> int:
@@ -360,7 +374,9 @@ def _width_one_split(ws: list[int], lam: Fraction, m_re: int, model: str, case: 
     else:
         caveat += ", which is wrong here"
     status: MStatus = "restated" if unverified else "exact"
-    return ClosedForm(lam, m, model, case, m_re, caveat, status)
+    return ClosedForm(
+        lam, m, model=model, case=case, m_restated=m_re, caveat=caveat, m_status=status
+    )
 
 
 def _rank_shift(
@@ -399,7 +415,9 @@ def _rank_shift(
         f"m ≥ {m0} (a lower bound: other true points could raise it); the restated formula gives "
         f"m = {m_re}, which is wrong here"
     )
-    return ClosedForm(lam, m0, model, case, m_re, caveat, "lower_bound")
+    return ClosedForm(
+        lam, m0, model=model, case=case, m_restated=m_re, caveat=caveat, m_status="lower_bound"
+    )
 
 
 def deep_linear(widths: Sequence[int], rank: int) -> ClosedForm:
@@ -453,4 +471,6 @@ def deep_linear(widths: Sequence[int], rank: int) -> ClosedForm:
     caveat = (
         "m is the restated formula's value (Aoyagi 2024 via Lau et al.), not independently verified"
     )
-    return ClosedForm(lam, m_re, model, case, m_re, caveat, "restated")
+    return ClosedForm(
+        lam, m_re, model=model, case=case, m_restated=m_re, caveat=caveat, m_status="restated"
+    )

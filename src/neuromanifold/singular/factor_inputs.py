@@ -195,8 +195,12 @@ def forward_checked(
                     f"data of shape {shape} does not fit the model: its dtype {dtype} is not "
                     f"an integer type, and the first layer {first[0]!r} (Embedding) takes "
                     f"integer token ids (torch.long, indices < {first[1].num_embeddings}); pass "
-                    f"them as torch.long (the read's float64 copy of these data is what reached "
-                    f"the embedding)"
+                    f"them as torch.long"
+                    + (
+                        " (the read's float64 copy of these data is what reached the embedding)"
+                        if x.dtype != dtype
+                        else ""
+                    )
                 ) from err
         if any(w in msg for w in ("double", "float64")) and "indices" not in msg:
             raise ValueError(

@@ -14,8 +14,9 @@ import numpy as np
 
 from neuromanifold.linear import LCN, mu
 from neuromanifold.linear.fiber import lcn_fiber
+from neuromanifold.linear.fiber_report import LOWER_BOUND_NOTE
 
-LOWER_BOUND = "the count is a lower bound"
+LOWER_BOUND = LOWER_BOUND_NOTE
 SQRT2 = np.sqrt(2.0)
 
 

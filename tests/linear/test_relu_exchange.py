@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from neuromanifold.linear.fiber_report import LOWER_BOUND_NOTE
 from neuromanifold.linear.relu import (
     ReluCNN,
     ReluMLP,
@@ -31,7 +32,7 @@ EXACT_RTOL = 1e-12
 MATCH_ATOL = 1e-8
 """A fiber point solved to FIBER_RTOL = 1e-10 lies this close (unit scale, modulo unit
 permutations) to the exchange point it is."""
-LOWER_BOUND = "the count is a lower bound"
+LOWER_BOUND = LOWER_BOUND_NOTE
 
 
 def _flat(theta: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
@@ -150,6 +151,8 @@ def test_exchanges_are_not_claimed_complete_off_the_generic_case() -> None:
     wide = ReluMLP(2, 7)  # 7! = 5040 > MAX_EXCHANGES
     th = random_relu_params(wide, np.random.default_rng(0))
     assert exchange_points(wide, th) == [] and not exchanges_are_complete(wide, th)
+    with pytest.raises(ValueError, match="width 7 is beyond the enumerated ones"):
+        flip_sets(wide, th)
 
 
 def test_a_disagreeing_independent_row_says_its_counts_are_lower_bounds() -> None:

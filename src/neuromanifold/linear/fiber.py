@@ -54,6 +54,7 @@ from neuromanifold.linear.fiber_numeric import (
     unit_problem,
 )
 from neuromanifold.linear.fiber_report import (
+    LOWER_BOUND_NOTE,
     FiberReport,
     RouteSummary,
     build_report,
@@ -408,7 +409,7 @@ def _sampled_count_note(
     else:
         why = "the exact route was not run (routes)"
     return (
-        f"the count is a lower bound: {why}, and the numeric route's {n_starts} random starts "
+        f"{LOWER_BOUND_NOTE}: {why}, and the numeric route's {n_starts} random starts "
         f"can miss points of a finite fiber; rerun with more starts (n_starts, CLI --starts) "
         f"and compare the counts"
     )

@@ -26,6 +26,9 @@ NTK_DISTINCT_RTOL = 1e-6
 #: Two parameter points are "the same" (after symmetry) when their distance is at most this
 #: fraction of the parameter scale.
 POINT_DISTINCT_RTOL = 1e-6
+#: How a fiber note starts when the count rests on random starts (`lcn_fiber`, `relu_fiber`); the
+#: survey counts such samples by it.
+LOWER_BOUND_NOTE = "the count is a lower bound"
 
 
 def ntk_spread(ntks: Sequence[np.ndarray]) -> tuple[float, float]:

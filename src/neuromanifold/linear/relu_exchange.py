@@ -70,15 +70,21 @@ def flip_sets(net: ReluNet, theta: object) -> list[tuple[int, ...]]:
     """Non-empty sets ``S`` of units (sorted index tuples) whose linear parts cancel,
     ``‖Σ_{j∈S} L_j‖ ≤ FLIP_RTOL · Σ_j ‖L_j‖`` with ``L_j = Σ_{h∈j} a_h g_hᵀ`` (``d_out × d``, over
     the unit's pre-activation rows: one for a neuron, one per position for a channel): turning
-    them all keeps ``f`` (module docstring). All ``2^m − 1`` sets are tried; ``m ≤ 6`` here.
+    them all keeps ``f`` (module docstring). All ``2^m − 1`` sets are tried; ValueError for a width
+    whose ``m!`` exceeds ``MAX_EXCHANGES`` (7 and more).
 
     >>> net = ReluMLP(d_in=1, width=2)
     >>> flip_sets(net, (np.array([[1.0], [2.0]]), np.array([[2.0, -1.0]])))
     [(0, 1)]
     """
     W, A = validate_relu_params(net, theta)
-    G, a = _rows(net, W, A)
     m = W.shape[0]
+    if math.factorial(m) > MAX_EXCHANGES:
+        raise ValueError(
+            f"flip_sets tries all 2^m − 1 sets of units: width {m} is beyond the enumerated ones "
+            f"(m! ≤ MAX_EXCHANGES = {MAX_EXCHANGES})"
+        )
+    G, a = _rows(net, W, A)
     per = G.shape[0] // m  # rows per unit (positions of a channel), unit-major
     lin = np.einsum("ho,hd->hod", a, G).reshape(m, per, -1).sum(axis=1)
     scale = float(np.sum(np.linalg.norm(lin, axis=1)))

@@ -26,6 +26,7 @@ from scipy.optimize import linear_sum_assignment
 from neuromanifold.linear import _lsq
 from neuromanifold.linear.fiber_numeric import CURVE_STEP
 from neuromanifold.linear.fiber_report import (
+    LOWER_BOUND_NOTE,
     FiberReport,
     RouteSummary,
     build_report,
@@ -48,7 +49,11 @@ from neuromanifold.linear.relu import (
     validate_relu_inputs,
     validate_relu_params,
 )
-from neuromanifold.linear.relu_exchange import exchange_points, exchanges_are_complete
+from neuromanifold.linear.relu_exchange import (
+    MAX_EXCHANGES,
+    exchange_points,
+    exchanges_are_complete,
+)
 from neuromanifold.linear.relu_global import (
     PARALLEL_COS,
     global_first_order_dimension,
@@ -377,12 +382,13 @@ def _sampled_count_note(notion: Notion, n_starts: int) -> str:
     width-4 MLP's global fiber has 4! = 24 points, 24 starts found 3 and nothing said so)."""
     why = (
         "the exchanges of invariants between units are not known to be the whole fiber here "
-        "(parallel kinks, a unit without input weights or read-out, or width > 6)"
+        "(parallel kinks, a unit without input weights or read-out, or more than "
+        f"{MAX_EXCHANGES} exchange points)"
         if notion == "global"
         else "the dataset notion has no closed-form enumeration"
     )
     return (
-        f"the count is a lower bound: {why}, and the {n_starts} random starts can miss points of "
+        f"{LOWER_BOUND_NOTE}: {why}, and the {n_starts} random starts can miss points of "
         "a finite fiber; rerun with more starts (n_random, n_perturb)"
     )
 

@@ -41,7 +41,7 @@ import numpy as np
 
 from neuromanifold.linear.architecture import FC, LCN, _is_int
 from neuromanifold.linear.fiber import fiber_of_params, lcn_fiber
-from neuromanifold.linear.fiber_report import NTK_DISTINCT_RTOL, FiberReport
+from neuromanifold.linear.fiber_report import LOWER_BOUND_NOTE, NTK_DISTINCT_RTOL, FiberReport
 from neuromanifold.linear.invariants import delta as lcn_delta
 from neuromanifold.linear.polynomial import fc_mu, mu
 from neuromanifold.linear.relu import (
@@ -219,10 +219,6 @@ def _relu(
     X = region_dataset(net, theta, 2 * net.input_dim, rng, require_all_active=True)
     return relu_fiber(net, theta, X, notion=notion, seed=int(rng.integers(2**31)))
 
-
-#: How a fiber report's note starts when its count rests on random starts (`lcn_fiber`,
-#: `relu_fiber`): a row's "independent" then rests on counts that may be short.
-LOWER_BOUND_NOTE = "the count is a lower bound"
 
 #: The fiber notions a row states (its ``fiber_notion``).
 NOTION_DATASET = "same outputs on a dataset inside one activation region (all units active there)"
@@ -464,7 +460,8 @@ def run_survey(
         "shallow ReLU rows: the per-unit invariants are attached to units, so giving one unit's "
         "invariant to another unit's kink (same function, same invariant vector) yields fiber "
         "points that are not relabellings; this is what makes the MLP's global fibers carry "
-        "several NTKs (all m! exchanges are searched from, relu_exchange). It is a discrete "
+        "several NTKs (all m! exchanges, each also with its flip sets turned, are searched from, "
+        "relu_exchange). It is a discrete "
         "choice: near each point the NTK is a function of (function, invariants), as spec §4.8 "
         "derives, so the global MLP row agrees with the paper's 'dependent' by another mechanism "
         "than the paper's hidden rotations, which only the dataset rows have (there the net is "

@@ -107,7 +107,7 @@ def test_a_seed_near_two_to_the_64_builds_every_cell_that_adds_an_offset() -> No
     result = CliRunner().invoke(
         app, ["cells", "--seed", str(2**64 - 1), "--only", "swiglu_dead_dimension"]
     )
-    assert result.exit_code in (0, 1) and "--only" not in result.output  # read, not refused
+    assert result.exit_code == 0, result.output  # read, and the cell passes at that seed too
 
 
 def test_a_cell_named_twice_is_read_once(tmp_path) -> None:

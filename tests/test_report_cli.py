@@ -69,6 +69,7 @@ def test_out_writes_report_equal_to_the_direct_read(zoo_files, tmp_path):
     assert saved == direct
     assert source["checkpoint"] == {"path": str(ckpt.resolve()), "sha256": weights_sha256(ckpt)}
     assert source["data"]["path"] == str(data.resolve()) and source["model"] == str(sidecar)
+    assert source["argv"] is None and source["model_files"] == []  # called from Python
     assert direct.directions  # kfac-A kernel of the image border pixels, CE shift
     md = (out / "report.md").read_text()
     assert f"checkpoint `{ckpt.resolve()}` (SHA-256 {weights_sha256(ckpt)[:12]}…)" in md

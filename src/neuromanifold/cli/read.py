@@ -283,22 +283,33 @@ _WHOLE_COLUMNS = ("#", "k", "k̂", "r²", "class", "magnitude")
 
 
 def _provenance(model: str, checkpoint: Path | None, data: Path | None) -> dict[str, Any]:
-    """``meta["source"]``: the ``--model`` given, the checkpoint and data files (absolute paths)
-    with their SHA-256, and the command line."""
+    """``meta["source"]``: the ``--model`` given (with the SHA-256 of a Hugging Face directory's
+    weight files), the checkpoint and data files (absolute paths) with their SHA-256, taken before
+    the read, and the command line when this process is the ``neuromanifold`` command (None when
+    the CLI is called from Python)."""
     import sys
 
-    from neuromanifold.zoo.checkpoint import weights_sha256
+    from neuromanifold.zoo.checkpoint import file_sha256
 
-    def file(path: Path | None) -> dict[str, str] | None:
+    def file(path: Path | str | None) -> dict[str, str] | None:
         if path is None or not Path(path).is_file():
             return None
-        return {"path": str(Path(path).resolve()), "sha256": weights_sha256(path)}
+        return {"path": str(Path(path).resolve()), "sha256": file_sha256(path)}
 
+    weights = (
+        sorted(p for pattern in ("*.safetensors", "*.bin") for p in Path(model).glob(pattern))
+        if Path(model).is_dir()
+        else []
+    )
+    entry = Path(sys.argv[0]).name if sys.argv else ""
     return {
         "model": model,
+        "model_files": [file(p) for p in weights],
         "checkpoint": file(checkpoint),
         "data": file(data),
-        "argv": ["neuromanifold", *sys.argv[1:]],
+        "argv": ["neuromanifold", *sys.argv[1:]]
+        if entry in ("neuromanifold", "__main__.py")
+        else None,
     }
 
 
@@ -808,6 +819,9 @@ def register(app: typer.Typer) -> None:
         except (ValueError, TypeError) as err:
             _error(f"error: {err}", agreed=True)
             raise typer.Exit(code=2) from err
+        # which files this reading is of, hashed before the read (s32 trial TRAIN #4: reports of
+        # several checkpoints could not be told apart, and a stale one can sit beside a new log)
+        source = _provenance(model, checkpoint, data) if main_rank else {}
         vectors: dict[int, dict[str, Any]] = {}  # --save-directions: rank 0 keeps û per record
 
         def keep(i: int, u: dict[str, Any]) -> None:
@@ -869,10 +883,8 @@ def register(app: typer.Typer) -> None:
 
         if dp.world_size() > 1:  # this rank's shard beside the global N (the pass counts are its)
             reading = dataclasses.replace(reading, meta={**reading.meta, **dp.shard_meta(n_global)})
-        # which files this reading is of (s32 trial TRAIN #4: reports of several checkpoints
-        # could not be told apart, and a stale one can sit beside a new log)
-        source = _provenance(model, checkpoint, data)
-        reading = dataclasses.replace(reading, meta={**reading.meta, "source": source})
+        if main_rank:
+            reading = dataclasses.replace(reading, meta={**reading.meta, "source": source})
         # the figures' factor pass is collective under torchrun: every rank takes part, rank 0
         # after it has written --json (a pass stopped by the memory limit loses the figures only);
         # the ranks first agree that rank 0's --json was written, so that a failed write stops

@@ -22,6 +22,7 @@ from neuromanifold._atomic import atomic_write
 __all__ = [
     "CheckpointMeta",
     "atomic_write",
+    "file_sha256",
     "load_checkpoint",
     "read_meta",
     "save_checkpoint",
@@ -73,13 +74,17 @@ def _sidecar_path(path: Path) -> Path:
     return path.with_suffix(".json")
 
 
-def weights_sha256(path: str | Path) -> str:
+def file_sha256(path: str | Path) -> str:
     """Hex SHA-256 of the file ``path``."""
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+weights_sha256 = file_sha256
+"""The SHA-256 a sidecar records for its weights file (`file_sha256`)."""
 
 
 def save_checkpoint(path: str | Path, model: nn.Module, meta: CheckpointMeta) -> Path:

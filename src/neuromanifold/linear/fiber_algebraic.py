@@ -383,8 +383,10 @@ def algebraic_fiber_1d(arch: LCN, v: np.ndarray, delta: Any) -> AlgebraicFiber:
     pts, res, n = [], [], 0
     seen: set[tuple[float, ...]] = set()
     for layers in _groupings_1d(arch, roots):
-        key = tuple(np.concatenate(layers).tolist())
-        if key in seen:  # a repeated root gives the same grouping once per ordering of its copies
+        key = tuple(np.concatenate(layers).tolist())  # real filters (`_layer_poly`)
+        # a repeated root gives the same grouping once per ordering of its copies: the copies are
+        # bitwise equal (merged or exact), so their filters are too
+        if key in seen:
             continue
         seen.add(key)
         n += 1

@@ -15,8 +15,10 @@ ATTN #2: exact to 1.8e-15 on GPT-2 and a grouped-query model, never proposed). R
 embeddings leave it (they turn Q and K only); weights that do not sum to 1 (an attention sink, a
 zero-attention slot) break it. The candidate is certified by evaluation with a distinct shift per
 entry (1 to 2 times the value bias's RMS, or 1 to 2 where it is zero), at most ``CERTIFY_RTOL``
-(`rescale.relative_change`), as `key_bias` is. Needs a recognised layout
-(`attention_layout`) with a value bias and an output projection with a bias.
+(`rescale.relative_change`), as `key_bias` is; an attention that takes its softmax in float32
+sums its weights to 1 only to ~1e-7, so, as for the key bias, it is certified on the forward the
+read promotes to float64, and read with ``promote=False`` it is not proposed. Needs a recognised
+layout (`attention_layout`) with a value bias and an output projection with a bias.
 """
 
 from __future__ import annotations
@@ -78,7 +80,9 @@ class ValueBiasDetector:
             """``(Δb_V, Δb_O)`` for per-entry shifts ``shift`` (length ``n_kv·d_h``)."""
             dv = torch.zeros_like(v_bias, dtype=torch.float64)
             dv[mask] = shift
-            lifted = torch.cat([shift[g * d_h : (g + 1) * d_h] for g in _query_kv(lay)])
+            # query head h reads KV head ⌊h/n_rep⌋ (as `value_link.value_lift`, unscaled)
+            rep = lay.heads // lay.n_kv
+            lifted = shift.reshape(lay.n_kv, d_h).repeat_interleave(rep, dim=0).reshape(-1)
             return dv, -(w_o @ lifted)
 
         rms = float(v_bias[mask].double().pow(2).mean().sqrt())
@@ -98,8 +102,3 @@ class ValueBiasDetector:
             info={"orbit_dim": n, "module": name},
         )
         return ctx.canonical([cand])
-
-
-def _query_kv(lay: AttentionLayout) -> list[int]:
-    """The KV head each query head reads, in query-head order."""
-    return [g for g in range(lay.n_kv) for _ in lay.group(g)]

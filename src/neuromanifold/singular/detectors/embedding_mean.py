@@ -29,7 +29,7 @@ name), certified the same way; a parameter used otherwise fails the certificatio
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from neuromanifold.singular.detectors.base import (
     Candidate,
@@ -37,7 +37,7 @@ from neuromanifold.singular.detectors.base import (
     normalise,
     qualified,
 )
-from neuromanifold.singular.detectors.rescale import CERTIFY_RTOL, relative_change
+from neuromanifold.singular.detectors.rescale import CERTIFY_RTOL, certify_shift, relative_change
 
 __all__ = ["EmbeddingMeanDetector", "stream_parameters"]
 
@@ -69,16 +69,6 @@ def stream_parameters(module: nn.Module) -> list[str]:
     ]
 
 
-def _row_shift(rows: Tensor, like: Tensor) -> Tensor:
-    """Distinct shifts ``1 … 2`` times ``like``'s RMS (1 … 2 where it is zero) on the ``True``
-    entries of ``rows`` (one per row), zero elsewhere; float64, shape of ``rows``."""
-    n = int(rows.sum())
-    rms = float(like.double().pow(2).mean().sqrt())
-    shift = torch.zeros(rows.shape, dtype=torch.float64, device=like.device)
-    shift[rows] = torch.linspace(1.0, 2.0, n, dtype=torch.float64, device=like.device)
-    return shift * (rms if rms > 0.0 else 1.0)
-
-
 class EmbeddingMeanDetector:
     """An embedding's rows shifted along 𝟙 where only LayerNorms read them (flat; module
     docstring)."""
@@ -107,7 +97,7 @@ class EmbeddingMeanDetector:
         n = int(rows.sum())
         if n == 0:
             return []
-        moved = weight + _row_shift(rows, weight).to(weight.dtype)[:, None]
+        moved = weight + certify_shift(rows, weight).to(weight.dtype)[:, None]
         if not relative_change(ctx, {key: moved}) <= CERTIFY_RTOL:
             return []
         u = rows.to(torch.float64)[:, None].expand(-1, module.embedding_dim).clone()
@@ -125,7 +115,7 @@ class EmbeddingMeanDetector:
         key = qualified(name, param)
         table = ctx.params[key]
         rows = torch.ones(table.shape[:-1], dtype=torch.bool, device=table.device)
-        moved = table + _row_shift(rows, table).to(table.dtype)[..., None]
+        moved = table + certify_shift(rows, table).to(table.dtype)[..., None]
         if not relative_change(ctx, {key: moved}) <= CERTIFY_RTOL:
             return None
         return Candidate(

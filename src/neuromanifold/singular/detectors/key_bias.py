@@ -36,7 +36,7 @@ from neuromanifold.singular.detectors.base import (
     normalise,
     qualified,
 )
-from neuromanifold.singular.detectors.rescale import CERTIFY_RTOL, relative_change
+from neuromanifold.singular.detectors.rescale import CERTIFY_RTOL, certify_shift, relative_change
 
 __all__ = ["KeyBiasDetector"]
 
@@ -66,10 +66,7 @@ class KeyBiasDetector:
         n = int(mask.sum())
         if n == 0:
             return []
-        rms = float(bias[mask].double().pow(2).mean().sqrt())
-        shift = torch.zeros_like(bias, dtype=torch.float64)
-        shift[mask] = torch.linspace(1.0, 2.0, n, dtype=torch.float64, device=bias.device)
-        shift = shift * (rms if rms > 0.0 else 1.0)
+        shift = certify_shift(mask, bias[mask])
         if not relative_change(ctx, {key: bias + shift.to(bias.dtype)}) <= CERTIFY_RTOL:
             return []
         u = normalise({key: mask.to(torch.float64)})

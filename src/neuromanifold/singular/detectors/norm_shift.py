@@ -31,7 +31,7 @@ from neuromanifold.singular.detectors.base import (
     qualified,
 )
 from neuromanifold.singular.detectors.graph import graph_passes_through
-from neuromanifold.singular.detectors.rescale import CERTIFY_RTOL, relative_change
+from neuromanifold.singular.detectors.rescale import CERTIFY_RTOL, certify_shift, relative_change
 
 __all__ = ["NormShiftDetector"]
 
@@ -71,9 +71,7 @@ class NormShiftDetector:
                 out[qualified(c, "bias")] = -(w @ delta)
             return out
 
-        rms = float(beta.double().pow(2).mean().sqrt())
-        delta = torch.linspace(1.0, 2.0, d, dtype=torch.float64, device=beta.device)
-        step = moves(delta * (rms if rms > 0.0 else 1.0))
+        step = moves(certify_shift(torch.ones(d, dtype=torch.bool, device=beta.device), beta))
         moved = {k: ctx.params[k] + v.to(ctx.params[k].dtype) for k, v in step.items()}
         if not relative_change(ctx, moved) <= CERTIFY_RTOL:
             return []

@@ -53,6 +53,7 @@ __all__ = [
     "action_derivative",
     "alternating_factors",
     "certify",
+    "certify_shift",
     "generator_cap",
     "leading_unit",
     "relative_change",
@@ -229,6 +230,22 @@ def _base_outputs(ctx: DetectionContext) -> list[list[Tensor]]:
 
 def _count_passes(ctx: DetectionContext, n: int) -> None:
     ctx.cache["certify_passes"] = ctx.cache.get("certify_passes", 0) + n
+
+
+def certify_shift(rows: Tensor, like: Tensor) -> Tensor:
+    """Distinct shifts ``1 … 2`` times ``like``'s RMS (1 … 2 where it is zero) on the ``True``
+    entries of ``rows``, zero elsewhere; float64, shape of ``rows``. The move a flat gauge is
+    certified with (`relative_change`): distinct per line, so that a symmetry of their common
+    direction alone (a bias added along another axis) does not pass for all of them.
+
+    >>> certify_shift(torch.tensor([True, False, True]), torch.tensor([3.0, 4.0])).tolist()
+    [3.5355339059327378, 0.0, 7.0710678118654755]
+    """
+    n = int(rows.sum())
+    rms = float(like.double().pow(2).mean().sqrt())
+    shift = torch.zeros(rows.shape, dtype=torch.float64, device=like.device)
+    shift[rows] = torch.linspace(1.0, 2.0, n, dtype=torch.float64, device=like.device)
+    return shift * (rms if rms > 0.0 else 1.0)
 
 
 def relative_change(ctx: DetectionContext, moved: dict[str, Tensor]) -> float:

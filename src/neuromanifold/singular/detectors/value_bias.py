@@ -33,7 +33,7 @@ from neuromanifold.singular.detectors.base import (
     normalise,
     qualified,
 )
-from neuromanifold.singular.detectors.rescale import CERTIFY_RTOL, relative_change
+from neuromanifold.singular.detectors.rescale import CERTIFY_RTOL, certify_shift, relative_change
 
 __all__ = ["ValueBiasDetector", "output_bias_key"]
 
@@ -85,9 +85,8 @@ class ValueBiasDetector:
             lifted = shift.reshape(lay.n_kv, d_h).repeat_interleave(rep, dim=0).reshape(-1)
             return dv, -(w_o @ lifted)
 
-        rms = float(v_bias[mask].double().pow(2).mean().sqrt())
-        shift = torch.linspace(1.0, 2.0, n, dtype=torch.float64, device=v_bias.device)
-        dv, do = moves(shift * (rms if rms > 0.0 else 1.0))
+        every = torch.ones(n, dtype=torch.bool, device=v_bias.device)
+        dv, do = moves(certify_shift(every, v_bias[mask]))
         moved = {v_key: v_bias + dv.to(v_bias.dtype), o_key: o_bias + do.to(o_bias.dtype)}
         if not relative_change(ctx, moved) <= CERTIFY_RTOL:
             return []

@@ -96,6 +96,41 @@ def _is_factory_spec(spec: str) -> bool:
     )
 
 
+ZOO_PROBES = 64
+"""Validation images a trained zoo stage is read on by default (as the demo reads them)."""
+
+
+def _trained_stage(spec: str) -> tuple[Any, Any, Any]:
+    """``zoo:STAGE`` for a stage a zoo recipe trains (``zoo:vit-digits-scratch``, …): its
+    checkpoint in the recipe cache, read by default on the first `ZOO_PROBES` validation images of
+    its task with their labels, as a categorical classifier (s32 trial TRAIN #8: reading a trained
+    zoo model needed a checkpoint path, a hand-made probe file and --family)."""
+    from neuromanifold.singular.family import Categorical
+    from neuromanifold.zoo.checkpoint import load_checkpoint
+    from neuromanifold.zoo.data import digits
+    from neuromanifold.zoo.recipes import RECIPES, default_cache_dir
+
+    stages = {s.name: r.name for r in RECIPES.values() for s in r.stages}
+    name = spec.removeprefix("zoo:")
+    if name not in stages:
+        fail(
+            f"--model: unknown zoo model {spec!r}; available: zoo:planted-mlp and the trained "
+            f"recipe stages {', '.join(f'zoo:{s}' for s in stages)}"
+        )
+    path = default_cache_dir() / f"{name}.safetensors"
+    if not path.is_file():
+        fail(
+            f"--model {spec}: no trained checkpoint at {path}; train it first: neuromanifold "
+            f"train {stages[name]} (or read another file with --model vit-digits --checkpoint F)"
+        )
+    try:
+        model, meta = load_checkpoint(path)
+    except (OSError, ValueError) as err:
+        fail(f"--model {spec}: {err}")
+    split = digits(meta.task or "digits", seed=0)  # type: ignore[arg-type]  # the demo's split
+    return model, (split.x_val[:ZOO_PROBES], split.y_val[:ZOO_PROBES]), Categorical()
+
+
 def _resolve_model(spec: str) -> tuple[Any, Any, Any]:
     """``zoo:planted-mlp`` or ``module.path:factory`` → (model, default data or None, family).
 
@@ -110,7 +145,7 @@ def _resolve_model(spec: str) -> tuple[Any, Any, Any]:
         p = planted_mlp()
         return p.model, p.data, p.family
     if spec.startswith("zoo:"):
-        fail(f"--model: unknown zoo model {spec!r}; available: zoo:planted-mlp")
+        return _trained_stage(spec)
     if ":" not in spec:
         fail(
             f"--model must be 'zoo:NAME', 'package.module:factory' or a Hugging Face model "
@@ -558,8 +593,9 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Option(
             ...,
             "--model",
-            help="zoo:planted-mlp, package.module:factory, or a Hugging Face model directory "
-            "(config.json and weights; read as saved)",
+            help="zoo:planted-mlp, a trained zoo stage (zoo:vit-digits-scratch, ...: from the "
+            "recipe cache, on 64 labelled validation images), package.module:factory, or a "
+            "Hugging Face model directory (config.json and weights; read as saved)",
         ),
         json_path: str | None = typer.Option(
             None, "--json", help=f"write the Reading as JSON {JSON_STDOUT_HELP}"

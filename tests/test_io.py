@@ -335,3 +335,13 @@ def test_file_errors(tmp_path) -> None:
         load_model(tmp_path / "lonely.safetensors")
     with pytest.raises(TypeError, match="architecture must be a zoo config or a str, got int"):
         load_model(None, architecture=3)
+
+
+def test_a_zoo_model_names_the_categorical_family() -> None:
+    """s32 trial TRAIN #8: every zoo model returns class logits; a zoo checkpoint was read as
+    Gaussian unless --family was given."""
+    from neuromanifold.io import family_hint
+
+    for config in (ViTConfig(), MLPConfig()):
+        assert family_hint(build_model(config)) == "categorical"
+    assert family_hint(torch.nn.Linear(2, 2)) is None

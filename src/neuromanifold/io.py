@@ -803,13 +803,19 @@ class TensorOutput(nn.Module):
 def family_hint(model: nn.Module) -> Literal["categorical"] | None:
     """``"categorical"`` when ``model`` (or the model a `TensorOutput` wraps, without a ``key``)
     is a Hugging Face class whose name ends in one of `CATEGORICAL_HEADS` — its output is softmax
-    logits, ``(N, C)`` or per position ``(N, T, V)``; else ``None`` (no family implied).
+    logits, ``(N, C)`` or per position ``(N, T, V)`` — or a zoo model (`neuromanifold.zoo.models`:
+    every one returns class logits; s32 trial TRAIN #8: a zoo checkpoint read as Gaussian by
+    default); else ``None`` (no family implied).
 
     >>> class GPT2LMHeadModel(nn.Linear): ...
     >>> family_hint(TensorOutput(GPT2LMHeadModel(2, 3))), family_hint(nn.Linear(2, 3))
     ('categorical', None)
     """
+    from neuromanifold.zoo.models import CNN, MLP, ViT
+
     inner = model.model if isinstance(model, TensorOutput) and model.key is None else model
+    if isinstance(inner, ViT | MLP | CNN):
+        return "categorical"
     name = type(inner).__name__
     return "categorical" if name.endswith(CATEGORICAL_HEADS) else None
 

@@ -15,6 +15,7 @@ from neuromanifold.report.resume import (
     LOG_NAME,
     LOG_VERSION,
     ReadLog,
+    count_logged,
     read_fingerprint,
     resumable_read,
 )
@@ -134,6 +135,22 @@ def test_torn_last_line_is_read_again(net, uninterrupted, tmp_path, monkeypatch)
     assert again == uninterrupted
     assert all(json.loads(line) for line in log.read_text().splitlines())
     assert seen == [(N_DEAD - 1, True)]  # said, so a user who killed a write knows (VER #4)
+
+
+def test_count_logged_counts_finished_directions_of_any_read(net, tmp_path):
+    m, x, fam = net
+    log = tmp_path / LOG_NAME
+    assert count_logged(log) == 0  # no log
+    resumable_read(m, x, fam, log_path=log, grid=GRID, progress=False)
+    assert count_logged(log) == N_DEAD
+    text = log.read_text()
+    log.write_text(text[: len(text) - 40])  # a torn last line is no finished direction
+    assert count_logged(log) == N_DEAD - 1
+    lines = text.splitlines()
+    log.write_text(json.dumps({"kind": "x", "fingerprint": "other"}) + "\n" + lines[1] + "\n")
+    assert count_logged(log) == 1  # another read's log: counted, not checked
+    log.write_bytes(b"\xff\xfe")
+    assert count_logged(log) == 0  # not text
 
 
 def test_log_of_another_read_is_refused(net, tmp_path):

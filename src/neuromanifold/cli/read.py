@@ -352,20 +352,9 @@ def _say_replaced_log(log: Path, say: Callable[[str], None]) -> None:
     """Say, before a read without ``--resume`` starts over, that ``log`` holds finished directions
     it will replace (s32 trial TRAIN #5: a finished 53-direction log was restarted without a
     word, beside the old report files)."""
-    import json
+    from neuromanifold.report.resume import count_logged
 
-    def finished(line: str) -> bool:  # a torn last line (a killed writer) is no direction
-        try:
-            return isinstance(json.loads(line), dict)
-        except ValueError:
-            return False
-
-    try:
-        with log.open() as fh:
-            lines = [line for line in fh if line.strip()]
-    except OSError:
-        return
-    n = sum(finished(line) for line in lines[1:])  # less the header line
+    n = count_logged(log)
     if n:
         say(
             f"{log} holds {n} finished direction{'s' * (n != 1)} of an earlier read, which this "

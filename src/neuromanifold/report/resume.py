@@ -39,7 +39,7 @@ from torch import Tensor, nn
 from neuromanifold.report._atomic import atomic_write_text
 from neuromanifold.singular.reading import DirectionRecord, Reading
 
-__all__ = ["LOG_KIND", "LOG_NAME", "ReadLog", "read_fingerprint", "resumable_read"]
+__all__ = ["LOG_KIND", "LOG_NAME", "ReadLog", "count_logged", "read_fingerprint", "resumable_read"]
 
 LOG_KIND = "neuromanifold-read-log"
 LOG_NAME = "read.jsonl"
@@ -156,6 +156,25 @@ def _differing(old: Any, new: Mapping[str, Any] | None) -> str:
     if opts:
         names.append("options " + ", ".join(f"{k} ({o.get(k)!r} → {n.get(k)!r})" for k in opts))
     return "; ".join(names) or "model, data, labels, family or options"
+
+
+def count_logged(path: str | Path) -> int:
+    """How many direction lines the log at ``path`` holds, whatever read wrote it: the lines
+    after the first (the header) that parse as JSON objects; a torn last line is not counted; 0
+    when there is no log or it cannot be read. Unlike `ReadLog.load` it checks neither the header
+    nor the fingerprint: it says what a read without resume is about to replace."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").split("\n")[1:]
+    except (OSError, UnicodeDecodeError):
+        return 0
+
+    def is_record(line: str) -> bool:
+        try:
+            return isinstance(json.loads(line), dict)
+        except ValueError:
+            return False
+
+    return sum(is_record(line) for line in lines if line.strip())
 
 
 class ReadLog:

@@ -381,3 +381,30 @@ def test_fc_continuum_is_still_called_one() -> None:
     rep = fiber_of_params(arch, [rng.standard_normal(s) for s in arch.param_shapes])
     assert rep.continuum is True and rep.fiber_dimension == 1
     assert any("is a continuum (dimension 1" in n for n in rep.notes)
+
+
+@pytest.mark.parametrize(
+    ("arch", "d", "rank"),
+    [
+        (LCN(((2, 2), (2, 2)), ((2, 1),), dim=2), [2.0], 4),  # w_1 = 0: rank k_1 = 4
+        (LCN(((2, 2), (2, 2)), ((2, 1),), dim=2), [-2.0], 4),  # w_2 = 0: rank k_2 = 4
+        (LCN((2, 2), (2,)), [2.0], 2),
+        (LCN((2, 2, 2), (2, 2)), [1.0, 1.0], 2),  # w_1 = 0 only: J = ∂μ/∂w_1, rank k_1
+        (LCN((2, 2, 2), (1, 1)), [0.0, 3.0], 0),  # w_1 = w_2 = 0: every ∂μ/∂w_l is zero
+    ],
+)
+def test_ranks_over_v_zero_are_those_of_the_exact_points(arch, d, rank):
+    """Over v = 0 an exact fiber point has a zero layer (no zero divisors among polynomials);
+    the points the numeric route rebuilt carried it at 1e-20 … 1e-51 and rank J was read at the
+    balanced point, where all singular values sit at rounding level (s33 trial LCND D1: rank 0
+    for a 2-D network whose rank is 4). The zero layer is exactly zero now and the ranks are
+    those of `jacobian_rank` (the oracle) at the points and of the closed form."""
+    from neuromanifold.linear import jacobian_rank
+
+    rep = lcn_fiber(arch, np.zeros(arch.out_shape), d, n_starts=5)
+    assert rep.n_points > 0 and rep.continuum
+    pts = rep.point_arrays()
+    assert list(rep.jacobian_ranks) == [jacobian_rank(arch, p) for p in pts] == [rank] * len(pts)
+    for p in pts:
+        assert float(np.max(np.abs(mu(arch, p)))) == 0.0
+        assert np.allclose(delta(p), d, rtol=0.0, atol=ATOL_EXACT)

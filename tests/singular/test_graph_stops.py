@@ -207,3 +207,33 @@ def test_a_factor_before_an_activation_gives_no_layernorm_note() -> None:
     reading = read(_model(_halve_then_gelu), _x(), Gaussian(), progress=False)
     assert reading.meta["graph_stops"] == {}
     assert "constant factor" not in reading.note
+
+
+class _MeanPoolHead(nn.Module):
+    """``head(mean_s ln(fc(x)))``: the mean over positions stops the graph, and keeps the
+    LayerNorm kernel's identity ``a*ᵀ ln(h) = const`` (a mean of constants)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(D_IN, D)
+        self.ln = nn.LayerNorm(D)
+        self.head = nn.Linear(D, D_OUT)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.ln(self.fc(x)).mean(dim=1))
+
+
+def test_a_stopped_norm_whose_kernel_the_factor_test_found_is_not_said_to_lack_it() -> None:
+    """s33 trial USER D2: the note said the LayerNorm-kernel gauge was not proposed beside the
+    ln-kernel record the factor test had read."""
+    torch.manual_seed(0)
+    model = _MeanPoolHead().double()
+    reading = read(model, torch.randn(N, 5, D_IN, dtype=torch.float64), Gaussian(), progress=False)
+    assert "ln" in reading.meta["graph_stops"]
+    kernel = [r for r in reading.directions if r.detector == "ln-kernel"]
+    assert [r.info.get("norm") for r in kernel] == ["ln"]
+    assert kernel[0].info.get("via") == "factor-test"
+    assert "its norm-scale gauge was not proposed (the factor test found its LayerNorm-kernel" in (
+        reading.note
+    )
+    assert "LayerNorm-kernel gauges were not proposed" not in reading.note

@@ -729,7 +729,7 @@ def read(
         n or "<root>": why for n, m in work.named_modules() if (why := unrecognised_attention(m))
     }
     for extra in (
-        _norm_stops_note(work, graph_stops),
+        _norm_stops_note(work, graph_stops, records),
         _rescale_stops_note(rescale_stops),
         _outside_note(graph),
         _unrecognised_attention_note(unrecognised),
@@ -954,25 +954,38 @@ def _norm_stops(model: nn.Module, graph: ModelGraph) -> dict[str, list[str]]:
     return out
 
 
-def _norm_stops_note(model: nn.Module, stops: Mapping[str, Sequence[str]]) -> str:
-    """One clause per norm of `_norm_stops`, naming the functions and the gauges not proposed."""
+def _norm_stops_note(
+    model: nn.Module,
+    stops: Mapping[str, Sequence[str]],
+    records: Sequence[DirectionRecord] = (),
+) -> str:
+    """One clause per norm of `_norm_stops`, naming the functions and the gauges not proposed.
+
+    A LayerNorm whose kernel gauge a record of ``records`` holds anyway (``ln-kernel``, found by
+    the factor test: ``info["via"] == "factor-test"``) is said to have it (s33 trial USER D2:
+    the clause said the gauge was not proposed beside the record that read it)."""
+    found = {r.info.get("norm") for r in records if r.detector == "ln-kernel"}
     clauses = []
     for name, funcs in stops.items():
+        kernel = (
+            " (the factor test found its LayerNorm-kernel gauge: an ln-kernel record)"
+            if name in found
+            else ""
+        )
         if list(funcs) == [SCALE]:
             clauses.append(
                 f"the output of '{name}' reaches the next layer through a constant factor "
                 "(Scale), which the LayerNorm-kernel gauge is not carried across: that gauge was "
-                "not proposed from the graph"
+                f"not proposed from the graph{kernel}"
             )
             continue
-        gauges = (
-            "norm-scale and LayerNorm-kernel gauges were"
-            if isinstance(model.get_submodule(name), nn.LayerNorm)
-            else "norm-scale gauge was"
-        )
+        if isinstance(model.get_submodule(name), nn.LayerNorm) and not kernel:
+            gauges = "norm-scale and LayerNorm-kernel gauges were"
+        else:
+            gauges = "norm-scale gauge was"
         clauses.append(
             f"the output of '{name}' reaches the next layer through {', '.join(funcs)}, which the "
-            f"graph does not follow: its {gauges} not proposed"
+            f"graph does not follow: its {gauges} not proposed{kernel}"
         )
     return "; ".join(clauses)
 

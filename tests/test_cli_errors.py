@@ -428,6 +428,29 @@ def test_a_file_path_given_to_model_says_how_to_name_the_module(tmp_path: Path) 
     )
 
 
+@pytest.mark.parametrize("name", ["weights.pt", "model.safetensors"])
+def test_a_weights_file_given_to_model_says_to_pass_it_as_checkpoint(
+    tmp_path: Path, name: str
+) -> None:
+    """s33 trial USER D5: ``--model deadA.pt`` was refused without saying where the file goes."""
+    data, _ = _data_and_checkpoint(tmp_path)
+    weights = tmp_path / name
+    weights.write_bytes(b"not read")
+    r = RUNNER.invoke(app, ["read", "--model", str(weights), "--data", str(data)], env=ENV)
+    assert_usage_error(
+        r,
+        "looks like a weights file: pass it as --checkpoint",
+        "--model package.module:factory",
+    )
+
+
+def test_a_model_name_that_is_no_file_gets_no_weights_hint(tmp_path: Path) -> None:
+    data, _ = _data_and_checkpoint(tmp_path)
+    r = RUNNER.invoke(app, ["read", "--model", "nonsense", "--data", str(data)], env=ENV)
+    assert_usage_error(r, "--model must be 'zoo:NAME'")
+    assert "weights file" not in r.output
+
+
 def test_read_factory_that_returns_no_module(tmp_path: Path, monkeypatch) -> None:
     """s30 trial DOCS #3: 'model must be a torch.nn.Module; got int' named neither --model nor
     the factory."""

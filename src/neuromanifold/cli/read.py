@@ -131,6 +131,21 @@ def _trained_stage(spec: str) -> tuple[Any, Any, Any]:
     return model, (split.x_val[:ZOO_PROBES], split.y_val[:ZOO_PROBES]), Categorical()
 
 
+WEIGHTS_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
+
+
+def _weights_file_hint(spec: str) -> str:
+    """A hint for the commonest wrong ``--model``, a weights file (a name ending in one of
+    `WEIGHTS_SUFFIXES`), or "" (s33 trial USER D5: the refusal did not say where the file
+    goes)."""
+    if not spec.lower().endswith(WEIGHTS_SUFFIXES):
+        return ""
+    return (
+        f". {spec!r} looks like a weights file: pass it as --checkpoint, and name the module it "
+        "loads into with --model package.module:factory (a function or class that builds it)"
+    )
+
+
 def _resolve_model(spec: str) -> tuple[Any, Any, Any]:
     """``zoo:planted-mlp`` or ``module.path:factory`` → (model, default data or None, family).
 
@@ -149,7 +164,7 @@ def _resolve_model(spec: str) -> tuple[Any, Any, Any]:
     if ":" not in spec:
         fail(
             f"--model must be 'zoo:NAME', 'package.module:factory' or a Hugging Face model "
-            f"directory; got {spec!r}"
+            f"directory; got {spec!r}{_weights_file_hint(spec)}"
         )
     from torch import nn
 

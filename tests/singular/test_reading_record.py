@@ -99,3 +99,33 @@ def test_whole_model_read_reports_lambda_dir_and_nu() -> None:
     assert [r.k for r in genuine] == [3]  # the dead path of a depth-3 chain
     d = reading.to_dict()["directions"][reading.directions.index(genuine[0])]
     assert d["lambda_dir"] == 1 / 6 and d["nu_k"] == nu(3)
+
+
+def test_by_layer_follows_the_module_order_then_the_records() -> None:
+    """s33 trial USER D3: layers came in the order of the first record touching each, so the
+    first layer of an MLP came last; ``meta["module_order"]`` (the read's ``named_modules``
+    order) decides now, and layers it does not name follow in record order."""
+    recs = [
+        replace(_record("live", 1), layer=a, layers=ls)
+        for a, ls in [("2", ("2",)), ("4", ("4", "x")), ("0", ("0", "2"))]
+    ]
+    ordered = Reading(tuple(recs), (), {"module_order": ["0", "2", "4"]})
+    assert list(ordered.by_layer()) == ["0", "2", "4", "x"]
+    assert [r.layer for r in ordered.by_layer()["2"]] == ["2", "0"]  # records keep their order
+    old = Reading(tuple(recs), (), {})  # a reading written before module_order
+    assert list(old.by_layer()) == ["2", "4", "x", "0"]
+    back = Reading.from_dict(json.loads(json.dumps(ordered.to_dict())))
+    assert list(back.by_layer()) == ["0", "2", "4", "x"]
+
+
+def test_a_read_records_its_module_order() -> None:
+    import torch
+    from torch import nn
+
+    from neuromanifold.singular.family import Gaussian
+    from neuromanifold.singular.read import read
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)).double()
+    reading = read(model, torch.randn(32, 3, dtype=torch.float64), Gaussian(), progress=False)
+    assert reading.meta["module_order"] == ["0", "2"]

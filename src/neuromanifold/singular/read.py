@@ -746,6 +746,7 @@ def read(
         "model": type(model).__name__,
         "n_params": sum(p.numel() for p in model.parameters()),
         "n_covered_modules": n_supported,
+        "module_order": [n for n, m in work.named_modules() if _has_own_params(m)],
         "module_types": dict(
             Counter(
                 type(m).__name__
@@ -848,6 +849,11 @@ def _upcast_note(model: nn.Module) -> str:
     if not dtypes:
         return ""
     return f"{'/'.join(sorted(dtypes))} parameters were up-cast to float64 for the read"
+
+
+def _has_own_params(module: nn.Module) -> bool:
+    """Whether ``module`` holds parameters itself (not only through its children)."""
+    return any(True for _ in module.parameters(recurse=False))
 
 
 def _crossing_chains_note(records: Sequence[DirectionRecord]) -> str:

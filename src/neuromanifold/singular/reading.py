@@ -149,12 +149,21 @@ class Reading:
 
     def by_layer(self) -> dict[str, list[DirectionRecord]]:
         """Records grouped by every layer they touch, i.e. every module in their ``layers`` whose
-        parameters they move (a chain appears under each of its layers)."""
+        parameters they move (a chain appears under each of its layers).
+
+        Layers come in the model's module order (``meta["module_order"]``, the order of
+        ``named_modules()``, as ``print(model)`` lists them; s33 trial USER D3: the first layer
+        of an MLP came last), then any layer it does not name, in the order of the records."""
         out: dict[str, list[DirectionRecord]] = {}
         for r in self.directions:
             for layer in r.layers:
                 out.setdefault(layer, []).append(r)
-        return out
+        order = {name: i for i, name in enumerate(self.meta.get("module_order") or ())}
+        first = {layer: i for i, layer in enumerate(out)}
+        return {
+            layer: out[layer]
+            for layer in sorted(out, key=lambda n: (order.get(n, len(order)), first[n]))
+        }
 
     def by_class(self) -> dict[str, list[DirectionRecord]]:
         """Records grouped by class string."""

@@ -22,8 +22,17 @@ def test_message_names_the_whole_data_shape_not_the_slice() -> None:
     x = torch.randn(32, 7, dtype=torch.float64)
     with pytest.raises(ValueError, match=r"data of shape \(32, 7\) does not fit.*'0'.*5"):
         forward_checked(_linear_model(), x[:16], data_shape=tuple(x.shape))
-    with pytest.raises(ValueError, match=r"data of shape \(16, 7\) does not fit"):
+    with pytest.raises(ValueError, match=r"data of shape \(16, 7\) does not fit") as whole:
         forward_checked(_linear_model(), x[:16])  # no data_shape: the tensor's own
+    assert "batch of" not in str(whole.value)  # the tensor is all the data there is
+
+
+def test_torch_sizes_of_a_batch_are_said_to_be_the_batches() -> None:
+    """s33 trial USER D4: torch's "got input of size [16, 64]" for 96 samples; the message says
+    that torch's sizes are the batch's."""
+    x = torch.randn(32, 7, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"\(torch's sizes are those of a batch of 16 of the 32 "):
+        forward_checked(_linear_model(), x[:16], data_shape=tuple(x.shape))
 
 
 def test_out_of_range_ids_name_the_whole_data_shape() -> None:

@@ -108,6 +108,18 @@ class NonFiniteActivation(ValueError):
     `forward_checked` passes it on unchanged (it names the module, not the data)."""
 
 
+def _slice_clause(x: Tensor, shape: tuple[int, ...]) -> str:
+    """A clause for torch's error text when the forward ran on a slice ``x`` of data of
+    ``shape``: torch names the slice's size, which the user never chose (s33 trial USER D4: "got
+    input of size [16, 64]" for 96 samples); "" when ``x`` is the whole of it."""
+    if x.ndim == 0 or not shape or x.shape[0] == shape[0]:
+        return ""
+    return (
+        f" (torch's sizes are those of a batch of {x.shape[0]} of the {shape[0]} samples: the "
+        "read runs the model on batches)"
+    )
+
+
 def forward_checked(
     model: nn.Module,
     x: Tensor,
@@ -164,6 +176,7 @@ def forward_checked(
     try:
         out = model(x)
     except (RuntimeError, IndexError, ValueError, TypeError) as err:
+        said = f"{err}{_slice_clause(x, shape)}"
         if unbatched:  # whatever a later layer raised (BatchNorm: a ValueError): the cause
             raise _no_sample_axis(shape, *unbatched[0], err) from err
         if isinstance(err, NonFiniteActivation):
@@ -171,7 +184,7 @@ def forward_checked(
         if isinstance(err, ValueError | TypeError):
             raise ValueError(
                 f"the model's forward fails on data of shape {shape} (it raised "
-                f"{type(err).__name__}): {err}"
+                f"{type(err).__name__}): {said}"
             ) from err
         msg = str(err).lower()
         first = next(
@@ -187,7 +200,7 @@ def forward_checked(
                 raise ValueError(
                     f"data of dtype {x.dtype} does not fit the model: its first layer "
                     f"{first[0]!r} ({type(first[1]).__name__}) computes on floating inputs "
-                    f"(integer token ids go to models that start with an embedding): {err}"
+                    f"(integer token ids go to models that start with an embedding): {said}"
                 ) from err
         if x.is_floating_point() and first is not None and isinstance(first[1], nn.Embedding):
             if "indices" in msg:  # torch: "Expected tensor for argument #1 'indices' to have ..."
@@ -206,13 +219,13 @@ def forward_checked(
             raise ValueError(
                 f"the model's forward fails in float64, the precision every read evaluates in "
                 f"(an operator without a float64 kernel, or a tensor the model makes in another "
-                f"dtype): {err}"
+                f"dtype): {said}"
             ) from err
         expect = ""
         if first is not None and (fits := _fits(first, x)):
             raise ValueError(
                 f"the model's forward fails on data of shape {shape} ({fits}"
-                f"{_token_hint(model, first, x)}): {err}"
+                f"{_token_hint(model, first, x)}): {said}"
             ) from err
         if first is not None:
             n, mod = first
@@ -223,7 +236,7 @@ def forward_checked(
             else:
                 expect = f"; first layer {n!r} ({type(mod).__name__}) expects {mod.in_channels} "
                 expect += "input channels"
-        raise ValueError(f"data of shape {shape} does not fit the model{expect}: {err}") from err
+        raise ValueError(f"data of shape {shape} does not fit the model{expect}: {said}") from err
     finally:
         for h in handles:
             h.remove()

@@ -875,11 +875,12 @@ def _crossing_chains_note(records: Sequence[DirectionRecord]) -> str:
     death on it shows in no record (s26 trial CNN #5: k = 2 by `read_direction`, a flat chain in
     the whole read): the clause says so.
     """
-    chains = [
+    named = Counter(
         f"{'+'.join(r.layers)} (through {', '.join(r.info['through_live'])})"
         for r in records
         if r.info.get("through_live")
-    ]
+    )  # parallel chains over the same layers are named once, with their count (s33 USER D1)
+    chains = [c if n == 1 else f"{c} ×{n}" for c, n in named.items()]
     if not chains:
         return ""
     return (

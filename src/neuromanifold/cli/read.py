@@ -430,6 +430,8 @@ def _family_label(family: str | None, default_family: Any, fam: Any) -> str:
     ignored = getattr(fam, "ignore_index", None)
     if ignored is not None:
         name = f"{name}, label {ignored} = no label"
+    if fam.to_dict().get("sigma", 1.0) != 1.0:
+        name = f"{name}, σ = {fam.to_dict()['sigma']:g}"
     if family is not None:
         return f"output family: {name} (--family)"
     if default_family is not None:
@@ -621,6 +623,14 @@ def register(app: typer.Typer) -> None:
             "--family",
             help="output family: gaussian or categorical (default: the model's own, categorical "
             "for Hugging Face classification and language-model heads; else gaussian)",
+        ),
+        sigma: float | None = typer.Option(
+            None,
+            "--sigma",
+            metavar="FLOAT",
+            help="σ of a gaussian family, y ~ N(model(x), σ²): the noise level of the data "
+            "(default 1); F_u scales as 1/σ², the orders and classes do not change, and the "
+            "labelled checks are in units of it",
         ),
         ignore_index: int | None = typer.Option(
             None,
@@ -821,6 +831,16 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"--family must be one of {_FAMILIES}; got {family!r}")
         fam = {"gaussian": Gaussian(), "categorical": Categorical()}.get(family or "")
         fam = fam or default_family or Gaussian()
+        if sigma is not None:
+            if not isinstance(fam, Gaussian):
+                raise typer.BadParameter(
+                    f"--sigma is the noise level of a gaussian family; the output family is "
+                    f"{fam.to_dict().get('name')} (pass --family gaussian for a regression)"
+                )
+            try:
+                fam = Gaussian(sigma=sigma)
+            except ValueError as err:
+                raise typer.BadParameter(f"--sigma: {err}") from None
         if ignore_index is not None:
             if not isinstance(fam, Categorical):
                 raise typer.BadParameter(

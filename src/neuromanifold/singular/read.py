@@ -976,9 +976,10 @@ def _norm_stops_note(
 ) -> str:
     """One clause per norm of `_norm_stops`, naming the functions and the gauges not proposed.
 
-    A LayerNorm whose kernel gauge a record of ``records`` holds anyway (``ln-kernel``, found by
-    the factor test: ``info["via"] == "factor-test"``) is said to have it (s33 trial USER D2:
-    the clause said the gauge was not proposed beside the record that read it)."""
+    A LayerNorm whose kernel gauge a record of ``records`` holds anyway (an ``ln-kernel`` record
+    naming it in ``info["norm"]``; for a norm without a graph consumer only the factor test,
+    ``info["via"] == "factor-test"``, proposes one) is said to have it (s33 trial USER D2: the
+    clause said the gauge was not proposed beside the record that read it)."""
     found = {r.info.get("norm") for r in records if r.detector == "ln-kernel"}
     clauses = []
     for name, funcs in stops.items():

@@ -46,3 +46,29 @@ def test_every_stage_name_is_offered(stage: str, tmp_path: Path, monkeypatch) ->
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     res = RUNNER.invoke(app, ["read", "--model", "zoo:nope"])
     assert f"zoo:{stage}" in " ".join(res.output.split())
+
+
+def test_a_zoo_checkpoint_without_data_is_read_on_its_own_task(tmp_path: Path, monkeypatch) -> None:
+    """s32 trial TRAIN #8 (the rest): ``--model vit-digits-5way --checkpoint F`` with a checkpoint
+    `neuromanifold train` wrote asked for a probe file; it is read on the validation images of
+    the task its sidecar names, with their labels, and says so. With --data, the file decides."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    run_recipe("vit-digits-finetune", out=default_cache_dir(), steps=2, progress=False)
+    ckpt = default_cache_dir() / "vit-digits-finetune.safetensors"
+    args = ["read", "--model", "vit-digits-5way", "--checkpoint", str(ckpt)]
+    res = RUNNER.invoke(app, [*args, "--max-directions", "1", "--json", "-"])
+    assert res.exit_code == 0, res.output
+    meta = json.loads(res.stdout)["meta"]
+    assert meta["family"]["name"] == "categorical" and meta["n_samples"] == ZOO_PROBES
+    assert meta["critical_check"] is not None  # the labels came with the probes
+    said = " ".join(res.stderr.split())
+    assert f"the first {ZOO_PROBES} labelled validation images of the checkpoint's task" in said
+    assert "'digits-5to9'" in said
+    import torch
+
+    data = tmp_path / "x.pt"
+    torch.save(digits("digits-5to9", seed=0).x_val[:8], data)
+    res = RUNNER.invoke(app, [*args, "--data", str(data), "--max-directions", "1", "--json", "-"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["meta"]["n_samples"] == 8
+    assert "validation images" not in res.stderr

@@ -107,7 +107,6 @@ def _trained_stage(spec: str) -> tuple[Any, Any, Any]:
     zoo model needed a checkpoint path, a hand-made probe file and --family)."""
     from neuromanifold.singular.family import Categorical
     from neuromanifold.zoo.checkpoint import load_checkpoint
-    from neuromanifold.zoo.data import digits
     from neuromanifold.zoo.recipes import RECIPES, default_cache_dir
 
     stages = {s.name: r.name for r in RECIPES.values() for s in r.stages}
@@ -127,8 +126,31 @@ def _trained_stage(spec: str) -> tuple[Any, Any, Any]:
         model, meta = load_checkpoint(path)
     except (OSError, ValueError) as err:
         fail(f"--model {spec}: {err}")
-    split = digits(meta.task or "digits", seed=0)  # type: ignore[arg-type]  # the demo's split
-    return model, (split.x_val[:ZOO_PROBES], split.y_val[:ZOO_PROBES]), Categorical()
+    return model, _task_probes(meta.task), Categorical()
+
+
+def _task_probes(task: str | None) -> tuple[Any, Any]:
+    """The first `ZOO_PROBES` validation images of a zoo ``task`` (default ``"digits"``) with
+    their labels, from the demo's split (seed 0)."""
+    from neuromanifold.zoo.data import digits
+
+    split = digits(task or "digits", seed=0)  # type: ignore[arg-type]
+    return split.x_val[:ZOO_PROBES], split.y_val[:ZOO_PROBES]
+
+
+def _checkpoint_task(checkpoint: Path | None) -> str | None:
+    """The data task a zoo checkpoint's sidecar names (``neuromanifold train`` writes it), or
+    None: no checkpoint, no sidecar, or a task that is not a digits task."""
+    from neuromanifold.zoo.checkpoint import read_meta
+    from neuromanifold.zoo.data import DIGITS_TASKS
+
+    if checkpoint is None:
+        return None
+    try:
+        task = read_meta(checkpoint).task
+    except (OSError, ValueError, TypeError):
+        return None
+    return task if task in DIGITS_TASKS else None
 
 
 WEIGHTS_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
@@ -777,6 +799,7 @@ def register(app: typer.Typer) -> None:
 
         # a failure here (a missing file, a factory that raises) is said once over the ranks,
         # or by each rank that met it alone (s19 trial AK #4)
+        probes_from_task: str | None = None  # default probes of a zoo checkpoint's own task
         with _failures_over_ranks():
             hf_dir = Path(model).is_dir() and (Path(model) / "config.json").is_file()
             if checkpoint is not None and model.startswith("zoo:"):
@@ -817,6 +840,10 @@ def register(app: typer.Typer) -> None:
                 except Exception as err:  # raised by user code (a factory): one line, no traceback
                     fail(f"--model: building {model} raised {type(err).__name__}: {err}")
                 default_x, default_family = None, None
+                task = _checkpoint_task(checkpoint) if data is None else None
+                if task is not None:  # a checkpoint `neuromanifold train` wrote: its own task
+                    default_x, default_family = _task_probes(task), Categorical()
+                    probes_from_task = task
             else:
                 with load_warnings():  # a factory's warnings: once, as with --checkpoint
                     net, default_x, default_family = _resolve_model(model)
@@ -857,6 +884,11 @@ def register(app: typer.Typer) -> None:
                     "file with 'y' beside 'x', or a pair (x, y))"
                 )
         family_line = _family_label(family, default_family, fam)
+        if probes_from_task is not None:
+            family_line += (
+                f"; probe data: the first {ZOO_PROBES} labelled validation images of the "
+                f"checkpoint's task {probes_from_task!r} (--data reads others)"
+            )
         options = {
             "max_directions": max_directions,
             "snap": True if snap else "auto",

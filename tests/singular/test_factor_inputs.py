@@ -29,9 +29,9 @@ def test_message_names_the_whole_data_shape_not_the_slice() -> None:
 
 def test_torch_sizes_of_a_batch_are_said_to_be_the_batches() -> None:
     """s33 trial USER D4: torch's "got input of size [16, 64]" for 96 samples; the message says
-    that torch's sizes are the batch's."""
+    that the read ran the model on a batch."""
     x = torch.randn(32, 7, dtype=torch.float64)
-    with pytest.raises(ValueError, match=r"\(torch's sizes are those of a batch of 16 of the 32 "):
+    with pytest.raises(ValueError, match=r"\(the read ran the model on a batch of 16 of the 32 "):
         forward_checked(_linear_model(), x[:16], data_shape=tuple(x.shape))
 
 

@@ -53,7 +53,10 @@ def test_value_error_of_the_forward_names_the_data_shape_and_keeps_the_cause() -
     assert msg.startswith(
         "the model's forward fails on data of shape (6, 64) (it raised ValueError)"
     )
-    assert msg.endswith("not enough values to unpack (expected 4, got 2)")
+    assert msg.endswith(
+        "not enough values to unpack (expected 4, got 2) (the read ran the model on a batch of 4 "
+        "of the 6 samples)"
+    )
     cause = info.value.__cause__
     assert (
         type(cause) is ValueError

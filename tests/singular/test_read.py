@@ -365,7 +365,10 @@ def test_bad_input_errors() -> None:
     with pytest.raises(ValueError, match=r"Categorical family expects floating logits"):
         read(nn.Linear(5, 1).double(), p.data[:, :5], Categorical(), progress=False)
     x40 = torch.randn(40, 5, dtype=torch.float64)  # the shape quoted is the first batch's
-    with pytest.raises(ValueError, match=r"shape \(16, 1\).*\(on the first 16 of the 40 samples"):
+    with pytest.raises(
+        ValueError,
+        match=r"shape \(16, 1\).*\(the read ran the model on a batch of 16 of the 40 samples\)$",
+    ):
         read(nn.Linear(5, 1).double(), x40, Categorical(), progress=False)  # s33 trial USER D4
     with pytest.raises(ValueError, match=r"shape \(8, 1\), dtype torch.float64$"):
         read(nn.Linear(5, 1).double(), p.data[:, :5], Categorical(), progress=False)  # all of it

@@ -109,15 +109,12 @@ class NonFiniteActivation(ValueError):
 
 
 def _slice_clause(x: Tensor, shape: tuple[int, ...]) -> str:
-    """A clause for torch's error text when the forward ran on a slice ``x`` of data of
-    ``shape``: torch names the slice's size, which the user never chose (s33 trial USER D4: "got
+    """A clause for the error text of a forward that ran on a slice ``x`` of data of ``shape``:
+    the text names the slice's sizes, which the user never chose (s33 trial USER D4: torch's "got
     input of size [16, 64]" for 96 samples); "" when ``x`` is the whole of it."""
     if x.ndim == 0 or not shape or x.shape[0] == shape[0]:
         return ""
-    return (
-        f" (torch's sizes are those of a batch of {x.shape[0]} of the {shape[0]} samples: the "
-        "read runs the model on batches)"
-    )
+    return f" (the read ran the model on a batch of {x.shape[0]} of the {shape[0]} samples)"
 
 
 def forward_checked(

@@ -533,8 +533,7 @@ def read(
         if n_graph == xw.shape[0]:
             raise
         raise ValueError(
-            f"{err} (on the first {n_graph} of the {xw.shape[0]} samples: the read runs the model "
-            "on batches)"
+            f"{err} (the read ran the model on a batch of {n_graph} of the {xw.shape[0]} samples)"
         ) from None
     if labels is not None:  # read by the labelled-loss check of the records: refused up front
         with agreed_errors():

@@ -14,8 +14,10 @@ from neuromanifold.cells.planted import planted_mlp
 from neuromanifold.report.resume import (
     LOG_NAME,
     LOG_VERSION,
+    OUTPUT_RTOL,
     ReadLog,
     count_logged,
+    output_probe,
     read_fingerprint,
     resumable_read,
 )
@@ -151,6 +153,52 @@ def test_count_logged_counts_finished_directions_of_any_read(net, tmp_path):
     assert count_logged(log) == 1  # another read's log: counted, not checked
     log.write_bytes(b"\xff\xfe")
     assert count_logged(log) == 0  # not text
+
+
+class _Scaled(torch.nn.Module):
+    """``c · inner(x)``: the same parameters as ``inner`` (``c`` is a plain float)."""
+
+    def __init__(self, inner: torch.nn.Module, c: float) -> None:
+        super().__init__()
+        self.inner, self.c = inner, c
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c * self.inner(x)
+
+
+def test_a_log_of_the_same_weights_with_another_forward_is_refused(net, tmp_path):
+    """s33 trial DIST D1: the fingerprint hashes parameters and buffers, so a log of a model whose
+    forward changed (outputs doubled, same weights) was resumed and its records reused."""
+    m, x, fam = net
+    log = tmp_path / LOG_NAME
+    resumable_read(_Scaled(m, 1.0), x, fam, log_path=log, grid=GRID, progress=False)
+    doubled = _Scaled(m, 2.0)
+    with pytest.raises(ValueError, match=r"outputs on the first probe samples differ .* 0\.5 of"):
+        resumable_read(doubled, x, fam, log_path=log, resume=True, grid=GRID, progress=False)
+    within = _Scaled(m, 1.0 + OUTPUT_RTOL / 10)  # below the tolerance: the same model
+    resumable_read(within, x, fam, log_path=log, resume=True, grid=GRID, progress=False)
+
+
+def test_a_log_written_before_the_outputs_were_kept_is_still_resumed(net, uninterrupted, tmp_path):
+    m, x, fam = net
+    log = tmp_path / LOG_NAME
+    resumable_read(m, x, fam, log_path=log, grid=GRID, progress=False)
+    lines = log.read_text().splitlines()
+    header = json.loads(lines[0])
+    del header["parts"]["outputs"]
+    log.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    again = resumable_read(m, x, fam, log_path=log, resume=True, grid=GRID, progress=False)
+    assert again == uninterrupted
+
+
+def test_output_probe_is_taken_in_eval_mode_and_restores_the_mode(net):
+    m, x, _ = net
+    drop = torch.nn.Sequential(m, torch.nn.Dropout(0.5)).train()
+    first = output_probe(drop, x)
+    assert first == output_probe(drop, x)  # no dropout noise: eval mode
+    assert drop.training  # restored
+    assert first == [float(v) for v in m(x[:2]).detach().reshape(-1)]
+    assert output_probe(torch.nn.Linear(3, 2).double(), x) is None  # a forward that fails
 
 
 def test_log_of_another_read_is_refused(net, tmp_path):

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from neuromanifold.cells.planted import planted_mlp
 from neuromanifold.cli import app
-from neuromanifold.report.resume import LOG_NAME, fingerprint_parts, resumable_read
+from neuromanifold.report.resume import LOG_NAME, fingerprint_parts, output_probe, resumable_read
 from neuromanifold.singular import read_candidate as candidate_mod
 
 GRID = np.logspace(-3, 0, 14).tolist()
@@ -92,7 +92,9 @@ def test_a_data_parallel_log_fingerprints_the_whole_sets_labels(net, tmp_path):
     log = tmp_path / LOG_NAME
     half = x.shape[0] // 2
     resumable_read(m, (x[:half], y[:half]), fam, log_path=log, fingerprint_data=(x, y), **OPTIONS)
-    assert _header(log)["parts"] == fingerprint_parts(m, (x, y), fam, OPTIONS)
+    parts = dict(_header(log)["parts"])
+    assert parts.pop("outputs") == output_probe(m, (x, y))  # the whole set's first samples
+    assert parts == fingerprint_parts(m, (x, y), fam, OPTIONS)
     resumable_read(m, (x, y), fam, log_path=log, resume=True, **OPTIONS)  # accepted
     with pytest.raises(ValueError, match=r"differing: labels\)"):
         resumable_read(m, (x, y_other), fam, log_path=log, resume=True, **OPTIONS)

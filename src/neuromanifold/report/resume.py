@@ -19,9 +19,11 @@ check of the records), the output family and the read options, less those that o
 how the read runs (`RUN_ONLY_OPTIONS`: the memory budget, the device, the progress bar; the
 records agree to rounding), so a read killed for memory resumes with ``--max-memory``. The
 header also keeps the parts (model, data and labels hashes, family, options), and a log with another
-fingerprint is refused (``ValueError``) naming the parts that differ. A torn last line (the
-process died while writing it) is dropped; a malformed line elsewhere raises ``ValueError``
-naming the line.
+fingerprint is refused (``ValueError``) naming the parts that differ. The weights do not fix the
+model, its ``forward`` does too: the header also keeps the model's first outputs on the first
+probe samples (`output_probe`), and a log whose outputs differ beyond `OUTPUT_RTOL` is refused. A
+torn last line (the process died while writing it) is dropped; a malformed line elsewhere raises
+``ValueError`` naming the line.
 """
 
 from __future__ import annotations
@@ -140,7 +142,71 @@ def read_fingerprint(
 
 
 def _digest(parts: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+    """SHA-256 of the parts, less ``"outputs"`` (compared to a tolerance, not hashed)."""
+    hashed = {k: v for k, v in parts.items() if k != "outputs"}
+    return hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()
+
+
+OUTPUT_SAMPLES = 2
+"""`output_probe` runs the model on this many probe samples."""
+OUTPUT_VALUES = 64
+"""`output_probe` keeps at most this many output values."""
+OUTPUT_RTOL = 1e-4
+"""A log whose probe outputs differ from this read's by more than this times their largest
+magnitude is refused: the same weights with another forward (an output scale, a changed
+activation) is another model. Loose enough for float32 outputs on another device; a change of
+the forward below it is not seen."""
+
+
+def output_probe(model: nn.Module, data: Tensor | tuple[Tensor, Tensor]) -> list[float] | None:
+    """The model's first `OUTPUT_VALUES` output values (flattened, C order) on its first
+    `OUTPUT_SAMPLES` probe inputs, in eval mode (its mode is restored), floating inputs cast to
+    the dtype of its first floating parameter; None when that forward fails or returns no
+    floating tensor (the read then says what is wrong).
+
+    The parameters and buffers, which the fingerprint hashes, do not determine the model: its
+    ``forward`` does too (s33 trial DIST D1: a log of a model whose outputs were doubled, with the
+    same weights, was resumed and its records reused, magnitudes 4× off). The header keeps these
+    values and `ReadLog.load` compares them within `OUTPUT_RTOL`."""
+    x = data[0] if isinstance(data, (tuple, list)) else data
+    if not isinstance(x, Tensor) or x.ndim == 0:
+        return None
+    x = x[:OUTPUT_SAMPLES]
+    param = next((p for p in model.parameters() if p.is_floating_point()), None)
+    if x.is_floating_point() and param is not None:
+        x = x.to(dtype=param.dtype, device=param.device)
+    was = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            out = model(x)
+    except Exception:  # the read itself names a forward that fails
+        return None
+    finally:
+        model.train(was)
+    if not isinstance(out, Tensor) or not out.is_floating_point():
+        return None
+    return [float(v) for v in out.detach().double().reshape(-1)[:OUTPUT_VALUES].cpu()]
+
+
+def _outputs_differ(old: Any, new: Any) -> str:
+    """Why the probe outputs ``old`` (a log's header) and ``new`` (this read's) differ beyond
+    `OUTPUT_RTOL`, or "" (also when either is missing: a log written before they were kept)."""
+    if not isinstance(old, list) or not isinstance(new, list):
+        return ""
+    if len(old) != len(new):
+        return f"the model gave {len(new)} output values on the first probe samples, not {len(old)}"
+    if not old:
+        return ""
+    a, b = torch.tensor(old, dtype=torch.float64), torch.tensor(new, dtype=torch.float64)
+    diff = float((a - b).abs().max())
+    scale = float(torch.maximum(a.abs().max(), b.abs().max()))
+    if diff <= OUTPUT_RTOL * scale:
+        return ""
+    return (
+        f"the model's outputs on the first probe samples differ (largest difference {diff:.3g}, "
+        f"{diff / scale:.3g} of the largest output): its forward changed, not its parameters"
+    )
 
 
 def _differing(old: Any, new: Mapping[str, Any] | None) -> str:
@@ -225,6 +291,14 @@ class ReadLog:
                 f"{str(header.get('fingerprint'))[:12]}… != {self.fingerprint[:12]}…; differing: "
                 f"{_differing(header.get('parts'), self.parts)}); remove it or read into another "
                 "directory"
+            )
+        why = _outputs_differ(
+            (header.get("parts") or {}).get("outputs"), (self.parts or {}).get("outputs")
+        )
+        if why:
+            raise ValueError(
+                f"{self.path} was written by a different read: {why}; remove it or read into "
+                "another directory"
             )
         body = lines[1:]
         while body and body[-1] == "":
@@ -312,6 +386,7 @@ def resumable_read(
             f"fingerprint_data with{'' if _has_labels(hashed) else 'out'}"
         )
     parts = fingerprint_parts(model, hashed, family, options)  # the model is hashed once
+    parts["outputs"] = output_probe(model, hashed)
     log = ReadLog(log_path, _digest(parts), parts)
     finished = log.load() if resume else {}
     if resume and on_resume is not None:

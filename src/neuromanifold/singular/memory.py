@@ -393,6 +393,29 @@ class MemoryPlan:
             )
         return replace(self, held=held, chunk_size=chunk, t_batch=lanes)
 
+    def require_lanes(self, lanes: int, what: str) -> None:
+        """Refuse the budget when one sample on ``lanes`` JVP lanes does not fit `pass_room`
+        (`chunk_for` would size such passes at one sample and still exceed it).
+
+        The labelled-loss checks run ``LOSS_CHECK_LANES`` lanes (a JVP of a JVP) in chunks of
+        `chunk_for`; without this check a budget that fits the sweeps but not those lanes made
+        `chunk_for` fall back to one sample per pass (s33 trial DIST D2: 4756 forward passes and
+        91 s where 214 passes took 4.8 s at twice the budget), over the budget all the same.
+
+        Raises:
+            ValueError: naming ``what`` and the least budget at which it fits.
+        """
+        if self.pass_room() >= lanes * self.jvp_cost(1):
+            return
+        need = self.held + lanes * self.jvp_cost(1) / JVP_FRACTION
+        raise ValueError(
+            f"max_memory={self.budget} bytes ({format_bytes(self.budget)}) is too small: "
+            f"{what} run {lanes} JVP lanes, and one sample on them "
+            f"({format_bytes(lanes * self.jvp_cost(1))}) must fit in {JVP_FRACTION:.0%} of what "
+            f"the held tensors ({format_bytes(self.held)}) leave of the budget; raise "
+            f"--max-memory {_at_least(need)}"
+        )
+
     def to_dict(self) -> dict[str, int]:
         """JSON-safe dict."""
         return asdict(self)

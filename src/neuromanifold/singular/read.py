@@ -569,6 +569,10 @@ def read(
             batch_size = plan.factor_batch
             if baseline:  # the scan's copy of the parameters is known now: refuse before the read
                 plan.holding(_scan_bytes(work), what="the coordinate scan's copy of the parameters")
+            if labels is not None:  # the labelled checks' lanes: refuse before the read
+                plan.holding(_critical_bytes(work), what=_CRITICAL_HELD).require_lanes(
+                    LOSS_CHECK_LANES, f"{_LOSS_CHECKS} beside {_CRITICAL_HELD}"
+                )
     factors = kfac_factors(work, xw, family, batch_size=batch_size, max_factor_dim=max_factor_dim)
     # one forward + backward over the samples in chunks of the factor batch (the plan's under a
     # budget): which G factors have fewer contributing rows than their side
@@ -630,8 +634,11 @@ def read(
             )
             if baseline:  # and beside them, the scan's copy: refuse before the sweeps
                 plan.holding(_scan_bytes(work), what="the coordinate scan's copy of the parameters")
-            if labels is not None:  # and the whole-gradient check's tensors
-                plan.holding(_critical_bytes(work), what=_CRITICAL_HELD)
+            if labels is not None:  # and the whole-gradient check's tensors, and their lanes
+                plan.require_lanes(LOSS_CHECK_LANES, _LOSS_CHECKS)
+                plan.holding(_critical_bytes(work), what=_CRITICAL_HELD).require_lanes(
+                    LOSS_CHECK_LANES, f"{_LOSS_CHECKS} beside {_CRITICAL_HELD}"
+                )
     chunk = None if plan is None else plan.chunk_size
     t_batch = T_BATCH if plan is None else plan.t_batch
 
@@ -1169,6 +1176,7 @@ def _working_copy(model: nn.Module) -> nn.Module:
 
 
 _CRITICAL_HELD = "the whole-gradient check's gradient and its copy"
+_LOSS_CHECKS = "the labelled-loss checks (labels were given)"
 
 
 def _critical_bytes(model: nn.Module) -> int:

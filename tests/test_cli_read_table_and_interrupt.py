@@ -42,22 +42,36 @@ def test_every_row_carries_its_direction_number(tmp_path: Path) -> None:
     assert [r[1] for r in rows if r[0] == str(chain)] == ["0: out 2", "2: out 3, in 2"]
 
 
+@pytest.mark.parametrize("n_logged", [0, 1, 2])
 def test_an_interrupted_read_with_out_points_to_resume(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n_logged: int
 ) -> None:
+    """The log's finished directions are counted; a read stopped before its first one is told
+    that there is nothing to resume (s33 trial DIST D3: it was pointed at a log that did not
+    exist)."""
+    import json
+
     import neuromanifold.report.resume as resume
 
-    def interrupted(*args: object, **kwargs: object) -> None:
+    def interrupted(*args: object, log_path: Path, **kwargs: object) -> None:
+        if n_logged:  # a header and n_logged finished directions
+            lines = [{"kind": "k"}] + [{"index": i} for i in range(n_logged)]
+            log_path.write_text("".join(json.dumps(e) + "\n" for e in lines))
         raise KeyboardInterrupt
 
     monkeypatch.setattr(resume, "resumable_read", interrupted)
     out = tmp_path / "report"
+    out.mkdir()
     res = RUNNER.invoke(app, ["read", "--model", "zoo:planted-mlp", "--out", str(out)], env=ENV)
     assert res.exit_code == 130
-    assert res.stderr == (
-        f"interrupted: the directions read so far are kept in {out / 'read.jsonl'}; run the "
-        "same command with --resume to continue\n"
-    )
+    kept = {
+        0: "no direction was finished, so there is nothing to resume: run the same read again",
+        1: f"the direction read so far is kept in {out / 'read.jsonl'}; run the same command "
+        "with --resume to continue",
+        2: f"the 2 directions read so far are kept in {out / 'read.jsonl'}; run the same "
+        "command with --resume to continue",
+    }[n_logged]
+    assert res.stderr == f"interrupted: {kept}\n"
 
 
 def test_a_flat_gauges_plateau_fit_is_marked_in_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,3 +106,22 @@ def test_a_flat_gauges_plateau_fit_is_marked_in_the_table(monkeypatch: pytest.Mo
 def test_no_plateau_note_without_a_plateau_fit() -> None:
     res = RUNNER.invoke(app, ["read", "--model", "zoo:planted-mlp"], env=ENV)
     assert res.exit_code == 0 and "plateau" not in res.stdout
+
+
+def test_a_failed_group_without_out_is_said_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """s33 trial DIST D5: a rank that died under a read without --out left rank 0 with gloo's
+    65-line traceback; the failed collective is said in one line as with --out (no log to name)."""
+    import neuromanifold.cli.read as cli_read
+    import neuromanifold.singular.read as read_module
+
+    def lost(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer\nmore")
+
+    monkeypatch.setattr(read_module, "read", lost)
+    monkeypatch.setattr(cli_read, "_group_failure", lambda err: True)
+    res = RUNNER.invoke(app, ["read", "--model", "zoo:planted-mlp"], env=ENV)
+    assert res.exit_code == 1
+    assert res.stderr == (
+        "error: a process of the group failed (RuntimeError: [gloo/transport/tcp/pair.cc:553] "
+        "Connection closed by peer)\n"
+    )

@@ -410,6 +410,19 @@ def _resume_hint() -> str:
     return "run the same command with --resume to continue"
 
 
+def _kept(log: Path) -> str:
+    """What the log of an interrupted read keeps: its finished directions and how to continue
+    (`_resume_hint`), or that no direction finished (s33 trial DIST D3: the directions were said
+    to be kept in a log that did not exist, a read stopped before its first direction)."""
+    from neuromanifold.report.resume import count_logged
+
+    n = count_logged(log)
+    if not n:
+        return "no direction was finished, so there is nothing to resume: run the same read again"
+    kept = f"the {n} directions read so far are" if n != 1 else "the direction read so far is"
+    return f"{kept} kept in {log}; {_resume_hint()}"
+
+
 _GROUP_FAILURES = ("gloo", "nccl", "connection reset", "connection closed", "broken pipe")
 """Fragments of the message of a collective that failed because another rank is gone."""
 
@@ -949,25 +962,22 @@ def register(app: typer.Typer) -> None:
                         **options,
                     )
                 except KeyboardInterrupt:  # the log keeps every direction read so far
-                    typer.echo(
-                        f"interrupted: the directions read so far are kept in {out / LOG_NAME}; "
-                        f"{_resume_hint()}",
-                        err=True,
-                    )
+                    typer.echo(f"interrupted: {_kept(out / LOG_NAME)}", err=True)
                     raise typer.Exit(code=130) from None
-                except RuntimeError as err:  # another rank died: its collective fails here
-                    if not _group_failure(err):
-                        raise
-                    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-                    typer.echo(
-                        f"error: a process of the group failed ({type(err).__name__}: {first}); "
-                        f"the directions read so far are kept in {out / LOG_NAME}; "
-                        f"{_resume_hint()}",
-                        err=True,
-                    )
-                    raise typer.Exit(code=1) from None
             else:
                 reading = read(net, x, fam, on_vector=on_vector, **options)
+        except RuntimeError as err:  # another rank died: its collective fails here
+            if not _group_failure(err):
+                raise
+            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            # with --out, rank 0 says what its log keeps; without, there is no log (s33 trial
+            # DIST D5: that case printed gloo's 65-line traceback)
+            kept = f"; {_kept(out / LOG_NAME)}" if out is not None and main_rank else ""
+            typer.echo(
+                f"error: a process of the group failed ({type(err).__name__}: {first}){kept}",
+                err=True,
+            )
+            raise typer.Exit(code=1) from None
         except (ValueError, TypeError) as err:  # agreed checks are marked; others: this rank's
             _error(f"error: {err}", agreed=dp.is_agreed(err))
             raise typer.Exit(code=2) from err

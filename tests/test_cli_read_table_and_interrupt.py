@@ -125,3 +125,33 @@ def test_a_failed_group_without_out_is_said_in_one_line(monkeypatch: pytest.Monk
         "error: a process of the group failed (RuntimeError: [gloo/transport/tcp/pair.cc:553] "
         "Connection closed by peer)\n"
     )
+
+
+def test_an_interrupt_while_the_report_is_written_says_resume_writes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """s33 trial DIST D4: Ctrl-C while the report was written exited 130 with nothing said,
+    beside a report.json and no report.md; the log holds the whole read, so --resume writes the
+    report without reading a direction again."""
+    import neuromanifold.report.write as write_module
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(write_module, "write_report", interrupted)
+    out = tmp_path / "report"
+    args = ["read", "--model", "zoo:planted-mlp", "--out", str(out)]
+    res = RUNNER.invoke(app, args, env=ENV)
+    assert res.exit_code == 130
+    assert res.stderr == (
+        f"interrupted while writing the report in {out}: its files may be missing or an earlier "
+        "read's; the read itself is complete in its log: run the same command with --resume to "
+        "write the report (no direction is read again)\n"
+    )
+    monkeypatch.undo()
+    again = RUNNER.invoke(app, [*args, "--resume"], env=ENV)
+    assert again.exit_code == 0, again.output
+    n = len(json.loads((out / "report.json").read_text())["directions"])
+    said = "finished direction" + ("s" if n != 1 else "")
+    assert f"--resume: {n} {said} taken from {out / 'read.jsonl'}" in again.output
+    assert (out / "report.md").is_file()

@@ -1069,8 +1069,18 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             from neuromanifold.report.write import write_report
 
-            factors = _figure_factors(net, x, fam, reading)
-            title = f"read: {model}, {family_line}"
-            with writing(out, option="--out"):
-                files = write_report(reading, out, title=title, factors=factors)
+            try:
+                factors = _figure_factors(net, x, fam, reading)
+                title = f"read: {model}, {family_line}"
+                with writing(out, option="--out"):
+                    files = write_report(reading, out, title=title, factors=factors)
+            except KeyboardInterrupt:  # s33 trial DIST D4: exit 130 without a word, half a report
+                typer.echo(
+                    f"interrupted while writing the report in {out}: its files may be missing or "
+                    "an earlier read's; the read itself is complete in its log: "
+                    f"{_resume_hint().replace('to continue', 'to write the report')} (no "
+                    "direction is read again)",
+                    err=True,
+                )
+                raise typer.Exit(code=130) from None
             said.print(f"wrote {files.markdown}, {files.json} and {len(files.figures)} figures")

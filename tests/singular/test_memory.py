@@ -345,6 +345,11 @@ def test_memory_errors() -> None:
         parse_memory("2 parsecs")
     with pytest.raises(ValueError, match=r"max_memory must be at least 1 byte; got 0"):
         parse_memory(0)
+    for negative in ("-1", "-5MB", " - 2 GiB"):  # a size below zero (s33 trial DIST: "not a size")
+        with pytest.raises(ValueError, match=r"max_memory must be at least 1 byte; got '"):
+            parse_memory(negative)
+    with pytest.raises(ValueError, match=r"max_memory '-5XB' is not a memory size"):
+        parse_memory("-5XB")  # no unit: not a size, whatever its sign
     for huge in ("1e400", "9" * 400, "1e300 TiB"):  # beyond a float (raised OverflowError)
         with pytest.raises(ValueError, match=r"is too large to be a memory size"):
             parse_memory(huge)

@@ -200,6 +200,9 @@ def parse_memory(value: int | float | str) -> int:
     elif isinstance(value, int):
         n = value
     else:
+        negative = _MEMORY_RE.match(value.strip()[1:]) if value.strip().startswith("-") else None
+        if negative and negative.group(2).lower() in _UNITS:  # a size, below zero
+            raise ValueError(f"max_memory must be at least 1 byte; got {value!r}")
         m = _MEMORY_RE.match(value)
         unit = m.group(2).lower() if m else None
         if m is None or unit not in _UNITS:

@@ -740,7 +740,9 @@ def register(app: typer.Typer) -> None:
             "process under torchrun, e.g. 2GB or 512MiB: probe samples, t-values and factor "
             "batches are chunked to fit, and a budget that one sample or the detection (factors, "
             "their eigendecompositions, the candidates found) cannot fit is refused; "
-            "neuromanifold.singular.memory lists what is counted",
+            "neuromanifold.singular.memory lists what is counted (not the one-time costs of a "
+            "process's first read, torch's code, kernels and caches: 35-120 MB of RSS measured "
+            "on CPU MLPs, about 70 MB more with attention)",
         ),
         live_threshold: float | None = typer.Option(
             None,

@@ -150,6 +150,13 @@ def record_units(info: Mapping[str, Any], layer: str) -> str:
     ...         "inputs": [[0, 0.06]], "n_inputs": 17}]
     >>> record_units({"support": pos, "parameter": "pos_embed"}, "")
     'pos_embed spread'
+
+    A layer the record names whose tensors all carry less than `SHARE_MIN` of ``‖u‖²`` (not in
+    the support) says so (s33 trial USER D6: a rescale scaled ×8 / ×⅛ left its second layer
+    9e-5 of the direction, and its row showed no unit):
+
+    >>> record_units({"support": sup}, "fc")
+    'share < 0.001'
     """
     tied = {
         target: alias
@@ -161,6 +168,9 @@ def record_units(info: Mapping[str, Any], layer: str) -> str:
         for e in info.get("support") or []
     ]
     units = layer_units(support, layer)
+    here = any(str(e.get("tensor", "")).rpartition(".")[0] == layer for e in support)
+    if support and not here and not tied:  # the layer's tensors fell below SHARE_MIN
+        return f"share < {SHARE_MIN:g}"
     owner, _, leaf = str(info.get("parameter") or "").rpartition(".")
     if leaf and owner == layer:  # one named table of the module (a ViT's cls_token, pos_embed)
         units = f"{leaf} {units}".strip()

@@ -458,6 +458,24 @@ def _layer_cell(layer: str, units: str) -> str:
     return f"{name}: {units}" if units else name
 
 
+def _refined_family(fam: Any, kind: type, said: str, **value: Any) -> Any:
+    """``kind(**value)``, the output family ``fam`` refined by one option (``--sigma`` of a
+    gaussian, ``--ignore-index`` of a categorical); a usage error, starting with ``said`` (the
+    option and what it is for), when ``fam`` is of another kind, or naming the option when
+    ``kind`` refuses the value."""
+    option, name = said.split()[0], kind.__name__.lower()
+    if not isinstance(fam, kind):
+        purpose = "a regression" if name == "gaussian" else "a classifier"
+        raise typer.BadParameter(
+            f"{said}; the output family is {fam.to_dict().get('name')} (pass --family {name} "
+            f"for {purpose})"
+        )
+    try:
+        return kind(**value)
+    except ValueError as err:
+        raise typer.BadParameter(f"{option}: {err}") from None
+
+
 def _family_label(family: str | None, default_family: Any, fam: Any) -> str:
     """One line naming the output family used and where it came from (the JSON holds the
     family itself in ``meta["family"]``)."""
@@ -874,25 +892,16 @@ def register(app: typer.Typer) -> None:
         fam = {"gaussian": Gaussian(), "categorical": Categorical()}.get(family or "")
         fam = fam or default_family or Gaussian()
         if sigma is not None:
-            if not isinstance(fam, Gaussian):
-                raise typer.BadParameter(
-                    f"--sigma is the noise level of a gaussian family; the output family is "
-                    f"{fam.to_dict().get('name')} (pass --family gaussian for a regression)"
-                )
-            try:
-                fam = Gaussian(sigma=sigma)
-            except ValueError as err:
-                raise typer.BadParameter(f"--sigma: {err}") from None
+            fam = _refined_family(
+                fam, Gaussian, "--sigma is the noise level of a gaussian family", sigma=sigma
+            )
         if ignore_index is not None:
-            if not isinstance(fam, Categorical):
-                raise typer.BadParameter(
-                    f"--ignore-index marks categorical labels; the output family is "
-                    f"{fam.to_dict().get('name')} (pass --family categorical for a classifier)"
-                )
-            try:
-                fam = Categorical(ignore_index=ignore_index)
-            except ValueError as err:
-                raise typer.BadParameter(f"--ignore-index: {err}") from None
+            fam = _refined_family(
+                fam,
+                Categorical,
+                "--ignore-index marks categorical labels",
+                ignore_index=ignore_index,
+            )
             if not isinstance(x, tuple | list):  # no labels: no labelled check would run
                 raise typer.BadParameter(
                     "--ignore-index marks labels, and the probe data has none (give --data a "

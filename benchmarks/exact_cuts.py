@@ -18,11 +18,12 @@ Printed in one run (float64, CPU, one thread), every cut in standard errors of i
    own; the larger t, the farther from a true parameter), wall time of each: the exact cut's pass
    is the difference between the calls inside its band and those outside.
 
-``python benchmarks/exact_cuts.py`` (about two minutes).
+``python benchmarks/exact_cuts.py [--only confident|rare|cost]`` (about two minutes for all three).
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import time
 
@@ -248,11 +249,22 @@ def cost_section() -> None:
         )
 
 
-def main() -> None:
+SECTIONS = ("confident", "rare", "cost")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument(
+        "--only",
+        choices=SECTIONS,
+        action="append",
+        help="run only this section (repeatable; default: all three, about two minutes)",
+    )
+    args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    confident_section()
-    rare_section()
-    cost_section()
+    runs = {"confident": confident_section, "rare": rare_section, "cost": cost_section}
+    for name in args.only or SECTIONS:
+        runs[name]()
 
 
 if __name__ == "__main__":

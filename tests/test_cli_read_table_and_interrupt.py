@@ -42,21 +42,25 @@ def test_every_row_carries_its_direction_number(tmp_path: Path) -> None:
     assert [r[1] for r in rows if r[0] == str(chain)] == ["0: out 2", "2: out 3, in 2"]
 
 
-@pytest.mark.parametrize("n_logged", [0, 1, 2])
+@pytest.mark.parametrize(("n_logged", "ours"), [(0, True), (1, True), (2, True), (2, False)])
 def test_an_interrupted_read_with_out_points_to_resume(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n_logged: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n_logged: int, ours: bool
 ) -> None:
-    """The log's finished directions are counted; a read stopped before its first one is told
-    that there is nothing to resume (s33 trial DIST D3: it was pointed at a log that did not
-    exist)."""
-    import json
-
+    """The finished directions of this read's log are counted; a read stopped before its first
+    one, beside no log or another read's, is told that there is nothing to resume (s33 trial
+    DIST D3: it was pointed at a log that did not exist; s33 review #5: at another read's log,
+    which --resume then refused)."""
     import neuromanifold.report.resume as resume
 
-    def interrupted(*args: object, log_path: Path, **kwargs: object) -> None:
+    real = resume.read_fingerprint
+    hooks = ("log_path", "resume", "fingerprint_data", "on_resume", "on_vector")
+
+    def interrupted(model, data, family, **kwargs: object) -> None:
+        options = {k: v for k, v in kwargs.items() if k not in hooks}
+        mark = real(model, kwargs["fingerprint_data"], family, options) if ours else "other"
         if n_logged:  # a header and n_logged finished directions
-            lines = [{"kind": "k"}] + [{"index": i} for i in range(n_logged)]
-            log_path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+            lines = [{"kind": "k", "fingerprint": mark}] + [{"index": i} for i in range(n_logged)]
+            Path(kwargs["log_path"]).write_text("".join(json.dumps(e) + "\n" for e in lines))
         raise KeyboardInterrupt
 
     monkeypatch.setattr(resume, "resumable_read", interrupted)
@@ -64,14 +68,15 @@ def test_an_interrupted_read_with_out_points_to_resume(
     out.mkdir()
     res = RUNNER.invoke(app, ["read", "--model", "zoo:planted-mlp", "--out", str(out)], env=ENV)
     assert res.exit_code == 130
+    nothing = "no direction was finished, so there is nothing to resume: run the same read again"
     kept = {
-        0: "no direction was finished, so there is nothing to resume: run the same read again",
+        0: nothing,
         1: f"the direction read so far is kept in {out / 'read.jsonl'}; run the same command "
         "with --resume to continue",
         2: f"the 2 directions read so far are kept in {out / 'read.jsonl'}; run the same "
         "command with --resume to continue",
     }[n_logged]
-    assert res.stderr == f"interrupted: {kept}\n"
+    assert res.stderr == f"interrupted: {kept if ours else nothing}\n"
 
 
 def test_a_flat_gauges_plateau_fit_is_marked_in_the_table(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -145,6 +145,9 @@ def test_count_logged_counts_finished_directions_of_any_read(net, tmp_path):
     assert count_logged(log) == 0  # no log
     resumable_read(m, x, fam, log_path=log, grid=GRID, progress=False)
     assert count_logged(log) == N_DEAD
+    mark = read_fingerprint(m, x, fam, {"grid": GRID, "progress": False})
+    assert count_logged(log, mark) == N_DEAD  # this read's log
+    assert count_logged(log, "0" * 64) == 0  # what --resume of another read would take
     text = log.read_text()
     log.write_text(text[: len(text) - 40])  # a torn last line is no finished direction
     assert count_logged(log) == N_DEAD - 1
@@ -191,14 +194,38 @@ def test_a_log_written_before_the_outputs_were_kept_is_still_resumed(net, uninte
     assert again == uninterrupted
 
 
-def test_output_probe_is_taken_in_eval_mode_and_restores_the_mode(net):
+def test_output_probe_is_the_float64_eval_copys_and_leaves_the_model_alone(net):
+    """s33 review #1–#4: taken on the read's float64 working copy (the caller's model is neither
+    run nor put in another mode), spread over the whole output, None when not finite."""
     m, x, _ = net
-    drop = torch.nn.Sequential(m, torch.nn.Dropout(0.5)).train()
-    first = output_probe(drop, x)
-    assert first == output_probe(drop, x)  # no dropout noise: eval mode
-    assert drop.training  # restored
-    assert first == [float(v) for v in m(x[:2]).detach().reshape(-1)]
+    bn = torch.nn.BatchNorm1d(x.shape[1]).double().train()
+    model = torch.nn.Sequential(bn, m, torch.nn.Dropout(0.5)).train()
+    before = bn.running_mean.clone()
+    first = output_probe(model, x)
+    assert first == output_probe(model, x)  # no dropout noise: eval mode
+    assert model.training and bn.training  # untouched: no mode set …
+    assert torch.equal(bn.running_mean, before)  # … and no statistics updated
+    with torch.no_grad():
+        want = torch.nn.Sequential(bn, m).eval()(x[:2]).reshape(-1)
+    assert first == [float(v) for v in want]  # 8 values: all of them
+    half = copy.deepcopy(m).half()
+    assert output_probe(half, x) == output_probe(copy.deepcopy(half).double(), x)  # in float64
     assert output_probe(torch.nn.Linear(3, 2).double(), x) is None  # a forward that fails
+
+
+def test_output_probe_spreads_its_values_over_samples_and_positions() -> None:
+    """s33 review #4: the first 64 values of a sequence model are sample 0 at position 0 only."""
+
+    class Seq(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.double().cumsum(1)[..., None].repeat(1, 1, 3)
+
+    x = torch.arange(2 * 100, dtype=torch.float64).reshape(2, 100)
+    values = output_probe(Seq(), x)
+    flat = Seq()(x).reshape(-1)
+    assert values is not None and len(values) == 64
+    assert values[0] == float(flat[0]) and values[-1] == float(flat[-1])  # both samples, all t
+    assert output_probe(Seq(), torch.full((2, 3), float("inf"))) is None  # not finite: no check
 
 
 def test_log_of_another_read_is_refused(net, tmp_path):

@@ -410,13 +410,16 @@ def _resume_hint() -> str:
     return "run the same command with --resume to continue"
 
 
-def _kept(log: Path) -> str:
+def _kept(log: Path, fingerprint: Callable[[], str]) -> str:
     """What the log of an interrupted read keeps: its finished directions and how to continue
     (`_resume_hint`), or that no direction finished (s33 trial DIST D3: the directions were said
-    to be kept in a log that did not exist, a read stopped before its first direction)."""
+    to be kept in a log that did not exist, a read stopped before its first direction). Only a
+    log of this read counts, ``fingerprint()`` (computed only when a log is there): an earlier
+    read's log, which a new read replaces at its first direction, is not one ``--resume`` of this
+    read would take (s33 review #5)."""
     from neuromanifold.report.resume import count_logged
 
-    n = count_logged(log)
+    n = count_logged(log, fingerprint()) if log.is_file() else 0
     if not n:
         return "no direction was finished, so there is nothing to resume: run the same read again"
     kept = f"the {n} directions read so far are" if n != 1 else "the direction read so far is"
@@ -944,6 +947,12 @@ def register(app: typer.Typer) -> None:
             vectors[i] = {name: t.detach().cpu() for name, t in u.items()}
 
         on_vector = keep if save_directions is not None and main_rank else None
+
+        def this_read() -> str:  # the log fingerprint of this read (`resumable_read`'s)
+            from neuromanifold.report.resume import read_fingerprint
+
+            return read_fingerprint(net, x_all, fam, options)
+
         try:
             if out is not None and main_rank:
                 from neuromanifold.report.resume import LOG_NAME, resumable_read
@@ -973,7 +982,7 @@ def register(app: typer.Typer) -> None:
                         **options,
                     )
                 except KeyboardInterrupt:  # the log keeps every direction read so far
-                    typer.echo(f"interrupted: {_kept(out / LOG_NAME)}", err=True)
+                    typer.echo(f"interrupted: {_kept(out / LOG_NAME, this_read)}", err=True)
                     raise typer.Exit(code=130) from None
             else:
                 reading = read(net, x, fam, on_vector=on_vector, **options)
@@ -983,7 +992,7 @@ def register(app: typer.Typer) -> None:
             first = str(err).strip().splitlines()[0] if str(err).strip() else ""
             # with --out, rank 0 says what its log keeps; without, there is no log (s33 trial
             # DIST D5: that case printed gloo's 65-line traceback)
-            kept = f"; {_kept(out / LOG_NAME)}" if out is not None and main_rank else ""
+            kept = f"; {_kept(out / LOG_NAME, this_read)}" if out is not None and main_rank else ""
             typer.echo(
                 f"error: a process of the group failed ({type(err).__name__}: {first}){kept}",
                 err=True,

@@ -103,32 +103,40 @@ def _rebuilt_rank(
     return floored_rank(s, floor), floored_rank(s), sigma_m, floor
 
 
-def snap_zero_layers(arch: LCN, x: np.ndarray, v: np.ndarray, rho: float, tol: float) -> np.ndarray:
-    """The flat fiber point ``x`` over ``v = 0`` with its negligible layers set to exactly zero.
+def snap_zero_layers(
+    arch: LCN, x: np.ndarray, v: np.ndarray, delta: np.ndarray, rho: float, tol: float
+) -> np.ndarray:
+    """The flat fiber point ``x`` over ``v = 0`` with the layers that vanish set to exactly zero.
 
     ``μ`` is the product of the layers' (dilated) polynomials and the polynomials have no zero
-    divisors, so every exact point over ``v = 0`` has a zero layer. A point solved for
-    numerically carries that layer at rounding size (``1e-20 … 1e-51`` measured), and the rank
-    verdicts, taken at the balanced point of the rescaling orbit, scale it up to the size of the
-    others, where every singular value of ``Jμ`` sits at rounding level (s33 trial LCND D1: over
-    ``v = 0``, ``δ = 2`` rank J = 0 was reported where it is ``k_1 = 4``). Each layer with
-    ``‖w_l / ρ‖² ≤ tol`` (the unit-scale residual tolerance: zeroing it moves ``δ/ρ²`` by at most
-    that and ``μ`` onto ``v`` exactly) is set to zero. Points over ``v ≠ 0``, where no layer can
-    vanish, are returned as given.
+    divisors, so every exact point over ``v = 0`` has a zero layer. ``δ`` then fixes every
+    squared norm, ``‖w_j‖² = S_j − min S`` with ``S_j = δ_1 + … + δ_{j−1}`` (``S_1 = 0``): the
+    layers that vanish are those with ``S_j = min S``. A point solved for numerically carries them
+    at rounding size (``1e-20 … 1e-51`` measured), and the rank verdicts, taken at the balanced
+    point of the rescaling orbit, scale them up to the size of the others, where every singular
+    value of ``Jμ`` sits at rounding level (s33 trial LCND D1: over ``v = 0``, ``δ = 2`` rank J =
+    0 was reported where it is ``k_1 = 4``). Each such layer with ``‖w_j / ρ‖² ≤ tol`` (the
+    unit-scale residual tolerance) is set to zero; a layer whose ``S_j`` is above the minimum,
+    however little, keeps its norm (s33 review #6: at ``δ = (1e-11, 1)`` the second layer, of
+    squared norm 1e-11, was zeroed too). ``x`` itself is returned when nothing changes, and for
+    ``v ≠ 0``, where no layer can vanish.
 
-    >>> a = LCN((2, 2), (2,))
-    >>> snap_zero_layers(a, np.array([1e-30, 0.0, 1.0, 1.0]), np.zeros(3), 1.0, 1e-10).tolist()
-    [0.0, 0.0, 1.0, 1.0]
+    >>> a = LCN((2, 2, 2), (1, 1))
+    >>> x = np.array([1e-30, 0.0, 3e-6, 0.0, 1.0, 0.0])
+    >>> snap_zero_layers(a, x, np.zeros(4), np.array([9e-12, 1.0]), 1.0, 1e-10).tolist()
+    [0.0, 0.0, 3e-06, 0.0, 1.0, 0.0]
     """
     if np.any(v):
         return x
-    out = np.array(x, dtype=np.float64, copy=True)
-    off = 0
-    for k in arch.layer_sizes:
-        if float(np.sum((out[off : off + k] / rho) ** 2)) <= tol:
+    s = np.concatenate([[0.0], np.cumsum(np.asarray(delta, dtype=np.float64))])
+    out, off, changed = np.array(x, dtype=np.float64, copy=True), 0, False
+    for j, k in enumerate(arch.layer_sizes):
+        layer = out[off : off + k]
+        if s[j] == s.min() and np.any(layer) and float(np.sum((layer / rho) ** 2)) <= tol:
             out[off : off + k] = 0.0
+            changed = True
         off += k
-    return out
+    return out if changed else x
 
 
 def check_lcn_target(arch: LCN, v: Any, delta: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -315,10 +323,11 @@ def lcn_fiber(
         best = num.best_residual
         tol = num.tolerance
     for i, x in enumerate(all_pts):
-        snapped = snap_zero_layers(arch, x, v, rho, tol)
-        if snapped is not x:  # its residual, at unit scale as the routes give theirs
-            all_pts[i] = snapped
-            all_res[i] = float(np.linalg.norm(phi(arch, snapped / rho) - target))
+        snapped = snap_zero_layers(arch, x, v, d, rho, tol)
+        if snapped is not x:  # kept when its residual (unit scale, as the routes') is in tolerance
+            res_snapped = float(np.linalg.norm(phi(arch, snapped / rho) - target))
+            if res_snapped <= tol:
+                all_pts[i], all_res[i] = snapped, res_snapped
     keep = distinct(all_pts, exact=n_exact)
     pts = [all_pts[i] for i in keep]
     res = [all_res[i] for i in keep]

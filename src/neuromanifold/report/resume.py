@@ -150,43 +150,50 @@ def _digest(parts: Mapping[str, Any]) -> str:
 OUTPUT_SAMPLES = 2
 """`output_probe` runs the model on this many probe samples."""
 OUTPUT_VALUES = 64
-"""`output_probe` keeps at most this many output values."""
+"""`output_probe` keeps this many output values, spread evenly over its flattened output."""
 OUTPUT_RTOL = 1e-4
 """A log whose probe outputs differ from this read's by more than this times their largest
 magnitude is refused: the same weights with another forward (an output scale, a changed
-activation) is another model. Loose enough for float32 outputs on another device; a change of
-the forward below it is not seen."""
+activation) is another model. Both are float64 forwards of the read's working copy; the tolerance
+leaves room for another device's kernels. A change of the forward below it is not seen."""
 
 
 def output_probe(model: nn.Module, data: Tensor | tuple[Tensor, Tensor]) -> list[float] | None:
-    """The model's first `OUTPUT_VALUES` output values (flattened, C order) on its first
-    `OUTPUT_SAMPLES` probe inputs, in eval mode (its mode is restored), floating inputs cast to
-    the dtype of its first floating parameter; None when that forward fails or returns no
-    floating tensor (the read then says what is wrong).
+    """`OUTPUT_VALUES` values of the model's output on its first `OUTPUT_SAMPLES` probe inputs,
+    evenly spaced over the flattened output (every sample and position takes part, not only the
+    first), from the float64 eval-mode copy the read itself works on
+    (`neuromanifold.singular.read.working_copy`: the caller's model is not run or changed);
+    floating inputs in float64. None when that forward fails, returns no floating tensor, or a
+    value kept is not finite (the read then says what is wrong, or nothing is compared).
 
     The parameters and buffers, which the fingerprint hashes, do not determine the model: its
     ``forward`` does too (s33 trial DIST D1: a log of a model whose outputs were doubled, with the
     same weights, was resumed and its records reused, magnitudes 4× off). The header keeps these
-    values and `ReadLog.load` compares them within `OUTPUT_RTOL`."""
+    values and `ReadLog.load` compares them within `OUTPUT_RTOL`. The copy costs what the read's
+    own copy does (float64 parameters), and is freed before the read starts."""
+    from neuromanifold.singular.read import working_copy
+
     x = data[0] if isinstance(data, (tuple, list)) else data
-    if not isinstance(x, Tensor) or x.ndim == 0:
+    if not isinstance(x, Tensor) or x.ndim == 0 or x.shape[0] == 0:
         return None
     x = x[:OUTPUT_SAMPLES]
-    param = next((p for p in model.parameters() if p.is_floating_point()), None)
-    if x.is_floating_point() and param is not None:
-        x = x.to(dtype=param.dtype, device=param.device)
-    was = model.training
+    x = x.to(torch.float64) if x.is_floating_point() else x
     try:
-        model.eval()
+        work = working_copy(model)
+        param = next(work.parameters(), None)
         with torch.no_grad():
-            out = model(x)
+            out = work(x if param is None else x.to(param.device))
     except Exception:  # the read itself names a forward that fails
         return None
-    finally:
-        model.train(was)
-    if not isinstance(out, Tensor) or not out.is_floating_point():
+    if not isinstance(out, Tensor) or not out.is_floating_point() or out.numel() == 0:
         return None
-    return [float(v) for v in out.detach().double().reshape(-1)[:OUTPUT_VALUES].cpu()]
+    flat = out.detach().reshape(-1)
+    n = min(OUTPUT_VALUES, flat.numel())
+    at = torch.linspace(0, flat.numel() - 1, n, dtype=torch.float64).round().long()
+    values = flat[at.to(flat.device)].double().cpu()
+    if not bool(torch.isfinite(values).all()):
+        return None
+    return [float(v) for v in values]
 
 
 def _outputs_differ(old: Any, new: Any) -> str:
@@ -224,15 +231,24 @@ def _differing(old: Any, new: Mapping[str, Any] | None) -> str:
     return "; ".join(names) or "model, data, labels, family or options"
 
 
-def count_logged(path: str | Path) -> int:
-    """How many direction lines the log at ``path`` holds, whatever read wrote it: the lines
-    after the first (the header) that parse as JSON objects; a torn last line is not counted; 0
-    when there is no log or it cannot be read. Unlike `ReadLog.load` it checks neither the header
-    nor the fingerprint: it says what a read without resume is about to replace."""
+def count_logged(path: str | Path, fingerprint: str | None = None) -> int:
+    """How many direction lines the log at ``path`` holds: the lines after the first (the
+    header) that parse as JSON objects; a torn last line is not counted; 0 when there is no log
+    or it cannot be read. With ``fingerprint``, 0 also when the header is not JSON or names
+    another fingerprint: what ``--resume`` of that read would take (without the checks of
+    `ReadLog.load`). Without, whatever read wrote it: what a read without resume replaces."""
     try:
-        lines = Path(path).read_text(encoding="utf-8").split("\n")[1:]
+        lines = Path(path).read_text(encoding="utf-8").split("\n")
     except (OSError, UnicodeDecodeError):
         return 0
+    if fingerprint is not None:
+        try:
+            header = json.loads(lines[0])
+        except ValueError:
+            return 0
+        if not isinstance(header, dict) or header.get("fingerprint") != fingerprint:
+            return 0
+    lines = lines[1:]
 
     def is_record(line: str) -> bool:
         try:

@@ -10,7 +10,7 @@ Pipeline (spec §7.2):
    ``nn.MultiheadAttention`` modules by the equal attention with separate ``nn.Linear``
    projections ``q_proj``/``k_proj``/``v_proj``/``out_proj`` (the row blocks of
    ``in_proj_weight``; records name them so), ``meta["multihead_as_projections"]``
-   (`neuromanifold.singular.adapt_attention`); see `_working_copy` for fused attention). Non-finite
+   (`neuromanifold.singular.adapt_attention`); see `working_copy` for fused attention). Non-finite
    parameters or activations raise ``ValueError`` naming the parameter or module; data that does
    not fit the model raises ``ValueError`` naming the shapes; a random forward (two evaluations
    on the same samples differ, `_check_repeatable`) raises ``ValueError``.
@@ -494,7 +494,7 @@ def read(
         upcast = any(p.is_floating_point() and p.dtype != torch.float64 for p in model.parameters())
         check_eval_mode(model)  # the caller's modes: the working copy below is set to eval mode
         check_parameter_writes(model)  # a forward writing into its weights (max_norm)
-        work = _working_copy(model)
+        work = working_copy(model)
         rewritten = conv1d_as_linear(work)
         if dev is not None:
             work = work.to(dev)
@@ -1156,7 +1156,7 @@ def _reading_order(candidates: list[Candidate]) -> list[Candidate]:
     return dead + gauges
 
 
-def _working_copy(model: nn.Module) -> nn.Module:
+def working_copy(model: nn.Module) -> nn.Module:
     """Float64 eval-mode deep copy; fused-attention modules are set to train mode with dropout 0.
 
     PyTorch's fused inference path for ``nn.MultiheadAttention`` and the ``nn.Transformer*Layer``

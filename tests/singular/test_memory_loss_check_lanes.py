@@ -16,7 +16,7 @@ from torch import nn
 
 from neuromanifold.singular.family import Categorical, Gaussian
 from neuromanifold.singular.memory import JVP_FRACTION, format_bytes, parse_memory, plan_memory
-from neuromanifold.singular.read import read
+from neuromanifold.singular.read import _critical_bytes, read
 from neuromanifold.singular.read_candidate import LOSS_CHECK_LANES
 
 N, W = 128, 256
@@ -57,14 +57,22 @@ def test_a_labelled_read_under_a_budget_too_small_for_the_check_lanes_is_refused
     plan = plan_memory(model, x, Categorical(), max_memory="30MB")
     assert plan.chunk_for(LOSS_CHECK_LANES) == 1  # the fallback the refusal replaces
     assert plan.pass_room() < plan.jvp_cost(1, LOSS_CHECK_LANES)
-    with pytest.raises(ValueError, match=r"the labelled-loss checks \(labels were given\)") as err:
+    with pytest.raises(
+        ValueError, match=r"the labelled checks \(labels were given: the whole"
+    ) as err:
         read(model, (x, y), Categorical(), max_memory="30MB", progress=False)
     least = re.search(r"at least ([0-9.]+ [kMGT]?B) \(this part alone\)", str(err.value))
     assert least is not None
-    # the suggested budget fits the lanes at plan time (candidates found later may ask more)
+    # the suggested budget fits the lanes beside the whole-gradient check's tensors at plan time
+    # (the candidates the detection finds may ask more); 3 % below it does not
     at_least = parse_memory(least.group(1).replace(" ", ""))
-    plan = plan_memory(model, x, Categorical(), max_memory=at_least)
-    assert plan.chunk_for(LOSS_CHECK_LANES) >= 1
+    held = _critical_bytes(model.double())
+    plan_memory(model, x, Categorical(), max_memory=at_least).holding(held).require_lanes(
+        LOSS_CHECK_LANES, "the checks"
+    )
+    with pytest.raises(ValueError, match="the checks run 3 JVP lanes"):
+        below = plan_memory(model, x, Categorical(), max_memory=int(0.97 * at_least))
+        below.holding(held).require_lanes(LOSS_CHECK_LANES, "the checks")
     # without labels no check runs: the same budget reads
     unlabelled = read(model, x, Categorical(), max_memory="30MB", progress=False, max_directions=1)
     assert unlabelled.directions

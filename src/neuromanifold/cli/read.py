@@ -164,7 +164,8 @@ def _weights_file_hint(spec: str) -> str:
         return ""
     return (
         f". {spec!r} looks like a weights file: pass it as --checkpoint, and name the module it "
-        "loads into with --model package.module:factory (a function or class that builds it)"
+        "loads into with --model package.module:factory (a function or class that builds it); "
+        "for a Hugging Face model, pass its directory as --model"
     )
 
 
@@ -685,8 +686,9 @@ def register(app: typer.Typer) -> None:
             "--sigma",
             metavar="FLOAT",
             help="σ of a gaussian family, y ~ N(model(x), σ²): the noise level of the data "
-            "(default 1); F_u scales as 1/σ², the orders and classes do not change, and the "
-            "labelled checks are in units of it",
+            "(default 1); F_u scales as 1/σ² and the orders do not change (nor the classes, "
+            "unless --live-threshold, an absolute F, is given); the labelled checks are in its "
+            "units",
         ),
         ignore_index: int | None = typer.Option(
             None,
@@ -911,11 +913,12 @@ def register(app: typer.Typer) -> None:
                     "file with 'y' beside 'x', or a pair (x, y))"
                 )
         family_line = _family_label(family, default_family, fam)
-        if probes_from_task is not None:
-            family_line += (
-                f"; probe data: the first {ZOO_PROBES} labelled validation images of the "
-                f"checkpoint's task {probes_from_task!r} (--data reads others)"
-            )
+        probes_line = (
+            f"probe data: the first {ZOO_PROBES} labelled validation images of the checkpoint's "
+            f"task {probes_from_task!r} (--data reads others)"
+            if probes_from_task is not None
+            else ""
+        )
         options = {
             "max_directions": max_directions,
             "snap": True if snap else "auto",
@@ -1063,6 +1066,8 @@ def register(app: typer.Typer) -> None:
         # the family, what was not covered and the reading's note are warnings a pipeline
         # needs too: on stderr when stdout holds the JSON (s15 trial T #2)
         said.print(family_line)
+        if probes_line:  # not in the report's title, which names the family (s33 review #9)
+            said.print(probes_line, markup=False)
         console.print(table)
         if plateaus:
             said.print(f"k̂, r² {PLATEAU_NOTE}", markup=False)

@@ -571,7 +571,7 @@ def read(
                 plan.holding(_scan_bytes(work), what="the coordinate scan's copy of the parameters")
             if labels is not None:  # the labelled checks' lanes: refuse before the read
                 plan.holding(_critical_bytes(work), what=_CRITICAL_HELD).require_lanes(
-                    LOSS_CHECK_LANES, f"{_LOSS_CHECKS} beside {_CRITICAL_HELD}"
+                    LOSS_CHECK_LANES, _LOSS_CHECKS
                 )
     factors = kfac_factors(work, xw, family, batch_size=batch_size, max_factor_dim=max_factor_dim)
     # one forward + backward over the samples in chunks of the factor batch (the plan's under a
@@ -634,10 +634,10 @@ def read(
             )
             if baseline:  # and beside them, the scan's copy: refuse before the sweeps
                 plan.holding(_scan_bytes(work), what="the coordinate scan's copy of the parameters")
-            if labels is not None:  # and the whole-gradient check's tensors, and their lanes
-                plan.require_lanes(LOSS_CHECK_LANES, _LOSS_CHECKS)
+            if labels is not None:  # and the whole-gradient check's tensors, and its lanes
+                # (the per-direction checks run as many lanes beside less: they fit then too)
                 plan.holding(_critical_bytes(work), what=_CRITICAL_HELD).require_lanes(
-                    LOSS_CHECK_LANES, f"{_LOSS_CHECKS} beside {_CRITICAL_HELD}"
+                    LOSS_CHECK_LANES, _LOSS_CHECKS
                 )
     chunk = None if plan is None else plan.chunk_size
     t_batch = T_BATCH if plan is None else plan.t_batch
@@ -1176,7 +1176,10 @@ def working_copy(model: nn.Module) -> nn.Module:
 
 
 _CRITICAL_HELD = "the whole-gradient check's gradient and its copy"
-_LOSS_CHECKS = "the labelled-loss checks (labels were given)"
+_LOSS_CHECKS = (
+    "the labelled checks (labels were given: the whole-gradient check, beside its gradient and "
+    "that gradient's copy, and the labelled-loss check of each direction)"
+)
 
 
 def _critical_bytes(model: nn.Module) -> int:

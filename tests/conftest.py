@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib.util
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -93,3 +97,18 @@ def candidate_kwargs() -> dict:
         "t_batch": 8,
         "plan": None,
     }
+
+
+@pytest.fixture(scope="module")
+def bench(request: pytest.FixtureRequest) -> Iterator[ModuleType]:
+    """The benchmark script at the test module's ``BENCH`` path, imported as a module named after
+    the file; registered in ``sys.modules`` while that module's tests run (a script's dataclasses
+    look their module up there)."""
+    path = Path(request.module.BENCH)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None, path
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = mod
+    spec.loader.exec_module(mod)
+    yield mod
+    sys.modules.pop(path.stem, None)

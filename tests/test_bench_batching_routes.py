@@ -3,10 +3,8 @@ Fisher: checked on a few samples so that the benchmark's timings compare like wi
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
-import pytest
 import torch
 
 from neuromanifold.singular.fisher import directional_fisher
@@ -14,14 +12,6 @@ from neuromanifold.singular.fisher import directional_fisher
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "batching_routes.py"
 RTOL = 1e-12
 """Relative agreement of float64 sums taken in another order (observed ≤ 3e-15)."""
-
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("batching_routes", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_reverse_routes_equal_the_forward_lanes(bench) -> None:

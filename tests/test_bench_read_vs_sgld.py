@@ -6,9 +6,7 @@ by both samplers agree with brute-force versions."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -34,16 +32,6 @@ PROBE_RANK_PASSES = 2
 RTOL_RUNNING_LLC = 1e-12
 #: read rows checked here (fast; the L4 chain and the re-read rows are left to the benchmark).
 ROWS = ("rrr 3-2-3 r1", "rrr 5-3-4 r2", "dln L3 w4", "node relu", "node relu2")
-
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("read_vs_sgld", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["read_vs_sgld"] = mod
-    spec.loader.exec_module(mod)
-    yield mod
-    sys.modules.pop("read_vs_sgld", None)
 
 
 def _rows(bench):

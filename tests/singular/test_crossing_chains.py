@@ -75,30 +75,15 @@ def test_a_unit_read_by_two_blocks_is_named_in_the_note() -> None:
     assert "several blocks" not in single.note
 
 
-def test_parallel_chains_over_the_same_layers_are_named_once_with_their_count() -> None:
+def test_parallel_chains_over_the_same_layers_are_named_once_with_their_count(record_of) -> None:
     """s33 trial USER D1: two parallel chains 0+3+7 were listed as "0+3+7 (through 3); 0+3+7
     (through 3)"."""
     from dataclasses import replace
 
     from neuromanifold.singular.read import _crossing_chains_note
-    from neuromanifold.singular.reading import DirectionRecord
 
-    base = DirectionRecord(
-        layer="0",
-        layers=("0", "3", "7"),
-        detector="duality",
-        k=None,
-        k_hat=None,
-        slope=None,
-        r2=None,
-        magnitude=None,
-        klass="flat_gauge",
-        window=None,
-        offset=0.0,
-        gauge_overlap=None,
-        ratio=0.0,
-        info={"through_live": ["3"], "chain_index": 0},
-    )
+    chain = record_of(("0", "3", "7"), "duality", "flat_gauge")
+    base = replace(chain, info={"through_live": ["3"], "chain_index": 0})
     other = replace(base, layers=("1", "3", "7"), info={"through_live": ["3"]})
     twin = replace(base, info={"through_live": ["3"], "chain_index": 1})
     note = _crossing_chains_note([base, twin, other, replace(base, info={})])

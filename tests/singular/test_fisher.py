@@ -278,11 +278,25 @@ def test_error_nonfinite_entry_is_named_among_several_tensors() -> None:
         directional_fisher(model, params, [good, bad], x, Gaussian())
 
 
-def test_error_direction_norm_overflow() -> None:
-    """Finite entries whose squared norm overflows float64 are refused as an overflow."""
+@pytest.mark.parametrize("size", [1e-200, 1e200])
+def test_direction_of_tiny_or_huge_entries_reads_as_its_unit_direction(size: float) -> None:
+    """Σu² underflows at 1e-200 and overflows at 1e200, but the norm is a finite float: the
+    direction is normalised by its largest entry first and reads as the unit direction does
+    (s34 trial CELLS D6: "zero norm" and "norm inf (overflow)" before)."""
     model, params, x = make("mlp")
-    huge = torch.full((7, 5), 1e200, dtype=torch.float64)
-    with pytest.raises(ValueError, match=r"direction u has norm inf \(overflow\)"):
+    shape = torch.linspace(-1.0, 2.0, 35, dtype=torch.float64).reshape(7, 5)
+    want = directional_fisher(model, params, {"0.weight": shape}, x, Gaussian())
+    got = directional_fisher(model, params, {"0.weight": size * shape}, x, Gaussian())
+    torch.testing.assert_close(got, want, rtol=RTOL_EXACT, atol=0.0)
+
+
+def test_error_direction_norm_overflow() -> None:
+    """Finite entries whose norm itself is above the largest float64 are refused, saying so."""
+    model, params, x = make("mlp")
+    huge = torch.full((7, 5), 1.5e308, dtype=torch.float64)
+    with pytest.raises(
+        ValueError, match=r"direction u has norm 1.5e\+308 × 5.92, above the largest"
+    ):
         directional_fisher(model, params, {"0.weight": huge}, x, Gaussian())
 
 

@@ -662,23 +662,31 @@ def check_direction(
                 f"floating-point parameters only; leave {key!r} out of the direction"
             )
         out[key] = value.detach().to(device=params[key].device, dtype=DTYPE)
-    # One fused norm per tensor (nan/inf entries make their tensor's norm non-finite); the
-    # per-tensor finiteness scan runs only to name the culprit when something is wrong.
+    # Scaled by the largest entry first, so that a direction of tiny or huge entries is neither
+    # "zero" (Σu² underflows at 1e-200) nor "overflow" (Σu² is inf at 1e200) while its norm is
+    # a finite float (s34 trial CELLS D6); one fused norm per tensor after that. A nan/inf entry
+    # makes the largest entry non-finite; the per-tensor scan runs only to name the culprit.
     values = list(out.values())
-    norms = torch.stack(torch._foreach_norm(values))
-    norm = float(torch.linalg.vector_norm(norms))
-    if not math.isfinite(norm):
+    biggest = float(
+        torch.stack([v.abs().amax() if v.numel() else v.new_zeros(()) for v in values]).amax()
+    )
+    if not math.isfinite(biggest) or biggest != biggest:
         for key, v in out.items():
             if not bool(torch.isfinite(v).all()):
                 raise ValueError(
                     f"direction {name}[{key!r}] contains non-finite values (nan or inf)"
                 )
-        raise ValueError(
-            f"direction {name} has norm {norm} (overflow); expected a non-zero finite direction"
-        )
-    if norm == 0.0:
+    if biggest == 0.0:
         raise ValueError(f"direction {name} has zero norm; expected a non-zero finite direction")
-    return dict(zip(out, torch._foreach_div(values, norm), strict=True)), norm
+    scaled = torch._foreach_div(values, biggest)
+    rel = float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(scaled))))
+    norm = biggest * rel
+    if not math.isfinite(norm):
+        raise ValueError(
+            f"direction {name} has norm {biggest:.3g} × {rel:.3g}, above the largest float; "
+            "expected a direction of finite norm (scale it down: the read is scale-free in u)"
+        )
+    return dict(zip(out, torch._foreach_div(scaled, rel), strict=True)), norm
 
 
 def check_grid(grid: object) -> Tensor:

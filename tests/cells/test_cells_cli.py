@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pytest
 import torch
 from rich.cells import cell_len
 from typer.testing import CliRunner
@@ -59,6 +60,30 @@ def test_cells_command_rejects_an_unknown_cell() -> None:
     result = CliRunner().invoke(app, ["cells", "--only", "nope"])
     assert result.exit_code == 2
     assert "unknown cell 'nope'" in result.output
+    assert "layernorm_kernel" in result.output  # no close name: the whole list
+
+
+def test_cells_command_names_close_cells_for_a_misspelt_one() -> None:
+    """A near miss names the close cells and `--list`, not all 44 names (s34 trial CELLS D5)."""
+    result = CliRunner().invoke(app, ["cells", "--only", "node_death_rel"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2
+    assert "did you mean node_death_relu or" in result.output
+    assert "neuromanifold cells --list" in result.output
+    assert "layernorm_kernel" not in result.output
+
+
+def test_cells_list_prints_every_cell_with_its_expected_answer_and_reads_none(monkeypatch) -> None:
+    import neuromanifold.cells.table as table
+
+    monkeypatch.setattr(table, "read_cells", lambda *a, **k: pytest.fail("--list read a cell"))
+    result = CliRunner().invoke(app, ["cells", "--list"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert [line.split()[0] for line in lines] == list(CELLS)
+    for line in lines:
+        cell = CELLS[line.split()[0]]()
+        want = cell.expected_class if cell.expected_k is None else f"k={cell.expected_k}"
+        assert line.split()[1] == want
 
 
 def test_cells_table_is_complete_at_80_columns() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 import typer
@@ -29,6 +30,11 @@ def cells(
     ),
     only: list[str] | None = typer.Option(None, "--only", help="Read only this cell (repeatable)."),
     seed: int = typer.Option(0, "--seed", help="Seed passed to every cell constructor."),
+    list_cells: bool = typer.Option(
+        False,
+        "--list",
+        help="Print every cell's name, expected answer and construction, and exit (reads nothing).",
+    ),
 ) -> None:
     """Read every constructed cell; print cell, expected, k, k̂, slope, r², class, pass/fail.
 
@@ -42,6 +48,9 @@ def cells(
     from neuromanifold.cells.table import read_cells
     from neuromanifold.cli._console import stdout_console
 
+    if list_cells:
+        _print_list(seed)
+        return
     check_json_target(json_path, stdout_ok=True)
     check_out_dir(out)
     to_stdout = json_to_stdout(json_path)
@@ -52,9 +61,14 @@ def cells(
     names = list(dict.fromkeys(only)) if only else []  # a name given twice is read once
     for name in names:
         if name not in CELLS:
-            raise typer.BadParameter(
-                f"unknown cell {name!r}; expected one of: {', '.join(CELLS)}", param_hint="--only"
+            # the close names alone when there are some: the whole list is 44 names long
+            close = difflib.get_close_matches(name, list(CELLS), n=3, cutoff=0.6)
+            hint = (
+                f"did you mean {' or '.join(close)}? (every name: neuromanifold cells --list)"
+                if close
+                else f"expected one of: {', '.join(CELLS)}"
             )
+            raise typer.BadParameter(f"unknown cell {name!r}; {hint}", param_hint="--only")
     chosen = [get_cell(name, seed=seed) for name in names] if names else all_cells(seed=seed)
     rows = read_cells(chosen)
 
@@ -114,3 +128,16 @@ def cells(
 def register(app: typer.Typer) -> None:
     """Attach the `cells` command to the top-level app."""
     app.command(name="cells")(cells)
+
+
+def _print_list(seed: int) -> None:
+    """One line per registry cell: name, expected order or class, the construction's first
+    sentence."""
+    from neuromanifold.cells.registry import CELLS, get_cell
+
+    width = max(map(len, CELLS))
+    for name in CELLS:
+        cell = get_cell(name, seed=seed)
+        expected = cell.expected_class if cell.expected_k is None else f"k={cell.expected_k}"
+        first = cell.description.split(". ")[0].rstrip(".")
+        typer.echo(f"{name:<{width}}  {expected:<19}  {first}")

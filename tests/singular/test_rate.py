@@ -318,6 +318,21 @@ def test_a_switch_on_is_no_order() -> None:
     assert fit_rate(t[t >= 0.025], f[t >= 0.025], floor=3e-26).k == 2
 
 
+def test_a_gradual_rise_from_zero_onto_a_plateau_is_no_live_order() -> None:
+    """F = 0 up to t ≈ 0.02, then a gradual rise onto a plateau (a dead ReLU unit along its
+    incoming weights, revived sample by sample, on a grid to t = 10; s34 trial CELLS D4 read it
+    live, k = 1). No jump, but a plateau is no germ of a rise from zero: no order is read."""
+    t = np.logspace(-4, 1, 40)
+    f = np.where(t > 0.02, 0.725 * np.tanh((t - 0.02) / 0.03) ** 2, 0.0)
+    fit = fit_rate(t, f, floor=1e-26)
+    assert fit.k is None
+    assert fit.reason.startswith("F switches on: the best window's law")
+    assert "a plateau reached by a gradual rise from the floor" in fit.reason
+    assert "; F ≤ 10×floor for t ≤ " in fit.reason
+    # without the zero prefix the same values are a live plateau: the check is on the prefix
+    assert fit_rate(t[t > 0.02], f[t > 0.02], floor=1e-26).k == 1
+
+
 @pytest.mark.parametrize("t0", [0.001, 0.003, 0.01])
 def test_a_rise_from_zero_past_a_nearby_node_death_is_read(t0: float) -> None:
     """A checkpoint t₀ off a node death: F = 0 up to t₀, then c·(t − t₀)², which rises from zero

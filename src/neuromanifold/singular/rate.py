@@ -41,7 +41,8 @@ the power law holds and reads it. The rule (spec §7.2 steps 5–6, made precise
    jumped onto it: a dead ReLU unit with live output weights that the move switches on near
    ``t_a`` (its derivative steps from 0 to 1), flat before it. The window then describes the
    model after the switch, not the germ at ``t → 0``: no order is read (``k = None``, the reason
-   names the jump). A law that emerges from the floor predicts about the floor at ``t_{a−1}``
+   names the jump). A plateau window (``k = 1``) so far above the floor is a switch-on however
+   F reached it, gradually too: a live germ has F at its level as ``t → 0``, not at the floor. A law that emerges from the floor predicts about the floor at ``t_{a−1}``
    (at most one grid step's factor ``(t_a/t_{a−1})^slope`` above it, under 20 for k ≤ 6 on the
    default grid). A checkpoint a distance ``t₀`` off a node death rises from zero like
    ``(t − t₀)²``, below the law at ``t_a`` (at most ``(1 − t_{a−1}/t_a)² ≈ 0.07`` of it on the
@@ -384,14 +385,19 @@ def fit_rate(
         below = max(floor_margin * fl, float(f[a - 1]))
         predicted = math.exp(intercept + slope * lt[a - 1])
         on_law = math.exp(intercept + slope * lt[a])
-        if predicted > SWITCH_ON_FACTOR * below and f[a] >= SWITCH_ON_JUMP * on_law:
+        jumped = f[a] >= SWITCH_ON_JUMP * on_law
+        if predicted > SWITCH_ON_FACTOR * below and (jumped or k == 1):
+            # a plateau (k = 1) is never the germ of a rise from zero: F ≥ its level at t → 0
+            # would be live there, and F is at the floor (s34 trial CELLS D4: a dead ReLU unit
+            # along its incoming weights, revived gradually on a grid to t = 10, read live)
+            how = "" if jumped else "; a plateau reached by a gradual rise from the floor"
             return RateFit(
                 **empty,
                 n_candidates=len(candidates),
                 n_passing=len(passing),
                 reason=(
                     f"F switches on: the best window's law (t in [{t[i0]:.3g}, {t[i1]:.3g}], "
-                    f"slope {slope:.3f}) predicts F = {predicted:.3g} at t = {t[a - 1]:.3g}, "
+                    f"slope {slope:.3f}{how}) predicts F = {predicted:.3g} at t = {t[a - 1]:.3g}, "
                     f"where F is below {floor_margin:g}×floor"
                     f"{_floor_prefix(t, f, keep, floor_margin)}"
                 ),

@@ -19,7 +19,13 @@ from neuromanifold.linear.relu import (
     relu_ntk,
     relu_ntk_reference,
 )
-from neuromanifold.linear.relu_fiber import permutation_distance, region_dataset, relu_fiber
+from neuromanifold.linear.relu_fiber import (
+    EmptyRegionError,
+    all_active_centre,
+    permutation_distance,
+    region_dataset,
+    relu_fiber,
+)
 
 ATOL_NTK = 1e-12  # structured vs jacrev NTK (entries of order 1-10)
 ATOL_EXACT = 1e-12  # closed forms and exact symmetries, entries of order 1-10
@@ -220,10 +226,16 @@ def test_bad_inputs() -> None:
         relu_forward(net, (np.eye(2), np.array([[np.inf, 0.0]])), np.zeros((1, 2)))
     # opposite first-layer rows: the two units are never active together
     opposite = (np.array([[1.0, 0.5], [-1.0, -0.5]]), np.ones((1, 2)))
-    with pytest.raises(RuntimeError, match="no dataset within one activation region"):
+    with pytest.raises(EmptyRegionError, match="the all-active region is empty"):
         region_dataset(
             net, opposite, 3, np.random.default_rng(0), require_all_active=True, max_tries=5
         )
+    # one region's points, not all-active ones: the draws alone decide. 60 kinks through the
+    # origin of the plane cut it into thin wedges that points 5·‖x0‖ away rarely stay in
+    wide = ReluMLP(d_in=2, width=60)
+    kinks = (np.random.default_rng(0).standard_normal((60, 2)), np.ones((1, 60)))
+    with pytest.raises(RuntimeError, match="no dataset within one activation region"):
+        region_dataset(wide, kinks, 40, np.random.default_rng(0), spread=5.0, max_tries=2)
     with pytest.raises(ValueError, match="theta must be a pair"):
         relu_invariants(net, np.zeros(3))
     with pytest.raises(ValueError, match=r"X must have shape \(N, 2\)"):
@@ -307,3 +319,29 @@ def test_cnn_channels_sharing_a_pattern_keep_their_cross_term() -> None:
     assert expected == 14 - without - 1
     for W1, A1 in rep.point_arrays():
         assert np.max(np.abs((A1 @ A1.T - W1 @ W1.T) - start)) <= 1e-9 * np.max(np.abs(start))
+
+
+def test_a_thin_all_active_cone_is_found_by_its_linear_program() -> None:
+    """Rows (1, ε) and (−1, ε) leave the cone x₂ > |x₁|/ε, half-angle ≈ ε: Gaussian centres
+    almost never land in it; the linear program's centre does, and every point drawn within
+    half its safe radius is all-active."""
+    net = ReluMLP(d_in=2, width=2)
+    eps = 1e-4
+    thin = (np.array([[1.0, eps], [-1.0, eps]]), np.ones((1, 2)))
+    x0, radius = all_active_centre(net, thin)
+    assert radius > 0 and bool(activation_pattern(net, thin, x0[None, :]).all())
+    X = region_dataset(net, thin, 8, np.random.default_rng(0), require_all_active=True, max_tries=3)
+    assert X.shape == (8, 2) and bool(activation_pattern(net, thin, X).all())
+    assert all_active_centre(net, (np.array([[1.0, 0.0], [0.0, 0.0]]), np.ones((1, 2)))) is None
+
+
+def test_the_survey_mlp_rows_redraw_theta_without_an_all_active_region() -> None:
+    """s34 trial RELU D1: seed 0's sample 40 of row 8 and sample 62 of row 9 drew θ with an
+    empty (or too thin) all-active region and the survey ended in a traceback; 19 of seeds 0–19
+    did at the default 20 samples. The rows now draw θ again, and sample."""
+    from neuromanifold.linear.survey import default_rows
+
+    rows = default_rows()
+    for row, j in ((8, 40), (9, 62)):
+        report = rows[row].sample(np.random.default_rng([0, row, j]))
+        assert report.n_points >= 1

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
+from scipy.optimize import linear_sum_assignment, linprog
 
 from neuromanifold.linear import _lsq
 from neuromanifold.linear.fiber_numeric import CURVE_STEP
@@ -63,6 +63,8 @@ from neuromanifold.linear.relu_global import (
 __all__ = [
     "FIBER_RTOL",
     "RANK_RTOL",
+    "EmptyRegionError",
+    "all_active_centre",
     "kink_probes",
     "permutation_distance",
     "probe_set",
@@ -79,6 +81,48 @@ RANK_RTOL = RTOL_RANK
 Notion = Literal["dataset", "global"]
 
 
+class EmptyRegionError(RuntimeError):
+    """No input activates every unit of ``θ``: the all-active region is empty."""
+
+
+def all_active_centre(net: ReluNet, theta: object) -> tuple[np.ndarray, float] | None:
+    """A point ``x0`` deep inside the all-active region ``{x : z(x) > 0}`` and a radius ``r``
+    such that every ``x`` with ``‖x − x0‖₂ < r`` is all-active too; ``None`` when the region is
+    empty.
+
+    The pre-activations are linear in ``x`` (no biases), ``z(x) = Mᵀx`` with ``M``'s columns the
+    units' (positions') weight rows, so the region is an open cone. The linear program
+    ``max m  s.t.  Mᵀx ≥ m·𝟙, −1 ≤ x ≤ 1`` gives ``x0`` and its margin ``m``; the cone is empty
+    when ``m ≤ 0`` (or ``m`` is below ``1e-12`` of the largest column norm: a cone too thin to
+    hold data that float64 keeps inside), and ``r = m / max_j ‖M_j‖₂`` (each ``z_j`` moves by at
+    most ``‖M_j‖·‖x − x0‖``).
+
+    >>> net = ReluMLP(d_in=2, width=2)
+    >>> x0, r = all_active_centre(net, (np.array([[1.0, 0.0], [0.0, 1.0]]), np.ones((1, 2))))
+    >>> bool((x0 > 0).all()), round(r, 12)
+    (True, 1.0)
+    >>> all_active_centre(net, (np.array([[1.0, 0.5], [-1.0, -0.5]]), np.ones((1, 2)))) is None
+    True
+    """
+    d = net.input_dim
+    M = preactivations(net, theta, np.eye(d)).reshape(d, -1)  # column j: unit j's map
+    norms = np.linalg.norm(M, axis=0)
+    if not np.all(norms > 0):  # a zero unit is never active
+        return None
+    # variables (x, m): minimise −m subject to m − Mᵀx ≤ 0, x in the box, m ≤ 1 (bounded LP)
+    cost = np.zeros(d + 1)
+    cost[-1] = -1.0
+    A_ub = np.hstack([-M.T, np.ones((M.shape[1], 1))])
+    bounds = [(-1.0, 1.0)] * d + [(None, float(norms.max()))]
+    res = linprog(cost, A_ub=A_ub, b_ub=np.zeros(M.shape[1]), bounds=bounds, method="highs")
+    if res.status != 0:
+        return None
+    x0, margin = res.x[:d], float(res.x[-1])
+    if margin <= 1e-12 * float(norms.max()):
+        return None
+    return x0, margin / float(norms.max())
+
+
 def region_dataset(
     net: ReluNet,
     theta: object,
@@ -91,8 +135,15 @@ def region_dataset(
 ) -> np.ndarray:
     """``n`` points ``x0 + spread·‖x0‖·ξ`` sharing the activation pattern of a random centre ``x0``.
 
-    With ``require_all_active`` the centre is redrawn until every neuron / position is active.
-    Raises RuntimeError when no such dataset is found within ``max_tries`` draws.
+    With ``require_all_active`` the centre is redrawn until every neuron / position is active;
+    where ``max_tries`` Gaussian centres fail (a thin all-active cone), the centre is the linear
+    program's `all_active_centre` and the points are drawn uniformly in direction and radius
+    within half its safe radius, so they are all-active by construction.
+
+    Raises:
+        EmptyRegionError: ``require_all_active`` and no input activates every unit (the
+            all-active region is empty; s34 trial RELU D1: 1 in 4 Gaussian ``ReluMLP(2, 3)``).
+        RuntimeError: no dataset within one activation region found in ``max_tries`` draws.
     """
     check_int("n", n, 1)
     d = net.input_dim
@@ -110,6 +161,19 @@ def region_dataset(
                 pts.append(x[0])
         if len(pts) == n:
             return np.array(pts)
+    if require_all_active:
+        centre = all_active_centre(net, theta)
+        if centre is None:
+            raise EmptyRegionError(
+                "no input activates every unit of theta: the all-active region is empty (the "
+                "linear program max m s.t. z(x) ≥ m has m ≤ 0)"
+            )
+        x0, radius = centre
+        xi = rng.standard_normal((n - 1, d))
+        xi *= (0.5 * radius * rng.uniform(size=(n - 1, 1))) / np.linalg.norm(
+            xi, axis=1, keepdims=True
+        )
+        return np.vstack([x0[None, :], x0[None, :] + xi])
     raise RuntimeError(f"no dataset within one activation region found in {max_tries} tries")
 
 

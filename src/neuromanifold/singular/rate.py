@@ -42,8 +42,9 @@ the power law holds and reads it. The rule (spec §7.2 steps 5–6, made precise
    ``t_a`` (its derivative steps from 0 to 1), flat before it. The window then describes the
    model after the switch, not the germ at ``t → 0``: no order is read (``k = None``, the reason
    names the jump). A plateau window (``k = 1``) so far above the floor is a switch-on however
-   F reached it, gradually too: a live germ has F at its level as ``t → 0``, not at the floor. A law that emerges from the floor predicts about the floor at ``t_{a−1}``
-   (at most one grid step's factor ``(t_a/t_{a−1})^slope`` above it, under 20 for k ≤ 6 on the
+   F reached it, gradually too: a live germ has F at its level as ``t → 0``, not at the floor.
+   A law that emerges from the floor predicts about the floor at ``t_{a−1}`` (at most one grid
+   step's factor ``(t_a/t_{a−1})^slope`` above it, under 20 for k ≤ 6 on the
    default grid). A checkpoint a distance ``t₀`` off a node death rises from zero like
    ``(t − t₀)²``, below the law at ``t_a`` (at most ``(1 − t_{a−1}/t_a)² ≈ 0.07`` of it on the
    default grid): it is read, with the order of the structure it sits near (below).

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from neuromanifold.singular import Categorical, Gaussian, Sweep, default_grid, sweep
+from neuromanifold.singular import Categorical, Gaussian, Sweep, default_grid, read_direction, sweep
 from neuromanifold.singular.sweep import EPS64, FLOOR_EPS_MULTIPLE, weight_scale
 
 D = torch.float64
@@ -105,6 +105,67 @@ def test_floor_is_eps_scaled_and_a_flat_direction_sits_below_it() -> None:
         (FLOOR_EPS_MULTIPLE * EPS64) ** 2 * sw.scale, rel=RTOL_SAME_PRODUCT, abs=0
     )
     assert max(sw.F) <= 10 * sw.floor
+
+
+class DeadUnitLogits(nn.Module):
+    """``logits_c = a_c·tanh(bᵀx)`` at ``a = b = 0``: one dead unit feeding every class, so every
+    tensor of the model is degenerate at θ0 (``F_r = 0``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Parameter(torch.zeros(3, dtype=D))
+        self.b = nn.Parameter(torch.zeros(2, dtype=D))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a[None, :] * torch.tanh(x @ self.b)[:, None]
+
+
+def _dead_unit_data() -> torch.Tensor:
+    x = torch.randn(32, 2, generator=torch.Generator().manual_seed(0), dtype=D)
+    return torch.cat([x, -x])
+
+
+def test_a_centring_residue_on_a_degenerate_block_reads_flat() -> None:
+    """s34 trial CELLS D1: along (a: 𝟙, b: (0.3, 1)) every logit moves alike, the softmax never
+    changes and F ≡ 0 in exact arithmetic; in float64 F is the centring's residue, growing like t²
+    (1e-41 … 1e-33), and with F_r = 0 it set its own floor and read genuine k = 2. The uncentred
+    moment F_g sets the scale now, and the direction reads flat."""
+    model = DeadUnitLogits()
+    params = dict(model.named_parameters())
+    u = {"a": torch.ones(3, dtype=D), "b": torch.tensor([0.3, 1.0], dtype=D)}
+    sw = sweep(model, params, u, _dead_unit_data(), Categorical())
+    assert sw.random_fisher == 0.0 and sw.module_fisher is None  # every tensor is touched
+    assert sw.uncentred_fisher is not None and sw.scale == sw.uncentred_fisher > 1e20 * max(sw.F)
+    assert sw.n_forward_passes == len(sw.ts) + 2
+    assert max(sw.F) <= 10 * sw.floor
+    reading = read_direction(model, params, u, _dead_unit_data(), Categorical())
+    assert reading.klass.value == "flat_gauge"
+
+
+def test_an_order_two_direction_on_the_same_degenerate_block_keeps_its_order() -> None:
+    """The same dead unit, moved towards class 0 alone: the logits' differences grow like t², a
+    node death of order 2. F and the uncentred moment are of one size, and the order stands."""
+    model = DeadUnitLogits()
+    params = dict(model.named_parameters())
+    u = {"a": torch.tensor([1.0, 0.0, 0.0], dtype=D), "b": torch.tensor([0.3, 1.0], dtype=D)}
+    reading = read_direction(model, params, u, _dead_unit_data(), Categorical())
+    assert reading.klass.value == "genuine_singularity" and reading.k == 2
+    # F_scale exceeds DEGENERATE_SCALE here (F reaches O(0.1) at the grid's end): no F_g pass
+    assert reading.sweep.uncentred_fisher is None
+
+
+def test_a_gaussian_degenerate_block_measures_no_uncentred_moment() -> None:
+    """A Gaussian quadratic centres nothing: no F_g pass (a Power anchor at θ = 0 stays exact)."""
+    model = Power(3)
+    sw = sweep(
+        model,
+        dict(model.named_parameters()),
+        {"theta": torch.tensor(1.0)},
+        torch.ones(2, 1),
+        Gaussian(),
+        grid=torch.logspace(-12, -9, 8, dtype=D),
+    )
+    assert sw.uncentred_fisher is None and sw.n_forward_passes == len(sw.ts) + 1
 
 
 def test_sweep_json_round_trip() -> None:

@@ -35,6 +35,17 @@ tensors' own scale is rounding at their module's) the module's scale replaces it
 ``F_scale = F_m``. The module, not the whole model: a branch that is live but scaled by 1e-13
 against the rest computes its tangent exactly, and the model's scale would call it flat (s27b
 audit RERUN #2).
+
+A categorical Fisher centres the tangent, ``q = Σ_c p_c (J u − Σ_c' p_c' (J u)_c')_c²``, and the
+centring leaves a residue of about ``(ε·|J u|)²``: a direction that moves every logit alike (an
+exact flat gauge) has ``F`` at that residue, which grows like ``|J u|² ∝ t²`` along the line. Where
+every tensor ``u``'s modules hold is degenerate at the base (``F_r = F_m = 0``, a dead unit
+feeding every class alike; s34 trial CELLS D1), ``F_scale`` was that residue and its ``t²`` growth
+read as order 2. So where ``F_scale`` is still at most ``DEGENERATE_SCALE`` after the module check
+and the family is categorical, the uncentred second moment ``F_g = E Σ_c p_c (J u)_c²`` at the
+grid's largest ``t`` is measured too (one more pass), and when ``F_scale ≤
+FLOOR_MARGIN·(FLOOR_EPS_MULTIPLE·ε_64)²·F_g`` it replaces it, ``F_scale = F_g``: the centred values
+are then read against the size of what was centred.
 """
 
 from __future__ import annotations
@@ -155,9 +166,12 @@ class Sweep:
         module_fisher: ``F_m`` (pseudo-random direction over every tensor of the modules ``u``
             touches), measured only where ``F_scale ≤ DEGENERATE_SCALE`` and those modules hold
             a tensor ``u`` does not touch; ``None`` elsewhere.
+        uncentred_fisher: ``F_g = E Σ_c p_c (J u)_c²`` at the grid's largest t, measured only
+            for a categorical family whose ``F_scale`` is still ``≤ DEGENERATE_SCALE`` after
+            ``F_m`` (module docstring); ``None`` elsewhere.
         base_shift: ``s`` with ``θ_b = θ0 + s·u``.
         n_forward_passes: JVP passes over the probe set (grid points + 1 for the floor, + 1 for
-            ``F_m`` where measured).
+            ``F_m`` and + 1 for ``F_g`` where measured).
         n_samples: N.
         family: output family description.
         empirical: empirical (observed-label) Fisher instead of the true Fisher.
@@ -181,6 +195,7 @@ class Sweep:
     upcast: bool = False
     t_batched: bool = False
     module_fisher: float | None = None
+    uncentred_fisher: float | None = None
 
     @property
     def t_array(self) -> np.ndarray:
@@ -206,6 +221,25 @@ class Sweep:
         d["ts"] = tuple(float(v) for v in d["ts"])
         d["F"] = tuple(float(v) for v in d["F"])
         return cls(**d)
+
+
+class _Uncentred:
+    """A categorical family's quadratic without the centring: ``q_i = Σ_positions Σ_c p_c
+    jv_c²``, shape ``(N,)`` (the size of what `Categorical.quadratic` centres; module
+    docstring)."""
+
+    name = "categorical-uncentred"
+
+    def __init__(self, family: OutputFamily) -> None:
+        self._family = family
+
+    def check_output(self, out: Tensor) -> None:
+        self._family.check_output(out)
+
+    def quadratic(self, out: Tensor, jv: Tensor) -> Tensor:
+        p = torch.softmax(out, dim=-1)
+        per_position = (p * jv * jv).sum(-1)
+        return per_position.reshape(per_position.shape[0], -1).sum(1)
 
 
 def sweep_prepared(
@@ -257,6 +291,20 @@ def sweep_prepared(
         f_model, extra = random_fisher(siblings), 1
         if scale <= FLOOR_MARGIN * floor_from_scale(f_model):
             scale = f_model
+    f_gross = None
+    if scale <= DEGENERATE_SCALE and family.name == "categorical":  # a centring residue?
+        gross, _ = fisher_along_line(
+            model,
+            prep,
+            base,
+            u,
+            grid[-1:],
+            _Uncentred(family),
+            chunk_size=chunk_size,
+        )
+        f_gross, extra = float(gross[0]), extra + 1
+        if scale <= FLOOR_MARGIN * floor_from_scale(f_gross):
+            scale = f_gross
     return Sweep(
         ts=tuple(grid.tolist()),
         F=tuple(values),
@@ -271,6 +319,7 @@ def sweep_prepared(
         upcast=prep.upcast,
         t_batched=batched,
         module_fisher=f_model,
+        uncentred_fisher=f_gross,
     )
 
 

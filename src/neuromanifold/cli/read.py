@@ -1026,10 +1026,9 @@ def register(app: typer.Typer) -> None:
         # sits there, e.g. "0: out 2" / "2: in 2" for a node death of unit 2 (s20 trial AN,
         # suggestions)
         from neuromanifold.report.markdown import (
-            ONE_SIDED_FOOTNOTE,
-            ONE_SIDED_KEY,
             PLATEAU_NOTE,
             class_cell,
+            class_footnotes,
             fit_format,
             fmt,
         )
@@ -1071,8 +1070,9 @@ def register(app: typer.Typer) -> None:
         console.print(table)
         if plateaus:
             said.print(f"k̂, r² {PLATEAU_NOTE}", markup=False)
-        if any(ONE_SIDED_KEY in r.info for r in reading.directions):
-            said.print(ONE_SIDED_FOOTNOTE.replace("\\*", "*").replace("`", ""), markup=False)
+        for note in class_footnotes(reading.directions):  # as plain text, not Markdown
+            plain = note.replace("\\*", "*").replace("`", "")
+            said.print(plain, markup=False)
         for nc in reading.not_covered:
             said.print(f"not covered: {nc.name} ({nc.type}, {nc.n_params} params): {nc.reason}")
         for line in truncation_notes(reading.meta):  # s28 trial EXOTIC #7: said in JSON only

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from neuromanifold.singular.critical_check import critical_line
+from neuromanifold.singular.read_candidate import ORDER_BELOW_KEY
 from neuromanifold.singular.reading import DirectionRecord, Reading
 from neuromanifold.singular.support import record_units
 
@@ -60,13 +61,40 @@ SCAN_LEGEND = (
 """Added to `COLUMNS_LEGEND` when the read ran with ``baseline=True``."""
 
 
+NEAR_FOOTNOTE = (
+    "‡ near, not on: at the small-t end of the sweep F flattens (k = 1 there) or falls as a "
+    'lower order (`info["order_below"]`), so θ₀ itself is regular along u, or of that lower '
+    "order, as t → 0; k, λ_dir and ν(k) are those of the structure θ₀ sits near, which the "
+    'window reads (docs/order_read.md, "Short plateaus").'
+)
+"""Said under the tables when a record is marked near, not on (`class_cell`)."""
+
+
 def class_cell(r: DirectionRecord) -> str:
-    """The record's class, with ``*`` when it is one-sided (`ONE_SIDED_FOOTNOTE`)."""
-    return r.klass + ("*" if ONE_SIDED_KEY in r.info else "")
+    """The record's class, with ``*`` when it is one-sided (`ONE_SIDED_FOOTNOTE`) and ``‡``
+    when it was read near, not on, its structure (`NEAR_FOOTNOTE`)."""
+    return (
+        r.klass
+        + ("*" if ONE_SIDED_KEY in r.info else "")
+        + ("‡" if ORDER_BELOW_KEY in r.info else "")
+    )
+
+
+def class_footnotes(directions: list[DirectionRecord]) -> list[str]:
+    """The footnotes of the marks `class_cell` put on any of ``directions``, in Markdown."""
+    notes = []
+    if any(ONE_SIDED_KEY in r.info for r in directions):
+        notes.append(ONE_SIDED_FOOTNOTE)
+    if any(ORDER_BELOW_KEY in r.info for r in directions):
+        notes.append(NEAR_FOOTNOTE)
+    return notes
 
 
 __all__ = [
+    "NEAR_FOOTNOTE",
     "PLATEAU_NOTE",
+    "class_cell",
+    "class_footnotes",
     "code_span",
     "fit_format",
     "fmt",
@@ -271,8 +299,8 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
                 row.append(scan_summary(r.baseline, layer))
             rows.append(row)
         out.append(table(header, rows))
-    if any(ONE_SIDED_KEY in r.info for r in reading.directions):
-        out += ["", ONE_SIDED_FOOTNOTE]
+    for note in class_footnotes(reading.directions):
+        out += ["", note]
     if reading.directions:
         out += ["", COLUMNS_LEGEND + (SCAN_LEGEND if has_scan else "")]
     out += ["", f"{h}# Not covered", ""]

@@ -71,6 +71,7 @@ __all__ = [
     "fit_past_noise_plateau",
     "gauge_overlap",
     "live_threshold_value",
+    "order_at_point",
 ]
 
 GAUGE_OVERLAP_MIN = 0.9
@@ -199,6 +200,7 @@ def classify_with_reason(
     in_span = gauge_overlap is not None and gauge_overlap >= overlap_min
     plateau = ""
     below = fit.order_below
+    # the noise plateau `order_at_point` sets apart
     if below == 1 and fit.floor > cut and fit.floor < threshold:  # fit_past_noise_plateau
         lo, hi = fit.small_t_window
         plateau = (
@@ -274,6 +276,30 @@ def live_threshold_value(
         return float(live_threshold)
     ref = float(floor) / floor_from_scale(1.0) if scale is None else float(scale)
     return LIVE_REL * ref
+
+
+def order_at_point(
+    fit: RateFit,
+    *,
+    floor: float,
+    scale: float | None = None,
+    live_threshold: float | None = None,
+) -> int | None:
+    """The lower order ``k_s < k`` that the base point itself has along ``u`` when ``fit``'s
+    ``k`` is that of a structure above it (`RateFit.order_below`: F flattens, ``k_s = 1``, or
+    falls as ``t^{2(k_s−1)}`` at the small-t end of the window's run), else ``None``.
+
+    ``None`` also for a noise plateau read past (`fit_past_noise_plateau`: F flat below the live
+    threshold at rounding level, e.g. float32 weights), which says nothing of the point's own
+    order; `classify_with_reason` words the two cases differently.
+    """
+    below = fit.order_below
+    if below is None:
+        return None
+    threshold = live_threshold_value(floor=floor, scale=scale, live_threshold=live_threshold)
+    if below == 1 and FLOOR_MARGIN * float(floor) < fit.floor < threshold:
+        return None
+    return below
 
 
 def fit_past_noise_plateau(

@@ -26,7 +26,11 @@ import torch
 from torch import Tensor, nn
 
 from neuromanifold.singular._validate import check_direction, prepare
-from neuromanifold.singular.classify import FLOOR_MARGIN, fit_past_noise_plateau
+from neuromanifold.singular.classify import (
+    FLOOR_MARGIN,
+    fit_past_noise_plateau,
+    order_at_point,
+)
 from neuromanifold.singular.detectors.base import Candidate
 from neuromanifold.singular.direction import VISIBILITY_FACTOR, read_direction
 from neuromanifold.singular.fisher import directional_fisher, fisher_along_line
@@ -45,6 +49,7 @@ __all__ = [
     "MIRROR_RATIO",
     "MIRROR_TOP_POINTS",
     "ONE_SIDED_REASON",
+    "ORDER_BELOW_KEY",
     "PROJECT_MIN_OVERLAP",
     "flat_side_check",
     "one_sided_check",
@@ -65,6 +70,10 @@ MIN_RESIDUAL = 0.1
 """No re-read off the gauge span when less than this fraction of the candidate's norm survives."""
 PROJECT_MIN_OVERLAP = 1e-3
 """A genuine read is repeated off the curved-gauge span when its overlap is at least this."""
+ORDER_BELOW_KEY = "order_below"
+"""The ``info`` key of a genuine record read near, not on, its structure (`order_at_point`):
+``{"k": k_s, "t": [t_first, t_last], "slope": s}``, the order the base point has along u as
+t → 0 and the small-t points that show it."""
 ONE_SIDED_REASON = (
     "; F vanishes along −u (F(−t) ≤ {margin:g}×floor = {cut:.3g} at the {n} t of the window, "
     "max F(−t) {top:.3g}): the zero set of K extends to one side of θ0, so the order k holds "
@@ -346,6 +355,17 @@ def read_candidate(
         per_chunk = n * (n + 1) // 2 + 1 + len(loss_check.get("exact_cuts", ()))
         n_passes += per_chunk * len(chunks(int(xw.shape[0]), loss_chunk))
     info = {**info, "support": direction_support(u_read)}
+    below = order_at_point(
+        r.fit, floor=r.sweep.floor, scale=r.sweep.scale, live_threshold=live_threshold
+    )
+    if _is_genuine(r) and below is not None:
+        # near, not on: the report marks the record (s34 trial REPORT D1: its reason said so,
+        # report.md and the table did not)
+        lo, hi = r.fit.small_t_window
+        info = {
+            **info,
+            ORDER_BELOW_KEY: {"k": below, "t": [lo, hi], "slope": float(r.fit.small_t_slope)},
+        }
     if on_vector is not None:
         on_vector(check_direction(params, u_read)[0])
     rec = record(cand, r, overlap, info)

@@ -191,6 +191,50 @@ def test_hf_directory_without_weights_is_value_error(tmp_path) -> None:
     assert type(model.model).__name__ == "BertModel" and _same(model.model, state)
 
 
+def test_hf_directory_naming_an_unknown_architecture_is_refused(tmp_path) -> None:
+    """s34 trial REPORT D2: a config naming a class transformers lacks was read as AutoModel,
+    the backbone alone, its classifier's saved weights dropped without a word."""
+    transformers = _transformers_or_skip()
+    cfg = _tiny_bert_config(transformers)
+    transformers.BertModel(cfg).save_pretrained(str(tmp_path))
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["architectures"] = ["FooBarForSequenceClassification"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(
+        ValueError,
+        match=r"names the architecture 'FooBarForSequenceClassification', which transformers "
+        r".* does not have .*remove 'architectures' from config.json to read the backbone",
+    ):
+        load_model(None, architecture=str(tmp_path))
+    del config["architectures"]  # as the message says: the backbone, knowingly
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert type(load_model(None, architecture=str(tmp_path)).model).__name__ == "BertModel"
+
+
+def test_hf_encoder_decoder_directory_is_refused_and_its_encoder_reads(tmp_path) -> None:
+    """s34 trial REPORT D3: T5ForConditionalGeneration failed in the read with "You must specify
+    exactly one of input_ids or inputs_embeds", blaming the probe ids; the decoder had no input.
+    Loading says what it is and how to read the encoder, which then loads."""
+    transformers = _transformers_or_skip()
+    cfg = transformers.T5Config(
+        vocab_size=40, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2,
+        architectures=["T5ForConditionalGeneration"],
+    )  # fmt: skip
+    transformers.T5ForConditionalGeneration(cfg).save_pretrained(str(tmp_path))
+    with pytest.raises(
+        ValueError,
+        match=r"T5ForConditionalGeneration in .* is an encoder–decoder: its forward needs decoder "
+        r"inputs .*T5EncoderModel",
+    ):
+        load_model(None, architecture=str(tmp_path))
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["architectures"] = ["T5EncoderModel"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    model = load_model(None, architecture=str(tmp_path))
+    assert type(model.model).__name__ == "T5EncoderModel"
+    assert model(torch.ones(2, 5, dtype=torch.long)).shape == (2, 5, 16)
+
+
 def test_hf_directory_with_corrupt_weights_is_value_error(tmp_path) -> None:
     transformers = _transformers_or_skip()
     _tiny_bert_config(transformers).save_pretrained(str(tmp_path))

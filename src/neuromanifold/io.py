@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import json
 import sys
 import warnings
@@ -728,8 +729,16 @@ def _import_transformers(purpose: str, *, stacklevel: int) -> Any:
 def _from_huggingface(
     directory: Path, *, with_weights: bool, attn_implementation: str | None
 ) -> nn.Module:
-    """The directory's model: class ``config.architectures[0]`` if transformers has it, else
-    ``AutoModel``; weights from the directory when ``with_weights``, else freshly initialised."""
+    """The directory's model: class ``config.architectures[0]``, or ``AutoModel`` where the
+    config names no architecture; weights from the directory when ``with_weights``, else freshly
+    initialised.
+
+    Raises:
+        ValueError: the config names a class this transformers does not have (a newer release's
+            or remote code's): ``AutoModel`` would build the backbone alone and drop the rest of
+            the saved weights (a classifier head), which is not the model as saved (s34 trial
+            REPORT D2).
+    """
     # _hide_broken_torchvision ← _import_transformers ← here ← _build ← load_model ← the caller
     transformers = _import_transformers(
         f"loading the Hugging Face directory {directory}", stacklevel=6
@@ -739,20 +748,40 @@ def _from_huggingface(
     except Exception as err:
         raise ValueError(f"cannot read the Hugging Face config in {directory}: {err}") from err
     archs = getattr(config, "architectures", None) or []
-    cls = getattr(transformers, archs[0], None) if archs else None
+    cls = getattr(transformers, archs[0], None) if archs else transformers.AutoModel
     if cls is None or not hasattr(cls, "from_pretrained"):
-        cls = transformers.AutoModel
+        raise ValueError(
+            f"{directory / 'config.json'} names the architecture {archs[0]!r}, which "
+            f"transformers {transformers.__version__} does not have (a newer release's class, or "
+            "remote code, which is not run): its AutoModel would be the backbone alone, without "
+            "the rest of the saved weights; build the model in Python and pass "
+            "--model package.module:factory with --checkpoint, or remove 'architectures' from "
+            "config.json to read the backbone"
+        )
     kwargs = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
     from safetensors import SafetensorError  # a corrupt model.safetensors in the directory
 
     try:
         if with_weights:
-            return cls.from_pretrained(str(directory), local_files_only=True, **kwargs)
-        if cls is transformers.AutoModel:
-            return cls.from_config(config, **kwargs)
-        return cls._from_config(config, **kwargs)
+            model = cls.from_pretrained(str(directory), local_files_only=True, **kwargs)
+        elif cls is transformers.AutoModel:
+            model = cls.from_config(config, **kwargs)
+        else:
+            model = cls._from_config(config, **kwargs)
     except (OSError, ValueError, SafetensorError) as err:
         raise ValueError(f"cannot load the Hugging Face model in {directory}: {err}") from err
+    if "decoder_input_ids" in inspect.signature(model.forward).parameters:
+        # the read calls model(x) with the probe data alone; the decoder would get nothing and
+        # fail with "You must specify exactly one of input_ids or inputs_embeds", which blames the
+        # probe data (s34 trial REPORT D3)
+        raise ValueError(
+            f"{type(model).__name__} in {directory} is an encoder–decoder: its forward needs "
+            "decoder inputs beside the probe data, and the read passes the probe data alone; "
+            "read its encoder (set 'architectures' in config.json to the encoder-only class, "
+            "e.g. T5EncoderModel), or wrap the model in a package.module:factory whose forward "
+            "takes one tensor"
+        )
+    return model
 
 
 class TensorOutput(nn.Module):

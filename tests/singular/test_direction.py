@@ -446,3 +446,53 @@ def test_unknown_family_names_the_key_it_read() -> None:
 
     with pytest.raises(ValueError, match=r"unknown output family None \(the 'name' entry of"):
         family_from_dict({"kind": "poisson"})
+
+
+class _RescaleBesideSquaredDeath(nn.Module):
+    """A live ReLU unit (``l2(relu(l1 x))``, its rescale a curved gauge) beside a dead squared-ReLU
+    unit ``a·relu(wᵀx)²`` at ``a = w = 0``, whose diagonal is an order-3 death."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(5)
+        self.l1 = nn.Linear(3, 1).to(D)
+        self.l2 = nn.Linear(1, 1, bias=False).to(D)
+        self.w = nn.Parameter(torch.zeros(3, dtype=D))
+        self.a = nn.Parameter(torch.zeros((), dtype=D))
+        with torch.no_grad():
+            self.l1.weight.copy_(torch.randn(1, 3, generator=g, dtype=D))
+            self.l1.bias.fill_(0.3)
+            self.l2.weight.fill_(1.2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l2(torch.relu(self.l1(x))) + self.a * torch.relu(x @ self.w)[:, None] ** 2
+
+
+@pytest.mark.parametrize("c", [0.1, 0.45])
+def test_a_gauge_share_below_the_curved_cut_is_said_to_leak_order_two(c: float) -> None:
+    """s34 trial CELLS D3: u = c·(the rescale tangent, supplied) + √(1 − c²)·(the order-3
+    diagonal) reads k = 2, the gauge part's t², and its reason gave the overlap only. It now says
+    the order 2 can be the gauge part's; u projected off the generator reads 3, the pure diagonal
+    reads 3 with no such clause."""
+    model = _RescaleBesideSquaredDeath().eval()
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    gen = {"l1.weight": params["l1.weight"], "l1.bias": params["l1.bias"]}
+    gen["l2.weight"] = -params["l2.weight"]
+    norm = math.sqrt(sum(float((v * v).sum()) for v in gen.values()))
+    gen = {k: v / norm for k, v in gen.items()}
+    v = torch.tensor([0.6, -0.48, 0.64], dtype=D)  # unit
+    dead = {"w": v / math.sqrt(2), "a": torch.tensor(2**-0.5, dtype=D)}
+    x = torch.randn(128, 3, generator=torch.Generator().manual_seed(6), dtype=D)
+    s = math.sqrt(1 - c * c)
+    mixed = {**{k: c * g for k, g in gen.items()}, **{k: s * d for k, d in dead.items()}}
+    r = read_direction(model, params, mixed, x, Gaussian(), gauge_generators=[gen])
+    assert (r.klass, r.k) == (DirectionClass.GENUINE_SINGULARITY, 2)
+    assert r.gauge_overlap == pytest.approx(c, rel=1e-9)
+    assert f"u overlaps the supplied gauge tangents by {c:.3g}" in r.reason
+    along = sum(float((mixed[k] * g).sum()) for k, g in gen.items())
+    rest = {k: m - along * gen[k] if k in gen else m for k, m in mixed.items()}
+    projected = read_direction(model, params, rest, x, Gaussian(), gauge_generators=[gen])
+    assert (projected.klass, projected.k) == (DirectionClass.GENUINE_SINGULARITY, 3)
+    pure = read_direction(model, params, dead, x, Gaussian(), gauge_generators=[gen])
+    assert (pure.klass, pure.k) == (DirectionClass.GENUINE_SINGULARITY, 3)
+    assert "overlaps the supplied gauge tangents" not in pure.reason

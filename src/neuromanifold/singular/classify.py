@@ -64,6 +64,7 @@ __all__ = [
     "GAUGE_OVERLAP_MIN",
     "LIVE_REL",
     "NOISE_MARGIN",
+    "PROJECT_MIN_OVERLAP",
     "DirectionClass",
     "check_live_threshold",
     "classify",
@@ -75,6 +76,9 @@ __all__ = [
 ]
 
 GAUGE_OVERLAP_MIN = 0.9
+PROJECT_MIN_OVERLAP = 1e-3
+"""A genuine read is repeated off the curved-gauge span when its overlap is at least this (`read`;
+`read_direction` says so in the reason of an order 2 with such an overlap)."""
 LIVE_REL = 1e-10
 NOISE_MARGIN = 100.0
 """`fit_past_noise_plateau`: F must rise this far above a noise-level plateau to be read."""

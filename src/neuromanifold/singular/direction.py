@@ -24,6 +24,8 @@ from torch import Tensor, nn
 
 from neuromanifold.singular._validate import check_direction, check_grid, dot, prepare
 from neuromanifold.singular.classify import (
+    GAUGE_OVERLAP_MIN,
+    PROJECT_MIN_OVERLAP,
     DirectionClass,
     classify_with_reason,
     fit_past_noise_plateau,
@@ -253,6 +255,21 @@ def read_direction(
         gauge_overlap=overlap,
         live_threshold=live_threshold,
     )
+    if (
+        klass is DirectionClass.GENUINE_SINGULARITY
+        and fit.k == 2
+        and overlap is not None
+        and PROJECT_MIN_OVERLAP <= overlap < GAUGE_OVERLAP_MIN
+    ):
+        # `read` re-reads such a direction off the generators' span; one direction read alone
+        # is the caller's, so the reason says what the order may be (s34 trial CELLS D3: 10–45 %
+        # of a rescale tangent on an order-3 death read k = 2, the residual k = 3)
+        reason += (
+            f"; u overlaps the supplied gauge tangents by {overlap:.3g}, and a straight probe "
+            "of a curved gauge orbit rises as t² too: this order 2 can be that part's, not "
+            "the rest's (read u projected off the generators' span for the rest's order, as "
+            "the whole-model read does)"
+        )
     return DirectionReading(
         sweep=sw,
         fit=fit,

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from neuromanifold.singular._validate import check_direction, prepare
 from neuromanifold.singular.classify import (
     FLOOR_MARGIN,
+    PROJECT_MIN_OVERLAP,
     fit_past_noise_plateau,
     order_at_point,
 )
@@ -68,8 +69,6 @@ LOSS_CHECK_LANES = 3
 """JVP lanes a sample of the labelled-loss check is counted as under a memory plan."""
 MIN_RESIDUAL = 0.1
 """No re-read off the gauge span when less than this fraction of the candidate's norm survives."""
-PROJECT_MIN_OVERLAP = 1e-3
-"""A genuine read is repeated off the curved-gauge span when its overlap is at least this."""
 ORDER_BELOW_KEY = "order_below"
 """The ``info`` key of a genuine record read near, not on, its structure (`order_at_point`):
 ``{"k": k_s, "t": [t_first, t_last], "slope": s}``, the order the base point has along u as

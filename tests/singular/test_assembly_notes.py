@@ -11,6 +11,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 from typer.testing import CliRunner
@@ -18,7 +19,7 @@ from typer.testing import CliRunner
 from neuromanifold import read
 from neuromanifold.cli import app
 from neuromanifold.singular import Gaussian
-from neuromanifold.singular.assembly import assemble_from_reading
+from neuromanifold.singular.assembly import assemble_from_reading, loci_from_reading
 
 runner = CliRunner()
 
@@ -175,3 +176,25 @@ def test_order_below_the_factor_count_is_noted_as_a_lower_bound_on_its_block():
     assert res.lam == Fraction(1, 4) and res.m == 1
     note = next(n for n in res.notes if "below its 5 factors" in n)
     assert "t^4" in note and "1/4 is a lower bound" in note
+
+
+@pytest.mark.parametrize(
+    ("reading", "message"),
+    [
+        ("runs/report.json", r"got str 'runs/report.json' \(a path\? load it with"),
+        (b"{}", "got bytes"),
+        ("", "got str ''"),
+        ({}, r"got a mapping with keys \[\]"),
+        ({"cells": []}, r"got a mapping with keys \['cells'\]"),
+        ({"directions": None}, "its 'directions' must be a list, got NoneType"),
+        (3, "got int"),
+    ],
+)
+def test_what_is_not_a_reading_is_refused_saying_what_it_is(reading: object, message: str) -> None:
+    """s34 trial TRIPLE D2: a path string and a dict without directions were iterated (their
+    characters or keys read as records: "directions[0] has class 'None'"), and "" and {} gave
+    λ = 0. An empty list of records is still a reading with nothing in it."""
+    for f in (assemble_from_reading, loci_from_reading):
+        with pytest.raises(TypeError, match=message):
+            f(reading)
+    assert assemble_from_reading([]).lam == 0

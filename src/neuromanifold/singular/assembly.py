@@ -507,17 +507,35 @@ def _n_factors(rec: Any) -> int:
 
 
 def _records(reading: Any) -> list[Any]:
-    """The direction records of a `Reading`, its ``to_dict()`` JSON or an iterable of records."""
-    if isinstance(reading, Mapping) and "directions" in reading:
-        return list(reading["directions"])
+    """The direction records of a `Reading`, its ``to_dict()`` JSON or an iterable of records.
+
+    Raises:
+        TypeError: a string or bytes (a path is not read here: `load_reading` reads one), a
+            mapping without a ``"directions"`` list (the `cells --json` payload, ``{}``), a
+            ``"directions"`` entry that is not a list, or anything else that is not iterable.
+            Each was iterated before and failed on its characters or keys, or gave λ = 0 for
+            ``{}`` and ``""`` (s34 trial TRIPLE D2).
+    """
+    want = "reading must be a Reading, its to_dict() JSON or an iterable of direction records"
+    if isinstance(reading, (str, bytes)):
+        raise TypeError(
+            f"{want}, got {type(reading).__name__} {str(reading)[:60]!r} (a path? load it "
+            "with neuromanifold.report.load_reading first)"
+        )
+    if isinstance(reading, Mapping):
+        if "directions" not in reading:
+            raise TypeError(f"{want}, got a mapping with keys {sorted(map(str, reading))[:8]}")
+        directions = reading["directions"]
+        if not isinstance(directions, (list, tuple)):
+            raise TypeError(
+                f"{want}: its 'directions' must be a list, got {type(directions).__name__}"
+            )
+        return list(directions)
     if hasattr(reading, "directions"):
         return list(reading.directions)
     if isinstance(reading, Iterable):
         return list(reading)
-    raise TypeError(
-        f"reading must be a Reading, its to_dict() JSON or an iterable of direction "
-        f"records, got {type(reading).__name__}"
-    )
+    raise TypeError(f"{want}, got {type(reading).__name__}")
 
 
 def _record_name(i: int, rec: Any) -> str:

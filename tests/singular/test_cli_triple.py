@@ -71,6 +71,9 @@ def test_parse_k_range() -> None:
     [
         (["triple", "nu", "--k", "3-1"], "runs backwards (start 3 > end 1)"),
         (["triple", "nu", "--k", "0"], "--k must look like"),
+        # an end below 1 is not a backwards range: '-3-1' was suggested and then refused (s34
+        # trial TRIPLE D3)
+        (["triple", "nu", "--k", "1--3"], "--k must look like"),
         (["triple", "nu", "--k", "1-99"], "--k must be <="),
         (["triple", "rrr", "5", "3", "5", "9"], "r must satisfy"),
         (["triple", "dln", "--widths", "4,x", "--rank", "0"], "--widths must be comma-separated"),
@@ -115,6 +118,17 @@ def test_read_from_saved_reading(tmp_path: Path) -> None:
     assert res.exit_code != 0 and "directions" in res.output
     res = runner.invoke(app, ["triple", "read", "--reading", str(tmp_path / "missing.json")])
     assert res.exit_code != 0 and "readable Reading JSON" in " ".join(res.output.split())
+    # the folder `read --out` writes reads as its report.json; a folder without one is told so
+    # (s34 trial TRIPLE O3: "[Errno 21] Is a directory")
+    out = tmp_path / "out"
+    out.mkdir()
+    res = runner.invoke(app, ["triple", "read", "--reading", str(out)])
+    assert res.exit_code == 2 and "is a folder without a report.json" in " ".join(
+        res.output.replace("│", " ").split()
+    )
+    (out / "report.json").write_text(json.dumps(reading))
+    res = runner.invoke(app, ["triple", "read", "--reading", str(out), "--json", "-"])
+    assert res.exit_code == 0 and json.loads(res.output)["lambda"] == "1/4"
 
 
 def test_read_of_a_binary_file_is_a_one_line_error(tmp_path: Path) -> None:
@@ -209,3 +223,21 @@ def test_read_accepts_records_without_an_order(tmp_path: Path) -> None:
     path.write_text(json.dumps({"directions": [GENUINE, flat]}))
     res = runner.invoke(app, ["triple", "read", "--reading", str(path)])
     assert res.exit_code == 0 and res.output.startswith("λ = 1/2")
+
+
+@pytest.mark.parametrize(
+    ("layers", "scope"),
+    [
+        (["0"], "an upper reference for this block of one component"),
+        (["0", "2"], "not a bound for this crossing of 2 components"),
+    ],
+)
+def test_the_nu_line_says_which_case_its_block_is(tmp_path: Path, layers, scope) -> None:
+    """s34 trial TRIPLE O4: the dominant block's ν line named both cases, whatever the block."""
+    rec = {"class": "genuine_singularity", "k": 2, "layer": layers[0], "layers": layers}
+    path = tmp_path / "reading.json"
+    path.write_text(json.dumps({"directions": [rec], "not_covered": [], "meta": {}}))
+    res = runner.invoke(app, ["triple", "read", "--reading", str(path)])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert f"(the normal form's universal value: {scope}), not the model's ν" in text

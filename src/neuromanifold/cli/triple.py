@@ -61,6 +61,8 @@ def parse_k_range(spec: str) -> list[int]:
         try:
             if "-" in part:
                 lo, hi = (int(p) for p in part.split("-", 1))
+                if min(lo, hi) < 1:  # "1--3": an end below 1, not a range to turn round
+                    raise typer.BadParameter(bad)
                 if lo > hi:
                     raise typer.BadParameter(
                         f"--k range {part!r} runs backwards (start {lo} > end {hi}); "
@@ -203,7 +205,8 @@ def read_cmd(
         "--reading",
         parser=_READING,
         metavar="FILE",
-        help="A saved Reading JSON (Reading.to_dict).",
+        help="A saved Reading JSON (Reading.to_dict), or the folder 'read --out' wrote (its "
+        "report.json).",
     ),
     regular_dims: int | None = typer.Option(
         None,
@@ -236,6 +239,13 @@ def read_cmd(
     from neuromanifold.singular.assembly import assemble_from_reading
 
     check_json_target(json_path, stdout_ok=True)
+    if reading.is_dir():  # the folder `read --out` wrote (s34 trial TRIPLE O3: "Is a directory")
+        if not (reading / "report.json").is_file():
+            raise typer.BadParameter(
+                f"--reading {reading} is a folder without a report.json; give the Reading JSON "
+                "file (read --out DIR writes DIR/report.json)"
+            )
+        reading = reading / "report.json"
     try:
         data = json.loads(reading.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -291,12 +301,20 @@ def read_cmd(
                 f"not the model's ν (a regular model of dimension d has ν = d/2)"
             )
         else:
+            dominant = next(b for b in result.blocks if b.block == result.dominant_block)
+            n = len(dominant.orders)
+            # which of the two cases applies to this block (s34 trial TRIPLE O4: the line named
+            # both, whatever the block)
+            scope = (
+                "an upper reference for this block of one component"
+                if n == 1
+                else f"not a bound for this crossing of {n} components"
+            )
             typer.echo(
                 f"dominant block {result.dominant_block} (smallest λ_block): diagonal order "
                 f"k = Σ k_i = {result.dominant_order}, ν(k) = {nu_text}: the per-direction "
-                f"ν(k_diag) of the dominant direction (the normal form's universal value: an "
-                f"upper reference for one component, not a bound for a crossing), not the "
-                f"model's ν"
+                f"ν(k_diag) of the dominant direction (the normal form's universal value: "
+                f"{scope}), not the model's ν"
             )
         for b in result.blocks:
             typer.echo(

@@ -345,3 +345,47 @@ def test_the_survey_mlp_rows_redraw_theta_without_an_all_active_region() -> None
     for row, j in ((8, 40), (9, 62)):
         report = rows[row].sample(np.random.default_rng([0, row, j]))
         assert report.n_points >= 1
+
+
+def test_a_dead_region_fiber_keeps_the_pattern_of_every_point_it_returns() -> None:
+    """s34 trial RELU D2: both units dead on the data. A solve ended on the region's boundary
+    (z ≈ −1e-17 at unit scale) and the point, scaled back, had z = +2.5e-18 on one sample: its
+    NTK (max entry 2.49) made the verdict "dependent" (spread 1.0). The pattern is checked on the
+    points as returned; on the all-dead region J = 0, one NTK."""
+    X = np.abs(np.random.default_rng(8).standard_normal((6, 2)))
+    net = ReluMLP(2, 2)
+    theta = (np.array([[-1.0, -0.3], [-0.2, -1.0]]), np.array([[0.7, 2.0]]))
+    pattern = activation_pattern(net, theta, X)
+    assert not pattern.any()
+    report = relu_fiber(net, theta, X, notion="dataset")
+    for point in report.points:
+        assert np.array_equal(activation_pattern(net, point, X), pattern)
+        assert not np.any(relu_ntk(net, point, X))
+    assert report.n_distinct_ntks == 1 and not report.ntk_dependent
+
+
+@pytest.mark.parametrize(
+    "net", [ReluMLP(2, 2), ReluMLP(3, 3, 2), ReluCNN(7, 3, 2, channels=2)], ids=str
+)
+def test_the_global_fiber_of_zero_holds_the_cone_of_cancelling_pairs(net) -> None:
+    """s34 trial RELU D3: at θ0 = 0 every start was 0 (drawn at θ0's size) and the fiber came out
+    {0}, one NTK, no continuum. Two units with equal input weights and opposite read-outs of the
+    same norm compute 0 with invariants 0, and so does t times them: a cone through 0 whose NTK
+    is t² times a non-zero one."""
+    X = np.random.default_rng(8).standard_normal((6, net.input_dim))
+    zero = (np.zeros(net.shapes[0]), np.zeros(net.shapes[1]))
+    report = relu_fiber(net, zero, X, notion="global")
+    assert report.continuum and report.ntk_dependent
+    probes = np.random.default_rng(9).standard_normal((500, net.input_dim))
+    for point in report.points:
+        assert float(np.max(np.abs(relu_forward(net, point, probes)))) <= 1e-12
+        assert float(np.max(np.abs(relu_invariants(net, point)))) <= 1e-12
+
+
+def test_a_single_channel_at_zero_has_the_point_zero_alone() -> None:
+    """One channel cannot cancel itself: f ≡ 0 forces every read-out to 0 (each patch has an
+    input coordinate of its own), then ‖w‖ = ‖a‖ = 0. The fiber is {0}, no continuum."""
+    net = ReluCNN(7, 3, 2)
+    X = np.random.default_rng(8).standard_normal((6, 7))
+    report = relu_fiber(net, (np.zeros((1, 3)), np.zeros((1, 3))), X, notion="global")
+    assert report.n_points == 1 and not report.continuum and not report.ntk_dependent

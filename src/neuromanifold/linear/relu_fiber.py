@@ -339,12 +339,32 @@ def relu_fiber(
         return np.concatenate([relu_jacobian(net, th, Z), dinv], axis=0)
 
     x0u = x0 / c
-    scale = np.linalg.norm(x0u) / np.sqrt(x0u.size)
+    # θ0 = 0 (s = 1): the starts are drawn at the unit scale, not at θ0's zero size, which
+    # made every start 0 and the fiber {0} (s34 trial RELU D3)
+    scale = np.linalg.norm(x0u) / np.sqrt(x0u.size) or 1.0
     starts = [scale * rng.standard_normal(x0u.size) for _ in range(n_random)]
     rel = np.geomspace(0.05, 1.0, max(n_perturb, 1))
     starts += [x0u + r * scale * rng.standard_normal(x0u.size) for r in rel[:n_perturb]]
     exchanged = exchange_points(net, (W0, A0))[1:] if notion == "global" else []
     starts += [_flatten(p) / c for p in exchanged]  # after the seeded draws: same random starts
+    origin = not np.any(x0)
+    if origin and notion == "global" and net.n_units >= 2:
+        # at θ0 = 0 every start falls to 0, which attracts the solve; a cancelling pair of units
+        # (same input weights, opposite read-outs, ‖a_j‖ = ‖w_j‖) computes 0 with invariants 0
+        # and is no start's limit (s34 trial RELU D3)
+        starts.append(_flatten(_cancelling_pair(net)))
+
+    def in_fiber(y: np.ndarray) -> bool:
+        """A zero of ``fun`` the notion counts: in the dataset notion θ0's activation pattern
+        on X (s27b audit RERUN #1: a zero of another pattern was taken for a curve). The global
+        notion takes every zero near the point: Z holds θ0's kink probes, and a step along a
+        genuine curve (two parallel units sharing their slope) lands on a zero whose units part
+        by a wedge smaller than the solve resolves, which the own-kink check made for isolated
+        points would refuse."""
+        if notion == "dataset":
+            return np.array_equal(activation_pattern(net, _unflatten(net, c * y), X), pattern0)
+        return True
+
     tol = FIBER_RTOL * s
     good, best_u, n_starts = _lsq.multistart(fun, jac, [x0u, *starts], tol=FIBER_RTOL)
     best = s * best_u
@@ -355,11 +375,10 @@ def relu_fiber(
         own = np.random.default_rng((seed, 2))
         good = [g for g in good if _same_on_own_kinks(net, g.x, x0u, own)]
     if notion == "dataset":
-        good = [
-            g
-            for g in good
-            if np.array_equal(activation_pattern(net, _unflatten(net, g.x), X), pattern0)
-        ]
+        # the pattern of the point as returned, c·x: a zero on the region's boundary (z ≈ −1e-17
+        # at unit scale) can cross it when scaled, and its NTK is then another pattern's (s34
+        # trial RELU D2: a "dependent" verdict, spread 1.0, on an all-dead region)
+        good = [g for g in good if in_fiber(g.x)]
     pts = [g.x for g in good]
     keep = dedupe_points(pts, lambda a, b: permutation_distance(net, a, b))  # at unit scale
     points = [_unflatten(net, c * pts[i]) for i in keep]
@@ -372,17 +391,6 @@ def relu_fiber(
         if notion == "global":
             return global_first_order_dimension(net, _unflatten(net, x))
         return _lsq.null_dimension(jac(x), rtol=RANK_RTOL)
-
-    def in_fiber(y: np.ndarray) -> bool:
-        """A zero of ``fun`` the notion counts: in the dataset notion θ0's activation pattern
-        on X (s27b audit RERUN #1: a zero of another pattern was taken for a curve). The global
-        notion takes every zero near the point: Z holds θ0's kink probes, and a step along a
-        genuine curve (two parallel units sharing their slope) lands on a zero whose units part
-        by a wedge smaller than the solve resolves, which the own-kink check made for isolated
-        points would refuse."""
-        if notion == "dataset":
-            return np.array_equal(activation_pattern(net, _unflatten(net, y), X), pattern0)
-        return True
 
     def through_curve(x: np.ndarray) -> bool:
         """Whether a curve of the fiber passes through its point ``x`` (unit scale): off a null
@@ -397,8 +405,12 @@ def relu_fiber(
 
     fiber_dim = dim_at(x0u)
     # a positive null dimension alone can be an isolated singular point: step off θ0 along it
-    # (s25 trial LIN #3: a dimension-1 fiber's 6 samples were reported as 6 points, no note)
-    is_curve = bool(fiber_dim) and through_curve(x0u)
+    # (s25 trial LIN #3: a dimension-1 fiber's 6 samples were reported as 6 points, no note).
+    # At θ0 = 0 the fiber is a cone (Φ(tθ) = t²Φ(θ) = 0): any point found other than 0 puts
+    # the ray t·θ, t ∈ [0, 1], through θ0
+    is_curve = bool(fiber_dim) and (
+        (origin and any(np.any(pts[i]) for i in keep)) or through_curve(x0u)
+    )
     note = continuum_note(fiber_dim if is_curve else 0, len(points))
     if not is_curve:
         # θ0 isolated: a curve can still pass through another point found (s25b audit RERUN N4:
@@ -439,6 +451,19 @@ def relu_fiber(
         notes=(f"fiber notion: {notion}", *([note] if note else [])),
     )
     return _with_route_count(report)
+
+
+def _cancelling_pair(net: ReluNet) -> tuple[np.ndarray, np.ndarray]:
+    """Units 0 and 1 with input weights ``e_1`` and read-outs ``±e_1``, the rest 0: the network
+    computes 0 everywhere and every invariant ``‖a_j‖² − ‖w_j‖²`` is 0 (``net.n_units ≥ 2``)."""
+    (wr, wc), (ar, ac) = net.shapes
+    W, A = np.zeros((wr, wc)), np.zeros((ar, ac))
+    W[0, 0] = W[1, 0] = 1.0
+    if isinstance(net, ReluMLP):  # read-outs are A's columns
+        A[0, 0], A[0, 1] = 1.0, -1.0
+    else:  # a channel's read-out is A's row over the positions
+        A[0, 0], A[1, 0] = 1.0, -1.0
+    return W, A
 
 
 def _sampled_count_note(notion: Notion, n_starts: int) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -413,3 +414,29 @@ def test_ranks_over_v_zero_are_those_of_the_exact_points(arch, d, rank):
     for p in pts:
         assert float(np.max(np.abs(mu(arch, p)))) == 0.0
         assert np.allclose(delta(p), d, rtol=0.0, atol=ATOL_EXACT)
+
+
+@pytest.mark.parametrize("widths", [(2, 2, 2), (3, 2, 2, 3)])
+def test_the_fc_fiber_over_zero_and_balanced_is_the_point_zero(widths) -> None:
+    """s34 trial RELU D4: over (W, Δ) = (0, 0) the search returned a point of size 1e-81, and
+    the rank of dΦ was taken at its unit-scale copy, a random vector: fiber dimension 1. Δ = 0
+    gives every layer the same singular values σ_i and W the values σ_i^L, so W = 0 makes every
+    layer 0: the fiber is θ = 0 exactly, where dΦ = 0 (dimension n_params, no curve)."""
+    arch = FC(widths)
+    zeros = [np.zeros((b, a)) for a, b in itertools.pairwise(widths)]
+    report = fiber_of_params(arch, zeros)
+    assert report.n_points == 1
+    assert all(not np.any(layer) for layer in report.points[0])
+    assert report.fiber_dimension == arch.n_params and not report.continuum
+
+
+def test_a_non_symmetric_fc_delta_is_refused() -> None:
+    """Δ_l = W_{l+1}ᵀW_{l+1} − W_l W_lᵀ is symmetric; another matrix was searched for and
+    reported as "no parameters found" (s34 trial RELU O3). A computed Δ passes."""
+    arch = FC((2, 2, 2))
+    with pytest.raises(ValueError, match=r"Delta\[0\] is not symmetric \(largest \|Δ − Δᵀ\| = 1\)"):
+        fc_fiber(arch, np.eye(2), [np.array([[0.0, 1.0], [0.0, 0.0]])])
+    rng = np.random.default_rng(0)
+    theta = [rng.standard_normal((2, 2)), rng.standard_normal((2, 2))]
+    report = fc_fiber(arch, fc_mu(arch, theta), fc_delta(theta))
+    assert report.n_points >= 1

@@ -466,6 +466,11 @@ def _describe(arch: LCN | FC) -> str:
     return f"LCN D={arch.D} filters={f} strides={s}"
 
 
+DELTA_SYMMETRY_RTOL = 1e-12
+"""`check_fc_target` refuses a ``Δ_l`` with ``max|Δ − Δᵀ|`` above this times ``max(max|Δ|, 1)``
+(rounding in a computed ``Δ`` stays near 1e-16 of it)."""
+
+
 def check_fc_target(arch: FC, W: Any, Delta: Any) -> tuple[np.ndarray, list[np.ndarray]]:
     """Validate ``W`` (shape ``(n_L, n_0)``) and ``Δ`` (``L − 1`` matrices ``n_l × n_l``)."""
     if not isinstance(arch, FC):
@@ -485,6 +490,15 @@ def check_fc_target(arch: FC, W: Any, Delta: Any) -> tuple[np.ndarray, list[np.n
         out.append(D)
     if not (np.all(np.isfinite(W)) and all(np.all(np.isfinite(D)) for D in out)):
         raise ValueError("W and Delta must be finite")
+    for l, D in enumerate(out):
+        # Δ_l = W_{l+1}ᵀW_{l+1} − W_l W_lᵀ is symmetric: another matrix has no fiber, which the
+        # search reported as "no parameters found" (s34 trial RELU O3)
+        gap = float(np.max(np.abs(D - D.T), initial=0.0))
+        if gap > DELTA_SYMMETRY_RTOL * max(float(np.max(np.abs(D), initial=0.0)), 1.0):
+            raise ValueError(
+                f"Delta[{l}] is not symmetric (largest |Δ − Δᵀ| = {gap:.3g}): Δ_l = "
+                "W_{l+1}ᵀW_{l+1} − W_l W_lᵀ is a symmetric matrix"
+            )
     return W, out
 
 

@@ -283,9 +283,13 @@ def numeric_fiber(
     ``δ`` by the rescaling lemma (module docstring); ``n_starts`` in the result counts the
     starts of the final solve at ``(v, δ)``.
     """
-    if isinstance(arch, LCN) and not np.any(v) and not np.any(delta):
-        # v = 0 makes a layer zero and δ = 0 then every layer: the fiber is θ = 0 exactly (the
-        # search would return a point of size 1e-121, s14 trial N #2)
+    deltas = delta if isinstance(arch, FC) else [delta]
+    if not np.any(v) and not any(np.any(d) for d in deltas):
+        # LCN: v = 0 makes a layer zero and δ = 0 then every layer. FC: Δ = 0 (balanced) gives
+        # every layer the same singular values σ_i and the product σ_i^L, so W = 0 makes every
+        # layer zero. The fiber is θ = 0 exactly (the search returned a point of size 1e-121,
+        # s14 trial N #2, and 1e-81 for FC, whose rank at its unit scale was a random point's,
+        # s34 trial RELU D4)
         return NumericFiber((np.zeros(arch.n_params),), (0.0,), 0.0, FIBER_RTOL, 1, 1)
     rng = np.random.default_rng(seed)
     rho = problem_scale(arch, v, delta)

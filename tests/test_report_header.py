@@ -46,3 +46,13 @@ def test_the_header_counts_directions_cut_by_detector_caps() -> None:
     md = _md({"n_candidates": 5, "n_read": 5, "truncated": cuts})
     assert "5 candidates, 5 read (27 more cut by detector caps: notes below)" in md
     assert "more cut" not in _md({"n_candidates": 5, "n_read": 5})
+
+
+def test_the_read_line_names_a_hugging_face_directorys_weight_files_and_hashes() -> None:
+    """s34 trial REPORT O3: report.json kept the SHA-256 of a directory's model.safetensors and
+    report.md did not, so two reads of retrained weights in one directory looked the same."""
+    weights = {"path": "/m/model.safetensors", "sha256": "ab" * 32}
+    source = {"model": "m", "model_files": [weights], "checkpoint": None, "data": None}
+    md = _md({"source": source})
+    assert "Read: `--model m`; weights `/m/model.safetensors` (SHA-256 abababababab…)." in md
+    assert "weights" not in _md({"source": {**source, "model_files": []}})

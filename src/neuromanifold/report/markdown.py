@@ -236,11 +236,13 @@ def reading_markdown(reading: Reading, *, title: str = "Reading", level: int = 2
     out.append("; ".join(summary) + ".")
     source = meta.get("source")
     if isinstance(source, Mapping):
+        named = [("weights", f) for f in source.get("model_files") or ()]  # a HF directory's
+        named += [("checkpoint", source.get("checkpoint")), ("data", source.get("data"))]
         files = [
             f"{what} `{f['path']}` (SHA-256 {f['sha256'][:12]}…)"
-            for what, f in (("checkpoint", source.get("checkpoint")), ("data", source.get("data")))
+            for what, f in named
             if isinstance(f, Mapping)
-        ]
+        ]  # the weights' hash too: retrained weights in one directory differ (s34 REPORT O3)
         said = "".join(f"; {x}" for x in files)
         out.append(f"Read: `--model {source.get('model')}`{said}.")
     if "critical_check" in meta:  # a reading from before the check has no key: nothing said

@@ -219,3 +219,37 @@ def test_read_keeps_a_factorys_warnings_in_pythons_format(tmp_path: Path) -> Non
     assert lines.count(f"{factory}:5: UserWarning: factory says hi") == 1, r.stderr
     (note,) = _note_lines(r.stderr)
     assert WIDENED in note and note.endswith(CONVERTED), note
+
+
+def test_padded_probe_sequences_of_a_hugging_face_model_are_said(tmp_path: Path) -> None:
+    """s34 trial REPORT O1: probe ids holding the config's pad id were read (no attention mask,
+    the model attends to the pads) without a word. Unpadded ids get no note."""
+    import pytest
+
+    from neuromanifold.io import import_transformers
+
+    try:
+        transformers = import_transformers()
+    except ImportError:
+        pytest.skip("transformers is not installed")
+    cfg = transformers.BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1,
+                                  num_attention_heads=2, intermediate_size=32,
+                                  max_position_embeddings=12, pad_token_id=0,
+                                  architectures=["BertModel"])  # fmt: skip
+    transformers.BertModel(cfg).save_pretrained(str(tmp_path / "bert"))
+    ids = torch.randint(1, 40, (4, 6), generator=torch.Generator().manual_seed(0))
+    padded = ids.clone()
+    padded[1, 4:] = 0
+    padded[3, 5:] = 0
+    for name, x in (("ids.pt", ids), ("padded.pt", padded)):
+        torch.save(x, tmp_path / name)
+    args = ["read", "--model", str(tmp_path / "bert"), "--max-directions", "0"]
+    res = RUNNER.invoke(app, [*args, "--data", str(tmp_path / "padded.pt")], env=ENV)
+    assert res.exit_code == 0, res.output
+    assert (
+        "note: 2 of 4 probe sequences hold the pad token id 0 (config.pad_token_id): the read "
+        "passes no attention mask" in res.output
+    )
+    res = RUNNER.invoke(app, [*args, "--data", str(tmp_path / "ids.pt")], env=ENV)
+    assert res.exit_code == 0, res.output
+    assert "pad token id" not in res.output

@@ -114,3 +114,35 @@ def test_cli_error_line_names_the_data_shape(tmp_path: Path, monkeypatch) -> Non
         in r.output
     )
     assert "not enough values to unpack (expected 4, got 2)" in r.output
+
+
+class _PatchConvViT(nn.Module):
+    """A Hugging Face ViT's start: a Conv2d patch embedding after ``n, c, h, w = x.shape``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, 4, kernel_size=2, stride=2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        _, _, h, _ = x.shape
+        if h % 2:
+            raise ValueError(f"image height {h} is not a multiple of the patch size 2")
+        return self.patch(x).flatten(1)
+
+
+def test_a_convolution_first_model_given_ids_is_told_what_it_takes() -> None:
+    """s34 trial REPORT O2: a ViT given token ids said "not enough values to unpack (expected 4,
+    got 2)" and never that it takes pixel values. Images of the right rank that fail otherwise
+    get no such hint."""
+    model = _PatchConvViT().double().eval()
+    ids = torch.randint(0, 40, (4, 6))
+    with pytest.raises(ValueError) as info:
+        forward_checked(model, ids)
+    assert (
+        "(it raised ValueError; its first layer 'patch' (Conv2d) takes floating images "
+        "(N, C, H, W) with C = 3): not enough values to unpack" in str(info.value)
+    )
+    odd = torch.zeros(2, 3, 5, 4, dtype=torch.float64)
+    with pytest.raises(ValueError) as info:
+        forward_checked(model, odd)
+    assert "(it raised ValueError): image height 5" in str(info.value)

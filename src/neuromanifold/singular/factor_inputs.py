@@ -178,12 +178,6 @@ def forward_checked(
             raise _no_sample_axis(shape, *unbatched[0], err) from err
         if isinstance(err, NonFiniteActivation):
             raise
-        if isinstance(err, ValueError | TypeError):
-            raise ValueError(
-                f"the model's forward fails on data of shape {shape} (it raised "
-                f"{type(err).__name__}): {said}"
-            ) from err
-        msg = str(err).lower()
         first = next(
             (
                 (n, mod)
@@ -192,6 +186,12 @@ def forward_checked(
             ),
             None,
         )
+        if isinstance(err, ValueError | TypeError):
+            raise ValueError(
+                f"the model's forward fails on data of shape {shape} (it raised "
+                f"{type(err).__name__}{_conv_input_hint(first, x, shape)}): {said}"
+            ) from err
+        msg = str(err).lower()
         if not x.is_floating_point() and first is not None:
             if not isinstance(first[1], nn.Embedding):
                 raise ValueError(
@@ -290,6 +290,27 @@ def _token_hint(model: nn.Module, first: tuple[str, nn.Module], x: Tensor) -> st
 
 
 _CONV_DIMS: dict[type, int] = {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}
+
+
+def _conv_input_hint(first: tuple[str, nn.Module] | None, x: Tensor, shape: tuple[int, ...]) -> str:
+    """``"; its first layer 'stem' (Conv2d) takes images (N, C, H, W) with C = 3"`` when the
+    model's first layer is a convolution and the data are not a batch of its inputs (integer
+    ids, or another number of axes), else ``""``. A Hugging Face ViT given token ids raised
+    "not enough values to unpack (expected 4, got 2)" and no more (s34 trial REPORT O2)."""
+    if first is None or type(first[1]) not in _CONV_DIMS:
+        return ""
+    name, conv = first
+    dims = _CONV_DIMS[type(conv)]
+    if x.is_floating_point() and len(shape) == dims + 2:
+        return ""
+    axes = {1: "(N, C, L)", 2: "(N, C, H, W)", 3: "(N, C, D, H, W)"}[dims]
+    kind = "signals" if dims == 1 else "images" if dims == 2 else "volumes"
+    return (
+        f"; its first layer {name!r} ({type(conv).__name__}) takes floating {kind} {axes} with "
+        f"C = {conv.in_channels}"
+    )
+
+
 """Spatial dimensions of the convolutions whose unbatched input `forward_checked` recognises."""
 
 

@@ -22,10 +22,17 @@ from neuromanifold.singular.distributed import (
 HAS_CUDA = torch.cuda.is_available()
 
 
-@pytest.mark.parametrize("spec", [None, "cpu", torch.device("cpu")])
+@pytest.mark.parametrize("spec", [None, "cpu", "cpu:0", torch.device("cpu")])
 def test_cpu_requests_resolve_to_cpu(spec: object) -> None:
     assert resolve_device(spec) == torch.device("cpu")  # type: ignore[arg-type]
     assert backend_for(resolve_device(spec)) == "gloo"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("spec", ["cpu:1", torch.device("cpu", 3)])
+def test_a_cpu_index_is_refused(spec: object) -> None:
+    """s33 trial DIST: '--device cpu:1' was read on the one CPU device without a word."""
+    with pytest.raises(ValueError, match=r"the CPU takes no index \(torch has one CPU device\)"):
+        resolve_device(spec)  # type: ignore[arg-type]
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="checks the message given when CUDA is absent")

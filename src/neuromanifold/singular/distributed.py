@@ -140,8 +140,8 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
 
     Raises:
         TypeError: ``device`` is not a string, ``torch.device`` or None.
-        ValueError: the string is not a device, CUDA is requested but unavailable, the CUDA index
-            is out of range, the node runs more torchrun processes than it has GPUs, or the
+        ValueError: the string is not a device, a CPU index other than 0 is given, CUDA is
+            requested but unavailable, the CUDA index is out of range, the node runs more torchrun processes than it has GPUs, or the
             device type is neither ``cpu`` nor ``cuda``.
 
     >>> resolve_device("cpu")
@@ -161,6 +161,11 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
             f"device {device!r} is not a torch device; expected 'cpu', 'cuda' or 'cuda:N'"
         ) from err
     if dev.type == "cpu":
+        if dev.index not in (None, 0):  # one CPU device: 'cpu:1' read on it without a word
+            raise ValueError(
+                f"device {device!r}: the CPU takes no index (torch has one CPU device); "
+                "expected 'cpu'"
+            )
         return torch.device("cpu")
     if dev.type != "cuda":
         raise ValueError(f"device {device!r} is not supported; expected 'cpu', 'cuda' or 'cuda:N'")

@@ -376,7 +376,23 @@ def read_candidate(
         rec = dataclasses.replace(rec, reason=rec.reason + clause)
     if loss_check is not None:
         rec = dataclasses.replace(rec, reason=rec.reason + loss_along_reason(loss_check))
+    if cand.detector == "kfac-A" and rec.klass == "flat_gauge":
+        rec = dataclasses.replace(rec, reason=rec.reason + _input_kernel_clause(cand.ratio))
     return rec, n_passes
+
+
+def _input_kernel_clause(ratio: float | None) -> str:
+    """Why a ``kfac-A`` record reads flat: its input side lies in the kernel of the layer's input
+    factor A, so the layer's inputs have (next to) no component along it on the probe samples.
+    The word "gauge" of its class suggests a symmetry; the clause says it is the probe set's
+    (s33 trial USER O1: a unit that never fires; O5: the data-span kernel of an embedding)."""
+    share = "" if ratio is None else f" (A's eigenvalue ratio {ratio:.2g})"
+    return (
+        f"; the layer's inputs have no component, or a vanishing one, along the direction's "
+        f"input side on the probe samples{share}: an input unit that never fires on them, or a "
+        "direction the probe data do not span, flat on this probe set rather than a symmetry "
+        "of the model"
+    )
 
 
 def one_sided_check(

@@ -76,6 +76,12 @@ def test_a_projected_read_is_rebuilt_off_the_gauge_span(candidate_kwargs: dict) 
     kwargs = {**candidate_kwargs, "gauges": [tangent], "project_gauges": True}
     rec, heard = _read(cand, params, x, kwargs)
     assert rec.info.get("projected") and rec.klass == "genuine_singularity"
+    # the reason says the projection, not "no gauge generators" (s34 trial CONV D1)
+    assert "no gauge generators" not in rec.reason
+    assert (
+        f"read after projecting u off the curved-gauge span it overlapped by "
+        f"{rec.gauge_overlap:.3g} (≥ 0.001; unprojected: order {rec.info['unprojected']['k']})"
+    ) in rec.reason
     _assert_same(swept_direction(cand, rec, [tangent], params), heard)
     off = sum(float((heard[k] * tangent[k]).sum()) for k in heard)
     assert abs(off) < 1e-12  # the swept direction is off the gauge span

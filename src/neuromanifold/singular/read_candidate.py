@@ -300,8 +300,17 @@ def read_candidate(
     ):
         n_passes += r.sweep.n_forward_passes
         info = {**info, "unprojected": {"k": r.k, "class": r.klass.value}, "projected": True}
+        unprojected_k = r.k
         r = sweep_read(u_proj, r.snapped, None)
         u_read, gens_read = u_proj, None
+        # the re-read ran without generators, and its reason said "no gauge generators" beside
+        # the record's own overlap (s34 trial CONV D1): it says what was done instead
+        r = dataclasses.replace(
+            r,
+            reason=r.reason.replace("; no gauge generators", "", 1)
+            + f"; read after projecting u off the curved-gauge span it overlapped by "
+            f"{overlap:.3g} (≥ {PROJECT_MIN_OVERLAP:g}; unprojected: order {unprojected_k})",
+        )
     n_passes += r.sweep.n_forward_passes
     if cand.gauge is None and r.klass.value == "flat_gauge":
         # flat along u: is it flat along −u too? If not, read −u and report that read when it

@@ -753,7 +753,13 @@ def read(
     gap_note = gapless_note(gapless)
     if gap_note:
         note = f"{note}; {gap_note}" if note else gap_note
-    for low_note in (promoted_note(promoted), lower_precision_note(lower), _frozen_note(model)):
+    for low_note in (
+        promoted_note(promoted),
+        lower_precision_note(lower),
+        _frozen_note(model),
+        _zero_norm_channels_note(work),
+        _caps_note(list(truncated.values())),
+    ):
         if low_note:
             note = f"{note}; {low_note}" if note else low_note
     meta = {
@@ -849,6 +855,51 @@ def _frozen_note(model: nn.Module) -> str:
         f"{sum(k for _, k in frozen)} of {total} parameter entries ({names}) have "
         f"requires_grad=False: they are part of θ and read like the others (register them as "
         f"buffers to read the trainable parameters alone)"
+    )
+
+
+_AFFINE_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.GroupNorm, nn.LayerNorm)
+
+
+def _zero_norm_channels_note(model: nn.Module) -> str:
+    """The clause for normalisation channels whose scale and shift are both exactly 0 (``""``
+    when none): such a channel outputs 0 on every input, a dead unit, and its node death (γ_c
+    with the consumer's weights reading channel c: order 2 where the consumer reads it) is not
+    proposed; the read shows flat one-sided records around it (s34 trial CONV D2: a BatchNorm
+    channel with γ = β = 0, k = 2 on both sides by hand, only flat records in the reading)."""
+    dead = []
+    for name, mod in model.named_modules():
+        weight, bias = getattr(mod, "weight", None), getattr(mod, "bias", None)
+        if not isinstance(mod, _AFFINE_NORMS) or weight is None or bias is None:
+            continue
+        if isinstance(mod, nn.GroupNorm | nn.LayerNorm) and weight.ndim != 1:
+            continue  # a LayerNorm over several axes: its entries are no channels
+        zero = ((weight == 0) & (bias == 0)).nonzero().flatten().tolist()
+        if zero:
+            shown = ", ".join(map(str, zero[:4])) + (", …" if len(zero) > 4 else "")
+            dead.append(f"'{name}' channel(s) {shown}")
+    if not dead:
+        return ""
+    return (
+        f"normalisation channels with scale and shift both 0 ({'; '.join(dead[:3])}"
+        f"{'; …' if len(dead) > 3 else ''}) output 0 on every input: each is a dead unit whose "
+        "node death with the consumer's weights on it (order 2 where the consumer reads the "
+        "channel) this read does not propose; it shows as flat one-sided records around it "
+        "(read the joint direction with read_direction)"
+    )
+
+
+def _caps_note(truncated: Sequence[dict[str, Any]]) -> str:
+    """The clause for candidates that detector caps cut before the read (``""`` when none): the
+    command line prints each cap, a Python caller saw them in ``meta["truncated"]`` only (s34
+    trial CONV O5: a fifth dead channel went unread without a word in ``Reading.note``)."""
+    cuts = [c for c in truncated if c.get("of") != "generators"]
+    if not cuts:
+        return ""
+    unread = sum(int(c["found"]) - int(c["kept"]) for c in cuts)
+    return (
+        f"detector caps left {unread} found direction(s) unread on {len(cuts)} "
+        f"(detector, layer) pair(s) (meta['truncated'] names them)"
     )
 
 

@@ -1,0 +1,50 @@
+"""Two clauses of `Reading.note`: normalisation channels with scale and shift both 0 (s34 trial
+CONV D2), and detector caps that left found directions unread (CONV O5)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from neuromanifold import read
+from neuromanifold.singular import Gaussian
+
+
+def _bn_model(zero_channel: bool) -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 2, 3),
+        nn.Flatten(), nn.Linear(2 * 4 * 4, 2),
+    ).double()  # fmt: skip
+    model.eval()
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-0.1, 0.1)
+        model[1].running_var.uniform_(0.5, 2.0)
+        if zero_channel:
+            model[1].weight[2] = 0.0
+            model[1].bias[2] = 0.0
+            model[3].weight[:, 2] = 0.0
+    return model
+
+
+def test_a_batchnorm_channel_with_zero_scale_and_shift_is_named() -> None:
+    x = torch.randn(32, 1, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    note = read(_bn_model(True), x, Gaussian(), progress=False, max_directions=4).note
+    assert "normalisation channels with scale and shift both 0 ('1' channel(s) 2)" in note
+    assert "this read does not propose" in note
+    plain = read(_bn_model(False), x, Gaussian(), progress=False, max_directions=4).note
+    assert "scale and shift both 0" not in plain
+
+
+def test_directions_cut_by_caps_are_counted_in_the_note() -> None:
+    """Eleven never-excited inputs of one Linear: kfac-A finds 11 input-kernel directions and
+    its cap keeps 2."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 3)).double().eval()
+    x = torch.randn(64, 16, dtype=torch.float64)
+    x[:, 5:] = 0.0  # 11 input coordinates never excited
+    reading = read(model, x, Gaussian(), progress=False)
+    cuts = [c for c in reading.meta["truncated"] if c.get("of") != "generators"]
+    assert cuts
+    unread = sum(c["found"] - c["kept"] for c in cuts)
+    assert f"detector caps left {unread} found direction(s) unread on {len(cuts)}" in reading.note

@@ -440,3 +440,16 @@ def test_a_non_symmetric_fc_delta_is_refused() -> None:
     theta = [rng.standard_normal((2, 2)), rng.standard_normal((2, 2))]
     report = fc_fiber(arch, fc_mu(arch, theta), fc_delta(theta))
     assert report.n_points >= 1
+
+
+def test_the_numeric_route_counts_every_random_start_it_drew() -> None:
+    """s34 trial LCN1D D1: 40 starts asked for, 20 found no balanced point over (v, 0) and never
+    reached the solve at (v, δ); the route said "20/20 converged" and the disagreement note
+    "from 20 random starts", hiding a 50 % failure rate from a user deciding on --starts."""
+    v = [-0.13374586006584896, -0.25241798770631174, -2.3329077352315211, 1.2582544311810031,
+         3.5851816043031137, -1.5054514331040665]  # fmt: skip
+    delta = [5.9409129049383944, 0.15415931155508567]
+    rep = lcn_fiber(LCN((2, 3, 3), (1, 1)), v, delta, n_starts=40, seed=287375566)
+    (num,) = [r for r in rep.routes if r.name == "numeric"]
+    assert num.n_starts == 40 and num.n_converged < num.n_starts
+    assert all("from 40 random starts" in n for n in rep.notes if "the routes disagree" in n)

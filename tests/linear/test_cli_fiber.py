@@ -210,6 +210,10 @@ def test_converge_command(tmp_path: Path) -> None:
     res = runner.invoke(app, ["lcn", "converge", "--seeds", "1", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert res.output.count("reached") == 3
+    # where σ is measured (s34 trial LCN1D O3: not at θ itself)
+    assert (
+        " ".join(res.output.split()).count("σ_dimM/σ_max of Jμ at the balanced representative") == 3
+    )
     reps = json.loads((tmp_path / "converge.json").read_text())
     assert len(reps) == 3 and all(len(r["runs"]) == 1 for r in reps)
     assert (tmp_path / "converge.png").read_bytes()[:4] == b"\x89PNG"

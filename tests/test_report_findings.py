@@ -268,3 +268,36 @@ def test_the_weakest_hidden_direction_is_a_finding_of_its_own(record_of):
     one_live = [both[0], {**both[1], "unsnapped": _probe(1, "live"), "snapped": _probe(1, "live")}]
     mr = dataclasses.replace(mr, probes=tuple(one_live))
     assert node_death_findings(mr, r2_min=R2_MIN)[1].holds is False
+
+
+def test_records_near_not_on_or_in_a_probe_size_kernel_are_no_node_deaths(record_of):
+    """s34 trial DEMO D2: with 16 probe digits the fine-tune's control ("no node deaths") failed
+    on kfac-G records of a G whose kernel the probe size makes (16·4 rows for 128), and the
+    scratch ViT's "node deaths" held on records marked near, not on. Neither counts now, and the
+    findings say how many were left out and why."""
+    near = dataclasses.replace(
+        record_of(
+            ["blocks.0.mlp.fc1", "blocks.0.mlp.fc2"], "duality", "genuine_singularity", 2, 0.99
+        ),
+        info={"order_below": {"k": 1, "t": [1e-4, 1e-3], "slope": 0.01}},
+    )
+    probe = record_of(["blocks.0.mlp.fc1"], "kfac-G", "genuine_singularity", 2, 0.99)
+    limited = {"layer": "blocks.0.mlp.fc1", "factor": "G", "dim": 128, "rows": 64, "n_min": 32}
+    mr = _model([near, probe], "ft")
+    mr = dataclasses.replace(
+        mr, reading=Reading(mr.reading.directions, (), {"probe_rank_limited": [limited]})
+    )
+    (deaths, *_) = node_death_findings(mr, r2_min=R2_MIN)
+    assert deaths.holds is False and "0 at k = 2" in deaths.observed
+    assert "(left out as no node death at θ0: 1 in a probe-size kernel, 1 near, not on)" in (
+        deaths.observed
+    )
+    (control, *_) = gauge_findings(mr, r2_min=R2_MIN, expect_no_deaths=True)
+    assert control.holds is True
+    assert "left out as no singularity at θ0: 1 in a probe-size kernel, 1 near, not on" in (
+        control.observed
+    )
+    # the same kfac-G record on a factor the probe set fills is a node death
+    full = dataclasses.replace(mr, reading=Reading((probe,), (), {"probe_rank_limited": []}))
+    assert node_death_findings(full, r2_min=R2_MIN)[0].holds is True
+    assert gauge_findings(full, r2_min=R2_MIN, expect_no_deaths=True)[0].holds is False

@@ -115,7 +115,8 @@ def _scan(b: dict[str, Any]) -> str:
     return "/".join(sorted(set(b.get("classes") or []))) or "—"
 
 
-def _mlp_node_deaths(mr: Any, r2_min: float) -> list[Any]:
+def _mlp_genuine(mr: Any, r2_min: float) -> list[Any]:
+    """Genuine records touching MLP layers with a fit of r² ≥ ``r2_min``."""
     return [
         r
         for r in mr.reading.directions
@@ -126,11 +127,40 @@ def _mlp_node_deaths(mr: Any, r2_min: float) -> list[Any]:
     ]
 
 
+def _not_a_death_at_theta0(r: Any, limited: set[tuple[str, str]]) -> str | None:
+    """Why a genuine MLP record does not count as a node death at θ0, or None: it was read near,
+    not on, its structure (``info["order_below"]``), or it is a one-sided mode of a factor whose
+    kernel the probe size makes (``meta["probe_rank_limited"]``). s34 trial DEMO D2: with 16
+    probe digits both counted, and the node-death finding and its control flipped."""
+    from neuromanifold.singular.read_candidate import ORDER_BELOW_KEY
+
+    if ORDER_BELOW_KEY in r.info:
+        return "near, not on"
+    side = {"kfac-A": "A", "kfac-G": "G"}.get(r.detector)
+    if side is not None and (r.layer, side) in limited:
+        return "in a probe-size kernel"
+    return None
+
+
+def _mlp_node_deaths(mr: Any, r2_min: float) -> tuple[list[Any], Counter]:
+    """The genuine MLP records that count as node deaths at θ0, and a count of those left out
+    by reason (`_not_a_death_at_theta0`)."""
+    limited = {(e["layer"], e["factor"]) for e in mr.reading.meta.get("probe_rank_limited") or ()}
+    kept, left = [], Counter()
+    for r in _mlp_genuine(mr, r2_min):
+        why = _not_a_death_at_theta0(r, limited)
+        if why is None:
+            kept.append(r)
+        else:
+            left[why] += 1
+    return kept, left
+
+
 def node_death_findings(mr: Any, *, r2_min: float, expected_k: int = 2) -> list[Finding]:
     """The scratch ViT: rotated node deaths in MLP blocks at ``expected_k``, scan beside them."""
     from neuromanifold.report.spectra import spread
 
-    deaths = _mlp_node_deaths(mr, r2_min)
+    deaths, left = _mlp_node_deaths(mr, r2_min)
     at_k = [r for r in deaths if r.k == expected_k]
     mlp_recs = [r for r in mr.reading.directions if any(".mlp." in x for x in r.layers)]
     parts = []
@@ -150,10 +180,17 @@ def node_death_findings(mr: Any, *, r2_min: float, expected_k: int = 2) -> list[
         )
     evidence = "; ".join(parts)
     compressed = mr.metrics.get("mlp_compressed_units")
+    skipped = (
+        " (left out as no node death at θ0: "
+        + ", ".join(f"{n} {why}" for why, n in sorted(left.items()))
+        + ")"
+        if left
+        else ""
+    )
     observed = (
         f"{len(deaths)} readable genuine singularities touch MLP layers "
         f"(orders: {_counts([str(r.k) for r in deaths])}; detectors: "
-        f"{_counts([r.detector for r in deaths])}), {len(at_k)} at k = {expected_k}. "
+        f"{_counts([r.detector for r in deaths])}), {len(at_k)} at k = {expected_k}{skipped}. "
         f"All MLP records by class: {_counts([r.klass for r in mlp_recs])}. "
         f"Hidden-layer spectra (fc2 input A, fc1 output G): {evidence or 'no MLP blocks'}. "
         f"Units compressed (< 1 % RMS contribution, zoo.mlp_usage): {compressed}."
@@ -214,15 +251,32 @@ def gauge_findings(mr: Any, *, r2_min: float, expect_no_deaths: bool) -> list[Fi
     recs = mr.reading.directions
     out = []
     if expect_no_deaths:
-        deaths = _mlp_node_deaths(mr, r2_min)
-        genuine = [r for r in recs if r.klass == "genuine_singularity"]
+        deaths, _ = _mlp_node_deaths(mr, r2_min)
+        limited = {
+            (e["layer"], e["factor"]) for e in mr.reading.meta.get("probe_rank_limited") or ()
+        }
+        genuine, left = [], Counter()
+        for r in recs:
+            if r.klass != "genuine_singularity":
+                continue
+            why = _not_a_death_at_theta0(r, limited)
+            if why is None:
+                genuine.append(r)
+            else:
+                left[why] += 1
+        skipped = (
+            "; left out as no singularity at θ0: "
+            + ", ".join(f"{n} {why}" for why, n in sorted(left.items()))
+            if left
+            else ""
+        )
         out.append(
             Finding(
                 f"{mr.name}: no node deaths",
                 "no node deaths; the dead structure is architectural gauge",
                 f"{len(deaths)} readable genuine singularities in MLP layers, {len(genuine)} "
-                f"genuine anywhere ({_counts([r.layer for r in genuine])}); all records by "
-                f"class: {_counts([r.klass for r in recs])}",
+                f"genuine anywhere ({_counts([r.layer for r in genuine])}){skipped}; all "
+                f"records by class: {_counts([r.klass for r in recs])}",
                 not genuine,
             )
         )

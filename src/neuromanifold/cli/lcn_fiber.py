@@ -264,7 +264,8 @@ def converge_command(
         typer.echo(
             f"{rep.architecture}: {sm['reached_tol']}/{sm['runs']} reached ‖∇L‖ ≤ 1e-10, "
             f"full rank {sm['full_rank']}/{sm['runs']} (min σ_dimM/σ_max of Jμ at the "
-            f"balanced representative {sm['min_sigma_ratio']:.2e}), max ‖∇L‖ {sm['max_grad_norm']:.2e}, min ‖v‖ "
+            f"balanced representative {sm['min_sigma_ratio']:.2e}), max ‖∇L‖ "
+            f"{sm['max_grad_norm']:.2e}, min ‖v‖ "
             f"{sm['min_v_norm']:.3g}, max drift {sm['max_invariant_drift']:.2e}, critical values "
             f"{sm['critical_values']} (ℓ(0) = {sm['loss_at_zero']:.4g}) "
             f"[{time.perf_counter() - t0:.1f} s]"

@@ -141,8 +141,9 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
     Raises:
         TypeError: ``device`` is not a string, ``torch.device`` or None.
         ValueError: the string is not a device, a CPU index other than 0 is given, CUDA is
-            requested but unavailable, the CUDA index is out of range, the node runs more torchrun processes than it has GPUs, or the
-            device type is neither ``cpu`` nor ``cuda``.
+            requested but unavailable, the CUDA index is out of range, the node runs more
+            torchrun processes than it has GPUs, or the device type is neither ``cpu`` nor
+            ``cuda``.
 
     >>> resolve_device("cpu")
     device(type='cpu')

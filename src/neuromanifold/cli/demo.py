@@ -10,6 +10,8 @@ from neuromanifold.cli._files import check_out_dir, nonempty_path, out_dir_parse
 
 _OUT = out_dir_parser()
 _CACHE = nonempty_path("--cache", "a directory")
+DEFAULT_CACHE_OPTION = "the default checkpoint cache ($XDG_CACHE_HOME/neuromanifold/zoo)"
+"""How an error names the default cache, which no option gave."""
 
 
 def register(app: typer.Typer) -> None:
@@ -42,9 +44,15 @@ def register(app: typer.Typer) -> None:
         from neuromanifold.cli._console import stdout_console
         from neuromanifold.demo import DemoConfig, run_demo
         from neuromanifold.report.demo_report import demo_findings
+        from neuromanifold.zoo.recipes import default_cache_dir
 
         check_out_dir(out)
-        check_out_dir(cache, option="--cache")
+        # the default cache too: an unwritable one failed after minutes of training with a
+        # worker's traceback (s34 trial DEMO D1)
+        if cache is None:
+            check_out_dir(default_cache_dir(), option=DEFAULT_CACHE_OPTION)
+        else:
+            check_out_dir(cache, option="--cache")
         config = DemoConfig(
             probe=probe,
             cache=None if cache is None else str(cache),

@@ -63,7 +63,13 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(
                 f"unknown recipe {recipe!r}; expected one of {sorted(RECIPES)}", param_hint="RECIPE"
             )
-        check_out_dir(out)
+        from neuromanifold.cli.demo import DEFAULT_CACHE_OPTION
+        from neuromanifold.zoo.recipes import default_cache_dir
+
+        if out is None:  # the default cache (s34 trial DEMO D1: unchecked, a late traceback)
+            check_out_dir(default_cache_dir(), option=DEFAULT_CACHE_OPTION)
+        else:
+            check_out_dir(out)
         check_json_target(json_path, stdout_ok=True)
         result = run_recipe(
             recipe, out=out, steps=steps, seed=seed, progress=True, use_cache=not no_cache

@@ -289,3 +289,28 @@ def test_optimizer_figure_draws_zeros_at_the_floor_and_leaves_headroom(
     assert min(ys) == lo and 1e-18 not in ys  # the zero sits on the floor, not at 1e-18
     assert any(line.get_label() == "α = 0 (drawn at floor)" for line in ax0.get_lines())
     assert ax1.get_ylim()[1] > 3  # above the tallest bar (3 directions)
+
+
+def test_the_header_says_how_many_digits_each_read_used():
+    """s34 trial DEMO D3: "Probe: 1000" was printed while the validation splits held 359 and 179
+    digits. The header names the counts the reads used when they differ from --probe."""
+    from types import SimpleNamespace
+
+    from neuromanifold.report.demo_report import _probe_sentence
+
+    def model(n):
+        return SimpleNamespace(reading=Reading((), (), {"n_samples": n}))
+
+    def result(probe, scratch, finetune, sweep):
+        return SimpleNamespace(
+            config=SimpleNamespace(probe=probe),
+            models={"vit-digits-scratch": model(scratch), "vit-digits-finetune": model(finetune)},
+            optimizers=[SimpleNamespace(stage="sweep-adamw", reading=model(sweep).reading)],
+        )
+
+    assert _probe_sentence(result(64, 64, 64, 64)) == "Probe: 64 validation digits per read"
+    assert _probe_sentence(result(1000, 359, 179, 359)) == (
+        "Probe: the first 1000 validation digits asked for per read; the validation splits hold "
+        "fewer, so the reads used: vit-digits-scratch 359, vit-digits-finetune 179, "
+        "sweep-adamw 359"
+    )

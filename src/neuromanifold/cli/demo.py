@@ -60,6 +60,9 @@ def register(app: typer.Typer) -> None:
             baseline=not no_baseline,
             seed=seed,
         )
+        import time
+
+        start = time.perf_counter()
         try:
             result = run_demo(out, config)
         except (ValueError, TypeError) as err:
@@ -71,5 +74,5 @@ def register(app: typer.Typer) -> None:
             console.print(f"[bold]{f.subject}[/bold]: {verdict}")
         console.print(
             f"wrote {out / 'report.md'}, {out / 'report.json'} and figures/ "
-            f"in {result.timings['total']:.1f} s"
+            f"in {time.perf_counter() - start:.1f} s"  # the writing included (s34 DEMO D5)
         )

@@ -54,6 +54,24 @@ def _verdict(holds: bool | None) -> str:
     return {True: "holds", False: "**does not hold**", None: "undecided"}[holds]
 
 
+def _probe_sentence(result: Any) -> str:
+    """How many validation digits each read used: ``--probe`` asks for the first ``probe`` of
+    its task's validation split, and a split holds fewer than a large ``probe`` (s34 trial DEMO
+    D3: "Probe: 1000" printed for reads of 359 and 179 digits)."""
+    asked = result.config.probe
+    used = {
+        name: int(m.reading.meta.get("n_samples", asked))
+        for name, m in [*result.models.items(), *((o.stage, o) for o in result.optimizers)]
+    }
+    if all(n == asked for n in used.values()):
+        return f"Probe: {asked} validation digits per read"
+    counts = ", ".join(f"{name} {n}" for name, n in used.items())
+    return (
+        f"Probe: the first {asked} validation digits asked for per read; the validation splits "
+        f"hold fewer, so the reads used: {counts}"
+    )
+
+
 def demo_markdown(result: Any, figures: dict[str, str]) -> str:
     """The demo's Markdown (module docstring); ``figures`` maps names to relative paths."""
     from neuromanifold.demo_result import READABLE_R2
@@ -62,10 +80,11 @@ def demo_markdown(result: Any, figures: dict[str, str]) -> str:
     lines = [
         "# neuromanifold demo",
         "",
-        f"Wall time {t.get('total', float('nan')):.1f} s (each step's own duration, steps in "
-        "parallel workers overlap: "
+        f"Wall time to the results {t.get('total', float('nan')):.1f} s, before this report "
+        "and its figures were written (each step's own duration, steps in parallel workers "
+        "overlap: "
         + ", ".join(f"{k} {v:.1f} s" for k, v in t.items() if k != "total")
-        + f"). Probe: {result.config.probe} validation digits per read; categorical family, "
+        + f"). {_probe_sentence(result)}; categorical family, "
         "true Fisher. A direction is *readable* when its selected window fits with "
         f"r² ≥ {READABLE_R2}.",
         "",

@@ -202,6 +202,12 @@ def test_optimizer_figure_uses_the_table_categories(record_of, monkeypatch, tmp_
     assert row.unreadable_fraction == 2 / row.n_possible  # the table's count of the same two
     assert bars["gauge detector, no readable window"] == [2]
     assert sum(h[0] for h in bars.values()) == row.n_read
+    # a category no bar holds gets no bar and no legend entry (s34 trial DEMO D8)
+    bars.clear()
+    only_flat = _model_read([record_of(FC1, "kfac-G", "flat_gauge")], {})
+    one = types.SimpleNamespace(optimizers=[only_flat], rows=[optimizer_row(only_flat)])
+    plot_optimizers(one, tmp_path / "o1.png")
+    assert set(bars) == {"flat gauge, no window (at the floor)"}
 
 
 def test_timed_measures_the_job_where_it_runs():

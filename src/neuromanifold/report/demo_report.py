@@ -230,10 +230,18 @@ def demo_markdown(result: Any, figures: dict[str, str]) -> str:
 def plot_optimizers(result: Any, path: str | Path) -> Path:
     """Left: fc2 ``A`` ratio spectra per optimizer; right: the directions read, the readable ones
     by kind and the others as the table splits them (`_unreadable_split`)."""
-    from neuromanifold.report.figures import _mark_at_edge, _plt, _spectra_floor, save_png
+    from neuromanifold.report.figures import (
+        _DPI,
+        _LABEL_FONTSIZE,
+        _mark_at_edge,
+        _plt,
+        _spectra_floor,
+        save_png,
+    )
 
     plt = _plt()
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11.5, 3.8), dpi=90)
+    # the other figures' dpi and sizes (s34 trial DEMO D8: dpi 90 and 6-pt legends and ticks)
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11.5, 3.8), dpi=_DPI)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     series = [
         (i, j, row, name, [float(r) for r in s["A"]])
@@ -263,10 +271,10 @@ def plot_optimizers(result: Any, path: str | Path) -> Path:
             _mark_at_edge(ax0, zero, lo, ms=3, color=c, label=label)
             n_zero += len(zero)
     ax0.axhline(1e-3, ls=":", color="grey", lw=0.7)
-    ax0.set_xlabel("eigenvalue index")
-    ax0.set_ylabel("α / α_max of fc2 input A")
+    ax0.set_xlabel("eigenvalue index", fontsize=_LABEL_FONTSIZE)
+    ax0.set_ylabel("α / α_max of fc2 input A", fontsize=_LABEL_FONTSIZE)
     if series:  # no fc2 spectra: nothing to name
-        ax0.legend(fontsize=6)
+        ax0.legend(fontsize=7)
     kinds = sorted({k for r in result.rows for k in r.readable_kinds})
     xs = list(range(len(result.rows)))
     bottom = [0] * len(result.rows)
@@ -287,12 +295,14 @@ def plot_optimizers(result: Any, path: str | Path) -> Path:
         )
     ):
         vals = [parts[i] for parts in split]
+        if not any(vals):  # no legend entry for a category no bar holds (DEMO D8)
+            continue
         ax1.bar(xs, vals, bottom=bottom, color=colour, edgecolor="grey", lw=0.3, label=label)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     ax1.set_ylim(0, max([*bottom, 1]) * 1.08)  # headroom: the tallest bar met the frame (S #8)
-    ax1.set_xticks(xs, [r.optimizer.replace(" + ", "\n+ ") for r in result.rows], fontsize=6)
-    ax1.set_ylabel("directions read")
-    ax1.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars
+    ax1.set_xticks(xs, [r.optimizer.replace(" + ", "\n+ ") for r in result.rows], fontsize=7)
+    ax1.set_ylabel("directions read", fontsize=_LABEL_FONTSIZE)
+    ax1.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars
     fig.suptitle("optimizer comparison: MLP spectra and the directions read, by class", fontsize=9)
     fig.tight_layout()
     return save_png(fig, path)

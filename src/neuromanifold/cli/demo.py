@@ -36,7 +36,10 @@ def register(app: typer.Typer) -> None:
         ),
         no_cells: bool = typer.Option(False, "--no-cells", help="skip the constructed cells"),
         no_baseline: bool = typer.Option(
-            False, "--no-baseline", help="skip the per-coordinate scan beside the scratch ViT"
+            False,
+            "--no-baseline",
+            help="skip the per-coordinate scan beside the scratch ViT and the weakest hidden "
+            "direction reads of its MLP blocks (and their findings)",
         ),
         seed: int = typer.Option(0, "--seed", help="recipe seed"),
     ) -> None:

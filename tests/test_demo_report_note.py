@@ -24,3 +24,22 @@ def test_the_demo_says_it_writes_the_report_before_drawing(monkeypatch, tmp_path
     assert len(seen) == 1
     assert "writing report.md, report.json and figures/ into" in seen[0]
     assert str(tmp_path / "out") in seen[0].replace("\n", "")
+
+
+def test_off_a_terminal_the_demo_says_a_line_per_finished_job(monkeypatch, capsys):
+    """s34 trial DEMO D4: with stderr a log file the demo wrote nothing for 11 minutes, then one
+    frozen bar. Off a terminal each finished job is a line; on one, the bar stays."""
+    monkeypatch.setattr(demo, "_train_job", lambda recipe, config: recipe)
+    monkeypatch.setattr(
+        demo, "_reads_of", lambda recipe, res, config: [(recipe, f"{recipe}-stage")]
+    )
+    monkeypatch.setattr(demo, "_read_job", lambda name, stage: (name, stage))
+    config = DemoConfig(cells=(), progress=True, workers=1)
+    demo._run_jobs(config, {})
+    err = capsys.readouterr().err
+    for recipe in demo._RECIPES:
+        assert f"demo train {recipe} done (" in err
+        assert f"demo read {recipe}-stage done (" in err
+    monkeypatch.setattr(demo, "_on_terminal", lambda: True)
+    demo._run_jobs(config, {})
+    assert " done (" not in capsys.readouterr().err

@@ -137,11 +137,16 @@ def _run_jobs(config: DemoConfig, timings: dict[str, float]) -> dict[tuple[str, 
     it (not the time it waited in the pool's queue).
     """
     reads: dict[tuple[str, str], ModelRead] = {}
+    lines = config.progress and not _on_terminal()  # a log: a line per job, not a frozen bar
     if config.workers == 1:
         for recipe in _RECIPES:
             res, timings[f"train {recipe}"] = _timed(_train_job, recipe, config)
+            if lines:
+                _note(config, f"train {recipe} done ({timings[f'train {recipe}']:.1f} s)")
             for job in _reads_of(recipe, res, config):
                 reads[(job[0], job[1])], timings[f"read {job[1]}"] = _timed(_read_job, *job)
+                if lines:
+                    _note(config, f"read {job[1]} done ({timings[f'read {job[1]}']:.1f} s)")
         return reads
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -168,13 +173,26 @@ def _run_jobs(config: DemoConfig, timings: dict[str, float]) -> dict[tuple[str, 
                     reads[(result.name, result.stage)] = result
                 if bar is not None:
                     bar[0].update(bar[1], advance=1, description=f"demo: {kind} {label} done")
+                elif lines:
+                    _note(config, f"{kind} {label} done ({seconds:.1f} s)")
     if bar is not None:
         bar[0].stop()
     return reads
 
 
+def _on_terminal() -> bool:
+    """Whether stderr is a terminal (or a notebook) that redraws a bar in place."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    return bool(console.is_terminal or console.is_jupyter)
+
+
 def _bar(config: DemoConfig, total: int) -> Any:
-    if not config.progress:
+    """A bar over the jobs on a terminal; ``None`` without progress or off a terminal, where
+    rich draws a bar once, when it stops (s34 trial DEMO D4: 11 minutes of a log without a line,
+    then one frozen bar): `_run_jobs` says a line per finished job there instead."""
+    if not config.progress or not _on_terminal():
         return None
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn

@@ -57,6 +57,10 @@ def _check_report_directory(result, out):
     assert [p["block"] for p in probes] == ["blocks.0.mlp", "blocks.1.mlp"]
     assert result.models["vit-digits-finetune"].probes == ()
     assert "read as a rotated node death" in md
+    # read with the validation labels: the whole-gradient check ran (s34 trial DEMO O4)
+    for mr in (*result.models.values(), *result.optimizers):
+        assert mr.reading.meta["critical_check"] is not None
+    assert md.count("Critical check: z = ") == len(result.models)  # the ViT sections
 
 
 def _check_json_round_trip(result, out):

@@ -57,11 +57,13 @@ def _read_model(
 
     model, meta = load_checkpoint(path)
     task = meta.task or "digits"
-    x = digits(task, seed=0).x_val[: config.probe]  # type: ignore[arg-type]
+    split = digits(task, seed=0)
+    x = split.x_val[: config.probe]  # type: ignore[arg-type]
+    y = split.y_val[: config.probe]  # type: ignore[arg-type]
     t0 = time.perf_counter()
     reading = read(
         model,
-        x,
+        (x, y),  # with labels: the whole-gradient check says whether θ0 is critical (DEMO O4)
         Categorical(),
         grid=None if config.grid is None else list(config.grid),
         max_directions=config.max_directions,

@@ -191,7 +191,7 @@ def test_spectra_panels_name_their_axes_and_the_threshold(tmp_path: Path, monkey
     }
     figures.plot_spectra(spectra, tmp_path / "spectra.png", title="planted")
     (fig,) = drawn
-    for ax in _legible_panels(fig, 3, "eigenvalue index", "λ_max"):
+    for ax in _legible_panels(fig, 3, "eigenvalue index", "α_max"):
         (dotted,) = [ln for ln in ax.get_lines() if ln.get_linestyle() == ":"]
         assert dotted.get_ydata()[0] == SPREAD_TAU
     words = " ".join(t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text")))

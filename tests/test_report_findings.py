@@ -177,6 +177,7 @@ def test_node_death_found_and_scan_deviates(record_of):
     assert [x.holds for x in f] == [True, True]
     assert "1 at k = 2" in f[0].observed
     assert "blocks.0.mlp.fc2 A: 2 of 6 ratios < 1e-3" in f[0].observed
+    assert "Units compressed (< 1 % RMS contribution, zoo.mlp_usage): b0 3." in f[0].observed
 
 
 def test_node_death_missing_or_unreadable_or_scan_agrees(record_of):

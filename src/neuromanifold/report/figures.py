@@ -88,7 +88,7 @@ SPECTRA_EMPTY = "no K-FAC blocks to draw\n(no supported Linear or Conv layer)"
 SPECTRA_NONE_ASKED = "no K-FAC blocks to draw\n(none of the requested blocks has spectra)"
 """What it says when ``blocks`` names none of the spectra's blocks (s15 audit U #8)."""
 CLASS_MAP_KEY = (
-    "dead structure: directions per layer and class "
+    "directions read per layer and class "
     "(a direction spanning several layers counts under each of its layers)"
 )
 """The line that ends the title of `plot_class_map`'s figure: what a cell counts."""
@@ -452,7 +452,9 @@ def plot_spectra(
         ax.axhline(SPREAD_TAU, ls=":", lw=0.8, color="grey")
         ax.set_title("\n".join([name, ", ".join(zero_counts)]) if zero_counts else name, fontsize=8)
         ax.set_xlabel("eigenvalue index (descending)", fontsize=_LABEL_FONTSIZE, labelpad=1)
-        ax.set_ylabel("λ_i / λ_max", fontsize=_LABEL_FONTSIZE, labelpad=1)
+        # α, not λ: λ is the learning coefficient in every other figure and table (as
+        # optimizers.png names the same ratios; s34 trial DEMO O7)
+        ax.set_ylabel("α_i / α_max", fontsize=_LABEL_FONTSIZE, labelpad=1)
         ax.tick_params(which="both", labelsize=_TICK_FONTSIZE)
         # no legend in the panel: the title's key names the colours and marks (a legend fixed
         # at the lower left covered a short factor's near-kernel, the marks the figure is for)

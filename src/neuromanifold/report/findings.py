@@ -180,6 +180,8 @@ def node_death_findings(mr: Any, *, r2_min: float, expected_k: int = 2) -> list[
         )
     evidence = "; ".join(parts)
     compressed = mr.metrics.get("mlp_compressed_units")
+    if isinstance(compressed, dict):  # "blocks.0.mlp 23, blocks.1.mlp 14", not a dict's repr
+        compressed = ", ".join(f"{block} {n}" for block, n in compressed.items()) or "none"
     skipped = (
         " (left out as no node death at θ0: "
         + ", ".join(f"{n} {why}" for why, n in sorted(left.items()))

@@ -111,13 +111,14 @@ class DeadUnitLogits(nn.Module):
     """``logits_c = a_c·tanh(bᵀx)`` at ``a = b = 0``: one dead unit feeding every class, so every
     tensor of the model is degenerate at θ0 (``F_r = 0``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, act=torch.tanh) -> None:
         super().__init__()
+        self.act = act
         self.a = nn.Parameter(torch.zeros(3, dtype=D))
         self.b = nn.Parameter(torch.zeros(2, dtype=D))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.a[None, :] * torch.tanh(x @ self.b)[:, None]
+        return self.a[None, :] * self.act(x @ self.b)[:, None]
 
 
 def _dead_unit_data() -> torch.Tensor:
@@ -142,42 +143,52 @@ def test_a_centring_residue_on_a_degenerate_block_reads_flat() -> None:
     assert reading.klass.value == "flat_gauge"
 
 
-def test_an_order_two_direction_on_the_same_degenerate_block_keeps_its_order() -> None:
+@pytest.mark.parametrize("scale", [1.0, 1e-12])
+def test_an_order_two_direction_on_the_same_degenerate_block_keeps_its_order(scale: float) -> None:
     """The same dead unit, moved towards class 0 alone: the logits' differences grow like t², a
-    node death of order 2. F and the uncentred moment are of one size, and the order stands."""
+    node death of order 2. The block is degenerate (F_r = 0), so F_g is measured; F and F_g are of
+    one size, F_g does not replace F_scale (x ×1e-12: F_g 4.3e-25, max F 2.9e-25; s34 review #2),
+    and the order stands."""
     model = DeadUnitLogits()
     params = dict(model.named_parameters())
     u = {"a": torch.tensor([1.0, 0.0, 0.0], dtype=D), "b": torch.tensor([0.3, 1.0], dtype=D)}
-    reading = read_direction(model, params, u, _dead_unit_data(), Categorical())
+    reading = read_direction(model, params, u, scale * _dead_unit_data(), Categorical())
     assert reading.klass.value == "genuine_singularity" and reading.k == 2
-    # F_scale exceeds DEGENERATE_SCALE here (F reaches O(0.1) at the grid's end): no F_g pass
-    assert reading.sweep.uncentred_fisher is None
+    sw = reading.sweep
+    assert sw.random_fisher == 0.0 and sw.uncentred_fisher is not None
+    assert sw.scale == max(sw.F) and sw.uncentred_fisher < 10 * max(sw.F)
+
+
+@pytest.mark.parametrize("scale", [1e3, 1e8])
+def test_a_centring_residue_of_large_logit_tangents_reads_flat(scale: float) -> None:
+    """s34 review #1: with the dead unit's data ×1e8 (identity for tanh) the residue reached
+    3e-17, above the absolute 1e-20 screen that gated F_g, and read genuine k = 2 again. The
+    block's degeneracy is judged relative to F_scale now."""
+    model = DeadUnitLogits(act=lambda z: z)
+    params = dict(model.named_parameters())
+    u = {"a": torch.ones(3, dtype=D), "b": torch.tensor([0.3, 1.0], dtype=D)}
+    reading = read_direction(model, params, u, scale * _dead_unit_data(), Categorical())
+    assert reading.klass.value == "flat_gauge"
+    assert reading.sweep.scale == reading.sweep.uncentred_fisher > 1e20 * max(reading.sweep.F)
+
+
+def _power3_sweep(grid: torch.Tensor):
+    """The Power(3) anchor at θ = 0 along θ, Gaussian family, two samples."""
+    model = Power(3)
+    params = dict(model.named_parameters())
+    return sweep(
+        model, params, {"theta": torch.tensor(1.0)}, torch.ones(2, 1), Gaussian(), grid=grid
+    )
 
 
 def test_a_gaussian_degenerate_block_measures_no_uncentred_moment() -> None:
     """A Gaussian quadratic centres nothing: no F_g pass (a Power anchor at θ = 0 stays exact)."""
-    model = Power(3)
-    sw = sweep(
-        model,
-        dict(model.named_parameters()),
-        {"theta": torch.tensor(1.0)},
-        torch.ones(2, 1),
-        Gaussian(),
-        grid=torch.logspace(-12, -9, 8, dtype=D),
-    )
+    sw = _power3_sweep(torch.logspace(-12, -9, 8, dtype=D))
     assert sw.uncentred_fisher is None and sw.n_forward_passes == len(sw.ts) + 1
 
 
 def test_sweep_json_round_trip() -> None:
-    model = Power(3)
-    sw = sweep(
-        model,
-        dict(model.named_parameters()),
-        {"theta": torch.tensor(1.0)},
-        torch.ones(2, 1),
-        Gaussian(),
-        grid=torch.logspace(-2, 0, 8, dtype=D),
-    )
+    sw = _power3_sweep(torch.logspace(-2, 0, 8, dtype=D))
     again = Sweep.from_dict(json.loads(json.dumps(sw.to_dict())))
     assert again == sw
 

@@ -41,11 +41,12 @@ centring leaves a residue of about ``(ε·|J u|)²``: a direction that moves eve
 exact flat gauge) has ``F`` at that residue, which grows like ``|J u|² ∝ t²`` along the line. Where
 every tensor ``u``'s modules hold is degenerate at the base (``F_r = F_m = 0``, a dead unit
 feeding every class alike; s34 trial CELLS D1), ``F_scale`` was that residue and its ``t²`` growth
-read as order 2. So where ``F_scale`` is still at most ``DEGENERATE_SCALE`` after the module check
-and the family is categorical, the uncentred second moment ``F_g = E Σ_c p_c (J u)_c²`` at the
-grid's largest ``t`` is measured too (one more pass), and when ``F_scale ≤
-FLOOR_MARGIN·(FLOOR_EPS_MULTIPLE·ε_64)²·F_g`` it replaces it, ``F_scale = F_g``: the centred values
-are then read against the size of what was centred.
+read as order 2. So where the family is categorical and the block is degenerate at the base,
+``F_r ≤ FLOOR_MARGIN·(FLOOR_EPS_MULTIPLE·ε_64)²·F_scale`` after the module check (relative: with
+large logit tangents the residue passes any absolute screen), the uncentred second moment
+``F_g = E Σ_c p_c (J u)_c²`` at the grid's largest ``t`` is measured too (one more pass), and when
+``F_scale ≤ FLOOR_MARGIN·(FLOOR_EPS_MULTIPLE·ε_64)²·F_g`` it replaces it, ``F_scale = F_g``: the
+centred values are then read against the size of what was centred.
 """
 
 from __future__ import annotations
@@ -167,8 +168,8 @@ class Sweep:
             touches), measured only where ``F_scale ≤ DEGENERATE_SCALE`` and those modules hold
             a tensor ``u`` does not touch; ``None`` elsewhere.
         uncentred_fisher: ``F_g = E Σ_c p_c (J u)_c²`` at the grid's largest t, measured only
-            for a categorical family whose ``F_scale`` is still ``≤ DEGENERATE_SCALE`` after
-            ``F_m`` (module docstring); ``None`` elsewhere.
+            for a categorical family on a block degenerate at the base (``F_r`` at rounding
+            level against ``F_scale``; module docstring); ``None`` elsewhere.
         base_shift: ``s`` with ``θ_b = θ0 + s·u``.
         n_forward_passes: JVP passes over the probe set (grid points + 1 for the floor, + 1 for
             ``F_m`` and + 1 for ``F_g`` where measured).
@@ -292,7 +293,11 @@ def sweep_prepared(
         if scale <= FLOOR_MARGIN * floor_from_scale(f_model):
             scale = f_model
     f_gross = None
-    if scale <= DEGENERATE_SCALE and family.name == "categorical":  # a centring residue?
+    # the block is degenerate at the base when its random direction is at rounding level
+    # against the scale in force (relative: a residue of large logit tangents passes any
+    # absolute screen, s34 review #1)
+    degenerate = f_rand <= FLOOR_MARGIN * floor_from_scale(scale)
+    if degenerate and family.name == "categorical":  # F a centring residue?
         gross, _ = fisher_along_line(
             model,
             prep,

@@ -211,28 +211,42 @@ def test_hf_directory_naming_an_unknown_architecture_is_refused(tmp_path) -> Non
     assert type(load_model(None, architecture=str(tmp_path)).model).__name__ == "BertModel"
 
 
-def test_hf_encoder_decoder_directory_is_refused_and_its_encoder_reads(tmp_path) -> None:
+def test_hf_encoder_decoder_fails_its_forward_saying_why_and_its_encoder_reads(tmp_path) -> None:
     """s34 trial REPORT D3: T5ForConditionalGeneration failed in the read with "You must specify
     exactly one of input_ids or inputs_embeds", blaming the probe ids; the decoder had no input.
-    Loading says what it is and how to read the encoder, which then loads."""
+    The forward check says it is an encoder–decoder and how to read the encoder, which reads.
+    BART builds its decoder inputs from the ids: it loads and runs (s34 review #3: a load-time
+    refusal of every forward taking decoder_input_ids refused it)."""
+    from neuromanifold.singular.factor_inputs import forward_checked
+
     transformers = _transformers_or_skip()
     cfg = transformers.T5Config(
         vocab_size=40, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2,
         architectures=["T5ForConditionalGeneration"],
     )  # fmt: skip
-    transformers.T5ForConditionalGeneration(cfg).save_pretrained(str(tmp_path))
+    transformers.T5ForConditionalGeneration(cfg).save_pretrained(str(tmp_path / "t5"))
+    ids = torch.ones(2, 5, dtype=torch.long)
+    model = load_model(None, architecture=str(tmp_path / "t5"))
     with pytest.raises(
         ValueError,
-        match=r"T5ForConditionalGeneration in .* is an encoder–decoder: its forward needs decoder "
-        r"inputs .*T5EncoderModel",
+        match=r"\(it raised ValueError; T5ForConditionalGeneration is an encoder–decoder whose "
+        r"forward can need decoder inputs .*T5EncoderModel.*\): You must specify exactly one",
     ):
-        load_model(None, architecture=str(tmp_path))
-    config = json.loads((tmp_path / "config.json").read_text())
+        forward_checked(model, ids)
+    config = json.loads((tmp_path / "t5" / "config.json").read_text())
     config["architectures"] = ["T5EncoderModel"]
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    model = load_model(None, architecture=str(tmp_path))
-    assert type(model.model).__name__ == "T5EncoderModel"
-    assert model(torch.ones(2, 5, dtype=torch.long)).shape == (2, 5, 16)
+    (tmp_path / "t5" / "config.json").write_text(json.dumps(config))
+    encoder = load_model(None, architecture=str(tmp_path / "t5"))
+    assert type(encoder.model).__name__ == "T5EncoderModel"
+    assert encoder(ids).shape == (2, 5, 16)
+    bart_cfg = transformers.BartConfig(
+        vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
+        max_position_embeddings=16, architectures=["BartModel"],
+    )  # fmt: skip
+    transformers.BartModel(bart_cfg).save_pretrained(str(tmp_path / "bart"))
+    bart = load_model(None, architecture=str(tmp_path / "bart"))
+    assert forward_checked(bart, torch.randint(3, 40, (2, 5))).shape == (2, 5, 16)
 
 
 def test_hf_directory_with_corrupt_weights_is_value_error(tmp_path) -> None:

@@ -10,6 +10,7 @@ forward becomes a ``ValueError`` that names the data's shape.
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -187,9 +188,10 @@ def forward_checked(
             None,
         )
         if isinstance(err, ValueError | TypeError):
+            hint = _conv_input_hint(first, x, shape) + _encoder_decoder_hint(model)
             raise ValueError(
                 f"the model's forward fails on data of shape {shape} (it raised "
-                f"{type(err).__name__}{_conv_input_hint(first, x, shape)}): {said}"
+                f"{type(err).__name__}{hint}): {said}"
             ) from err
         msg = str(err).lower()
         if not x.is_floating_point() and first is not None:
@@ -290,6 +292,7 @@ def _token_hint(model: nn.Module, first: tuple[str, nn.Module], x: Tensor) -> st
 
 
 _CONV_DIMS: dict[type, int] = {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}
+"""Spatial dimensions of the convolutions whose unbatched input `forward_checked` recognises."""
 
 
 def _conv_input_hint(first: tuple[str, nn.Module] | None, x: Tensor, shape: tuple[int, ...]) -> str:
@@ -311,7 +314,25 @@ def _conv_input_hint(first: tuple[str, nn.Module] | None, x: Tensor, shape: tupl
     )
 
 
-"""Spatial dimensions of the convolutions whose unbatched input `forward_checked` recognises."""
+def _encoder_decoder_hint(model: nn.Module) -> str:
+    """``"; T5ForConditionalGeneration is an encoder–decoder …"`` when ``model`` (or the model a
+    wrapper holds as ``.model``) has a Hugging Face config with ``is_encoder_decoder`` and a
+    forward that takes ``decoder_input_ids``, else ``""``. The read calls ``model(x)`` alone: T5
+    then fails in its decoder with "You must specify exactly one of input_ids or
+    inputs_embeds", which blames the probe ids (s34 trial REPORT D3). BART builds its decoder
+    inputs from the ids and runs: the hint is said only where the forward failed."""
+    inner = getattr(model, "model", model)
+    config = getattr(inner, "config", None)
+    if not getattr(config, "is_encoder_decoder", False) or not isinstance(inner, nn.Module):
+        return ""
+    if "decoder_input_ids" not in inspect.signature(inner.forward).parameters:
+        return ""
+    return (
+        f"; {type(inner).__name__} is an encoder–decoder whose forward can need decoder inputs "
+        "beside the probe data, which the read does not pass: read its encoder class (e.g. "
+        "T5EncoderModel, named in config.json's 'architectures'), or wrap the model in a "
+        "package.module:factory whose forward takes one tensor"
+    )
 
 
 def _no_sample_axis(

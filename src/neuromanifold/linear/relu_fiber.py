@@ -92,10 +92,11 @@ def all_active_centre(net: ReluNet, theta: object) -> tuple[np.ndarray, float] |
 
     The pre-activations are linear in ``x`` (no biases), ``z(x) = Mᵀx`` with ``M``'s columns the
     units' (positions') weight rows, so the region is an open cone. The linear program
-    ``max m  s.t.  Mᵀx ≥ m·𝟙, −1 ≤ x ≤ 1`` gives ``x0`` and its margin ``m``; the cone is empty
-    when ``m ≤ 0`` (or ``m`` is below ``1e-12`` of the largest column norm: a cone too thin to
-    hold data that float64 keeps inside), and ``r = m / max_j ‖M_j‖₂`` (each ``z_j`` moves by at
-    most ``‖M_j‖·‖x − x0‖``).
+    ``max m  s.t.  Mᵀx ≥ m·𝟙, −1 ≤ x ≤ 1`` gives ``x0`` and its margin ``m``; the cone is taken
+    as empty when ``m ≤ 1e-12`` of the largest column norm, and in practice below the solver's
+    feasibility tolerance (about ``1e-9`` of it: a cone of half-angle 1e-10 comes back with
+    ``m = 0``), a cone too thin to hold data that float64 keeps inside; ``r = m / max_j ‖M_j‖₂``
+    (each ``z_j`` moves by at most ``‖M_j‖·‖x − x0‖``).
 
     >>> net = ReluMLP(d_in=2, width=2)
     >>> x0, r = all_active_centre(net, (np.array([[1.0, 0.0], [0.0, 1.0]]), np.ones((1, 2))))
@@ -165,8 +166,9 @@ def region_dataset(
         centre = all_active_centre(net, theta)
         if centre is None:
             raise EmptyRegionError(
-                "no input activates every unit of theta: the all-active region is empty (the "
-                "linear program max m s.t. z(x) ≥ m has m ≤ 0)"
+                "no input activates every unit of theta: the all-active region is empty, or "
+                "thinner than the linear program's tolerance (max m s.t. z(x) ≥ m gave m below "
+                "about 1e-9 of the largest unit's weight norm)"
             )
         x0, radius = centre
         xi = rng.standard_normal((n - 1, d))

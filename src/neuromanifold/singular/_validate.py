@@ -670,7 +670,7 @@ def check_direction(
     biggest = float(
         torch.stack([v.abs().amax() if v.numel() else v.new_zeros(()) for v in values]).amax()
     )
-    if not math.isfinite(biggest) or biggest != biggest:
+    if not math.isfinite(biggest):
         for key, v in out.items():
             if not bool(torch.isfinite(v).all()):
                 raise ValueError(

@@ -267,8 +267,7 @@ def read_direction(
         reason += (
             f"; u overlaps the supplied gauge tangents by {overlap:.3g}, and a straight probe "
             "of a curved gauge orbit rises as t² too: this order 2 can be that part's, not "
-            "the rest's (read u projected off the generators' span for the rest's order, as "
-            "the whole-model read does)"
+            "the rest's (read u projected off the generators' span for the rest's order)"
         )
     return DirectionReading(
         sweep=sw,

@@ -30,10 +30,21 @@ def _bn_model(zero_channel: bool) -> nn.Module:
 def test_a_batchnorm_channel_with_zero_scale_and_shift_is_named() -> None:
     x = torch.randn(32, 1, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     note = read(_bn_model(True), x, Gaussian(), progress=False, max_directions=4).note
-    assert "normalisation channels with scale and shift both 0 ('1' channel(s) 2)" in note
-    assert "this read does not propose" in note
+    assert "normalisation channels with scale 0 and shift 0 or none ('1' channel(s) 2)" in note
+    assert "is an order-2 node death that this read does not propose" in note
     plain = read(_bn_model(False), x, Gaussian(), progress=False, max_directions=4).note
-    assert "scale and shift both 0" not in plain
+    assert "normalisation channels with scale 0" not in plain
+
+
+def test_a_bias_free_norm_channel_with_zero_scale_is_named() -> None:
+    """An RMSNorm has no shift: a zero scale alone kills its channel (s34 review #6)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.RMSNorm(4), nn.Linear(4, 2)).double().eval()
+    with torch.no_grad():
+        model[1].weight[1] = 0.0
+    x = torch.randn(16, 3, dtype=torch.float64)
+    note = read(model, x, Gaussian(), progress=False, max_directions=0).note
+    assert "normalisation channels with scale 0 and shift 0 or none ('1' channel(s) 1)" in note
 
 
 def test_directions_cut_by_caps_are_counted_in_the_note() -> None:
@@ -44,7 +55,9 @@ def test_directions_cut_by_caps_are_counted_in_the_note() -> None:
     x = torch.randn(64, 16, dtype=torch.float64)
     x[:, 5:] = 0.0  # 11 input coordinates never excited
     reading = read(model, x, Gaussian(), progress=False)
-    cuts = [c for c in reading.meta["truncated"] if c.get("of") != "generators"]
-    assert cuts
-    unread = sum(c["found"] - c["kept"] for c in cuts)
-    assert f"detector caps left {unread} found direction(s) unread on {len(cuts)}" in reading.note
+    assert [(c["detector"], c["found"], c["kept"]) for c in reading.meta["truncated"]] == [
+        ("kfac-A", 11, 2)
+    ]
+    assert "detector caps left 9 found direction(s) unread on 1 (detector, layer) pair(s)" in (
+        reading.note
+    )

@@ -858,34 +858,47 @@ def _frozen_note(model: nn.Module) -> str:
     )
 
 
-_AFFINE_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.GroupNorm, nn.LayerNorm)
+_NORMS = (
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+    nn.GroupNorm,
+    nn.LayerNorm,
+    nn.RMSNorm,
+    nn.InstanceNorm1d,
+    nn.InstanceNorm2d,
+    nn.InstanceNorm3d,
+)
 
 
 def _zero_norm_channels_note(model: nn.Module) -> str:
-    """The clause for normalisation channels whose scale and shift are both exactly 0 (``""``
-    when none): such a channel outputs 0 on every input, a dead unit, and its node death (γ_c
-    with the consumer's weights reading channel c: order 2 where the consumer reads it) is not
-    proposed; the read shows flat one-sided records around it (s34 trial CONV D2: a BatchNorm
-    channel with γ = β = 0, k = 2 on both sides by hand, only flat records in the reading)."""
+    """The clause for normalisation channels whose scale is 0 and whose shift is 0 or absent
+    (``""`` when none): such a channel outputs 0 on every input, a dead unit. Where the
+    consumer's weights on it are 0 too, (its scale, those weights) is an order-2 node death that
+    no detector proposes (s34 trial CONV D2: a BatchNorm channel with γ = β = 0 and a zero
+    consumer column, k = 2 on both sides by hand, only flat records in the reading). Norms are
+    torch's and any module whose class name ends in ``Norm`` with a 1-D ``weight`` (Hugging
+    Face's ``LlamaRMSNorm``, ``T5LayerNorm``)."""
     dead = []
     for name, mod in model.named_modules():
         weight, bias = getattr(mod, "weight", None), getattr(mod, "bias", None)
-        if not isinstance(mod, _AFFINE_NORMS) or weight is None or bias is None:
-            continue
-        if isinstance(mod, nn.GroupNorm | nn.LayerNorm) and weight.ndim != 1:
-            continue  # a LayerNorm over several axes: its entries are no channels
-        zero = ((weight == 0) & (bias == 0)).nonzero().flatten().tolist()
-        if zero:
-            shown = ", ".join(map(str, zero[:4])) + (", …" if len(zero) > 4 else "")
+        is_norm = isinstance(mod, _NORMS) or type(mod).__name__.endswith("Norm")
+        if not is_norm or not isinstance(weight, Tensor) or weight.ndim != 1:
+            continue  # no affine scale, or one over several axes (its entries are no channels)
+        zero = weight == 0
+        if isinstance(bias, Tensor) and bias.shape == weight.shape:
+            zero = zero & (bias == 0)
+        idx = zero.nonzero().flatten().tolist()
+        if idx:
+            shown = ", ".join(map(str, idx[:4])) + (", …" if len(idx) > 4 else "")
             dead.append(f"'{name}' channel(s) {shown}")
     if not dead:
         return ""
     return (
-        f"normalisation channels with scale and shift both 0 ({'; '.join(dead[:3])}"
-        f"{'; …' if len(dead) > 3 else ''}) output 0 on every input: each is a dead unit whose "
-        "node death with the consumer's weights on it (order 2 where the consumer reads the "
-        "channel) this read does not propose; it shows as flat one-sided records around it "
-        "(read the joint direction with read_direction)"
+        f"normalisation channels with scale 0 and shift 0 or none ({'; '.join(dead[:3])}"
+        f"{'; …' if len(dead) > 3 else ''}) output 0 on every input: each is a dead unit, and "
+        "where the consumer's weights on it are 0 too, (its scale, those weights) is an order-2 "
+        "node death that this read does not propose (read it with read_direction)"
     )
 
 

@@ -127,28 +127,34 @@ def _mlp_genuine(mr: Any, r2_min: float) -> list[Any]:
     ]
 
 
-def _not_a_death_at_theta0(r: Any, limited: set[tuple[str, str]]) -> str | None:
-    """Why a genuine MLP record does not count as a node death at θ0, or None: it was read near,
-    not on, its structure (``info["order_below"]``), or it is a one-sided mode of a factor whose
-    kernel the probe size makes (``meta["probe_rank_limited"]``). s34 trial DEMO D2: with 16
-    probe digits both counted, and the node-death finding and its control flipped."""
+NEAR = "near, not on"
+PROBE = "in a probe-size kernel (may be an artefact of the probe size)"
+
+
+def _doubt(r: Any, limited: set[tuple[str, str]]) -> str | None:
+    """Why a genuine record is not taken as a singularity at θ0, or None: it was read near, not
+    on, its structure (``info["order_below"]``: `NEAR`), or it is a ``kfac-A``/``kfac-G`` mode of
+    a factor with fewer contributing rows than dimensions (``meta["probe_rank_limited"]``:
+    `PROBE`), whose kernel holds the probe set's own directions beside any dead unit's. s34
+    trial DEMO D2: with 16 probe digits both counted, and the node-death finding and its control
+    flipped."""
     from neuromanifold.singular.read_candidate import ORDER_BELOW_KEY
 
     if ORDER_BELOW_KEY in r.info:
-        return "near, not on"
+        return NEAR
     side = {"kfac-A": "A", "kfac-G": "G"}.get(r.detector)
     if side is not None and (r.layer, side) in limited:
-        return "in a probe-size kernel"
+        return PROBE
     return None
 
 
-def _mlp_node_deaths(mr: Any, r2_min: float) -> tuple[list[Any], Counter]:
-    """The genuine MLP records that count as node deaths at θ0, and a count of those left out
-    by reason (`_not_a_death_at_theta0`)."""
-    limited = {(e["layer"], e["factor"]) for e in mr.reading.meta.get("probe_rank_limited") or ()}
+def _partition(mr: Any, records: Sequence[Any]) -> tuple[list[Any], Counter]:
+    """``records`` without those `_doubt` sets apart, and a count of those by reason."""
+    meta = mr.reading.meta
+    limited = {(e["layer"], e["factor"]) for e in meta.get("probe_rank_limited") or ()}
     kept, left = [], Counter()
-    for r in _mlp_genuine(mr, r2_min):
-        why = _not_a_death_at_theta0(r, limited)
+    for r in records:
+        why = _doubt(r, limited)
         if why is None:
             kept.append(r)
         else:
@@ -156,11 +162,18 @@ def _mlp_node_deaths(mr: Any, r2_min: float) -> tuple[list[Any], Counter]:
     return kept, left
 
 
+def _left_out(left: Counter, what: str) -> str:
+    """``" (left out as no node death at θ0: 1 near, not on)"``; ``""`` when none."""
+    if not left:
+        return ""
+    return f" (left out as {what}: " + ", ".join(f"{n} {w}" for w, n in sorted(left.items())) + ")"
+
+
 def node_death_findings(mr: Any, *, r2_min: float, expected_k: int = 2) -> list[Finding]:
     """The scratch ViT: rotated node deaths in MLP blocks at ``expected_k``, scan beside them."""
     from neuromanifold.report.spectra import spread
 
-    deaths, left = _mlp_node_deaths(mr, r2_min)
+    deaths, left = _partition(mr, _mlp_genuine(mr, r2_min))
     at_k = [r for r in deaths if r.k == expected_k]
     mlp_recs = [r for r in mr.reading.directions if any(".mlp." in x for x in r.layers)]
     parts = []
@@ -182,13 +195,7 @@ def node_death_findings(mr: Any, *, r2_min: float, expected_k: int = 2) -> list[
     compressed = mr.metrics.get("mlp_compressed_units")
     if isinstance(compressed, dict):  # "blocks.0.mlp 23, blocks.1.mlp 14", not a dict's repr
         compressed = ", ".join(f"{block} {n}" for block, n in compressed.items()) or "none"
-    skipped = (
-        " (left out as no node death at θ0: "
-        + ", ".join(f"{n} {why}" for why, n in sorted(left.items()))
-        + ")"
-        if left
-        else ""
-    )
+    skipped = _left_out(left, "no node death at θ0")
     observed = (
         f"{len(deaths)} readable genuine singularities touch MLP layers "
         f"(orders: {_counts([str(r.k) for r in deaths])}; detectors: "
@@ -253,33 +260,20 @@ def gauge_findings(mr: Any, *, r2_min: float, expect_no_deaths: bool) -> list[Fi
     recs = mr.reading.directions
     out = []
     if expect_no_deaths:
-        deaths, _ = _mlp_node_deaths(mr, r2_min)
-        limited = {
-            (e["layer"], e["factor"]) for e in mr.reading.meta.get("probe_rank_limited") or ()
-        }
-        genuine, left = [], Counter()
-        for r in recs:
-            if r.klass != "genuine_singularity":
-                continue
-            why = _not_a_death_at_theta0(r, limited)
-            if why is None:
-                genuine.append(r)
-            else:
-                left[why] += 1
-        skipped = (
-            "; left out as no singularity at θ0: "
-            + ", ".join(f"{n} {why}" for why, n in sorted(left.items()))
-            if left
-            else ""
-        )
+        deaths, _ = _partition(mr, _mlp_genuine(mr, r2_min))
+        genuine, left = _partition(mr, [r for r in recs if r.klass == "genuine_singularity"])
+        # a record only the probe size may explain leaves the control open, not passed: the
+        # kernel it comes from holds the probe set's directions and any dead unit's alike
+        holds = None if not genuine and left.get(PROBE) else not genuine
         out.append(
             Finding(
                 f"{mr.name}: no node deaths",
                 "no node deaths; the dead structure is architectural gauge",
                 f"{len(deaths)} readable genuine singularities in MLP layers, {len(genuine)} "
-                f"genuine anywhere ({_counts([r.layer for r in genuine])}){skipped}; all "
-                f"records by class: {_counts([r.klass for r in recs])}",
-                not genuine,
+                f"genuine anywhere ({_counts([r.layer for r in genuine])})"
+                f"{_left_out(left, 'no singularity at θ0')}; all records by class: "
+                f"{_counts([r.klass for r in recs])}",
+                holds,
             )
         )
     ln = [r for r in recs if r.detector == "ln-kernel"]

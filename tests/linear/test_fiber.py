@@ -440,6 +440,11 @@ def test_a_non_symmetric_fc_delta_is_refused() -> None:
     theta = [rng.standard_normal((2, 2)), rng.standard_normal((2, 2))]
     report = fc_fiber(arch, fc_mu(arch, theta), fc_delta(theta))
     assert report.n_points >= 1
+    # a Δ computed in float32 is symmetric to ~1e-7 only, and is read (s34 review #10)
+    low = [t.astype(np.float32) for t in theta]
+    d32 = [(low[1].T @ low[1] - low[0] @ low[0].T).astype(np.float64)]
+    d32[0][0, 1] += 3e-7  # float32 rounding-sized asymmetry
+    assert fc_fiber(arch, fc_mu(arch, theta), d32).n_points >= 1
 
 
 def test_the_numeric_route_counts_every_random_start_it_drew() -> None:

@@ -189,6 +189,10 @@ def emit_json(
     return written
 
 
+DEFAULT_CACHE_OPTION = "the default checkpoint cache ($XDG_CACHE_HOME/neuromanifold/zoo)"
+"""How `check_out_dir` names the default cache of `demo` and `train`, which no option gave."""
+
+
 def check_out_dir(path: str | Path | None, *, option: str = "--out") -> None:
     """Fail (exit 2) when ``path`` cannot become a directory: it is empty or an existing file,
     an ancestor is a file, or nothing can be created there (`_probe_writable`). ``None`` passes;

@@ -6,12 +6,15 @@ from pathlib import Path
 
 import typer
 
-from neuromanifold.cli._files import check_out_dir, nonempty_path, out_dir_parser
+from neuromanifold.cli._files import (
+    DEFAULT_CACHE_OPTION,
+    check_out_dir,
+    nonempty_path,
+    out_dir_parser,
+)
 
 _OUT = out_dir_parser()
 _CACHE = nonempty_path("--cache", "a directory")
-DEFAULT_CACHE_OPTION = "the default checkpoint cache ($XDG_CACHE_HOME/neuromanifold/zoo)"
-"""How an error names the default cache, which no option gave."""
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from neuromanifold.cli._files import (
+    DEFAULT_CACHE_OPTION,
     JSON_STDOUT_HELP,
     check_json_target,
     check_out_dir,
@@ -63,7 +64,6 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(
                 f"unknown recipe {recipe!r}; expected one of {sorted(RECIPES)}", param_hint="RECIPE"
             )
-        from neuromanifold.cli.demo import DEFAULT_CACHE_OPTION
         from neuromanifold.zoo.recipes import default_cache_dir
 
         if out is None:  # the default cache (s34 trial DEMO D1: unchecked, a late traceback)

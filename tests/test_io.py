@@ -403,3 +403,22 @@ def test_a_zoo_model_names_the_categorical_family() -> None:
     for config in (ViTConfig(), MLPConfig()):
         assert family_hint(build_model(config)) == "categorical"
     assert family_hint(torch.nn.Linear(2, 2)) is None
+
+
+def test_padded_sequences_name_the_special_tokens_the_pad_id_also_is() -> None:
+    """Many causal models pad with their end-of-sequence token, which an unpadded sequence can
+    hold (s34 review #15): the count says so. Float data, no config or no pad id: None."""
+    from types import SimpleNamespace
+
+    from neuromanifold.io import padded_sequences
+
+    class HF(torch.nn.Linear):
+        config = SimpleNamespace(pad_token_id=2, eos_token_id=2, bos_token_id=1)
+
+    ids = torch.tensor([[5, 6, 2], [5, 6, 7], [2, 2, 2]])
+    assert padded_sequences(TensorOutput(HF(2, 2)), (ids, ids[:, 0])) == (2, 3, 2, "eos")
+    HF.config = SimpleNamespace(pad_token_id=2)
+    assert padded_sequences(TensorOutput(HF(2, 2)), ids) == (2, 3, 2, "")
+    assert padded_sequences(TensorOutput(HF(2, 2)), ids.double()) is None
+    assert padded_sequences(TensorOutput(HF(2, 2)), ids + 10) is None
+    assert padded_sequences(torch.nn.Linear(2, 2), ids) is None

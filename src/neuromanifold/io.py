@@ -819,20 +819,24 @@ class TensorOutput(nn.Module):
         )
 
 
-def padded_sequences(model: nn.Module, x: object) -> tuple[int, int, int] | None:
-    """``(n_padded, n, pad_id)`` when ``model`` (or the model a `TensorOutput` wraps) has a
-    Hugging Face config with a ``pad_token_id`` and integer probe data ``x`` (or ``x`` of a pair
-    ``(x, y)``) holds it: ``n_padded`` of the ``n`` sequences contain the pad id. ``None`` when
-    no sequence does, or the model or data are of another kind. The read calls ``model(x)``
-    without an attention mask, so a padded sequence is read as the model attending to its pads.
+def padded_sequences(model: nn.Module, x: object) -> tuple[int, int, int, str] | None:
+    """``(n_padded, n, pad_id, also)`` when ``model`` (or the model a `TensorOutput` wraps) has
+    a Hugging Face config with a ``pad_token_id`` and integer probe data ``x`` (or ``x`` of a
+    pair ``(x, y)``) holds it: ``n_padded`` of the ``n`` sequences contain the pad id, and
+    ``also`` names the other special tokens the id is ("eos", "bos"; "" when none: many causal
+    models pad with their end-of-sequence token, which an unpadded sequence can hold too).
+    ``None`` when no sequence holds it, or the model or data are of another kind. The read calls
+    ``model(x)`` without an attention mask, so a padded sequence is read as the model attending
+    to its pads.
 
     >>> class Cfg: pad_token_id = 0
     >>> class HF(nn.Linear): config = Cfg()
     >>> padded_sequences(TensorOutput(HF(2, 2)), torch.tensor([[5, 6, 0], [5, 6, 7]]))
-    (1, 2, 0)
+    (1, 2, 0, '')
     """
     inner = model.model if isinstance(model, TensorOutput) else model
-    pad = getattr(getattr(inner, "config", None), "pad_token_id", None)
+    config = getattr(inner, "config", None)
+    pad = getattr(config, "pad_token_id", None)
     ids = x[0] if isinstance(x, tuple | list) and x else x
     if isinstance(pad, bool) or not isinstance(pad, int) or not isinstance(ids, Tensor):
         return None
@@ -840,7 +844,10 @@ def padded_sequences(model: nn.Module, x: object) -> tuple[int, int, int] | None
         return None
     rows = (ids == pad).reshape(ids.shape[0], -1).any(dim=1)
     n_padded = int(rows.sum())
-    return (n_padded, int(ids.shape[0]), pad) if n_padded else None
+    if not n_padded:
+        return None
+    also = [k for k in ("eos", "bos") if getattr(config, f"{k}_token_id", None) == pad]
+    return n_padded, int(ids.shape[0]), pad, "/".join(also)
 
 
 def family_hint(model: nn.Module) -> Literal["categorical"] | None:

@@ -896,12 +896,13 @@ def register(app: typer.Typer) -> None:
 
         padded = padded_sequences(net, x) if main_rank else None
         if padded is not None:  # s34 trial REPORT O1: a padded batch was read without a word
-            n_pad, n_all, pad_id = padded
+            n_pad, n_all, pad_id, also = padded
+            same = f", the {also} token id too: they may be {also} tokens" if also else ""
             say_note(
                 f"note: {n_pad} of {n_all} probe sequences hold the pad token id {pad_id} "
-                "(config.pad_token_id): the read passes no attention mask, so the model attends "
-                "to those positions as tokens; save unpadded sequences of one length unless that "
-                "is meant"
+                f"(config.pad_token_id{same}): the read passes no attention mask, so the model "
+                "attends to those positions as tokens; save unpadded sequences of one length "
+                "unless that is meant"
             )
         if family is not None and family not in _FAMILIES:
             raise typer.BadParameter(f"--family must be one of {_FAMILIES}; got {family!r}")

@@ -212,6 +212,8 @@ def test_errors() -> None:
         Locus("x", "genuine", orders=(1, 2), dims=(1,))
     with pytest.raises(ValueError, match="orders must be empty for a regular locus"):
         Locus("x", "regular", orders=(2,))
+    with pytest.raises(ValueError, match=r"dims must be empty for a gauge locus, got \(2,\)"):
+        Locus("x", "gauge", dims=(2,))  # s34 trial TRIPLE O5: dropped without a word
     with pytest.raises(ValueError, match="dim must be an int >= 0"):
         Locus("x", "regular", dim=-1)
     with pytest.raises(TypeError, match=r"loci\[0\] must be a Locus"):

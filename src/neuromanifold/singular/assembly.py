@@ -163,10 +163,12 @@ class Locus:
                     f"dims must match orders in length, got dims={self.dims}, "
                     f"orders={self.orders} (locus {self.name!r})"
                 )
-        elif self.orders:
+        elif self.orders or self.dims:
+            # dims without orders were dropped without a word (s34 trial TRIPLE O5)
+            label, seq = ("orders", self.orders) if self.orders else ("dims", self.dims)
             raise ValueError(
-                f"orders must be empty for a {self.kind} locus, got {self.orders} "
-                f"(locus {self.name!r})"
+                f"{label} must be empty for a {self.kind} locus, got {seq} (locus {self.name!r}; "
+                "a regular or gauge locus counts by its dim)"
             )
         if isinstance(self.dim, bool) or not isinstance(self.dim, Integral) or self.dim < 0:
             raise ValueError(f"dim must be an int >= 0, got {self.dim!r} (locus {self.name!r})")

@@ -61,3 +61,19 @@ def test_directions_cut_by_caps_are_counted_in_the_note() -> None:
     assert "detector caps left 9 found direction(s) unread on 1 (detector, layer) pair(s)" in (
         reading.note
     )
+
+
+def test_a_zero_initialised_head_is_named_in_the_note() -> None:
+    """s34 trial CONV O4: with the head's weights all 0 every record read flat and nothing said
+    why. A head with one non-zero weight is not named."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double().eval()
+    with torch.no_grad():
+        model[2].weight.zero_()
+    x = torch.randn(16, 3, dtype=torch.float64)
+    note = read(model, x, Gaussian(), progress=False, max_directions=0).note
+    assert "layers with every weight 0 ('2') pass nothing on at θ0" in note
+    with torch.no_grad():
+        model[2].weight[0, 0] = 1e-3
+    note = read(model, x, Gaussian(), progress=False, max_directions=0).note
+    assert "layers with every weight 0" not in note

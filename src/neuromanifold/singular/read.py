@@ -758,6 +758,7 @@ def read(
         lower_precision_note(lower),
         _frozen_note(model),
         _zero_norm_channels_note(work),
+        _zero_layers_note(work),
         _caps_note(list(truncated.values())),
     ):
         if low_note:
@@ -899,6 +900,26 @@ def _zero_norm_channels_note(model: nn.Module) -> str:
         f"{'; …' if len(dead) > 3 else ''}) output 0 on every input: each is a dead unit, and "
         "where the consumer's weights on it are 0 too, (its scale, those weights) is an order-2 "
         "node death that this read does not propose (read it with read_direction)"
+    )
+
+
+def _zero_layers_note(model: nn.Module) -> str:
+    """The clause for Linear and convolution layers whose weights are all exactly 0 (``""``
+    when none): nothing passes through such a layer at θ0, so every direction of what reaches
+    the output only through it reads flat there (s34 trial CONV O4: a zero-initialised head, all
+    11 records flat, and nothing said why)."""
+    kinds = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+    zero = [
+        name or "<root>"
+        for name, mod in model.named_modules()
+        if isinstance(mod, kinds) and mod.weight.numel() and not bool(mod.weight.any())
+    ]
+    if not zero:
+        return ""
+    shown = ", ".join(f"'{n}'" for n in zero[:3]) + (", …" if len(zero) > 3 else "")
+    return (
+        f"layers with every weight 0 ({shown}) pass nothing on at θ0: the directions of what "
+        "reaches the output only through them read flat there (a zero-initialised layer)"
     )
 
 

@@ -77,3 +77,18 @@ def test_a_zero_initialised_head_is_named_in_the_note() -> None:
         model[2].weight[0, 0] = 1e-3
     note = read(model, x, Gaussian(), progress=False, max_directions=0).note
     assert "layers with every weight 0" not in note
+
+
+def test_a_wrapped_model_is_named_by_the_class_it_wraps() -> None:
+    """s34 trial REPORT D2: every Hugging Face report named its model `TensorOutput`, the
+    wrapper, not the class built."""
+    from neuromanifold.io import TensorOutput
+
+    torch.manual_seed(0)
+    inner = nn.Sequential(nn.Linear(3, 2)).double().eval()
+    x = torch.randn(8, 3, dtype=torch.float64)
+    reading = read(TensorOutput(inner), x, Gaussian(), progress=False, max_directions=0)
+    assert reading.meta["model"] == "Sequential (in TensorOutput)"
+    assert read(inner, x, Gaussian(), progress=False, max_directions=0).meta["model"] == (
+        "Sequential"
+    )

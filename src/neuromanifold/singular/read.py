@@ -764,7 +764,7 @@ def read(
         if low_note:
             note = f"{note}; {low_note}" if note else low_note
     meta = {
-        "model": type(model).__name__,
+        "model": _model_name(model),
         "n_params": sum(p.numel() for p in model.parameters()),
         "n_covered_modules": n_supported,
         "module_order": [n for n, m in work.named_modules() if _has_own_params(m)],
@@ -901,6 +901,16 @@ def _zero_norm_channels_note(model: nn.Module) -> str:
         "where the consumer's weights on it are 0 too, (its scale, those weights) is an order-2 "
         "node death that this read does not propose (read it with read_direction)"
     )
+
+
+def _model_name(model: nn.Module) -> str:
+    """The class name of ``model``, or of the model a wrapper holds as ``.model``: "BertModel
+    (in TensorOutput)" for a Hugging Face directory, whose reports named the wrapper alone (s34
+    trial REPORT D2)."""
+    inner = getattr(model, "model", None)
+    if isinstance(inner, nn.Module) and type(model).__name__ == "TensorOutput":
+        return f"{type(inner).__name__} (in TensorOutput)"
+    return type(model).__name__
 
 
 def _zero_layers_note(model: nn.Module) -> str:

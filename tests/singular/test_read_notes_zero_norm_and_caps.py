@@ -58,8 +58,9 @@ def test_directions_cut_by_caps_are_counted_in_the_note() -> None:
     assert [(c["detector"], c["found"], c["kept"]) for c in reading.meta["truncated"]] == [
         ("kfac-A", 11, 2)
     ]
-    assert "detector caps left 9 found direction(s) unread on 1 (detector, layer) pair(s)" in (
-        reading.note
+    assert (
+        "detector caps left 9 found direction(s) unread (kfac-A 9) on 1 (detector, layer) pair(s)"
+        in reading.note
     )
 
 

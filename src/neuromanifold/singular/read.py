@@ -941,8 +941,12 @@ def _caps_note(truncated: Sequence[dict[str, Any]]) -> str:
     if not cuts:
         return ""
     unread = sum(int(c["found"]) - int(c["kept"]) for c in cuts)
+    by_detector = Counter()
+    for c in cuts:  # which kinds were cut: dead-unit chains weigh more than input-kernel modes
+        by_detector[c["detector"]] += int(c["found"]) - int(c["kept"])
+    kinds = ", ".join(f"{d} {n}" for d, n in sorted(by_detector.items()))
     return (
-        f"detector caps left {unread} found direction(s) unread on {len(cuts)} "
+        f"detector caps left {unread} found direction(s) unread ({kinds}) on {len(cuts)} "
         f"(detector, layer) pair(s) (meta['truncated'] names them)"
     )
 

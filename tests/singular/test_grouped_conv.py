@@ -121,9 +121,11 @@ def test_dead_input_channel_reads_its_depthwise_filter_as_flat() -> None:
     assert all(d.klass == "flat_gauge" for d in dw)
     # A of the dead group is e_b e_bᵀ (bias only): the 9 taps are its kernel, 2 kept (the cap)
     assert dw[0].info["truncated"] == {"cap": 2, "found": 9, "kept": 2}
-    assert reading.note.startswith(
+    assert reading.note == (
         "grouped convolutions (2) are read per group: a dead unit feeding one, or fed by one, "
         "shows as one-sided records on each side, not as one duality chain; detector caps left "
+        "14 found direction(s) unread (duality 1, kfac-A 13) on 3 (detector, layer) pair(s) "
+        "(meta['truncated'] names them)"
     )
 
 

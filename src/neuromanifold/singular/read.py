@@ -940,13 +940,13 @@ def _caps_note(truncated: Sequence[dict[str, Any]]) -> str:
     cuts = [c for c in truncated if c.get("of") != "generators"]
     if not cuts:
         return ""
-    unread = sum(int(c["found"]) - int(c["kept"]) for c in cuts)
     by_detector = Counter()
     for c in cuts:  # which kinds were cut: dead-unit chains weigh more than input-kernel modes
         by_detector[c["detector"]] += int(c["found"]) - int(c["kept"])
     kinds = ", ".join(f"{d} {n}" for d, n in sorted(by_detector.items()))
     return (
-        f"detector caps left {unread} found direction(s) unread ({kinds}) on {len(cuts)} "
+        f"detector caps left {by_detector.total()} found direction(s) unread ({kinds}) on "
+        f"{len(cuts)} "
         f"(detector, layer) pair(s) (meta['truncated'] names them)"
     )
 

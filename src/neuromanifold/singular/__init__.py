@@ -12,6 +12,7 @@
 """
 
 from neuromanifold.singular.adapt import rewrite_as_read
+from neuromanifold.singular.agreement import reading_differences
 from neuromanifold.singular.assembly import Assembly, Locus, assemble, assemble_from_reading
 from neuromanifold.singular.classify import (
     GAUGE_OVERLAP_MIN,
@@ -108,6 +109,7 @@ __all__ = [  # noqa: RUF022 (grouped by concept, sorted within groups)
     "NotCovered",
     "Reading",
     "read_sharded",
+    "reading_differences",
     "MemoryPlan",
     "plan_memory",
     "CoordinateScan",

@@ -1,0 +1,129 @@
+"""`reading_differences`: two readings agree up to rounding, or the difference is named."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+
+from neuromanifold.cells.planted import planted_deep_linear
+from neuromanifold.singular.agreement import (
+    F_RTOL,
+    NOISE_FACTOR,
+    decisions,
+    fisher_excess,
+    reading_differences,
+)
+from neuromanifold.singular.read import read
+
+
+@pytest.fixture(scope="module")
+def reading() -> dict:
+    net = planted_deep_linear(n=64)
+    out = read(net.model, net.data, net.family, progress=False).to_dict()
+    assert [d["k"] for d in out["directions"]] == [3]  # the planted order-3 chain
+    return out
+
+
+def _bottom(reading: dict) -> tuple[int, float, float]:
+    """(index, F, floor) of the smallest F above the floor on the first direction's grid."""
+    sweep = reading["directions"][0]["sweep"]
+    above = [(f, i) for i, f in enumerate(sweep["F"]) if f > 100 * sweep["floor"]]
+    f, i = min(above)
+    return i, f, sweep["floor"]
+
+
+def test_a_reading_agrees_with_itself_and_a_second_read(reading: dict) -> None:
+    net = planted_deep_linear(n=64)
+    again = read(net.model, net.data, net.family, progress=False).to_dict()
+    assert reading_differences(reading, reading) == []
+    assert reading_differences(reading, again) == []
+
+
+def test_rounding_at_the_bottom_of_a_dead_direction_is_tolerated(reading: dict) -> None:
+    """The F of an order-3 chain near its grid's bottom is a small difference of O(1) terms: a
+    change of √(F·floor) (rounding of v = SJu) is within the tolerance although it is far more
+    than F_RTOL relative; twice the tolerance's noise term is not."""
+    i, f, floor = _bottom(reading)
+    noise = math.sqrt(f * floor)
+    assert noise > 100 * F_RTOL * f  # the case the noise term is for
+    within = copy.deepcopy(reading)
+    within["directions"][0]["sweep"]["F"][i] = f + noise
+    assert reading_differences(within, reading) == []
+    beyond = copy.deepcopy(reading)
+    beyond["directions"][0]["sweep"]["F"][i] = f + 2 * NOISE_FACTOR * noise
+    (message,) = reading_differences(beyond, reading)
+    assert message.startswith("direction 0: F differs by ") and "the rounding tolerance" in message
+
+
+def test_a_relative_change_above_the_noise_is_caught(reading: dict) -> None:
+    sweep = reading["directions"][0]["sweep"]
+    top = max(range(len(sweep["F"])), key=lambda j: sweep["F"][j])
+    changed = copy.deepcopy(reading)
+    changed["directions"][0]["sweep"]["F"][top] *= 1 + 1e-6
+    assert reading_differences(changed, reading) == [
+        "direction 0: F differs by "
+        f"{fisher_excess(changed['directions'][0]['sweep']['F'], sweep['F'], sweep['floor']):.3g}"
+        "× the rounding tolerance"
+    ]
+    changed["directions"][0]["sweep"]["F"][top] = sweep["F"][top] * (1 + F_RTOL / 2)
+    assert reading_differences(changed, reading) == []
+
+
+def test_decisions_name_the_order_class_and_window(reading: dict) -> None:
+    other = copy.deepcopy(reading)
+    other["directions"][0]["k"] = 2
+    (message,) = reading_differences(other, reading)
+    assert message.startswith("direction 0: 0+1+2 duality k=2 genuine_singularity window=[")
+    assert "against 0+1+2 duality k=3 genuine_singularity" in message
+    moved = copy.deepcopy(reading)
+    moved["directions"][0]["window"] = [1e-3, 1e-2]
+    assert len(reading_differences(moved, reading)) == 1
+
+
+def test_the_window_of_a_direction_without_an_order_is_not_compared(reading: dict) -> None:
+    """A flat record's window lies in rounding noise: another device may place it elsewhere."""
+    flat = copy.deepcopy(reading)
+    flat["directions"][0].update(k=None, **{"class": "flat_gauge", "lambda_dir": None})
+    moved = copy.deepcopy(flat)
+    moved["directions"][0]["window"] = [1e-6, 1e-5]
+    assert decisions(flat)[0][-1] is None
+    assert reading_differences(moved, flat) == []
+
+
+def test_counts_and_grids(reading: dict) -> None:
+    empty = {**reading, "directions": []}
+    assert reading_differences(empty, reading) == ["0 directions against 1"]
+    regrid = copy.deepcopy(reading)
+    regrid["directions"][0]["sweep"]["t"][0] *= 2
+    assert reading_differences(regrid, reading) == [
+        "direction 0: the t-grids differ by 0.5 relative"
+    ]
+    shorter = copy.deepcopy(reading)
+    del shorter["directions"][0]["sweep"]["t"][-1]
+    n = len(reading["directions"][0]["sweep"]["t"])
+    assert reading_differences(shorter, reading) == [
+        f"direction 0: the t-grids have {n - 1} and {n} points"
+    ]
+    ulp = copy.deepcopy(reading)  # ρ_W summed in another order: the last bits of every t
+    ulp["directions"][0]["sweep"]["t"] = [
+        t * (1 + 4e-16) for t in ulp["directions"][0]["sweep"]["t"]
+    ]
+    assert reading_differences(ulp, reading) == []
+
+
+def test_fisher_excess_values_and_errors() -> None:
+    assert fisher_excess([], [], 0.0) == 0.0
+    assert fisher_excess([1.0, 2.0], [1.0, 2.0], 0.0) == 0.0
+    assert fisher_excess([1.0], [1.0 + 2e-9], 0.0) == pytest.approx(2e-9 / (F_RTOL * (1 + 2e-9)))
+    assert fisher_excess([0.0], [1e-300], 0.0) == pytest.approx(1 / F_RTOL)
+    assert fisher_excess([0.0], [5e-324], 0.0) == math.inf  # the tolerance underflows to 0
+    with pytest.raises(ValueError, match=r"the sweeps have 2 and 1 points; expected one grid"):
+        fisher_excess([1.0, 2.0], [1.0], 0.0)
+    with pytest.raises(ValueError, match=r"floor must be a finite number ≥ 0; got -1.0"):
+        fisher_excess([1.0], [1.0], -1.0)
+    with pytest.raises(ValueError, match=r"floor must be a finite number ≥ 0; got nan"):
+        fisher_excess([1.0], [1.0], math.nan)
+    with pytest.raises(TypeError, match=r"expected a reading as a dict with a 'directions' list"):
+        reading_differences("report.json", {"directions": []})  # type: ignore[arg-type]

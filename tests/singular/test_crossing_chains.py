@@ -21,7 +21,7 @@ def test_matrix_chain_is_named_as_a_crossing_and_its_piece_is_order_two() -> Non
     assert [(d.layers, d.k) for d in chains] == [(("0", "1", "2"), 3)]
     assert chains[0].info["through_live"] == ["1"]
     assert "0+1+2 (through 1) pass through layers with live units" in r.note
-    assert "the chain can read flat and hide that node death" in r.note
+    assert "the chain's order is that of their crossing (read the pieces with" in r.note
     # the note's claim: the dead unit between layers 0 and 1 with a live unit of layer 1's output
     params = {k: v.detach() for k, v in cell.model.named_parameters()}
     j = params["0.weight"].shape[0] - 1  # the dead hidden unit (matrix_chain: the last one)

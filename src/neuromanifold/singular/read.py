@@ -975,10 +975,10 @@ def _crossing_chains_note(records: Sequence[DirectionRecord]) -> str:
     Such a chain (``info["through_live"]``, `LinearDetector`) joins dead units that are, each
     with the live layer's other units, dead directions of their own of lower order (a node
     death: order 2); the chain's direction is their crossing. The read reports the chain's order
-    and proposes no two-layer pieces, and the assembly counts the chain as one locus. Where the
-    chain's own unit in the middle layer never fires, the chain reads flat, and a planted node
-    death on it shows in no record (s26 trial CNN #5: k = 2 by `read_direction`, a flat chain in
-    the whole read): the clause says so.
+    and proposes no two-layer pieces, and the assembly counts the chain as one locus. (A unit that
+    never fires on the probes is no longer a chain's middle unit: it is silent, not dead, and is
+    not linked, `neuromanifold.singular.detectors.silent`; before, such a chain read flat and hid
+    the node death joined to it, s26 trial CNN #5 and s34 trial MLPREC D1.)
     """
     named = Counter(
         f"{'+'.join(r.layers)} (through {', '.join(r.info['through_live'])})"
@@ -992,9 +992,7 @@ def _crossing_chains_note(records: Sequence[DirectionRecord]) -> str:
         f"the duality chain(s) {'; '.join(chains)} pass through layers with live units: each "
         "dead unit on such a chain can be a lower-order dead direction on its own (a node death, "
         "order 2, with that layer's live units), which this read does not propose; the chain's "
-        "order is that of their crossing, and where the chain's own unit in such a layer never "
-        "fires the chain can read flat and hide that node death (read the pieces with "
-        "read_direction)"
+        "order is that of their crossing (read the pieces with read_direction)"
     )
 
 

@@ -44,6 +44,11 @@ Per block (spec §6.1–6.3) with factors ``F ≈ A ⊗ G`` (`neuromanifold.sing
    rotated basis. At ``m > r`` the two kernels meet in ``m − r`` dimensions for dimensional
    reasons alone, so each eigenvector is tested alone as above (a dead path in a rotated basis
    of such a layer is not found: a probe set or input narrower than the layer).
+   **Silent units** (`neuromanifold.singular.detectors.silent`): a linked unit of zero output
+   whose pre-activation varies over the probes (``Var z > SILENT_VAR_REL`` of the producer's
+   mean: a ReLU unit that never fires) is not linked. No direction through it moves the model
+   for small ``t``, so a chain through it would read flat and hide the node death of a dead
+   unit joined to it; its directions are left to the one-sided modes.
    Links are followed both ways into a chain; the chain's first block takes the top input
    eigenvector of its ``A`` and the last the top eigenvector of its ``G``; each block gets the
    rank-one increment ``ΔW̄ = out inᵀ`` with equal norm ``1/√(#blocks)``. Provenance ``"duality"``;
@@ -95,6 +100,7 @@ from torch import Tensor, nn
 from neuromanifold.singular.blocks import is_supported_block
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
 from neuromanifold.singular.detectors.bias_link import (
+    SHIFT_ROUNDOFF,
     compensate,
     compensated,
     compensated_reference,
@@ -122,6 +128,12 @@ from neuromanifold.singular.detectors.one_sided import (
     check_cap,
     one_sided_a_modes,
     one_sided_a_modes_reference,
+)
+from neuromanifold.singular.detectors.silent import (
+    SILENT_VAR_REL,
+    preactivation_variance,
+    preactivation_variance_reference,
+    weight_rows,
 )
 from neuromanifold.singular.detectors.value_link import (
     ValueEdge,
@@ -305,6 +317,7 @@ class LinearDetector:
         else:
             energy, bound = live_energy_batch(cspec, vecs), link_energy_max(cspec)
         hits = (energy <= bound).tolist()
+        hits = self._not_silent(ctx, name, gs, vecs, shift, hits)
         vecs = _compensated_lifts(vecs, shift)
         return gs, [(j, (gs[:, j], consumer, vecs[:, j])) for j, hit in enumerate(hits) if hit]
 
@@ -327,11 +340,49 @@ class LinearDetector:
             rot, _ = principal_links_reference(cspec, torch.stack(lifted, 1), gs)
             gs, bound = gs @ rot, rotated_energy_max(cspec, m)
             lifted = [self._lift_one(ctx, name, consumer, gs[:, j]) for j in range(m)]
+        hits = [live_energy(cspec, v) <= bound for v in lifted]
+        hits = self._not_silent(ctx, name, gs, torch.stack(lifted, 1), shift, hits, dense=True)
         return gs, [
             (j, (gs[:, j], consumer, _compensated_lifts(v[:, None], shift)[:, 0]))
             for j, v in enumerate(lifted)
-            if live_energy(cspec, v) <= bound
+            if hits[j]
         ]
+
+    def _not_silent(
+        self,
+        ctx: DetectionContext,
+        name: str,
+        gs: Tensor,
+        lifts: Tensor,
+        shift: Tensor | None,
+        hits: list[bool],
+        *,
+        dense: bool = False,
+    ) -> list[bool]:
+        """``hits`` with the silent units of producer ``name`` dropped (`silent`): a linked column
+        ``g`` of zero output (no bias shift of its lift) whose pre-activation variance over the
+        probes exceeds `SILENT_VAR_REL` of the producer's mean. ``dense``: through the oracle
+        `preactivation_variance_reference` (the dense factor ``A``)."""
+        idx = [j for j, hit in enumerate(hits) if hit]
+        if shift is not None and idx:
+            beta = (shift @ lifts[:, idx]).abs() / lifts[:, idx].norm(dim=0)
+            idx = [j for j, b in zip(idx, beta.tolist(), strict=True) if b <= SHIFT_ROUNDOFF]
+        bf, spec = ctx.factors.blocks.get(name), block_spectrum(ctx, name)
+        if not idx or bf is None or spec is None:
+            return hits
+        rows = weight_rows(self._modules(ctx)[name], bf.has_bias)
+        if rows.shape[1] != bf.A.shape[0]:
+            return hits  # a layout the rows do not follow: no test, the links stand
+        cols = gs[:, idx].to(rows.dtype)
+        if dense:
+            var, mean = preactivation_variance_reference(rows, bf.A, cols, bf.has_bias)
+        else:
+            var, mean = preactivation_variance(rows, spec, cols, bf.has_bias)
+        out = list(hits)
+        for j, v in zip(idx, var.tolist(), strict=True):
+            if mean > 0 and v > SILENT_VAR_REL * mean:
+                out[j] = False
+        return out
 
     def _link_spectrum(
         self, ctx: DetectionContext, consumer: str, cspec: BlockSpectrum

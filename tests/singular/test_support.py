@@ -15,6 +15,7 @@ from neuromanifold.singular.support import (
     UNIT_SHARE_MIN,
     direction_support,
     layer_units,
+    record_units,
 )
 
 DEAD = 3
@@ -108,3 +109,34 @@ def test_layer_units_threshold_and_size_one_sides() -> None:
     nested = [{"tensor": "blocks.0.attn.qkv.weight", "share": 1.0, "units": [[7, 0.95]]}]
     assert layer_units(nested, "blocks.0.attn.qkv") == "out 7"
     assert layer_units(nested, "blocks.0.attn") == ""
+
+
+def test_a_direction_on_duplicated_units_names_both() -> None:
+    """s34 trial MLPREC D4: hidden unit 7 a copy of unit 2 (same row and bias, the outgoing
+    column halved and shared): the node death of their difference sits half on each unit and was
+    labelled "spread"; it names both, on the producer's rows and the consumer's inputs."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(5, 16), nn.GELU(), nn.Linear(16, 3)).double()
+    with torch.no_grad():
+        m[0].weight[7] = m[0].weight[2]
+        m[0].bias[7] = m[0].bias[2]
+        m[2].weight[:, 2] *= 0.5
+        m[2].weight[:, 7] = m[2].weight[:, 2]
+    x = torch.randn(128, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    r = read(m, x, Gaussian(), progress=False)
+    (dup,) = [d for d in r.directions if d.klass == "genuine_singularity"]
+    assert (dup.layers, dup.k) == (("0", "2"), 2)
+    assert record_units(dup.info, "0") == "out 2+7"
+    assert record_units(dup.info, "2").endswith("in 2+7")
+
+
+def test_several_units_are_named_only_on_a_wide_side() -> None:
+    half = {"tensor": "l.weight", "share": 1.0, "units": [[7, 0.5], [2, 0.5]]}
+    assert layer_units([{**half, "n_units": 8}], "l") == "out 2+7"
+    assert layer_units([{**half, "n_units": 7}], "l") == "spread"  # 2 of 7: a narrow side
+    assert layer_units([half], "l") == "spread"  # a reading written before the sizes
+    three = {"tensor": "l.weight", "share": 1.0, "units": [[4, 0.4], [1, 0.3], [9, 0.25]]}
+    assert layer_units([{**three, "n_units": 12}], "l") == "out 1+4+9"
+    assert layer_units([{**three, "n_units": 11}], "l") == "spread"
+    short = {"tensor": "l.weight", "share": 1.0, "units": [[4, 0.5], [1, 0.3], [9, 0.05]]}
+    assert layer_units([{**short, "n_units": 64}], "l") == "spread"  # the three carry 0.85

@@ -22,6 +22,7 @@ from torch import Tensor
 
 __all__ = [
     "DOMINANT_SHARE",
+    "FEW_UNITS_SIDE",
     "SHARE_MIN",
     "TOP_UNITS",
     "UNIT_SHARE_MIN",
@@ -41,6 +42,11 @@ DIGITS = 6
 DOMINANT_SHARE = 0.9
 """`layer_units` names a unit (or input) only when it carries at least this much of its tensor's
 part of ``‖u‖²``: one unit, not a spread direction."""
+
+
+FEW_UNITS_SIDE = 4
+"""`layer_units` names two or three units (``"out 2+7"``) only on a side of at least this many
+times as many units."""
 
 
 def _top(weights: Tensor) -> list[list[float | int]]:
@@ -94,10 +100,34 @@ def direction_support(u: Mapping[str, Tensor]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda e: (-e["share"], e["tensor"]))
 
 
+def _dominant(top: Sequence[Sequence[float | int]], side: int | None) -> list[int]:
+    """The fewest of the listed units (largest first) that carry `DOMINANT_SHARE` of their
+    tensor's part together, in index order; ``[]`` when the listed units do not (a spread
+    direction). More than one unit is named only on a side of at least `FEW_UNITS_SIDE` times as
+    many units (``side``; unknown: one unit only): on a narrow side any direction sits on a few
+    of its units. At most `TOP_UNITS` are listed, so a label names at most that many.
+
+    >>> _dominant([[7, 0.5], [2, 0.5]], 16), _dominant([[4, 0.95]], 16)
+    ([2, 7], [4])
+    >>> _dominant([[1, 0.5], [3, 0.3]], 16), _dominant([[7, 0.5], [2, 0.5]], 6)
+    ([], [])
+    """
+    total = 0.0
+    for n, (_, share) in enumerate(top, start=1):
+        total += float(share)
+        if round(total, DIGITS) >= DOMINANT_SHARE:  # the shares are rounded to DIGITS
+            if n > 1 and (side is None or side < FEW_UNITS_SIDE * n):
+                return []
+            return sorted(int(i) for i, _ in top[:n])
+    return []
+
+
 def layer_units(support: Sequence[Mapping[str, Any]], layer: str) -> str:
     """A short label of where a direction sits in module ``layer``, from its ``support``
     (`direction_support`): ``"out i"`` when one output unit of a tensor of the layer carries at
-    least `DOMINANT_SHARE` of that tensor's part, ``"in j"`` likewise for one input, joined by
+    least `DOMINANT_SHARE` of that tensor's part, ``"out i+k"`` when two or three do together on
+    a wide side (`_dominant`: a direction on duplicated units, s34 trial MLPREC D4), ``"in j"``
+    likewise for inputs, joined by
     ``", "`` over the layer's tensors without repeats (a side of size 1, ``n_units`` or
     ``n_inputs``, is not named: a single input channel says nothing); ``"spread"`` when the
     layer has a side of size above 1 with no dominant unit; ``""`` when it has none (or only
@@ -121,8 +151,9 @@ def layer_units(support: Sequence[Mapping[str, Any]], layer: str) -> str:
             top = entry.get(key) or []
             if entry.get(size) == 1 or (key == "inputs" and key not in entry):
                 continue  # one unit (a single input channel), or no such side: names nothing
-            if top and top[0][1] >= DOMINANT_SHARE:
-                label = f"{word} {int(top[0][0])}"
+            few = _dominant(top, entry.get(size))
+            if few:
+                label = f"{word} {'+'.join(str(i) for i in few)}"
                 if label not in labels:
                     labels.append(label)
             else:

@@ -1,5 +1,5 @@
-"""Silent units (never firing on the probes, live pre-activation) are not duality-linked, so a
-dead unit chained to one is read as its own node death (s34 trial MLPREC D1)."""
+"""Silent units (held on a flat part of the activation on every probe) are not duality-linked, so
+a dead unit chained to one is read as its own node death (s34 trial MLPREC D1)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,15 @@ import torch
 from torch import nn
 
 import neuromanifold.singular.detectors.linear as lin
+import neuromanifold.singular.detectors.silent as silent_mod
 from neuromanifold.singular.detectors import DetectionContext, trace_graph
 from neuromanifold.singular.detectors.link import BlockSpectrum
 from neuromanifold.singular.detectors.silent import (
-    SILENT_VAR_REL,
-    preactivation_variance,
-    preactivation_variance_reference,
+    SILENT_REL,
+    PreactivationMoments,
+    preactivation_moments,
+    preactivation_moments_reference,
+    silent_columns,
     weight_rows,
 )
 from neuromanifold.singular.factor_spectrum import factor_spectrum
@@ -22,9 +25,9 @@ from neuromanifold.singular.family import Categorical
 from neuromanifold.singular.read import read
 from neuromanifold.singular.support import record_units
 
-RTOL_VARIANCE = 1e-10
-"""Spectral vs dense pre-activation variances: the same sums in another order and through an
-eigendecomposition (rounding ≈ 1e-15 of the largest variance)."""
+RTOL_MOMENT = 1e-10
+"""Spectral vs dense (or sampled) pre-activation moments: the same sums in another order and
+through an eigendecomposition (rounding ≈ 1e-15 of the largest moment)."""
 
 PLANTED, SILENT = 3, 5  # hidden units of the first layer (or of the second, see `_net`)
 
@@ -89,7 +92,7 @@ def test_the_silent_unit_is_not_linked_and_the_dead_one_is(
 
 def test_without_the_rule_the_silent_unit_would_link(monkeypatch: pytest.MonkeyPatch) -> None:
     """The case the rule is for: with the threshold out of reach, both units link."""
-    monkeypatch.setattr(lin, "SILENT_VAR_REL", float("inf"))
+    monkeypatch.setattr(silent_mod, "SILENT_REL", float("inf"))
     model, x = _net(1, 1)
     linked = [_unit(g) for g, _, _ in lin.LinearDetector().linked(_context(model, x), "0")]
     assert sorted(linked) == sorted([PLANTED, SILENT])
@@ -129,45 +132,120 @@ def test_a_unit_of_constant_output_is_not_silent() -> None:
     assert linked == [PLANTED]
 
 
-def _random_block(conv: bool, bias: bool, seed: int) -> tuple[nn.Module, torch.Tensor]:
+@pytest.mark.parametrize(
+    ("what", "act", "bias", "weights"),
+    [
+        ("off at a constant pre-activation", nn.ReLU, -1.0, 0.0),  # output 0, z ≡ −1
+        ("saturated with a moving pre-activation", nn.ReLU6, 50.0, 1.0),  # output 6, z > 6
+    ],
+)
+def test_units_held_on_a_flat_part_are_silent_too(
+    what: str, act: type[nn.Module], bias: float, weights: float
+) -> None:
+    """s35 review #1 and #2: a unit whose pre-activation is a negative constant (zero row, bias
+    −1: E z² > 0 though Var z = 0), and a ReLU6 unit above 6 on every probe (a constant output 6,
+    linked with a bias shift, whose pre-activation moves: Var z > 0), are flat for small moves
+    of their rows; chained to the planted dead unit of the next layer they hid its node death."""
+    model, x = _net(planted=2, silent=1)
+    model[1] = act()
+    model[3] = act()
+    with torch.no_grad():
+        model[0].weight[SILENT] *= weights
+        model[0].bias[SILENT] = bias
+    linked = [_unit(g) for g, _, _ in lin.LinearDetector().linked(_context(model, x), "0")]
+    assert SILENT not in linked, what
+    reading = read(model, x, Categorical(), progress=False)
+    genuine = [d for d in reading.directions if d.klass == "genuine_singularity"]
+    assert [(d.layers, d.k) for d in genuine] == [(("2", "4"), 2)], what
+    # the producer side: the planted unit's row (with the top input direction of layer 2, which
+    # a saturated unit's constant 6 can dominate: "out 3, in 5")
+    assert record_units(genuine[0].info, "2").startswith(f"out {PLANTED}")
+
+
+def test_silent_columns_rule() -> None:
+    m = PreactivationMoments(
+        second=torch.tensor([0.0, 2e-7, 1.0, 1.0]),
+        var=torch.tensor([0.0, 0.0, 0.0, 0.5]),
+        second_mean=1.0,
+        var_mean=0.5,
+    )
+    # output 0: E z² decides; a constant output: Var z decides
+    assert silent_columns(m, [False, False, False, False]) == [False, False, True, True]
+    assert silent_columns(m, [True, True, True, True]) == [False, False, False, True]
+    no_bias = PreactivationMoments(m.second, None, 1.0, None)
+    assert silent_columns(no_bias, [True, False, False, True]) == [False, False, True, False]
+    dead_layer = PreactivationMoments(torch.tensor([0.0]), torch.tensor([0.0]), 0.0, 0.0)
+    assert silent_columns(dead_layer, [False]) == [False]  # all rows 0: no scale, nothing silent
+    assert SILENT_REL * 1.0 < 2e-6  # the 2e-7 column is below the threshold
+
+
+def _random_block(conv: bool, bias: bool, seed: int, wide: bool = False):
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
+    n = 8 if wide else 40
     if conv:
         mod = nn.Conv2d(3, 5, 3, bias=bias).double()
-        x = torch.randn(40, 3, 6, 6, generator=gen, dtype=torch.float64) + 0.3
+        x = torch.randn(n, 3, 6, 6, generator=gen, dtype=torch.float64) + 0.3
     else:
-        mod = nn.Linear(7, 5, bias=bias).double()
-        x = torch.randn(40, 7, generator=gen, dtype=torch.float64) + 0.3
-    a = kfac_factors(nn.Sequential(mod), x, Categorical()).blocks["0"].A
-    return mod, a
+        mod = nn.Linear(40 if wide else 7, 5, bias=bias).double()
+        x = torch.randn(n, 40 if wide else 7, generator=gen, dtype=torch.float64) + 0.3
+    bf = kfac_factors(nn.Sequential(mod), x, Categorical()).blocks["0"]
+    return mod, bf, x
+
+
+def _both(mod: nn.Module, bf, bias: bool, gs: torch.Tensor):
+    rows = weight_rows(mod, bias)
+    assert rows.shape[1] == bf.A.shape[0]
+    sa = factor_spectrum(bf.A, rank_bound=getattr(bf, "a_rank_bound", None))
+    spec = BlockSpectrum(sa.evals, sa.vecs, sa.evals, sa.vecs, [], [])
+    return (
+        preactivation_moments(rows, spec, gs, bias),
+        preactivation_moments_reference(rows, bf.A, gs, bias),
+        sa.method,
+    )
+
+
+@pytest.mark.parametrize(
+    ("conv", "bias", "wide"),
+    [
+        (False, False, False),
+        (False, True, False),
+        (True, False, False),
+        (True, True, False),
+        (False, True, True),
+    ],
+)
+def test_spectral_moments_equal_the_dense_oracle(conv: bool, bias: bool, wide: bool) -> None:
+    """Linear and conv producers, with and without bias; ``wide``: a Linear of 41 input
+    coordinates read on 8 probes, whose factor takes the low-rank path."""
+    mod, bf, _ = _random_block(conv, bias, seed=3, wide=wide)
+    gs = torch.linalg.qr(
+        torch.randn(5, 3, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    )[0]
+    fast, dense, method = _both(mod, bf, bias, gs)
+    assert method == ("lowrank" if wide else "dense")
+    scale = float(dense.second.abs().max())
+    torch.testing.assert_close(fast.second, dense.second, rtol=0, atol=RTOL_MOMENT * scale)
+    assert fast.second_mean == pytest.approx(dense.second_mean, rel=RTOL_MOMENT)
+    if bias:
+        torch.testing.assert_close(fast.var, dense.var, rtol=0, atol=RTOL_MOMENT * scale)
+        assert fast.var_mean == pytest.approx(dense.var_mean, rel=RTOL_MOMENT)
+    else:
+        assert fast.var is None and dense.var is None and fast.var_mean is None
 
 
 @pytest.mark.parametrize("conv", [False, True])
-@pytest.mark.parametrize("bias", [False, True])
-def test_spectral_variances_equal_the_dense_oracle(conv: bool, bias: bool) -> None:
-    mod, a = _random_block(conv, bias, seed=3)
-    rows = weight_rows(mod, bias)
-    assert rows.shape[1] == a.shape[0]
-    sa = factor_spectrum(a)
-    spec = BlockSpectrum(sa.evals, sa.vecs, sa.evals, sa.vecs, [], [])
-    gs = torch.linalg.qr(torch.randn(5, 3, dtype=torch.float64))[0]
-    fast, fast_mean = preactivation_variance(rows, spec, gs, bias)
-    dense, dense_mean = preactivation_variance_reference(rows, a, gs, bias)
-    scale = float(dense.abs().max())
-    torch.testing.assert_close(fast, dense, rtol=0, atol=RTOL_VARIANCE * scale)
-    assert fast_mean == pytest.approx(dense_mean, rel=RTOL_VARIANCE)
-    assert dense_mean > 0 and bool((dense >= -RTOL_VARIANCE * scale).all())
-
-
-def test_variance_is_the_sample_variance_of_the_pre_activation() -> None:
-    """The closed form against the pre-activations themselves: ``Var z_g`` over the probes."""
-    mod, a = _random_block(conv=False, bias=True, seed=4)
-    x = torch.randn(40, 7, generator=torch.Generator().manual_seed(4), dtype=torch.float64) + 0.3
+def test_moments_are_those_of_the_pre_activations(conv: bool) -> None:
+    """The closed forms against the pre-activations themselves: mean of ``z_g²`` and variance of
+    ``z_g`` over the probes (and a convolution's positions, which ``A`` averages over)."""
+    mod, bf, x = _random_block(conv, bias=True, seed=4)
     g = torch.zeros(5, 1, dtype=torch.float64)
     g[2] = 1.0
-    var, mean = preactivation_variance_reference(weight_rows(mod, True), a, g, True)
+    m = preactivation_moments_reference(weight_rows(mod, True), bf.A, g, True)
     with torch.no_grad():
         z = mod(x)
-    assert float(var[0]) == pytest.approx(float(z[:, 2].var(unbiased=False)), rel=RTOL_VARIANCE)
-    assert mean == pytest.approx(float(z.var(0, unbiased=False).mean()), rel=RTOL_VARIANCE)
-    assert SILENT_VAR_REL < 1e-3  # far below a live unit's share (≈ 1 of the mean)
+    z = z.transpose(0, 1).reshape(5, -1) if conv else z.T  # (units, samples · positions)
+    assert float(m.second[0]) == pytest.approx(float(z[2].pow(2).mean()), rel=RTOL_MOMENT)
+    assert float(m.var[0]) == pytest.approx(float(z[2].var(unbiased=False)), rel=RTOL_MOMENT)
+    assert m.second_mean == pytest.approx(float(z.pow(2).mean()), rel=RTOL_MOMENT)
+    assert m.var_mean == pytest.approx(float(z.var(1, unbiased=False).mean()), rel=RTOL_MOMENT)

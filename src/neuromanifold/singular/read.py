@@ -975,10 +975,12 @@ def _crossing_chains_note(records: Sequence[DirectionRecord]) -> str:
     Such a chain (``info["through_live"]``, `LinearDetector`) joins dead units that are, each
     with the live layer's other units, dead directions of their own of lower order (a node
     death: order 2); the chain's direction is their crossing. The read reports the chain's order
-    and proposes no two-layer pieces, and the assembly counts the chain as one locus. (A unit that
-    never fires on the probes is no longer a chain's middle unit: it is silent, not dead, and is
-    not linked, `neuromanifold.singular.detectors.silent`; before, such a chain read flat and hid
-    the node death joined to it, s26 trial CNN #5 and s34 trial MLPREC D1.)
+    and proposes no two-layer pieces, and the assembly counts the chain as one locus. (A unit held
+    on a flat part of its activation on every probe — a ReLU that never fires, a saturated unit —
+    is silent, not dead, and is not linked, `neuromanifold.singular.detectors.silent`; before,
+    chains through such units read flat and hid the node deaths joined to them, s26 trial CNN #5
+    and s34 trial MLPREC D1. The exception that module names, a zero row with a bias on a flat
+    part, still chains.)
     """
     named = Counter(
         f"{'+'.join(r.layers)} (through {', '.join(r.info['through_live'])})"

@@ -44,11 +44,13 @@ Per block (spec §6.1–6.3) with factors ``F ≈ A ⊗ G`` (`neuromanifold.sing
    rotated basis. At ``m > r`` the two kernels meet in ``m − r`` dimensions for dimensional
    reasons alone, so each eigenvector is tested alone as above (a dead path in a rotated basis
    of such a layer is not found: a probe set or input narrower than the layer).
-   **Silent units** (`neuromanifold.singular.detectors.silent`): a linked unit of zero output
-   whose pre-activation varies over the probes (``Var z > SILENT_VAR_REL`` of the producer's
-   mean: a ReLU unit that never fires) is not linked. No direction through it moves the model
-   for small ``t``, so a chain through it would read flat and hide the node death of a dead
-   unit joined to it; its directions are left to the one-sided modes.
+   **Silent units** (`neuromanifold.singular.detectors.silent`): a linked unit held on a flat
+   part of its activation on every probe is not linked: one of zero output whose
+   pre-activation is not 0 (``E z² > SILENT_REL`` of the producer's mean: a ReLU unit that
+   never fires), or one of constant output whose pre-activation moves (``Var z`` likewise: a
+   saturated ReLU6 or tanh). No direction through it moves the model for small ``t``, so a
+   chain through it would read flat and hide the node death of a dead unit joined to it; its
+   directions are left to the one-sided modes.
    Links are followed both ways into a chain; the chain's first block takes the top input
    eigenvector of its ``A`` and the last the top eigenvector of its ``G``; each block gets the
    rank-one increment ``ΔW̄ = out inᵀ`` with equal norm ``1/√(#blocks)``. Provenance ``"duality"``;
@@ -130,9 +132,9 @@ from neuromanifold.singular.detectors.one_sided import (
     one_sided_a_modes_reference,
 )
 from neuromanifold.singular.detectors.silent import (
-    SILENT_VAR_REL,
-    preactivation_variance,
-    preactivation_variance_reference,
+    preactivation_moments,
+    preactivation_moments_reference,
+    silent_columns,
     weight_rows,
 )
 from neuromanifold.singular.detectors.value_link import (
@@ -359,28 +361,28 @@ class LinearDetector:
         *,
         dense: bool = False,
     ) -> list[bool]:
-        """``hits`` with the silent units of producer ``name`` dropped (`silent`): a linked column
-        ``g`` of zero output (no bias shift of its lift) whose pre-activation variance over the
-        probes exceeds `SILENT_VAR_REL` of the producer's mean. ``dense``: through the oracle
-        `preactivation_variance_reference` (the dense factor ``A``)."""
+        """``hits`` with the silent units of producer ``name`` dropped (`silent.silent_columns`):
+        a linked column of zero output (no bias shift of its lift) whose pre-activation second
+        moment, or one of constant output whose pre-activation variance, exceeds `SILENT_REL`
+        of the producer's mean. ``dense``: the moments through the oracle
+        `preactivation_moments_reference` (the dense factor ``A``)."""
         idx = [j for j, hit in enumerate(hits) if hit]
-        if shift is not None and idx:
-            beta = (shift @ lifts[:, idx]).abs() / lifts[:, idx].norm(dim=0)
-            idx = [j for j, b in zip(idx, beta.tolist(), strict=True) if b <= SHIFT_ROUNDOFF]
         bf, spec = ctx.factors.blocks.get(name), block_spectrum(ctx, name)
         if not idx or bf is None or spec is None:
             return hits
-        rows = weight_rows(self._modules(ctx)[name], bf.has_bias)
-        if rows.shape[1] != bf.A.shape[0]:
-            return hits  # a layout the rows do not follow: no test, the links stand
+        rows = weight_rows(self._modules(ctx)[name], bf.has_bias)  # ā's layout (`blocks`)
+        constant = [False] * len(idx)
+        if shift is not None:  # a shift beyond rounding: the unit's output is a constant c ≠ 0
+            beta = (shift @ lifts[:, idx]).abs() / lifts[:, idx].norm(dim=0)
+            constant = [b > SHIFT_ROUNDOFF for b in beta.tolist()]
         cols = gs[:, idx].to(rows.dtype)
         if dense:
-            var, mean = preactivation_variance_reference(rows, bf.A, cols, bf.has_bias)
+            moments = preactivation_moments_reference(rows, bf.A, cols, bf.has_bias)
         else:
-            var, mean = preactivation_variance(rows, spec, cols, bf.has_bias)
+            moments = preactivation_moments(rows, spec, cols, bf.has_bias)
         out = list(hits)
-        for j, v in zip(idx, var.tolist(), strict=True):
-            if mean > 0 and v > SILENT_VAR_REL * mean:
+        for j, silent in zip(idx, silent_columns(moments, constant), strict=True):
+            if silent:
                 out[j] = False
         return out
 

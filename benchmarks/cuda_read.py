@@ -38,7 +38,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scaling import Case, mlp_case, n_params, paired_rounds, random_direction, vit_case
 
-from neuromanifold.singular.agreement import fisher_excess, reading_differences
+from neuromanifold.singular.agreement import (
+    T_RTOL,
+    fisher_excess,
+    grid_gap,
+    reading_differences,
+)
 from neuromanifold.singular.fisher import directional_fisher
 from neuromanifold.singular.read import read
 
@@ -61,14 +66,15 @@ def _read(case: Case, device: str) -> tuple[dict, float, int]:
 
 
 def _excess(a: dict, b: dict) -> float:
-    """Largest F difference over the directions both read on one grid, in rounding tolerances."""
+    """Largest F difference over the directions read on one grid (to `T_RTOL`), in rounding
+    tolerances (`fisher_excess`)."""
     return max(
         (
             fisher_excess(
                 x["sweep"]["F"], y["sweep"]["F"], max(x["sweep"]["floor"], y["sweep"]["floor"])
             )
             for x, y in zip(a["directions"], b["directions"], strict=False)
-            if x["sweep"]["t"] == y["sweep"]["t"]
+            if grid_gap(x["sweep"]["t"], y["sweep"]["t"]) <= T_RTOL
         ),
         default=0.0,
     )

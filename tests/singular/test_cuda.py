@@ -136,8 +136,9 @@ def test_the_cli_reads_on_cuda(tmp_path: Path) -> None:
 
 
 def test_torchrun_on_one_gpu_reads_over_nccl(tmp_path: Path) -> None:
-    """One torchrun process with ``--device cuda``: the process group is nccl and its
-    all-reduces give the CPU reading."""
+    """One torchrun process with ``--device cuda`` (the CLI then opens an nccl process group,
+    `distributed.backend_for`; the reading does not record the backend, so this test checks its
+    result only): its all-reduced sums give the CPU reading."""
     torchrun = shutil.which("torchrun")
     if torchrun is None:
         pytest.skip("torchrun is not on PATH")

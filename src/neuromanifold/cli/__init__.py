@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from neuromanifold.cli import cells, demo, lcn, read, train, triple
+from neuromanifold.cli import cells, compare, demo, lcn, read, train, triple
 
 app = typer.Typer(
     name="neuromanifold",
@@ -32,7 +32,7 @@ def version() -> None:
     typer.echo(__version__)
 
 
-for _module in (lcn, cells, triple, read, train, demo):
+for _module in (lcn, cells, triple, read, compare, train, demo):
     _module.register(app)
 
 

@@ -164,15 +164,18 @@ def test_a_factor_after_a_flatten_keeps_each_channels_block(where: str) -> None:
 
 
 def test_a_dead_channel_reads_the_same_with_the_factor_before_or_after_the_flatten() -> None:
-    """The dead channel (bias −1, ReLU off on every sample) is one duality chain conv → fc, flat:
-    the function does not depend on the channel's parameters near θ0, so F = 0 on the grid; the
-    three models read the same records."""
+    """The silent channel (zero filter, bias −1: its ReLU off on every sample) reads flat: the
+    function does not depend on the channel's parameters near θ0, so F = 0 on the grid. Since s35
+    it is silent, not linked (`detectors/silent.py`): a one-sided record on each side (before, one
+    duality chain conv → fc, also flat); the three models read the same records."""
     records = {}
     for where in ("none", "before", "after"):
         model, x = _conv_head(where, dead=True)
         reading = read(model, x, Gaussian(), progress=False)
         records[where] = [(r.detector, str(r.klass), r.k, r.layers) for r in reading.directions]
-    assert ("duality", "flat_gauge", None, ("conv", "fc")) in records["none"]
+    assert ("kfac-G", "flat_gauge", None, ("conv",)) in records["none"]
+    assert ("kfac-A", "flat_gauge", None, ("fc",)) in records["none"]
+    assert not any(r[0] == "duality" for r in records["none"])
     assert records["before"] == records["after"] == records["none"]
 
 

@@ -12,8 +12,10 @@ import neuromanifold.singular.detectors.silent as silent_mod
 from neuromanifold.singular.detectors import DetectionContext, trace_graph
 from neuromanifold.singular.detectors.link import BlockSpectrum
 from neuromanifold.singular.detectors.silent import (
+    GAIN_MAX,
     SILENT_REL,
     PreactivationMoments,
+    output_moments,
     preactivation_moments,
     preactivation_moments_reference,
     silent_columns,
@@ -120,6 +122,10 @@ def test_the_planted_node_death_reads_order_two_and_the_silent_unit_reads_no_ord
     ]
     assert on_silent and all(d.detector in ("kfac-G", "kfac-A") for d in on_silent)
     assert all(d.k is None for d in on_silent)
+    # each says why: the consumer's input unit never fires, the producer's output has no gradient
+    for d in on_silent:
+        clause = "never fires on them" if d.detector == "kfac-A" else "a ReLU that never fires"
+        assert clause in d.reason, d.reason
 
 
 def test_a_unit_of_constant_output_is_not_silent() -> None:
@@ -164,18 +170,49 @@ def test_units_held_on_a_flat_part_are_silent_too(
 
 def test_silent_columns_rule() -> None:
     m = PreactivationMoments(  # column 1: 0.2·SILENT_REL of the mean, below the threshold
-        second=torch.tensor([0.0, 0.2 * SILENT_REL, 1.0, 1.0]),
-        var=torch.tensor([0.0, 0.0, 0.0, 0.5]),
+        second=torch.tensor([0.0, 0.2 * SILENT_REL, 1.0, 1.0, 1.0]),
+        var=torch.tensor([0.0, 0.0, 0.0, 0.5, 0.5]),
         second_mean=1.0,
         var_mean=0.5,
     )
-    # output 0: E z² decides; a constant output: Var z decides
-    assert silent_columns(m, [False, False, False, False]) == [False, False, True, True]
-    assert silent_columns(m, [True, True, True, True]) == [False, False, False, True]
+    # column 2: output 0 at E z² = 1 (a ReLU off); 3: output 36 ≈ E z² but Var a = 0 < Var z
+    # (saturated); 4: the output follows (a live unit near 0 of a smooth activation)
+    out_second = torch.tensor([0.0, 0.0, 0.0, 1.0, 0.25])
+    out_var = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.12])
+    assert silent_columns(m, out_second, out_var) == [False, False, True, True, False]
+    assert silent_columns(m, out_second, None) == [False, False, True, False, False]
     no_bias = PreactivationMoments(m.second, None, 1.0, None)
-    assert silent_columns(no_bias, [True, False, False, True]) == [False, False, True, False]
+    assert silent_columns(no_bias, out_second, out_var) == [False, False, True, False, False]
+    gain = torch.tensor([0.0, 0.0, GAIN_MAX, 2 * GAIN_MAX, 1.0])  # at, above the gain bound
+    assert silent_columns(m, gain, None) == [False, False, True, False, False]
     dead_layer = PreactivationMoments(torch.tensor([0.0]), torch.tensor([0.0]), 0.0, 0.0)
-    assert silent_columns(dead_layer, [False]) == [False]  # all rows 0: no scale, nothing silent
+    zero = torch.tensor([0.0])
+    assert silent_columns(dead_layer, zero, zero) == [False]  # all rows 0: nothing silent
+
+
+def test_output_moments_are_the_outputs_second_moment_and_variance() -> None:
+    """``E a²`` and ``Var a`` of a consumer's input coordinate from its factor, against the
+    activations themselves (the lift of unit 1 of a Linear consumer with a bias: ``(e_1, 0)``;
+    the best constant's shift ``q`` from `bias_link.compensated`)."""
+    from neuromanifold.singular.detectors.bias_link import compensated
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2)).double()
+    x = torch.randn(64, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    ctx = _context(model, x)
+    a_c = ctx.factors.blocks["2"].A
+    comp = compensated(lin.block_spectrum(ctx, "2"))
+    v = torch.zeros(4, 1, dtype=torch.float64)
+    v[1] = 1.0
+    second, var = output_moments(a_c, v, comp.shift)
+    with torch.no_grad():
+        act = model[1](model[0](x))[:, 1]
+    assert float(second[0]) == pytest.approx(float(act.pow(2).mean()), rel=RTOL_MOMENT)
+    # the best constant's residual: E (a − c)² for the c the compensation solves for, at least
+    # the variance (c = E a minimises it) and at most the second moment (c = 0)
+    assert float(act.var(unbiased=False)) * (1 - RTOL_MOMENT) <= float(var[0])
+    assert float(var[0]) <= float(second[0])
+    assert output_moments(a_c, v, None)[1] is None
 
 
 def _random_block(conv: bool, bias: bool, seed: int, wide: bool = False):

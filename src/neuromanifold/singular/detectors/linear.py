@@ -45,12 +45,11 @@ Per block (spec §6.1–6.3) with factors ``F ≈ A ⊗ G`` (`neuromanifold.sing
    reasons alone, so each eigenvector is tested alone as above (a dead path in a rotated basis
    of such a layer is not found: a probe set or input narrower than the layer).
    **Silent units** (`neuromanifold.singular.detectors.silent`): a linked unit held on a flat
-   part of its activation on every probe is not linked: one of zero output whose
-   pre-activation is not 0 (``E z² > SILENT_REL`` of the producer's mean: a ReLU unit that
-   never fires), or one of constant output whose pre-activation moves (``Var z`` likewise: a
-   saturated ReLU6 or tanh). No direction through it moves the model for small ``t``, so a
-   chain through it would read flat and hide the node death of a dead unit joined to it; its
-   directions are left to the one-sided modes.
+   part of its activation on every probe is not linked: its pre-activation is not negligible
+   and its output does not follow it (``E a² ≤ GAIN_MAX · E z²``: a ReLU unit that never fires;
+   or the same in the variances: a saturated ReLU6 or tanh). No direction through it moves the
+   model for small ``t``, so a chain through it would read flat and hide the node death of a
+   dead unit joined to it; its directions are left to the one-sided modes.
    Links are followed both ways into a chain; the chain's first block takes the top input
    eigenvector of its ``A`` and the last the top eigenvector of its ``G``; each block gets the
    rank-one increment ``ΔW̄ = out inᵀ`` with equal norm ``1/√(#blocks)``. Provenance ``"duality"``;
@@ -102,7 +101,6 @@ from torch import Tensor, nn
 from neuromanifold.singular.blocks import is_supported_block
 from neuromanifold.singular.detectors.base import Candidate, DetectionContext, normalise
 from neuromanifold.singular.detectors.bias_link import (
-    SHIFT_ROUNDOFF,
     compensate,
     compensated,
     compensated_reference,
@@ -132,6 +130,7 @@ from neuromanifold.singular.detectors.one_sided import (
     one_sided_a_modes_reference,
 )
 from neuromanifold.singular.detectors.silent import (
+    output_moments,
     preactivation_moments,
     preactivation_moments_reference,
     silent_columns,
@@ -319,7 +318,7 @@ class LinearDetector:
         else:
             energy, bound = live_energy_batch(cspec, vecs), link_energy_max(cspec)
         hits = (energy <= bound).tolist()
-        hits = self._not_silent(ctx, name, gs, vecs, shift, hits)
+        hits = self._not_silent(ctx, name, consumer, gs, vecs, shift, hits)
         vecs = _compensated_lifts(vecs, shift)
         return gs, [(j, (gs[:, j], consumer, vecs[:, j])) for j, hit in enumerate(hits) if hit]
 
@@ -343,7 +342,8 @@ class LinearDetector:
             gs, bound = gs @ rot, rotated_energy_max(cspec, m)
             lifted = [self._lift_one(ctx, name, consumer, gs[:, j]) for j in range(m)]
         hits = [live_energy(cspec, v) <= bound for v in lifted]
-        hits = self._not_silent(ctx, name, gs, torch.stack(lifted, 1), shift, hits, dense=True)
+        lifts = torch.stack(lifted, 1)
+        hits = self._not_silent(ctx, name, consumer, gs, lifts, shift, hits, dense=True)
         return gs, [
             (j, (gs[:, j], consumer, _compensated_lifts(v[:, None], shift)[:, 0]))
             for j, v in enumerate(lifted)
@@ -354,6 +354,7 @@ class LinearDetector:
         self,
         ctx: DetectionContext,
         name: str,
+        consumer: str,
         gs: Tensor,
         lifts: Tensor,
         shift: Tensor | None,
@@ -362,26 +363,24 @@ class LinearDetector:
         dense: bool = False,
     ) -> list[bool]:
         """``hits`` with the silent units of producer ``name`` dropped (`silent.silent_columns`):
-        a linked column of zero output (no bias shift of its lift) whose pre-activation second
-        moment, or one of constant output whose pre-activation variance, exceeds `SILENT_REL`
-        of the producer's mean. ``dense``: the moments through the oracle
+        a linked column whose pre-activation over the probes is not negligible and whose output
+        in ``consumer`` (``lifts``, the plain lifts; ``shift``, the consumer's bias shift) does not
+        follow it. ``dense``: the producer's moments through the oracle
         `preactivation_moments_reference` (the dense factor ``A``)."""
         idx = [j for j, hit in enumerate(hits) if hit]
         bf, spec = ctx.factors.blocks.get(name), block_spectrum(ctx, name)
-        if not idx or bf is None or spec is None:
+        cf = ctx.factors.blocks.get(consumer)
+        if not idx or bf is None or spec is None or cf is None:
             return hits
         rows = weight_rows(self._modules(ctx)[name], bf.has_bias)  # ā's layout (`blocks`)
-        constant = [False] * len(idx)
-        if shift is not None:  # a shift beyond rounding: the unit's output is a constant c ≠ 0
-            beta = (shift @ lifts[:, idx]).abs() / lifts[:, idx].norm(dim=0)
-            constant = [b > SHIFT_ROUNDOFF for b in beta.tolist()]
         cols = gs[:, idx].to(rows.dtype)
         if dense:
             moments = preactivation_moments_reference(rows, bf.A, cols, bf.has_bias)
         else:
             moments = preactivation_moments(rows, spec, cols, bf.has_bias)
+        out_second, out_var = output_moments(cf.A, lifts[:, idx].to(cf.A.dtype), shift)
         out = list(hits)
-        for j, silent in zip(idx, silent_columns(moments, constant), strict=True):
+        for j, silent in zip(idx, silent_columns(moments, out_second, out_var), strict=True):
             if silent:
                 out[j] = False
         return out
@@ -470,6 +469,21 @@ class LinearDetector:
             return []
         return self._walk(ctx, name, spec.a_top, links_here[index], index)
 
+    def _walked_into(self, ctx: DetectionContext, name: str, n_links: int) -> int:
+        """How many of ``name``'s linked vectors the chains arriving from its producer walk
+        (`_walk`: chain ``i`` leaves through linked vector ``min(i, n − 1)``): the chains of the
+        producer's links into ``name``, at most `max_chains` of them. The linked vectors past
+        that count start chains of their own here (s35 trial SILENT D2: a second dead unit of
+        a layer behind one dead unit of the layer before was on no chain and in no record)."""
+        p = ctx.graph.single_producer(name)
+        edge = _value_edge(ctx, name)
+        if p is None and edge is not None and edge.output == name:
+            p = edge.value
+        if p is None or p not in ctx.factors.blocks or ctx.graph.stops.get(p):
+            return n_links  # chains arrive through skips or a stop only: none start here
+        arriving = sum(c == name for _, c, _ in self.linked(ctx, p))
+        return min(arriving, self.max_chains, n_links)
+
     def _walk(
         self,
         ctx: DetectionContext,
@@ -503,12 +517,13 @@ class LinearDetector:
         upstream = self._upstream(ctx, name)
         links = self.linked(ctx, name)
         skip_g = None  # the first-block G vectors of the skip chains proposed here
+        first = 0 if not upstream else self._walked_into(ctx, name, len(links))
+        chains = [(i, c) for i in range(first, len(links)) if (c := self.chain_from(ctx, name, i))]
+        trunc = _truncation(self.max_chains, len(chains))
+        for i, chain in chains[: self.max_chains]:
+            info = {"chain_index": i, **trunc}
+            out.append(self._chain_candidate(ctx, chain, spec, info))
         if not upstream:
-            chains = [(i, c) for i in range(len(links)) if (c := self.chain_from(ctx, name, i))]
-            trunc = _truncation(self.max_chains, len(chains))
-            for i, chain in chains[: self.max_chains]:
-                info = {"chain_index": i, **trunc}
-                out.append(self._chain_candidate(ctx, chain, spec, info))
             skip = self._skip_chains(ctx, name, spec)
             out.extend(cand for cand, _ in skip)
             skip_g = torch.stack([g for _, g in skip], 1) if skip else None

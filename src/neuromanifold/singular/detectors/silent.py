@@ -17,25 +17,29 @@ is 0, or a constant ``c``, on every probe). Two kinds of unit pass that test:
   and hides the node death of a dead unit it is joined to (s34 trial MLPREC: in trained ReLU
   digit MLPs, whose never-firing units chained planted dead units, 4 of 56 of those were found).
 
-The factors tell the two apart by the pre-activation's moments over the probes, with
-``r̄ = W̄ᵀ g`` (``W̄`` the producer's weight flattened like ``ā`` with its bias column), ``A = E ā āᵀ``
-its input factor and ``m̄ = A e_b = E ā`` (the bias coordinate's column of ``A``):
+The factors tell the two apart by comparing the unit's pre-activation with its output over the
+probes. With ``r̄ = W̄ᵀ g`` (``W̄`` the producer's weight flattened like ``ā`` with its bias
+column), ``A = E ā āᵀ`` its input factor and ``m̄ = A e_b = E ā`` (the bias coordinate's column):
 
-    E z² = r̄ᵀ A r̄,      Var z = r̄ᵀ A r̄ − (r̄ᵀ m̄)².
+    E z² = r̄ᵀ A r̄,      Var z = r̄ᵀ A r̄ − (r̄ᵀ m̄)²,
 
-* Output 0 (a link without bias shift): a dead unit has ``z ≡ 0``, so ``E z² = 0``; a unit with
-  ``E z²`` above `SILENT_REL` of the producer's mean ``E z_j²`` over its units is silent (its
-  activation is 0 at a nonzero ``z``: flat there).
-* Output a nonzero constant (a compensated link): a dead unit has ``z ≡ b``, so ``Var z = 0``; a
-  unit with ``Var z`` above `SILENT_REL` of the producer's mean ``Var z_j`` is silent (``z``
-  moves, the output does not). Without a producer bias ``E ā`` is not in ``A`` and the test is
-  not made.
+and from the consumer's factor ``A_c`` the output's ``E a² = vᵀ A_c v`` along the unit's lift
+``v`` and ``Var a = wᵀ A_c w`` along the lift with its best constant taken out (`output_moments`).
+A unit is silent when its pre-activation is not negligible (above `SILENT_REL` of the
+producer's mean over its units) and its output does not follow it (at most `GAIN_MAX` of it),
+in the second moment (a ReLU off at every probe: ``E a² = 0 < E z²``) or in the variance (a
+saturated unit: ``Var a = 0 < Var z``). A dead unit has ``z ≡ 0`` (nothing to follow), or
+``z ≡ b`` with output ``σ(b)`` (``Var z = 0``; ``E a² = σ(b)² `` follows ``E z² = b²`` unless
+``σ`` is flat at ``b``); a unit near 0 of a smooth activation follows at ``σ'(0)²``, whatever its
+scale (a near-dead unit is not silent). Without a producer bias ``E ā`` is not in ``A``, and
+without a consumer bias there is no best constant: the variance test is then not made.
 
 A silent unit is not linked: it is left to the one-sided modes (``kfac-G`` on the producer,
-``kfac-A`` on the consumer, whose reason says that the input unit does not fire), which read it
-flat, or unresolved where it wakes up inside the grid. Not told apart: a unit with a zero row and
-a bias on a flat part of ``σ`` (a ReLU6 with bias 7), whose ``z`` is constant like a dead
-unit's, and whose chain still reads flat.
+``kfac-A`` on the consumer), which read it flat, or unresolved where it wakes up inside the grid;
+their reasons say that no gradient reaches the unit's output and that the consumer's input unit
+never fires. Not told apart: a unit with a zero row and a bias on a flat part of a bounded
+activation (a ReLU6 with bias 7: ``E a² = 36`` follows ``E z² = 49``), whose chain still reads
+flat.
 """
 
 from __future__ import annotations
@@ -48,8 +52,10 @@ from torch import Tensor, nn
 from neuromanifold.singular.detectors.link import BlockSpectrum
 
 __all__ = [
+    "GAIN_MAX",
     "SILENT_REL",
     "PreactivationMoments",
+    "output_moments",
     "preactivation_moments",
     "preactivation_moments_reference",
     "silent_columns",
@@ -61,6 +67,13 @@ SILENT_REL = 1e-6
 which the unit is silent (module docstring). Planted and pruned units have 0; units scaled to
 1e-4 of a trained layer (the near-dead cases of the s34 recall trial) have about 1e-8; a trained
 ReLU unit that never fires on the probes has the order of the layer's own units (0.01–1)."""
+
+
+GAIN_MAX = 1e-6
+"""A silent unit's output moment is at most this fraction of its pre-activation's: the output
+moves by less than 1e-3 of the pre-activation's RMS (a flat part of the activation). A never
+firing ReLU gives 0 up to rounding; a unit near zero of a smooth activation σ(z) ≈ σ'(0)·z
+gives about σ'(0)² (0.25 for GELU and SiLU, 1 for tanh), whatever its scale."""
 
 
 @dataclass(frozen=True)
@@ -113,20 +126,43 @@ def preactivation_moments_reference(
     return _moments(rows, gs, per_g, torch.diagonal(cov), mean_a)
 
 
-def silent_columns(moments: PreactivationMoments, constant_output: list[bool]) -> list[bool]:
-    """Per column: silent (module docstring) — output 0 and ``E z² > SILENT_REL`` of the mean,
-    or a nonzero constant output (``constant_output``) and ``Var z > SILENT_REL`` of the mean."""
+def output_moments(
+    a_c: Tensor, lifts: Tensor, shift: Tensor | None
+) -> tuple[Tensor, Tensor | None]:
+    """``(E a_g², Var a_g)`` of each linked unit's output in its consumer, shape ``(m,)`` each:
+    the quadratic forms ``vᵀ A_c v`` of the lifts ``v`` (``lifts``, ``(d_c, m)``, the unit's
+    output in the consumer's ``ā``) and ``wᵀ A_c w`` of the lifts with the best constant taken
+    out, ``w = v − (qᵀv) e_b`` (``shift`` = ``q``, `bias_link`; ``None`` without a consumer bias:
+    no variance)."""
+    a_c = (a_c + a_c.T) / 2
+    second = torch.einsum("im,ij,jm->m", lifts, a_c, lifts)
+    if shift is None:
+        return second, None
+    w = lifts.clone()
+    w[-1] = w[-1] - shift @ lifts
+    return second, torch.einsum("im,ij,jm->m", w, a_c, w)
+
+
+def silent_columns(
+    moments: PreactivationMoments, out_second: Tensor, out_var: Tensor | None
+) -> list[bool]:
+    """Per column: silent (module docstring) — a pre-activation above `SILENT_REL` of the
+    producer's mean that the output does not follow (at most `GAIN_MAX` of it), in the second
+    moment (an output 0: ``E z²`` against ``E a²``) or in the variance (a constant output:
+    ``Var z`` against ``Var a``; made only when both variances are known)."""
     out = []
-    for j, const in enumerate(constant_output):
-        if const:
-            if moments.var is None or moments.var_mean is None:
-                out.append(False)  # no E ā without a bias: not tested
-                continue
-            value, mean = float(moments.var[j]), moments.var_mean
-        else:
-            value, mean = float(moments.second[j]), moments.second_mean
-        out.append(mean > 0 and value > SILENT_REL * mean)
+    for j in range(moments.second.shape[0]):
+        pre, post = float(moments.second[j]), float(out_second[j])
+        silent = _unfollowed(pre, post, moments.second_mean)
+        if not silent and moments.var is not None and out_var is not None:
+            pre, post = float(moments.var[j]), float(out_var[j])
+            silent = _unfollowed(pre, post, moments.var_mean or 0.0)
+        out.append(silent)
     return out
+
+
+def _unfollowed(pre: float, post: float, mean: float) -> bool:
+    return mean > 0 and pre > SILENT_REL * mean and post <= GAIN_MAX * pre
 
 
 def _moments(

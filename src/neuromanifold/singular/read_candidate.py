@@ -387,6 +387,8 @@ def read_candidate(
         rec = dataclasses.replace(rec, reason=rec.reason + loss_along_reason(loss_check))
     if cand.detector == "kfac-A" and rec.klass == "flat_gauge":
         rec = dataclasses.replace(rec, reason=rec.reason + _input_kernel_clause(cand.ratio))
+    if cand.detector == "kfac-G" and rec.klass in ("flat_gauge", "unresolved"):
+        rec = dataclasses.replace(rec, reason=rec.reason + _output_kernel_clause(cand.ratio))
     return rec, n_passes
 
 
@@ -401,6 +403,22 @@ def _input_kernel_clause(ratio: float | None) -> str:
         f"input side on the probe samples{share}: an input unit that never fires on them, or a "
         "direction the probe data do not span, flat on this probe set rather than a symmetry "
         "of the model"
+    )
+
+
+def _output_kernel_clause(ratio: float | None) -> str:
+    """Why a ``kfac-G`` record reads flat, or rises only late in its grid: its output side lies
+    in the kernel of the layer's output-gradient factor G, so no gradient reaches the layer's
+    outputs along it on the probe samples. A unit held off on every probe (a ReLU that never
+    fires, `neuromanifold.singular.detectors.silent`) is the common case: a small move of its row
+    leaves it off, a large one turns it on, where F rises (s35: the silent units' records read
+    "unresolved" with no word of why)."""
+    share = "" if ratio is None else f" (G's eigenvalue ratio {ratio:.2g})"
+    return (
+        f"; no gradient reaches the layer's outputs along the direction's output side on the "
+        f"probe samples{share}: an output unit held off on every probe (a ReLU that never fires "
+        "there: flat until the move turns it on) or one nothing downstream reads, rather than a "
+        "symmetry of the model"
     )
 
 

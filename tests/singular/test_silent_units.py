@@ -285,3 +285,56 @@ def test_moments_are_those_of_the_pre_activations(conv: bool) -> None:
     assert float(m.var[0]) == pytest.approx(float(z[2].var(unbiased=False)), rel=RTOL_MOMENT)
     assert m.second_mean == pytest.approx(float(z.pow(2).mean()), rel=RTOL_MOMENT)
     assert m.var_mean == pytest.approx(float(z.var(1, unbiased=False).mean()), rel=RTOL_MOMENT)
+
+
+def _two_behind_one(seed: int = 0) -> tuple[nn.Module, torch.Tensor]:
+    """GELU MLP 6 → 8 → 12 → 4: unit 3 of the first hidden layer and units 5 and 9 of the second
+    dead (zero row, bias and outgoing column)."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(
+        nn.Linear(6, 8), nn.GELU(), nn.Linear(8, 12), nn.GELU(), nn.Linear(12, 4)
+    ).double()
+    with torch.no_grad():
+        for prod, cons, j in (
+            (model[0], model[2], 3),
+            (model[2], model[4], 5),
+            (model[2], model[4], 9),
+        ):
+            prod.weight[j] = 0.0
+            prod.bias[j] = 0.0
+            cons.weight[:, j] = 0.0
+    x = torch.randn(96, 6, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
+    return model, x
+
+
+def test_a_second_dead_unit_behind_one_starts_its_own_chain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """s35 trial SILENT D2: the one chain from the first layer walks one of the second layer's
+    two dead units (a crossing, k = 3); the other was on no chain and in no record. It now starts
+    a chain of its own (its node death, k = 2)."""
+    model, x = _two_behind_one()
+
+    def named(reading) -> set[tuple[str, int]]:
+        out = set()
+        for d in reading.directions:
+            if d.klass != "genuine_singularity":
+                continue
+            for layer in ("0", "2"):
+                label = record_units(d.info, layer)
+                if label.startswith("out "):
+                    out.add((layer, int(label.split(",")[0][4:])))
+        return out
+
+    reading = read(model, x, Categorical(), progress=False)
+    assert sorted(
+        (d.layers, d.k) for d in reading.directions if d.klass == "genuine_singularity"
+    ) == [
+        (("0", "2", "4"), 3),
+        (("2", "4"), 2),
+    ]
+    assert named(reading) == {("0", 3), ("2", 5), ("2", 9)}
+    # without the rule: the arriving chain's count covers every linked vector of layer 2
+    monkeypatch.setattr(lin.LinearDetector, "_walked_into", lambda self, ctx, name, n: n)
+    before = read(model, x, Categorical(), progress=False)
+    assert len(named(before)) == 2

@@ -54,7 +54,10 @@ Per block (spec §6.1–6.3) with factors ``F ≈ A ⊗ G`` (`neuromanifold.sing
    eigenvector of its ``A`` and the last the top eigenvector of its ``G``; each block gets the
    rank-one increment ``ΔW̄ = out inᵀ`` with equal norm ``1/√(#blocks)``. Provenance ``"duality"``;
    a chain is proposed once, from its first block; each linked G-kernel vector of the first block
-   starts its own chain (parallel dead units or paths give distinct directions). Kernel
+   starts its own chain (parallel dead units or paths give distinct directions), and so does each
+   linked vector of a later block past those the arriving chains walk (chain ``i`` leaves a block
+   through its linked vector ``min(i, n − 1)``; `LinearDetector._walked_into`), so a second dead
+   unit behind one dead unit of the layer before reads its own node death. Kernel
    directions explained by a chain (the linked G vectors, of skip chains too; on the consumer
    side, for a linked unit the consumer does not read (`_reads_unit`: a node death), every tap
    ``g ⊗ e_s`` of a linked unit, each of its ``P`` flattened columns, or each query head's copy of

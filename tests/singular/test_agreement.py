@@ -134,7 +134,10 @@ def test_old_json_cut_records_and_counts(reading: dict) -> None:
     old = copy.deepcopy(reading)
     del old["directions"][0]["lambda_dir"]
     assert reading_differences(old, old) == []
-    assert reading_differences(old, reading)[0].startswith("direction 0: lambda_dir differs: ")
+    (message,) = reading_differences(old, reading)
+    lam = reading["directions"][0]["lambda_dir"]
+    assert message.startswith("direction 0: lambda_dir differs: ")
+    assert message.endswith(f"(λ_dir None against {lam})")  # the values, not two equal strings
     cut = copy.deepcopy(reading)
     cut["directions"][0]["sweep"] = {}
     assert reading_differences(cut, reading) == ["direction 0: one record has no sweep"]
@@ -157,6 +160,12 @@ def test_values_that_are_not_finite_never_agree(reading: dict) -> None:
         assert reading_differences(grid, reading) == [
             "direction 0: the t-grids differ by a value that is not finite"
         ]
+    for bad in (math.nan, -math.inf, -1.0):  # a floor on either side (s35 retrial: NaN passed)
+        floor = copy.deepcopy(reading)
+        floor["directions"][0]["sweep"]["floor"] = bad
+        for pair in ((floor, reading), (reading, floor)):
+            (message,) = reading_differences(*pair)
+            assert message.startswith("direction 0: a sweep floor is not a finite number ≥ 0: (")
     assert grid_gap([0.0, 1.0], [0.0, 1.0]) == 0.0  # t = 0 (a user grid): no division by zero
     assert grid_gap([0.0], [1e-300]) == 1.0
     assert grid_gap(None, None) == 0.0 and grid_gap(None, [1.0]) == math.inf

@@ -142,8 +142,10 @@ def reading_differences(a: Mapping[str, Any] | Any, b: Mapping[str, Any] | Any) 
         if da[i] != db[i]:
             fields = [f for f, p, q in zip(FIELDS, da[i], db[i], strict=True) if p != q]
             verb = "differs" if len(fields) == 1 else "differ"
+            lam = f" (λ_dir {da[i][4]} against {db[i][4]})" if "lambda_dir" in fields else ""
             out.append(
-                f"direction {i}: {', '.join(fields)} {verb}: {_show(da[i])} against {_show(db[i])}"
+                f"direction {i}: {', '.join(fields)} {verb}: {_show(da[i])} against "
+                f"{_show(db[i])}{lam}"
             )
             continue
         if x["k"] is not None and grid_gap(x["window"], y["window"]) > T_RTOL:
@@ -159,7 +161,11 @@ def reading_differences(a: Mapping[str, Any] | Any, b: Mapping[str, Any] | Any) 
         if gap > T_RTOL:
             out.append(f"direction {i}: the t-grids differ by {_gap(gap, sa['t'], sb['t'])}")
             continue
-        excess = fisher_excess(sa["F"], sb["F"], max(sa["floor"], sb["floor"]))
+        floors = (sa["floor"], sb["floor"])
+        if not all(math.isfinite(f) and f >= 0 for f in floors):
+            out.append(f"direction {i}: a sweep floor is not a finite number ≥ 0: {floors}")
+            continue
+        excess = fisher_excess(sa["F"], sb["F"], max(floors))
         if excess > 1:
             out.append(f"direction {i}: F differs by {excess:.3g}× the rounding tolerance")
     return out

@@ -338,3 +338,44 @@ def test_a_second_dead_unit_behind_one_starts_its_own_chain(
     monkeypatch.setattr(lin.LinearDetector, "_walked_into", lambda self, ctx, name, n: n)
     before = read(model, x, Categorical(), progress=False)
     assert len(named(before)) == 2
+
+
+def test_a_chain_started_past_the_arriving_ones_shares_no_later_unit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Dead units: 3 of layer 1, 5 and 9 of layer 2, 7 of layer 3 (GELU). The chain from layer 1
+    walks 3 → 5 → 7 (a crossing, k = 4); the chain started at layer 2 for unit 9 finds no linked
+    vector of its index in layer 3 and ends there (unit 9's node death, k = 2) rather than
+    walking unit 7 a second time."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(6, 8),
+        nn.GELU(),
+        nn.Linear(8, 12),
+        nn.GELU(),
+        nn.Linear(12, 10),
+        nn.GELU(),
+        nn.Linear(10, 4),
+    ).double()
+    with torch.no_grad():
+        for p, c, j in ((0, 2, 3), (2, 4, 5), (2, 4, 9), (4, 6, 7)):
+            model[p].weight[j] = 0.0
+            model[p].bias[j] = 0.0
+            model[c].weight[:, j] = 0.0
+    x = torch.randn(96, 6, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+
+    def genuine(reading) -> list[tuple[tuple[str, ...], int | None, str]]:
+        return sorted(
+            (d.layers, d.k, record_units(d.info, "4"))
+            for d in reading.directions
+            if d.klass == "genuine_singularity"
+        )
+
+    assert genuine(read(model, x, Categorical(), progress=False)) == [
+        (("0", "2", "4", "6"), 4, "out 7, in 5"),
+        (("2", "4"), 2, "in 9"),
+    ]
+    monkeypatch.setattr(lin.LinearDetector, "_walked_into", lambda self, ctx, name, n: 0)
+    # every linked vector of layer 2 starting a chain, walking on (not strict): unit 7 twice
+    loose = genuine(read(model, x, Categorical(), progress=False))
+    assert sum(label.startswith("out 7") for _, _, label in loose) >= 2

@@ -458,19 +458,21 @@ class LinearDetector:
         return up
 
     def chain_from(
-        self, ctx: DetectionContext, name: str, index: int = 0
+        self, ctx: DetectionContext, name: str, index: int = 0, *, strict: bool = False
     ) -> list[tuple[str, Tensor, Tensor]]:
         """Duality chain ``index`` starting at ``name`` as ``[(block, out_vec, in_vec), …]``.
 
         Chain ``i`` leaves each block through its ``i``-th linked G-kernel vector when there is one
-        (so parallel dead paths give distinct chains), else through the first; ``[]`` when
-        ``name`` has no linked vector of that index.
+        (so parallel dead paths give distinct chains), else through the last; ``strict``: else it
+        ends there (a chain started past the arriving ones, `_walked_into`, so that it does not
+        share a later block's linked vector with them). ``[]`` when ``name`` has no linked vector
+        of that index.
         """
         spec = block_spectrum(ctx, name)
         links_here = self.linked(ctx, name)
         if spec is None or index >= len(links_here):
             return []
-        return self._walk(ctx, name, spec.a_top, links_here[index], index)
+        return self._walk(ctx, name, spec.a_top, links_here[index], index, strict=strict)
 
     def _walked_into(self, ctx: DetectionContext, name: str, n_links: int) -> int:
         """How many of ``name``'s linked vectors the chains arriving from its producer walk
@@ -494,9 +496,12 @@ class LinearDetector:
         in_vec: Tensor,
         step: tuple[Tensor, str, Tensor] | None,
         index: int,
+        *,
+        strict: bool = False,
     ) -> list[tuple[str, Tensor, Tensor]]:
         """Follow ``step`` out of ``name``, then each block's linked vector ``index`` (or its
-        first) until a block has none; ``[]`` if the walk returns to a block."""
+        last; ``strict``: or none) until a block has none; ``[]`` if the walk returns to a
+        block."""
         chain = []
         cur, seen = name, {name}
         while step is not None:
@@ -507,7 +512,10 @@ class LinearDetector:
                 return []
             seen.add(cur)
             nxt_links = self.linked(ctx, cur)
-            step = nxt_links[min(index, len(nxt_links) - 1)] if nxt_links else None
+            if strict and index >= len(nxt_links):
+                step = None
+            else:
+                step = nxt_links[min(index, len(nxt_links) - 1)] if nxt_links else None
         chain.append((cur, block_spectrum(ctx, cur).g_top, in_vec))
         return chain
 
@@ -521,7 +529,11 @@ class LinearDetector:
         links = self.linked(ctx, name)
         skip_g = None  # the first-block G vectors of the skip chains proposed here
         first = 0 if not upstream else self._walked_into(ctx, name, len(links))
-        chains = [(i, c) for i in range(first, len(links)) if (c := self.chain_from(ctx, name, i))]
+        chains = [
+            (i, c)
+            for i in range(first, len(links))
+            if (c := self.chain_from(ctx, name, i, strict=first > 0))
+        ]
         trunc = _truncation(self.max_chains, len(chains))
         for i, chain in chains[: self.max_chains]:
             info = {"chain_index": i, **trunc}

@@ -142,6 +142,12 @@ def test_old_json_cut_records_and_counts(reading: dict) -> None:
     cut["directions"][0]["sweep"] = {}
     assert reading_differences(cut, reading) == ["direction 0: one record has no sweep"]
     assert reading_differences(cut, cut) == []
+    short = copy.deepcopy(reading)
+    del short["directions"][0]["sweep"]["F"][-1]
+    n = len(reading["directions"][0]["sweep"]["F"])
+    assert reading_differences(short, reading) == [
+        f"direction 0: the sweeps hold {n - 1} and {n} F values"
+    ]
     two = {**reading, "directions": reading["directions"] * 2}
     assert reading_differences(reading, two)[0] == "1 direction against 2"
 

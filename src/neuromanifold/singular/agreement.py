@@ -127,9 +127,10 @@ def reading_differences(a: Mapping[str, Any] | Any, b: Mapping[str, Any] | Any) 
     ``meta`` (times, pass counts, the process layout) is not compared.
     """
     out: list[str] = []
-    ra, rb = _directions(a), _directions(b)
+    a, b = _as_dict(a), _as_dict(b)  # a Reading converted once
+    ra, rb = a["directions"], b["directions"]
     da, db = decisions(a), decisions(b)
-    nca, ncb = _as_dict(a).get("not_covered") or [], _as_dict(b).get("not_covered") or []
+    nca, ncb = a.get("not_covered") or [], b.get("not_covered") or []
     if nca != ncb:
         out.append(f"the modules not covered differ: {_names(nca)} against {_names(ncb)}")
     if len(ra) != len(rb):
@@ -164,6 +165,9 @@ def reading_differences(a: Mapping[str, Any] | Any, b: Mapping[str, Any] | Any) 
         floors = (sa["floor"], sb["floor"])
         if not all(math.isfinite(f) and f >= 0 for f in floors):
             out.append(f"direction {i}: a sweep floor is not a finite number ≥ 0: {floors}")
+            continue
+        if len(sa["F"]) != len(sb["F"]) or len(sa["F"]) != len(sa["t"]):
+            out.append(f"direction {i}: the sweeps hold {len(sa['F'])} and {len(sb['F'])} F values")
             continue
         excess = fisher_excess(sa["F"], sb["F"], max(floors))
         if excess > 1:

@@ -436,17 +436,8 @@ class LinearDetector:
         coordinates, one per query head (`value_taps`), so that the one-sided modes leave out
         every query head's copy of a dead value dimension, as a convolution's taps."""
         up: list[Tensor] = []
-        p = ctx.graph.single_producer(name)
-        if p is not None and ctx.graph.stops.get(p):
-            # the producer's output also reaches a function the graph does not follow (a gate's
-            # product ``x * s`` beside the squeeze ``fc1(mean(x))``): a chain through it reads
-            # that second reader too, so this block's own chains are read as well, and its taps
-            # stay one-sided candidates (s28 trial EXOTIC #1: a node death after the squeeze was
-            # read only inside a chain the gate made live)
-            p = None
+        p = _chain_producer(ctx, name)
         edge = _value_edge(ctx, name)
-        if p is None and edge is not None and edge.output == name:
-            p = edge.value
         if p is not None and p in ctx.factors.blocks:
             up = [g for g, c, _ in self.linked(ctx, p) if c == name]
             if edge is not None and edge.value == p and edge.output == name and up:
@@ -480,12 +471,9 @@ class LinearDetector:
         producer's links into ``name``, at most `max_chains` of them. The linked vectors past
         that count start chains of their own here (s35 trial SILENT D2: a second dead unit of
         a layer behind one dead unit of the layer before was on no chain and in no record)."""
-        p = ctx.graph.single_producer(name)
-        edge = _value_edge(ctx, name)
-        if p is None and edge is not None and edge.output == name:
-            p = edge.value
-        if p is None or p not in ctx.factors.blocks or ctx.graph.stops.get(p):
-            return n_links  # chains arrive through skips or a stop only: none start here
+        p = _chain_producer(ctx, name)
+        if p is None or p not in ctx.factors.blocks:
+            return n_links  # chains arrive through skips only: none start here
         arriving = sum(c == name for _, c, _ in self.linked(ctx, p))
         return min(arriving, self.max_chains, n_links)
 
@@ -689,6 +677,23 @@ def _live_block(spec: BlockSpectrum | None) -> bool:
     its note (``info["through_live"]``).
     """
     return spec is not None and float(spec.alpha[-1]) > 0 and float(spec.gamma[-1]) > 0
+
+
+def _chain_producer(ctx: DetectionContext, name: str) -> str | None:
+    """The block whose chains continue into ``name``: its single producer, or the value
+    projection of the attention whose output projection ``name`` is (`value_link`); None when
+    there is none, or when the producer's output also reaches a function the graph does not
+    follow (a gate's product ``x * s`` beside the squeeze ``fc1(mean(x))``): a chain through it
+    reads that second reader too, so ``name``'s own chains are read as well, and its taps stay
+    one-sided candidates (s28 trial EXOTIC #1: a node death after the squeeze was read only
+    inside a chain the gate made live)."""
+    p = ctx.graph.single_producer(name)
+    if p is not None and ctx.graph.stops.get(p):
+        p = None
+    edge = _value_edge(ctx, name)
+    if p is None and edge is not None and edge.output == name:
+        p = edge.value
+    return p
 
 
 def _value_edge(ctx: DetectionContext, name: str | None) -> ValueEdge | None:
